@@ -1,0 +1,190 @@
+"""Benchmark results as plain rows, message-size parsing, and bandwidth arithmetic.
+
+A :class:`Row` is one (op, message size, group) measurement with nccl-tests' bandwidth
+definitions (``doc/PERFORMANCE.md`` in NVIDIA/nccl-tests):
+
+- ``bytes`` is the *full array* size S as nccl-tests counts it: the all-reduce buffer, the
+  all-gather output, the reduce-scatter input, each rank's all-to-all send buffer, the
+  broadcast buffer and the message of a point-to-point transfer;
+- ``algbw = S / t`` and ``busbw = algbw * bus_factor(op, n)``, with GB = 1e9 bytes.
+
+Nothing here imports torch: rows can be read, written, plotted and fitted on a laptop.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import re
+from dataclasses import asdict, dataclass, fields
+from typing import Any, Iterable, Sequence
+
+from ..errors import UsageError
+from ..spec.cluster import OPS as _COST_MODEL_OPS
+from ..spec.cluster import bus_factor
+
+#: The collectives parastrat benchmarks, in the order a full sweep runs them: exactly the ones
+#: the cost model prices (``spec/cluster.py``), so every measurement can calibrate it.
+OPS: tuple[str, ...] = tuple(_COST_MODEL_OPS)
+
+#: Point-to-point ops: they need at least two ranks.
+P2P_OPS = frozenset({"ring", "send_recv"})
+
+_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024 ** 2, "MB": 1024 ** 2,
+          "MIB": 1024 ** 2, "G": 1024 ** 3, "GB": 1024 ** 3, "GIB": 1024 ** 3}
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measurement: ``op`` on a group of ``world`` ranks with a message of ``bytes`` bytes.
+
+    ``time_s`` is the median over ``iters`` timed iterations of the slowest rank's time
+    (``time_min_s``/``time_max_s`` the extremes); ``group`` names the strategy group the op ran
+    on (``"world"`` for a plain sweep) and ``span`` the link class it crossed (``"intra"``
+    inside one scale-up domain / host, ``"inter"`` across), which is what :func:`fit` keys on.
+    """
+
+    op: str
+    bytes: int
+    world: int
+    time_s: float
+    time_min_s: float
+    time_max_s: float
+    algbw_gbps: float
+    busbw_gbps: float
+    iters: int
+    backend: str
+    dtype: str
+    group: str = "world"
+    span: str = "intra"
+
+    @classmethod
+    def from_times(cls, op: str, nbytes: int, world: int, times_s: Sequence[float], *,
+                   backend: str, dtype: str, group: str = "world", span: str = "intra") -> Row:
+        """Build a row from per-iteration times (seconds), computing median and bandwidths."""
+        if not times_s:
+            raise UsageError(f"no timed iterations for {op} at {nbytes} bytes; use --iters >= 1")
+        med, lo, hi = summarize(times_s)
+        algbw = nbytes / med / 1e9 if med > 0 else math.inf
+        return cls(op=op, bytes=int(nbytes), world=int(world), time_s=med, time_min_s=lo,
+                   time_max_s=hi, algbw_gbps=algbw, busbw_gbps=algbw * bus_factor(op, world),
+                   iters=len(times_s), backend=backend, dtype=dtype, group=group, span=span)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Row:
+        """Read a row back from its dict (unknown keys are ignored, missing optional ones default)."""
+        names = {f.name for f in fields(cls)}
+        missing = [f.name for f in fields(cls)
+                   if f.name not in data and f.name not in ("group", "span")]
+        if missing:
+            raise UsageError(f"benchmark row lacks field(s) {', '.join(missing)}: {data!r}")
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def summarize(times_s: Sequence[float]) -> tuple[float, float, float]:
+    """(median, min, max) of a list of times."""
+    ordered = sorted(float(t) for t in times_s)
+    k = len(ordered)
+    mid = k // 2
+    median = ordered[mid] if k % 2 else 0.5 * (ordered[mid - 1] + ordered[mid])
+    return median, ordered[0], ordered[-1]
+
+
+def parse_size(text: str) -> int:
+    """Bytes in ``"4KB"``, ``"1.5MB"``, ``"64M"``, ``"4096"`` (K/M/G are powers of 1024, as in
+    nccl-tests' ``-b``/``-e`` flags; bandwidths use GB = 1e9)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*", str(text))
+    unit = m.group(2).upper() if m else None
+    if not m or unit not in _UNITS:
+        raise UsageError(f"cannot read the message size {text!r}; write e.g. 4096, 4KB, 1MB, 1.5GB")
+    value = float(m.group(1)) * _UNITS[unit]
+    if value < 1:
+        raise UsageError(f"message size {text!r} is below one byte")
+    return int(value)
+
+
+def parse_sizes(spec: str | int | Iterable[str | int]) -> list[int]:
+    """Message sizes from a list (``"4KB,1MB,64MB"``) or a range ``"LO:HI[:xF]"`` (geometric,
+    factor F, default 2: ``"1KB:64MB:x4"`` is 1 KiB, 4 KiB, ... up to 64 MiB) or a mix of both.
+    Returns sorted unique byte counts."""
+    if isinstance(spec, int):
+        return [spec]
+    tokens: list[str | int] = (
+        [t for t in str(spec).split(",") if t.strip()] if isinstance(spec, str) else list(spec))
+    if not tokens:
+        raise UsageError("no message sizes given; write e.g. --sizes 4KB,1MB or 1KB:64MB:x4")
+    out: set[int] = set()
+    for tok in tokens:
+        if isinstance(tok, int):
+            out.add(parse_size(str(tok)))
+            continue
+        parts = tok.split(":")
+        if len(parts) == 1:
+            out.add(parse_size(parts[0]))
+            continue
+        if len(parts) not in (2, 3):
+            raise UsageError(f"cannot read the size range {tok!r}; write LO:HI or LO:HI:xFACTOR")
+        lo, hi = parse_size(parts[0]), parse_size(parts[1])
+        factor_txt = parts[2].strip().lower().lstrip("x") if len(parts) == 3 else "2"
+        try:
+            factor = float(factor_txt)
+        except ValueError:
+            factor = 0.0
+        if factor <= 1:
+            raise UsageError(f"the step of size range {tok!r} must be a factor above 1, e.g. x2")
+        if hi < lo:
+            raise UsageError(f"size range {tok!r} ends below its start")
+        size = float(lo)
+        while size <= hi * (1 + 1e-9):
+            out.add(int(size))
+            size *= factor
+    return sorted(out)
+
+
+def format_bytes(n: int) -> str:
+    """``1048576`` -> ``"1MB"``, ``1536`` -> ``"1.5KB"`` (powers of 1024, like the size flags)."""
+    for unit, scale in (("GB", 1024 ** 3), ("MB", 1024 ** 2), ("KB", 1024)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:.0f}{unit}" if value == int(value) else f"{value:.3g}{unit}"
+    return f"{n}B"
+
+
+def rows_to_json(rows: Iterable[Row]) -> list[dict[str, Any]]:
+    """Rows as a JSON-ready list of dicts."""
+    return [r.to_dict() for r in rows]
+
+
+def rows_from_json(data: Any) -> list[Row]:
+    """Rows from a JSON document: a list of row dicts or ``{"rows": [...]}``."""
+    if isinstance(data, dict) and "rows" in data:
+        data = data["rows"]
+    if not isinstance(data, list):
+        raise UsageError("benchmark JSON must be a list of rows or {\"rows\": [...]}")
+    return [r if isinstance(r, Row) else Row.from_dict(r) for r in data]
+
+
+def load_rows(path: str) -> list[Row]:
+    """Rows from a JSON file written by ``parastrat bench --format json --output FILE``."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return rows_from_json(json.load(fh))
+    except FileNotFoundError:
+        raise UsageError(f"benchmark file {path!r} does not exist") from None
+    except json.JSONDecodeError as exc:
+        raise UsageError(f"benchmark file {path!r} is not JSON: {exc}") from None
+
+
+def rows_to_csv(rows: Iterable[Row]) -> str:
+    """Rows as CSV text with a header line."""
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=[f.name for f in fields(Row)], lineterminator="\n")
+    writer.writeheader()
+    for r in rows:
+        writer.writerow(r.to_dict())
+    return buf.getvalue()

@@ -1,0 +1,68 @@
+"""The ``parastrat`` command line: a thin layer of argument parsing and printing.
+
+Each subcommand lives in its own module here and exposes ``register(subparsers)``, which adds
+its parser and sets ``func`` (called with the parsed namespace, returning an exit status).
+Exit status: 0 success; 2 a user error or a broken rule (message with the fix, no traceback);
+1 anything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+from .._version import __version__
+from ._common import USER_ERRORS, err_console, report_user_error
+
+#: Subcommand modules, in the order ``--help`` lists them.  A module that is absent is skipped.
+SUBCOMMANDS = ("check", "layout", "memory", "plan", "explain", "plan_dit", "bench", "verify")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits 2 with a one-line message (its default) and never a traceback."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="parastrat",
+                     description="Choose, check, apply and run distributed parallelism strategies.")
+    parser.add_argument("--version", action="version", version=f"parastrat {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in SUBCOMMANDS:
+        try:
+            module = importlib.import_module(f"{__name__}.{name}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"{__name__}.{name}":
+                continue
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI; return the exit status."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except USER_ERRORS as exc:
+        return report_user_error(exc)
+    except KeyboardInterrupt:
+        err_console.print("interrupted")
+        return 130
+    except BrokenPipeError:
+        return 0
+    except Exception as exc:  # noqa: BLE001 - last resort: a bug, not the user's fault
+        if os.environ.get("PARASTRAT_DEBUG"):
+            raise
+        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}\n"
+                          "(set PARASTRAT_DEBUG=1 for the traceback; please report it)")
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""Helpers shared by the CLI subcommands: strategy flags, output, and user-error handling.
+
+Subcommands stay thin: they parse, call the library, and print.  Every user mistake surfaces
+as one of the typed errors below and becomes exit status 2 with a message, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+
+from ..errors import MissingExtraError, SpecError, StrategyError, UsageError
+
+#: Errors that are the user's to fix: printed with their hint, exit status 2.
+USER_ERRORS = (StrategyError, SpecError, UsageError, MissingExtraError)
+
+console = Console(highlight=False, soft_wrap=True)
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+
+STRATEGY_FLAGS = ("tp", "pp", "vpp", "cp", "ep", "etp", "ulysses", "ring", "cfg")
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1, with a readable message otherwise."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def add_strategy_flags(parser: argparse.ArgumentParser) -> None:
+    """Add ``--tp --pp --vpp --cp --ep --etp --sp --ulysses --ring --cfg --order``."""
+    g = parser.add_argument_group("strategy")
+    g.add_argument("--tp", type=positive_int, default=1, help="tensor parallel degree")
+    g.add_argument("--pp", type=positive_int, default=1, help="pipeline parallel degree")
+    g.add_argument("--vpp", type=positive_int, default=1, help="virtual pipeline stages per rank")
+    g.add_argument("--cp", type=positive_int, default=None,
+                   help="context parallel degree (= ulysses * ring; alone it means ring)")
+    g.add_argument("--ep", type=positive_int, default=1, help="expert parallel degree")
+    g.add_argument("--etp", type=positive_int, default=None,
+                   help="expert tensor parallel degree (default 1 with EP, else TP)")
+    g.add_argument("--sp", action="store_true", help="sequence parallelism (needs TP > 1)")
+    g.add_argument("--ulysses", type=positive_int, default=1, help="Ulysses (all-to-all) degree")
+    g.add_argument("--ring", type=positive_int, default=1, help="ring attention degree")
+    g.add_argument("--cfg", type=positive_int, default=1, help="CFG parallel degree (1 or 2)")
+    g.add_argument("--order", default=None,
+                   help="rank order, e.g. tp-cp-ep-dp-pp (Megatron) or tp-sp-pp-cfg-dp (xDiT)")
+    g.add_argument("--first-stage-layers", type=positive_int, default=None,
+                   help="layers on the first pipeline stage (uneven split)")
+    g.add_argument("--last-stage-layers", type=positive_int, default=None,
+                   help="layers on the last pipeline stage (uneven split)")
+
+
+def strategy_from_args(args: argparse.Namespace):
+    """Build the :class:`~parastrat.Strategy` the strategy flags describe."""
+    from ..strategy import Strategy
+
+    return Strategy(tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep, etp=args.etp,
+                    sp=args.sp, ulysses=args.ulysses, ring=args.ring, cfg=args.cfg,
+                    order=args.order, first_stage_layers=args.first_stage_layers,
+                    last_stage_layers=args.last_stage_layers)
+
+
+def print_json(obj: Any) -> None:
+    """Print one JSON document on stdout (nothing else may be printed with --format json)."""
+    sys.stdout.write(json.dumps(obj, indent=2, default=_json_default) + "\n")
+
+
+def _json_default(obj: Any) -> Any:
+    if hasattr(obj, "to_dict"):
+        return obj.to_dict()
+    if hasattr(obj, "__dataclass_fields__"):
+        from dataclasses import asdict
+
+        return asdict(obj)
+    if isinstance(obj, (set, frozenset, tuple)):
+        return list(obj)
+    raise TypeError(f"cannot serialise {type(obj).__name__}")
+
+
+def report_user_error(exc: BaseException) -> int:
+    """Print a user error (with every violation and hint) on stderr; return exit status 2."""
+    if isinstance(exc, StrategyError):
+        err_console.print(f"[bold red]error:[/] {len(exc.violations)} rule(s) broken")
+        for v in exc.violations:
+            err_console.print(f"  [red]{v.rule}[/]: {v.message}")
+            err_console.print(f"      fix: {v.hint}")
+    else:
+        err_console.print(f"[bold red]error:[/] {exc}")
+    return 2

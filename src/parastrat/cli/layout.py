@@ -1,0 +1,48 @@
+"""``parastrat layout``: which rank sits where in a strategy's grid."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.table import Table
+
+from ..layout import KINDS, coordinates, layout
+from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("layout", help="print the rank grid of a strategy",
+                       description="Print every rank's coordinates (tp/cp/dp/pp/ep/...) and "
+                                   "the groups of each kind, as Megatron Core / xDiT build them.")
+    p.add_argument("--gpus", "--world", dest="gpus", type=positive_int, required=True,
+                   help="world size")
+    p.add_argument("--kinds", default="tp,cp,dp,pp,ep",
+                   help=f"group kinds to list (comma separated, from {','.join(KINDS)})")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    add_strategy_flags(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    strategy = strategy_from_args(args).with_world_size(args.gpus)
+    groups = layout(strategy, args.gpus)
+    if args.format == "json":
+        print_json({"strategy": strategy.to_dict(), "groups": groups})
+        return 0
+    axes = (["tp", "ulysses", "ring", "cfg", "pp", "dp"] if strategy.is_inference
+            else ["tp", "cp", "dp", "pp", "ep", "etp", "edp"])
+    table = Table(title=f"{strategy}: rank coordinates")
+    table.add_column("rank", justify="right")
+    for a in axes:
+        table.add_column(a, justify="right")
+    for rank in range(args.gpus):
+        c = coordinates(strategy, args.gpus, rank)
+        table.add_row(str(rank), *(str(c.get(a, 0)) for a in axes))
+    console.print(table)
+    for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
+        if kind not in groups:
+            from ..errors import UsageError
+
+            raise UsageError(f"unknown group kind {kind!r}; choose from {', '.join(KINDS)}")
+        console.print(f"[bold]{kind}[/]: {groups[kind]}")
+    return 0

@@ -1,0 +1,186 @@
+"""FLOP counting: the matrices a transformer really has, per token and per layer.
+
+One source of truth for the model's arithmetic.  :func:`layer_matrices` lists every weight
+matrix of one layer (with how tensor/expert parallelism splits it), so the FLOP counts here and
+the GEMM shapes the step-time model prices (``estimate/step.py``) come from the same list.
+
+Convention (stated once, used by ``StepReport.tflops_per_gpu`` and ``.mfu``): **model FLOPs**
+are ``3 x forward`` (forward, backward-data, backward-weight), where the forward counts
+
+* ``2 * in * out`` per token for every weight matrix the token passes through: attention
+  projections (GQA, MLA down/up projections), the MLP (two matrices, or three when gated:
+  SwiGLU), the MoE router, the ``top-k`` routed experts and the shared experts, the output
+  (logits) layer, and the multi-token-prediction layers when the model has them;
+* the attention core ``Q K^T`` and ``A V`` with **causal masking counted as half**
+  (FlashAttention skips the masked blocks): ``2 * 2 * heads * head_dim * s / 2`` per token;
+* nothing for the input embedding (a look-up), norms, activations or softmax.
+
+This is "6 x active parameters x tokens + attention", the convention of Megatron-LM's
+``num_floating_point_operations`` (newer versions, which halve causal attention).  Hardware
+FLOPs (HFU) add recomputation; :func:`recompute_flops_per_token` gives that extra.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from ..spec.model import ModelSpec
+
+#: How tensor parallelism cuts a matrix: ``col`` splits the output features, ``row`` the input
+#: features, ``dup`` keeps it whole on every TP rank (MLA down-projections, the router).
+Split = Literal["col", "row", "dup"]
+#: Which block a matrix belongs to; ``expert`` matrices are split by ETP and run per routed
+#: token-expert pair, the others by TP.
+Block = Literal["attn", "mlp", "router", "expert", "shared", "logits", "mtp"]
+
+
+@dataclass(frozen=True)
+class Matrix:
+    """One weight matrix: ``in_dim x out_dim``, applied ``per_token`` times per token."""
+
+    name: str
+    in_dim: int
+    out_dim: int
+    block: Block
+    split: Split
+    #: routed experts run top-k times per token; everything else once
+    per_token: float = 1.0
+
+    @property
+    def flops_per_token(self) -> float:
+        """Forward FLOPs this matrix costs per token (one multiply-add = 2 FLOPs)."""
+        return 2.0 * self.in_dim * self.out_dim * self.per_token
+
+
+def is_moe_layer(model: ModelSpec, index: int) -> bool:
+    """Whether layer ``index`` (0-based) carries routed experts (Megatron's layer pattern)."""
+    if not model.is_moe or index < model.moe_first_dense_layers:
+        return False
+    return (index - model.moe_first_dense_layers) % max(1, model.moe_layer_freq) == 0
+
+
+def attention_matrices(model: ModelSpec) -> list[Matrix]:
+    """Attention projections: fused QKV + output for MHA/GQA; down/up projections for MLA."""
+    h, a = model.hidden_size, model.num_attention_heads
+    if model.multi_latent_attention:
+        qk = model.qk_head_dim + model.qk_pos_emb_head_dim
+        mats: list[Matrix] = []
+        if model.q_lora_rank:
+            mats.append(Matrix("q_down", h, model.q_lora_rank, "attn", "dup"))
+            mats.append(Matrix("q_up", model.q_lora_rank, a * qk, "attn", "col"))
+        else:
+            mats.append(Matrix("q", h, a * qk, "attn", "col"))
+        mats.append(Matrix("kv_down", h, model.kv_lora_rank + model.qk_pos_emb_head_dim,
+                           "attn", "dup"))
+        mats.append(Matrix("kv_up", model.kv_lora_rank,
+                           a * (model.qk_head_dim + model.v_head_dim), "attn", "col"))
+        mats.append(Matrix("proj", a * model.v_head_dim, h, "attn", "row"))
+        return mats
+    d, g = model.head_dim, model.query_groups
+    return [Matrix("qkv", h, (a + 2 * g) * d, "attn", "col"),
+            Matrix("proj", a * d, h, "attn", "row")]
+
+
+def _mlp(prefix: str, h: int, f: int, gated: bool, block: Block, per_token: float = 1.0,
+         ) -> list[Matrix]:
+    up = 2 * f if gated else f
+    col: Split = "col"
+    row: Split = "row"
+    return [Matrix(f"{prefix}fc1", h, up, block, col, per_token),
+            Matrix(f"{prefix}fc2", f, h, block, row, per_token)]
+
+
+def mlp_matrices(model: ModelSpec, moe: bool) -> list[Matrix]:
+    """The MLP of a dense layer, or router + routed experts (top-k) + shared experts."""
+    h, gated = model.hidden_size, model.gated_linear_unit
+    if not moe:
+        return _mlp("", h, model.ffn_hidden_size, gated, "mlp")
+    f = model.moe_ffn_hidden_size or model.ffn_hidden_size
+    mats = [Matrix("router", h, model.num_experts, "router", "dup")]
+    mats += _mlp("expert_", h, f, gated, "expert", float(model.moe_router_topk))
+    if model.moe_shared_expert_intermediate_size:
+        mats += _mlp("shared_", h, model.moe_shared_expert_intermediate_size, gated, "shared")
+    return mats
+
+
+def layer_matrices(model: ModelSpec, index: int) -> list[Matrix]:
+    """Every weight matrix of transformer layer ``index``."""
+    return attention_matrices(model) + mlp_matrices(model, is_moe_layer(model, index))
+
+
+def logits_matrix(model: ModelSpec) -> Matrix:
+    """The output layer (vocabulary projection), column-parallel over TP."""
+    return Matrix("logits", model.hidden_size, model.vocab_size, "logits", "col")
+
+
+def attention_core_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = True) -> float:
+    """Forward FLOPs of ``Q K^T`` and ``A V`` per token; causal masking counts as half."""
+    a = model.num_attention_heads
+    if model.multi_latent_attention:
+        d_qk = model.qk_head_dim + model.qk_pos_emb_head_dim
+        d_v = model.v_head_dim
+    else:
+        d_qk = d_v = model.head_dim
+    keys = seq_len / 2 if causal else seq_len
+    return 2.0 * a * (d_qk + d_v) * keys
+
+
+def layer_forward_flops_per_token(model: ModelSpec, index: int, seq_len: int) -> float:
+    """Forward FLOPs per token of one transformer layer (matrices + attention core)."""
+    mats = sum(m.flops_per_token for m in layer_matrices(model, index))
+    return mats + attention_core_flops_per_token(model, seq_len)
+
+
+def mtp_forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Forward FLOPs per token of the multi-token-prediction block (DeepSeek-V3 style).
+
+    Each MTP depth projects ``[h; h] -> h``, runs one transformer layer (the kind of the last
+    layer) and the shared output layer.
+    """
+    if not model.mtp_num_layers:
+        return 0.0
+    h = model.hidden_size
+    one = (2.0 * 2 * h * h + layer_forward_flops_per_token(model, model.num_layers - 1, seq_len)
+           + logits_matrix(model).flops_per_token)
+    return model.mtp_num_layers * one
+
+
+def forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Forward FLOPs per token of the whole model (layers, logits, MTP)."""
+    layers = sum(layer_forward_flops_per_token(model, i, seq_len) for i in range(model.num_layers))
+    return layers + logits_matrix(model).flops_per_token + mtp_forward_flops_per_token(model, seq_len)
+
+
+def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """Training model FLOPs per token: 3 x forward (the MFU convention in the module doc)."""
+    return 3.0 * forward_flops_per_token(model, seq_len)
+
+
+def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:
+    """Extra forward FLOPs per token that recomputation adds (hardware minus model FLOPs).
+
+    ``none``: 0.  ``selective`` (Megatron's core-attention recompute): the attention core's
+    forward again.  ``full``: every layer's forward again (not the logits).
+    """
+    mode = recompute.lower()
+    if mode in ("none", "off", "false", ""):
+        return 0.0
+    if mode == "selective":
+        return model.num_layers * attention_core_flops_per_token(model, seq_len)
+    if mode == "full":
+        return sum(layer_forward_flops_per_token(model, i, seq_len)
+                   for i in range(model.num_layers))
+    from ..errors import UsageError
+
+    raise UsageError(f"unknown recompute mode {recompute!r}; use none, selective or full")
+
+
+def active_params(model: ModelSpec) -> float:
+    """Parameters a token passes through (no input embedding, no MTP): FLOP bookkeeping only.
+
+    ``ModelSpec.num_active_params`` is the spec's own count; this one is ``matrix FLOPs / 2``
+    and is what the ``6 N`` in the convention means.
+    """
+    mats = sum(m.flops_per_token for i in range(model.num_layers) for m in layer_matrices(model, i))
+    return (mats + logits_matrix(model).flops_per_token) / 2.0

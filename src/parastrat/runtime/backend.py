@@ -1,0 +1,240 @@
+"""Where am I, and which communication backend fits this device?
+
+Reads the launcher's environment (torchrun's ``env://`` variables, or Slurm's when torchrun's
+are absent), picks the backend from the device (CUDA -> ``nccl``, Ascend NPU -> ``hccl``,
+otherwise ``gloo``) and starts the default ``torch.distributed`` process group, binding the
+device first as NCCL and HCCL want (``torch.cuda.set_device(LOCAL_RANK)``;
+``torch.npu.set_device(LOCAL_RANK)`` before ``init_process_group("hccl")``, the order MindIE-SD's
+model ports use).  torch and torch_npu are imported only when needed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Mapping
+
+from ..errors import UsageError
+
+#: Backends this module knows how to prepare a device for.
+BACKENDS = ("nccl", "hccl", "gloo")
+
+DEFAULT_PORT = 29500
+
+
+@dataclass(frozen=True)
+class LaunchEnv:
+    """The process's place in the job, as the launcher described it.
+
+    ``source`` is ``"torchrun"`` (RANK/WORLD_SIZE set), ``"slurm"`` (SLURM_PROCID/SLURM_NTASKS)
+    or ``"single"`` (neither: a one-process world on this machine).
+    """
+
+    rank: int
+    world_size: int
+    local_rank: int
+    master_addr: str
+    master_port: int
+    source: str
+
+    @property
+    def init_method(self) -> str:
+        """The ``init_process_group`` URL: ``env://`` under torchrun, else ``tcp://addr:port``."""
+        if self.source == "torchrun":
+            return "env://"
+        return f"tcp://{self.master_addr}:{self.master_port}"
+
+
+@dataclass(frozen=True)
+class Started:
+    """Result of :func:`init_distributed`: the backend in use and whether this call started it."""
+
+    backend: str
+    started: bool
+    env: LaunchEnv | None = None
+
+
+def expand_nodelist(nodelist: str) -> list[str]:
+    """Expand a Slurm nodelist such as ``"gpu[01-03,07],login1"`` into host names.
+
+    Handles the common forms (comma-separated hosts, one bracketed range list per host with
+    zero padding kept) without calling ``scontrol``.
+    """
+    hosts: list[str] = []
+    for part in _split_top_level(nodelist.strip()):
+        m = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\]([^\[\]]*)", part)
+        if not m:
+            if "[" in part or "]" in part:
+                raise UsageError(f"cannot parse the Slurm nodelist entry {part!r}; "
+                                 "set MASTER_ADDR to the first node's address")
+            hosts.append(part)
+            continue
+        prefix, ranges, suffix = m.groups()
+        for item in ranges.split(","):
+            lo, _, hi = item.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                raise UsageError(f"cannot parse the range {item!r} in Slurm nodelist {nodelist!r}; "
+                                 "set MASTER_ADDR to the first node's address")
+            width = len(lo)
+            for n in range(int(lo), int(hi or lo) + 1):
+                hosts.append(f"{prefix}{n:0{width}d}{suffix}")
+    return hosts
+
+
+def _split_top_level(text: str) -> list[str]:
+    """Split on commas that are not inside brackets."""
+    parts, depth, cur = [], 0, []
+    for ch in text:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+        if ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return [p for p in parts if p]
+
+
+def detect_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:
+    """Read rank, world size, local rank and master address from the launcher's variables.
+
+    torchrun's (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT) win; otherwise Slurm's
+    (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID) with the first host of SLURM_NODELIST (or
+    SLURM_JOB_NODELIST) as master unless MASTER_ADDR is set; otherwise a one-process world.
+    """
+    env = os.environ if environ is None else environ
+    port = _int(env, "MASTER_PORT", DEFAULT_PORT)
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return LaunchEnv(rank=_int(env, "RANK"), world_size=_int(env, "WORLD_SIZE"),
+                         local_rank=_int(env, "LOCAL_RANK", 0),
+                         master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+                         master_port=port, source="torchrun")
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        addr = env.get("MASTER_ADDR")
+        if not addr:
+            nodelist = env.get("SLURM_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
+            hosts = expand_nodelist(nodelist) if nodelist else []
+            addr = hosts[0] if hosts else "127.0.0.1"
+        return LaunchEnv(rank=_int(env, "SLURM_PROCID"), world_size=_int(env, "SLURM_NTASKS"),
+                         local_rank=_int(env, "SLURM_LOCALID", 0), master_addr=addr,
+                         master_port=port, source="slurm")
+    return LaunchEnv(rank=0, world_size=1, local_rank=0,
+                     master_addr=env.get("MASTER_ADDR", "127.0.0.1"), master_port=port,
+                     source="single")
+
+
+def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:
+    raw = env.get(key)
+    if raw is None or raw == "":
+        if default is None:
+            raise UsageError(f"environment variable {key} is not set")
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise UsageError(f"environment variable {key}={raw!r} is not an integer") from None
+
+
+def npu_available() -> bool:
+    """True when torch_npu is installed and an Ascend NPU is visible (imports torch_npu)."""
+    if importlib.util.find_spec("torch_npu") is None:
+        return False
+    try:
+        import torch
+        import torch_npu  # noqa: F401 - registers torch.npu
+
+        return bool(torch.npu.is_available())
+    except Exception:  # noqa: BLE001 - a broken CANN install means "no NPU here"
+        return False
+
+
+def pick_backend(backend: str = "auto") -> str:
+    """The backend to use: ``backend`` itself unless ``"auto"``, else from the device."""
+    if backend != "auto":
+        if backend not in BACKENDS:
+            raise UsageError(f"unknown backend {backend!r}; use one of auto, {', '.join(BACKENDS)}")
+        return backend
+    from .._deps import require
+
+    torch = require("torch")
+    if torch.cuda.is_available():
+        return "nccl"
+    if npu_available():
+        return "hccl"
+    return "gloo"
+
+
+def bind_device(backend: str, local_rank: int) -> str:
+    """Make ``local_rank``'s accelerator current, as NCCL/HCCL need before the process group.
+
+    Returns the device string this rank computes on (``"cuda:0"``, ``"npu:3"``, ``"cpu"``).
+    """
+    if backend == "nccl":
+        import torch
+
+        torch.cuda.set_device(local_rank)
+        return f"cuda:{local_rank}"
+    if backend == "hccl":
+        from .._deps import require
+
+        require("torch_npu", "npu", why="the hccl backend needs Ascend's torch_npu")
+        import torch
+
+        torch.npu.set_device(local_rank)
+        return f"npu:{local_rank}"
+    return "cpu"
+
+
+def device_for(backend: str) -> str:
+    """The device string of this rank for a started backend (after :func:`bind_device`)."""
+    import torch
+
+    if backend == "nccl":
+        return f"cuda:{torch.cuda.current_device()}"
+    if backend == "hccl":
+        return f"npu:{torch.npu.current_device()}"
+    return "cpu"
+
+
+def as_timedelta(timeout: timedelta | float | int | None) -> timedelta | None:
+    """Accept a timedelta or a number of seconds."""
+    if timeout is None or isinstance(timeout, timedelta):
+        return timeout
+    return timedelta(seconds=float(timeout))
+
+
+def init_distributed(backend: str = "auto", *, timeout: timedelta | float | None = None,
+                     environ: Mapping[str, str] | None = None) -> Started:
+    """Start the default process group from the launcher's environment unless already started.
+
+    Binds the device first (nccl/hccl), then calls ``init_process_group``.  Returns which
+    backend is in use and whether this call started it (so a matching teardown knows whether
+    to destroy it).
+    """
+    from .._deps import require
+
+    dist = require("torch.distributed")
+    if dist.is_initialized():
+        return Started(backend=str(dist.get_backend()), started=False)
+    env = detect_env(environ)
+    name = pick_backend(backend)
+    bind_device(name, env.local_rank)
+    kwargs = {}
+    td = as_timedelta(timeout)
+    if td is not None:
+        kwargs["timeout"] = td
+    if env.source == "single":
+        from .launch import free_port
+
+        init = f"tcp://127.0.0.1:{free_port()}"
+    else:
+        init = env.init_method
+    dist.init_process_group(backend=name, init_method=init, rank=env.rank,
+                            world_size=env.world_size, **kwargs)
+    return Started(backend=name, started=True, env=env)

@@ -1,0 +1,238 @@
+"""Run a function on N local processes, the way torchrun would launch them, and never hang.
+
+:func:`spawn_local` is what ``parastrat verify --world N``, ``parastrat bench --world N`` and the
+multi-process tests use to stand up a small gloo (or nccl) world on one machine.  Each child
+gets the environment torchrun would give it (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+MASTER_ADDR, MASTER_PORT), so code written for ``torchrun`` runs unchanged.
+
+A rank that raises, dies (``os._exit``, a signal, an OOM kill) or outlives the timeout turns
+into a :class:`RankFailure` naming the rank and the reason, and every child is killed: a broken
+rank is an error message, not a hung terminal.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+#: Seconds to keep collecting failures after the first one, so the root cause (often a rank
+#: that died) is reported rather than a peer that merely lost its connection to it.
+_GRACE_S = 1.0
+
+
+class RankFailure(RuntimeError):
+    """One or more ranks of a local run failed: raised, died, or ran past the timeout.
+
+    ``rank`` is the rank blamed first (a rank that died without reporting is preferred over
+    peers that then saw a broken connection), ``reason`` says what happened to it, and
+    ``failures`` maps every failed rank to its reason.
+    """
+
+    def __init__(self, rank: int, reason: str, failures: dict[int, str] | None = None):
+        self.rank = rank
+        self.reason = reason
+        self.failures: dict[int, str] = dict(failures or {rank: reason})
+        others = sorted(r for r in self.failures if r != rank)
+        msg = f"rank {rank} failed: {reason}"
+        if others:
+            msg += f"\n(also failed: {', '.join(f'rank {r}' for r in others)})"
+        super().__init__(msg)
+
+    def __reduce__(self):  # picklable, so it can cross a process boundary intact
+        return (RankFailure, (self.rank, self.reason, self.failures))
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a child reports back through its pipe."""
+
+    ok: bool
+    value: Any = None      # the function's return value when ok
+    error: str = ""        # "ExcType: message" when not ok
+    traceback: str = ""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free on ``host`` right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def spawn_local(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),
+                backend: str | None = "gloo", timeout_s: float = 60.0) -> list[Any]:
+    """Run ``fn(rank, world_size, *args)`` on ``world_size`` fresh local processes.
+
+    Each child starts with torchrun's environment variables set (``MASTER_ADDR=127.0.0.1`` and
+    a free ``MASTER_PORT``).  With ``backend`` set (default ``"gloo"``), the child also starts
+    the default ``torch.distributed`` process group on that backend before calling ``fn``
+    (``"auto"`` picks it from the device, see :mod:`parastrat.runtime.backend`) and destroys it
+    afterwards; with ``backend=None`` the child only gets the environment and ``fn`` starts
+    torch.distributed itself (e.g. through ``strategy.initialize()``).
+
+    ``fn`` must be picklable (a module-level function) and so must its return value.
+    Returns the per-rank return values in rank order.  Raises :class:`RankFailure` when a rank
+    raises, exits or is killed, or when the run exceeds ``timeout_s`` seconds; every child is
+    killed before it is raised.
+    """
+    if not isinstance(world_size, int) or world_size < 1:
+        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+    try:
+        payload = pickle.dumps((fn, tuple(args)))
+    except Exception as exc:  # noqa: BLE001 - lambdas, closures, local functions
+        raise TypeError(
+            f"spawn_local needs a picklable, module-level function and arguments: {exc}") from exc
+
+    from .._deps import require
+
+    mp = require("torch.multiprocessing", why="spawn_local starts torch processes")
+    ctx = mp.get_context("spawn")
+    port = free_port()
+    procs, conns = [], []
+    try:
+        for rank in range(world_size):
+            env = {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+                   "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0",
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            parent_end, child_end = ctx.Pipe(duplex=False)
+            p = ctx.Process(target=_child_main,
+                            args=(child_end, payload, rank, world_size, env, backend, timeout_s),
+                            name=f"parastrat-rank{rank}", daemon=True)
+            p.start()
+            child_end.close()
+            procs.append(p)
+            conns.append(parent_end)
+        return _collect(procs, conns, timeout_s)
+    finally:
+        _kill_all(procs)
+        for c in conns:
+            c.close()
+
+
+def _collect(procs: list, conns: list, timeout_s: float) -> list[Any]:
+    """Wait for every child's outcome; raise RankFailure on the first failure or at the deadline."""
+    from multiprocessing.connection import wait
+
+    world = len(procs)
+    results: dict[int, Any] = {}
+    failures: dict[int, str] = {}
+    died: set[int] = set()   # ranks that exited without reporting: the likely root cause
+    deadline = time.monotonic() + timeout_s
+    fail_deadline: float | None = None
+    pending = set(range(world))
+    while pending:
+        now = time.monotonic()
+        limit = deadline if fail_deadline is None else min(deadline, fail_deadline)
+        if now >= limit:
+            break
+        waitables = {}
+        for r in pending:
+            waitables[conns[r]] = r
+            waitables[procs[r].sentinel] = r
+        ready = wait(list(waitables), timeout=limit - now)
+        for obj in ready:
+            r = waitables[obj]
+            if r not in pending:
+                continue
+            outcome = _read(conns[r])
+            if outcome is None and obj is conns[r]:
+                # EOF on the pipe: the child is exiting; its sentinel tells us how
+                procs[r].join(1.0)
+            if outcome is None:
+                if procs[r].is_alive():
+                    continue
+                failures[r] = _exit_reason(procs[r].exitcode)
+                died.add(r)
+            elif outcome.ok:
+                results[r] = outcome.value
+            else:
+                failures[r] = f"{outcome.error}\n{outcome.traceback}".rstrip()
+            pending.discard(r)
+        if failures and fail_deadline is None:
+            fail_deadline = time.monotonic() + _GRACE_S
+    if failures:
+        first = min(died) if died else min(failures)
+        raise RankFailure(first, failures[first], failures)
+    if pending:
+        reason = f"timed out after {timeout_s:g} s (ranks still running: {sorted(pending)})"
+        raise RankFailure(min(pending), reason, {r: f"timed out after {timeout_s:g} s"
+                                                 for r in pending})
+    return [results[r] for r in range(world)]
+
+
+def _read(conn) -> _Outcome | None:
+    """The outcome waiting on ``conn``, or None when there is none (yet, or ever)."""
+    try:
+        if conn.poll():
+            return conn.recv()
+    except (EOFError, OSError):
+        return None
+    except Exception as exc:  # noqa: BLE001 - an unpicklable result class in the parent
+        return _Outcome(ok=False, error=f"could not read the rank's result: {exc!r}")
+    return None
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "still running"
+    if code < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = f"signal {-code}"
+        return f"process was killed by {name} without reporting a result"
+    return f"process exited with code {code} without reporting a result"
+
+
+def _kill_all(procs: list) -> None:
+    """Terminate every child still alive, escalating to SIGKILL; reap them all."""
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    end = time.monotonic() + 2.0
+    for p in procs:
+        p.join(max(0.0, end - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(2.0)
+
+
+def _child_main(conn, payload: bytes, rank: int, world_size: int, env: dict[str, str],
+                backend: str | None, timeout_s: float) -> None:
+    """Entry point of one spawned rank: set the environment, run ``fn``, report the outcome."""
+    os.environ.update(env)
+    # torchrun's default: one intra-op thread per rank, so N ranks do not oversubscribe the CPU
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    started = False
+    try:
+        fn, args = pickle.loads(payload)
+        if backend is not None:
+            from .backend import init_distributed
+
+            started = init_distributed(backend, timeout=timeout_s).started
+        value = fn(rank, world_size, *args)
+        outcome = _Outcome(ok=True, value=value)
+    except BaseException as exc:  # noqa: BLE001 - report everything, SystemExit included
+        outcome = _Outcome(ok=False, error=f"{type(exc).__name__}: {exc}",
+                           traceback=traceback.format_exc())
+    try:
+        conn.send(outcome)
+    except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable return value
+        conn.send(_Outcome(ok=False, error=f"the return value could not be sent back: {exc!r}"))
+    finally:
+        conn.close()
+    if started:
+        try:
+            import torch.distributed as dist
+
+            if dist.is_initialized():
+                dist.destroy_process_group()
+        except Exception:  # noqa: BLE001 - the result is already reported
+            pass

@@ -1,0 +1,260 @@
+"""Cluster: how many devices of which kind, how they are wired, and what a collective costs.
+
+This module is THE one place that prices a collective (:meth:`Cluster.collective_time`); the
+step-time and DiT models call it, and the bench package reuses :func:`bus_factor` to turn
+measured times into bus bandwidth.  A collective of ``S`` bytes (the full array, as nccl-tests
+counts it) over ``n`` ranks costs::
+
+    alpha * latency_steps(op, n) + S * bus_factor(op, n) / busbw
+
+with ``(alpha, busbw)`` per link class ("intra": inside one NVLink/HCCS scale-up domain,
+"inter": across domains), taken from the accelerator preset or from a calibration measured by
+``parastrat bench`` (``Cluster.calibrate``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import SpecError
+from .hardware import Accelerator
+from .hardware import get as get_accelerator
+
+#: Collectives the cost model knows.  "ring" is one hop of a ring exchange (each rank sends S
+#: bytes to its neighbour; callers multiply by the hops), "send_recv" one point-to-point send.
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ring", "send_recv",
+       "broadcast")
+SPANS = ("intra", "inter")
+
+
+def _check_op(op: str) -> None:
+    if op not in OPS:
+        raise SpecError(f"unknown collective {op!r}; known: {', '.join(OPS)}")
+
+
+def bus_factor(op: str, n: int) -> float:
+    """nccl-tests' bus factor: busbw = algbw * factor, with S the full array size.
+
+    all_reduce ``2(n-1)/n``; all_gather, reduce_scatter, all_to_all ``(n-1)/n``;
+    ring, send_recv, broadcast ``1`` (nccl-tests ``doc/PERFORMANCE.md``).  0 for n <= 1 except
+    for point-to-point ops, which move their bytes whatever n is.
+    """
+    _check_op(op)
+    if op in ("ring", "send_recv"):
+        return 1.0
+    if n <= 1:
+        return 0.0
+    if op == "all_reduce":
+        return 2.0 * (n - 1) / n
+    if op == "broadcast":
+        return 1.0
+    return (n - 1) / n
+
+
+def latency_steps(op: str, n: int) -> int:
+    """How many latency terms (alpha) one collective pays over ``n`` ranks.
+
+    all_reduce and broadcast: ``2 ceil(log2 n)`` / ``ceil(log2 n)`` (NCCL switches to trees for
+    the small messages where latency matters); all_gather, reduce_scatter, all_to_all: ``n - 1``
+    (ring / pairwise steps); ring hop and send_recv: 1.
+    """
+    _check_op(op)
+    if op in ("ring", "send_recv"):
+        return 1
+    if n <= 1:
+        return 0
+    log = math.ceil(math.log2(n))
+    if op == "all_reduce":
+        return 2 * log
+    if op == "broadcast":
+        return log
+    return n - 1
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Measured ``(alpha_s, busbw_Bps)`` per collective and link class.
+
+    JSON form (what ``parastrat.bench.fit`` writes)::
+
+        {"ops": {"all_reduce": {"intra": {"alpha_s": 4e-6, "busbw_Bps": 3.6e11}, ...}, ...},
+         "source": "bench on 2 x DGX H100, 2026-01-01"}
+    """
+
+    ops: Mapping[str, Mapping[str, tuple[float, float]]]
+    source: str = ""
+
+    @classmethod
+    def from_dict(cls, data: "Mapping[str, Any] | Calibration") -> "Calibration":
+        """Read the JSON form; a bad entry raises :class:`SpecError` naming it."""
+        if isinstance(data, Calibration):
+            return data
+        if not isinstance(data, Mapping) or not isinstance(data.get("ops", {}), Mapping):
+            raise SpecError("calibration must be a mapping with an 'ops' mapping "
+                            "{op: {span: {alpha_s, busbw_Bps}}}")
+        ops: dict[str, dict[str, tuple[float, float]]] = {}
+        for op, spans in data.get("ops", {}).items():
+            _check_op(op)
+            if not isinstance(spans, Mapping):
+                raise SpecError(f"calibration ops.{op} must map spans to values")
+            for span, vals in spans.items():
+                if span not in SPANS:
+                    raise SpecError(f"calibration ops.{op}.{span}: span must be one of {SPANS}")
+                try:
+                    alpha = float(vals["alpha_s"])
+                    bw = float(vals["busbw_Bps"])
+                except (KeyError, TypeError, ValueError):
+                    raise SpecError(f"calibration ops.{op}.{span} needs numeric 'alpha_s' and "
+                                    f"'busbw_Bps', got {vals!r}") from None
+                if alpha < 0 or bw <= 0:
+                    raise SpecError(f"calibration ops.{op}.{span}: alpha_s must be >= 0 and "
+                                    f"busbw_Bps > 0, got {alpha}, {bw}")
+                ops.setdefault(op, {})[span] = (alpha, bw)
+        return cls(ops=ops, source=str(data.get("source", "")))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ops": {op: {span: {"alpha_s": a, "busbw_Bps": b}
+                             for span, (a, b) in spans.items()}
+                        for op, spans in self.ops.items()},
+                "source": self.source}
+
+
+def load_calibration(path: "str | Path") -> Calibration:
+    """Read a calibration JSON file (see :class:`Calibration`)."""
+    p = Path(path)
+    try:
+        data = json.loads(p.read_text())
+    except OSError as exc:
+        raise SpecError(f"cannot read calibration file {p}: {exc.strerror or exc}") from None
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"calibration file {p} is not valid JSON: {exc}") from None
+    return Calibration.from_dict(data)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """``num_devices`` accelerators of one kind and their interconnect.
+
+    Fields left ``None`` come from the accelerator preset (devices per node, scale-up domain
+    size, achievable scale-up bus bandwidth, scale-out bandwidth per device).  After
+    construction every field holds a concrete value; ``.accel`` is the resolved
+    :class:`~parastrat.Accelerator`.
+    """
+
+    accelerator: "str | Accelerator" = "h100"
+    num_devices: int = 64
+    devices_per_node: int | None = None
+    scale_up_domain: int | None = None
+    scale_up_bw_Bps: float | None = None
+    scale_out_bw_Bps: float | None = None
+    calibration: "Calibration | Mapping[str, Any] | None" = None
+    _accel: Accelerator = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        accel = get_accelerator(self.accelerator)
+        set_ = object.__setattr__
+        set_(self, "_accel", accel)
+        if isinstance(self.accelerator, str):  # canonical spelling ("H100-SXM" -> "h100")
+            set_(self, "accelerator", accel.name)
+        for name in ("devices_per_node", "scale_up_domain", "scale_up_bw_Bps",
+                     "scale_out_bw_Bps"):
+            if getattr(self, name) is None:
+                set_(self, name, getattr(accel, name))
+        if self.calibration is not None:
+            set_(self, "calibration", Calibration.from_dict(self.calibration))
+        for name in ("num_devices", "devices_per_node", "scale_up_domain"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise SpecError(f"Cluster.{name} must be a whole number >= 1, got {value!r}")
+        for name in ("scale_up_bw_Bps", "scale_out_bw_Bps"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or value <= 0:
+                raise SpecError(f"Cluster.{name} must be > 0 bytes/s, got {value!r}")
+
+    # ---- derived -------------------------------------------------------------------------
+    @property
+    def accel(self) -> Accelerator:
+        """The accelerator preset (or the object that was passed)."""
+        return self._accel
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes needed for ``num_devices`` (the last one may be partly used)."""
+        return -(-self.num_devices // self.devices_per_node)
+
+    @property
+    def memory_bytes(self) -> int:
+        """Memory of one device."""
+        return self._accel.memory_bytes
+
+    def peak(self, precision: str = "bf16") -> float:
+        """Dense peak FLOP/s of one device at ``precision``."""
+        return self._accel.peak(precision)
+
+    # ---- communication -------------------------------------------------------------------
+    def span(self, group_size: int, stride: int = 1) -> str:
+        """"intra" when ``group_size`` ranks ``stride`` apart stay in one scale-up domain."""
+        return "intra" if group_size * stride <= self.scale_up_domain else "inter"
+
+    def link(self, span: str) -> tuple[float, float]:
+        """(per-step latency in s, achievable bus bandwidth in B/s) of a link class."""
+        if span == "intra":
+            return self._accel.intra_latency_s, float(self.scale_up_bw_Bps)
+        if span == "inter":
+            return self._accel.inter_latency_s, float(self.scale_out_bw_Bps)
+        raise SpecError(f"unknown span {span!r}; use 'intra' or 'inter'")
+
+    def collective_params(self, op: str, span: str) -> tuple[float, float]:
+        """(alpha_s, busbw_Bps) for ``op`` on ``span``: the calibration's, else the link's."""
+        _check_op(op)
+        cal = self.calibration
+        if cal is not None:
+            hit = cal.ops.get(op, {}).get(span)
+            if hit is not None:
+                return hit
+        return self.link(span)
+
+    def collective_time(self, op: str, nbytes: float, group_size: int,
+                        span: str | None = None) -> float:
+        """Seconds for one ``op`` of ``nbytes`` (the full array) over ``group_size`` ranks.
+
+        ``alpha * latency_steps(op, n) + nbytes * bus_factor(op, n) / busbw``; 0 when n == 1
+        for collectives (a point-to-point op still moves its bytes).  ``span`` defaults to
+        :meth:`span` of a contiguous group.
+        """
+        n = int(group_size)
+        if n <= 1 and op not in ("ring", "send_recv"):
+            _check_op(op)
+            return 0.0
+        if span is None:
+            span = self.span(n)
+        alpha, busbw = self.collective_params(op, span)
+        return alpha * latency_steps(op, n) + nbytes * bus_factor(op, n) / busbw
+
+    # ---- copies --------------------------------------------------------------------------
+    def calibrate(self, calibration: "Calibration | Mapping[str, Any]") -> "Cluster":
+        """A copy whose collectives use the measured ``calibration``."""
+        return replace(self, calibration=Calibration.from_dict(calibration))
+
+    def with_devices(self, num_devices: int) -> "Cluster":
+        """A copy with another device count."""
+        return replace(self, num_devices=num_devices)
+
+    @classmethod
+    def from_calibration_file(cls, path: "str | Path", *, accelerator: "str | Accelerator" = "h100",
+                              num_devices: int = 64, **overrides: Any) -> "Cluster":
+        """A cluster whose collectives come from the calibration JSON at ``path``."""
+        return cls(accelerator=accelerator, num_devices=num_devices,
+                   calibration=load_calibration(path), **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"accelerator": self._accel.name, "num_devices": self.num_devices,
+                "devices_per_node": self.devices_per_node,
+                "scale_up_domain": self.scale_up_domain,
+                "scale_up_bw_Bps": self.scale_up_bw_Bps,
+                "scale_out_bw_Bps": self.scale_out_bw_Bps,
+                "calibration": self.calibration.to_dict() if self.calibration else None}

@@ -1,0 +1,263 @@
+"""Accelerator presets: memory, dense peak FLOP/s, memory bandwidth and interconnect.
+
+Every number comes from a vendor datasheet (named in ``source``); where a figure is an
+*achievable* one rather than a peak it says so.  Conventions:
+
+* ``memory_bytes``: the nominal HBM capacity read as GiB (NVIDIA's "80 GB" H100 shows
+  81,559 MiB in ``nvidia-smi``; torch reports ~0.5 % less than the value here because of the
+  driver's reservation, which the memory estimator's ``.other`` allowance covers).
+* ``peak_flops``: *dense* (not 2:4 sparse) tensor-core FLOP/s per device, keyed by precision
+  ("bf16", "fp8", "mxfp8"); a precision the device lacks falls back to bf16 in :meth:`peak`.
+* ``scale_up_bw_Bps``: *achievable* all-reduce bus bandwidth per device inside one scale-up
+  domain (NVLink / HCCS), as nccl-tests reports it; ``scale_up_peak_Bps`` records the link's
+  unidirectional peak for comparison.  NVLink collectives reach ~75-85 % of the link peak.
+* ``scale_out_bw_Bps``: the per-device NIC line rate (one 400 Gb/s NIC = 50e9 B/s).  InfiniBand
+  collectives reach ~90-95 % of line rate, close enough that the line rate is used as is.
+* ``intra_latency_s`` / ``inter_latency_s``: rough per-step latencies of one collective step
+  (one ring hop / tree level) inside and across the scale-up domain; a calibration from
+  ``parastrat bench`` replaces them (:meth:`parastrat.Cluster.calibrate`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..errors import SpecError
+
+GiB = 1024**3
+TFLOPS = 1e12
+GBps = 1e9
+
+#: Precision spellings people use -> the key in ``Accelerator.peak_flops``.
+_PRECISION_ALIASES = {
+    "bf16": "bf16", "bfloat16": "bf16", "fp16": "bf16", "float16": "bf16", "half": "bf16",
+    "fp8": "fp8", "fp8-cs": "fp8", "fp8-ds": "fp8", "fp8-delayed": "fp8",
+    "fp8-current": "fp8", "fp8-tensorwise": "fp8", "fp8-blockwise": "fp8", "fp8-block": "fp8",
+    "mxfp8": "mxfp8", "mx-fp8": "mxfp8",
+}
+PRECISIONS = ("bf16", "fp8", "mxfp8")
+
+
+def canonical_precision(precision: str) -> str:
+    """Map a precision spelling ("BF16", "FP8-CS", "MXFP8", "fp16") to bf16 / fp8 / mxfp8.
+
+    Raises :class:`~parastrat.errors.SpecError` naming the accepted spellings otherwise.
+    """
+    key = str(precision).strip().lower().replace("_", "-")
+    try:
+        return _PRECISION_ALIASES[key]
+    except KeyError:
+        raise SpecError(f"unknown precision {precision!r}; use one of "
+                        f"{', '.join(PRECISIONS)} (FP8 recipes such as 'fp8-cs' map to fp8)"
+                        ) from None
+
+
+@dataclass(frozen=True)
+class Accelerator:
+    """One device type: what the memory, step-time and DiT models need to know about it."""
+
+    name: str
+    vendor: str  # "nvidia" | "huawei"
+    memory_bytes: int
+    #: Dense FLOP/s per precision key ("bf16", "fp8", "mxfp8").
+    peak_flops: dict[str, float]
+    mem_bandwidth_Bps: float
+    #: Devices in one NVLink / HCCS domain (8 on HGX, 72 on GB200/GB300 NVL72).
+    scale_up_domain: int
+    #: Achievable all-reduce bus bandwidth per device inside the domain (unidirectional).
+    scale_up_bw_Bps: float
+    #: Per-device scale-out NIC line rate (400 Gb/s = 50e9).
+    scale_out_bw_Bps: float
+    devices_per_node: int
+    intra_latency_s: float
+    inter_latency_s: float
+    source: str
+    #: Unidirectional peak of the scale-up links per device (for reference; not used in cost).
+    scale_up_peak_Bps: float = 0.0
+    #: Other names this preset answers to (matched case-insensitively).
+    aliases: tuple[str, ...] = field(default=(), compare=False)
+
+    def peak(self, precision: str = "bf16") -> float:
+        """Dense peak FLOP/s at ``precision``; fp8/mxfp8 fall back to bf16 where unsupported."""
+        key = canonical_precision(precision)
+        flops = self.peak_flops
+        if key in flops:
+            return flops[key]
+        if key == "mxfp8" and "fp8" in flops:
+            return flops["fp8"]
+        return flops["bf16"]
+
+    def supports(self, precision: str) -> bool:
+        """Whether the device has tensor cores for ``precision`` (False means it falls back)."""
+        return canonical_precision(precision) in self.peak_flops
+
+    def to_dict(self) -> dict[str, object]:
+        return {
+            "name": self.name, "vendor": self.vendor, "memory_bytes": self.memory_bytes,
+            "peak_flops": dict(self.peak_flops), "mem_bandwidth_Bps": self.mem_bandwidth_Bps,
+            "scale_up_domain": self.scale_up_domain, "scale_up_bw_Bps": self.scale_up_bw_Bps,
+            "scale_up_peak_Bps": self.scale_up_peak_Bps,
+            "scale_out_bw_Bps": self.scale_out_bw_Bps,
+            "devices_per_node": self.devices_per_node,
+            "intra_latency_s": self.intra_latency_s, "inter_latency_s": self.inter_latency_s,
+            "source": self.source,
+        }
+
+
+_PRESETS: dict[str, Accelerator] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def register(accel: Accelerator) -> Accelerator:
+    """Add (or replace) a preset; its name and aliases become valid for :func:`get`."""
+    _PRESETS[accel.name] = accel
+    for alias in (accel.name, *accel.aliases):
+        _ALIASES[_norm(alias)] = accel.name
+    return accel
+
+
+def _norm(name: str) -> str:
+    return str(name).strip().lower().replace("_", "-").replace(" ", "-")
+
+
+def names() -> list[str]:
+    """Names of the accelerator presets."""
+    return list(_PRESETS)
+
+
+def get(name: "str | Accelerator") -> Accelerator:
+    """The preset called ``name`` (case-insensitive; aliases such as "H100-SXM" accepted).
+
+    An :class:`Accelerator` passes through unchanged.  Unknown names raise
+    :class:`~parastrat.errors.SpecError` listing the known ones.
+    """
+    if isinstance(name, Accelerator):
+        return name
+    key = _ALIASES.get(_norm(name))
+    if key is None:
+        raise SpecError(f"unknown accelerator {name!r}; known: {', '.join(names())}")
+    return _PRESETS[key]
+
+
+# ---- NVIDIA ------------------------------------------------------------------------------
+# A100 SXM4 80GB. NVIDIA A100 Tensor Core GPU datasheet (2021): BF16 312 TFLOPS dense (624 with
+# sparsity), no FP8, HBM2e 80GB at 2,039 GB/s, NVLink3 600 GB/s bidirectional (300 each way).
+# DGX A100: 8 GPUs, 8x ConnectX-6 HDR 200 Gb/s (25 GB/s per GPU).  Achievable NVLink3 all-reduce
+# busbw in nccl-tests on DGX A100: ~230 GB/s.
+register(Accelerator(
+    name="a100", vendor="nvidia", memory_bytes=80 * GiB,
+    peak_flops={"bf16": 312 * TFLOPS},
+    mem_bandwidth_Bps=2039 * GBps, scale_up_domain=8, scale_up_bw_Bps=230 * GBps,
+    scale_up_peak_Bps=300 * GBps, scale_out_bw_Bps=25 * GBps, devices_per_node=8,
+    intra_latency_s=3e-6, inter_latency_s=8e-6,
+    source="NVIDIA A100 datasheet (SXM4 80GB); DGX A100 user guide (8x HDR 200Gb/s)",
+    aliases=("a100-sxm", "a100-80gb", "a100-sxm4-80gb")))
+
+# H100 SXM5 80GB. NVIDIA H100 Tensor Core GPU datasheet: BF16 989 TFLOPS dense (1,979 sparse),
+# FP8 1,979 dense; HBM3 80GB at 3.35 TB/s; NVLink4 900 GB/s bidirectional (450 each way).
+# DGX H100: 8x ConnectX-7 NDR 400 Gb/s = 50 GB/s per GPU.  Achievable NVLink4 all-reduce busbw
+# (nccl-tests, without NVLS): ~360-400 GB/s; 370 used.
+register(Accelerator(
+    name="h100", vendor="nvidia", memory_bytes=80 * GiB,
+    peak_flops={"bf16": 989 * TFLOPS, "fp8": 1979 * TFLOPS},
+    mem_bandwidth_Bps=3350 * GBps, scale_up_domain=8, scale_up_bw_Bps=370 * GBps,
+    scale_up_peak_Bps=450 * GBps, scale_out_bw_Bps=50 * GBps, devices_per_node=8,
+    intra_latency_s=2.5e-6, inter_latency_s=6e-6,
+    source="NVIDIA H100 datasheet (SXM5); DGX H100 user guide (8x CX-7 NDR 400Gb/s)",
+    aliases=("h100-sxm", "h100-sxm5", "h100-80gb", "dgx-h100")))
+
+# H200 SXM 141GB. NVIDIA H200 datasheet: same tensor cores as H100 (BF16 989 / FP8 1,979 dense),
+# HBM3e 141GB at 4.8 TB/s, NVLink4 900 GB/s.  HGX H200 ships with 400 Gb/s NDR per GPU.
+register(Accelerator(
+    name="h200", vendor="nvidia", memory_bytes=141 * GiB,
+    peak_flops={"bf16": 989 * TFLOPS, "fp8": 1979 * TFLOPS},
+    mem_bandwidth_Bps=4800 * GBps, scale_up_domain=8, scale_up_bw_Bps=370 * GBps,
+    scale_up_peak_Bps=450 * GBps, scale_out_bw_Bps=50 * GBps, devices_per_node=8,
+    intra_latency_s=2.5e-6, inter_latency_s=6e-6,
+    source="NVIDIA H200 datasheet (SXM); HGX H200 with CX-7 NDR 400Gb/s",
+    aliases=("h200-sxm", "h200-141gb")))
+
+# B200 (HGX B200 / DGX B200, 1,000 W). DGX B200 datasheet: 72 PFLOPS FP8 training for 8 GPUs
+# = 9 PFLOPS FP8 sparse per GPU -> 4.5 PFLOPS FP8 dense, 2.25 PFLOPS BF16 dense; 1,440 GB HBM3e
+# for 8 GPUs = 180 GB, 64 TB/s total = 8 TB/s per GPU; NVLink5 1.8 TB/s bidirectional (900 GB/s
+# each way); 8x ConnectX-7 400 Gb/s.  MXFP8 runs at the FP8 rate.  Achievable NVLink5 all-reduce
+# busbw ~720 GB/s (80 % of the link peak, as for NVLink4).
+register(Accelerator(
+    name="b200", vendor="nvidia", memory_bytes=180 * GiB,
+    peak_flops={"bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "mxfp8": 4500 * TFLOPS},
+    mem_bandwidth_Bps=8000 * GBps, scale_up_domain=8, scale_up_bw_Bps=720 * GBps,
+    scale_up_peak_Bps=900 * GBps, scale_out_bw_Bps=50 * GBps, devices_per_node=8,
+    intra_latency_s=2.5e-6, inter_latency_s=6e-6,
+    source="NVIDIA DGX B200 datasheet; HGX B200 (NVLink5, CX-7 400Gb/s)",
+    aliases=("b200-sxm", "dgx-b200", "hgx-b200")))
+
+# B300 (HGX B300, Blackwell Ultra). NVIDIA HGX B300 / DGX B300 datasheet: 2.3 TB HBM3e for 8 GPUs
+# = 288 GB per GPU, 8 TB/s per GPU; dense BF16 2.25 PFLOPS and FP8 4.5 PFLOPS per GPU (the
+# Ultra gains are in FP4 and attention); NVLink5 900 GB/s each way; ConnectX-8 SuperNIC
+# 800 Gb/s per GPU (100 GB/s).
+register(Accelerator(
+    name="b300", vendor="nvidia", memory_bytes=288 * GiB,
+    peak_flops={"bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "mxfp8": 4500 * TFLOPS},
+    mem_bandwidth_Bps=8000 * GBps, scale_up_domain=8, scale_up_bw_Bps=720 * GBps,
+    scale_up_peak_Bps=900 * GBps, scale_out_bw_Bps=100 * GBps, devices_per_node=8,
+    intra_latency_s=2.5e-6, inter_latency_s=6e-6,
+    source="NVIDIA HGX/DGX B300 datasheet (Blackwell Ultra, CX-8 800Gb/s)",
+    aliases=("b300-sxm", "dgx-b300", "hgx-b300", "blackwell-ultra")))
+
+# GB200 NVL72. NVIDIA GB200 NVL72 datasheet: per GPU 2.5 PFLOPS BF16 dense (5 sparse), FP8 5
+# PFLOPS dense, HBM3e 186 GB (13.4 TB / 72) at 8 TB/s; the whole rack is one NVLink5 domain of 72
+# GPUs (900 GB/s each way per GPU); compute trays hold 4 GPUs (2 superchips); ConnectX-7
+# 400 Gb/s per GPU for scale-out.
+register(Accelerator(
+    name="gb200", vendor="nvidia", memory_bytes=186 * GiB,
+    peak_flops={"bf16": 2500 * TFLOPS, "fp8": 5000 * TFLOPS, "mxfp8": 5000 * TFLOPS},
+    mem_bandwidth_Bps=8000 * GBps, scale_up_domain=72, scale_up_bw_Bps=720 * GBps,
+    scale_up_peak_Bps=900 * GBps, scale_out_bw_Bps=50 * GBps, devices_per_node=4,
+    intra_latency_s=3e-6, inter_latency_s=6e-6,
+    source="NVIDIA GB200 NVL72 datasheet (per-GPU figures; NVL72 = one 72-GPU NVLink domain)",
+    aliases=("gb200-nvl72", "nvl72", "gb200nvl72")))
+
+# GB300 NVL72. NVIDIA GB300 NVL72 datasheet: per GPU 288 GB HBM3e at 8 TB/s, dense BF16 2.5
+# PFLOPS and FP8 5 PFLOPS, NVLink5 in a 72-GPU domain, ConnectX-8 800 Gb/s (XDR) per GPU.
+register(Accelerator(
+    name="gb300", vendor="nvidia", memory_bytes=288 * GiB,
+    peak_flops={"bf16": 2500 * TFLOPS, "fp8": 5000 * TFLOPS, "mxfp8": 5000 * TFLOPS},
+    mem_bandwidth_Bps=8000 * GBps, scale_up_domain=72, scale_up_bw_Bps=720 * GBps,
+    scale_up_peak_Bps=900 * GBps, scale_out_bw_Bps=100 * GBps, devices_per_node=4,
+    intra_latency_s=3e-6, inter_latency_s=6e-6,
+    source="NVIDIA GB300 NVL72 datasheet (Blackwell Ultra; CX-8 800Gb/s XDR per GPU)",
+    aliases=("gb300-nvl72", "gb300nvl72")))
+
+# ---- Huawei Ascend -----------------------------------------------------------------------
+# Ascend 910B (Atlas 800T A2 training server). Huawei Atlas 800T A2 product page / Ascend 910B
+# figures: FP16/BF16 ~313 TFLOPS dense (910B3; 910B1/B2 bins reach ~376-414), 64 GB HBM2e at
+# ~1.6 TB/s, no FP8.  8 NPUs per server fully meshed by HCCS (7 links x 56 GB/s = 392 GB/s
+# bidirectional, ~196 GB/s each way) = one 8-card island; 8x 200GE RoCE (25 GB/s per NPU).
+# NOTE: older Atlas 800 (910A/910 Pro) servers form two 4-card HCCS islands; MindIE-SD's
+# measurements there (reference/mindiesd.md) give ~132 GB/s all-to-all inside an island and ~86
+# GB/s across.  For those servers use Cluster(..., scale_up_domain=4).
+register(Accelerator(
+    name="ascend-910b", vendor="huawei", memory_bytes=64 * GiB,
+    peak_flops={"bf16": 313 * TFLOPS},
+    mem_bandwidth_Bps=1600 * GBps, scale_up_domain=8, scale_up_bw_Bps=150 * GBps,
+    scale_up_peak_Bps=196 * GBps, scale_out_bw_Bps=25 * GBps, devices_per_node=8,
+    intra_latency_s=5e-6, inter_latency_s=10e-6,
+    source="Huawei Atlas 800T A2 / Ascend 910B specs (HCCS full mesh of 8, 200GE RoCE)",
+    aliases=("910b", "ascend910b", "atlas-800t-a2")))
+
+# Ascend 910C (Atlas 800T A3 / CloudMatrix 384). Two 910B-class dies in one package: FP16/BF16
+# ~752 TFLOPS dense (some sources quote 800), 128 GB HBM at ~3.2 TB/s, no FP8.  One preset device
+# is one *package*.  NOTE: torch_npu on A3 servers shows each die as its own device (16 devices of
+# 64 GB per 8-package server, pairs linked by SIO); plan such servers with ascend-910b-sized
+# devices or Cluster(devices_per_node=16).  Scale-up: 8 packages per server over HCCS; the
+# CloudMatrix 384 supernode extends the domain to 384 over the UB fabric (use
+# Cluster(scale_up_domain=384) there).  ~392 GB/s UB per package each way, ~280 achievable
+# (estimate); 400 Gb/s RDMA per package for scale-out.
+register(Accelerator(
+    name="ascend-910c", vendor="huawei", memory_bytes=128 * GiB,
+    peak_flops={"bf16": 752 * TFLOPS},
+    mem_bandwidth_Bps=3200 * GBps, scale_up_domain=8, scale_up_bw_Bps=280 * GBps,
+    scale_up_peak_Bps=392 * GBps, scale_out_bw_Bps=50 * GBps, devices_per_node=8,
+    intra_latency_s=5e-6, inter_latency_s=10e-6,
+    source="Huawei Atlas 800T A3 / CloudMatrix 384 public figures (910C package = 2 dies)",
+    aliases=("910c", "ascend910c", "atlas-800t-a3")))

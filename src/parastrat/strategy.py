@@ -1,0 +1,390 @@
+"""Strategy: one immutable value that says how a job is split over devices.
+
+A strategy names every parallel degree (TP, PP, virtual PP, CP = Ulysses x ring, EP, ETP, DP,
+sequence parallelism, CFG) and the rank order.  Constructing one never touches torch.  It
+knows the rules in ``shared/reference/constraints.md`` through :mod:`parastrat.rules` and says
+exactly what to change when one breaks.
+
+Two conventions share the one value:
+
+* **training** (Megatron Core): order ``tp-cp-ep-dp-pp`` by default; a dense grid
+  (tp, cp, dp, pp) and an expert grid (etp, ep, edp, pp) over the same ranks;
+* **inference** (xDiT / MindIE-SD): order ``tp-sp-pp-cfg-dp``, picked when ``ulysses > 1`` or
+  ``cfg > 1`` and no order is given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from math import gcd
+from typing import Any, Mapping
+
+from .errors import StrategyError, Violation
+
+#: Megatron Core's default rank order (first name varies fastest).
+MEGATRON_ORDER = "tp-cp-ep-dp-pp"
+#: Megatron Bridge's ``use_tp_pp_dp_mapping`` order.
+MEGATRON_TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
+#: xDiT's order for diffusion inference (sp = ulysses * ring).
+XDIT_ORDER = "tp-sp-pp-cfg-dp"
+
+TRAINING_AXES = frozenset({"tp", "cp", "ep", "dp", "pp"})
+INFERENCE_AXES = frozenset({"tp", "sp", "pp", "cfg", "dp"})
+
+_DEGREES = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "ulysses", "ring", "cfg")
+
+
+def lcm(a: int, b: int) -> int:
+    """Least common multiple of two positive integers."""
+    return a * b // gcd(a, b)
+
+
+def divisors(n: int) -> list[int]:
+    """All positive divisors of ``n`` in increasing order (used in hints)."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def fmt_set(values: list[int], limit: int = 8) -> str:
+    """``{1, 2, 4, 8}`` for hints, shortened when long."""
+    if len(values) > limit:
+        values = values[:limit]
+        return "{" + ", ".join(map(str, values)) + ", ...}"
+    return "{" + ", ".join(map(str, values)) + "}"
+
+
+def order_kind(order: str) -> str:
+    """"training" for a Megatron-style order, "inference" for an xDiT-style one."""
+    names = set(order.split("-"))
+    return "inference" if names & {"sp", "cfg"} else "training"
+
+
+def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        return Violation(f"{name}-type",
+                         f"{name}={value!r} is a {type(value).__name__}, not a whole number",
+                         f"pass an int >= 1, e.g. {name}=1")
+    if value < 1:
+        return Violation(f"{name}-positive", f"{name}={value} must be >= 1",
+                         f"use {name}=1 to disable {name.upper()}")
+    return None
+
+
+def _check_order(order: str, needs: Mapping[str, int]) -> list[Violation]:
+    names = order.split("-")
+    training_ok = set(names) <= TRAINING_AXES
+    inference_ok = set(names) <= INFERENCE_AXES
+    if len(set(names)) != len(names) or not (training_ok or inference_ok):
+        return [Violation(
+            "order-unknown",
+            f"order {order!r} is not a rank order parastrat knows",
+            f"use a permutation of tp-cp-ep-dp-pp (e.g. {MEGATRON_ORDER!r} or "
+            f"{MEGATRON_TP_PP_DP_ORDER!r}) for training, or of tp-sp-pp-cfg-dp "
+            f"(e.g. {XDIT_ORDER!r}) for inference")]
+    missing = [n for n, size in needs.items() if size > 1 and n not in names]
+    if missing:
+        return [Violation("order-missing-axis",
+                          f"order {order!r} does not name {', '.join(missing)} although "
+                          f"their degree is > 1",
+                          f"add {'-'.join(missing)} to the order string")]
+    return []
+
+
+@dataclass(frozen=True, init=False)
+class Strategy:
+    """How one job is split over devices: every parallel degree and the rank order.
+
+    Degrees: ``tp`` tensor, ``pp`` pipeline, ``vpp`` virtual pipeline stages per rank,
+    ``cp`` context/sequence parallel (= ``ulysses * ring``; ``cp=N`` alone means ring=N),
+    ``ep`` expert, ``etp`` expert tensor (resolved: 1 with EP, else TP), ``dp`` data
+    (None until a world size is known), ``sp`` Megatron sequence parallelism (a flag on TP),
+    ``cfg`` classifier-free-guidance branches in parallel (1 or 2, inference).
+    ``first_stage_layers``/``last_stage_layers`` give an uneven pipeline split as Megatron's
+    ``num_layers_in_first/last_pipeline_stage`` do.
+    """
+
+    tp: int
+    pp: int
+    vpp: int
+    cp: int
+    ep: int
+    etp: int
+    dp: int | None
+    sp: bool
+    ulysses: int
+    ring: int
+    cfg: int
+    order: str
+    first_stage_layers: int | None
+    last_stage_layers: int | None
+
+    def __init__(self, tp: int = 1, pp: int = 1, vpp: int | None = 1, cp: int | None = None,
+                 ep: int = 1, etp: int | None = None, dp: int | None = None, sp: bool = False,
+                 ulysses: int = 1, ring: int | None = None, cfg: int = 1,
+                 order: str | None = None, first_stage_layers: int | None = None,
+                 last_stage_layers: int | None = None):
+        vpp = 1 if vpp is None else vpp
+        problems: list[Violation] = []
+        for name, value, none_ok in (("tp", tp, False), ("pp", pp, False), ("vpp", vpp, False),
+                                     ("cp", cp, True), ("ep", ep, False), ("etp", etp, True),
+                                     ("dp", dp, True), ("ulysses", ulysses, False),
+                                     ("ring", ring, True), ("cfg", cfg, False),
+                                     ("first_stage_layers", first_stage_layers, True),
+                                     ("last_stage_layers", last_stage_layers, True)):
+            bad = _bad_int(name, value, allow_none=none_ok)
+            if bad:
+                problems.append(bad)
+        if not any(v.rule.startswith("cfg-") for v in problems) and cfg not in (1, 2):
+            problems.append(Violation("cfg-degree",
+                                      f"cfg={cfg}: classifier-free guidance has 2 branches",
+                                      "use cfg=2 with guidance on, cfg=1 otherwise"))
+        if not isinstance(sp, bool):
+            problems.append(Violation("sp-type", f"sp={sp!r} must be True or False",
+                                      "pass sp=True to shard activations along the sequence"))
+        if order is not None and not isinstance(order, str):
+            problems.append(Violation("order-type", f"order={order!r} must be a string",
+                                      f"e.g. order={MEGATRON_ORDER!r}"))
+        if problems:
+            raise StrategyError(problems)
+
+        # cp = ulysses * ring; cp=N alone means ring=N.
+        if ring is None:
+            if cp is None:
+                ring = 1
+            elif cp % ulysses:
+                raise StrategyError(Violation(
+                    "cp-ulysses-ring",
+                    f"cp={cp} is not a multiple of ulysses={ulysses} (cp = ulysses * ring)",
+                    f"use cp in {fmt_set([ulysses * k for k in range(1, 5)])} or set ring "
+                    f"explicitly"))
+            else:
+                ring = cp // ulysses
+        if cp is None:
+            cp = ulysses * ring
+        elif cp != ulysses * ring:
+            raise StrategyError(Violation(
+                "cp-ulysses-ring",
+                f"cp={cp} but ulysses={ulysses} x ring={ring} = {ulysses * ring}",
+                f"drop cp (it follows from ulysses and ring) or set cp={ulysses * ring}"))
+
+        if etp is None:
+            etp = 1 if ep > 1 else tp
+        if order is None:
+            order = XDIT_ORDER if (ulysses > 1 or cfg > 1) else MEGATRON_ORDER
+        order = order.lower().strip()
+
+        for name, value in (("tp", tp), ("pp", pp), ("vpp", vpp), ("cp", cp), ("ep", ep),
+                            ("etp", etp), ("dp", dp), ("sp", sp), ("ulysses", ulysses),
+                            ("ring", ring), ("cfg", cfg), ("order", order),
+                            ("first_stage_layers", first_stage_layers),
+                            ("last_stage_layers", last_stage_layers)):
+            object.__setattr__(self, name, value)
+
+        from .rules import structural_violations  # rules import Strategy lazily; no cycle
+
+        problems = structural_violations(self)
+        if problems:
+            raise StrategyError(problems)
+
+    # ---- derived ------------------------------------------------------------------------
+    @property
+    def kind(self) -> str:
+        """"training" (Megatron grids) or "inference" (xDiT/MindIE-SD grid)."""
+        return order_kind(self.order)
+
+    @property
+    def is_inference(self) -> bool:
+        return self.kind == "inference"
+
+    @property
+    def uneven(self) -> bool:
+        """True when first/last pipeline stages hold a custom number of layers."""
+        return self.first_stage_layers is not None or self.last_stage_layers is not None
+
+    @property
+    def model_parallel_size(self) -> int:
+        """Ranks one model replica spans for the dense part: tp * cp * pp (training)."""
+        if self.is_inference:
+            return self.tp * self.cp * self.pp * self.cfg
+        return self.tp * self.cp * self.pp
+
+    @property
+    def min_world_size(self) -> int:
+        """Smallest world that fits: ``pp * lcm(tp*cp, ep*etp)`` (training), or
+        ``tp * ulysses * ring * cfg * pp`` (inference)."""
+        if self.is_inference:
+            return self.tp * self.ulysses * self.ring * self.cfg * self.pp
+        return self.pp * lcm(self.tp * self.cp, self.ep * self.etp)
+
+    @property
+    def world_size(self) -> int | None:
+        """Total ranks, known once ``dp`` is."""
+        if self.dp is None:
+            return None
+        return self.model_parallel_size * self.dp
+
+    @property
+    def expert_dp(self) -> int | None:
+        """Expert data-parallel degree ``world / (etp * ep * pp)`` (CP folds into it)."""
+        world = self.world_size
+        if world is None:
+            return None
+        if self.is_inference:
+            return world // (self.etp * self.ep * self.pp)
+        return world // (self.etp * self.ep * self.pp)
+
+    @property
+    def cp_comm_type(self) -> str:
+        """Megatron's ``cp_comm_type``: ring -> p2p, Ulysses -> a2a, both -> a2a+p2p."""
+        if self.ulysses > 1 and self.ring > 1:
+            return "a2a+p2p"
+        if self.ulysses > 1:
+            return "a2a"
+        return "p2p"
+
+    # ---- copies -------------------------------------------------------------------------
+    def replace(self, **changes: Any) -> "Strategy":
+        """A copy with some degrees changed (validated like a new one).
+
+        Changing ``cp`` alone re-derives ``ring``; changing ``tp``/``ep`` re-derives an
+        ``etp`` that was left at its default.
+        """
+        d = self.to_dict()
+        d.pop("world_size", None)
+        d.pop("expert_dp", None)
+        d.pop("min_world_size", None)
+        if "cp" in changes and "ring" not in changes:
+            d["ring"] = None
+        elif "ulysses" in changes or "ring" in changes:
+            d["cp"] = None
+        if ("tp" in changes or "ep" in changes) and "etp" not in changes:
+            if self.etp == (1 if self.ep > 1 else self.tp):
+                d["etp"] = None
+        d.update(changes)
+        return Strategy(**d)
+
+    def with_world_size(self, world_size: int) -> "Strategy":
+        """A copy with ``dp`` filled in for ``world_size``; StrategyError when it does not fit."""
+        from .rules import world_violations
+
+        bad = _bad_int("world_size", world_size, allow_none=False)
+        if bad:
+            raise StrategyError(bad)
+        problems = world_violations(self, world_size)
+        if problems:
+            raise StrategyError(problems)
+        return replace(self, dp=world_size // self.model_parallel_size)
+
+    # ---- rules --------------------------------------------------------------------------
+    def check(self, model: Any = None, *, world_size: int | None = None,
+              seq_len: int | None = None, global_batch_size: int | None = None,
+              micro_batch_size: int | None = None,
+              devices_per_node: int | None = None) -> list[Violation]:
+        """Every hard rule broken (severity "error") and soft rule bent ("warning")."""
+        from .rules import check
+
+        return check(self, model, world_size=world_size, seq_len=seq_len,
+                     global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
+                     devices_per_node=devices_per_node)
+
+    def validate(self, model: Any = None, *, world_size: int | None = None,
+                 seq_len: int | None = None, global_batch_size: int | None = None,
+                 micro_batch_size: int | None = None) -> None:
+        """Return None, or raise StrategyError listing every hard rule the inputs break."""
+        errors = [v for v in self.check(model, world_size=world_size, seq_len=seq_len,
+                                        global_batch_size=global_batch_size,
+                                        micro_batch_size=micro_batch_size)
+                  if v.severity == "error"]
+        if errors:
+            raise StrategyError(errors)
+
+    def warnings(self, model: Any = None, **kwargs: Any) -> list[Violation]:
+        """The soft rules this strategy bends (TP across nodes, PP without VPP, ...)."""
+        return [v for v in self.check(model, **kwargs) if v.severity == "warning"]
+
+    def stage_layers(self, num_layers: int) -> list[int]:
+        """Transformer layers held by each of the ``pp`` physical pipeline stages.
+
+        Even split unless ``first_stage_layers``/``last_stage_layers`` are set; then the
+        middle stages share the rest evenly (Megatron's uneven pipeline split).  Raises
+        StrategyError when the layers cannot be split that way.
+        """
+        from .rules import layer_split_violations
+
+        problems = layer_split_violations(self, num_layers)
+        if problems:
+            raise StrategyError(problems)
+        p = self.pp
+        if p == 1:
+            return [num_layers]
+        first = self.first_stage_layers
+        last = self.last_stage_layers
+        middle_stages = p - (first is not None) - (last is not None)
+        rest = num_layers - (first or 0) - (last or 0)
+        each = rest // middle_stages if middle_stages else 0
+        out = [each] * p
+        if first is not None:
+            out[0] = first
+        if last is not None:
+            out[-1] = last
+        return out
+
+    # ---- runtime (lazy edge) --------------------------------------------------------------
+    def initialize(self, backend: str = "auto", **kwargs: Any):
+        """Start torch.distributed if needed and build this strategy's process groups.
+
+        Returns a handle whose ``[kind]`` is this rank's process group for every layout kind.
+        Needs ``pip install "parastrat[megatron]"`` (torch; megatron-core for training).
+        """
+        from .runtime.groups import initialize
+
+        return initialize(self, backend=backend, **kwargs)
+
+    # ---- serialisation --------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict of every degree (plus derived world sizes), JSON-ready."""
+        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        d["min_world_size"] = self.min_world_size
+        d["world_size"] = self.world_size
+        d["expert_dp"] = self.expert_dp
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "Strategy":
+        """Inverse of :meth:`to_dict` (derived keys are ignored; unknown keys are an error)."""
+        known = {f.name for f in fields(cls)}
+        derived = {"min_world_size", "world_size", "expert_dp", "kind"}
+        unknown = sorted(set(d) - known - derived)
+        if unknown:
+            raise StrategyError(Violation(
+                "unknown-field", f"unknown strategy field(s): {', '.join(unknown)}",
+                f"use only {', '.join(sorted(known))}"))
+        return cls(**{k: v for k, v in d.items() if k in known})
+
+    def __str__(self) -> str:
+        if self.is_inference:
+            parts = [f"TP{self.tp}", f"U{self.ulysses}", f"R{self.ring}", f"CFG{self.cfg}"]
+            if self.pp > 1:
+                parts.append(f"PP{self.pp}")
+        else:
+            pp = f"PP{self.pp}" + (f"(VP{self.vpp})" if self.vpp > 1 else "")
+            if self.uneven:
+                pp += f"[{self.first_stage_layers or '-'}/{self.last_stage_layers or '-'}]"
+            cp = f"CP{self.cp}" + (f"(U{self.ulysses}xR{self.ring})"
+                                   if self.ulysses > 1 and self.ring > 1
+                                   else "(U)" if self.ulysses > 1 else "")
+            parts = [f"TP{self.tp}", pp, cp]
+            if self.ep > 1 or self.etp != self.tp:
+                parts.append(f"EP{self.ep} ETP{self.etp}")
+        if self.dp is not None:
+            parts.append(f"DP{self.dp}")
+        if self.sp:
+            parts.append("SP")
+        if self.order not in (MEGATRON_ORDER, XDIT_ORDER):
+            parts.append(f"order={self.order}")
+        return " ".join(parts)
+
+    def __repr__(self) -> str:
+        return f"Strategy({str(self)!r})"
