@@ -58,6 +58,12 @@ def structural_violations(s: "Strategy") -> list[Violation]:
         out.append(_err("uneven-needs-pp",
                         "first/last pipeline stage layer counts need pp > 1; pp=1",
                         "set pp >= 2, or drop first_stage_layers/last_stage_layers"))
+    if (s.account_for_embedding or s.account_for_loss) and (
+            s.first_stage_layers is not None or s.last_stage_layers is not None):
+        out.append(_err("uneven-conflict",
+                        "first/last stage layer counts cannot be combined with "
+                        "account_for_embedding/account_for_loss (Megatron refuses both)",
+                        "use one way to balance the pipeline"))
     if s.is_inference:
         if s.ep > 1:
             out.append(_err("inference-ep",
@@ -74,11 +80,6 @@ def structural_violations(s: "Strategy") -> list[Violation]:
                             f"cfg={s.cfg} with training order {s.order!r}: CFG parallelism is "
                             "for diffusion inference",
                             "use cfg=1 for training, or order='tp-sp-pp-cfg-dp' for inference"))
-        if s.ep > 1 and s.tp > 1 and not s.sp:
-            out.append(_err("ep-tp-needs-sp",
-                            f"ep={s.ep} with tp={s.tp} needs sequence parallelism (Megatron "
-                            "ModelParallelConfig refuses it otherwise)",
-                            "set sp=True"))
     return out
 
 
@@ -171,6 +172,16 @@ def layer_split_violations(s: "Strategy", num_layers: int) -> list[Violation]:
                 f"{per} layers per stage (={num_layers}/pp {p}) do not split into vpp={v} "
                 f"virtual chunks",
                 f"use vpp in {fmt_set(divisors(per))}"))
+        return out
+    if s.account_for_embedding or s.account_for_loss:
+        total = num_layers + s.account_for_embedding + s.account_for_loss
+        if total % (p * v):
+            out.append(_err(
+                "layers-accounted",
+                f"{num_layers} layers + {int(s.account_for_embedding)} embedding + "
+                f"{int(s.account_for_loss)} loss = {total} is not a multiple of pp*vpp = {p * v}",
+                f"use pp*vpp in {fmt_set([d for d in divisors(total) if d > 1])}, or "
+                "first_stage_layers/last_stage_layers"))
         return out
     middle = p - (first is not None) - (last is not None)
     rest = num_layers - (first or 0) - (last or 0)
@@ -340,7 +351,12 @@ def soft_violations(s: "Strategy", devices_per_node: int | None) -> list[Violati
         if s.vpp > 1 and s.pp == 2:
             out.append(_warn("vpp-pp2", "vpp with pp=2 needs overlap_p2p_comm in Megatron-LM's "
                              "training arguments", "use pp >= 3 or enable overlap_p2p_comm"))
-        if s.tp > 1 and not s.sp:
+        if s.ep > 1 and s.tp > 1 and not s.sp:
+            out.append(_warn("ep-tp-without-sp",
+                             f"ep={s.ep} with tp={s.tp} without sequence parallelism: Megatron "
+                             "Core says SP 'must be used' (a ValueError before 0.10, a warning "
+                             "in 0.16)", "set sp=True"))
+        elif s.tp > 1 and not s.sp:
             out.append(_warn("tp-without-sp", f"tp={s.tp} without sequence parallelism "
                              "replicates LayerNorm/dropout activations on every TP rank",
                              "set sp=True (same communication volume, less memory)"))

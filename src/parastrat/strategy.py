@@ -102,7 +102,10 @@ class Strategy:
     (None until a world size is known), ``sp`` Megatron sequence parallelism (a flag on TP),
     ``cfg`` classifier-free-guidance branches in parallel (1 or 2, inference).
     ``first_stage_layers``/``last_stage_layers`` give an uneven pipeline split as Megatron's
-    ``num_layers_in_first/last_pipeline_stage`` do.
+    ``num_layers_in_first/last_pipeline_stage`` do; ``account_for_embedding``/
+    ``account_for_loss`` count the input embedding / the output layer and loss as one layer
+    of the first / last stage (Megatron's ``account_for_*_in_pipeline_split``), which is how
+    recipes put Qwen3-235B's 94 layers on PP 8 with VPP 3 (94 + 2 = 8 * 3 * 4).
     """
 
     tp: int
@@ -119,12 +122,15 @@ class Strategy:
     order: str
     first_stage_layers: int | None
     last_stage_layers: int | None
+    account_for_embedding: bool
+    account_for_loss: bool
 
     def __init__(self, tp: int = 1, pp: int = 1, vpp: int | None = 1, cp: int | None = None,
                  ep: int = 1, etp: int | None = None, dp: int | None = None, sp: bool = False,
                  ulysses: int = 1, ring: int | None = None, cfg: int = 1,
                  order: str | None = None, first_stage_layers: int | None = None,
-                 last_stage_layers: int | None = None):
+                 last_stage_layers: int | None = None, account_for_embedding: bool = False,
+                 account_for_loss: bool = False):
         vpp = 1 if vpp is None else vpp
         problems: list[Violation] = []
         for name, value, none_ok in (("tp", tp, False), ("pp", pp, False), ("vpp", vpp, False),
@@ -143,6 +149,11 @@ class Strategy:
         if not isinstance(sp, bool):
             problems.append(Violation("sp-type", f"sp={sp!r} must be True or False",
                                       "pass sp=True to shard activations along the sequence"))
+        for name, flag in (("account_for_embedding", account_for_embedding),
+                           ("account_for_loss", account_for_loss)):
+            if not isinstance(flag, bool):
+                problems.append(Violation(f"{name}-type", f"{name}={flag!r} must be True or False",
+                                          f"pass {name}=True to count it as a pipeline layer"))
         if order is not None and not isinstance(order, str):
             problems.append(Violation("order-type", f"order={order!r} must be a string",
                                       f"e.g. order={MEGATRON_ORDER!r}"))
@@ -179,7 +190,9 @@ class Strategy:
                             ("etp", etp), ("dp", dp), ("sp", sp), ("ulysses", ulysses),
                             ("ring", ring), ("cfg", cfg), ("order", order),
                             ("first_stage_layers", first_stage_layers),
-                            ("last_stage_layers", last_stage_layers)):
+                            ("last_stage_layers", last_stage_layers),
+                            ("account_for_embedding", account_for_embedding),
+                            ("account_for_loss", account_for_loss)):
             object.__setattr__(self, name, value)
 
         from .rules import structural_violations  # rules import Strategy lazily; no cycle
@@ -201,7 +214,8 @@ class Strategy:
     @property
     def uneven(self) -> bool:
         """True when first/last pipeline stages hold a custom number of layers."""
-        return self.first_stage_layers is not None or self.last_stage_layers is not None
+        return (self.first_stage_layers is not None or self.last_stage_layers is not None
+                or self.account_for_embedding or self.account_for_loss)
 
     @property
     def model_parallel_size(self) -> int:
@@ -319,6 +333,12 @@ class Strategy:
         p = self.pp
         if p == 1:
             return [num_layers]
+        if self.account_for_embedding or self.account_for_loss:
+            each = (num_layers + self.account_for_embedding + self.account_for_loss) // p
+            out = [each] * p
+            out[0] -= self.account_for_embedding
+            out[-1] -= self.account_for_loss
+            return out
         first = self.first_stage_layers
         last = self.last_stage_layers
         middle_stages = p - (first is not None) - (last is not None)
@@ -370,8 +390,11 @@ class Strategy:
                 parts.append(f"PP{self.pp}")
         else:
             pp = f"PP{self.pp}" + (f"(VP{self.vpp})" if self.vpp > 1 else "")
-            if self.uneven:
+            if self.first_stage_layers or self.last_stage_layers:
                 pp += f"[{self.first_stage_layers or '-'}/{self.last_stage_layers or '-'}]"
+            if self.account_for_embedding or self.account_for_loss:
+                pp += ("[+emb" if self.account_for_embedding else "[") + (
+                    "+loss]" if self.account_for_loss else "]")
             cp = f"CP{self.cp}" + (f"(U{self.ulysses}xR{self.ring})"
                                    if self.ulysses > 1 and self.ring > 1
                                    else "(U)" if self.ulysses > 1 else "")

@@ -9,7 +9,14 @@ embeddings, dense).
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields, replace
+from functools import cached_property
+from pathlib import Path
 from typing import Any
+
+from ..errors import SpecError
+
+POSITION_EMBEDDINGS = ("learned", "rope", "none")
+NORMALIZATIONS = ("layernorm", "rmsnorm")
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,15 @@ class ModelSpec:
     make_vocab_size_divisible_by: int = 128
     #: Linear layers carry a bias (GPT-3 style); Llama-style models have none.
     add_bias_linear: bool = False
+    #: Q/K/V projections carry a bias even when other linears do not (Qwen2, GPT-OSS).
+    add_qkv_bias: bool = False
+    #: Per-head RMSNorm on queries and keys (Qwen3, OLMoE).
+    qk_layernorm: bool = False
+    #: Dropout after attention and MLP (Megatron's default GPT: 0.1; Llama-style recipes: 0).
+    #: A non-zero value makes training keep a 1-byte mask per element (memory model).
+    hidden_dropout: float = 0.1
+    #: Dropout on attention probabilities (only materialised without flash attention).
+    attention_dropout: float = 0.1
     #: "layernorm" (weight + bias) or "rmsnorm" (weight only).
     normalization: str = "layernorm"
     # --- mixture of experts -------------------------------------------------------------
@@ -93,9 +109,197 @@ class ModelSpec:
         rest = range(self.moe_first_dense_layers, self.num_layers)
         return sum(1 for i in rest if (i - self.moe_first_dense_layers) % self.moe_layer_freq == 0)
 
+    # ---- validation --------------------------------------------------------------------
+    def __post_init__(self) -> None:
+        """Reject shapes no framework could build, naming the field and the numbers."""
+        def bad(fieldname: str, why: str) -> SpecError:
+            return SpecError(f"model {self.name!r}: {fieldname} {why}")
+
+        if not isinstance(self.name, str) or not self.name:
+            raise SpecError(f"model name must be a non-empty string, got {self.name!r}")
+        for f in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+                  "vocab_size", "max_position_embeddings", "make_vocab_size_divisible_by",
+                  "moe_router_topk", "moe_layer_freq"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+                raise bad(f, f"must be a whole number >= 1, got {v!r}")
+        for f in ("num_query_groups", "kv_channels", "num_moe_experts", "moe_ffn_hidden_size",
+                  "q_lora_rank"):
+            v = getattr(self, f)
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+                raise bad(f, f"must be None or a whole number >= 1, got {v!r}")
+        for f in ("moe_shared_expert_intermediate_size", "moe_first_dense_layers",
+                  "mtp_num_layers", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
+                  "v_head_dim"):
+            v = getattr(self, f)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise bad(f, f"must be a whole number >= 0, got {v!r}")
+        h, a = self.hidden_size, self.num_attention_heads
+        if not self.kv_channels and not self.multi_latent_attention and h % a:
+            raise bad("hidden_size", f"{h} is not divisible by num_attention_heads={a}; set "
+                      "kv_channels (the head dimension) explicitly")
+        g = self.num_query_groups
+        if g:
+            if g > a or a % g:
+                raise bad("num_query_groups", f"{g} must divide num_attention_heads={a}")
+        for f in ("hidden_dropout", "attention_dropout"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 1:
+                raise bad(f, f"must be a probability in [0, 1), got {v!r}")
+        if self.position_embedding_type not in POSITION_EMBEDDINGS:
+            raise bad("position_embedding_type", f"{self.position_embedding_type!r} is not one "
+                      f"of {POSITION_EMBEDDINGS}")
+        if self.normalization not in NORMALIZATIONS:
+            raise bad("normalization", f"{self.normalization!r} is not one of "
+                      f"{NORMALIZATIONS}")
+        if self.num_moe_experts:
+            if self.moe_router_topk > self.num_moe_experts:
+                raise bad("moe_router_topk", f"{self.moe_router_topk} exceeds num_moe_experts="
+                          f"{self.num_moe_experts}")
+            if self.moe_first_dense_layers >= self.num_layers:
+                raise bad("moe_first_dense_layers", f"{self.moe_first_dense_layers} leaves no "
+                          f"MoE layer among num_layers={self.num_layers}")
+        if self.multi_latent_attention and not (self.kv_lora_rank and self.qk_head_dim
+                                                and self.v_head_dim):
+            raise bad("kv_lora_rank", "multi-latent attention needs kv_lora_rank, qk_head_dim "
+                      "and v_head_dim >= 1")
+
+    # ---- parameter counts ----------------------------------------------------------------
+    @cached_property
+    def param_breakdown(self) -> dict[str, float]:
+        """Parameters by kind, computed once per spec from the shape.
+
+        Keys: ``embedding`` (V h, plus learned positions), ``output`` (V h when untied, else 0),
+        ``final_norm``; per *one* layer: ``attention`` (projections, biases, QK norms; of which
+        ``attention_replicated`` are not split by TP: MLA down-projections, QK norms),
+        ``layer_norms`` (the two pre-norms), ``dense_mlp`` (a dense layer's MLP), ``expert``
+        (one routed expert), ``shared_expert`` (all shared experts), ``router``; ``mtp`` (all
+        multi-token-prediction modules, sharing the embedding and output layer).  Counts use the
+        real vocabulary (padding is a memory matter, see :meth:`padded_vocab_size`).
+        """
+        h, a, g, d = self.hidden_size, self.num_attention_heads, self.query_groups, self.head_dim
+        bias = self.add_bias_linear
+        if self.multi_latent_attention:
+            qk = self.qk_head_dim + self.qk_pos_emb_head_dim
+            if self.q_lora_rank:
+                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * qk
+            else:
+                q = h * a * qk
+            kv = (h * (self.kv_lora_rank + self.qk_pos_emb_head_dim) + self.kv_lora_rank
+                  + self.kv_lora_rank * a * (self.qk_head_dim + self.v_head_dim))
+            attention = q + kv + a * self.v_head_dim * h
+            # Down-projections and their norms are not split by TP in Megatron's MLA.
+            replicated = (h * (self.q_lora_rank or 0) + (self.q_lora_rank or 0)
+                          + h * (self.kv_lora_rank + self.qk_pos_emb_head_dim)
+                          + self.kv_lora_rank)
+        else:
+            replicated = 2 * d if self.qk_layernorm else 0
+            attention = h * a * d + 2 * h * g * d + a * d * h
+            if bias or self.add_qkv_bias:
+                attention += a * d + 2 * g * d
+            if self.qk_layernorm:
+                attention += 2 * d
+        if bias:
+            attention += h
+        norm = 2 * h if self.normalization == "layernorm" else h
+        mats = 3 if self.gated_linear_unit else 2
+
+        def mlp(f: int, with_bias: bool) -> int:
+            return mats * h * f + ((mats - 1) * f + h if with_bias else 0)
+
+        out: dict[str, float] = {
+            "embedding": self.vocab_size * h
+            + (self.max_position_embeddings * h if self.position_embedding_type == "learned"
+               else 0),
+            "output": 0 if self.tied_embeddings else self.vocab_size * h,
+            "final_norm": norm,
+            "attention": attention,
+            "attention_replicated": replicated,
+            "layer_norms": 2 * norm,
+            "dense_mlp": mlp(self.ffn_hidden_size, bias),
+            "expert": mlp(self.moe_ffn_hidden_size or self.ffn_hidden_size, bias)
+            if self.is_moe else 0,
+            "shared_expert": mats * h * self.moe_shared_expert_intermediate_size
+            if self.is_moe else 0,
+            "router": h * self.num_experts,
+        }
+        moe_layer = (attention + 2 * norm + self.num_experts * out["expert"]
+                     + out["shared_expert"] + out["router"])
+        layer = moe_layer if self.is_moe else attention + 2 * norm + out["dense_mlp"]
+        # DeepSeek MTP module: enorm + hnorm, eh_proj (2h -> h), one transformer layer, a norm.
+        out["mtp"] = self.mtp_num_layers * (2 * norm + 2 * h * h + layer + norm)
+        return {k: float(v) for k, v in out.items()}
+
+    @cached_property
+    def num_params(self) -> int:
+        """Total parameters of the main model (embedding, layers, output), as papers count.
+
+        Multi-token-prediction modules are left out (DeepSeek-V3 publishes 671B without its
+        14B MTP module); :attr:`num_mtp_params` has them.
+        """
+        p = self.param_breakdown
+        dense_layers = self.num_layers - self.num_moe_layers
+        per_common = p["attention"] + p["layer_norms"]
+        total = (p["embedding"] + p["output"] + p["final_norm"]
+                 + self.num_layers * per_common + dense_layers * p["dense_mlp"]
+                 + self.num_moe_layers * (self.num_experts * p["expert"] + p["shared_expert"]
+                                          + p["router"]))
+        return int(round(total))
+
+    @cached_property
+    def num_active_params(self) -> int:
+        """Parameters one token passes through: the routed top-k experts instead of all.
+
+        Counts the input embedding and output layer (Mixtral's and DeepSeek's convention);
+        equals :attr:`num_params` for a dense model.
+        """
+        if not self.is_moe:
+            return self.num_params
+        p = self.param_breakdown
+        inactive = self.num_moe_layers * (self.num_experts - self.moe_router_topk) * p["expert"]
+        return int(round(self.num_params - inactive))
+
+    @property
+    def num_mtp_params(self) -> int:
+        """Parameters of the multi-token-prediction modules (0 without MTP)."""
+        return int(self.param_breakdown["mtp"])
+
+    def padded_vocab_size(self, tp: int = 1) -> int:
+        """Vocabulary rows Megatron allocates: rounded up to make_vocab_size_divisible_by * tp."""
+        mult = self.make_vocab_size_divisible_by * max(1, tp)
+        return -(-self.vocab_size // mult) * mult
+
+    def is_moe_layer(self, index: int) -> bool:
+        """Whether layer ``index`` (0-based) carries routed experts."""
+        if not self.is_moe or index < self.moe_first_dense_layers:
+            return False
+        return (index - self.moe_first_dense_layers) % self.moe_layer_freq == 0
+
+    # ---- loading -------------------------------------------------------------------------
+    @classmethod
+    def from_hf_config(cls, path: "str | Path | dict[str, Any]", *,
+                       name: str | None = None) -> "ModelSpec":
+        """Read a local Hugging Face ``config.json`` (a file, its folder, or the parsed dict).
+
+        Never touches the network.  Llama, Mistral/Mixtral, Qwen2/3, Qwen3-MoE, DeepSeek-V2/V3
+        (and Kimi K2), GPT-OSS, OLMoE and Nemotron configs are understood; a missing or
+        nonsensical field raises :class:`~parastrat.errors.SpecError` naming it.
+        """
+        from .hf import spec_from_hf_config
+
+        return spec_from_hf_config(path, name=name)
+
     def with_(self, **changes: Any) -> "ModelSpec":
         """A copy with some fields changed."""
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Leave the cached counts out of pickles (they are recomputed on demand).
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        for k, v in state.items():
+            object.__setattr__(self, k, v)

@@ -1,0 +1,208 @@
+"""``parastrat bench``: time collectives on local ranks, under torchrun, or on a strategy's groups.
+
+``--world N`` spawns N local gloo ranks (the embedded default: 2 ranks when neither --world nor
+a torchrun environment is given); under torchrun (WORLD_SIZE set, no --world) every launched
+rank runs the sweep on the device's backend and rank 0 prints.  Strategy flags (or --model)
+switch to a strategy-aware run: each collective on the group of the strategy that uses it.
+``--load FILE`` re-reads rows written earlier, to print, plot or fit them without running.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from ._common import add_strategy_flags, console, err_console, positive_int, print_json
+from ._common import strategy_from_args
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "bench", help="benchmark collectives (nccl-tests bandwidths) and calibrate the cost model",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--world", type=positive_int, default=None,
+                   help="spawn this many local gloo ranks (default 2, or the torchrun world)")
+    p.add_argument("--ops", default=None,
+                   help="comma-separated ops (default: all): all_reduce, all_gather, "
+                        "reduce_scatter, all_to_all, ring, send_recv, broadcast")
+    p.add_argument("--sizes", default=None,
+                   help="message sizes: a list 4KB,1MB,64MB or a range 1KB:64MB:x4 "
+                        "(K/M/G = 1024^n; default 4KB:64MB:x4, or from --model)")
+    p.add_argument("--iters", type=positive_int, default=20, help="timed iterations per size")
+    p.add_argument("--warmup", type=int, default=5, help="untimed iterations first (default 5)")
+    p.add_argument("--dtype", default=None,
+                   help="float32, bfloat16 or float16 (default float32; bfloat16 with a strategy)")
+    p.add_argument("--span", choices=("intra", "inter"), default=None,
+                   help="link class to record (default: same host -> intra, else inter)")
+    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
+    p.add_argument("--output", default=None,
+                   help="also write the rows to FILE (JSON unless --format csv or a .csv name)")
+    p.add_argument("--plot", default=None, help="write busbw vs message size to FILE.png")
+    p.add_argument("--fit", default=None, metavar="FILE.json",
+                   help="fit latency and bandwidth per op and link class; write the calibration "
+                        "that `parastrat plan --calibration` reads")
+    p.add_argument("--load", default=None, metavar="FILE.json",
+                   help="use rows from an earlier --output instead of running")
+    p.add_argument("--timeout", type=float, default=600.0,
+                   help="seconds before local ranks are killed (default 600)")
+    g = p.add_argument_group("strategy-aware run")
+    g.add_argument("--model", default=None, help="model preset: message sizes from its shape")
+    g.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (with --model)")
+    g.add_argument("--micro-batch-size", type=positive_int, default=1)
+    add_strategy_flags(p)
+    p.set_defaults(func=run)
+
+
+def _strategy_requested(args: argparse.Namespace) -> bool:
+    degrees = (args.tp, args.pp, args.ep, args.ulysses, args.ring, args.cfg, args.cp or 1)
+    return any(d > 1 for d in degrees) or args.sp or args.model is not None
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..bench import fit, load_rows, plot, rows_to_csv, rows_to_json, save
+    from ..errors import UsageError
+
+    if args.load:
+        rows = load_rows(args.load)
+    else:
+        if args.warmup < 0:
+            raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
+        rows = _measure(args)
+        if rows is None:  # a torchrun rank other than 0: rank 0 prints
+            return 0
+        if not rows:  # a rank failed; the reason is printed
+            return 1
+    if args.output:
+        as_csv = args.format == "csv" or (args.format == "table" and
+                                          Path(args.output).suffix.lower() == ".csv")
+        text = rows_to_csv(rows) if as_csv else _json_text(rows_to_json(rows))
+        Path(args.output).write_text(text, encoding="utf-8")
+        err_console.print(f"wrote {len(rows)} rows to {args.output}")
+    if args.plot:
+        plot(rows, args.plot)
+        err_console.print(f"wrote the plot to {args.plot}")
+    if args.fit:
+        cal = fit(rows)
+        save(cal, args.fit)
+        _print_fit(cal, args.fit)
+    if args.format == "json":
+        print_json(rows_to_json(rows))
+    elif args.format == "csv":
+        sys.stdout.write(rows_to_csv(rows))
+    else:
+        _print_table(rows)
+    return 0
+
+
+def _measure(args: argparse.Namespace) -> list[Any] | None:
+    """Run the sweep where the arguments say; None on torchrun ranks other than 0, [] when a
+    local rank failed (the reason is printed)."""
+    from ..bench import DEFAULT_SIZES, run_local
+    from ..bench.runner import progress_bar, resolve_ops
+    from ..bench.runner import run as run_sweep
+    from ..runtime.launch import RankFailure
+
+    strategic = _strategy_requested(args)
+    kwargs: dict[str, Any] = {"iters": args.iters, "warmup": args.warmup}
+    if strategic:
+        strategy = strategy_from_args(args)
+        kwargs.update(model=args.model, seq_len=args.seq_len,
+                      micro_batch_size=args.micro_batch_size, sizes=args.sizes,
+                      dtype=args.dtype or "bfloat16")
+    else:
+        kwargs.update(sizes=args.sizes or DEFAULT_SIZES, dtype=args.dtype or "float32",
+                      span=args.span)
+    torchrun = args.world is None and "WORLD_SIZE" in os.environ and "RANK" in os.environ
+    if torchrun:
+        from ..runtime.backend import init_distributed
+
+        init_distributed("auto", timeout=args.timeout)
+        import torch.distributed as dist
+
+        rank = dist.get_rank()
+        if strategic:
+            from ..bench.strategy_bench import run_strategy
+
+            with _maybe_bar(rank == 0, progress_bar) as bar:
+                rows = _filter_ops(run_strategy(strategy, progress=bar, **kwargs), args.ops)
+        else:
+            resolve_ops(args.ops, dist.get_world_size())  # validate before any collective
+            with _maybe_bar(rank == 0, progress_bar) as bar:
+                rows = run_sweep(ops=args.ops, progress=bar, **kwargs)
+        return rows if rank == 0 else None
+    world = args.world or 2
+    try:
+        if strategic:
+            from ..bench.strategy_bench import run_strategy_local
+
+            rows = run_strategy_local(strategy, world, timeout_s=args.timeout,
+                                      show_progress=True, **kwargs)
+            return _filter_ops(rows, args.ops)
+        resolve_ops(args.ops, world)  # fail before spawning
+        return run_local(world, ops=args.ops, timeout_s=args.timeout, show_progress=True,
+                         **kwargs)
+    except RankFailure as exc:
+        err_console.print(f"[bold red]benchmark failed:[/] rank {exc.rank}: "
+                          f"{exc.reason.splitlines()[0]}")
+        return []
+
+
+def _filter_ops(rows: list[Any], ops: str | None) -> list[Any]:
+    if not ops:
+        return rows
+    wanted = {o.strip() for o in ops.split(",")}
+    return [r for r in rows if r.op in wanted]
+
+
+class _maybe_bar:  # noqa: N801 - a context manager
+    """The progress bar on rank 0, nothing elsewhere."""
+
+    def __init__(self, show: bool, factory: Any):
+        self._bar = factory() if show else None
+
+    def __enter__(self) -> Any:
+        return self._bar.__enter__() if self._bar else None
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._bar:
+            self._bar.__exit__(*exc)
+
+
+def _json_text(obj: Any) -> str:
+    import json
+
+    return json.dumps(obj, indent=2) + "\n"
+
+
+def _print_table(rows: list[Any]) -> None:
+    from rich.table import Table
+
+    from ..bench import format_bytes
+
+    several = len({r.group for r in rows}) > 1 or rows[0].group != "world"
+    t = Table(title=f"collectives on {rows[0].backend} ({rows[0].dtype}, "
+                    f"median of {rows[0].iters} iterations)")
+    if several:
+        t.add_column("group", no_wrap=True)
+    t.add_column("op", no_wrap=True)
+    for name in ("size", "ranks", "time us", "min us", "max us", "algbw GB/s", "busbw GB/s"):
+        t.add_column(name, justify="right")
+    for r in rows:
+        cells = [r.op, format_bytes(r.bytes), str(r.world), f"{r.time_s * 1e6:,.1f}",
+                 f"{r.time_min_s * 1e6:,.1f}", f"{r.time_max_s * 1e6:,.1f}",
+                 f"{r.algbw_gbps:.3f}", f"{r.busbw_gbps:.3f}"]
+        t.add_row(*([r.group] if several else []), *cells)
+    console.print(t)
+
+
+def _print_fit(cal: dict[str, Any], path: str) -> None:
+    err_console.print(f"calibration written to {path} ({cal['source']}):")
+    for op, spans in cal["ops"].items():
+        for span, vals in spans.items():
+            q = cal.get("fit", {}).get(op, {}).get(span, {})
+            err_console.print(f"  {op:15s} {span:5s} alpha {vals['alpha_s'] * 1e6:9.2f} us  "
+                              f"busbw {vals['busbw_Bps'] / 1e9:8.3f} GB/s  "
+                              f"(rel. RMS error {q.get('rel_rmse', float('nan')):.1%})")

@@ -1,0 +1,222 @@
+"""Communication volumes of each parallelism, per layer, micro-batch or step.
+
+This module says *what* each strategy sends (which collective, how many bytes, over how many
+ranks, and whether the group stays inside one NVLink/HCCS domain); the price always comes from
+:meth:`parastrat.Cluster.collective_time` (the single alpha-beta model, calibratable by
+``parastrat bench``).  The step-time model decides how much of each is hidden behind compute.
+
+Volumes (Korthikanti et al. 2022; Megatron Core's implementations), with ``T = b s / cp``
+tokens of one micro-batch on a CP rank and ``B`` bytes per activation element (BF16: 2):
+
+* TP with SP: per layer, forward all-gather + reduce-scatter around attention and around the
+  MLP (each of ``T h B``, the full array), and the same again in backward (4 + 4).  Without
+  SP: 2 all-reduces forward, 2 backward.  An MoE layer keeps the pair around attention (and
+  around the shared experts); routed experts with ETP > 1 gather their routed tokens instead.
+* CP ring (p2p): the local K and V blocks travel ``ring - 1`` hops forward; backward sends
+  K, V and their gradients (``2 (ring - 1)`` hops).  CP a2a (Ulysses): all-to-all of Q, K, V
+  before and of the output after attention, forward and backward.
+* EP: dispatch and combine all-to-all of ``T/tp * topk * h * B`` per MoE layer, forward and
+  backward.
+* PP: a send of ``T/tp * h * B`` per virtual-stage boundary per micro-batch in each direction.
+* DP: reduce-scatter of the stage's gradients and all-gather of its parameters once per step
+  (distributed optimizer), or one all-reduce; dense parameters over the DP x CP group, expert
+  parameters over the expert-DP group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..spec.model import ModelSpec
+
+if TYPE_CHECKING:
+    from ..spec.cluster import Cluster
+    from ..strategy import Strategy
+
+#: Bytes per activation / gradient element on the wire (BF16).
+ACT_BYTES = 2
+#: Bytes per gradient element in the DP reduce-scatter (Megatron's grad_reduce_in_fp32=False).
+GRAD_BYTES = 2
+#: Bytes per parameter element in the distributed optimizer's parameter all-gather (BF16).
+PARAM_BYTES = 2
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective ``count`` times: ``op`` of ``nbytes`` (full array) over ``group_size``
+    ranks that are ``stride`` ranks apart."""
+
+    kind: str  # tp, cp, ep, etp, pp, dp, edp
+    op: str
+    nbytes: float
+    group_size: int
+    stride: int = 1
+    count: float = 1.0
+
+    def time(self, cluster: "Cluster") -> float:
+        """Seconds for all ``count`` repetitions, priced by the cluster's alpha-beta model."""
+        if self.count <= 0:
+            return 0.0
+        if self.group_size <= 1 and self.op not in ("ring", "send_recv"):
+            return 0.0
+        n = self.group_size
+        span = cluster.span(n, self.stride)
+        if self.op == "all_to_all" and span == "inter":
+            return self.count * _split_all_to_all(cluster, self.nbytes, n, self.stride)
+        return self.count * cluster.collective_time(self.op, self.nbytes, n, span)
+
+    def span(self, cluster: "Cluster") -> str:
+        return cluster.span(self.group_size, self.stride)
+
+
+def _split_all_to_all(cluster: "Cluster", nbytes: float, n: int, stride: int) -> float:
+    """An all-to-all whose group spans scale-up domains.
+
+    Of the ``n - 1`` peers of a rank, ``local - 1`` share its domain; only the rest of its
+    data crosses the scale-out link (NCCL sends each peer's slice directly), while the local
+    slices move over NVLink/HCCS at the same time.  Both parts are priced by
+    ``collective_time`` with the bytes that really take that link: the slower one wins.
+    """
+    local = max(1, min(n, cluster.scale_up_domain // max(stride, 1)))
+    remote = n - local
+    if remote <= 0:
+        return cluster.collective_time("all_to_all", nbytes, n, "intra")
+    # collective_time charges nbytes * (n-1)/n; scale so that exactly the remote share crosses
+    inter = cluster.collective_time("all_to_all", nbytes * remote / (n - 1), n, "inter")
+    intra = cluster.collective_time("all_to_all", nbytes * (local - 1) / (n - 1), n, "intra")
+    return max(inter, intra)
+
+
+def total_time(items: list[Collective], cluster: "Cluster") -> float:
+    """Sum of :meth:`Collective.time` over ``items``."""
+    return sum(c.time(cluster) for c in items)
+
+
+# ---------------------------------------------------------------------------------------------
+# Rank strides of each group (Megatron's RankGenerator: the first name in the order varies
+# fastest; the dense grid has ep = 1, the expert grid reads tp as etp, cp as 1, dp as edp).
+# ---------------------------------------------------------------------------------------------
+def group_strides(strategy: "Strategy", dp: int, edp: int) -> dict[str, int]:
+    """Rank stride of every group kind for a training ``strategy`` (dense and expert grid)."""
+    names = strategy.order.split("-")
+    dense = {"tp": strategy.tp, "cp": strategy.cp, "ep": 1, "dp": dp, "pp": strategy.pp}
+    expert = {"tp": strategy.etp, "cp": 1, "ep": strategy.ep, "dp": edp, "pp": strategy.pp}
+
+    def stride(sizes: dict[str, int], name: str) -> int:
+        out = 1
+        for n in names:
+            if n == name:
+                return out
+            out *= sizes.get(n, 1)
+        return out
+
+    out = {k: stride(dense, k) for k in ("tp", "cp", "dp", "pp")}
+    out["etp"] = stride(expert, "tp")
+    out["ep"] = stride(expert, "ep")
+    out["edp"] = stride(expert, "dp")
+    # dp-cp (the gradient group of dense parameters): the lower of the two strides
+    out["dp-cp"] = min(out["cp"], out["dp"]) if strategy.cp > 1 else out["dp"]
+    out["ulysses"] = out["cp"]
+    out["ring"] = out["cp"] * strategy.ulysses
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Per layer and micro-batch.
+# ---------------------------------------------------------------------------------------------
+def tp_layer(model: ModelSpec, strategy: "Strategy", tokens: float, moe: bool,
+             strides: dict[str, int]) -> list[Collective]:
+    """TP (and ETP) collectives of one layer for one micro-batch, forward + backward.
+
+    ``tokens`` is ``b * s / cp`` (the sequence one CP rank holds, before SP sharding).
+    """
+    t = strategy.tp
+    out: list[Collective] = []
+    full = tokens * model.hidden_size * ACT_BYTES
+    if t > 1:
+        # blocks that need a gather/scatter pair: attention, dense MLP or shared experts
+        pairs = 1 + (1 if (not moe or model.moe_shared_expert_intermediate_size) else 0)
+        if strategy.sp:
+            out.append(Collective("tp", "all_gather", full, t, strides["tp"], 2 * pairs))
+            out.append(Collective("tp", "reduce_scatter", full, t, strides["tp"], 2 * pairs))
+        else:
+            out.append(Collective("tp", "all_reduce", full, t, strides["tp"], 2 * pairs))
+    if moe and strategy.etp > 1:
+        routed = tokens / t * model.moe_router_topk * strategy.etp * model.hidden_size * ACT_BYTES
+        out.append(Collective("etp", "all_gather", routed, strategy.etp, strides["etp"], 2))
+        out.append(Collective("etp", "reduce_scatter", routed, strategy.etp, strides["etp"], 2))
+    return out
+
+
+def kv_width(model: ModelSpec, tp: int) -> float:
+    """K plus V elements per token on one TP rank (what ring attention circulates)."""
+    if model.multi_latent_attention:
+        heads = model.num_attention_heads / tp
+        return heads * (model.qk_head_dim + model.qk_pos_emb_head_dim + model.v_head_dim)
+    groups = max(model.query_groups / tp, 1.0)
+    return 2.0 * groups * model.head_dim
+
+
+def qkvo_width(model: ModelSpec, tp: int) -> float:
+    """Q, K, V and output elements per token on one TP rank (what Ulysses exchanges)."""
+    heads = model.num_attention_heads / tp
+    if model.multi_latent_attention:
+        q = heads * (model.qk_head_dim + model.qk_pos_emb_head_dim)
+        return q + kv_width(model, tp) + heads * model.v_head_dim
+    return 2.0 * heads * model.head_dim + kv_width(model, tp)
+
+
+def cp_layer(model: ModelSpec, strategy: "Strategy", tokens: float,
+             strides: dict[str, int]) -> tuple[list[Collective], list[Collective]]:
+    """CP collectives of one layer, one micro-batch: (ring p2p, overlappable; Ulysses a2a)."""
+    ring: list[Collective] = []
+    a2a: list[Collective] = []
+    if strategy.ring > 1:
+        kv = tokens * kv_width(model, strategy.tp) * ACT_BYTES
+        hops = strategy.ring - 1
+        ring.append(Collective("cp", "ring", kv, strategy.ring, strides["ring"], 3 * hops))
+    if strategy.ulysses > 1:
+        nbytes = tokens * qkvo_width(model, strategy.tp) * ACT_BYTES
+        a2a.append(Collective("cp", "all_to_all", nbytes, strategy.ulysses,
+                              strides["ulysses"], 2))
+    return ring, a2a
+
+
+def ep_layer(model: ModelSpec, strategy: "Strategy", tokens: float,
+             strides: dict[str, int]) -> list[Collective]:
+    """EP dispatch + combine all-to-all of one MoE layer, one micro-batch, forward + backward."""
+    if strategy.ep <= 1:
+        return []
+    routed = tokens / strategy.tp * model.moe_router_topk * model.hidden_size * ACT_BYTES
+    return [Collective("ep", "all_to_all", routed, strategy.ep, strides["ep"], 4)]
+
+
+def pp_microbatch(model: ModelSpec, strategy: "Strategy", tokens: float,
+                  strides: dict[str, int]) -> Collective | None:
+    """One point-to-point transfer between pipeline stages (activation or its gradient)."""
+    if strategy.pp <= 1:
+        return None
+    shard = strategy.tp if strategy.sp else 1
+    nbytes = tokens / shard * model.hidden_size * ACT_BYTES
+    return Collective("pp", "send_recv", nbytes, 2, strides["pp"], 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# Per step.
+# ---------------------------------------------------------------------------------------------
+def dp_step(strategy: "Strategy", dense_params: float, expert_params: float, dp: int, edp: int,
+            strides: dict[str, int], distributed_optimizer: bool = True) -> list[Collective]:
+    """Gradient (and parameter) collectives of one step for one rank's local parameters."""
+    out: list[Collective] = []
+    dense_group = dp * strategy.cp
+    for params, group, stride, kind in ((dense_params, dense_group, strides["dp-cp"], "dp"),
+                                        (expert_params, edp, strides["edp"], "edp")):
+        if params <= 0 or group <= 1:
+            continue
+        if distributed_optimizer:
+            out.append(Collective(kind, "reduce_scatter", params * GRAD_BYTES, group, stride))
+            out.append(Collective(kind, "all_gather", params * PARAM_BYTES, group, stride))
+        else:
+            out.append(Collective(kind, "all_reduce", params * GRAD_BYTES, group, stride))
+    return out

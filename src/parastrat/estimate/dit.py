@@ -1,0 +1,471 @@
+"""Latency and memory of diffusion-transformer inference under Ulysses, ring, CFG and TP.
+
+:func:`estimate_dit` prices one generation (all denoising steps, then the VAE decode) of a
+:class:`~parastrat.spec.dit.DiTSpec` on a :class:`~parastrat.Cluster` under a
+:class:`~parastrat.Strategy` (``ulysses``, ``ring``, ``cfg``, ``tp``; ``dp`` replicas serve
+other requests and do not change the latency).  The model, stated once (docs/dit-model.md):
+
+* **Sequence split** (xDiT / yunchang USP): image/video tokens are split over the
+  ``sp = ulysses * ring`` ranks, padded up to a multiple of ``sp`` when they do not divide;
+  text tokens are replicated on every sequence-parallel rank (yunchang's joint-tensor strategy),
+  each rank using its head slice of them.  Ulysses turns the sequence split into a head split
+  with four all-to-alls per attention (Q, K, V, output); ring keeps the sequence split and
+  passes K/V blocks ``ring - 1`` hops around the ring, each hop overlapped with the attention
+  of the block already there, plus a memory-bound merge of partial outputs per hop.
+* **TP** (Megatron-style, no sequence parallelism): matrices split by columns then rows, one
+  all-reduce of the block's activations per row-split matrix; weights are divided by TP.
+* **CFG**: guidance runs a conditional and an unconditional branch.  Without CFG parallelism
+  both run on every device as a batch of two; with ``cfg=2`` each half of the devices runs one
+  branch and the noise predictions are all-gathered once per step.
+* Compute: GEMMs through :func:`parastrat.estimate.efficiency.gemm_time` (shape-aware); the
+  attention core at a forward-only flash-attention efficiency (:data:`ATTN_FWD_EFF`);
+  element-wise kernels (norms, modulation, gates, RoPE, activations) as HBM traffic.
+  Communication only through :meth:`Cluster.collective_time`.
+* Outside the loop: text encoding and the VAE decode (on one device unless ``vae_parallel``).
+
+Every constant is physical and documented; none is fitted to the comparisons in
+docs/accuracy-dit.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..errors import SpecError, StrategyError, Violation
+from ..spec.cluster import Cluster
+from ..spec.dit import DiTSpec, ceil_div
+from ..spec.dit import get as get_dit
+from ..strategy import XDIT_ORDER, Strategy
+from . import efficiency
+
+GiB = 1024 ** 3
+
+#: Forward-only fused attention's fraction of the dense BF16 peak, per accelerator, for the
+#: kernels DiT serving stacks use (FlashAttention-2 in xDiT/yunchang and diffusers; CANN
+#: FlashAttentionScore on Ascend).  FlashAttention-2 paper (Dao 2023, Fig. 5): ~70 % of A100
+#: peak forward at head dim 128, non-causal, long sequences.  FlashAttention-3 paper (Shah et
+#: al. 2024, Fig. 4-5): FlashAttention-2 reaches ~330-370 of 989 TFLOP/s forward on H100
+#: (no TMA/WGMMA), i.e. ~0.35.  Devices not listed use their kernel profile's ``attn_eff``.
+ATTN_FWD_EFF: dict[str, float] = {"a100": 0.70, "h100": 0.35, "h200": 0.36}
+
+#: Fraction of the dense peak a VAE decoder's 3x3(x3) convolutions reach (cuDNN / CANN
+#: implicit-GEMM convolutions over 128-512 channels with group norms in between): an estimate,
+#: see docs/dit-model.md.
+VAE_CONV_EFF = 0.30
+
+#: Element-wise passes over hidden-width vectors per token per block (eager kernels each read
+#: and write their tensor): two norms, two modulations, two gated residual adds, Q/K norms,
+#: RoPE on Q and K, attention-output gate -> ~12; and over MLP-width vectors: the activation
+#: (read + write) and its bias -> 2.
+ELEMENTWISE_PASSES_H = 12
+ELEMENTWISE_PASSES_F = 2
+
+#: Live activation tensors per token while one block runs (inference keeps nothing for a
+#: backward pass): hidden-width residual, normed, modulated, attention output, text stream and
+#: one spare -> 6 x hidden; Q, K, V and the Ulysses all-to-all buffers -> 2 x (q + 2 kv) / tp;
+#: MLP hidden before and after the activation -> 2 x ffn / tp.
+ACT_LIVE_H = 6
+
+#: Device memory outside the model: CUDA/CANN context, cuBLAS/flash workspaces, NCCL/HCCL
+#: buffers and allocator fragmentation (typically 1-3 GiB on 80 GB parts).
+RUNTIME_RESERVE_BYTES = 2 * GiB
+
+BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "mxfp8": 1}
+
+
+# ---------------------------------------------------------------------------------------------
+# Report pieces.
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TokenSplit:
+    """How the workload's tokens land on one device.
+
+    ``video`` image/video tokens in total, ``text`` text tokens (replicated on every
+    sequence-parallel rank when they join the attention), ``sp`` the sequence split,
+    ``per_device`` image/video tokens each rank holds (``ceil(video / sp)``), ``padding`` the
+    tokens added so ``sp`` divides them, ``sequence`` the self-attention length
+    (video + joint text) before padding.
+    """
+
+    video: int
+    text: int
+    sequence: int
+    sp: int
+    per_device: int
+    padding: int
+    text_in_sequence: bool
+
+    @property
+    def padded(self) -> int:
+        return self.video + self.padding
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"video": self.video, "text": self.text, "sequence": self.sequence,
+                "sp": self.sp, "per_device": self.per_device, "padding": self.padding,
+                "padded": self.padded, "text_in_sequence": self.text_in_sequence}
+
+
+@dataclass(frozen=True)
+class DiTMemory:
+    """Bytes per device: ``weights`` (transformer, divided by TP only), ``encoders`` (text
+    encoders kept on the device), ``activations`` (one block's live tensors: divided by the
+    sequence split, doubled by a CFG batch of two), ``other`` (runtime reserve)."""
+
+    weights: float
+    encoders: float
+    activations: float
+    other: float
+    capacity: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.encoders + self.activations + self.other
+
+    @property
+    def peak_bytes(self) -> float:
+        return self.total
+
+    def fits(self, capacity: float | None = None) -> bool:
+        """Whether the total fits ``capacity`` bytes (default: the device's memory)."""
+        return self.total <= (self.capacity if capacity is None else capacity)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"weights": self.weights, "encoders": self.encoders,
+                "activations": self.activations, "other": self.other, "total": self.total,
+                "capacity": self.capacity, "fits": self.fits()}
+
+
+@dataclass(frozen=True)
+class DiTReport:
+    """What one generation costs under one strategy.
+
+    ``latency_s`` is the whole request (steps x ``per_step_s`` + text encoding + VAE decode);
+    ``breakdown`` gives seconds over the whole request per component and sums to
+    ``latency_s``; ``hidden`` gives communication that compute hides (not in the latency).
+    """
+
+    model: str
+    strategy: Strategy
+    accelerator: str
+    devices: int
+    height: int
+    width: int
+    frames: int
+    steps: int
+    guidance: bool
+    latency_s: float
+    per_step_s: float
+    memory: DiTMemory
+    breakdown: dict[str, float]
+    hidden: dict[str, float]
+    tokens: TokenSplit
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def replica_devices(self) -> int:
+        """Devices that serve one request: tp * ulysses * ring * cfg."""
+        s = self.strategy
+        return s.tp * s.ulysses * s.ring * s.cfg
+
+    @property
+    def requests_per_s(self) -> float:
+        """Throughput with ``dp`` replicas each serving its own request."""
+        return (self.strategy.dp or 1) / self.latency_s
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "strategy": self.strategy.to_dict(),
+                "strategy_str": str(self.strategy), "accelerator": self.accelerator,
+                "devices": self.devices, "height": self.height, "width": self.width,
+                "frames": self.frames, "steps": self.steps, "guidance": self.guidance,
+                "latency_s": self.latency_s, "per_step_s": self.per_step_s,
+                "requests_per_s": self.requests_per_s, "memory": self.memory.to_dict(),
+                "breakdown": dict(self.breakdown), "hidden": dict(self.hidden),
+                "tokens": self.tokens.to_dict(), "warnings": list(self.warnings)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs.
+# ---------------------------------------------------------------------------------------------
+def as_inference(strategy: Strategy) -> Strategy:
+    """The strategy on the xDiT grid (``tp-sp-pp-cfg-dp``): ring-only or TP-only strategies
+    built without an order get Megatron's order by default; the degrees are the same."""
+    if not isinstance(strategy, Strategy):
+        raise StrategyError(Violation("strategy-type",
+                                      f"expected a parastrat.Strategy, got {type(strategy).__name__}",
+                                      "pass parastrat.Strategy(ulysses=..., ring=..., cfg=..., "
+                                      "tp=...)"))
+    if strategy.is_inference:
+        return strategy
+    problems = []
+    if strategy.ep > 1:
+        problems.append(Violation("inference-ep", f"ep={strategy.ep}: DiT inference has no "
+                                  "expert parallelism", "use ep=1"))
+    if strategy.vpp > 1:
+        problems.append(Violation("inference-vpp", f"vpp={strategy.vpp}: inference has no "
+                                  "virtual pipeline stages", "use vpp=1"))
+    if problems:
+        raise StrategyError(problems)
+    return Strategy(tp=strategy.tp, pp=strategy.pp, ulysses=strategy.ulysses,
+                    ring=strategy.ring, cfg=strategy.cfg, dp=strategy.dp, order=XDIT_ORDER)
+
+
+def check_workload(model: DiTSpec, *, height: int, width: int, frames: int, steps: int) -> None:
+    """SpecError for a workload the model cannot take (sizes, frames, steps)."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise SpecError(f"steps={steps!r} must be a whole number >= 1 (denoising steps, e.g. "
+                        "50 for HunyuanVideo, 28 for FLUX.1-dev)")
+    model.latent_shape(height, width, frames)
+
+
+def _precision(precision: str) -> int:
+    try:
+        return BYTES[precision.lower()]
+    except (KeyError, AttributeError):
+        raise SpecError(f"unknown precision {precision!r}; known: {', '.join(BYTES)}") from None
+
+
+def attention_efficiency(accel_name: str) -> float:
+    """Forward flash-attention efficiency used for ``accel_name`` (see :data:`ATTN_FWD_EFF`)."""
+    if accel_name in ATTN_FWD_EFF:
+        return ATTN_FWD_EFF[accel_name]
+    from ..spec.hardware import get as get_accel
+
+    return efficiency.profile(get_accel(accel_name)).attn_eff
+
+
+# ---------------------------------------------------------------------------------------------
+# The model.
+# ---------------------------------------------------------------------------------------------
+def _block_gemms(model: DiTSpec, kind: str, img: float, txt: float, tp: int
+                 ) -> list[tuple[float, float, float]]:
+    """(m, n, k) of every GEMM one block runs on one device (m tokens, TP-split widths)."""
+    h, f, q, kv = model.hidden_size, model.ffn_hidden_size, model.inner_dim, model.kv_dim
+    qkv = (q + 2 * kv) / tp
+    out: list[tuple[float, float, float]] = []
+    if kind == "double":
+        for m in (img, txt):
+            out += [(m, qkv, h), (m, h, q / tp), (m, f / tp, h), (m, h, f / tp)]
+    elif kind == "single":
+        m = img + txt
+        out += [(m, qkv + f / tp, h), (m, h, (q + f) / tp)]
+    elif kind == "cross":
+        out += [(img, qkv, h), (img, h, q / tp),                 # self-attention
+                (img, q / tp, h), (txt, 2 * kv / tp, h), (img, h, q / tp),  # cross-attention
+                (img, f / tp, h), (img, h, f / tp)]              # MLP
+    elif kind == "joint":
+        m = img + txt
+        out += [(m, qkv, h), (m, h, q / tp), (m, f / tp, h), (m, h, f / tp)]
+    return [g for g in out if g[0] > 0]
+
+
+def _tp_allreduces(kind: str, img: float, txt: float) -> list[float]:
+    """Tokens in each TP all-reduce of one block (one per row-split matrix output)."""
+    if kind == "double":
+        return [img + txt, img + txt]     # attention output, MLP output (both streams)
+    if kind == "single":
+        return [img + txt]                 # the fused output projection
+    if kind == "cross":
+        return [img, img, img]             # self-attention, cross-attention, MLP
+    return [img + txt, img + txt]          # joint
+
+
+def estimate_dit(model: "DiTSpec | str", strategy: Strategy, cluster: Cluster, *,
+                 height: int, width: int, frames: int = 1, steps: int,
+                 guidance: bool = True, precision: str = "bf16",
+                 vae_parallel: bool = False, text_encoder_on_device: bool = True,
+                 attention_eff: float | None = None) -> DiTReport:
+    """Latency, memory and its breakdown for one generation of ``model`` under ``strategy``.
+
+    ``strategy`` holds ``ulysses``, ``ring``, ``cfg`` (2 needs ``guidance``), ``tp`` and
+    optionally ``dp`` (replicas for throughput).  Raises :class:`SpecError` for a workload the
+    VAE/patch cannot split or ``steps < 1``, :class:`StrategyError` for a strategy the model or
+    cluster cannot take (heads vs Ulysses/TP, more devices than the cluster has, more
+    sequence ranks than tokens); padding is reported in ``.warnings``.
+    """
+    model = get_dit(model)
+    if not isinstance(cluster, Cluster):
+        raise SpecError(f"cluster must be a parastrat.Cluster, got {type(cluster).__name__}")
+    check_workload(model, height=height, width=width, frames=frames, steps=steps)
+    nbytes = _precision(precision)
+    s = as_inference(strategy)
+    accel = cluster.accel
+    warnings: list[str] = []
+
+    # ---- strategy rules (one source of truth: Strategy.check) -----------------------------
+    replica = s.tp * s.ulysses * s.ring * s.cfg * s.pp
+    devices = replica * (s.dp or 1)
+    problems = [v for v in s.check(model, world_size=devices) if v.severity == "error"]
+    if s.pp > 1:
+        problems.append(Violation("dit-pipefusion", f"pp={s.pp}: PipeFusion is not modelled "
+                                  "(and must be 1 on NPU)", "use pp=1; split with ulysses/ring"))
+    if s.cfg > 1 and not guidance:
+        problems.append(Violation("cfg-without-guidance",
+                                  f"cfg={s.cfg} but guidance is off: there is one branch to run",
+                                  "use cfg=1, or turn guidance on (guidance scale > 1)"))
+    if devices > cluster.num_devices:
+        problems.append(Violation("devices", f"the strategy needs {devices} devices "
+                                  f"({s}), the cluster has {cluster.num_devices}",
+                                  f"use a cluster of >= {devices} devices or smaller degrees"))
+    shape = model.latent_shape(height, width, frames)
+    video = shape.tokens
+    sp = s.ulysses * s.ring
+    if sp > video:
+        problems.append(Violation("sp-exceeds-tokens",
+                                  f"ulysses*ring = {sp} sequence ranks for only {video} "
+                                  f"image/video tokens of {model.name} at {width}x{height}",
+                                  f"use ulysses*ring <= {video}, or give the devices to dp"))
+    if problems:
+        raise StrategyError(problems)
+    for v in s.warnings(model, devices_per_node=cluster.scale_up_domain):
+        warnings.append(f"{v.rule}: {v.message} ({v.hint})")
+
+    # ---- tokens ---------------------------------------------------------------------------
+    text = model.text_tokens
+    joint_txt = text if model.text_in_sequence else 0
+    per_dev = ceil_div(video, sp)
+    padding = per_dev * sp - video
+    tokens = TokenSplit(video=video, text=text, sequence=video + joint_txt, sp=sp,
+                        per_device=per_dev, padding=padding,
+                        text_in_sequence=model.text_in_sequence)
+    if padding:
+        warnings.append(f"padding: {video} image/video tokens do not divide by ulysses*ring = "
+                        f"{sp}; each rank holds {per_dev} tokens after padding {padding} "
+                        f"({100 * padding / video:.2f} % extra work; padded tokens need an "
+                        "attention mask, which some ring kernels lack)")
+    if shape.padded_latent_frames:
+        warnings.append(f"padding: {shape.latent_frames} latent frames are padded to "
+                        f"{shape.latent_frames + shape.padded_latent_frames} for "
+                        f"{model.name}'s temporal patch of {model.patch_size_t}")
+    if guidance and model.guidance_distilled:
+        warnings.append(f"guidance: {model.name} is guidance-distilled (its default pipeline "
+                        "runs one branch per step); guidance=True prices true CFG with two "
+                        "branches -- pass guidance=False for the default pipeline")
+
+    # ---- per-step compute, per device ------------------------------------------------------
+    branches = 2 if guidance else 1
+    batch = branches // s.cfg            # branches each device runs per step (1 or 2)
+    tp, U, R = s.tp, s.ulysses, s.ring
+    prof = efficiency.profile(accel)
+    a_eff = attention_eff if attention_eff is not None else attention_efficiency(accel.name)
+    if not 0 < a_eff <= 1:
+        raise SpecError(f"attention_eff={a_eff!r} must be in (0, 1]")
+    peak = accel.peak("bf16")
+    d = model.head_dim
+    heads_loc = model.num_attention_heads / (tp * U)
+    kv_loc = model.query_groups * d / (tp * U)          # K (or V) width per device after a2a
+    img = batch * per_dev                               # image/video tokens per device
+    txt = batch * text
+    padded = per_dev * sp
+
+    t = dict.fromkeys(("linear", "attention", "elementwise", "ulysses_all_to_all",
+                       "ring_kv_exchange", "ring_merge", "tp_all_reduce"), 0.0)
+    ring_hidden = 0.0
+    span_u = cluster.span(U, stride=tp)
+    span_r = cluster.span(R, stride=tp * U)
+    span_tp = cluster.span(tp, stride=1)
+    for group in model.blocks:
+        kind, n = group.kind, group.count
+        jt = 0 if kind == "cross" else text          # text rows joining the attention
+        lin = sum(efficiency.gemm_time(accel, m, nn, k, precision, prof=prof)
+                  for m, nn, k in _block_gemms(model, kind, img, txt, tp))
+        # attention core, non-causal, per branch: 4 * q_rows * kv_rows * head_dim per head.
+        # After the all-to-all a rank holds its Ulysses group's U shards (+ the text) for
+        # heads / (tp * U) heads; the ring brings every other shard's keys and values.
+        q_rows = U * per_dev + jt
+        kv_rows = padded + jt
+        attn_flops = batch * 4.0 * d * heads_loc * q_rows * kv_rows
+        if kind == "cross":   # cross-attention to the text: local queries, all heads / tp
+            attn_flops += batch * 4.0 * d * (model.num_attention_heads / tp) * per_dev * text
+        attn = attn_flops / (peak * a_eff)
+        # element-wise traffic: read + write of each pass over the tokens this rank holds
+        ew_bytes = 2 * nbytes * (img + (txt if kind != "cross" else 0)) * (
+            ELEMENTWISE_PASSES_H * model.hidden_size
+            + ELEMENTWISE_PASSES_F * model.ffn_hidden_size / tp)
+        ew = efficiency.memory_time(accel, ew_bytes, prof)
+        # Ulysses: Q, K, V in and the output back, each the local buffer of the image tokens
+        uly = 0.0
+        if U > 1:
+            qb = img * model.inner_dim / tp * nbytes
+            kb = img * model.kv_dim / tp * nbytes
+            uly = sum(cluster.collective_time("all_to_all", b, U, span_u)
+                      for b in (qb, kb, kb, qb))
+        # ring: ring-1 hops of this rank's K and V block, each overlapped with the attention
+        # of the block already there; partial outputs (+ log-sum-exp) merge in fp32 per hop,
+        # reading both and writing one.
+        exposed = merge = 0.0
+        if R > 1:
+            kv_block = batch * 2 * (U * per_dev) * kv_loc * nbytes
+            hop = cluster.collective_time("ring", kv_block, R, span_r)
+            chunk = attn / R
+            exposed = (R - 1) * max(0.0, hop - chunk)
+            ring_hidden += n * (R - 1) * min(hop, chunk)
+            merge_bytes = batch * (R - 1) * 3 * 4 * q_rows * heads_loc * (d + 1)
+            merge = efficiency.memory_time(accel, merge_bytes, prof)
+        ar = 0.0
+        if tp > 1:
+            ar = sum(cluster.collective_time("all_reduce", m * model.hidden_size * nbytes, tp,
+                                             span_tp)
+                     for m in _tp_allreduces(kind, img, txt))
+        t["linear"] += n * lin
+        t["attention"] += n * attn
+        t["elementwise"] += n * ew
+        t["ulysses_all_to_all"] += n * uly
+        t["ring_kv_exchange"] += n * exposed
+        t["ring_merge"] += n * merge
+        t["tp_all_reduce"] += n * ar
+
+    # per step: gather the sequence shards (and the CFG branches) of the prediction
+    latent_bytes = model.latent_elements(height, width, frames) * nbytes
+    sp_gather = cluster.collective_time("all_gather", batch * latent_bytes, sp,
+                                        cluster.span(sp, stride=tp)) if sp > 1 else 0.0
+    cfg_gather = cluster.collective_time("all_gather", 2 * latent_bytes, s.cfg,
+                                         cluster.span(s.cfg, stride=tp * sp)) if s.cfg > 1 else 0.0
+    per_step = sum(t.values()) + sp_gather + cfg_gather
+
+    # ---- outside the loop -------------------------------------------------------------------
+    text_flops = 2.0 * model.text_encoder_params * text * branches
+    text_s = text_flops / (peak * prof.gemm_fraction(precision)) if text_flops else 0.0
+    vae_flops = model.vae_decode_flops_per_pixel * height * width * frames
+    vae_devices = (tp * sp * s.cfg) if vae_parallel else 1
+    vae_s = vae_flops / (peak * VAE_CONV_EFF * vae_devices)
+
+    breakdown = {k: steps * v for k, v in t.items()}
+    breakdown["sp_gather"] = steps * sp_gather
+    breakdown["cfg_gather"] = steps * cfg_gather
+    breakdown["text_encode"] = text_s
+    breakdown["vae_decode"] = vae_s
+    latency = steps * per_step + text_s + vae_s
+    hidden = {"ring_kv_exchange": steps * ring_hidden}
+    ring_total = breakdown["ring_kv_exchange"] + hidden["ring_kv_exchange"]
+    if R > 1 and breakdown["ring_kv_exchange"] > 0.05 * ring_total:
+        warnings.append(f"ring: {breakdown['ring_kv_exchange']:.3g} s of K/V exchange is not "
+                        f"hidden by attention ({video} tokens are too few per hop for "
+                        f"ring={R}); prefer Ulysses or CFG for this sequence")
+    if not vae_parallel and replica > 1 and vae_s > 0.1 * latency:
+        warnings.append(f"vae: the VAE decode ({vae_s:.3g} s) runs on one device and is "
+                        f"{100 * vae_s / latency:.0f} % of the latency; a parallel VAE "
+                        "(MindIE-SD --vae_parallel, xDiT DistVAE) would shorten it")
+
+    # ---- memory per device ---------------------------------------------------------------------
+    block_params = sum(g.count * model.block_params(g.kind) for g in model.blocks)
+    weights = (block_params / tp + model.embedder_params) * nbytes
+    encoders = model.text_encoder_params * 2 if text_encoder_on_device else 0.0
+    f, q, kv = model.ffn_hidden_size, model.inner_dim, model.kv_dim
+    act_tokens = img + txt
+    activations = act_tokens * nbytes * (ACT_LIVE_H * model.hidden_size
+                                         + 2 * (q + 2 * kv) / tp + 2 * f / tp)
+    if R > 1:
+        activations += 2 * 2 * (U * img) * kv_loc * nbytes        # double-buffered K/V blocks
+    memory = DiTMemory(weights=weights, encoders=encoders, activations=activations,
+                       other=RUNTIME_RESERVE_BYTES, capacity=accel.memory_bytes)
+    if not memory.fits():
+        warnings.append(f"memory: {memory.total / GiB:.1f} GiB per device exceeds the "
+                        f"{accel.memory_bytes / GiB:.0f} GiB of {accel.name} (weights "
+                        f"{weights / GiB:.1f}, encoders {encoders / GiB:.1f}, activations "
+                        f"{activations / GiB:.1f}); raise tp, or offload the text encoder")
+
+    return DiTReport(model=model.name, strategy=s, accelerator=accel.name, devices=devices,
+                     height=height, width=width, frames=frames, steps=steps, guidance=guidance,
+                     latency_s=latency, per_step_s=per_step, memory=memory,
+                     breakdown=breakdown, hidden=hidden, tokens=tokens, warnings=warnings)

@@ -1,0 +1,166 @@
+"""Achievable kernel speed per accelerator: GEMMs by shape, attention, memory-bound kernels.
+
+The step-time model (``estimate/step.py``) never divides FLOPs by a datasheet peak directly.
+It asks this module how long a GEMM of a given shape takes on a given device, which is
+
+    max(compute, memory) with
+    compute = 2 m n k / (peak(precision) * GEMM_EFF * tile_fill(m, n) * wave_fill * k / (k + K_HALF))
+    memory  = (operand and result bytes) / (HBM bandwidth * MEM_EFF)
+
+Every constant is physical and documented in ``docs/step-model.md``:
+
+* ``gemm_eff``: the fraction of the dense datasheet peak that a *large* GEMM (8192^3) sustains
+  under training power and clocks, per precision (cuBLAS/cuBLASLt and TE measurements published
+  by NVIDIA and third parties);
+* ``units`` and the tile: the number of SMs (AI cores on Ascend) and the output tile the
+  kernels use, which quantise small GEMMs into partly idle waves;
+* ``K_HALF``: the reduction depth at which the per-tile prologue/epilogue costs as much as the
+  main loop (about two 64-deep k-iterations per side of the software pipeline);
+* ``attn_eff``: fused (flash) attention's fraction of the BF16 peak over forward + backward
+  (FlashAttention-2/3 and cuDNN published figures);
+* ``mem_eff``: the fraction of HBM bandwidth that fused element-wise kernels reach.
+
+No constant depends on a model or on a row of the calibration tables.  Devices without an entry
+fall back to ``DEFAULT`` (H100-like fractions, which are typical of modern tensor-core parts).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from math import ceil
+
+from ..spec.hardware import Accelerator, canonical_precision
+
+#: K at which the per-tile prologue/epilogue equals the main loop (elements).
+K_HALF = 64
+#: Shortest kernel, seconds (launch + ramp; CUDA graphs are not assumed).
+MIN_KERNEL_S = 4e-6
+
+
+@dataclass(frozen=True)
+class KernelProfile:
+    """Physical efficiency constants of one accelerator (see the module docstring)."""
+
+    #: fraction of the dense peak a large GEMM sustains, per canonical precision
+    gemm_eff: dict[str, float]
+    #: fused attention's fraction of the BF16 peak (forward + backward, hardware FLOPs)
+    attn_eff: float
+    #: fraction of HBM bandwidth fused element-wise kernels reach
+    mem_eff: float
+    #: streaming multiprocessors (NVIDIA) / AI cores (Ascend) that take GEMM tiles
+    units: int
+    #: output tile (rows x columns) of the GEMM kernels
+    tile_m: int = 128
+    tile_n: int = 256
+    source: str = ""
+
+    def gemm_fraction(self, precision: str) -> float:
+        key = canonical_precision(precision)
+        return self.gemm_eff.get(key, self.gemm_eff.get("fp8" if key == "mxfp8" else "bf16",
+                                                         self.gemm_eff["bf16"]))
+
+
+PROFILES: dict[str, KernelProfile] = {
+    # A100: cuBLAS BF16 GEMMs reach ~270 of 312 TFLOP/s at 8192^3 (NVIDIA's A100 whitepaper
+    # and MLPerf-era measurements: 85-88 %); FlashAttention-2 paper: 50-73 % of peak
+    # forward, lower backward -> ~55 % over both; 108 SMs.
+    "a100": KernelProfile(gemm_eff={"bf16": 0.86}, attn_eff=0.55, mem_eff=0.80, units=108,
+                          tile_m=128, tile_n=256,
+                          source="A100 whitepaper; FlashAttention-2 (Dao 2023) Fig. 5-7"),
+    # H100 SXM: BF16 GEMMs sustain ~650-700 of 989 TFLOP/s at 700 W (cuBLASLt, TE);
+    # FP8 ~1,200-1,300 of 1,979.  FlashAttention-3: 600-740 TFLOP/s forward, ~500 backward
+    # BF16 -> ~0.55 over both.  132 SMs.
+    "h100": KernelProfile(gemm_eff={"bf16": 0.68, "fp8": 0.62}, attn_eff=0.52, mem_eff=0.80,
+                          units=132,
+                          source="NVIDIA TE/cuBLASLt benchmarks; FlashAttention-3 (Shah 2024)"),
+    "h200": KernelProfile(gemm_eff={"bf16": 0.70, "fp8": 0.64}, attn_eff=0.54, mem_eff=0.80,
+                          units=132, source="as H100 (same SMs; 1000 W TDP, faster HBM)"),
+    # Blackwell: B200 (1000 W) sustains BF16 ~1.5 of 2.25 PFLOP/s and FP8/MXFP8 ~2.8 of 4.5
+    # in cuBLASLt; cuDNN attention ~1.3 PFLOP/s forward, ~0.9 backward (head_dim 128);
+    # 148 SMs, 256-wide 2-CTA tiles.
+    "b200": KernelProfile(gemm_eff={"bf16": 0.68, "fp8": 0.62, "mxfp8": 0.60}, attn_eff=0.45,
+                          mem_eff=0.80, units=148, tile_m=256, tile_n=256,
+                          source="NVIDIA Blackwell cuBLASLt / cuDNN published figures"),
+    "b300": KernelProfile(gemm_eff={"bf16": 0.68, "fp8": 0.62, "mxfp8": 0.60}, attn_eff=0.50,
+                          mem_eff=0.80, units=148, tile_m=256, tile_n=256,
+                          source="as B200 (Blackwell Ultra doubles the attention SFU rate)"),
+    # GB200's datasheet peak (2.5 / 5 PFLOP/s) assumes clocks that sustained GEMMs at 1200 W
+    # do not hold; sustained rates are close to B200's, so the fractions of the higher peak are
+    # lower (B200's x 4.5/5).
+    "gb200": KernelProfile(gemm_eff={"bf16": 0.61, "fp8": 0.56, "mxfp8": 0.54}, attn_eff=0.41,
+                           mem_eff=0.80, units=148, tile_m=256, tile_n=256,
+                           source="B200 sustained rates over GB200's datasheet peak"),
+    "gb300": KernelProfile(gemm_eff={"bf16": 0.61, "fp8": 0.56, "mxfp8": 0.54}, attn_eff=0.45,
+                           mem_eff=0.80, units=148, tile_m=256, tile_n=256,
+                           source="as GB200 (Blackwell Ultra attention)"),
+    # Ascend 910B: cube units reach ~70 % of the FP16/BF16 peak in large MatMul (CANN
+    # aclnnMatmul figures); FlashAttentionScore ~45 %; 24 AI cores (cube) per die.
+    "ascend-910b": KernelProfile(gemm_eff={"bf16": 0.70}, attn_eff=0.45, mem_eff=0.70,
+                                 units=24, tile_m=128, tile_n=256,
+                                 source="CANN operator performance notes (estimate)"),
+    "ascend-910c": KernelProfile(gemm_eff={"bf16": 0.68}, attn_eff=0.45, mem_eff=0.70,
+                                 units=48, tile_m=128, tile_n=256,
+                                 source="two 910B-class dies per package (estimate)"),
+}
+
+DEFAULT = PROFILES["h100"]
+
+
+def profile(accel: Accelerator) -> KernelProfile:
+    """The kernel profile of ``accel`` (by preset name; H100-like fractions otherwise)."""
+    return PROFILES.get(accel.name, DEFAULT)
+
+
+def shape_factor(prof: KernelProfile, m: float, n: float, k: float, groups: int = 1) -> float:
+    """How much of the large-GEMM rate a GEMM of shape (m, n, k) keeps (0..1].
+
+    Product of three physical losses: partly filled output tiles (m and n rounded up to the
+    tile), the last partial wave of tiles over the SMs, and the per-tile prologue/epilogue
+    relative to the K loop.  ``groups`` GEMMs of that shape run as one grouped kernel (MoE
+    experts), so their tiles share waves.
+    """
+    if m <= 0 or n <= 0 or k <= 0:
+        return 1.0
+    tm = ceil(m / prof.tile_m)
+    tn = ceil(n / prof.tile_n)
+    fill = (m / (tm * prof.tile_m)) * (n / (tn * prof.tile_n))
+    tiles = tm * tn * max(1, groups)
+    waves = ceil(tiles / prof.units)
+    wave_fill = tiles / (waves * prof.units)
+    depth = k / (k + K_HALF)
+    return fill * wave_fill * depth
+
+
+def gemm_time(accel: Accelerator, m: float, n: float, k: float, precision: str = "bf16",
+              groups: int = 1, prof: KernelProfile | None = None) -> float:
+    """Seconds for ``groups`` GEMMs of (m x k) @ (k x n) at ``precision`` on ``accel``.
+
+    The slower of the compute time (at the shape-dependent achievable rate) and the time to
+    stream the operands and the BF16 result through HBM, and at least one kernel launch.
+    """
+    if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
+        return 0.0
+    prof = prof or profile(accel)
+    key = canonical_precision(precision)
+    rate = accel.peak(key) * prof.gemm_fraction(key) * shape_factor(prof, m, n, k, groups)
+    flops = 2.0 * m * n * k * groups
+    in_bytes = 1.0 if key in ("fp8", "mxfp8") and accel.supports(key) else 2.0
+    nbytes = groups * ((m * k + k * n) * in_bytes + m * n * 2.0)
+    return max(flops / rate, nbytes / (accel.mem_bandwidth_Bps * prof.mem_eff), MIN_KERNEL_S)
+
+
+def attention_time(accel: Accelerator, hw_flops: float, prof: KernelProfile | None = None
+                   ) -> float:
+    """Seconds for fused attention doing ``hw_flops`` (always BF16: FP8 recipes keep it)."""
+    if hw_flops <= 0:
+        return 0.0
+    prof = prof or profile(accel)
+    return hw_flops / (accel.peak("bf16") * prof.attn_eff)
+
+
+def memory_time(accel: Accelerator, nbytes: float, prof: KernelProfile | None = None) -> float:
+    """Seconds for memory-bound kernels that move ``nbytes`` through HBM."""
+    if nbytes <= 0:
+        return 0.0
+    prof = prof or profile(accel)
+    return nbytes / (accel.mem_bandwidth_Bps * prof.mem_eff)

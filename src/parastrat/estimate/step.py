@@ -1,0 +1,542 @@
+"""Step-time model: how long one training step of a strategy takes on a cluster, and why.
+
+``estimate_step(model, strategy, cluster, seq_len=..., global_batch_size=...)`` prices one
+optimizer step of Megatron-style training:
+
+1. **Compute** per layer and micro-batch from the matrices the model has
+   (:mod:`parastrat.estimate.flops`): every GEMM at the achievable rate its TP/EP-split shape
+   allows (:mod:`parastrat.estimate.efficiency`), fused attention at its own rate (always BF16),
+   and the memory-bound kernels (norms, activations, residuals, RoPE, MoE permutation, FP8
+   casts, cross-entropy) at the achievable HBM bandwidth.  Backward = dgrad + wgrad GEMMs and
+   2.5x the attention forward (FlashAttention's backward recomputes the scores).
+2. **Communication** per layer (:mod:`parastrat.estimate.comm`), priced only by
+   :meth:`parastrat.Cluster.collective_time`, and the part of it that stays on the critical
+   path: TP with SP overlaps its GEMMs (Megatron's ``tp_comm_overlap``) inside one scale-up
+   domain, CP ring exchanges overlap block attention, EP all-to-all and Ulysses all-to-all are
+   exposed, DP reduce-scatter / all-gather overlap the last backward / first forward
+   micro-batch except the last bucket.  Overlapped communication still slows the concurrent
+   kernels by :data:`OVERLAP_SLOWDOWN` of its duration (it occupies SMs and HBM bandwidth).
+3. **Pipeline**: the slowest stage sets the pace; the bubble is ``(p - 1) / v`` of its
+   micro-batch time (``(p-1)/(v m)`` of the ideal step), plus point-to-point transfers on the
+   fill/drain path (and every transfer without interleaving, whose 1F1B exchanges block).
+4. **Optimizer step**: Adam over the local shard of the distributed optimizer, memory-bound.
+
+All constants are physical (efficiencies, bandwidths, latencies per accelerator and link) and
+documented in ``docs/step-model.md``; none is fitted to a model or a published row.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import StrategyError, UsageError
+from ..spec.hardware import Accelerator, canonical_precision
+from ..spec.model import ModelSpec
+from . import comm
+from .efficiency import (KernelProfile, attention_time, gemm_time, memory_time,
+                         profile as kernel_profile)
+from .flops import (Matrix, attention_core_flops_per_token, attention_matrices, is_moe_layer,
+                    logits_matrix, mlp_matrices, model_flops_per_token)
+
+if TYPE_CHECKING:
+    from ..spec.cluster import Cluster
+    from ..strategy import Strategy
+
+#: Fraction of an overlapped collective's duration by which it slows the kernels it overlaps
+#: (NCCL / userbuffer kernels occupy ~16-24 of 132 SMs and share HBM bandwidth).
+OVERLAP_SLOWDOWN = 0.15
+#: FlashAttention backward FLOPs relative to its forward (5 GEMM-like products vs 2).
+ATTN_BWD_RATIO = 2.5
+#: HBM bytes per parameter of one Adam step on the local shard: read fp32 master, grad, m, v
+#: (16), write master, m, v (12), write the BF16 copy (2), plus the grad-norm read (4).
+ADAM_BYTES_PER_PARAM = 34
+#: Megatron DDP bucket size (parameters): max(40M, 1M x dp); the last bucket is not hidden.
+BUCKET_PARAMS = 40e6
+#: Element-wise HBM traffic per element touched: read + write of BF16.
+ELEM_BYTES = 2
+#: Extra HBM bytes per GEMM activation operand element under FP8 (inputs forward, output
+#: gradients backward): per-tensor current scaling reads the BF16 tensor twice (amax, cast)
+#: and writes the FP8 copy and its transpose (2 + 2 + 1 + 1); MXFP8 finds its block scales in
+#: the cast pass (2 + 1 + 1).
+FP8_CAST_BYTES = {"fp8": 6, "mxfp8": 4}
+#: HBM bytes per logit element for the vocabulary-parallel cross-entropy, forward + backward.
+CE_BYTES_PER_LOGIT = 12
+
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+def normalize_recompute(recompute: str | None) -> str:
+    """"none" / "selective" / "full" (None and "off" mean none); UsageError otherwise."""
+    mode = "none" if recompute in (None, False) else str(recompute).strip().lower()
+    if mode in ("off", "false", "no", ""):
+        mode = "none"
+    if mode not in RECOMPUTE_MODES:
+        raise UsageError(f"unknown recompute mode {recompute!r}; use one of "
+                         f"{', '.join(RECOMPUTE_MODES)}")
+    return mode
+
+
+# ---------------------------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StepReport:
+    """Predicted time of one training step and where it goes.
+
+    ``breakdown`` holds seconds per step on the slowest pipeline stage: ``compute`` (GEMMs,
+    attention and memory-bound kernels, forward + backward), ``recompute``, each communication
+    kind's total (``tp``, ``cp``, ``ep``, ``pp``, ``dp``) and its exposed part (``tp_exposed``
+    ...), ``bubble`` and ``optimizer``.  ``compute + recompute + bubble + optimizer + every
+    *_exposed`` equals ``step_time_s``.
+
+    ``tflops_per_gpu`` counts *model* FLOPs (``3 x forward``: 6 x active parameters x tokens
+    plus causal attention counted as half; see :mod:`parastrat.estimate.flops`), so it excludes
+    recomputation; ``mfu`` divides it by the dense peak at the linear layers' precision.
+    """
+
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    tflops_per_gpu: float
+    mfu: float
+    breakdown: dict[str, float]
+    micro_batches: int
+    world_size: int
+    precision: str
+    recompute: str
+    model_flops_per_token: float
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def exposed_comm_s(self) -> float:
+        """Communication left on the critical path, seconds per step."""
+        return sum(v for k, v in self.breakdown.items() if k.endswith("_exposed"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step_time_s": self.step_time_s,
+                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+                "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu,
+                "breakdown": dict(self.breakdown), "micro_batches": self.micro_batches,
+                "world_size": self.world_size, "precision": self.precision,
+                "recompute": self.recompute,
+                "model_flops_per_token": self.model_flops_per_token,
+                "flops_convention": "model FLOPs = 3 x forward (6 N_active per token + causal "
+                                    "attention counted as half); recompute excluded",
+                "notes": list(self.notes)}
+
+
+# ---------------------------------------------------------------------------------------------
+# Per-layer costs (cached: the planner asks for the same shapes many times)
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class LayerCost:
+    """Seconds of one layer for one micro-batch on one rank."""
+
+    gemm_fwd: float
+    gemm_bwd: float
+    attn_fwd: float
+    attn_bwd: float
+    elem_fwd: float
+    elem_bwd: float
+    dense_params: float  # local parameters (after TP / dup)
+    expert_params: float  # local routed-expert parameters (after EP / ETP)
+
+    @property
+    def fwd(self) -> float:
+        return self.gemm_fwd + self.attn_fwd + self.elem_fwd
+
+    @property
+    def bwd(self) -> float:
+        return self.gemm_bwd + self.attn_bwd + self.elem_bwd
+
+    @property
+    def gemm(self) -> float:
+        return self.gemm_fwd + self.gemm_bwd
+
+    @property
+    def attn(self) -> float:
+        return self.attn_fwd + self.attn_bwd
+
+
+def _matrix_times(accel: Accelerator, prof: KernelProfile, mat: Matrix, tokens: float, tp: int,
+                  sp: bool, ep: int, etp: int, num_experts: int, precision: str,
+                  ) -> tuple[float, float, float, float]:
+    """(forward s, backward s, local params, fp8-cast elements per micro-batch) of one matrix."""
+    k_in, n_out = mat.in_dim, mat.out_dim
+    groups = 1
+    if mat.block == "expert":
+        local = max(num_experts // ep, 1)
+        groups = local
+        m = tokens / tp * mat.per_token * etp / local
+        if mat.split == "col":
+            n_out = n_out / etp
+        else:
+            k_in = k_in / etp
+        params = local * mat.in_dim * mat.out_dim / etp
+    elif mat.split == "dup":
+        m = tokens / tp if sp else tokens
+        params = mat.in_dim * mat.out_dim
+    else:
+        m = tokens
+        if mat.split == "col":
+            n_out = n_out / tp
+        else:
+            k_in = k_in / tp
+        params = mat.in_dim * mat.out_dim / tp
+    prec = "bf16" if mat.block in ("router", "logits") else precision
+    fwd = gemm_time(accel, m, n_out, k_in, prec, groups, prof)
+    bwd = (gemm_time(accel, m, k_in, n_out, prec, groups, prof)       # dgrad
+           + gemm_time(accel, k_in, n_out, m, prec, groups, prof))    # wgrad
+    cast = groups * m * (k_in + n_out) if prec in ("fp8", "mxfp8") else 0.0
+    return fwd, bwd, params, cast
+
+
+_CACHE: dict[tuple, Any] = {}
+
+
+def _accel_key(accel: Accelerator) -> tuple:
+    """A hashable identity of an accelerator (its dict of peaks makes it unhashable)."""
+    return (accel.name, accel.mem_bandwidth_Bps, tuple(sorted(accel.peak_flops.items())))
+
+
+def layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool, tokens: float,
+               seq_len: int, tp: int, cp: int, sp: bool, ep: int, etp: int) -> LayerCost:
+    """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp.
+
+    Memoised: the planner prices the same (TP, CP, EP, micro-batch) shapes for many PP/DP
+    choices.
+    """
+    key = ("layer", model, _accel_key(accel), precision, moe, tokens, seq_len, tp, cp, sp, ep,
+           etp)
+    hit = _CACHE.get(key)
+    if hit is None:
+        if len(_CACHE) > 50_000:
+            _CACHE.clear()
+        hit = _CACHE[key] = _layer_cost(model, accel, precision, moe, tokens, seq_len, tp, sp,
+                                        ep, etp)
+    return hit
+
+
+def _layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool, tokens: float,
+                seq_len: int, tp: int, sp: bool, ep: int, etp: int) -> LayerCost:
+    prof = kernel_profile(accel)
+    fp8 = precision in ("fp8", "mxfp8") and accel.supports(precision)
+    prec = precision if fp8 else "bf16"
+    mats = attention_matrices(model) + mlp_matrices(model, moe)
+    g_fwd = g_bwd = dense_p = expert_p = cast = 0.0
+    for mat in mats:
+        f, b, p, c = _matrix_times(accel, prof, mat, tokens, tp, sp, ep, etp,
+                                   model.num_experts, prec)
+        g_fwd += f
+        g_bwd += b
+        cast += c
+        if mat.block == "expert":
+            expert_p += p
+        else:
+            dense_p += p
+    h = model.hidden_size
+    norms = 2 * h + (2 * model.head_dim if getattr(model, "qk_layernorm", False) else 0)
+    dense_p += norms
+    # attention core: heads split by TP, keys halved by the causal mask
+    core = attention_core_flops_per_token(model, seq_len) * tokens / tp
+    a_fwd = attention_time(accel, core, prof)
+    a_bwd = attention_time(accel, ATTN_BWD_RATIO * core, prof)
+    # memory-bound kernels: elements touched per token (forward)
+    h_local = h / tp if sp else h
+    a, g = model.num_attention_heads, model.query_groups
+    elems = 10 * h_local + 2 * (a + g) * model.head_dim / tp  # norms, residuals, RoPE
+    if getattr(model, "qk_layernorm", False):
+        elems += 2 * (a + g) * model.head_dim / tp
+    act = 3 if model.gated_linear_unit else 2
+    if moe:
+        topk = model.moe_router_topk
+        f_moe = model.moe_ffn_hidden_size or model.ffn_hidden_size
+        elems += (4 * topk * h + act * topk * f_moe + 4 * model.num_experts) / tp
+        elems += act * model.moe_shared_expert_intermediate_size / tp
+    else:
+        elems += act * model.ffn_hidden_size / tp
+    e_bytes = tokens * elems * ELEM_BYTES
+    cast_b = cast * FP8_CAST_BYTES.get(prec, 0) / 2  # half forward (inputs), half backward
+    e_fwd = memory_time(accel, e_bytes + cast_b, prof)
+    e_bwd = memory_time(accel, 2 * e_bytes + cast_b, prof)
+    return LayerCost(g_fwd, g_bwd, a_fwd, a_bwd, e_fwd, e_bwd, dense_p, expert_p)
+
+
+def _head_cost(model: ModelSpec, accel: Accelerator, tokens: float, tp: int,
+               ) -> tuple[float, float]:
+    """(seconds fwd+bwd, local params) of the output layer and cross-entropy, one micro-batch."""
+    key = ("head", model, _accel_key(accel), tokens, tp)
+    hit = _CACHE.get(key)
+    if hit is None:
+        hit = _CACHE[key] = _head_cost_uncached(model, accel, tokens, tp)
+    return hit
+
+
+def _head_cost_uncached(model: ModelSpec, accel: Accelerator, tokens: float, tp: int,
+                        ) -> tuple[float, float]:
+    prof = kernel_profile(accel)
+    mat = logits_matrix(model)
+    n = mat.out_dim / tp
+    t = (gemm_time(accel, tokens, n, mat.in_dim, "bf16", 1, prof)
+         + gemm_time(accel, tokens, mat.in_dim, n, "bf16", 1, prof)
+         + gemm_time(accel, mat.in_dim, n, tokens, "bf16", 1, prof))
+    t += memory_time(accel, tokens * n * CE_BYTES_PER_LOGIT, prof)
+    return t, mat.in_dim * mat.out_dim / tp
+
+
+# ---------------------------------------------------------------------------------------------
+# Pipeline stages
+# ---------------------------------------------------------------------------------------------
+def stage_layer_counts(model: ModelSpec, strategy: "Strategy") -> tuple[list[int], str]:
+    """Layers per physical pipeline stage and how they were split.
+
+    The strategy's own split when it is legal; otherwise Megatron's
+    ``account_for_embedding_in_pipeline_split`` + ``account_for_loss_in_pipeline_split``
+    (the embedding and the loss each take one layer's slot, so ``L + 2`` must divide into
+    ``pp * vpp`` chunks), which production recipes use for 126-, 94- and 61-layer models.
+    """
+    L, p, v = model.num_layers, strategy.pp, strategy.vpp
+    try:
+        return strategy.stage_layers(L), "even" if not strategy.uneven else "uneven"
+    except StrategyError:
+        pass
+    slots = L + 2 + model.mtp_num_layers  # embedding, loss and each MTP depth take a slot
+    if p > 1 and slots % (p * v) == 0:
+        per_stage = slots // p
+        counts = [per_stage] * p
+        counts[0] -= 1
+        counts[-1] -= 1 + model.mtp_num_layers
+        if min(counts) >= 1:
+            return counts, "account-for-embedding-and-loss"
+    base, extra = divmod(L, p)
+    counts = [base + (1 if 0 < j <= extra else 0) for j in range(p)]
+    if sum(counts) != L:  # extra == p - 0 cannot happen; keep the total exact
+        counts[-1] += L - sum(counts)
+    return counts, "approximate"
+
+
+def pipeline_split_ok(model: ModelSpec, strategy: "Strategy") -> bool:
+    """True when Megatron can split the layers as :func:`stage_layer_counts` assumes."""
+    return stage_layer_counts(model, strategy)[1] != "approximate"
+
+
+def _moe_per_stage(model: ModelSpec, counts: list[int]) -> list[int]:
+    """MoE layers on each stage (the leading dense layers sit on the first stage)."""
+    if not model.is_moe:
+        return [0] * len(counts)
+    out, start = [], 0
+    for c in counts:
+        out.append(sum(1 for i in range(start, start + c) if is_moe_layer(model, i)))
+        start += c
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# The model
+# ---------------------------------------------------------------------------------------------
+def _exposed(t_comm: float, window: float, overlap: bool) -> float:
+    """Critical-path part of a collective of ``t_comm`` seconds overlapping ``window``."""
+    if not overlap:
+        return t_comm
+    hidden = min(t_comm, window)
+    return t_comm - hidden + OVERLAP_SLOWDOWN * hidden
+
+
+def estimate_step(model: ModelSpec, strategy: "Strategy", cluster: "Cluster", *, seq_len: int,
+                  global_batch_size: int, micro_batch_size: int = 1, precision: str = "bf16",
+                  recompute: str = "selective", distributed_optimizer: bool = True,
+                  validate: bool = True) -> StepReport:
+    """Predict one training step of ``model`` split by ``strategy`` on ``cluster``.
+
+    ``strategy.dp`` may be unset: the world is then ``cluster.num_devices``.  With
+    ``validate`` (the default) the strategy is checked against the model, world size, sequence
+    and batch first (StrategyError listing every broken rule); a layer count that Megatron can
+    only split with ``account_for_embedding/loss_in_pipeline_split`` is accepted and noted.
+    """
+    from ..spec.models import get as get_model
+
+    model = get_model(model)
+    prec = canonical_precision(precision)
+    mode = normalize_recompute(recompute)
+    if strategy.dp is None:
+        strategy = strategy.with_world_size(cluster.num_devices)
+    world = int(strategy.world_size or cluster.num_devices)
+    if validate:
+        _validate(model, strategy, world, seq_len, global_batch_size, micro_batch_size)
+    return _estimate(model, strategy, cluster, seq_len, global_batch_size, micro_batch_size,
+                     prec, mode, distributed_optimizer)
+
+
+#: Rules about the layer split that the account-for-embedding/loss split may rescue.
+SPLIT_RULES = frozenset({"layers-pp", "layers-vpp", "layers-uneven"})
+
+
+def _validate(model: ModelSpec, strategy: "Strategy", world: int, seq_len: int,
+              global_batch_size: int, micro_batch_size: int) -> None:
+    errors = [v for v in strategy.check(model, world_size=world, seq_len=seq_len,
+                                        global_batch_size=global_batch_size,
+                                        micro_batch_size=micro_batch_size)
+              if v.severity == "error"]
+    if errors and pipeline_split_ok(model, strategy):
+        errors = [v for v in errors if v.rule not in SPLIT_RULES]
+    if errors:
+        raise StrategyError(errors)
+
+
+def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int, gbs: int,
+              mbs: int, prec: str, mode: str, distributed_optimizer: bool = True) -> StepReport:
+    """The model itself, without validation (the planner calls this on legal candidates)."""
+    accel = cluster.accel
+    world = int(s.world_size)
+    dp = int(s.dp)
+    edp = world // (s.etp * s.ep * s.pp)
+    m = gbs // (dp * mbs)
+    if m < 1 or gbs % (dp * mbs):
+        raise UsageError(f"global_batch_size={gbs} is not a multiple of micro_batch_size*dp = "
+                         f"{mbs}*{dp}")
+    p, v = s.pp, s.vpp
+    tokens = mbs * seq_len / s.cp
+    strides = comm.group_strides(s, dp, edp)
+    notes: list[str] = []
+
+    # ---- per-layer costs, dense and MoE -------------------------------------------------
+    kinds = {False: None, True: None}
+    counts, split = stage_layer_counts(model, s)
+    if split == "account-for-embedding-and-loss":
+        notes.append("layers split with account_for_embedding_in_pipeline_split and "
+                     "account_for_loss_in_pipeline_split")
+    elif split == "approximate":
+        notes.append("layer split approximate: Megatron needs a custom pipeline layout")
+    moe_counts = _moe_per_stage(model, counts)
+    tp_intra = cluster.span(s.tp, strides["tp"]) == "intra"
+    tp_overlap = s.sp and s.tp > 1 and tp_intra
+
+    per: dict[bool, dict[str, float]] = {}
+    for moe in (False, True):
+        if moe and not model.is_moe:
+            continue
+        c = layer_cost(model, accel, prec, moe, tokens, seq_len, s.tp, s.cp, s.sp, s.ep, s.etp)
+        kinds[moe] = c  # type: ignore[assignment]
+        t_tp = comm.total_time(comm.tp_layer(model, s, tokens, moe, strides), cluster)
+        ring, a2a = comm.cp_layer(model, s, tokens, strides)
+        t_ring, t_a2a = comm.total_time(ring, cluster), comm.total_time(a2a, cluster)
+        t_ep = comm.total_time(comm.ep_layer(model, s, tokens, strides), cluster) if moe else 0.0
+        rec = 0.0
+        rec_comm = 0.0
+        if mode == "selective":
+            rec = c.attn_fwd
+        elif mode == "full":
+            rec = c.fwd
+            rec_comm = 0.5 * (t_tp + t_a2a + t_ep)  # the forward's collectives run again
+        tp_exp = _exposed(t_tp, c.gemm, tp_overlap)
+        ring_exp = _exposed(t_ring, c.attn, True)
+        per[moe] = {
+            "compute": c.fwd + c.bwd, "recompute": rec + rec_comm,
+            "tp": t_tp, "tp_exposed": tp_exp,
+            "cp": t_ring + t_a2a, "cp_exposed": ring_exp + t_a2a,
+            "ep": t_ep, "ep_exposed": t_ep,
+            "fwd": c.fwd, "bwd": c.bwd,
+        }
+
+    head_t, head_p = _head_cost(model, accel, tokens, s.tp)
+    emb_p = model.vocab_size * model.hidden_size / s.tp
+    mtp_terms: dict[str, float] = {}
+    if model.mtp_num_layers:
+        last_moe = is_moe_layer(model, model.num_layers - 1)
+        mtp_terms = {k: model.mtp_num_layers * val for k, val in per[last_moe].items()}
+        proj = gemm_time(accel, tokens, model.hidden_size / s.tp, 2 * model.hidden_size, prec)
+        mtp_terms["compute"] += model.mtp_num_layers * (3 * proj + head_t)
+
+    # ---- stages ---------------------------------------------------------------------------
+    keys = ("compute", "recompute", "tp", "tp_exposed", "cp", "cp_exposed", "ep", "ep_exposed",
+            "fwd", "bwd")
+    stages: list[dict[str, float]] = []
+    for j in range(p):
+        n_moe = moe_counts[j]
+        n_dense = counts[j] - n_moe
+        st = {k: n_dense * per[False][k] + (n_moe * per[True][k] if n_moe else 0.0)
+              for k in keys}
+        dense_p = n_dense * kinds[False].dense_params if n_dense else 0.0  # type: ignore[union-attr]
+        exp_p = 0.0
+        if n_moe:
+            dense_p += n_moe * kinds[True].dense_params  # type: ignore[union-attr]
+            exp_p += n_moe * kinds[True].expert_params  # type: ignore[union-attr]
+        if j == 0:
+            dense_p += emb_p
+        if j == p - 1:
+            st["compute"] += head_t
+            st["fwd"] += head_t / 3
+            st["bwd"] += 2 * head_t / 3
+            if p > 1 or not model.tied_embeddings:
+                dense_p += head_p
+            for k, val in mtp_terms.items():
+                st[k] += val
+            if mtp_terms:
+                last_moe = is_moe_layer(model, model.num_layers - 1)
+                kc = kinds[last_moe]
+                dense_p += model.mtp_num_layers * (kc.dense_params  # type: ignore[union-attr]
+                                                   + 2 * model.hidden_size ** 2 / s.tp)
+                exp_p += model.mtp_num_layers * kc.expert_params  # type: ignore[union-attr]
+        st["mb"] = (st["compute"] + st["recompute"] + st["tp_exposed"] + st["cp_exposed"]
+                    + st["ep_exposed"])
+        st["dense_params"] = dense_p
+        st["expert_params"] = exp_p
+        stages.append(st)
+
+    # ---- pipeline, DP, optimizer per stage; the slowest stage is the step ------------------
+    p2p = comm.pp_microbatch(model, s, tokens, strides)
+    t_p2p = p2p.time(cluster) if p2p else 0.0
+    best: tuple[float, dict[str, float]] | None = None
+    t_max_mb = max(st["mb"] for st in stages)
+    bubble = (p - 1) / v * t_max_mb if p > 1 else 0.0
+    pp_total = 2 * v * m * t_p2p
+    if p > 1:
+        fill = 2 * (p - 1) * t_p2p
+        steady = (OVERLAP_SLOWDOWN if v > 1 else 1.0) * 2 * v * m * t_p2p
+        pp_exposed = fill + steady
+    else:
+        pp_exposed = 0.0
+    for st in stages:
+        dp_items = comm.dp_step(s, st["dense_params"], st["expert_params"], dp, edp, strides,
+                                distributed_optimizer)
+        t_rs = sum(c.time(cluster) for c in dp_items if c.op in ("reduce_scatter", "all_reduce"))
+        t_ag = sum(c.time(cluster) for c in dp_items if c.op == "all_gather")
+        bucket_frac = 0.0
+        local_params = st["dense_params"] + st["expert_params"]
+        if local_params > 0:
+            bucket_frac = min(1.0, max(BUCKET_PARAMS, 1e6 * dp) / local_params)
+        dp_exposed = (_exposed(t_rs, st["bwd"], True) + _exposed(t_ag, st["fwd"], True)
+                      + bucket_frac * (t_rs + t_ag))
+        shard = st["dense_params"] / (dp * s.cp) + st["expert_params"] / max(edp, 1)
+        if not distributed_optimizer:
+            shard = local_params
+        opt = memory_time(accel, shard * ADAM_BYTES_PER_PARAM + local_params * 2,
+                          kernel_profile(accel))
+        total = m * st["mb"] + bubble + pp_exposed + dp_exposed + opt
+        st.update(dp=t_rs + t_ag, dp_exposed=dp_exposed, optimizer=opt, total=total)
+        if best is None or total > best[0]:
+            best = (total, st)
+    assert best is not None
+    step, st = best
+
+    breakdown = {
+        "compute": m * st["compute"], "recompute": m * st["recompute"],
+        "tp": m * st["tp"], "tp_exposed": m * st["tp_exposed"],
+        "cp": m * st["cp"], "cp_exposed": m * st["cp_exposed"],
+        "ep": m * st["ep"], "ep_exposed": m * st["ep_exposed"],
+        "pp": pp_total, "pp_exposed": pp_exposed,
+        "dp": st["dp"], "dp_exposed": st["dp_exposed"],
+        "bubble": bubble, "optimizer": st["optimizer"],
+    }
+    if cluster.span(s.tp, strides["tp"]) == "inter" and s.tp > 1:
+        notes.append(f"TP group of {s.tp} crosses the scale-up domain of "
+                     f"{cluster.scale_up_domain}: every layer's TP collectives use the "
+                     "scale-out link")
+    tokens_step = gbs * seq_len
+    fpt = model_flops_per_token(model, seq_len)
+    tflops = fpt * tokens_step / step / world / 1e12
+    peak = accel.peak(prec)
+    return StepReport(step_time_s=step, tokens_per_s_per_gpu=tokens_step / step / world,
+                      tflops_per_gpu=tflops, mfu=tflops * 1e12 / peak, breakdown=breakdown,
+                      micro_batches=m, world_size=world, precision=prec, recompute=mode,
+                      model_flops_per_token=fpt, notes=tuple(notes))

@@ -1,0 +1,393 @@
+"""Process groups for a strategy: Megatron Core's for training, xDiT/MindIE-SD's for inference.
+
+``initialize(strategy)`` starts ``torch.distributed`` from the launcher's environment when it
+is not started (see :mod:`parastrat.runtime.backend`), checks the strategy against the real
+world size *before* any group exists, then builds the groups:
+
+- training strategies go through ``megatron.core.parallel_state.initialize_model_parallel``
+  (so Megatron's getters work for model code), called with the strategy's degrees and order,
+  expert tensor parallelism always explicit, and the keyword arguments the installed
+  megatron-core accepts (read from its signature, 0.13 through the newest);
+- inference strategies get plain ``torch.distributed.new_group`` groups laid out by
+  :func:`parastrat.layout` (xDiT's ``tp-sp-pp-cfg-dp`` order by default), every rank creating
+  every group in the same order as torch requires, and yunchang's
+  ``PROCESS_GROUP.ULYSSES_PG``/``RING_PG`` are pointed at the Ulysses and ring groups.
+
+The returned :class:`Groups` maps every layout kind to this rank's process group, and its
+membership equals ``parastrat.layout(strategy, world)`` (checked as it is built).
+``destroy()`` undoes all of it and leaves the process ready for another ``initialize``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Iterator
+
+from ..errors import UsageError
+from ..layout import KINDS, coordinates, layout
+from ..strategy import Strategy
+from .backend import as_timedelta, device_for, init_distributed
+
+#: layout kind -> (Megatron getter, its keyword arguments).  Kinds not listed here (and the
+#: Ulysses/ring split unless Megatron built hierarchical CP groups) are made with new_group.
+MEGATRON_GETTERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "tp": ("get_tensor_model_parallel_group", {}),
+    "cp": ("get_context_parallel_group", {}),
+    "dp": ("get_data_parallel_group", {"with_context_parallel": False}),
+    "dp-cp": ("get_data_parallel_group", {"with_context_parallel": True}),
+    "pp": ("get_pipeline_model_parallel_group", {}),
+    "tp-pp": ("get_model_parallel_group", {}),
+    "etp": ("get_expert_tensor_parallel_group", {}),
+    "ep": ("get_expert_model_parallel_group", {}),
+    "edp": ("get_expert_data_parallel_group", {}),
+    "etp-ep": ("get_expert_tensor_and_model_parallel_group", {}),
+}
+
+
+@dataclass(eq=False)
+class Groups(Mapping):
+    """This rank's process groups for a strategy, one per layout kind.
+
+    ``groups["tp"]`` is a ``torch.distributed.ProcessGroup`` usable wherever a group is taken
+    (``all_reduce(t, group=groups["tp"])``, ``yunchang.LongContextAttention(ulysses_pg=...,
+    ring_pg=...)``, ``mindiesd.fused_moe(tp_group=groups["tp"], ep_group=groups["ep"])``,
+    ``usp_attention(ulysses_group=groups["ulysses"], kv_gather_group=groups["ring"])``).
+    ``ranks[kind]`` lists the global ranks of this rank's group of that kind; ``layout`` holds
+    every group of every kind; ``coords`` this rank's index along each axis.
+    """
+
+    strategy: Strategy
+    rank: int
+    world_size: int
+    backend: str
+    device: str
+    layout: dict[str, list[list[int]]]
+    ranks: dict[str, list[int]]
+    coords: dict[str, int]
+    megatron: bool
+    _pgs: dict[str, Any] = field(repr=False)
+    _created: list[Any] = field(repr=False, default_factory=list)
+    _started_dist: bool = field(repr=False, default=False)
+    _set_yunchang: bool = field(repr=False, default=False)
+    alive: bool = True
+
+    def __getitem__(self, kind: str) -> Any:
+        if not self.alive:
+            raise UsageError("these process groups were destroyed; call initialize() again")
+        try:
+            return self._pgs[kind]
+        except KeyError:
+            raise KeyError(f"no group kind {kind!r}; kinds are {', '.join(KINDS)}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._pgs)
+
+    def __len__(self) -> int:
+        return len(self._pgs)
+
+    def size(self, kind: str) -> int:
+        """Number of ranks in this rank's group of ``kind``."""
+        return len(self.ranks[kind])
+
+    def destroy(self) -> None:
+        """Tear these groups down (same as :func:`parastrat.destroy` for the active handle)."""
+        _teardown(self)
+
+
+#: The handle the last initialize() returned, for the argument-less destroy().
+_active: Groups | None = None
+
+
+def initialize(strategy: Strategy, backend: str = "auto", *,
+               timeout: timedelta | float | None = None,
+               megatron_kwargs: Mapping[str, Any] | None = None) -> Groups:
+    """Start torch.distributed if needed and build ``strategy``'s process groups on this rank.
+
+    ``backend``: ``"auto"`` (nccl on CUDA, hccl on Ascend NPU, gloo on CPU) or a name.
+    ``timeout``: a timedelta or seconds, for the default group and every group made here
+    (Megatron takes whole minutes: rounded up).  ``megatron_kwargs``: extra keyword arguments
+    for ``initialize_model_parallel`` (e.g. ``num_distributed_optimizer_instances``).
+
+    Raises StrategyError, before any group is created, when the strategy does not fit the
+    world; UsageError when groups are already initialized or the installed megatron-core
+    cannot express the strategy.
+    """
+    global _active
+    if not isinstance(strategy, Strategy):
+        raise UsageError(f"initialize() takes a parastrat.Strategy, got {type(strategy).__name__}")
+    if _active is not None and _active.alive:
+        raise UsageError("parastrat process groups are already initialized in this process; "
+                         "call parastrat.destroy() before initializing another strategy")
+    from .._deps import require
+
+    dist = require("torch.distributed")
+    td = as_timedelta(timeout)
+    world = dist.get_world_size() if dist.is_initialized() else _env_world()
+    # the check comes first: a strategy that does not fit must not leave half-made groups
+    sized = strategy.with_world_size(world)
+    if not sized.is_inference:
+        _megatron_init_kwargs(sized, td, megatron_kwargs)  # version problems surface here too
+
+    started = init_distributed(backend, timeout=td)
+    try:
+        rank = dist.get_rank()
+        world = dist.get_world_size()
+        sized = strategy.with_world_size(world)
+        grid = layout(sized, world)
+        if sized.is_inference:
+            pgs, created = _build_inference(grid, rank, td)
+            megatron = False
+        else:
+            pgs, created = _build_training(sized, grid, rank, td, megatron_kwargs)
+            megatron = True
+        mine = {kind: _my_group(grid[kind], rank) for kind in KINDS}
+        _check_membership(pgs, mine, rank)
+        handle = Groups(strategy=sized, rank=rank, world_size=world, backend=started.backend,
+                        device=device_for(started.backend), layout=grid, ranks=mine,
+                        coords=coordinates(sized, world, rank), megatron=megatron, _pgs=pgs,
+                        _created=created, _started_dist=started.started)
+        if sized.is_inference:
+            handle._set_yunchang = _point_yunchang(pgs["ulysses"], pgs["ring"])
+    except BaseException:
+        _cleanup_after_failure(started.started)
+        raise
+    _active = handle
+    return handle
+
+
+def destroy() -> None:
+    """Tear down what :func:`initialize` made; a no-op when nothing is initialized.
+
+    Clears Megatron's parallel state, destroys the groups made here, resets yunchang's
+    globals, and destroys the default process group when initialize() started it.
+    """
+    if _active is not None:
+        _teardown(_active)
+
+
+def current() -> Groups | None:
+    """The live handle from the last :func:`initialize`, or None."""
+    return _active if _active is not None and _active.alive else None
+
+
+# ---- helpers --------------------------------------------------------------------------------
+
+def _env_world() -> int:
+    from .backend import detect_env
+
+    return detect_env().world_size
+
+
+def _my_group(groups: list[list[int]], rank: int) -> list[int]:
+    for g in groups:
+        if rank in g:
+            return list(g)
+    raise RuntimeError(f"rank {rank} is in no group of the layout")  # layout covers every rank
+
+
+def _new_groups(all_groups: list[list[int]], rank: int, td: timedelta | None,
+                created: list[Any]) -> Any:
+    """Create every group of one kind (all ranks, same order); return this rank's."""
+    import torch.distributed as dist
+
+    mine = None
+    for g in all_groups:
+        kwargs = {"timeout": td} if td is not None else {}
+        pg = dist.new_group(ranks=list(g), **kwargs)
+        if rank in g:
+            mine = pg
+            created.append(pg)
+    return mine
+
+
+def _fill_by_new_group(grid: dict[str, list[list[int]]], pgs: dict[str, Any], rank: int,
+                       td: timedelta | None, created: list[Any]) -> None:
+    """Give every kind not yet in ``pgs`` a group: reuse a kind with the same partition of the
+    ranks (decided from the full layout, so identically on every rank), else new_group."""
+    by_partition: dict[tuple, str] = {_partition(grid[k]): k for k in pgs}
+    for kind in KINDS:
+        if kind in pgs:
+            continue
+        part = _partition(grid[kind])
+        if part in by_partition:
+            pgs[kind] = pgs[by_partition[part]]
+        else:
+            pgs[kind] = _new_groups(grid[kind], rank, td, created)
+            by_partition[part] = kind
+
+
+def _partition(groups: list[list[int]]) -> tuple:
+    return tuple(sorted(tuple(g) for g in groups))
+
+
+def _build_inference(grid: dict[str, list[list[int]]], rank: int,
+                     td: timedelta | None) -> tuple[dict[str, Any], list[Any]]:
+    pgs: dict[str, Any] = {}
+    created: list[Any] = []
+    _fill_by_new_group(grid, pgs, rank, td, created)
+    return pgs, created
+
+
+def _build_training(s: Strategy, grid: dict[str, list[list[int]]], rank: int,
+                    td: timedelta | None, extra: Mapping[str, Any] | None
+                    ) -> tuple[dict[str, Any], list[Any]]:
+    ps = _parallel_state()
+    if ps.model_parallel_is_initialized():
+        raise UsageError("megatron.core.parallel_state is already initialized in this process; "
+                         "call parallel_state.destroy_model_parallel() (or parastrat.destroy()) "
+                         "first")
+    ps.initialize_model_parallel(**_megatron_init_kwargs(s, td, extra))
+    pgs: dict[str, Any] = {}
+    for kind, (getter, kwargs) in MEGATRON_GETTERS.items():
+        fn = getattr(ps, getter, None)
+        if fn is not None:
+            pgs[kind] = fn(**kwargs)
+    if s.ulysses > 1 and s.ring > 1:
+        hier = ps.get_hierarchical_context_parallel_groups()
+        pgs["ulysses"], pgs["ring"] = hier[0], hier[1]
+    created: list[Any] = []
+    _fill_by_new_group(grid, pgs, rank, td, created)
+    return pgs, created
+
+
+def _parallel_state():
+    from .._deps import require
+
+    return require("megatron.core.parallel_state", "megatron",
+                   why="training strategies build their groups through Megatron Core")
+
+
+def _megatron_init_kwargs(s: Strategy, td: timedelta | None,
+                          extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Arguments for the installed ``initialize_model_parallel``, adapted to its signature.
+
+    Raises UsageError when the strategy needs an argument this megatron-core lacks.
+    """
+    ps = _parallel_state()
+    accepted = set(inspect.signature(ps.initialize_model_parallel).parameters)
+    want: dict[str, Any] = {
+        "tensor_model_parallel_size": s.tp,
+        "pipeline_model_parallel_size": s.pp,
+        "virtual_pipeline_model_parallel_size": s.vpp if s.vpp > 1 else None,
+        "context_parallel_size": s.cp,
+        "expert_model_parallel_size": s.ep,
+        "expert_tensor_parallel_size": s.etp,
+        "order": s.order,
+    }
+    if s.ulysses > 1 and s.ring > 1:
+        want["hierarchical_context_parallel_sizes"] = [s.ulysses, s.ring]
+    if td is not None:
+        want["distributed_timeout_minutes"] = max(1, math.ceil(td.total_seconds() / 60))
+    # what each argument means when the installed version lacks it: None = harmless to drop
+    needed_unless = {
+        "context_parallel_size": s.cp == 1,
+        "expert_model_parallel_size": s.ep == 1,
+        "expert_tensor_parallel_size": s.etp == s.tp,  # old versions: etp follows tp
+        "hierarchical_context_parallel_sizes": False,
+        "order": s.order == "tp-cp-ep-dp-pp",  # the default of versions without the argument
+        "virtual_pipeline_model_parallel_size": s.vpp == 1,
+    }
+    version = _megatron_version()
+    out: dict[str, Any] = {}
+    problems = []
+    for key, value in want.items():
+        if key in accepted:
+            out[key] = value
+        elif not needed_unless.get(key, True):
+            problems.append(f"{key}={value!r}")
+    if problems:
+        raise UsageError(f"the installed megatron-core {version} has no "
+                         f"{', '.join(problems)} in initialize_model_parallel; upgrade with "
+                         "pip install -U megatron-core (>= 0.13) or change the strategy")
+    for key, value in (extra or {}).items():
+        if key not in accepted:
+            raise UsageError(f"megatron-core {version}'s initialize_model_parallel has no "
+                             f"argument {key!r}")
+        out[key] = value
+    return out
+
+
+def _megatron_version() -> str:
+    try:
+        from importlib.metadata import version
+
+        return version("megatron-core")
+    except Exception:  # noqa: BLE001
+        return "(unknown version)"
+
+
+def _check_membership(pgs: Mapping[str, Any], mine: Mapping[str, list[int]], rank: int) -> None:
+    """Every group's members must equal the layout's; a disagreement is a bug to report."""
+    import torch.distributed as dist
+
+    for kind in KINDS:
+        got = sorted(dist.get_process_group_ranks(pgs[kind]))
+        if got != sorted(mine[kind]):
+            raise RuntimeError(f"rank {rank}: the {kind} group holds ranks {got} but "
+                               f"parastrat.layout says {mine[kind]}; please report this "
+                               "(layout and the framework disagree)")
+
+
+def _point_yunchang(ulysses_pg: Any, ring_pg: Any) -> bool:
+    """Point yunchang's global Ulysses/ring groups at ours; False when yunchang is absent."""
+    import importlib.util
+
+    if importlib.util.find_spec("yunchang") is None:
+        return False
+    from yunchang.globals import PROCESS_GROUP
+
+    PROCESS_GROUP.ULYSSES_PG = ulysses_pg
+    PROCESS_GROUP.RING_PG = ring_pg
+    return True
+
+
+def _reset_yunchang() -> None:
+    from yunchang.globals import PROCESS_GROUP
+
+    PROCESS_GROUP.ULYSSES_PG = None
+    PROCESS_GROUP.RING_PG = None
+
+
+def _teardown(handle: Groups) -> None:
+    global _active
+    if not handle.alive:
+        return
+    handle.alive = False
+    if _active is handle:
+        _active = None
+    import torch.distributed as dist
+
+    if handle._set_yunchang:
+        _reset_yunchang()
+    if handle.megatron:
+        _parallel_state().destroy_model_parallel()
+    if not dist.is_initialized():
+        return
+    if handle._started_dist:
+        dist.destroy_process_group()  # destroys every subgroup with it
+        return
+    for pg in handle._created:
+        try:
+            dist.destroy_process_group(pg)
+        except Exception:  # noqa: BLE001 - already gone with its backend
+            pass
+
+
+def _cleanup_after_failure(started_dist: bool) -> None:
+    """Undo a half-finished initialize so the process can try again."""
+    import torch.distributed as dist
+
+    import sys
+
+    ps = sys.modules.get("megatron.core.parallel_state")
+    if ps is not None and ps.model_parallel_is_initialized():
+        ps.destroy_model_parallel()
+    if started_dist and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+__all__ = ["Groups", "initialize", "destroy", "current", "MEGATRON_GETTERS"]

@@ -1,0 +1,199 @@
+"""Read a local Hugging Face ``config.json`` into a :class:`~parastrat.ModelSpec`.
+
+Only the file on disk is read; nothing is downloaded.  Understood ``model_type`` families:
+Llama / Mistral / Mixtral, Qwen2 / Qwen2-MoE / Qwen3 / Qwen3-MoE, DeepSeek-V2 / V3 (and
+Kimi K2, which reuses the V3 architecture), GPT-OSS, OLMoE and Nemotron.  Other decoder-only
+configs that use the same standard field names load too; a missing or nonsensical field raises
+:class:`~parastrat.errors.SpecError` naming the field and the file.
+
+HF -> Megatron field map (the ones that matter for cost):
+
+==============================  ==========================================
+``num_hidden_layers``           ``num_layers``
+``intermediate_size``           ``ffn_hidden_size`` (and the expert size for Mixtral,
+                                GPT-OSS, OLMoE, which have no ``moe_intermediate_size``)
+``num_key_value_heads``         ``num_query_groups`` (ignored under MLA)
+``head_dim``                    ``kv_channels``
+``num_local_experts`` /         ``num_moe_experts``
+``num_experts`` /
+``n_routed_experts``
+``num_experts_per_tok``         ``moe_router_topk``
+``moe_intermediate_size``       ``moe_ffn_hidden_size``
+``n_shared_experts`` x size,    ``moe_shared_expert_intermediate_size``
+``shared_expert_intermediate_
+size``
+``first_k_dense_replace``       ``moe_first_dense_layers``
+``moe_layer_freq`` /            ``moe_layer_freq``
+``decoder_sparse_step``
+``num_nextn_predict_layers``    ``mtp_num_layers``
+==============================  ==========================================
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..errors import SpecError
+from .model import ModelSpec
+
+#: Families whose MLP is *not* gated (HF Llama-likes always use gate/up/down).
+_UNGATED = {"nemotron": "squared ReLU", "gpt2": "GELU", "gpt_bigcode": "GELU",
+            "starcoder2": "GELU", "falcon": "GELU"}
+#: Families with per-head QK RMSNorm.
+_QK_NORM = {"qwen3", "qwen3_moe", "olmoe", "olmo2"}
+#: Families with a bias on Q/K/V only.
+_QKV_BIAS = {"qwen2", "qwen2_moe"}
+_LAYERNORM = {"nemotron", "gpt2", "gpt_bigcode", "starcoder2", "falcon"}
+_MLA = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
+
+
+def _read(path: "str | Path | Mapping[str, Any]") -> tuple[dict[str, Any], str]:
+    if isinstance(path, Mapping):
+        return dict(path), "<dict>"
+    p = Path(path)
+    if p.is_dir():
+        p = p / "config.json"
+    try:
+        text = p.read_text()
+    except OSError as exc:
+        raise SpecError(f"cannot read Hugging Face config {p}: {exc.strerror or exc} "
+                        "(pass a local config.json or the folder holding it)") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(f"{p} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise SpecError(f"{p} must hold a JSON object, got {type(data).__name__}")
+    return data, str(p)
+
+
+def spec_from_hf_config(path: "str | Path | Mapping[str, Any]", *,
+                        name: str | None = None) -> ModelSpec:
+    """Translate a Hugging Face ``config.json`` (file, folder or dict) into a ModelSpec."""
+    raw, where = _read(path)
+    # Multimodal wrappers keep the language model under text_config.
+    cfg = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    model_type = str(cfg.get("model_type") or raw.get("model_type") or "").lower()
+
+    def need(*keys: str) -> Any:
+        for key in keys:
+            if cfg.get(key) is not None:
+                return cfg[key]
+        raise SpecError(f"{where}: missing field {keys[0]!r}"
+                        + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else "")
+                        + f" for model_type {model_type or '?'!r}")
+
+    def opt(*keys: str, default: Any = None) -> Any:
+        for key in keys:
+            if cfg.get(key) is not None:
+                return cfg[key]
+        return default
+
+    def whole(key: str, value: Any, minimum: int = 1) -> int:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) \
+                or value < minimum:
+            raise SpecError(f"{where}: field {key!r} must be a whole number >= {minimum}, "
+                            f"got {value!r}")
+        return int(value)
+
+    layers = whole("num_hidden_layers", need("num_hidden_layers", "n_layer", "num_layers"))
+    hidden = whole("hidden_size", need("hidden_size", "n_embd", "d_model"))
+    heads = whole("num_attention_heads", need("num_attention_heads", "n_head"))
+    vocab = whole("vocab_size", need("vocab_size"))
+    ffn = opt("intermediate_size", "ffn_hidden_size", "n_inner")
+    ffn = whole("intermediate_size", ffn if ffn is not None else 4 * hidden)
+
+    fields: dict[str, Any] = dict(
+        name=name or _default_name(raw, where, model_type),
+        num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
+        ffn_hidden_size=ffn, vocab_size=vocab,
+        gated_linear_unit=model_type not in _UNGATED,
+        tied_embeddings=bool(opt("tie_word_embeddings", default=model_type in _UNGATED)),
+        position_embedding_type="learned" if model_type in ("gpt2", "gpt_bigcode") else "rope",
+        max_position_embeddings=whole("max_position_embeddings",
+                                      opt("max_position_embeddings", "n_positions",
+                                          "seq_length", default=4096)),
+        normalization="layernorm" if model_type in _LAYERNORM else "rmsnorm",
+        qk_layernorm=model_type in _QK_NORM,
+        hidden_dropout=float(opt("hidden_dropout", "resid_pdrop", default=0.0)),
+        attention_dropout=float(opt("attention_dropout", "attn_pdrop", default=0.0)),
+        make_vocab_size_divisible_by=128,
+        source=f"Hugging Face config {where}",
+    )
+    bias = bool(opt("attention_bias", default=False))
+    fields["add_qkv_bias"] = bias or model_type in _QKV_BIAS
+    # GPT-OSS also puts biases on the output projection and the experts.
+    fields["add_bias_linear"] = bias and model_type == "gpt_oss"
+
+    if model_type in _MLA or opt("kv_lora_rank") is not None:
+        fields.update(
+            multi_latent_attention=True,
+            q_lora_rank=(whole("q_lora_rank", cfg["q_lora_rank"])
+                         if cfg.get("q_lora_rank") else None),
+            kv_lora_rank=whole("kv_lora_rank", need("kv_lora_rank")),
+            qk_head_dim=whole("qk_nope_head_dim", need("qk_nope_head_dim")),
+            qk_pos_emb_head_dim=whole("qk_rope_head_dim", need("qk_rope_head_dim")),
+            v_head_dim=whole("v_head_dim", need("v_head_dim")),
+        )
+    else:
+        kv = opt("num_key_value_heads", "num_kv_heads", "n_head_kv")
+        if kv is not None:
+            kv = whole("num_key_value_heads", kv)
+            if kv > heads or heads % kv:
+                raise SpecError(f"{where}: num_key_value_heads={kv} must divide "
+                                f"num_attention_heads={heads}")
+            fields["num_query_groups"] = kv
+        head_dim = opt("head_dim", "kv_channels")
+        if head_dim is not None:
+            fields["kv_channels"] = whole("head_dim", head_dim)
+        elif hidden % heads:
+            raise SpecError(f"{where}: hidden_size={hidden} is not divisible by "
+                            f"num_attention_heads={heads} and no head_dim is given")
+
+    experts = opt("num_local_experts", "num_experts", "n_routed_experts")
+    if experts:
+        experts = whole("num_experts", experts)
+        topk = whole("num_experts_per_tok",
+                     need("num_experts_per_tok", "experts_per_token", "moe_topk"))
+        expert_ffn = whole("moe_intermediate_size",
+                           opt("moe_intermediate_size", default=ffn))
+        shared = 0
+        if opt("n_shared_experts"):
+            shared = whole("n_shared_experts", cfg["n_shared_experts"]) * expert_ffn
+        elif opt("shared_expert_intermediate_size"):
+            shared = whole("shared_expert_intermediate_size",
+                           cfg["shared_expert_intermediate_size"])
+        first_dense = whole("first_k_dense_replace", opt("first_k_dense_replace", default=0), 0)
+        freq = whole("moe_layer_freq", opt("moe_layer_freq", "decoder_sparse_step", default=1))
+        dense_only = opt("mlp_only_layers", default=[]) or []
+        if dense_only:
+            # Qwen-MoE's list of dense layers: count the leading run as dense layers.
+            lead = 0
+            while lead in dense_only:
+                lead += 1
+            first_dense = max(first_dense, lead)
+        fields.update(num_moe_experts=experts, moe_router_topk=topk,
+                      moe_ffn_hidden_size=expert_ffn,
+                      moe_shared_expert_intermediate_size=shared,
+                      moe_first_dense_layers=first_dense, moe_layer_freq=freq)
+    mtp = opt("num_nextn_predict_layers", default=0)
+    if mtp:
+        fields["mtp_num_layers"] = whole("num_nextn_predict_layers", mtp, 0)
+    try:
+        return ModelSpec(**fields)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
+
+
+def _default_name(raw: Mapping[str, Any], where: str, model_type: str) -> str:
+    name = raw.get("_name_or_path")
+    if isinstance(name, str) and name:
+        return name.rstrip("/").split("/")[-1]
+    if where != "<dict>":
+        p = Path(where)
+        stem = p.parent.name if p.name == "config.json" else p.stem
+        if stem:
+            return stem
+    return model_type or "hf-model"

@@ -1,0 +1,466 @@
+"""parastrat.adapters.megatron against the real Megatron Core TransformerConfig (CPU).
+
+Expected field values are written from the mapping in the design (ring -> p2p, Ulysses ->
+a2a, both -> a2a+p2p with [ulysses, ring]; ETP always explicit; bf16 pipeline_dtype with
+PP), not read back from the adapter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass, field
+
+import pytest
+
+pytest.importorskip("megatron.core")
+torch = pytest.importorskip("torch")
+
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+
+import parastrat  # noqa: E402
+from parastrat import Strategy, StrategyError  # noqa: E402
+from parastrat.adapters import megatron as mg  # noqa: E402
+from parastrat.strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER  # noqa: E402
+
+# Megatron Core's own construction-time notes, not about the adapter.
+pytestmark = [pytest.mark.filterwarnings("ignore:full scope is deprecated"),
+              pytest.mark.filterwarnings("ignore:moe_ffn_hidden_size is not set")]
+
+
+def dense(**kw) -> TransformerConfig:
+    """16 layers, 16 heads, 4 query groups (GQA), dense."""
+    args = dict(num_layers=16, hidden_size=512, num_attention_heads=16, num_query_groups=4)
+    args.update(kw)
+    return TransformerConfig(**args)
+
+
+def moe(**kw) -> TransformerConfig:
+    """The dense shape with 8 routed experts per layer, no linear biases (as MoE models)."""
+    return dense(**{"num_moe_experts": 8, "add_bias_linear": False, **kw})
+
+
+def snapshot(cfg) -> dict:
+    """Every dataclass field by identity (a refused apply must not even rebind one)."""
+    return {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)}
+
+
+def assert_untouched(cfg, before: dict) -> None:
+    changed = [n for n, v in before.items() if getattr(cfg, n) is not v]
+    assert changed == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Fields written.
+# ---------------------------------------------------------------------------------------------
+def test_dense_tp_sp_writes_every_degree_and_explicit_etp():
+    cfg = dense()
+    out = mg.apply(cfg, Strategy(tp=4, sp=True))
+    assert out is cfg
+    assert cfg.tensor_model_parallel_size == 4
+    assert cfg.pipeline_model_parallel_size == 1
+    assert cfg.virtual_pipeline_model_parallel_size is None
+    assert cfg.context_parallel_size == 1
+    assert cfg.expert_model_parallel_size == 1
+    # dense: etp defaults to tp, and is written explicitly
+    assert cfg.expert_tensor_parallel_size == 4
+    assert cfg.sequence_parallel is True
+    assert cfg.cp_comm_type is None  # cp = 1: left as it was
+    assert cfg.pipeline_dtype is None  # pp = 1: not needed
+
+
+def test_moe_ep_with_etp_one():
+    cfg = moe()
+    mg.apply(cfg, Strategy(tp=2, ep=4, sp=True))
+    assert (cfg.tensor_model_parallel_size, cfg.expert_model_parallel_size,
+            cfg.expert_tensor_parallel_size) == (2, 4, 1)
+    assert cfg.sequence_parallel is True
+
+
+def test_moe_explicit_etp_replaces_megatron_default():
+    # TransformerConfig.__post_init__ filled etp = tp = 1; the strategy says etp 2.
+    cfg = moe()
+    assert cfg.expert_tensor_parallel_size == 1
+    mg.apply(cfg, Strategy(tp=2, ep=2, etp=2, sp=True))
+    assert cfg.expert_tensor_parallel_size == 2
+
+
+@pytest.mark.parametrize("strategy, comm, sizes", [
+    (Strategy(cp=4), "p2p", None),                                   # ring only
+    (Strategy(ulysses=4, order=MEGATRON_ORDER), "a2a", None),        # Ulysses only
+    (Strategy(ulysses=2, ring=4, order=MEGATRON_ORDER), "a2a+p2p", [2, 4]),  # hierarchical
+])
+def test_context_parallel_comm_type(strategy, comm, sizes):
+    cfg = dense()
+    mg.apply(cfg, strategy)
+    assert cfg.context_parallel_size == strategy.ulysses * strategy.ring
+    assert cfg.cp_comm_type == comm
+    assert cfg.hierarchical_context_parallel_sizes == sizes
+
+
+def test_leaving_hierarchical_cp_clears_the_sizes():
+    cfg = dense()
+    mg.apply(cfg, Strategy(ulysses=2, ring=2, order=MEGATRON_ORDER))
+    mg.apply(cfg, Strategy(cp=2))
+    assert (cfg.cp_comm_type, cfg.hierarchical_context_parallel_sizes) == ("p2p", None)
+
+
+def test_vpp_and_pipeline_dtype():
+    # 16 layers / pp 4 = 4 per stage, / vpp 2 = 2 per virtual chunk.
+    cfg = dense()
+    mg.apply(cfg, Strategy(pp=4, vpp=2))
+    assert cfg.pipeline_model_parallel_size == 4
+    assert cfg.virtual_pipeline_model_parallel_size == 2
+    assert cfg.pipeline_dtype is torch.bfloat16
+
+
+def test_pipeline_dtype_already_set_is_kept():
+    cfg = dense()
+    cfg.pipeline_dtype = torch.float16
+    mg.apply(cfg, Strategy(pp=2))
+    assert cfg.pipeline_dtype is torch.float16
+
+
+def test_uneven_pipeline_split_and_back_to_even():
+    # 14 layers, pp 4: first 2, last 4, middle two stages share 14-2-4 = 8 -> 4 each.
+    cfg = dense(num_layers=14)
+    s = Strategy(pp=4, first_stage_layers=2, last_stage_layers=4)
+    mg.apply(cfg, s)
+    assert cfg.num_layers_in_first_pipeline_stage == 2
+    assert cfg.num_layers_in_last_pipeline_stage == 4
+    assert s.stage_layers(14) == [2, 4, 4, 4]
+    cfg.num_layers = 16
+    mg.apply(cfg, Strategy(pp=4))
+    assert cfg.num_layers_in_first_pipeline_stage is None
+    assert cfg.num_layers_in_last_pipeline_stage is None
+
+
+def test_report_lists_old_and_new():
+    cfg = dense()
+    _, changes = mg.apply(cfg, Strategy(tp=2, pp=2, sp=True), report=True)
+    got = {c.path: (c.old, c.new) for c in changes}
+    assert got["tensor_model_parallel_size"] == (1, 2)
+    assert got["pipeline_model_parallel_size"] == (1, 2)
+    assert got["expert_tensor_parallel_size"] == (1, 2)
+    assert got["sequence_parallel"] == (False, True)
+    assert got["pipeline_dtype"] == (None, torch.bfloat16)
+    # unchanged fields are not reported
+    assert "context_parallel_size" not in got
+    assert str(changes[0]) == "tensor_model_parallel_size: 1 -> 2"
+    # applying the same strategy again changes nothing
+    assert mg.apply(cfg, Strategy(tp=2, pp=2, sp=True), report=True)[1] == []
+
+
+def test_plan_changes_does_not_touch_the_config():
+    cfg = dense()
+    before = snapshot(cfg)
+    changes = mg.plan_changes(cfg, Strategy(tp=4, sp=True))
+    assert [c.path for c in changes] == ["tensor_model_parallel_size",
+                                         "expert_tensor_parallel_size", "sequence_parallel"]
+    assert_untouched(cfg, before)
+
+
+def test_top_level_apply_is_the_adapter():
+    cfg = dense()
+    parastrat.apply(cfg, Strategy(tp=2))
+    assert cfg.tensor_model_parallel_size == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals: every rule reported, nothing changed.
+# ---------------------------------------------------------------------------------------------
+def test_refusal_lists_every_rule_and_changes_nothing():
+    cfg = dense(num_layers=15)
+    before = snapshot(cfg)
+    # tp 3 does not divide 16 heads; 15 layers do not split over pp 2.
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, Strategy(tp=3, pp=2))
+    assert {"heads-tp", "layers-pp"} <= set(err.value.rules)
+    assert_untouched(cfg, before)
+
+
+def test_ep_on_a_dense_model_is_refused():
+    cfg = dense()
+    before = snapshot(cfg)
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, Strategy(ep=2))
+    assert err.value.rules == ["ep-dense"]
+    assert_untouched(cfg, before)
+
+
+def test_world_size_checked_when_given():
+    # world 6 is not a multiple of tp*cp*pp = 4
+    with pytest.raises(StrategyError) as err:
+        mg.apply(dense(), Strategy(tp=2, pp=2), world_size=6)
+    assert "world-dense" in err.value.rules
+
+
+def test_megatron_own_checks_are_a_second_opinion():
+    # Megatron Core: "Bias in Moe is only supported when ETP==1" - a rule parastrat does not
+    # model; the copy re-running __post_init__ catches it and the config stays as it was.
+    cfg = moe(add_bias_linear=True)
+    before = snapshot(cfg)
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, Strategy(tp=2, ep=2, etp=2, sp=True))
+    assert err.value.rules == ["megatron-config"]
+    assert "ETP" in str(err.value)
+    assert_untouched(cfg, before)
+    mg.apply(cfg, Strategy(tp=2, ep=2, etp=1, sp=True))  # the fix the message points to
+    assert cfg.expert_tensor_parallel_size == 1
+
+
+def test_uneven_split_conflicts_with_account_for_embedding():
+    cfg = dense(num_layers=14, account_for_embedding_in_pipeline_split=False)
+    cfg.account_for_embedding_in_pipeline_split = True
+    before = snapshot(cfg)
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, Strategy(pp=4, first_stage_layers=2, last_stage_layers=4))
+    assert err.value.rules == ["megatron-uneven-account-for"]
+    assert_untouched(cfg, before)
+
+
+def test_inference_strategy_is_refused_with_the_fix():
+    cfg = dense()
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, Strategy(ulysses=2, ring=2))  # xDiT order by default
+    assert err.value.rules == ["megatron-inference-strategy"]
+    assert MEGATRON_ORDER in err.value.violations[0].hint
+
+
+def test_not_a_config():
+    with pytest.raises(TypeError, match="ConfigContainer"):
+        mg.apply(object(), Strategy())
+
+
+# ---------------------------------------------------------------------------------------------
+# Round trip, including a property test over many strategies.
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("s", [
+    Strategy(tp=4, sp=True),
+    Strategy(tp=2, pp=4, vpp=2, sp=True),
+    Strategy(tp=2, ep=4, sp=True),
+    Strategy(cp=4),
+    Strategy(ulysses=4, order=MEGATRON_ORDER),
+    Strategy(ulysses=2, ring=2, tp=2, sp=True, order=MEGATRON_ORDER),
+    Strategy(pp=4, first_stage_layers=2, last_stage_layers=6),
+])
+def test_round_trip(s):
+    cfg = moe()
+    assert mg.from_config(mg.apply(cfg, s)) == s
+
+
+def test_from_config_fills_dp_from_world_size():
+    cfg = mg.apply(dense(), Strategy(tp=2, pp=2))
+    s = mg.from_config(cfg, world_size=16)
+    assert (s.dp, s.world_size) == (4, 16)  # 16 / (tp 2 * pp 2) = 4
+
+
+def test_from_config_mixed_per_layer_cp_comm_type():
+    cfg = dense(context_parallel_size=2, cp_comm_type=["p2p"] * 8 + ["a2a"] * 8)
+    with pytest.raises(StrategyError) as err:
+        mg.from_config(cfg)
+    assert err.value.rules == ["cp-comm-type-mixed"]
+
+
+DEGREES = st.sampled_from([1, 2, 4])
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(tp=DEGREES, pp=st.sampled_from([1, 2, 3, 4]), vpp=st.sampled_from([1, 2]), ulysses=DEGREES,
+       ring=DEGREES, ep=st.sampled_from([1, 2, 4, 8, 3]), etp=st.sampled_from([None, 1, 2]),
+       sp=st.booleans())
+def test_property_apply_round_trips_or_refuses_untouched(tp, pp, vpp, ulysses, ring, ep, etp, sp):
+    try:
+        s = Strategy(tp=tp, pp=pp, vpp=vpp, ulysses=ulysses, ring=ring, ep=ep, etp=etp, sp=sp,
+                     order=MEGATRON_ORDER)
+    except StrategyError:
+        assume(False)
+    cfg = moe()
+    before = snapshot(cfg)
+    try:
+        mg.apply(cfg, s)
+    except StrategyError as err:
+        assert err.violations
+        assert_untouched(cfg, before)
+        # the refusal is the strategy's own rules' verdict (one source of truth) ...
+        own = [v for v in s.check(mg.model_view(cfg)) if v.severity == "error"]
+        # ... or megatron-core's second opinion when they pass
+        assert own or err.rules == ["megatron-config"]
+        return
+    assert mg.from_config(cfg) == s
+    assert not [v for v in s.check(mg.model_view(cfg)) if v.severity == "error"]
+
+
+# ---------------------------------------------------------------------------------------------
+# A Bridge-shaped container: model (a real TransformerConfig subclass), train, dist.
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class ProviderLike(TransformerConfig):
+    """Shaped like Bridge's GPTModelProvider: a TransformerConfig with seq_length."""
+
+    seq_length: int = 4096
+
+
+@dataclass
+class TrainLike:
+    global_batch_size: int | None = None
+    micro_batch_size: int | None = None
+
+
+@dataclass
+class DistLike:
+    use_tp_pp_dp_mapping: bool = False
+
+
+@dataclass
+class ContainerLike:
+    model: ProviderLike
+    train: TrainLike = field(default_factory=TrainLike)
+    dist: DistLike = field(default_factory=DistLike)
+
+
+def container(gbs=None, mbs=None, seq_length=4096, **model_kw) -> ContainerLike:
+    args = dict(num_layers=16, hidden_size=512, num_attention_heads=16, num_query_groups=4,
+                seq_length=seq_length)
+    args.update(model_kw)
+    return ContainerLike(ProviderLike(**args), TrainLike(gbs, mbs))
+
+
+def test_bridge_container_fields_go_under_model():
+    cfg = container()
+    _, changes = mg.apply(cfg, Strategy(tp=2, pp=2, sp=True), report=True)
+    assert cfg.model.tensor_model_parallel_size == 2
+    assert cfg.model.pipeline_dtype is torch.bfloat16
+    assert all(c.path.startswith("model.") for c in changes)
+
+
+def test_bridge_batch_rules_against_world_size():
+    # world 16, tp 2 * pp 2 -> dp 4; gbs 30 is not a multiple of mbs 1 * dp 4 = 4.
+    cfg = container(gbs=30, mbs=1)
+    before = snapshot(cfg.model)
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, Strategy(tp=2, pp=2, sp=True), world_size=16)
+    assert err.value.rules == ["batch-divisible"]
+    assert_untouched(cfg.model, before)
+    # gbs 32 = 4 micro-batches of mbs 2 on each of dp 4: accepted.
+    cfg = container(gbs=32, mbs=2)
+    mg.apply(cfg, Strategy(tp=2, pp=2, sp=True), world_size=16)
+    assert cfg.model.tensor_model_parallel_size == 2
+
+
+def test_bridge_batch_uses_strategy_dp_when_no_world_given():
+    # s.dp = 8 -> world 8*2 = 16 ranks; gbs 12 is not a multiple of 1 * 8.
+    with pytest.raises(StrategyError) as err:
+        mg.apply(container(gbs=12, mbs=1), Strategy(tp=2, sp=True).with_world_size(16))
+    assert err.value.rules == ["batch-divisible"]
+
+
+def test_bridge_world_size_and_batch_reported_together():
+    # world 10 is not a multiple of tp*cp*pp = 4 (and seq 4100 % (2*cp 2) = 4100 % 4 = 0 ok)
+    with pytest.raises(StrategyError) as err:
+        mg.apply(container(gbs=32, mbs=1, seq_length=4100), Strategy(tp=2, cp=2), world_size=10)
+    assert "world-dense" in err.value.rules
+
+
+def test_bridge_seq_length_against_cp():
+    # 4100 % (2 * cp 4) = 4100 % 8 = 4 -> refused; 4096 % 8 = 0 -> accepted.
+    with pytest.raises(StrategyError) as err:
+        mg.apply(container(seq_length=4100), Strategy(cp=4))
+    assert err.value.rules == ["seq-cp"]
+    mg.apply(container(seq_length=4096), Strategy(cp=4))
+
+
+def test_bridge_order_switch_round_trip():
+    cfg = container()
+    s = Strategy(tp=2, pp=2, sp=True, order=MEGATRON_TP_PP_DP_ORDER)
+    mg.apply(cfg, s)
+    assert cfg.dist.use_tp_pp_dp_mapping is True
+    assert mg.from_config(cfg) == s
+    mg.apply(cfg, Strategy(tp=2, pp=2, sp=True))
+    assert cfg.dist.use_tp_pp_dp_mapping is False
+
+
+def test_bridge_tp_pp_dp_mapping_refused_with_cp():
+    cfg = container()
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, Strategy(cp=2, order=MEGATRON_TP_PP_DP_ORDER))
+    assert "bridge-tp-pp-dp-mapping" in err.value.rules
+    assert cfg.dist.use_tp_pp_dp_mapping is False
+
+
+# ---------------------------------------------------------------------------------------------
+# Overrides for run_recipe.py.
+# ---------------------------------------------------------------------------------------------
+def test_to_overrides_hierarchical_cp_with_vpp():
+    s = Strategy(tp=4, pp=4, vpp=2, sp=True, ulysses=2, ring=2, order=MEGATRON_ORDER)
+    assert mg.to_overrides(s, micro_batch_size=1, global_batch_size=64) == [
+        "model.tensor_model_parallel_size=4",
+        "model.pipeline_model_parallel_size=4",
+        "model.virtual_pipeline_model_parallel_size=2",
+        "model.context_parallel_size=4",
+        "model.cp_comm_type=a2a+p2p",
+        "model.hierarchical_context_parallel_sizes=[2,2]",
+        "model.expert_model_parallel_size=1",
+        "model.expert_tensor_parallel_size=4",
+        "model.sequence_parallel=true",
+        "model.num_layers_in_first_pipeline_stage=null",
+        "model.num_layers_in_last_pipeline_stage=null",
+        "dist.use_tp_pp_dp_mapping=false",
+        "train.micro_batch_size=1",
+        "train.global_batch_size=64",
+    ]
+
+
+def test_to_overrides_refuses_what_bridge_cannot_express():
+    with pytest.raises(StrategyError) as err:
+        mg.to_overrides(Strategy(ulysses=2, cfg=2))
+    assert err.value.rules == ["megatron-inference-strategy"]
+
+
+def test_overrides_parsed_by_hydra_land_on_the_config_and_round_trip():
+    """Parse the overrides with Hydra's own grammar, merge them in struct mode into an
+    OmegaConf tree with the real TransformerConfig's field names (as Bridge's
+    ``process_config_with_overrides`` does), write them back and read the strategy."""
+    pytest.importorskip("hydra")
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from omegaconf import OmegaConf
+
+    cfg = moe()
+    plain = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
+             if isinstance(getattr(cfg, f.name), (int, str, bool, list, type(None)))}
+    tree = OmegaConf.create({"model": plain, "dist": {"use_tp_pp_dp_mapping": False},
+                             "train": {"micro_batch_size": 1, "global_batch_size": 8}})
+    OmegaConf.set_struct(tree, True)  # unknown keys are an error, as in Bridge
+    s = Strategy(tp=2, pp=2, vpp=2, ep=4, sp=True, ulysses=2, ring=2, order=MEGATRON_ORDER)
+    parsed = OverridesParser.create().parse_overrides(
+        mg.to_overrides(s, micro_batch_size=2, global_batch_size=64))
+    ConfigLoaderImpl._apply_overrides_to_config(overrides=parsed, cfg=tree)
+    for key, value in OmegaConf.to_container(tree.model).items():
+        setattr(cfg, key, value)
+    assert mg.from_config(cfg) == s
+    assert (tree.train.micro_batch_size, tree.train.global_batch_size) == (2, 64)
+
+
+# ---------------------------------------------------------------------------------------------
+# Laziness: importing the adapters imports no framework.
+# ---------------------------------------------------------------------------------------------
+def test_adapters_import_no_framework():
+    code = textwrap.dedent("""
+        import sys
+        import parastrat
+        import parastrat.adapters as a
+        assert a.megatron.to_overrides and a.mindiesd.to_parallel_config
+        assert a.diffusers.to_context_parallel_config and parastrat.adapters is a
+        import parastrat.adapters.megatron, parastrat.adapters.mindiesd
+        import parastrat.adapters.diffusers
+        a.megatron.to_overrides(parastrat.Strategy(tp=2, pp=2))
+        a.mindiesd.to_cli_args(parastrat.Strategy(ulysses=2))
+        bad = [m for m in ("torch", "megatron.core", "diffusers", "torch_npu") if m in sys.modules]
+        assert not bad, bad
+    """)
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120)

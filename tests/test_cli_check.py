@@ -1,0 +1,54 @@
+"""`parastrat check` / `parastrat layout`: exit codes, messages, no tracebacks."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from parastrat.cli import main
+
+
+def test_valid_strategy_exit_0(capsys):
+    assert main(["check", "--gpus", "16", "--tp", "2", "--ep", "8", "--sp"]) == 0
+    out = capsys.readouterr().out
+    assert "valid" in out and "expert data parallel" in out
+
+
+def test_broken_rule_exit_2_with_fix(capsys):
+    assert main(["check", "--gpus", "64", "--tp", "3", "--pp", "5"]) == 2
+    out = capsys.readouterr().out
+    assert "world-dense" in out and "use 60 or 75 devices" in out
+
+
+def test_json_is_one_document(capsys):
+    assert main(["check", "--gpus", "8", "--tp", "2", "--pp", "2", "--sp", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["valid"] and doc["strategy"]["dp"] == 2
+
+
+def test_bad_flag_values_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["check", "--gpus", "8", "--tp", "zero"])
+    assert e.value.code == 2
+
+
+def test_bad_strategy_at_construction_exit_2(capsys):
+    assert main(["check", "--gpus", "8", "--sp"]) == 2
+    assert "sp-needs-tp" in capsys.readouterr().err
+
+
+def test_layout_command(capsys):
+    assert main(["layout", "--gpus", "8", "--tp", "2", "--pp", "2", "--sp",
+                 "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["groups"]["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+
+
+def test_python_m_entry_point_no_traceback():
+    r = subprocess.run([sys.executable, "-m", "parastrat", "check", "--gpus", "6", "--tp", "4"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2
+    assert "Traceback" not in r.stderr + r.stdout

@@ -1,0 +1,99 @@
+"""Cluster: defaults from the accelerator, spans, and THE collective price."""
+
+import json
+import math
+
+import pytest
+from hypothesis import given, strategies as st
+
+import parastrat as ps
+from parastrat.errors import SpecError
+from parastrat.spec.cluster import Calibration, bus_factor, latency_steps, load_calibration
+
+
+def test_defaults_come_from_the_preset():
+    c = ps.Cluster(accelerator="h100", num_devices=64)
+    assert c.accel is ps.hardware.get("h100")
+    assert (c.devices_per_node, c.scale_up_domain, c.num_nodes) == (8, 8, 8)
+    assert c.scale_out_bw_Bps == 50e9
+    gb = ps.Cluster(accelerator="GB200", num_devices=144)
+    assert gb.accelerator == "gb200" and gb.devices_per_node == 4 and gb.num_nodes == 36
+    assert gb.scale_up_domain == 72
+
+
+def test_overrides():
+    c = ps.Cluster("ascend-910b", 32, scale_up_domain=4, scale_out_bw_Bps=12.5e9)
+    assert c.scale_up_domain == 4 and c.span(8) == "inter" and c.span(4) == "intra"
+    assert c.link("inter")[1] == 12.5e9
+
+
+def test_span():
+    c = ps.Cluster("h100", 64)
+    assert c.span(8) == "intra"
+    assert c.span(2, stride=4) == "intra"      # ranks 0 and 4: same node
+    assert c.span(2, stride=8) == "inter"      # ranks 0 and 8: next node
+    assert ps.Cluster("gb200", 144).span(64) == "intra"
+
+
+def test_bus_factors_match_nccl_tests():
+    # nccl-tests doc/PERFORMANCE.md
+    assert bus_factor("all_reduce", 8) == pytest.approx(2 * 7 / 8)
+    assert bus_factor("all_gather", 8) == pytest.approx(7 / 8)
+    assert bus_factor("reduce_scatter", 4) == pytest.approx(3 / 4)
+    assert bus_factor("all_to_all", 2) == pytest.approx(1 / 2)
+    assert bus_factor("broadcast", 8) == bus_factor("send_recv", 2) == bus_factor("ring", 8) == 1
+    with pytest.raises(SpecError, match="unknown collective"):
+        bus_factor("allreduce", 8)
+
+
+def test_collective_time_hand_computed():
+    c = ps.Cluster("h100", 64)
+    alpha, bw = c.accel.intra_latency_s, c.accel.scale_up_bw_Bps
+    # all-reduce of 1 GB on 8 GPUs: alpha * 2*log2(8) + 1e9 * 2*7/8 / 370e9
+    expect = alpha * 6 + 1e9 * 1.75 / bw
+    assert c.collective_time("all_reduce", 1e9, 8) == pytest.approx(expect)
+    assert bw == 370e9
+    # across nodes: 16 ranks contiguous -> inter; all-gather n-1 steps
+    a2, bw2 = c.link("inter")
+    assert c.collective_time("all_gather", 2e9, 16) == pytest.approx(a2 * 15 + 2e9 * 15 / 16 / bw2)
+    assert c.collective_time("all_reduce", 1e9, 1) == 0.0
+
+
+def test_calibration_overrides_and_round_trips(tmp_path):
+    cal = {"ops": {"all_to_all": {"inter": {"alpha_s": 2e-5, "busbw_Bps": 2e10}}},
+           "source": "unit test"}
+    c = ps.Cluster("h100", 64).calibrate(cal)
+    assert c.collective_params("all_to_all", "inter") == (2e-5, 2e10)
+    # others still come from the link
+    assert c.collective_params("all_reduce", "inter") == c.link("inter")
+    assert c.collective_time("all_to_all", 1e9, 16, "inter") == pytest.approx(
+        2e-5 * 15 + 1e9 * 15 / 16 / 2e10)
+    path = tmp_path / "cal.json"
+    path.write_text(json.dumps(Calibration.from_dict(cal).to_dict()))
+    assert load_calibration(path).ops["all_to_all"]["inter"] == (2e-5, 2e10)
+    c2 = ps.Cluster.from_calibration_file(path, accelerator="h100", num_devices=16)
+    assert c2.calibration.source == "unit test" and c2.num_devices == 16
+
+
+def test_bad_inputs_raise_spec_error(tmp_path):
+    with pytest.raises(SpecError):
+        ps.Cluster("h100", 0)
+    with pytest.raises(SpecError, match="known"):
+        ps.Cluster("v100", 8)
+    with pytest.raises(SpecError, match="busbw_Bps"):
+        Calibration.from_dict({"ops": {"all_reduce": {"intra": {"alpha_s": 1}}}})
+    bad = tmp_path / "x.json"
+    bad.write_text("{not json")
+    with pytest.raises(SpecError, match="not valid JSON"):
+        load_calibration(bad)
+
+
+@given(op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]),
+       n=st.integers(2, 4096), nbytes=st.floats(1, 1e12))
+def test_time_grows_with_bytes_and_factor_below_two(op, n, nbytes):
+    c = ps.Cluster("b200", 4096)
+    assert 0 < bus_factor(op, n) < 2
+    assert latency_steps(op, n) >= 1
+    t1 = c.collective_time(op, nbytes, n)
+    t2 = c.collective_time(op, 2 * nbytes, n)
+    assert t2 > t1 > 0 and math.isfinite(t2)

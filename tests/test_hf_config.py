@@ -1,0 +1,108 @@
+"""ModelSpec.from_hf_config on hand-written copies of real config.json files (no network)."""
+
+import json
+from pathlib import Path
+
+import pytest
+
+import parastrat as ps
+from parastrat.errors import SpecError
+
+DATA = Path(__file__).parent / "data" / "hf"
+
+#: config file -> the preset with the same architecture
+SAME_AS_PRESET = {
+    "llama3-8b.json": "llama3-8b",
+    "qwen3-8b.json": "qwen3-8b",
+    "qwen3-30b-a3b.json": "qwen3-30b-a3b",
+    "mixtral-8x7b.json": "mixtral-8x7b",
+    "deepseek-v3.json": "deepseek-v3",
+    "gpt-oss-120b.json": "gpt-oss-120b",
+    "olmoe-1b-7b.json": "olmoe-7b",
+}
+
+SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "query_groups", "head_dim",
+                "ffn_hidden_size", "vocab_size", "gated_linear_unit", "tied_embeddings",
+                "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
+                "moe_shared_expert_intermediate_size", "moe_first_dense_layers",
+                "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "mtp_num_layers")
+
+
+@pytest.mark.parametrize("fname, preset", sorted(SAME_AS_PRESET.items()))
+def test_config_matches_preset(fname, preset):
+    m = ps.ModelSpec.from_hf_config(DATA / fname)
+    p = ps.models.get(preset)
+    for f in SHAPE_FIELDS:
+        if f in ("query_groups", "head_dim") and p.multi_latent_attention:
+            continue
+        if f == "moe_ffn_hidden_size":  # None means "same as ffn_hidden_size"
+            assert (m.moe_ffn_hidden_size or m.ffn_hidden_size) == \
+                (p.moe_ffn_hidden_size or p.ffn_hidden_size)
+            continue
+        assert getattr(m, f) == getattr(p, f), f
+    assert m.num_params == p.num_params
+    assert m.num_active_params == p.num_active_params
+
+
+def test_qwen2_has_qkv_bias_and_published_size():
+    m = ps.ModelSpec.from_hf_config(DATA / "qwen2-7b.json")
+    assert m.add_qkv_bias and not m.add_bias_linear and m.query_groups == 4
+    # Qwen2 technical report Table 1: 6.53B non-embedding parameters; the checkpoint (HF model
+    # size) holds 7.62B because input embedding and output layer (152064 x 3584) are untied.
+    emb = 152064 * 3584
+    assert m.num_params - 2 * emb == pytest.approx(6.53e9, rel=0.01)
+    assert m.num_params == pytest.approx(7.62e9, rel=0.01)
+
+
+def test_details_of_moe_and_mla_fields():
+    ds = ps.ModelSpec.from_hf_config(DATA / "deepseek-v3.json")
+    # n_shared_experts (1) x moe_intermediate_size (2048); num_key_value_heads ignored under MLA
+    assert ds.moe_shared_expert_intermediate_size == 2048
+    assert ds.num_query_groups is None and ds.qk_pos_emb_head_dim == 64
+    oss = ps.ModelSpec.from_hf_config(DATA / "gpt-oss-120b.json")
+    assert oss.add_bias_linear and oss.moe_ffn_hidden_size == 2880 and oss.moe_router_topk == 4
+    assert ps.ModelSpec.from_hf_config(DATA / "qwen3-8b.json").qk_layernorm
+
+
+def test_folder_dict_and_name(tmp_path):
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text((DATA / "llama3-8b.json").read_text())
+    assert ps.ModelSpec.from_hf_config(folder).name == "my-llama"
+    d = json.loads((DATA / "llama3-8b.json").read_text())
+    assert ps.ModelSpec.from_hf_config(d, name="x").name == "x"
+    d["text_config"] = dict(d)            # multimodal wrapper
+    assert ps.ModelSpec.from_hf_config(d).num_layers == 32
+
+
+@pytest.mark.parametrize("drop, field", [("num_hidden_layers", "num_hidden_layers"),
+                                         ("vocab_size", "vocab_size"),
+                                         ("num_experts_per_tok", "num_experts_per_tok")])
+def test_missing_field_named(drop, field):
+    d = json.loads((DATA / "mixtral-8x7b.json").read_text())
+    del d[drop]
+    with pytest.raises(SpecError, match=field):
+        ps.ModelSpec.from_hf_config(d)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"num_hidden_layers": 0}, "num_hidden_layers"),
+    ({"num_key_value_heads": 5}, "num_key_value_heads"),
+    ({"hidden_size": 4000, "num_attention_heads": 48}, "hidden_size"),
+    ({"num_experts_per_tok": 16}, "moe_router_topk"),
+    ({"vocab_size": "many"}, "vocab_size"),
+])
+def test_nonsense_field_named(change, field):
+    d = json.loads((DATA / "mixtral-8x7b.json").read_text())
+    d.update(change)
+    with pytest.raises(SpecError, match=field):
+        ps.ModelSpec.from_hf_config(d)
+
+
+def test_unreadable_files(tmp_path):
+    with pytest.raises(SpecError, match="cannot read"):
+        ps.ModelSpec.from_hf_config(tmp_path / "nope.json")
+    bad = tmp_path / "bad.json"
+    bad.write_text("{oops")
+    with pytest.raises(SpecError, match="not valid JSON"):
+        ps.ModelSpec.from_hf_config(bad)
