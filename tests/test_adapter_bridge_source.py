@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import ast
 import dataclasses
-import importlib.metadata as metadata
-from functools import lru_cache
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -51,7 +51,7 @@ def _module_file(module: str) -> Path:
     raise FileNotFoundError(f"no source for {module}")
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parse(module: str) -> ast.Module:
     return ast.parse(_module_file(module).read_text(encoding="utf-8"))
 
@@ -87,7 +87,7 @@ def _base_name(expr: ast.expr) -> str | None:
     return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def _find_class(module: str, name: str) -> tuple[str, ast.ClassDef] | None:
     """The class definition ``name`` seen from ``module``, following re-exports."""
     for node in _parse(module).body:
@@ -102,7 +102,7 @@ def _find_class(module: str, name: str) -> tuple[str, ast.ClassDef] | None:
         return None
 
 
-@lru_cache(maxsize=None)
+@cache
 def class_fields(module: str, name: str) -> frozenset[str]:
     """Annotated fields and properties of a class and all its bases, from source."""
     found = _find_class(module, name)
@@ -155,6 +155,9 @@ def test_ast_walker_sees_megatron_core_fields_through_bridge_bases():
     real = {f.name for f in dataclasses.fields(TransformerConfig)}
     missing = real - section_fields("model")
     assert not missing, sorted(missing)
+    # ... and only them: a misspelt name is not found, Bridge's own seq_length is.
+    assert "tensor_parallel_size" not in section_fields("model")
+    assert "seq_length" in section_fields("model") and "seq_length" not in real
 
 
 def test_container_sections_exist():

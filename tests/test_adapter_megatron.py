@@ -18,14 +18,14 @@ import pytest
 pytest.importorskip("megatron.core")
 torch = pytest.importorskip("torch")
 
-from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
-from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+from megatron.core.transformer.transformer_config import TransformerConfig
 
-import parastrat  # noqa: E402
-from parastrat import Strategy, StrategyError  # noqa: E402
-from parastrat.adapters import megatron as mg  # noqa: E402
-from parastrat.strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER  # noqa: E402
+import parastrat
+from parastrat import Strategy, StrategyError
+from parastrat.adapters import megatron as mg
+from parastrat.strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER
 
 # Megatron Core's own construction-time notes, not about the adapter.
 pytestmark = [pytest.mark.filterwarnings("ignore:full scope is deprecated"),
@@ -34,7 +34,8 @@ pytestmark = [pytest.mark.filterwarnings("ignore:full scope is deprecated"),
 
 def dense(**kw) -> TransformerConfig:
     """16 layers, 16 heads, 4 query groups (GQA), dense."""
-    args = dict(num_layers=16, hidden_size=512, num_attention_heads=16, num_query_groups=4)
+    args = {"num_layers": 16, "hidden_size": 512, "num_attention_heads": 16,
+            "num_query_groups": 4}
     args.update(kw)
     return TransformerConfig(**args)
 
@@ -324,8 +325,8 @@ class ContainerLike:
 
 
 def container(gbs=None, mbs=None, seq_length=4096, **model_kw) -> ContainerLike:
-    args = dict(num_layers=16, hidden_size=512, num_attention_heads=16, num_query_groups=4,
-                seq_length=seq_length)
+    args = {"num_layers": 16, "hidden_size": 512, "num_attention_heads": 16,
+            "num_query_groups": 4, "seq_length": seq_length}
     args.update(model_kw)
     return ContainerLike(ProviderLike(**args), TrainLike(gbs, mbs))
 

@@ -66,9 +66,9 @@ def test_negative_latency_is_clamped_to_zero():
             _row("ring", 2_000_000, 2, 2e-3)]
     got = fit(rows)["ops"]["ring"]["intra"]
     assert got["alpha_s"] == 0.0
-    # alpha = 0: busbw = sum(w y t) / sum(w y^2) with w = 1/t^2 -> 3 / sum(y/t) = 3 / (3e-6...),
-    # every point is S / t = 1e10 B/s, so busbw = 1e10
-    assert got["busbw_Bps"] == pytest.approx(1e10)
+    # alpha = 0, weights 1/t^2: 1/busbw = sum(r) / sum(r^2) with r = S/t = 1e10, 1e9, 1e9,
+    # so busbw = (1e20 + 2e18) / (1.2e10) = 8.5e9 B/s
+    assert got["busbw_Bps"] == pytest.approx(8.5e9)
 
 
 def test_a_class_with_one_size_is_skipped_and_nothing_fittable_is_an_error():

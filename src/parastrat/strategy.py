@@ -28,10 +28,6 @@ MEGATRON_TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
 #: xDiT's order for diffusion inference (sp = ulysses * ring).
 XDIT_ORDER = "tp-sp-pp-cfg-dp"
 
-TRAINING_AXES = frozenset({"tp", "cp", "ep", "dp", "pp"})
-INFERENCE_AXES = frozenset({"tp", "sp", "pp", "cfg", "dp"})
-
-_DEGREES = ("tp", "pp", "vpp", "cp", "ep", "etp", "dp", "ulysses", "ring", "cfg")
 
 
 def lcm(a: int, b: int) -> int:
@@ -70,26 +66,6 @@ def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
         return Violation(f"{name}-positive", f"{name}={value} must be >= 1",
                          f"use {name}=1 to disable {name.upper()}")
     return None
-
-
-def _check_order(order: str, needs: Mapping[str, int]) -> list[Violation]:
-    names = order.split("-")
-    training_ok = set(names) <= TRAINING_AXES
-    inference_ok = set(names) <= INFERENCE_AXES
-    if len(set(names)) != len(names) or not (training_ok or inference_ok):
-        return [Violation(
-            "order-unknown",
-            f"order {order!r} is not a rank order parastrat knows",
-            f"use a permutation of tp-cp-ep-dp-pp (e.g. {MEGATRON_ORDER!r} or "
-            f"{MEGATRON_TP_PP_DP_ORDER!r}) for training, or of tp-sp-pp-cfg-dp "
-            f"(e.g. {XDIT_ORDER!r}) for inference")]
-    missing = [n for n, size in needs.items() if size > 1 and n not in names]
-    if missing:
-        return [Violation("order-missing-axis",
-                          f"order {order!r} does not name {', '.join(missing)} although "
-                          f"their degree is > 1",
-                          f"add {'-'.join(missing)} to the order string")]
-    return []
 
 
 @dataclass(frozen=True, init=False)

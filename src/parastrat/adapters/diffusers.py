@@ -48,7 +48,7 @@ def _common_violations(s: Strategy, world_size: int | None, unit: int) -> list[V
         out.append(Violation("diffusers-megatron-sp", "sp=True is Megatron's activation "
                              "sharding; diffusers shards the sequence with ulysses/ring",
                              "use sp=False"))
-    if world_size is not None and world_size != unit:
+    if world_size is not None and world_size != unit and not out:  # else a consequence
         out.append(Violation(
             "diffusers-world",
             f"world size {world_size} != {unit}: diffusers builds its mesh over all ranks and "

@@ -30,8 +30,9 @@ from __future__ import annotations
 import copy
 import logging
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .._deps import require
 from ..errors import StrategyError, Violation

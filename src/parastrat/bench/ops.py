@@ -99,11 +99,20 @@ class Collective:
     def check(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    @property
+    def result(self) -> Any:
+        """The tensor :meth:`check` reads (this rank's output)."""
+        raise NotImplementedError  # pragma: no cover - abstract
+
 
 class AllReduce(Collective):
     """In-place sum over the group; rank r contributes r + 1, so every element ends n(n+1)/2."""
 
     name = "all_reduce"
+
+    @property
+    def result(self) -> Any:
+        return self.buf
 
     def __init__(self, ctx: Context, nbytes: int):
         super().__init__(ctx, nbytes)
@@ -128,6 +137,10 @@ class AllGather(Collective):
 
     name = "all_gather"
 
+    @property
+    def result(self) -> Any:
+        return self.out
+
     def __init__(self, ctx: Context, nbytes: int):
         super().__init__(ctx, nbytes)
         count = _elements(ctx, nbytes, ctx.size)
@@ -149,6 +162,10 @@ class ReduceScatter(Collective):
     """Input chunk j is j + 1 on every rank; rank r must end with n * (r + 1)."""
 
     name = "reduce_scatter"
+
+    @property
+    def result(self) -> Any:
+        return self.out
 
     def __init__(self, ctx: Context, nbytes: int):
         super().__init__(ctx, nbytes)
@@ -175,6 +192,10 @@ class AllToAll(Collective):
 
     name = "all_to_all"
 
+    @property
+    def result(self) -> Any:
+        return self.out
+
     def __init__(self, ctx: Context, nbytes: int):
         super().__init__(ctx, nbytes)
         t, n, r = ctx.torch, ctx.size, ctx.rank
@@ -199,6 +220,10 @@ class Broadcast(Collective):
 
     name = "broadcast"
 
+    @property
+    def result(self) -> Any:
+        return self.buf
+
     def __init__(self, ctx: Context, nbytes: int):
         super().__init__(ctx, nbytes)
         count = _elements(ctx, nbytes, 1)
@@ -222,6 +247,10 @@ class _P2P(Collective):
     """Shared buffers of the point-to-point ops: send value rank + 1, receive into ``recv``."""
 
     min_ranks = 2
+
+    @property
+    def result(self) -> Any:
+        return self.recv
 
     def __init__(self, ctx: Context, nbytes: int):
         super().__init__(ctx, nbytes)

@@ -36,6 +36,7 @@ from ..errors import SpecError, StrategyError, Violation
 from ..spec.cluster import Cluster
 from ..spec.dit import DiTSpec, ceil_div
 from ..spec.dit import get as get_dit
+from ..spec.hardware import Accelerator
 from ..strategy import XDIT_ORDER, Strategy
 from . import efficiency
 
@@ -66,6 +67,17 @@ ELEMENTWISE_PASSES_F = 2
 #: one spare -> 6 x hidden; Q, K, V and the Ulysses all-to-all buffers -> 2 x (q + 2 kv) / tp;
 #: MLP hidden before and after the activation -> 2 x ffn / tp.
 ACT_LIVE_H = 6
+
+#: fp32 passes over a rank's partial attention output per ring hop, from ring-flash-attention's
+#: ``update_out_and_lse`` (as in yunchang): cast the new block to fp32, subtract, scale by a
+#: sigmoid of the log-sum-exp difference, subtract again -- each an eager kernel that reads one
+#: or two fp32 tensors and writes one: ~9 tensor passes.
+RING_MERGE_PASSES = 9
+
+#: Fraction of the overlapped compute time that a hidden ring transfer still costs: NCCL's
+#: point-to-point kernels occupy ~8-16 of 132 SMs (one CTA per channel) and share HBM
+#: bandwidth while attention runs, so "hidden" communication is not free (~10 %).
+OVERLAP_INTERFERENCE = 0.10
 
 #: Device memory outside the model: CUDA/CANN context, cuBLAS/flash workspaces, NCCL/HCCL
 #: buffers and allocator fragmentation (typically 1-3 GiB on 80 GB parts).
@@ -225,13 +237,9 @@ def _precision(precision: str) -> int:
         raise SpecError(f"unknown precision {precision!r}; known: {', '.join(BYTES)}") from None
 
 
-def attention_efficiency(accel_name: str) -> float:
-    """Forward flash-attention efficiency used for ``accel_name`` (see :data:`ATTN_FWD_EFF`)."""
-    if accel_name in ATTN_FWD_EFF:
-        return ATTN_FWD_EFF[accel_name]
-    from ..spec.hardware import get as get_accel
-
-    return efficiency.profile(get_accel(accel_name)).attn_eff
+def attention_efficiency(accel: Accelerator) -> float:
+    """Forward flash-attention efficiency used for ``accel`` (see :data:`ATTN_FWD_EFF`)."""
+    return ATTN_FWD_EFF.get(accel.name, efficiency.profile(accel).attn_eff)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -270,7 +278,7 @@ def _tp_allreduces(kind: str, img: float, txt: float) -> list[float]:
     return [img + txt, img + txt]          # joint
 
 
-def estimate_dit(model: "DiTSpec | str", strategy: Strategy, cluster: Cluster, *,
+def estimate_dit(model: DiTSpec | str, strategy: Strategy, cluster: Cluster, *,
                  height: int, width: int, frames: int = 1, steps: int,
                  guidance: bool = True, precision: str = "bf16",
                  vae_parallel: bool = False, text_encoder_on_device: bool = True,
@@ -347,7 +355,7 @@ def estimate_dit(model: "DiTSpec | str", strategy: Strategy, cluster: Cluster, *
     batch = branches // s.cfg            # branches each device runs per step (1 or 2)
     tp, U, R = s.tp, s.ulysses, s.ring
     prof = efficiency.profile(accel)
-    a_eff = attention_eff if attention_eff is not None else attention_efficiency(accel.name)
+    a_eff = attention_eff if attention_eff is not None else attention_efficiency(accel)
     if not 0 < a_eff <= 1:
         raise SpecError(f"attention_eff={a_eff!r} must be in (0, 1]")
     peak = accel.peak("bf16")
@@ -360,7 +368,7 @@ def estimate_dit(model: "DiTSpec | str", strategy: Strategy, cluster: Cluster, *
 
     t = dict.fromkeys(("linear", "attention", "elementwise", "ulysses_all_to_all",
                        "ring_kv_exchange", "ring_merge", "tp_all_reduce"), 0.0)
-    ring_hidden = 0.0
+    ring_hidden = ring_uncovered = ring_total = 0.0
     span_u = cluster.span(U, stride=tp)
     span_r = cluster.span(R, stride=tp * U)
     span_tp = cluster.span(tp, stride=1)
@@ -398,9 +406,13 @@ def estimate_dit(model: "DiTSpec | str", strategy: Strategy, cluster: Cluster, *
             kv_block = batch * 2 * (U * per_dev) * kv_loc * nbytes
             hop = cluster.collective_time("ring", kv_block, R, span_r)
             chunk = attn / R
-            exposed = (R - 1) * max(0.0, hop - chunk)
-            ring_hidden += n * (R - 1) * min(hop, chunk)
-            merge_bytes = batch * (R - 1) * 3 * 4 * q_rows * heads_loc * (d + 1)
+            hidden = (R - 1) * min(hop, chunk)
+            uncovered = (R - 1) * max(0.0, hop - chunk)
+            ring_uncovered += n * uncovered
+            ring_total += n * (R - 1) * hop
+            exposed = uncovered + OVERLAP_INTERFERENCE * hidden
+            ring_hidden += n * (1 - OVERLAP_INTERFERENCE) * hidden
+            merge_bytes = batch * (R - 1) * RING_MERGE_PASSES * 4 * q_rows * heads_loc * (d + 1)
             merge = efficiency.memory_time(accel, merge_bytes, prof)
         ar = 0.0
         if tp > 1:
@@ -437,9 +449,8 @@ def estimate_dit(model: "DiTSpec | str", strategy: Strategy, cluster: Cluster, *
     breakdown["vae_decode"] = vae_s
     latency = steps * per_step + text_s + vae_s
     hidden = {"ring_kv_exchange": steps * ring_hidden}
-    ring_total = breakdown["ring_kv_exchange"] + hidden["ring_kv_exchange"]
-    if R > 1 and breakdown["ring_kv_exchange"] > 0.05 * ring_total:
-        warnings.append(f"ring: {breakdown['ring_kv_exchange']:.3g} s of K/V exchange is not "
+    if R > 1 and ring_uncovered > 0.05 * ring_total:
+        warnings.append(f"ring: {steps * ring_uncovered:.3g} s of K/V exchange is not "
                         f"hidden by attention ({video} tokens are too few per hop for "
                         f"ring={R}); prefer Ulysses or CFG for this sequence")
     if not vae_parallel and replica > 1 and vae_s > 0.1 * latency:

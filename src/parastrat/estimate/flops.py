@@ -54,10 +54,8 @@ class Matrix:
 
 
 def is_moe_layer(model: ModelSpec, index: int) -> bool:
-    """Whether layer ``index`` (0-based) carries routed experts (Megatron's layer pattern)."""
-    if not model.is_moe or index < model.moe_first_dense_layers:
-        return False
-    return (index - model.moe_first_dense_layers) % max(1, model.moe_layer_freq) == 0
+    """Whether layer ``index`` (0-based) carries routed experts (``ModelSpec.is_moe_layer``)."""
+    return model.is_moe_layer(index)
 
 
 def attention_matrices(model: ModelSpec) -> list[Matrix]:
@@ -152,9 +150,18 @@ def forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     return layers + logits_matrix(model).flops_per_token + mtp_forward_flops_per_token(model, seq_len)
 
 
+_MODEL_FLOPS: dict[tuple[ModelSpec, int], float] = {}
+
+
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Training model FLOPs per token: 3 x forward (the MFU convention in the module doc)."""
-    return 3.0 * forward_flops_per_token(model, seq_len)
+    key = (model, seq_len)
+    hit = _MODEL_FLOPS.get(key)
+    if hit is None:
+        if len(_MODEL_FLOPS) > 4096:
+            _MODEL_FLOPS.clear()
+        hit = _MODEL_FLOPS[key] = 3.0 * forward_flops_per_token(model, seq_len)
+    return hit
 
 
 def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:

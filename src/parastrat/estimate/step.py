@@ -324,6 +324,14 @@ def _moe_per_stage(model: ModelSpec, counts: list[int]) -> list[int]:
     """MoE layers on each stage (the leading dense layers sit on the first stage)."""
     if not model.is_moe:
         return [0] * len(counts)
+    key = ("moe_stages", model, tuple(counts))
+    hit = _CACHE.get(key)
+    if hit is None:
+        hit = _CACHE[key] = _moe_per_stage_uncached(model, counts)
+    return list(hit)
+
+
+def _moe_per_stage_uncached(model: ModelSpec, counts: list[int]) -> list[int]:
     out, start = [], 0
     for c in counts:
         out.append(sum(1 for i in range(start, start + c) if is_moe_layer(model, i)))
@@ -451,9 +459,12 @@ def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
     keys = ("compute", "recompute", "tp", "tp_exposed", "cp", "cp_exposed", "ep", "ep_exposed",
             "fwd", "bwd")
     stages: list[dict[str, float]] = []
+    # stages that hold the same layers and neither end of the pipeline cost the same
+    signatures: dict[tuple[int, int, bool, bool], int] = {}
     for j in range(p):
-        n_moe = moe_counts[j]
-        n_dense = counts[j] - n_moe
+        signatures.setdefault((counts[j], moe_counts[j], j == 0, j == p - 1), j)
+    for (n_layers, n_moe, first, last), j in signatures.items():
+        n_dense = n_layers - n_moe
         st = {k: n_dense * per[False][k] + (n_moe * per[True][k] if n_moe else 0.0)
               for k in keys}
         dense_p = n_dense * kinds[False].dense_params if n_dense else 0.0  # type: ignore[union-attr]
@@ -461,9 +472,9 @@ def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
         if n_moe:
             dense_p += n_moe * kinds[True].dense_params  # type: ignore[union-attr]
             exp_p += n_moe * kinds[True].expert_params  # type: ignore[union-attr]
-        if j == 0:
+        if first:
             dense_p += emb_p
-        if j == p - 1:
+        if last:
             st["compute"] += head_t
             st["fwd"] += head_t / 3
             st["bwd"] += 2 * head_t / 3

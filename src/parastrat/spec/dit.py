@@ -344,7 +344,7 @@ def names() -> list[str]:
     return sorted(_PRESETS)
 
 
-def get(name: "str | DiTSpec") -> DiTSpec:
+def get(name: str | DiTSpec) -> DiTSpec:
     """A DiT preset by name (case-insensitive); a DiTSpec is returned unchanged."""
     if isinstance(name, DiTSpec):
         return name
@@ -365,5 +365,13 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
-__all__ = ["BLOCK_KINDS", "BlockGroup", "DiTSpec", "LatentShape", "get", "names", "register",
-           "ceil_div"]
+__all__ = [
+    "BLOCK_KINDS",
+    "BlockGroup",
+    "DiTSpec",
+    "LatentShape",
+    "ceil_div",
+    "get",
+    "names",
+    "register",
+]

@@ -1,0 +1,102 @@
+"""``parastrat verify``: stand up a strategy's process groups and check each one numerically.
+
+Locally (``--world N``: N spawned gloo ranks on this machine) or under torchrun / Slurm on a
+real cluster (no ``--world``: the launched world, backend from the device).  Prints the rank
+table (rank -> coordinates on every axis) and exits 0, or names the failing check, group and
+rank and exits 1.  A strategy that does not fit the world exits 2 with the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ._common import add_strategy_flags, console, err_console, positive_int, print_json, \
+    strategy_from_args
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "verify", help="check a strategy's process groups numerically (local ranks or torchrun)",
+        description="Initialize the strategy's process groups and check each numerically: "
+                    "split matmul over TP, all-to-all over EP/Ulysses, ring over CP/ring, "
+                    "send/recv chain over PP, all-reduce over DP.  Without --world, runs in "
+                    "the world torchrun (or Slurm) launched.")
+    p.add_argument("--world", type=positive_int, default=None,
+                   help="spawn this many local gloo ranks (omit under torchrun)")
+    add_strategy_flags(p)
+    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
+                   help="seconds each collective may take before it counts as broken (30)")
+    p.add_argument("--backend", default="auto", choices=("auto", "nccl", "hccl", "gloo"),
+                   help="under torchrun: communication backend (default: from the device)")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..errors import UsageError
+
+    strategy = strategy_from_args(args)
+    if args.timeout <= 0:
+        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
+    if args.world is None:
+        if "WORLD_SIZE" not in os.environ and "SLURM_NTASKS" not in os.environ:
+            raise UsageError("give --world N to spawn N local ranks, or launch under torchrun "
+                             "(e.g. torchrun --nproc-per-node 8 -m parastrat verify --tp 2)")
+        return _run_launched(strategy, args)
+    strategy.with_world_size(args.world)  # a wrong world is exit 2 before anything starts
+    if args.format == "table":
+        err_console.print(f"verifying {strategy} on {args.world} local gloo ranks ...")
+    from ..runtime.verify import verify_local
+
+    report = verify_local(strategy, args.world, args.timeout)
+    return _show(report, args.format)
+
+
+def _run_launched(strategy, args: argparse.Namespace) -> int:
+    """Every launched rank runs the checks; rank 0 prints."""
+    from ..runtime.backend import detect_env
+    from ..runtime.verify import VerifyReport, verify
+
+    env = detect_env()
+    strategy.with_world_size(env.world_size)  # exit 2 on every rank, before any group
+    try:
+        report = verify(strategy, backend=args.backend, timeout_s=args.timeout)
+    except RuntimeError as exc:
+        report = VerifyReport(strategy=strategy.with_world_size(env.world_size),
+                              world_size=env.world_size, error=str(exc), failed_rank=env.rank)
+        err_console.print(f"[bold red]rank {env.rank}:[/] {exc}")
+        return 1
+    if env.rank != 0:
+        return 0 if report.ok else 1
+    return _show(report, args.format)
+
+
+def _show(report, fmt: str) -> int:
+    if fmt == "json":
+        print_json(report.to_dict())
+        return 0 if report.ok else 1
+    if report.coords:
+        console.print(_rank_table(report))
+    if report.ok:
+        console.print(f"[green]{report.summary()}[/]")
+        return 0
+    err_console.print(f"[bold red]{report.summary()}[/]")
+    return 1
+
+
+def _rank_table(report):
+    from rich.table import Table
+
+    axes = report.axes
+    table = Table(title=f"{report.strategy} on {report.world_size} ranks ({report.backend})")
+    table.add_column("rank", justify="right")
+    for axis in axes:
+        table.add_column(axis, justify="right")
+    table.add_column("checks", justify="right")
+    for rank, coords in sorted(report.coords.items()):
+        mine = [c for c in report.checks if c.rank == rank]
+        good = sum(c.ok for c in mine)
+        mark = f"{good}/{len(mine)}" if good == len(mine) else f"[red]{good}/{len(mine)}[/]"
+        table.add_row(str(rank), *(str(coords.get(a, 0)) for a in axes), mark)
+    return table

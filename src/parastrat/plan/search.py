@@ -1,0 +1,454 @@
+"""The training planner: every legal strategy for a model on a cluster, priced and ranked.
+
+``plan(model, cluster, seq_len=..., global_batch_size=...)`` enumerates TP, PP, VPP, CP (with
+its Ulysses x ring split), EP, ETP, micro-batch size and recompute mode for the device count,
+keeps what the rules allow (:meth:`Strategy.check`, the one source of truth) and what fits in
+memory with headroom (:func:`parastrat.estimate_memory`), and ranks by predicted throughput
+(:func:`parastrat.estimate_step`).
+
+It is fast because it is a branch-and-bound, not because it skips legal strategies:
+
+1. cheap divisibility prefilters (heads, experts, layers, world, batch) build the candidate
+   degrees; each surviving strategy is checked once by the rules;
+2. a parameter-only memory bound drops strategies whose weights and optimizer state alone
+   cannot fit;
+3. each (strategy, micro-batch) is priced with no recomputation, a lower bound of its step time
+   under any recompute mode; candidates are visited fastest first and the search stops when
+   the next lower bound is slower than the ``k``-th best fitting candidate;
+4. for a visited candidate the cheapest recompute mode that fits memory is priced.
+
+Enumeration limits (documented in ``docs/step-model.md``): TP up to the scale-up domain unless
+``max_tp`` says otherwise, CP only while each rank keeps >= ``min_cp_tokens`` tokens, ETP in
+{1, TP}, micro-batch sizes {1, 2, 4, 8}, SP on whenever TP > 1 (same traffic, less memory).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+
+from ..errors import SpecError, StrategyError, UsageError
+from ..spec.hardware import canonical_precision
+from ..spec.model import ModelSpec
+from ..strategy import Strategy, divisors
+from ..estimate.step import (RECOMPUTE_MODES, SPLIT_RULES, StepReport, _estimate,
+                             layer_cost, normalize_recompute, pipeline_split_ok,
+                             stage_layer_counts)
+from .heuristics import Heuristic, seed_strategy
+
+if TYPE_CHECKING:
+    from ..estimate.memory import MemoryReport
+    from ..spec.cluster import Cluster
+
+#: Candidates kept in a plan at least (the accuracy benchmark looks at the top 10).
+KEEP_AT_LEAST = 10
+#: Micro-batch sizes tried.
+MICRO_BATCH_SIZES = (1, 2, 4, 8)
+#: Fewest tokens per CP rank worth splitting a sequence for.
+MIN_CP_TOKENS = 1024
+#: Lower bound of bytes per local parameter (BF16 weight + BF16 gradient) plus
+#: 12 / shard bytes of FP32 master weights and Adam moments (distributed optimizer).
+_STATIC_BYTES, _OPT_BYTES = 4.0, 12.0
+
+Degree = "int | Iterable[int] | None"
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Candidate:
+    """One ranked strategy: degrees (world size set), micro-batch, recompute, memory, time."""
+
+    strategy: Strategy
+    micro_batch_size: int
+    recompute: str
+    memory: "MemoryReport"
+    step: StepReport
+    why: str = ""
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        return self.step.tokens_per_s_per_gpu
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strategy": self.strategy.to_dict(), "micro_batch_size": self.micro_batch_size,
+                "recompute": self.recompute, "memory": self.memory.to_dict(),
+                "step": self.step.to_dict(), "why": self.why}
+
+    def label(self) -> str:
+        """``TP4 PP8(VP5) CP1 DP2 SP mbs1 selective``."""
+        return f"{self.strategy} mbs{self.micro_batch_size} {self.recompute}"
+
+
+@dataclass
+class Plan:
+    """A ranked list of fitting strategies (best first) and how the search went."""
+
+    model: ModelSpec
+    cluster: "Cluster"
+    seq_len: int
+    global_batch_size: int
+    precision: str
+    candidates: list[Candidate]
+    heuristic: Heuristic | None = None
+    #: legal strategies enumerated, (strategy, micro-batch) pairs priced, memory checks
+    enumerated: int = 0
+    priced: int = 0
+    memory_checks: int = 0
+    elapsed_s: float = 0.0
+    num_devices: int = 0
+
+    @property
+    def best(self) -> Candidate:
+        return self.candidates[0]
+
+    @property
+    def candidates_per_s(self) -> float:
+        """Strategy evaluations (priced or memory-checked) per second of planning."""
+        return (self.priced + self.memory_checks) / self.elapsed_s if self.elapsed_s else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"candidates": [...]}``, each with strategy, micro_batch_size, recompute,
+        memory, step and why."""
+        return {"candidates": [c.to_dict() for c in self.candidates]}
+
+    def explain(self) -> str:
+        """The seed guide's starting point beside the choice, and why the model departs."""
+        from .explain import explain_plan
+
+        return explain_plan(self)
+
+    def find(self, strategy: Strategy) -> int | None:
+        """0-based rank of a candidate with ``strategy``'s degrees (any micro-batch), or None."""
+        key = _degrees(strategy)
+        for i, c in enumerate(self.candidates):
+            if _degrees(c.strategy) == key:
+                return i
+        return None
+
+
+def _degrees(s: Strategy) -> tuple:
+    return (s.tp, s.pp, s.vpp, s.cp, s.ulysses, s.ep, s.etp)
+
+
+# ---------------------------------------------------------------------------------------------
+# Enumeration
+# ---------------------------------------------------------------------------------------------
+def _options(pin: Any, default: Iterable[int], upper: int | None = None) -> list[int]:
+    """Allowed values of one degree: the pin (an int or a collection) or the defaults, bounded."""
+    if pin is None:
+        vals = list(default)
+    elif isinstance(pin, int) and not isinstance(pin, bool):
+        vals = [pin]
+    else:
+        vals = [int(v) for v in pin]
+    if upper is not None:
+        vals = [v for v in vals if v <= upper]
+    return sorted(set(vals))
+
+
+def _layer_split_ok(model: ModelSpec, pp: int, vpp: int) -> bool:
+    L = model.num_layers
+    if pp == 1:
+        return vpp == 1
+    if L % pp == 0 and (L // pp) % vpp == 0:
+        return True
+    slots = L + 2 + model.mtp_num_layers
+    return slots % (pp * vpp) == 0 and slots // pp - 2 - model.mtp_num_layers >= 1
+
+
+def enumerate_strategies(model: ModelSpec, world: int, seq_len: int, global_batch_size: int, *,
+                         scale_up_domain: int = 8, tp: Any = None, pp: Any = None,
+                         vpp: Any = None, cp: Any = None, ep: Any = None, etp: Any = None,
+                         ulysses: Any = None, max_tp: int | None = None,
+                         max_pp: int | None = None, max_cp: int | None = None,
+                         max_ep: int | None = None, max_vpp: int | None = None,
+                         min_cp_tokens: int = MIN_CP_TOKENS) -> Iterator[Strategy]:
+    """Every legal training strategy for ``world`` devices (world size set), cheapest rules
+    first: divisibility prefilters, then :meth:`Strategy.check` on the survivors."""
+    heads, groups = model.num_attention_heads, model.query_groups
+    tp_default = [d for d in divisors(heads) if d <= (max_tp or scale_up_domain)
+                  and (groups % d == 0 or d % groups == 0)]
+    tps = [t for t in _options(tp, tp_default, max_tp) if world % t == 0]
+    cps_default = [c for c in divisors(world) if seq_len % (2 * c) == 0 or c == 1]
+    cps_default = [c for c in cps_default if c == 1 or seq_len // c >= min_cp_tokens]
+    cps = _options(cp, cps_default, max_cp)
+    experts = model.num_experts
+    eps = _options(ep, divisors(experts) if experts else [1], max_ep)
+    pps = _options(pp, [d for d in divisors(world) if d <= model.num_layers], max_pp)
+    for t in tps:
+        for c in cps:
+            if world % (t * c):
+                continue
+            if c > 1 and seq_len % (2 * c):
+                continue
+            local_heads = heads // t if heads % t == 0 else 0
+            u_opts = [u for u in divisors(c) if local_heads and local_heads % u == 0]
+            u_opts = _options(ulysses, u_opts)
+            for p in pps:
+                if world % (t * c * p):
+                    continue
+                dp = world // (t * c * p)
+                for v in _options(vpp, divisors(max(model.num_layers // max(p, 1), 1)) + [
+                        d for d in divisors(model.num_layers + 2 + model.mtp_num_layers)],
+                        max_vpp):
+                    if (p == 1 and v > 1) or not _layer_split_ok(model, p, v):
+                        continue
+                    if global_batch_size % dp:
+                        continue
+                    for e in eps:
+                        etps = [1] if e > 1 else [t]
+                        if e > 1 and t > 1:
+                            etps.append(t)
+                        for et in _options(etp, etps):
+                            if world % (e * et * p):
+                                continue
+                            for u in u_opts:
+                                s = _make(t, p, v, c, u, e, et, world)
+                                if s is not None and _legal(s, model, world, seq_len,
+                                                            global_batch_size):
+                                    yield s
+
+
+def _make(t: int, p: int, v: int, c: int, u: int, e: int, et: int, world: int
+          ) -> Strategy | None:
+    try:
+        return Strategy(tp=t, pp=p, vpp=v, ulysses=u, ring=c // u, ep=e, etp=et,
+                        sp=t > 1).with_world_size(world)
+    except StrategyError:
+        return None
+
+
+def _legal(s: Strategy, model: ModelSpec, world: int, seq_len: int, gbs: int) -> bool:
+    errors = [v for v in s.check(model, world_size=world, seq_len=seq_len,
+                                 global_batch_size=gbs) if v.severity == "error"]
+    if errors and pipeline_split_ok(model, s):
+        errors = [v for v in errors if v.rule not in SPLIT_RULES]
+    return not errors
+
+
+# ---------------------------------------------------------------------------------------------
+# Memory
+# ---------------------------------------------------------------------------------------------
+def _static_lower_bound(model: ModelSpec, s: Strategy, cluster: "Cluster", prec: str,
+                        tokens: float, seq_len: int) -> float:
+    """Bytes that weights, gradients and optimizer state need on the fullest stage at least."""
+    accel = cluster.accel
+    dense = layer_cost(model, accel, prec, False, tokens, seq_len, s.tp, s.cp, s.sp, s.ep, s.etp)
+    counts, _ = stage_layer_counts(model, s)
+    most = max(counts)
+    dense_p = most * dense.dense_params
+    exp_p = 0.0
+    if model.is_moe:
+        moe = layer_cost(model, accel, prec, True, tokens, seq_len, s.tp, s.cp, s.sp, s.ep,
+                         s.etp)
+        n_moe = min(most, model.num_moe_layers)
+        dense_p = (most - n_moe) * dense.dense_params + n_moe * moe.dense_params
+        exp_p = n_moe * moe.expert_params
+    edp = s.world_size // (s.ep * s.etp * s.pp)
+    return (dense_p * (_STATIC_BYTES + _OPT_BYTES / (s.dp * s.cp))
+            + exp_p * (_STATIC_BYTES + _OPT_BYTES / max(edp, 1)))
+
+
+def _fits(memory: "MemoryReport", cluster: "Cluster", headroom: float | None) -> bool:
+    if headroom is None:
+        return bool(memory.fits(cluster.accel))
+    return bool(memory.fits(cluster.accel, headroom=headroom))
+
+
+# ---------------------------------------------------------------------------------------------
+# The planner
+# ---------------------------------------------------------------------------------------------
+def plan(model: "ModelSpec | str", cluster: "Cluster", *, seq_len: int, global_batch_size: int,
+         precision: str = "bf16", top_k: int = 5, num_devices: "int | str | None" = None,
+         tp: Any = None, pp: Any = None, vpp: Any = None, cp: Any = None, ep: Any = None,
+         etp: Any = None, ulysses: Any = None, micro_batch_size: Any = None,
+         recompute: "str | Iterable[str] | None" = None, max_tp: int | None = None,
+         max_pp: int | None = None, max_cp: int | None = None, max_ep: int | None = None,
+         max_vpp: int | None = None, headroom: float | None = None,
+         distributed_optimizer: bool = True, min_cp_tokens: int = MIN_CP_TOKENS,
+         progress: Callable[[int, int], None] | None = None) -> Plan:
+    """Rank every legal strategy for ``model`` on ``cluster`` by predicted throughput.
+
+    Pins (``tp=4``) or choices (``tp=(4, 8)``) fix degrees; ``max_*`` bound them.
+    ``num_devices`` defaults to the cluster's count; ``"smallest"`` searches for the fewest
+    devices (powers of two and multiples of a node, up to the cluster's count) on which
+    something fits.  ``recompute`` restricts the modes tried (default all: none, selective,
+    full).  ``headroom`` is passed to :meth:`MemoryReport.fits` (its default otherwise).
+    Raises :class:`UsageError` saying what would work when nothing is legal or fits.
+    """
+    from ..spec.models import get as get_model
+
+    model = get_model(model)
+    prec = canonical_precision(precision)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise UsageError(f"top_k={top_k!r} must be a whole number >= 1")
+    for name, value in (("seq_len", seq_len), ("global_batch_size", global_batch_size)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UsageError(f"{name}={value!r} must be a whole number >= 1")
+    kwargs = dict(seq_len=seq_len, global_batch_size=global_batch_size, precision=prec,
+                  top_k=top_k, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, ulysses=ulysses,
+                  micro_batch_size=micro_batch_size, recompute=recompute, max_tp=max_tp,
+                  max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, max_vpp=max_vpp,
+                  headroom=headroom, distributed_optimizer=distributed_optimizer,
+                  min_cp_tokens=min_cp_tokens, progress=progress)
+    if num_devices == "smallest":
+        return _plan_smallest(model, cluster, **kwargs)
+    if num_devices is not None:
+        if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
+            raise UsageError(f"num_devices={num_devices!r} must be a whole number >= 1 or "
+                             "'smallest'")
+        cluster = cluster.with_devices(num_devices)
+    result = _plan_fixed(model, cluster, **kwargs)
+    if not result.candidates:
+        raise UsageError(_nothing_fits_message(model, cluster, result, **kwargs))
+    return result
+
+
+def _plan_smallest(model: ModelSpec, cluster: "Cluster", **kwargs: Any) -> Plan:
+    """Binary search over device counts for the fewest on which something fits."""
+    top = cluster.num_devices
+    counts = sorted({2 ** i for i in range(0, top.bit_length()) if 2 ** i <= top}
+                    | {k * cluster.devices_per_node for k in range(1, top // cluster.devices_per_node + 1)
+                       if (k & (k - 1)) == 0}
+                    | {top})
+    lo, hi = 0, len(counts) - 1
+    best: Plan | None = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        result = _plan_fixed(model, cluster.with_devices(counts[mid]), **kwargs)
+        if result.candidates:
+            best, hi = result, mid - 1
+        else:
+            lo = mid + 1
+    if best is None:
+        final = _plan_fixed(model, cluster, **kwargs)
+        raise UsageError(_nothing_fits_message(model, cluster, final, **kwargs))
+    return best
+
+
+def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_batch_size: int,
+                precision: str, top_k: int, tp: Any, pp: Any, vpp: Any, cp: Any, ep: Any,
+                etp: Any, ulysses: Any, micro_batch_size: Any, recompute: Any,
+                max_tp: int | None, max_pp: int | None, max_cp: int | None,
+                max_ep: int | None, max_vpp: int | None, headroom: float | None,
+                distributed_optimizer: bool, min_cp_tokens: int,
+                progress: Callable[[int, int], None] | None) -> Plan:
+    from ..estimate.memory import estimate_memory
+
+    start = time.perf_counter()
+    world = cluster.num_devices
+    prec = precision
+    modes = _modes(recompute)
+    mbs_opts = _options(micro_batch_size, MICRO_BATCH_SIZES)
+    capacity = cluster.memory_bytes
+    keep = max(top_k, KEEP_AT_LEAST)
+
+    strategies = list(enumerate_strategies(
+        model, world, seq_len, global_batch_size, scale_up_domain=cluster.scale_up_domain,
+        tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, ulysses=ulysses, max_tp=max_tp,
+        max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, max_vpp=max_vpp,
+        min_cp_tokens=min_cp_tokens))
+    # 1. price every (strategy, micro-batch) whose parameters can fit, without recompute
+    bounds: list[tuple[float, int, Strategy, int]] = []
+    priced = 0
+    total = len(strategies)
+    for i, s in enumerate(strategies):
+        if progress and i % 256 == 0:
+            progress(i, total)
+        for mbs in mbs_opts:
+            if global_batch_size % (s.dp * mbs):
+                continue
+            tokens = mbs * seq_len / s.cp
+            if _static_lower_bound(model, s, cluster, prec, tokens, seq_len) > capacity:
+                break  # larger micro-batches need more memory still
+            rep = _estimate(model, s, cluster, seq_len, global_batch_size, mbs, prec,
+                            modes[0], distributed_optimizer)
+            priced += 1
+            bounds.append((rep.step_time_s, len(bounds), s, mbs))
+    if progress:
+        progress(total, total)
+    heapq.heapify(bounds)
+    # 2. visit fastest first; stop once the lower bound is slower than the k-th best
+    found: list[tuple[float, int, Candidate]] = []  # max-heap on time via negation
+    checks = 0
+    while bounds:
+        t_lower, _, s, mbs = heapq.heappop(bounds)
+        if len(found) >= keep and t_lower > -found[0][0]:
+            break
+        for mode in modes:
+            mem = estimate_memory(model, s, seq_len=seq_len, micro_batch_size=mbs,
+                                  global_batch_size=global_batch_size, recompute=mode,
+                                  distributed_optimizer=distributed_optimizer, precision=prec)
+            checks += 1
+            if not _fits(mem, cluster, headroom):
+                continue
+            rep = _estimate(model, s, cluster, seq_len, global_batch_size, mbs, prec, mode,
+                            distributed_optimizer)
+            priced += 1
+            cand = Candidate(s, mbs, mode, mem, rep, notes=rep.notes)
+            item = (-rep.step_time_s, len(found) + checks, cand)
+            if len(found) < keep:
+                heapq.heappush(found, item)
+            elif rep.step_time_s < -found[0][0]:
+                heapq.heapreplace(found, item)
+            break
+    ranked = sorted((c for _, _, c in found), key=lambda c: c.step.step_time_s)
+    from .explain import annotate
+
+    annotate(ranked, cluster)
+    heur = seed_strategy(model, world, seq_len, cluster.devices_per_node)
+    return Plan(model=model, cluster=cluster, seq_len=seq_len,
+                global_batch_size=global_batch_size, precision=prec, candidates=ranked,
+                heuristic=heur, enumerated=total, priced=priced, memory_checks=checks,
+                elapsed_s=time.perf_counter() - start, num_devices=world)
+
+
+def _modes(recompute: Any) -> list[str]:
+    if recompute is None:
+        return list(RECOMPUTE_MODES)
+    if isinstance(recompute, str):
+        return [normalize_recompute(recompute)]
+    modes = [normalize_recompute(r) for r in recompute]
+    return [m for m in RECOMPUTE_MODES if m in modes]
+
+
+def _nothing_fits_message(model: ModelSpec, cluster: "Cluster", result: Plan,
+                          **kwargs: Any) -> str:
+    """Say why nothing came back and what would work instead."""
+    world = cluster.num_devices
+    gbs = kwargs["global_batch_size"]
+    if result.enumerated == 0:
+        hints = []
+        ok_worlds = [w for w in range(max(1, world - 64), world + 65)
+                     if w != world and gbs % w == 0 or (w % 8 == 0 and gbs % 8 == 0
+                                                         and w != world)]
+        near = sorted(ok_worlds, key=lambda w: abs(w - world))[:3]
+        if near:
+            hints.append(f"try {', '.join(map(str, sorted(near)))} devices")
+        hints.append(f"or a global batch size divisible by the data-parallel degree "
+                     f"(e.g. {max(1, gbs // world) * world})")
+        return (f"no legal strategy for {model.name} on {world} devices with seq_len="
+                f"{kwargs['seq_len']} and global_batch_size={gbs} (with the pins/bounds given): "
+                + "; ".join(hints))
+    # legal strategies exist but none fits: look for a device count that would
+    for factor in (2, 4, 8, 16):
+        bigger = cluster.with_devices(world * factor)
+        try:
+            trial = _plan_fixed(model, bigger, **{**kwargs, "top_k": 1, "progress": None})
+        except (StrategyError, SpecError, UsageError):
+            continue
+        if trial.candidates:
+            c = trial.best
+            return (f"no strategy for {model.name} fits in {cluster.accel.name} memory "
+                    f"({cluster.memory_bytes / 2**30:.0f} GiB) on {world} devices at seq_len="
+                    f"{kwargs['seq_len']}, even with full recompute; {world * factor} devices "
+                    f"would fit, e.g. {c.strategy} mbs{c.micro_batch_size} {c.recompute} "
+                    f"(peak {c.memory.peak_bytes / 2**30:.1f} GiB)")
+    return (f"no strategy for {model.name} fits in {cluster.accel.name} memory on {world} "
+            f"devices, nor on up to {16 * world}; use a shorter sequence, an accelerator with "
+            "more memory, or more devices")

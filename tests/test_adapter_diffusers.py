@@ -1,0 +1,98 @@
+"""parastrat.adapters.diffusers against the installed diffusers (0.42.1 checked)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+diffusers = pytest.importorskip("diffusers")
+torch = pytest.importorskip("torch")
+
+import parastrat
+from parastrat import ModelSpec, Strategy, StrategyError
+from parastrat.adapters import diffusers as dd
+from parastrat.errors import MissingExtraError
+
+#: Flux-like DiT: 24 attention heads.
+FLUX = ModelSpec(name="flux-like", num_layers=57, hidden_size=3072, num_attention_heads=24,
+                 ffn_hidden_size=12288, vocab_size=1)
+
+
+@pytest.mark.parametrize("s, ulysses, ring", [
+    (Strategy(ulysses=4), 4, 1),
+    (Strategy(ring=4), 1, 4),     # ring only (Megatron-style order, same placement)
+    (Strategy(ulysses=2, ring=4), 2, 4),
+])
+def test_context_parallel_config_degrees(s, ulysses, ring):
+    cp = dd.to_context_parallel_config(s)
+    assert isinstance(cp, diffusers.ContextParallelConfig)
+    assert (cp.ulysses_degree, cp.ring_degree) == (ulysses, ring)
+
+
+def test_mesh_places_ulysses_innermost_like_the_layout():
+    """diffusers builds ``init_device_mesh(mesh_shape=(ring, ulysses))``: ranks fill the mesh
+    row-major, so a Ulysses group is a row of consecutive ranks and a ring group a column.
+    parastrat's layout must give the same groups for the same strategy."""
+    s = Strategy(ulysses=2, ring=4)
+    cp = dd.to_context_parallel_config(s)
+    assert cp.mesh_dim_names == ("ring", "ulysses")
+    grid = torch.arange(s.cp).view(cp.mesh_shape)        # what init_device_mesh lays out
+    groups = parastrat.layout(s, s.cp)
+    assert sorted(groups["ulysses"]) == sorted(grid.tolist())
+    assert sorted(groups["ring"]) == sorted(grid.t().tolist())
+
+
+def test_options_pass_through():
+    cp = dd.to_context_parallel_config(Strategy(ring=2), convert_to_fp32=False)
+    assert cp.convert_to_fp32 is False
+
+
+def test_heads_checked_with_the_model():
+    # 24 heads: 24 % 8 = 0 fits; 24 % 16 = 8 is refused ...
+    assert dd.to_context_parallel_config(Strategy(ulysses=8), FLUX).ulysses_degree == 8
+    with pytest.raises(StrategyError) as err:
+        dd.to_context_parallel_config(Strategy(ulysses=16), FLUX)
+    assert err.value.rules == ["heads-ulysses"]
+    # ... unless diffusers' "Ulysses anything" mode handles any head count.
+    cp = dd.to_context_parallel_config(Strategy(ulysses=16), FLUX, ulysses_anything=True)
+    assert cp.ulysses_anything is True
+
+
+def test_refusals_listed_together():
+    s = Strategy(tp=2, ulysses=2, cfg=2, pp=2)
+    with pytest.raises(StrategyError) as err:
+        dd.to_context_parallel_config(s)
+    assert set(err.value.rules) == {"diffusers-pp", "diffusers-cfg", "diffusers-cp-tp"}
+
+
+@pytest.mark.parametrize("s, kwargs, rule", [
+    (Strategy(), {}, "diffusers-cp-none"),
+    (Strategy(ep=2, ring=2), {}, "diffusers-ep"),
+    # mesh over all ranks: world 8 for ulysses*ring = 4 would leave dp 2
+    (Strategy(ulysses=4), {"world_size": 8}, "diffusers-world"),
+    (Strategy(ulysses=4).with_world_size(8), {}, "diffusers-world"),
+])
+def test_what_diffusers_cannot_express(s, kwargs, rule):
+    with pytest.raises(StrategyError) as err:
+        dd.to_context_parallel_config(s, **kwargs)
+    assert err.value.rules == [rule]
+
+
+def test_parallel_config_tp_or_cp():
+    tp = dd.to_parallel_config(Strategy(tp=4))
+    assert isinstance(tp, diffusers.ParallelConfig)
+    assert tp.context_parallel_config is None and tp.tensor_parallel_config.tp_degree == 4
+    cp = dd.to_parallel_config(Strategy(ulysses=2))
+    assert cp.tensor_parallel_config is None and cp.context_parallel_config.ulysses_degree == 2
+    with pytest.raises(StrategyError) as err:
+        dd.to_parallel_config(Strategy(tp=5), FLUX)  # 24 % 5 = 4
+    assert err.value.rules == ["heads-tp"]
+
+
+def test_missing_diffusers_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "diffusers", None)  # makes `import diffusers` fail
+    with pytest.raises(MissingExtraError) as err:
+        dd.to_context_parallel_config(Strategy(ulysses=2))
+    assert err.value.extra == "diffusers"
+    assert 'pip install "parastrat[diffusers]"' in str(err.value)

@@ -1,0 +1,112 @@
+"""``parastrat bench`` on 4 local gloo ranks, and the measured calibration round trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from parastrat.bench import load_rows
+from parastrat.cli import main
+from parastrat.spec.cluster import Cluster, bus_factor
+
+OPS = "all_reduce,all_gather,reduce_scatter,all_to_all,ring,send_recv,broadcast"
+FIELDS = {"op", "bytes", "world", "time_s", "time_min_s", "time_max_s", "algbw_gbps",
+          "busbw_gbps", "iters", "backend", "dtype"}
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """One real 4-rank sweep through the CLI: JSON on stdout, rows, plot and calibration files."""
+    pytest.importorskip("torch")
+    pytest.importorskip("matplotlib")
+    out = tmp_path_factory.mktemp("bench")
+    files = {"rows": out / "rows.json", "plot": out / "busbw.png", "fit": out / "cal.json"}
+    capture = pytest.MonkeyPatch()
+    import io
+    import sys
+
+    buf = io.StringIO()
+    capture.setattr(sys, "stdout", buf)
+    try:
+        status = main(["bench", "--world", "4", "--ops", OPS, "--sizes", "4KB:256KB:x8",
+                       "--iters", "3", "--warmup", "1", "--format", "json",
+                       "--output", str(files["rows"]), "--plot", str(files["plot"]),
+                       "--fit", str(files["fit"]), "--timeout", "120"])
+    finally:
+        capture.undo()
+    return status, buf.getvalue(), files
+
+
+@pytest.mark.multiprocess
+def test_cli_json_rows_have_every_field_and_nccl_tests_bandwidths(sweep):
+    status, stdout, _ = sweep
+    assert status == 0
+    rows = json.loads(stdout)  # exactly one JSON document on stdout
+    assert {(r["op"], r["bytes"]) for r in rows} == {
+        (op, s) for op in OPS.split(",") for s in (4096, 32768, 262144)}
+    for r in rows:
+        assert FIELDS <= set(r)
+        assert (r["world"], r["iters"], r["backend"], r["dtype"]) == (4, 3, "gloo", "float32")
+        assert r["time_min_s"] <= r["time_s"] <= r["time_max_s"]
+        assert r["algbw_gbps"] == pytest.approx(r["bytes"] / r["time_s"] / 1e9)
+        assert r["busbw_gbps"] == pytest.approx(r["algbw_gbps"] * bus_factor(r["op"], 4))
+
+
+@pytest.mark.multiprocess
+def test_cli_writes_rows_plot_and_a_calibration_the_cost_model_takes(sweep):
+    _, stdout, files = sweep
+    assert [r.to_dict() for r in load_rows(files["rows"])] == json.loads(stdout)
+    assert files["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    cal = json.loads(files["fit"].read_text())
+    assert set(cal["ops"]) == set(OPS.split(","))
+    # measured rows -> fitted model -> the cluster's collective time follows the measurement
+    base = Cluster("h100", num_devices=8)
+    tuned = Cluster.from_calibration_file(files["fit"], accelerator="h100", num_devices=8)
+    for op in OPS.split(","):
+        alpha, busbw = cal["ops"][op]["intra"]["alpha_s"], cal["ops"][op]["intra"]["busbw_Bps"]
+        assert tuned.collective_params(op, "intra") == (alpha, busbw)
+        assert tuned.collective_time(op, 1 << 20, 4, "intra") != \
+            base.collective_time(op, 1 << 20, 4, "intra")
+    # gloo on a shared CPU is orders of magnitude below NVLink's datasheet bandwidth
+    assert tuned.collective_params("all_reduce", "intra")[1] < base.link("intra")[1] / 10
+
+
+@pytest.mark.multiprocess
+def test_cli_strategy_run_on_local_ranks(capsys):
+    pytest.importorskip("torch")
+    status = main(["bench", "--world", "2", "--tp", "2", "--sp", "--sizes", "4KB",
+                   "--iters", "2", "--warmup", "1", "--format", "csv"])
+    assert status == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    header = lines[0].split(",")
+    got = [dict(zip(header, line.split(","))) for line in lines[1:]]
+    assert [(g["group"], g["op"], g["world"]) for g in got] == [
+        ("tp", "all_gather", "2"), ("tp", "reduce_scatter", "2")]
+
+
+def test_cli_reads_earlier_rows_to_print_plot_and_fit(tmp_path, capsys):
+    rows = [{"op": "ring", "bytes": b, "world": 2, "time_s": t, "time_min_s": t,
+             "time_max_s": t, "algbw_gbps": b / t / 1e9, "busbw_gbps": b / t / 1e9,
+             "iters": 1, "backend": "nccl", "dtype": "bfloat16", "span": "inter"}
+            # alpha 10 us, 25 GB/s: 10e-6 + S / 25e9
+            for b, t in ((1 << 10, 10e-6 + 1024 / 25e9), (1 << 26, 10e-6 + (1 << 26) / 25e9))]
+    src = tmp_path / "rows.json"
+    src.write_text(json.dumps({"rows": rows}))
+    assert main(["bench", "--load", str(src), "--fit", str(tmp_path / "c.json")]) == 0
+    out = capsys.readouterr()
+    assert "ring" in out.out and "busbw" in out.out
+    cal = json.loads((tmp_path / "c.json").read_text())
+    assert cal["ops"]["ring"]["inter"]["busbw_Bps"] == pytest.approx(25e9)
+    assert cal["ops"]["ring"]["inter"]["alpha_s"] == pytest.approx(10e-6)
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--sizes", "4XB"], "message size"),
+    (["--ops", "all_reduce,allreduce"], "unknown op"),
+    (["--world", "1", "--ops", "ring"], "at least 2 ranks"),
+    (["--tp", "3", "--world", "4"], "tp"),
+])
+def test_cli_user_errors_exit_2_before_spawning(argv, needle, capsys):
+    assert main(["bench", *argv]) == 2
+    assert needle in capsys.readouterr().err

@@ -1,0 +1,105 @@
+"""Every benchmarked op on 4 real gloo ranks: the result check passes on a correct result,
+catches a corrupted one, and a wrong result on one rank stops ``run`` on all ranks (no hang).
+
+One spawn of 4 local ranks runs all the checks; the parent asserts on what each rank saw.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("torch")
+
+from parastrat.runtime.launch import spawn_local  # noqa: E402
+
+pytestmark = pytest.mark.multiprocess
+
+WORLD = 4
+
+
+def _make_broken_all_reduce():
+    from parastrat.bench.ops import AllReduce
+
+    class OffByOneOnRank1(AllReduce):
+        """An all-reduce whose result is wrong on group rank 1 (a stand-in for a bad link)."""
+
+        def __call__(self) -> None:
+            super().__call__()
+            if self.ctx.rank == 1:
+                self.buf[0] += 1
+
+    return OffByOneOnRank1
+
+
+def _every_op(rank: int, world: int) -> dict:
+    import torch
+    import torch.distributed as dist
+
+    from parastrat.bench import ops, run
+    from parastrat.bench.ops import BenchCorrectnessError, Context, build
+
+    report: dict = {"bytes": {}, "caught": {}, "clean": {}}
+    for dtype in (torch.float32, torch.bfloat16):
+        ctx = Context(torch=torch, dist=dist, group=None, rank=rank, size=world, device="cpu",
+                      dtype=dtype)
+        for name in ops.REGISTRY:
+            coll = build(name, ctx, 1000)
+            coll.reset()
+            coll()
+            coll.check()  # a correct result passes
+            report["clean"][(name, str(dtype))] = True
+            report["bytes"][(name, str(dtype))] = coll.nbytes
+            if name == "send_recv" and rank == 0:
+                continue  # the first pipeline stage receives nothing
+            coll.result.view(-1)[-1] += 3  # corrupt one element of this rank's output
+            try:
+                coll.check()
+            except BenchCorrectnessError as exc:
+                report["caught"][(name, str(dtype))] = str(exc)
+    # a wrong result on one rank must stop every rank with an error, not a bandwidth
+    ops.REGISTRY["all_reduce"] = _make_broken_all_reduce()
+    try:
+        run(ops=["all_reduce"], sizes="4KB", iters=2, warmup=1)
+        report["run"] = "no error"
+    except BenchCorrectnessError as exc:
+        report["run"] = str(exc)
+    return report
+
+
+@pytest.fixture(scope="module")
+def reports():
+    return spawn_local(_every_op, WORLD, timeout_s=120)
+
+
+def test_every_op_passes_its_check_on_a_correct_result(reports):
+    from parastrat.bench import OPS
+
+    for rep in reports:
+        assert {name for name, _ in rep["clean"]} == set(OPS)
+
+
+def test_every_op_check_catches_a_corrupted_element(reports):
+    from parastrat.bench import OPS
+
+    for rank, rep in enumerate(reports):
+        expected = {(op, dt) for op in OPS for dt in ("torch.float32", "torch.bfloat16")
+                    if not (op == "send_recv" and rank == 0)}
+        assert set(rep["caught"]) == expected
+        for msg in rep["caught"].values():
+            assert f"rank {rank}" in msg and "expected" in msg
+
+
+def test_message_sizes_are_rounded_to_whole_chunks_as_nccl_tests_does(reports):
+    sizes = {op: b for (op, dt), b in reports[0]["bytes"].items() if dt == "torch.float32"}
+    # 1000 B = 250 float32; ops that split the buffer over 4 ranks keep 248 = 62 * 4 -> 992 B
+    assert sizes == {"all_reduce": 1000, "all_gather": 992, "reduce_scatter": 992,
+                     "all_to_all": 992, "broadcast": 1000, "ring": 1000, "send_recv": 1000}
+    bf16 = {op: b for (op, dt), b in reports[0]["bytes"].items() if dt == "torch.bfloat16"}
+    # 1000 B = 500 bf16; 500 is a multiple of 4, so nothing is dropped
+    assert set(bf16.values()) == {1000}
+
+
+def test_a_wrong_result_on_one_rank_is_an_error_on_every_rank(reports):
+    assert "wrong result on rank 1" in reports[1]["run"]   # the rank that saw it, in detail
+    for rank in (0, 2, 3):
+        assert "returned a wrong result on rank 1" in reports[rank]["run"]

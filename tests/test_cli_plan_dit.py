@@ -1,0 +1,39 @@
+"""``parastrat plan-dit``: formats and exit status."""
+
+from __future__ import annotations
+
+import json
+
+from parastrat.cli import main
+
+BASE = ["plan-dit", "--model", "hunyuanvideo", "--devices", "8", "--accelerator", "h100",
+        "--height", "720", "--width", "1280", "--frames", "129", "--steps", "50",
+        "--no-guidance"]
+
+
+def test_json_is_one_document(capsys):
+    assert main(BASE + ["--format", "json", "--top-k", "2"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["candidates"]) == 2
+    assert doc["best"]["strategy"]["ulysses"] == 8
+
+
+def test_mindiesd_flags(capsys):
+    assert main(BASE + ["--format", "mindiesd"]) == 0
+    assert capsys.readouterr().out.strip() == \
+        "--ulysses_size 8 --ring_size 1 --cfg_size 1 --tp_size 1"
+
+
+def test_table(capsys):
+    assert main(BASE) == 0
+    out = capsys.readouterr().out
+    assert "Ulysses8" in out and "launch: --ulysses_size 8" in out
+
+
+def test_user_errors_exit_2(capsys):
+    bad_frames = [a if a != "129" else "128" for a in BASE]
+    assert main(bad_frames) == 2
+    assert "4k+1" in capsys.readouterr().err
+    assert main([a if a != "50" else "0" for a in BASE]) == 2
+    assert main([a if a != "hunyuanvideo" else "nope" for a in BASE]) == 2
+    assert "flux.1-dev" in capsys.readouterr().err
