@@ -68,10 +68,12 @@ def _print_table(report, accel, fits: bool) -> None:
 
     table = Table(title=f"{report.model}  {report.strategy}  seq {report.seq_len} x mbs "
                         f"{report.micro_batch_size}  recompute {report.recompute}  "
-                        f"{report.precision}", title_justify="left")
-    for col in ("stage", "layers", "in flight", "weights", "grads", "optimizer",
-                "activations", "other", "total"):
-        table.add_column(col, justify="right")
+                        f"{report.precision}  (GiB per rank; mb/chunks = in flight)",
+                  title_justify="left")
+    for col in ("stage", "layers", "chunks" if report.stages[0].in_flight and
+                "VP" in report.strategy else "mb", "weights", "grads", "optim", "activ",
+                "other", "total"):
+        table.add_column(col, justify="right", no_wrap=True)
     for st in report.stages:
         table.add_row(str(st.stage), str(st.layers), str(st.in_flight),
                       *(f"{x / GiB:.2f}" for x in (st.weights, st.gradients, st.optimizer,
