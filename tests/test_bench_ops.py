@@ -38,7 +38,7 @@ def _every_op(rank: int, world: int) -> dict:
     from parastrat.bench import ops, run
     from parastrat.bench.ops import BenchCorrectnessError, Context, build
 
-    report: dict = {"bytes": {}, "caught": {}, "clean": {}}
+    report: dict = {"bytes": {}, "caught": {}, "clean": {}, "skipped": set()}
     for dtype in (torch.float32, torch.bfloat16):
         ctx = Context(torch=torch, dist=dist, group=None, rank=rank, size=world, device="cpu",
                       dtype=dtype)
@@ -56,6 +56,11 @@ def _every_op(rank: int, world: int) -> dict:
                 coll.check()
             except BenchCorrectnessError as exc:
                 report["caught"][(name, str(dtype))] = str(exc)
+            coll.reset()  # fresh inputs, but the collective is never called
+            try:
+                coll.check()
+            except BenchCorrectnessError:
+                report["skipped"].add((name, str(dtype)))
     # a wrong result on one rank must stop every rank with an error, not a bandwidth
     ops.REGISTRY["all_reduce"] = _make_broken_all_reduce()
     try:
@@ -87,6 +92,16 @@ def test_every_op_check_catches_a_corrupted_element(reports):
         assert set(rep["caught"]) == expected
         for msg in rep["caught"].values():
             assert f"rank {rank}" in msg and "expected" in msg
+
+
+def test_a_collective_that_was_not_called_fails_its_check(reports):
+    from parastrat.bench import OPS
+
+    for rank, rep in enumerate(reports):
+        # the broadcast root holds the data whether or not it was sent
+        expected = {(op, dt) for op in OPS for dt in ("torch.float32", "torch.bfloat16")
+                    if not (op in ("send_recv", "broadcast") and rank == 0)}
+        assert rep["skipped"] == expected
 
 
 def test_message_sizes_are_rounded_to_whole_chunks_as_nccl_tests_does(reports):

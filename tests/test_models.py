@@ -6,37 +6,24 @@ import pytest
 
 import parastrat as ps
 from parastrat.errors import SpecError
+from parastrat.spec.models import PUBLISHED_PARAMS
 
 B = 1e9
 
-#: name -> (published total, published active or None for dense, where it was published)
-PUBLISHED = {
-    "llama3.2-1b": (1.24 * B, None),          # model card: 1.24B (1.23B)
-    "llama3-8b": (8.03 * B, None),            # HF model size 8.03B
-    "llama3-70b": (70.6 * B, None),           # HF model size 70.6B
-    "llama3.1-405b": (405 * B, None),         # Llama 3 paper
-    "qwen3-8b": (8.2 * B, None),              # Qwen3 model card: 8.2B
-    "qwen3-32b": (32.8 * B, None),            # Qwen3 model card: 32.8B
-    "qwen3-30b-a3b": (30.5 * B, 3.3 * B),     # model card: 30.5B total, 3.3B activated
-    "qwen3-235b-a22b": (235 * B, 22 * B),     # model card: 235B / 22B
-    "deepseek-v2": (236 * B, 21 * B),         # DeepSeek-V2 paper: 236B / 21B
-    "deepseek-v3": (671 * B, 37 * B),         # DeepSeek-V3 report: 671B / 37B (MTP apart)
-    "kimi-k2": (1.04e12, 32 * B),             # Kimi K2 card: 1.04T total / 32B activated
-    "mixtral-8x7b": (46.7 * B, 12.9 * B),     # Mixtral paper: 46.7B / 12.9B
-    "mixtral-8x22b": (141 * B, 39 * B),       # Mistral: 141B / 39B
-    # OpenAI model card: 116.83B total, 5.13B active *without* the input embedding
-    # (201088 * 2880 = 0.579B); num_active_params counts it, as Mixtral and DeepSeek do:
-    # 5.13 + 0.579 = 5.71B.
-    "gpt-oss-120b": (116.83 * B, 5.13 * B + 201088 * 2880),
-    "nemotron4-15b": (15.7 * B, None),        # Nemotron-4 15B report: 12.5B + 3.2B embedding
-    "nemotron4-340b": (341 * B, None),        # Nemotron-4 340B report
-    "gpt3-175b": (175 * B, None),             # GPT-3 paper
-    "olmoe-7b": (6.9 * B, 1.3 * B),           # OLMoE paper: 6.9B / 1.3B
-}
+#: name -> (published total, published active or None for dense); sources in the comments
+#: of parastrat.spec.models.PUBLISHED_PARAMS (papers and model cards, not computed values).
+PUBLISHED = PUBLISHED_PARAMS
+ISSUE_PRESETS = {"llama3.2-1b", "llama3-8b", "llama3-70b", "llama3.1-405b", "qwen3-8b",
+                 "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v2", "deepseek-v3",
+                 "kimi-k2", "mixtral-8x7b", "mixtral-8x22b", "gpt-oss-120b", "nemotron4-15b",
+                 "nemotron4-340b", "gpt3-175b", "olmoe-7b"}
 
 
 def test_every_issue_preset_exists():
-    assert set(PUBLISHED) <= set(ps.models.names())
+    assert ISSUE_PRESETS <= set(ps.models.names()) and ISSUE_PRESETS <= set(PUBLISHED)
+    # a few published figures written out independently of the table
+    assert PUBLISHED["deepseek-v3"] == (671e9, 37e9)
+    assert PUBLISHED["mixtral-8x7b"] == (46.7e9, 12.9e9)
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

@@ -1,10 +1,10 @@
 """The benchmarked collectives: buffers, the call itself, and a check of the result.
 
 Each op is a small class built for one message size on one process group.  ``reset()``
-prepares the buffers before an iteration (outside the timed region: in-place reductions need
-fresh inputs), ``__call__()`` issues exactly the collective being timed, and ``check()`` raises
-:class:`BenchCorrectnessError` when the last result is wrong, so a broken collective is an
-error and never a bandwidth.
+fills the buffers with their initial values (in-place reductions and broadcast need fresh
+inputs before the call that is checked), ``__call__()`` issues exactly the collective being
+timed, and ``check()`` raises :class:`BenchCorrectnessError` when the result of a call made
+right after ``reset()`` is wrong, so a broken collective is an error and never a bandwidth.
 
 Inputs are filled with small integers that identify the sending rank and the destination
 chunk, so a wrong sum, a missing rank or a chunk delivered to the wrong place all show up.
@@ -91,7 +91,9 @@ class Collective:
         self.nbytes = 0
 
     def reset(self) -> None:
-        """Prepare buffers before one iteration (not timed)."""
+        """Fill the buffers with the initial values :meth:`check` expects to start from
+        (by default: the output back to the sentinel -1, so a call that delivers nothing shows)."""
+        self.result.fill_(-1)
 
     def __call__(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -216,7 +218,7 @@ class AllToAll(Collective):
 
 
 class Broadcast(Collective):
-    """Group rank 0 sends value n + 1; every other rank's buffer is zeroed before each iteration."""
+    """Group rank 0 sends value n + 1; every other rank's buffer starts at 0."""
 
     name = "broadcast"
 
@@ -232,8 +234,7 @@ class Broadcast(Collective):
         self._src = ctx.global_rank(0)
 
     def reset(self) -> None:
-        if self.ctx.rank != 0:
-            self.buf.zero_()
+        self.buf.fill_(self.ctx.size + 1 if self.ctx.rank == 0 else 0)
 
     def __call__(self) -> None:
         self.ctx.dist.broadcast(self.buf, src=self._src, group=self.ctx.group)

@@ -90,8 +90,12 @@ def run(ops: str | Iterable[str] | None = None, sizes: Any = DEFAULT_SIZES, grou
     Must be called on every rank of ``group`` (and of ``barrier_group``) with the same
     arguments; returns identical rows on every rank, one per (op, size), sweeping sizes within
     each op.  ``sizes`` is anything :func:`parse_sizes` reads; ``iters`` timed iterations follow
-    ``warmup`` untimed ones; after each (op, size) the result is checked on every rank and a
-    wrong one raises :class:`~parastrat.bench.ops.BenchCorrectnessError` on all of them.
+    ``warmup`` untimed ones; after them one more untimed call from freshly filled inputs is
+    checked on every rank (as nccl-tests' ``-c`` pass does) and a wrong result raises
+    :class:`~parastrat.bench.ops.BenchCorrectnessError` on all of them.  Timed iterations do not
+    refill the buffers: on the CPU, touching a megabyte just before the barrier slows the next
+    collective by ~10 % (measured with benchmarks/bench_overhead.py), and bandwidth does not
+    depend on the values (sums of values >= 1 may grow, never into denormals).
     ``barrier_group`` (default ``group``) is where ranks meet before each iteration and over which
     times are reduced with MAX.
     """
@@ -123,10 +127,13 @@ def run(ops: str | Iterable[str] | None = None, sizes: Any = DEFAULT_SIZES, grou
     for op in op_list:
         for nbytes in size_list:
             coll = build(op, ctx, nbytes)
+            coll.reset()
             times = measure(coll, torch=torch, dist=dist, device=device, iters=iters,
-                            warmup=warmup, barrier_group=sync, reset=coll.reset)
+                            warmup=warmup, barrier_group=sync)
             error = None
-            if check:
+            if check:  # one more, untimed call from fresh inputs, then the result is checked
+                coll.reset()
+                coll()
                 try:
                     coll.check()
                 except Exception as exc:  # noqa: BLE001 - re-raised after the peers learn of it

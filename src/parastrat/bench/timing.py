@@ -59,19 +59,15 @@ class Clock:
 
 
 def measure(fn: Callable[[], Any], *, torch: Any, dist: Any, device: Any, iters: int,
-            warmup: int, barrier_group: Any = None, reset: Callable[[], Any] | None = None
-            ) -> list[float]:
+            warmup: int, barrier_group: Any = None) -> list[float]:
     """This rank's seconds for each of ``iters`` timed calls of ``fn`` after ``warmup`` untimed ones.
 
-    ``reset`` (untimed) prepares the buffers before every call; ``barrier_group`` is the group
-    that meets before each call (the world for strategy runs, where every group of a kind runs
-    at once, as in training).
+    ``barrier_group`` is the group that meets before each call (the world for strategy runs,
+    where every group of a kind runs at once, as in training).
     """
     clock = Clock(torch, device)
     times: list[float] = []
     for i in range(warmup + iters):
-        if reset is not None:
-            reset()
         synchronize(torch, device)
         dist.barrier(group=barrier_group)
         elapsed = clock.time(fn)

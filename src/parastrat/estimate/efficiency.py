@@ -55,7 +55,7 @@ class KernelProfile:
     source: str = ""
 
     def gemm_fraction(self, precision: str) -> float:
-        key = canonical_precision(precision)
+        key = precision if precision in self.gemm_eff else canonical_precision(precision)
         return self.gemm_eff.get(key, self.gemm_eff.get("fp8" if key == "mxfp8" else "bf16",
                                                          self.gemm_eff["bf16"]))
 
@@ -106,6 +106,19 @@ PROFILES: dict[str, KernelProfile] = {
 DEFAULT = PROFILES["h100"]
 
 
+_CANONICAL = frozenset({"bf16", "fp8", "mxfp8"})
+
+
+def _peak(accel: Accelerator, key: str) -> float:
+    """``accel.peak`` for an already canonical precision key (the hot path)."""
+    flops = accel.peak_flops
+    if key in flops:
+        return flops[key]
+    if key == "mxfp8" and "fp8" in flops:
+        return flops["fp8"]
+    return flops["bf16"]
+
+
 def profile(accel: Accelerator) -> KernelProfile:
     """The kernel profile of ``accel`` (by preset name; H100-like fractions otherwise)."""
     return PROFILES.get(accel.name, DEFAULT)
@@ -141,10 +154,10 @@ def gemm_time(accel: Accelerator, m: float, n: float, k: float, precision: str =
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0
     prof = prof or profile(accel)
-    key = canonical_precision(precision)
-    rate = accel.peak(key) * prof.gemm_fraction(key) * shape_factor(prof, m, n, k, groups)
+    key = precision if precision in _CANONICAL else canonical_precision(precision)
+    rate = _peak(accel, key) * prof.gemm_fraction(key) * shape_factor(prof, m, n, k, groups)
     flops = 2.0 * m * n * k * groups
-    in_bytes = 1.0 if key in ("fp8", "mxfp8") and accel.supports(key) else 2.0
+    in_bytes = 1.0 if key in ("fp8", "mxfp8") and key in accel.peak_flops else 2.0
     nbytes = groups * ((m * k + k * n) * in_bytes + m * n * 2.0)
     return max(flops / rate, nbytes / (accel.mem_bandwidth_Bps * prof.mem_eff), MIN_KERNEL_S)
 

@@ -123,6 +123,8 @@ class MemoryReport:
     precision: str
     distributed_optimizer: bool
     notes: list[str] = field(default_factory=list)
+    #: Virtual pipeline stages per rank (``in_flight`` counts model chunks when > 1).
+    vpp: int = 1
 
     @property
     def peak_bytes(self) -> float:
@@ -151,7 +153,7 @@ class MemoryReport:
                 "micro_batch_size": self.micro_batch_size,
                 "num_microbatches": self.num_microbatches, "recompute": self.recompute,
                 "precision": self.precision,
-                "distributed_optimizer": self.distributed_optimizer,
+                "distributed_optimizer": self.distributed_optimizer, "vpp": self.vpp,
                 "peak_bytes": self.peak_bytes, "peak_stage": self.peak_stage.stage,
                 "stages": [st.to_dict() for st in self.stages], "notes": list(self.notes)}
 
@@ -184,7 +186,7 @@ class MemoryReport:
         plt = require("matplotlib.pyplot", "plot")
         parts = ("weights", "gradients", "optimizer", "activations", "other")
         xs = [st.stage for st in self.stages]
-        fig, ax = plt.subplots(figsize=(max(5.0, 0.5 * len(xs) + 3), 4.5))
+        fig, ax = plt.subplots(figsize=(max(6.5, 0.5 * len(xs) + 4.5), 4.5))
         bottom = [0.0] * len(xs)
         for part in parts:
             vals = [getattr(st, part) / GiB for st in self.stages]
@@ -200,7 +202,7 @@ class MemoryReport:
         ax.set_title(f"{self.model}  {self.strategy}\nseq {self.seq_len}, mbs "
                      f"{self.micro_batch_size}, recompute {self.recompute}, {self.precision}",
                      fontsize=9)
-        ax.legend(fontsize=8, loc="upper right")
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         fig.savefig(path, dpi=120)
         plt.close(fig)
@@ -222,7 +224,7 @@ class _Consts:
                  "vocab", "divisible", "tied", "learned_pos", "max_pos", "mtp",
                  "attn_shard", "attn_rep", "norms", "dense_mlp", "expert", "shared", "router",
                  "final_norm", "mtp_params", "lin_dense", "lin_moe_shared", "lin_expert",
-                 "dense_layer_idx")
+                 "dense_layer_idx", "splits")
 
     def __init__(self, m: ModelSpec):
         p = m.param_breakdown
@@ -254,6 +256,7 @@ class _Consts:
         self.lin_expert = p["expert"]
         fd, freq = m.moe_first_dense_layers, m.moe_layer_freq
         self.dense_layer_idx = (fd, freq)
+        self.splits: dict[tuple[Any, ...], tuple[list[int], list[int], str | None]] = {}
 
     def moe_layers_in(self, lo: int, hi: int) -> int:
         """MoE layers among global layer indices [lo, hi)."""
@@ -319,6 +322,23 @@ def _chunk_sizes(L: int, s: Strategy) -> tuple[tuple[int, ...], str | None]:
     out = (tuple(sizes), note)
     _SPLITS[key] = out
     return out
+
+
+def _stage_layers(C: _Consts, s: Strategy) -> tuple[list[int], list[int], str | None]:
+    """(layers, MoE layers) per physical stage and the split note, cached per model+split."""
+    key = (s.pp, s.vpp, s.first_stage_layers, s.last_stage_layers)
+    hit = C.splits.get(key)
+    if hit is None:
+        p = s.pp
+        sizes, note = _chunk_sizes(C.L, s)
+        layers, moe = [0] * p, [0] * p
+        off = 0
+        for c, n in enumerate(sizes):  # chunk c sits on stage c % p
+            layers[c % p] += n
+            moe[c % p] += C.moe_layers_in(off, off + n)
+            off += n
+        hit = C.splits[key] = (layers, moe, note)
+    return hit
 
 
 def estimate_memory(model: ModelSpec, strategy: Strategy, *, seq_len: int,
@@ -452,18 +472,9 @@ def estimate_memory(model: ModelSpec, strategy: Strategy, *, seq_len: int,
     other_fixed = OTHER_FIXED_BYTES if other_bytes is None else float(other_bytes)
     frag = FRAGMENTATION if fragmentation is None else float(fragmentation)
 
-    sizes, split_note = _chunk_sizes(C.L, s)
+    stage_layers, stage_moe, split_note = _stage_layers(C, s)
     if split_note:
         notes.append(split_note)
-    # layers and MoE layers per physical stage
-    stage_layers = [0] * p
-    stage_moe = [0] * p
-    off = 0
-    for c, n in enumerate(sizes):
-        st = c % p
-        stage_layers[st] += n
-        stage_moe[st] += C.moe_layers_in(off, off + n)
-        off += n
 
     logits = 4.0 * vocab_pad / t * tokens  # fp32 softmax kept by the vocab-parallel loss
     final_act = (2 * h + lin * h) / rep_div * tokens + logits
@@ -529,4 +540,4 @@ def estimate_memory(model: ModelSpec, strategy: Strategy, *, seq_len: int,
     return MemoryReport(model=model.name, strategy=str(s), stages=stages, seq_len=seq_len,
                         micro_batch_size=b, num_microbatches=m, recompute=recompute,
                         precision=prec, distributed_optimizer=distributed_optimizer,
-                        notes=notes)
+                        notes=notes, vpp=v)

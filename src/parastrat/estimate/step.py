@@ -60,6 +60,10 @@ ELEM_BYTES = 2
 #: and writes the FP8 copy and its transpose (2 + 2 + 1 + 1); MXFP8 finds its block scales in
 #: the cast pass (2 + 1 + 1).
 FP8_CAST_BYTES = {"fp8": 6, "mxfp8": 4}
+#: HBM bytes per attention-score element in an unfused forward: write the scores, the fused
+#: scale-mask-softmax reads and writes them, dropout reads them and writes its output and
+#: a 1-byte mask, A V reads them (2 + 4 + 5 + 2); the backward moves about twice as much.
+SCORE_BYTES_FWD = 13
 #: HBM bytes per logit element for the vocabulary-parallel cross-entropy, forward + backward.
 CE_BYTES_PER_LOGIT = 12
 
@@ -200,25 +204,27 @@ def _accel_key(accel: Accelerator) -> tuple:
 
 
 def layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool, tokens: float,
-               seq_len: int, tp: int, cp: int, sp: bool, ep: int, etp: int) -> LayerCost:
+               seq_len: int, tp: int, cp: int, sp: bool, ep: int, etp: int,
+               flash_attention: bool = True) -> LayerCost:
     """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp.
 
     Memoised: the planner prices the same (TP, CP, EP, micro-batch) shapes for many PP/DP
     choices.
     """
     key = ("layer", model, _accel_key(accel), precision, moe, tokens, seq_len, tp, cp, sp, ep,
-           etp)
+           etp, flash_attention)
     hit = _CACHE.get(key)
     if hit is None:
         if len(_CACHE) > 50_000:
             _CACHE.clear()
-        hit = _CACHE[key] = _layer_cost(model, accel, precision, moe, tokens, seq_len, tp, sp,
-                                        ep, etp)
+        hit = _CACHE[key] = _layer_cost(model, accel, precision, moe, tokens, seq_len, tp, cp,
+                                        sp, ep, etp, flash_attention)
     return hit
 
 
 def _layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool, tokens: float,
-                seq_len: int, tp: int, sp: bool, ep: int, etp: int) -> LayerCost:
+                seq_len: int, tp: int, cp: int, sp: bool, ep: int, etp: int,
+                flash_attention: bool) -> LayerCost:
     prof = kernel_profile(accel)
     fp8 = precision in ("fp8", "mxfp8") and accel.supports(precision)
     prec = precision if fp8 else "bf16"
@@ -239,8 +245,20 @@ def _layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool,
     dense_p += norms
     # attention core: heads split by TP, keys halved by the causal mask
     core = attention_core_flops_per_token(model, seq_len) * tokens / tp
-    a_fwd = attention_time(accel, core, prof)
-    a_bwd = attention_time(accel, ATTN_BWD_RATIO * core, prof)
+    if flash_attention:
+        a_fwd = attention_time(accel, core, prof)
+        a_bwd = attention_time(accel, ATTN_BWD_RATIO * core, prof)
+    else:
+        # unfused: Q K^T and A V as batched GEMMs over every key (no causal skipping) and the
+        # score matrix through HBM (scale-mask-softmax, dropout)
+        heads = max(model.num_attention_heads // tp, 1)
+        d = model.head_dim
+        b_s = tokens / max(seq_len / cp, 1)  # sequences in the micro-batch
+        q, keys = seq_len / cp, seq_len
+        one = gemm_time(accel, q, keys, d, "bf16", int(heads * b_s), prof)
+        a_fwd = 2 * one + memory_time(accel, heads * b_s * q * keys * SCORE_BYTES_FWD, prof)
+        a_bwd = 4 * one + memory_time(accel, heads * b_s * q * keys * 2 * SCORE_BYTES_FWD,
+                                      prof)
     # memory-bound kernels: elements touched per token (forward)
     h_local = h / tp if sp else h
     a, g = model.num_attention_heads, model.query_groups
@@ -295,6 +313,15 @@ def stage_layer_counts(model: ModelSpec, strategy: "Strategy") -> tuple[list[int
     (the embedding and the loss each take one layer's slot, so ``L + 2`` must divide into
     ``pp * vpp`` chunks), which production recipes use for 126-, 94- and 61-layer models.
     """
+    key = ("split", model.num_layers, model.mtp_num_layers, strategy.pp, strategy.vpp,
+           strategy.first_stage_layers, strategy.last_stage_layers)
+    hit = _CACHE.get(key)
+    if hit is None:
+        hit = _CACHE[key] = _stage_layer_counts(model, strategy)
+    return list(hit[0]), hit[1]
+
+
+def _stage_layer_counts(model: ModelSpec, strategy: "Strategy") -> tuple[list[int], str]:
     L, p, v = model.num_layers, strategy.pp, strategy.vpp
     try:
         return strategy.stage_layers(L), "even" if not strategy.uneven else "uneven"
@@ -353,13 +380,19 @@ def _exposed(t_comm: float, window: float, overlap: bool) -> float:
 def estimate_step(model: ModelSpec, strategy: "Strategy", cluster: "Cluster", *, seq_len: int,
                   global_batch_size: int, micro_batch_size: int = 1, precision: str = "bf16",
                   recompute: str = "selective", distributed_optimizer: bool = True,
-                  validate: bool = True) -> StepReport:
+                  flash_attention: bool = True, tp_comm_overlap: bool | None = None,
+                  overlap_grad_reduce: bool = True, validate: bool = True) -> StepReport:
     """Predict one training step of ``model`` split by ``strategy`` on ``cluster``.
 
     ``strategy.dp`` may be unset: the world is then ``cluster.num_devices``.  With
     ``validate`` (the default) the strategy is checked against the model, world size, sequence
     and batch first (StrategyError listing every broken rule); a layer count that Megatron can
     only split with ``account_for_embedding/loss_in_pipeline_split`` is accepted and noted.
+
+    Implementation switches (defaults: today's Megatron Core / Bridge): ``flash_attention``
+    (False prices the attention scores as batched GEMMs plus their softmax/dropout traffic),
+    ``tp_comm_overlap`` (None: on with SP inside the scale-up domain), ``overlap_grad_reduce``
+    (DP reduce-scatter/all-gather behind backward/forward), ``distributed_optimizer``.
     """
     from ..spec.models import get as get_model
 
@@ -372,7 +405,8 @@ def estimate_step(model: ModelSpec, strategy: "Strategy", cluster: "Cluster", *,
     if validate:
         _validate(model, strategy, world, seq_len, global_batch_size, micro_batch_size)
     return _estimate(model, strategy, cluster, seq_len, global_batch_size, micro_batch_size,
-                     prec, mode, distributed_optimizer)
+                     prec, mode, distributed_optimizer, flash_attention, tp_comm_overlap,
+                     overlap_grad_reduce)
 
 
 #: Rules about the layer split that the account-for-embedding/loss split may rescue.
@@ -391,40 +425,29 @@ def _validate(model: ModelSpec, strategy: "Strategy", world: int, seq_len: int,
         raise StrategyError(errors)
 
 
-def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int, gbs: int,
-              mbs: int, prec: str, mode: str, distributed_optimizer: bool = True) -> StepReport:
-    """The model itself, without validation (the planner calls this on legal candidates)."""
+def _per_layer(model: ModelSpec, s: "Strategy", cluster: "Cluster", tokens: float,
+               seq_len: int, prec: str, mode: str, strides: dict[str, int], tp_overlap: bool,
+               flash_attention: bool, memo: dict | None,
+               ) -> tuple[dict[bool, dict[str, float]], dict[bool, Any]]:
+    """Per-layer, per-micro-batch seconds (dense and MoE): compute, recompute, each
+    collective and its exposed part."""
     accel = cluster.accel
-    world = int(s.world_size)
-    dp = int(s.dp)
-    edp = world // (s.etp * s.ep * s.pp)
-    m = gbs // (dp * mbs)
-    if m < 1 or gbs % (dp * mbs):
-        raise UsageError(f"global_batch_size={gbs} is not a multiple of micro_batch_size*dp = "
-                         f"{mbs}*{dp}")
-    p, v = s.pp, s.vpp
-    tokens = mbs * seq_len / s.cp
-    strides = comm.group_strides(s, dp, edp)
-    notes: list[str] = []
-
-    # ---- per-layer costs, dense and MoE -------------------------------------------------
-    kinds = {False: None, True: None}
-    counts, split = stage_layer_counts(model, s)
-    if split == "account-for-embedding-and-loss":
-        notes.append("layers split with account_for_embedding_in_pipeline_split and "
-                     "account_for_loss_in_pipeline_split")
-    elif split == "approximate":
-        notes.append("layer split approximate: Megatron needs a custom pipeline layout")
-    moe_counts = _moe_per_stage(model, counts)
-    tp_intra = cluster.span(s.tp, strides["tp"]) == "intra"
-    tp_overlap = s.sp and s.tp > 1 and tp_intra
-
+    kinds: dict[bool, Any] = {False: None, True: None}
     per: dict[bool, dict[str, float]] = {}
     for moe in (False, True):
         if moe and not model.is_moe:
             continue
-        c = layer_cost(model, accel, prec, moe, tokens, seq_len, s.tp, s.cp, s.sp, s.ep, s.etp)
+        c = layer_cost(model, accel, prec, moe, tokens, seq_len, s.tp, s.cp, s.sp, s.ep, s.etp,
+                       flash_attention)
         kinds[moe] = c  # type: ignore[assignment]
+        mkey = None
+        if memo is not None:
+            mkey = (moe, tokens, s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, strides["tp"],
+                    strides["ulysses"], strides["ring"], strides["ep"], strides["etp"], mode)
+            hit = memo.get(mkey)
+            if hit is not None:
+                per[moe] = hit
+                continue
         t_tp = comm.total_time(comm.tp_layer(model, s, tokens, moe, strides), cluster)
         ring, a2a = comm.cp_layer(model, s, tokens, strides)
         t_ring, t_a2a = comm.total_time(ring, cluster), comm.total_time(a2a, cluster)
@@ -445,6 +468,74 @@ def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
             "ep": t_ep, "ep_exposed": t_ep,
             "fwd": c.fwd, "bwd": c.bwd,
         }
+        if mkey is not None:
+            memo[mkey] = per[moe]  # type: ignore[index]
+
+    return per, kinds
+
+
+def microbatch_lower_bound(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
+                           gbs: int, mbs: int, prec: str, memo: dict | None = None) -> float:
+    """A lower bound of the step time (no recompute, no PP/DP/optimizer terms): the fullest
+    stage's layers, compute plus exposed TP/CP/EP communication, times ``m + (p-1)/v``."""
+    dp = int(s.dp)
+    edp = int(s.world_size) // (s.etp * s.ep * s.pp)
+    m = gbs // (dp * mbs)
+    tokens = mbs * seq_len / s.cp
+    strides = comm.group_strides(s, dp, edp)
+    tp_overlap = s.sp and s.tp > 1 and cluster.span(s.tp, strides["tp"]) == "intra"
+    per, _ = _per_layer(model, s, cluster, tokens, seq_len, prec, "none", strides, tp_overlap,
+                        True, memo)
+    counts, _ = stage_layer_counts(model, s)
+    moe_counts = _moe_per_stage(model, counts)
+
+    def mb(key: bool) -> float:
+        d = per[key]
+        return d["compute"] + d["tp_exposed"] + d["cp_exposed"] + d["ep_exposed"]
+
+    dense_mb = mb(False)
+    moe_mb = mb(True) if model.is_moe else 0.0
+    worst = max((c - n) * dense_mb + n * moe_mb for c, n in zip(counts, moe_counts))
+    return worst * (m + (s.pp - 1) / s.vpp)
+
+
+def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int, gbs: int,
+              mbs: int, prec: str, mode: str, distributed_optimizer: bool = True,
+              flash_attention: bool = True, tp_comm_overlap: bool | None = None,
+              overlap_grad_reduce: bool = True, memo: dict | None = None) -> StepReport:
+    """The model itself, without validation (the planner calls this on legal candidates).
+
+    ``memo`` (a dict owned by the caller, for one model, cluster, sequence and precision)
+    caches per-layer costs across strategies that share TP/CP/EP shapes.
+    """
+    accel = cluster.accel
+    world = int(s.world_size)
+    dp = int(s.dp)
+    edp = world // (s.etp * s.ep * s.pp)
+    m = gbs // (dp * mbs)
+    if m < 1 or gbs % (dp * mbs):
+        raise UsageError(f"global_batch_size={gbs} is not a multiple of micro_batch_size*dp = "
+                         f"{mbs}*{dp}")
+    p, v = s.pp, s.vpp
+    tokens = mbs * seq_len / s.cp
+    strides = comm.group_strides(s, dp, edp)
+    notes: list[str] = []
+
+    # ---- per-layer costs, dense and MoE -------------------------------------------------
+    counts, split = stage_layer_counts(model, s)
+    if split == "account-for-embedding-and-loss":
+        notes.append("layers split with account_for_embedding_in_pipeline_split and "
+                     "account_for_loss_in_pipeline_split")
+    elif split == "approximate":
+        notes.append("layer split approximate: Megatron needs a custom pipeline layout")
+    moe_counts = _moe_per_stage(model, counts)
+    tp_intra = cluster.span(s.tp, strides["tp"]) == "intra"
+    tp_overlap = s.sp and s.tp > 1 and tp_intra
+    if tp_comm_overlap is not None:
+        tp_overlap = tp_overlap and tp_comm_overlap
+
+    per, kinds = _per_layer(model, s, cluster, tokens, seq_len, prec, mode, strides,
+                            tp_overlap, flash_attention, memo)
 
     head_t, head_p = _head_cost(model, accel, tokens, s.tp)
     emb_p = model.vocab_size * model.hidden_size / s.tp
@@ -508,16 +599,27 @@ def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
     else:
         pp_exposed = 0.0
     for st in stages:
-        dp_items = comm.dp_step(s, st["dense_params"], st["expert_params"], dp, edp, strides,
-                                distributed_optimizer)
-        t_rs = sum(c.time(cluster) for c in dp_items if c.op in ("reduce_scatter", "all_reduce"))
-        t_ag = sum(c.time(cluster) for c in dp_items if c.op == "all_gather")
+        dkey = ("dp", st["dense_params"], st["expert_params"], dp, edp, s.cp,
+                strides["dp-cp"], strides["edp"], distributed_optimizer)
+        hit = memo.get(dkey) if memo is not None else None
+        if hit is None:
+            dp_items = comm.dp_step(s, st["dense_params"], st["expert_params"], dp, edp,
+                                    strides, distributed_optimizer)
+            hit = (sum(c.time(cluster) for c in dp_items
+                       if c.op in ("reduce_scatter", "all_reduce")),
+                   sum(c.time(cluster) for c in dp_items if c.op == "all_gather"))
+            if memo is not None:
+                memo[dkey] = hit
+        t_rs, t_ag = hit
         bucket_frac = 0.0
         local_params = st["dense_params"] + st["expert_params"]
         if local_params > 0:
             bucket_frac = min(1.0, max(BUCKET_PARAMS, 1e6 * dp) / local_params)
-        dp_exposed = (_exposed(t_rs, st["bwd"], True) + _exposed(t_ag, st["fwd"], True)
-                      + bucket_frac * (t_rs + t_ag))
+        if overlap_grad_reduce:
+            dp_exposed = (_exposed(t_rs, st["bwd"], True) + _exposed(t_ag, st["fwd"], True)
+                          + bucket_frac * (t_rs + t_ag))
+        else:
+            dp_exposed = t_rs + t_ag
         shard = st["dense_params"] / (dp * s.cp) + st["expert_params"] / max(edp, 1)
         if not distributed_optimizer:
             shard = local_params

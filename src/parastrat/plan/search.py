@@ -34,6 +34,7 @@ from ..spec.hardware import canonical_precision
 from ..spec.model import ModelSpec
 from ..strategy import Strategy, divisors
 from ..estimate.step import (RECOMPUTE_MODES, SPLIT_RULES, StepReport, _estimate,
+                             microbatch_lower_bound,
                              layer_cost, normalize_recompute, pipeline_split_ok,
                              stage_layer_counts)
 from .heuristics import Heuristic, seed_strategy
@@ -99,6 +100,7 @@ class Plan:
     enumerated: int = 0
     priced: int = 0
     memory_checks: int = 0
+    bounded: int = 0
     elapsed_s: float = 0.0
     num_devices: int = 0
 
@@ -108,8 +110,9 @@ class Plan:
 
     @property
     def candidates_per_s(self) -> float:
-        """Strategy evaluations (priced or memory-checked) per second of planning."""
-        return (self.priced + self.memory_checks) / self.elapsed_s if self.elapsed_s else 0.0
+        """Candidate evaluations (lower bounds, step pricings, memory checks) per second."""
+        n = self.bounded + self.priced + self.memory_checks
+        return n / self.elapsed_s if self.elapsed_s else 0.0
 
     def to_dict(self) -> dict[str, Any]:
         """``{"candidates": [...]}``, each with strategy, micro_batch_size, recompute,
@@ -246,12 +249,22 @@ def _static_lower_bound(model: ModelSpec, s: Strategy, cluster: "Cluster", prec:
     if model.is_moe:
         moe = layer_cost(model, accel, prec, True, tokens, seq_len, s.tp, s.cp, s.sp, s.ep,
                          s.etp)
-        n_moe = min(most, model.num_moe_layers)
+        n_moe = min(most, _num_moe_layers(model))
         dense_p = (most - n_moe) * dense.dense_params + n_moe * moe.dense_params
         exp_p = n_moe * moe.expert_params
     edp = s.world_size // (s.ep * s.etp * s.pp)
     return (dense_p * (_STATIC_BYTES + _OPT_BYTES / (s.dp * s.cp))
             + exp_p * (_STATIC_BYTES + _OPT_BYTES / max(edp, 1)))
+
+
+_MOE_LAYERS: dict[ModelSpec, int] = {}
+
+
+def _num_moe_layers(model: ModelSpec) -> int:
+    hit = _MOE_LAYERS.get(model)
+    if hit is None:
+        hit = _MOE_LAYERS[model] = model.num_moe_layers
+    return hit
 
 
 def _fits(memory: "MemoryReport", cluster: "Cluster", headroom: float | None) -> bool:
@@ -353,9 +366,10 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
         tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, ulysses=ulysses, max_tp=max_tp,
         max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, max_vpp=max_vpp,
         min_cp_tokens=min_cp_tokens))
-    # 1. price every (strategy, micro-batch) whose parameters can fit, without recompute
+    # 1. a compute-only lower bound of every (strategy, micro-batch) whose parameters can fit
     bounds: list[tuple[float, int, Strategy, int]] = []
     priced = 0
+    memo: dict = {}
     total = len(strategies)
     for i, s in enumerate(strategies):
         if progress and i % 256 == 0:
@@ -365,20 +379,37 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
                 continue
             tokens = mbs * seq_len / s.cp
             if _static_lower_bound(model, s, cluster, prec, tokens, seq_len) > capacity:
-                break  # larger micro-batches need more memory still
-            rep = _estimate(model, s, cluster, seq_len, global_batch_size, mbs, prec,
-                            modes[0], distributed_optimizer)
-            priced += 1
-            bounds.append((rep.step_time_s, len(bounds), s, mbs))
+                break  # the parameters alone do not fit, whatever the micro-batch
+            lb = microbatch_lower_bound(model, s, cluster, seq_len, global_batch_size, mbs,
+                                        prec, memo)
+            bounds.append((lb, len(bounds), s, mbs))
     if progress:
         progress(total, total)
+    len_bounds = len(bounds)
     heapq.heapify(bounds)
-    # 2. visit fastest first; stop once the lower bound is slower than the k-th best
+    # 2. visit by bound; price without recompute (a bound for every mode), then the cheapest
+    #    mode that fits; stop once a bound is slower than the k-th best fitting candidate
     found: list[tuple[float, int, Candidate]] = []  # max-heap on time via negation
     checks = 0
-    while bounds:
-        t_lower, _, s, mbs = heapq.heappop(bounds)
-        if len(found) >= keep and t_lower > -found[0][0]:
+    pending: list[tuple[float, int, Strategy, int]] = []
+
+    def worst() -> float:
+        return -found[0][0] if len(found) >= keep else float("inf")
+
+    while bounds or pending:
+        # move the next compute bound into the priced queue when it could still be earlier
+        if bounds and (not pending or bounds[0][0] < pending[0][0]):
+            lb, n, s, mbs = heapq.heappop(bounds)
+            if lb > worst():
+                bounds = []
+                continue
+            rep0 = _estimate(model, s, cluster, seq_len, global_batch_size, mbs, prec,
+                             modes[0], distributed_optimizer, memo=memo)
+            priced += 1
+            heapq.heappush(pending, (rep0.step_time_s, n, s, mbs))
+            continue
+        t_lower, _, s, mbs = heapq.heappop(pending)
+        if t_lower > worst():
             break
         for mode in modes:
             mem = estimate_memory(model, s, seq_len=seq_len, micro_batch_size=mbs,
@@ -388,10 +419,10 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
             if not _fits(mem, cluster, headroom):
                 continue
             rep = _estimate(model, s, cluster, seq_len, global_batch_size, mbs, prec, mode,
-                            distributed_optimizer)
+                            distributed_optimizer, memo=memo)
             priced += 1
             cand = Candidate(s, mbs, mode, mem, rep, notes=rep.notes)
-            item = (-rep.step_time_s, len(found) + checks, cand)
+            item = (-rep.step_time_s, priced, cand)
             if len(found) < keep:
                 heapq.heappush(found, item)
             elif rep.step_time_s < -found[0][0]:
@@ -405,6 +436,7 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
     return Plan(model=model, cluster=cluster, seq_len=seq_len,
                 global_batch_size=global_batch_size, precision=prec, candidates=ranked,
                 heuristic=heur, enumerated=total, priced=priced, memory_checks=checks,
+                bounded=len_bounds,
                 elapsed_s=time.perf_counter() - start, num_devices=world)
 
 

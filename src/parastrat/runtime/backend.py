@@ -232,9 +232,35 @@ def init_distributed(backend: str = "auto", *, timeout: timedelta | float | None
     if env.source == "single":
         from .launch import free_port
 
-        init = f"tcp://127.0.0.1:{free_port()}"
+        url = f"tcp://127.0.0.1:{free_port()}"
     else:
-        init = env.init_method
-    dist.init_process_group(backend=name, init_method=init, rank=env.rank,
+        url = env.init_method
+    store = _prefixed_store(url, env, td)
+    dist.init_process_group(backend=name, store=store, rank=env.rank,
                             world_size=env.world_size, **kwargs)
     return Started(backend=name, started=True, env=env)
+
+
+#: Rendezvous stores kept for the life of the process, one per (url, rank, world), and how
+#: many process groups each has seen.
+_STORES: dict[tuple[str, int, int], list] = {}
+
+
+def _prefixed_store(url: str, env: LaunchEnv, td: timedelta | None):
+    """The rendezvous store for ``url``, under a fresh key prefix for each start.
+
+    Starting, destroying and starting the default group again on the same MASTER_PORT would
+    otherwise race: a fast rank could reach the previous incarnation's store server and read
+    its stale keys.  Keeping one store per process and a new prefix per start (every rank
+    starts the same number of times, so the prefixes agree) avoids that.
+    """
+    import torch.distributed as dist
+
+    key = (url, env.rank, env.world_size)
+    if key not in _STORES:
+        kwargs = {"timeout": td} if td is not None else {}
+        store, _, _ = next(dist.rendezvous(url, env.rank, env.world_size, **kwargs))
+        _STORES[key] = [store, 0]
+    entry = _STORES[key]
+    entry[1] += 1
+    return dist.PrefixStore(f"parastrat/{entry[1]}", entry[0])

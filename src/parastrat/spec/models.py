@@ -223,3 +223,31 @@ register(_nodrop(name="olmoe-7b", num_layers=16, hidden_size=2048, num_attention
                    num_moe_experts=64, moe_router_topk=8, moe_ffn_hidden_size=1024,
                    source="allenai/OLMoE-1B-7B-0924 config.json; OLMoE paper: 6.9B/1.3B"),
          "olmoe-1b-7b")
+
+
+#: Parameter counts the models' authors published: name -> (total, active or None when dense).
+#: ``tests/test_models.py`` and ``benchmarks/memory_accuracy.py`` compare ``num_params`` and
+#: ``num_active_params`` with these.
+_B = 1e9
+PUBLISHED_PARAMS: dict[str, tuple[float, float | None]] = {
+    "llama3.2-1b": (1.24 * _B, None),          # model card: 1.24B
+    "llama3-8b": (8.03 * _B, None),            # HF model size 8.03B
+    "llama3-70b": (70.6 * _B, None),           # HF model size 70.6B
+    "llama3.1-405b": (405 * _B, None),         # Llama 3 paper
+    "qwen3-8b": (8.2 * _B, None),              # Qwen3 model card: 8.2B
+    "qwen3-32b": (32.8 * _B, None),            # Qwen3 model card: 32.8B
+    "qwen3-30b-a3b": (30.5 * _B, 3.3 * _B),     # model card: 30.5B total, 3.3B activated
+    "qwen3-235b-a22b": (235 * _B, 22 * _B),     # model card: 235B / 22B
+    "deepseek-v2": (236 * _B, 21 * _B),         # DeepSeek-V2 paper: 236B / 21B
+    "deepseek-v3": (671 * _B, 37 * _B),         # DeepSeek-V3 report: 671B / 37B (MTP apart)
+    "kimi-k2": (1.04e12, 32 * _B),             # Kimi K2 card: 1.04T total / 32B activated
+    "mixtral-8x7b": (46.7 * _B, 12.9 * _B),     # Mixtral paper: 46.7B / 12.9B
+    "mixtral-8x22b": (141 * _B, 39 * _B),       # Mistral: 141B / 39B
+    # OpenAI model card: 116.83B total, 5.13B active *without* the input embedding
+    # (201088 x 2880 = 0.579B); num_active_params counts it, as Mixtral and DeepSeek do.
+    "gpt-oss-120b": (116.83 * _B, 5.13 * _B + 201088 * 2880),
+    "nemotron4-15b": (15.7 * _B, None),        # Nemotron-4 15B report: 12.5B + 3.2B embedding
+    "nemotron4-340b": (341 * _B, None),        # Nemotron-4 340B report
+    "gpt3-175b": (175 * _B, None),             # GPT-3 paper
+    "olmoe-7b": (6.9 * _B, 1.3 * _B),           # OLMoE paper: 6.9B / 1.3B
+}

@@ -1,0 +1,63 @@
+"""``parastrat explain``: the memory and step-time breakdown of one strategy, or of two
+(``--compare``) term by term."""
+
+from __future__ import annotations
+
+import argparse
+
+from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
+from .plan import add_target_args, build_target
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("explain", help="memory and step-time breakdown of a strategy",
+                       description="Price one strategy (the strategy flags) on a cluster: "
+                                   "memory per pipeline stage and step time term by term.  "
+                                   "With --compare, price a second strategy and say what "
+                                   "changed and which change caused it.")
+    add_target_args(p)
+    p.add_argument("--micro-batch-size", type=positive_int, default=1)
+    p.add_argument("--recompute", choices=("none", "selective", "full"), default="selective")
+    p.add_argument("--compare", default=None, metavar="STRATEGY",
+                   help='second strategy, e.g. "tp=4,pp=2,vpp=5,sp"')
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    add_strategy_flags(p)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from ..plan.compare import compare
+    from ..plan.explain import explain_strategy
+
+    model, cluster, gbs = build_target(args)
+    strategy = strategy_from_args(args)
+    if args.compare:
+        cmp = compare(strategy, args.compare, model=model, cluster=cluster,
+                      seq_len=args.seq_len, global_batch_size=gbs,
+                      micro_batch_size=args.micro_batch_size, precision=args.precision,
+                      recompute=args.recompute)
+        if args.format == "json":
+            print_json(cmp.to_dict())
+        else:
+            console.print(cmp.summary(), markup=False)
+        return 0
+    if args.format == "json":
+        from ..estimate.memory import estimate_memory
+        from ..estimate.step import estimate_step
+
+        s = strategy.with_world_size(cluster.num_devices)
+        step = estimate_step(model, s, cluster, seq_len=args.seq_len, global_batch_size=gbs,
+                             micro_batch_size=args.micro_batch_size, precision=args.precision,
+                             recompute=args.recompute)
+        mem = estimate_memory(model, s, seq_len=args.seq_len,
+                              micro_batch_size=args.micro_batch_size, global_batch_size=gbs,
+                              recompute=step.recompute, precision=step.precision)
+        print_json({"strategy": s.to_dict(), "step": step.to_dict(), "memory": mem.to_dict(),
+                    "fits": mem.fits(cluster.accel)})
+        return 0
+    console.print(explain_strategy(model, strategy, cluster, seq_len=args.seq_len,
+                                   global_batch_size=gbs,
+                                   micro_batch_size=args.micro_batch_size,
+                                   precision=args.precision, recompute=args.recompute),
+                  markup=False)
+    return 0

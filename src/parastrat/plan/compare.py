@@ -1,0 +1,197 @@
+"""Compare two strategies: what changes in memory per stage and in step time, term by term.
+
+The question users bring after a config change produced an OOM or a throughput regression:
+``compare(a, b, model=..., cluster=..., seq_len=..., global_batch_size=...)`` prices both with
+the same model and batch, lists every memory component per pipeline stage and every step-time
+term side by side, and names the degree changes and the term that dominate the difference.
+``a``/``b`` may be :class:`~parastrat.Strategy` objects, ``"tp=4,pp=2,vpp=5"`` strings, dicts,
+or Megatron configs (read with :func:`parastrat.adapters.megatron.from_config`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..errors import UsageError
+from ..strategy import Strategy
+
+if TYPE_CHECKING:
+    from ..estimate.memory import MemoryReport
+    from ..estimate.step import StepReport
+    from ..spec.cluster import Cluster
+    from ..spec.model import ModelSpec
+
+GiB = 1024**3
+_DEGREES = ("tp", "pp", "vpp", "cp", "ulysses", "ring", "ep", "etp", "dp", "sp")
+
+
+def parse_strategy(text: str) -> Strategy:
+    """``"tp=4,pp=2,vpp=5,sp"`` -> Strategy (a bare name means True; UsageError otherwise)."""
+    kwargs: dict[str, Any] = {}
+    for part in (p.strip() for p in str(text).replace(" ", ",").split(",")):
+        if not part:
+            continue
+        key, _, value = part.partition("=")
+        key = key.strip().lower().replace("-", "_")
+        if key not in {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sp", "ulysses", "ring",
+                       "cfg", "order", "first_stage_layers", "last_stage_layers"}:
+            raise UsageError(f"unknown strategy field {key!r} in {text!r}; use tp, pp, vpp, "
+                             "cp, ep, etp, dp, sp, ulysses, ring, order")
+        if key == "sp":
+            kwargs["sp"] = value.strip().lower() not in ("0", "false", "no", "off")
+        elif key == "order":
+            kwargs["order"] = value.strip()
+        else:
+            try:
+                kwargs[key] = int(value)
+            except ValueError:
+                raise UsageError(f"{key}={value!r} in {text!r} is not a whole number") from None
+    return Strategy(**kwargs)
+
+
+def as_strategy(obj: Any) -> Strategy:
+    """A Strategy from a Strategy, a dict, a ``"tp=4,pp=2"`` string or a Megatron config."""
+    if isinstance(obj, Strategy):
+        return obj
+    if isinstance(obj, str):
+        return parse_strategy(obj)
+    if isinstance(obj, dict):
+        return Strategy.from_dict(obj)
+    from ..adapters.megatron import from_config  # lazy: needs the megatron extra
+
+    return from_config(obj)
+
+
+@dataclass
+class Comparison:
+    """Side-by-side memory and step time of two strategies, and what changed."""
+
+    a: Strategy
+    b: Strategy
+    memory: tuple["MemoryReport", "MemoryReport"]
+    step: tuple["StepReport", "StepReport"]
+    changed: dict[str, tuple[Any, Any]]
+    cause: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def step_delta(self) -> dict[str, float]:
+        """b - a, seconds per step, for every breakdown term (and ``step_time_s``)."""
+        sa, sb = self.step
+        keys = list(dict.fromkeys([*sa.breakdown, *sb.breakdown]))
+        out = {k: sb.breakdown.get(k, 0.0) - sa.breakdown.get(k, 0.0) for k in keys}
+        out["step_time_s"] = sb.step_time_s - sa.step_time_s
+        return out
+
+    @property
+    def memory_delta(self) -> list[dict[str, float]]:
+        """Per stage (of the longer pipeline, padded), b - a in bytes for each component."""
+        ma, mb = self.memory
+        rows = []
+        for i in range(max(len(ma.stages), len(mb.stages))):
+            sa = ma.stages[min(i, len(ma.stages) - 1)]
+            sb = mb.stages[min(i, len(mb.stages) - 1)]
+            rows.append({k: getattr(sb, k) - getattr(sa, k)
+                         for k in ("weights", "gradients", "optimizer", "activations", "other",
+                                   "total")})
+        return rows
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"a": self.a.to_dict(), "b": self.b.to_dict(),
+                "changed": {k: list(v) for k, v in self.changed.items()},
+                "memory": [self.memory[0].to_dict(), self.memory[1].to_dict()],
+                "step": [self.step[0].to_dict(), self.step[1].to_dict()],
+                "step_delta": self.step_delta, "memory_delta": self.memory_delta,
+                "cause": self.cause, "notes": list(self.notes)}
+
+    def summary(self) -> str:
+        """A readable report: degrees changed, per-stage memory, step terms, the cause."""
+        sa, sb = self.step
+        ma, mb = self.memory
+        lines = [f"A: {self.a}", f"B: {self.b}",
+                 "changed: " + (", ".join(f"{k} {x} -> {y}" for k, (x, y) in
+                                          self.changed.items()) or "nothing")]
+        lines.append(f"peak memory: {ma.peak_bytes / GiB:.1f} -> {mb.peak_bytes / GiB:.1f} GiB")
+        lines.append("memory per stage (GiB, A -> B): stage weights grads optim activ total")
+        for i in range(max(len(ma.stages), len(mb.stages))):
+            x = ma.stages[min(i, len(ma.stages) - 1)]
+            y = mb.stages[min(i, len(mb.stages) - 1)]
+            cells = " ".join(f"{getattr(x, k) / GiB:.1f}->{getattr(y, k) / GiB:.1f}"
+                             for k in ("weights", "gradients", "optimizer", "activations",
+                                       "total"))
+            lines.append(f"  {i:>3}  {cells}")
+        lines.append(f"step: {sa.step_time_s:.3f} -> {sb.step_time_s:.3f} s "
+                     f"({sb.step_time_s / sa.step_time_s - 1:+.1%}); tokens/s/GPU "
+                     f"{sa.tokens_per_s_per_gpu:,.0f} -> {sb.tokens_per_s_per_gpu:,.0f}")
+        for k, d in sorted(self.step_delta.items(), key=lambda kv: -abs(kv[1])):
+            if k != "step_time_s" and abs(d) > 1e-6:
+                lines.append(f"  {k:<12} {sa.breakdown.get(k, 0.0):9.4f} -> "
+                             f"{sb.breakdown.get(k, 0.0):9.4f}  ({d:+.4f})")
+        lines.append(f"cause: {self.cause}")
+        lines += [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+def compare(a: Any, b: Any, *, model: "ModelSpec | str", cluster: "Cluster", seq_len: int,
+            global_batch_size: int, micro_batch_size: int | tuple[int, int] = 1,
+            precision: str = "bf16", recompute: str | tuple[str, str] = "selective"
+            ) -> Comparison:
+    """Price strategies ``a`` and ``b`` for the same model, cluster and batch; say what changed.
+
+    ``micro_batch_size`` and ``recompute`` may be pairs (one for each side).
+    """
+    from ..estimate.memory import estimate_memory
+    from ..estimate.step import estimate_step
+    from ..spec.models import get as get_model
+
+    model = get_model(model)
+    mbs = micro_batch_size if isinstance(micro_batch_size, tuple) else (micro_batch_size,) * 2
+    rec = recompute if isinstance(recompute, tuple) else (recompute,) * 2
+    sides = []
+    for obj, m, r in ((a, mbs[0], rec[0]), (b, mbs[1], rec[1])):
+        s = as_strategy(obj)
+        if s.dp is None:
+            s = s.with_world_size(cluster.num_devices)
+        step = estimate_step(model, s, cluster, seq_len=seq_len,
+                             global_batch_size=global_batch_size, micro_batch_size=m,
+                             precision=precision, recompute=r)
+        mem = estimate_memory(model, s, seq_len=seq_len, micro_batch_size=m,
+                              global_batch_size=global_batch_size, recompute=step.recompute,
+                              precision=step.precision)
+        sides.append((s, step, mem, m, step.recompute))
+    (sa, ta, ma, mba, ra), (sb, tb, mb, mbb, rb) = sides
+    changed = {k: (getattr(sa, k), getattr(sb, k)) for k in _DEGREES
+               if getattr(sa, k) != getattr(sb, k)}
+    if mba != mbb:
+        changed["micro_batch_size"] = (mba, mbb)
+    if ra != rb:
+        changed["recompute"] = (ra, rb)
+    cause = _cause(ta, tb, ma, mb, cluster, changed)
+    notes = list(dict.fromkeys([*ta.notes, *tb.notes]))
+    return Comparison(sa, sb, (ma, mb), (ta, tb), changed, cause, notes)
+
+
+def _cause(ta: "StepReport", tb: "StepReport", ma: "MemoryReport", mb: "MemoryReport",
+           cluster: "Cluster", changed: dict[str, tuple[Any, Any]]) -> str:
+    from .explain import TERM_NAMES
+
+    what = ", ".join(f"{k} {x}->{y}" for k, (x, y) in changed.items()) or "no degree change"
+    parts = []
+    cap = cluster.memory_bytes
+    fa, fb = ma.fits(cluster.accel), mb.fits(cluster.accel)
+    if fa and not fb:
+        st = mb.peak_stage
+        sa_ = ma.stages[min(st.stage, len(ma.stages) - 1)]
+        comps = {k: getattr(st, k) - getattr(sa_, k)
+                 for k in ("weights", "gradients", "optimizer", "activations")}
+        k = max(comps, key=comps.get)  # type: ignore[arg-type]
+        parts.append(f"B runs out of memory ({mb.peak_bytes / GiB:.1f} GiB > {cap / GiB:.0f} "
+                     f"GiB) on stage {st.stage}, mostly {k} (+{comps[k] / GiB:.1f} GiB)")
+    delta = tb.step_time_s - ta.step_time_s
+    terms = {k: tb.breakdown.get(k, 0.0) - ta.breakdown.get(k, 0.0) for k in TERM_NAMES}
+    key = max(terms, key=lambda k: abs(terms[k]))
+    direction = "slower" if delta > 0 else "faster"
+    parts.append(f"B is {abs(delta) / ta.step_time_s:.1%} {direction}; the largest change is "
+                 f"{TERM_NAMES[key]} ({terms[key]:+.3f} s per step), from {what}")
+    return "; ".join(parts)
