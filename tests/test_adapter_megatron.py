@@ -410,6 +410,8 @@ def test_to_overrides_hierarchical_cp_with_vpp():
         "model.sequence_parallel=true",
         "model.num_layers_in_first_pipeline_stage=null",
         "model.num_layers_in_last_pipeline_stage=null",
+        "model.account_for_embedding_in_pipeline_split=false",
+        "model.account_for_loss_in_pipeline_split=false",
         "dist.use_tp_pp_dp_mapping=false",
         "train.micro_batch_size=1",
         "train.global_batch_size=64",
@@ -465,3 +467,15 @@ def test_adapters_import_no_framework():
         assert not bad, bad
     """)
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
+
+
+def test_apply_writes_pipeline_accounting_and_round_trips():
+    # Qwen3-235B-style: 94 layers on PP 8, VPP 3, embedding and loss counted as layers.
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    cfg = TransformerConfig(num_layers=94, hidden_size=512, num_attention_heads=8,
+                            pipeline_dtype=None)
+    s = Strategy(pp=8, vpp=3, account_for_embedding=True, account_for_loss=True)
+    mg.apply(cfg, s, framework_check=False)
+    assert cfg.account_for_embedding_in_pipeline_split and cfg.account_for_loss_in_pipeline_split
+    assert mg.from_config(cfg) == s

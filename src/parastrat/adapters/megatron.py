@@ -226,8 +226,10 @@ def _adapter_violations(t: _Target, s: Strategy) -> list[Violation]:
                 + (" with an uneven split" if s.uneven else ""),
                 f"set {t.prefix}pipeline_model_parallel_layout = None first, or keep "
                 f"pp={current[0]}, vpp={current[1]} and no first/last stage layer counts"))
-    if s.uneven and (getattr(m, "account_for_embedding_in_pipeline_split", False)
-                     or getattr(m, "account_for_loss_in_pipeline_split", False)):
+    if (s.first_stage_layers is not None or s.last_stage_layers is not None) and (
+            getattr(m, "account_for_embedding_in_pipeline_split", False)
+            or getattr(m, "account_for_loss_in_pipeline_split", False)) and not (
+            s.account_for_embedding or s.account_for_loss):
         out.append(Violation(
             "megatron-uneven-account-for",
             "first/last stage layer counts cannot be combined with "
@@ -266,6 +268,8 @@ def _model_values(s: Strategy, set_pipeline_dtype: bool) -> list[tuple[str, Any,
     values += [
         ("num_layers_in_first_pipeline_stage", s.first_stage_layers, None),
         ("num_layers_in_last_pipeline_stage", s.last_stage_layers, None),
+        ("account_for_embedding_in_pipeline_split", s.account_for_embedding, False),
+        ("account_for_loss_in_pipeline_split", s.account_for_loss, False),
     ]
     return values
 
@@ -445,6 +449,8 @@ def from_config(cfg: Any, *, world_size: int | None = None) -> Strategy:
         order=MEGATRON_TP_PP_DP_ORDER if mapping else MEGATRON_ORDER,
         first_stage_layers=getattr(m, "num_layers_in_first_pipeline_stage", None),
         last_stage_layers=getattr(m, "num_layers_in_last_pipeline_stage", None),
+        account_for_embedding=bool(getattr(m, "account_for_embedding_in_pipeline_split", False)),
+        account_for_loss=bool(getattr(m, "account_for_loss_in_pipeline_split", False)),
     )
     return s.with_world_size(world_size) if world_size is not None else s
 

@@ -33,6 +33,8 @@ from ..spec.hardware import Accelerator, canonical_precision
 
 #: K at which the per-tile prologue/epilogue equals the main loop (elements).
 K_HALF = 64
+#: Shortest K slice a split-K GEMM gives one SM.
+SPLIT_K_MIN = 512
 #: Shortest kernel, seconds (launch + ramp; CUDA graphs are not assumed).
 MIN_KERNEL_S = 4e-6
 
@@ -129,7 +131,8 @@ def shape_factor(prof: KernelProfile, m: float, n: float, k: float, groups: int 
 
     Product of three physical losses: partly filled output tiles (m and n rounded up to the
     tile), the last partial wave of tiles over the SMs, and the per-tile prologue/epilogue
-    relative to the K loop.  ``groups`` GEMMs of that shape run as one grouped kernel (MoE
+    relative to the K loop.  A GEMM with fewer tiles than SMs is split along K (as cuBLAS's
+    split-K / CUTLASS's stream-K do) into slices of at least ``SPLIT_K_MIN``.  ``groups`` GEMMs of that shape run as one grouped kernel (MoE
     experts), so their tiles share waves.
     """
     if m <= 0 or n <= 0 or k <= 0:
@@ -138,6 +141,11 @@ def shape_factor(prof: KernelProfile, m: float, n: float, k: float, groups: int 
     tn = ceil(n / prof.tile_n)
     fill = (m / (tm * prof.tile_m)) * (n / (tn * prof.tile_n))
     tiles = tm * tn * max(1, groups)
+    if tiles < prof.units and k >= 2 * SPLIT_K_MIN:
+        # too few tiles for the SMs: the library splits K (split-K / stream-K)
+        split = max(1, min(prof.units // tiles, int(k // SPLIT_K_MIN)))
+        tiles *= split
+        k = k / split
     waves = ceil(tiles / prof.units)
     wave_fill = tiles / (waves * prof.units)
     depth = k / (k + K_HALF)

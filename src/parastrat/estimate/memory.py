@@ -51,6 +51,7 @@ from ..spec.hardware import Accelerator, canonical_precision
 from ..spec.hardware import get as get_accelerator
 from ..spec.model import ModelSpec
 from ..strategy import Strategy
+from ..rules import batch_violations
 
 GiB = 1024**3
 #: CUDA/NPU context + communicator buffers + workspaces, per rank (see the module docstring).
@@ -395,12 +396,10 @@ def estimate_memory(model: ModelSpec, strategy: Strategy, *, seq_len: int,
                 or global_batch_size < 1):
             raise UsageError(f"global_batch_size must be a whole number >= 1, "
                              f"got {global_batch_size!r}")
-        if global_batch_size % (b * dp):
-            raise StrategyError(Violation(
-                "batch-divisibility",
-                f"global batch {global_batch_size} is not a multiple of micro-batch {b} x "
-                f"dp {dp} = {b * dp}",
-                f"use a global batch that is a multiple of {b * dp}"))
+        errors = [v for v in batch_violations(s, dp, global_batch_size, b)
+                  if v.severity == "error"]
+        if errors:
+            raise StrategyError(errors)
         m = global_batch_size // (b * dp)
     else:
         notes.append("global batch not given: assumed enough micro-batches to fill the "

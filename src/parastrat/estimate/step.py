@@ -399,11 +399,11 @@ def estimate_step(model: ModelSpec, strategy: "Strategy", cluster: "Cluster", *,
     model = get_model(model)
     prec = canonical_precision(precision)
     mode = normalize_recompute(recompute)
-    if strategy.dp is None:
-        strategy = strategy.with_world_size(cluster.num_devices)
     world = int(strategy.world_size or cluster.num_devices)
     if validate:
         _validate(model, strategy, world, seq_len, global_batch_size, micro_batch_size)
+    if strategy.dp is None:
+        strategy = strategy.with_world_size(world)
     return _estimate(model, strategy, cluster, seq_len, global_batch_size, micro_batch_size,
                      prec, mode, distributed_optimizer, flash_attention, tp_comm_overlap,
                      overlap_grad_reduce)

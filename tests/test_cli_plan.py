@@ -1,0 +1,43 @@
+"""The plan and explain subcommands end to end (in process)."""
+
+import json
+
+from parastrat.cli import main
+
+
+def test_plan_json(capsys):
+    rc = main(["plan", "--model", "llama3-8b", "--gpus", "8", "--accelerator", "h100",
+               "--seq-len", "4096", "--global-batch-size", "64", "--format", "json",
+               "--top-k", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    d = json.loads(out)
+    assert len(d["candidates"]) == 2 and d["candidates"][0]["strategy"]["world_size"] == 8
+
+
+def test_plan_table_and_torchrun(capsys):
+    assert main(["plan", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "4096",
+                 "--global-batch-size", "64", "--top-k", "2"]) == 0
+    assert "seed guide" in capsys.readouterr().out
+    assert main(["plan", "--model", "llama3-70b", "--gpus", "16", "--seq-len", "4096",
+                 "--global-batch-size", "64", "--format", "torchrun", "--tp", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "torchrun" in out and "CUDA_DEVICE_MAX_CONNECTIONS=1" in out
+
+
+def test_plan_user_errors_exit_2(capsys):
+    assert main(["plan", "--model", "nope", "--gpus", "8"]) == 2
+    assert main(["plan", "--model", "llama3.1-405b", "--gpus", "8", "--seq-len", "8192",
+                 "--global-batch-size", "64"]) == 2
+    err = capsys.readouterr().err
+    assert "would fit" in err and "Traceback" not in err
+
+
+def test_explain_and_compare(capsys):
+    assert main(["explain", "--model", "llama3-70b", "--gpus", "64", "--tp", "8", "--pp", "4",
+                 "--sp", "--seq-len", "4096", "--global-batch-size", "64"]) == 0
+    assert "step time" in capsys.readouterr().out
+    assert main(["explain", "--model", "llama3-70b", "--gpus", "64", "--tp", "8", "--pp", "4",
+                 "--sp", "--seq-len", "4096", "--global-batch-size", "64",
+                 "--compare", "tp=4,pp=8,sp"]) == 0
+    assert "cause:" in capsys.readouterr().out
