@@ -17,6 +17,11 @@ from .errors import MissingExtraError, StrategyError, Violation
 from .layout import layout
 from .strategy import Strategy
 
+# ``parastrat.plan`` is both a subpackage and the planning function.  Importing the function
+# here, after the subpackage, makes the name the function for good (importing more submodules
+# of ``parastrat.plan`` later does not rebind it).  The planning core is pure Python.
+from .plan.search import plan  # noqa: E402  (after the core it depends on)
+
 #: public name -> (module, attribute or None for the module itself)
 _LAZY: dict[str, tuple[str, str | None]] = {
     # specs
@@ -33,7 +38,6 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "StepReport": ("parastrat.estimate.step", "StepReport"),
     "estimate_dit": ("parastrat.estimate.dit", "estimate_dit"),
     # planning
-    "plan": ("parastrat.plan.search", "plan"),
     "Plan": ("parastrat.plan.search", "Plan"),
     "compare": ("parastrat.plan.compare", "compare"),
     "plan_dit": ("parastrat.plan.dit", "plan_dit"),
@@ -47,7 +51,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 
 __all__ = ["__version__", "Strategy", "StrategyError", "Violation", "MissingExtraError",
-           "layout", *sorted(_LAZY)]
+           "layout", "plan", *sorted(_LAZY)]
 
 
 def __getattr__(name: str) -> Any:
