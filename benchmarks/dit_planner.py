@@ -21,7 +21,7 @@ import time
 
 import parastrat as ps
 from parastrat.estimate.dit import estimate_dit
-from parastrat.plan.dit import label, plan_dit
+from parastrat.planner.dit import label, plan_dit
 
 X = "tp-sp-pp-cfg-dp"
 HY = dict(height=720, width=1280, frames=129, steps=50, guidance=False)

@@ -18,7 +18,7 @@ import time
 
 import parastrat as ps
 from parastrat.estimate import flops, step
-from parastrat.plan.search import plan
+from parastrat.planner.search import plan
 
 CASES = (
     ("deepseek-v3", "h100", 1024, 4096, 8192),

@@ -112,3 +112,46 @@ def test_calibration_changes_the_cost_models_collective_time(tmp_path):
     from_file = Cluster.from_calibration_file(save(cal, tmp_path / "c.json"),
                                               accelerator="h100", num_devices=8)
     assert from_file.collective_time("all_gather", 16e6, 4, "intra") == pytest.approx(6.03e-3)
+
+
+def _slow_inter_rows() -> list[Row]:
+    """What a sweep across nodes with a poor network would measure: every op crossing nodes
+    pays 1 ms per step and gets 0.1 GB/s of bus bandwidth (datasheet H100: 50 GB/s)."""
+    rows = []
+    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ring", "send_recv",
+               "broadcast"):
+        rows += [_row(op, s, 16, _model_time(op, s, 16, 1e-3, 1e8), span="inter")
+                 for s in (1 << 16, 1 << 22, 1 << 26)]
+    return rows
+
+
+def test_a_plan_changes_when_measured_inter_node_links_are_slow(tmp_path):
+    import json
+
+    from parastrat import plan
+    from parastrat.cli import main
+
+    cal = fit(_slow_inter_rows(), source="slow inter-node network")
+    assert cal["ops"]["all_reduce"]["inter"]["busbw_Bps"] == pytest.approx(1e8, rel=1e-6)
+    cluster = Cluster("h100", num_devices=32)   # 4 nodes of 8
+    kwargs = dict(seq_len=4096, global_batch_size=256, top_k=1)
+    default = plan("llama3-8b", cluster, **kwargs).best
+    slow = plan("llama3-8b", cluster.calibrate(cal), **kwargs).best
+    assert slow.strategy != default.strategy
+    # gradients cross nodes once per step over DP: the planner shrinks DP when that is slow
+    assert slow.strategy.dp < default.strategy.dp
+    assert slow.step.step_time_s > default.step.step_time_s
+    # and the saved file drives `parastrat plan --calibration` the same way
+    path = save(cal, tmp_path / "slow.json")
+    argv = ["plan", "--model", "llama3-8b", "--gpus", "32", "--accelerator", "h100",
+            "--seq-len", "4096", "--global-batch-size", "256", "--top-k", "1", "--format", "json"]
+    import contextlib
+    import io
+
+    outs = []
+    for extra in ([], ["--calibration", str(path)]):
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            assert main(argv + extra) == 0
+        outs.append(json.loads(buf.getvalue())["candidates"][0]["strategy"])
+    assert outs[0]["dp"] == default.strategy.dp and outs[1]["dp"] == slow.strategy.dp

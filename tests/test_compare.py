@@ -4,7 +4,7 @@ import pytest
 
 import parastrat as ps
 from parastrat.errors import UsageError
-from parastrat.plan.compare import compare, parse_strategy
+from parastrat.planner.compare import compare, parse_strategy
 
 H100 = ps.Cluster("h100", num_devices=64)
 

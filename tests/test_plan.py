@@ -4,8 +4,8 @@ import pytest
 
 import parastrat as ps
 from parastrat.errors import UsageError
-from parastrat.plan.heuristics import seed_strategy
-from parastrat.plan.search import enumerate_strategies, plan
+from parastrat.planner.heuristics import seed_strategy
+from parastrat.planner.search import enumerate_strategies, plan
 
 LLAMA70 = ps.models.get("llama3-70b")
 H100_64 = ps.Cluster("h100", num_devices=64)

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 import parastrat as ps
 from parastrat.errors import SpecError, UsageError
-from parastrat.plan.dit import plan_dit
+from parastrat.planner.dit import plan_dit
 from parastrat.spec import dit
 
 WAN480 = dict(height=480, width=832, frames=81, steps=50)

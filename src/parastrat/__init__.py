@@ -17,11 +17,6 @@ from .errors import MissingExtraError, StrategyError, Violation
 from .layout import layout
 from .strategy import Strategy
 
-# ``parastrat.plan`` is both a subpackage and the planning function.  Importing the function
-# here, after the subpackage, makes the name the function for good (importing more submodules
-# of ``parastrat.plan`` later does not rebind it).  The planning core is pure Python.
-from .plan.search import plan  # noqa: E402  (after the core it depends on)
-
 #: public name -> (module, attribute or None for the module itself)
 _LAZY: dict[str, tuple[str, str | None]] = {
     # specs
@@ -38,9 +33,10 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "StepReport": ("parastrat.estimate.step", "StepReport"),
     "estimate_dit": ("parastrat.estimate.dit", "estimate_dit"),
     # planning
-    "Plan": ("parastrat.plan.search", "Plan"),
-    "compare": ("parastrat.plan.compare", "compare"),
-    "plan_dit": ("parastrat.plan.dit", "plan_dit"),
+    "plan": ("parastrat.planner.search", "plan"),
+    "Plan": ("parastrat.planner.search", "Plan"),
+    "compare": ("parastrat.planner.compare", "compare"),
+    "plan_dit": ("parastrat.planner.dit", "plan_dit"),
     # edges (frameworks imported lazily inside)
     "initialize": ("parastrat.runtime.groups", "initialize"),
     "destroy": ("parastrat.runtime.groups", "destroy"),
@@ -51,7 +47,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
 }
 
 __all__ = ["__version__", "Strategy", "StrategyError", "Violation", "MissingExtraError",
-           "layout", "plan", *sorted(_LAZY)]
+           "layout", *sorted(_LAZY)]
 
 
 def __getattr__(name: str) -> Any:

@@ -26,8 +26,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..plan.compare import compare
-    from ..plan.explain import explain_strategy
+    from ..planner.compare import compare
+    from ..planner.explain import explain_strategy
 
     model, cluster, gbs = build_target(args)
     strategy = strategy_from_args(args)

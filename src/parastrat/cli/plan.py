@@ -67,7 +67,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..plan.search import plan
+    from ..planner.search import plan
 
     model, cluster, gbs = build_target(args)
     pins: dict[str, Any] = {k: getattr(args, k) for k in ("tp", "pp", "vpp", "cp", "ep", "etp")}

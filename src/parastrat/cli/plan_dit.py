@@ -44,7 +44,7 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..plan.dit import label, plan_dit
+    from ..planner.dit import label, plan_dit
     from ..spec.cluster import Cluster
 
     cluster = Cluster(accelerator=args.accelerator, num_devices=args.devices)
