@@ -7,6 +7,10 @@ can be checked exactly.
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -126,8 +130,6 @@ def _slow_inter_rows() -> list[Row]:
 
 
 def test_a_plan_changes_when_measured_inter_node_links_are_slow(tmp_path):
-    import json
-
     from parastrat import plan
     from parastrat.cli import main
 
@@ -145,9 +147,6 @@ def test_a_plan_changes_when_measured_inter_node_links_are_slow(tmp_path):
     path = save(cal, tmp_path / "slow.json")
     argv = ["plan", "--model", "llama3-8b", "--gpus", "32", "--accelerator", "h100",
             "--seq-len", "4096", "--global-batch-size", "256", "--top-k", "1", "--format", "json"]
-    import contextlib
-    import io
-
     outs = []
     for extra in ([], ["--calibration", str(path)]):
         buf = io.StringIO()

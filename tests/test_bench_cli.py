@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 
 import pytest
@@ -22,19 +24,12 @@ def sweep(tmp_path_factory):
     pytest.importorskip("matplotlib")
     out = tmp_path_factory.mktemp("bench")
     files = {"rows": out / "rows.json", "plot": out / "busbw.png", "fit": out / "cal.json"}
-    capture = pytest.MonkeyPatch()
-    import io
-    import sys
-
     buf = io.StringIO()
-    capture.setattr(sys, "stdout", buf)
-    try:
+    with contextlib.redirect_stdout(buf):
         status = main(["bench", "--world", "4", "--ops", OPS, "--sizes", "4KB:256KB:x8",
                        "--iters", "3", "--warmup", "1", "--format", "json",
                        "--output", str(files["rows"]), "--plot", str(files["plot"]),
                        "--fit", str(files["fit"]), "--timeout", "120"])
-    finally:
-        capture.undo()
     return status, buf.getvalue(), files
 
 
@@ -83,6 +78,28 @@ def test_cli_strategy_run_on_local_ranks(capsys):
     got = [dict(zip(header, line.split(","))) for line in lines[1:]]
     assert [(g["group"], g["op"], g["world"]) for g in got] == [
         ("tp", "all_gather", "2"), ("tp", "reduce_scatter", "2")]
+
+
+def _cli_as_torchrun_rank(rank: int, world: int) -> tuple[int, str]:
+    """One rank of a torchrun-style launch: WORLD_SIZE is set, --world is not."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf):
+        status = main(["bench", "--ops", "all_reduce,send_recv", "--sizes", "4KB",
+                       "--iters", "2", "--warmup", "1", "--format", "json"])
+    return status, buf.getvalue()
+
+
+@pytest.mark.multiprocess
+def test_cli_under_torchrun_uses_the_launched_world_and_only_rank_0_prints():
+    pytest.importorskip("torch")
+    from parastrat.runtime.launch import spawn_local
+
+    # backend=None: the ranks only get torchrun's environment; the CLI starts the group itself
+    (s0, out0), (s1, out1) = spawn_local(_cli_as_torchrun_rank, 2, backend=None, timeout_s=120)
+    assert (s0, s1) == (0, 0) and out1 == ""
+    rows = json.loads(out0)
+    assert [(r["op"], r["world"], r["backend"]) for r in rows] == [
+        ("all_reduce", 2, "gloo"), ("send_recv", 2, "gloo")]
 
 
 def test_cli_reads_earlier_rows_to_print_plot_and_fit(tmp_path, capsys):

@@ -52,3 +52,29 @@ def test_python_m_entry_point_no_traceback():
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2
     assert "Traceback" not in r.stderr + r.stdout
+
+
+def test_cp_flag_alone_means_ring(capsys):
+    assert main(["check", "--gpus", "8", "--tp", "2", "--cp", "4", "--sp", "--format",
+                 "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["strategy"]["cp"], doc["strategy"]["ring"], doc["strategy"]["ulysses"]) == (4, 4, 1)
+
+
+def test_layout_plot(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "grid.png"
+    assert main(["layout", "--gpus", "16", "--tp", "4", "--pp", "2", "--sp",
+                 "--plot", str(out)]) == 0
+    assert out.stat().st_size > 1000
+
+
+def test_layout_grid_places_every_rank_once():
+    from parastrat import Strategy
+    from parastrat.viz import layout_grid
+
+    rows, cols, grid = layout_grid(Strategy(tp=2, pp=2, cp=2, sp=True), 16)
+    assert len(rows) == 2 * 2 and len(cols) == 2 * 2  # pp*dp rows, cp*tp columns
+    assert sorted(r for row in grid for r in row) == list(range(16))
+    # TP is the fastest axis: each row's first two cells are one TP group.
+    assert grid[0][:2] == [0, 1] and cols[:2] == ["cp0 tp0", "cp0 tp1"]

@@ -177,23 +177,32 @@ def _json_text(obj: Any) -> str:
     return json.dumps(obj, indent=2) + "\n"
 
 
+def _fmt_time(seconds: float) -> str:
+    """``0.0072`` -> ``"7.20ms"``, ``7.9e-4`` -> ``"790us"`` (narrow enough for 80 columns)."""
+    if seconds >= 1:
+        return f"{seconds:.2f}s"
+    if seconds >= 1e-3:
+        return f"{seconds * 1e3:.2f}ms"
+    return f"{seconds * 1e6:.0f}us"
+
+
 def _print_table(rows: list[Any]) -> None:
     from rich.table import Table
 
     from ..bench import format_bytes
 
     several = len({r.group for r in rows}) > 1 or rows[0].group != "world"
-    t = Table(title=f"collectives on {rows[0].backend} ({rows[0].dtype}, "
-                    f"median of {rows[0].iters} iterations)")
+    t = Table(title=f"collectives on {rows[0].backend} ({rows[0].dtype}, median of "
+                    f"{rows[0].iters} iterations, GB = 1e9 bytes)")
     if several:
         t.add_column("group", no_wrap=True)
     t.add_column("op", no_wrap=True)
-    for name in ("size", "ranks", "time us", "min us", "max us", "algbw GB/s", "busbw GB/s"):
-        t.add_column(name, justify="right")
+    for name in ("size", "ranks", "time", "min", "max", "algbw GB/s", "busbw GB/s"):
+        t.add_column(name, justify="right", no_wrap=name not in ("algbw GB/s", "busbw GB/s"))
     for r in rows:
-        cells = [r.op, format_bytes(r.bytes), str(r.world), f"{r.time_s * 1e6:,.1f}",
-                 f"{r.time_min_s * 1e6:,.1f}", f"{r.time_max_s * 1e6:,.1f}",
-                 f"{r.algbw_gbps:.3f}", f"{r.busbw_gbps:.3f}"]
+        cells = [r.op, format_bytes(r.bytes), str(r.world), _fmt_time(r.time_s),
+                 _fmt_time(r.time_min_s), _fmt_time(r.time_max_s), f"{r.algbw_gbps:.3f}",
+                 f"{r.busbw_gbps:.3f}"]
         t.add_row(*([r.group] if several else []), *cells)
     console.print(t)
 

@@ -19,12 +19,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     src.add_argument("--hf-config", help="path to a Hugging Face config.json")
     p.add_argument("--gpus", "--devices", dest="gpus", type=positive_int, required=True,
                    help="number of devices (world size)")
-    p.add_argument("--seq-len", type=positive_int, default=None)
-    p.add_argument("--global-batch-size", type=positive_int, default=None)
-    p.add_argument("--micro-batch-size", type=positive_int, default=None)
+    p.add_argument("--seq-len", type=positive_int, default=None,
+                   help="sequence length in tokens (checks the CP and SP splits)")
+    p.add_argument("--global-batch-size", type=positive_int, default=None,
+                   help="global batch in sequences (checks it against micro-batch x DP)")
+    p.add_argument("--micro-batch-size", type=positive_int, default=None,
+                   help="micro-batch in sequences (default 1 when a global batch is given)")
     p.add_argument("--devices-per-node", type=positive_int, default=None,
                    help="devices per node / NVLink domain, for the soft topology rules")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="a rich table, or one JSON document")
     add_strategy_flags(p)
     p.set_defaults(func=run)
 

@@ -18,7 +18,12 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="world size")
     p.add_argument("--kinds", default="tp,cp,dp,pp,ep",
                    help=f"group kinds to list (comma separated, from {','.join(KINDS)})")
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument("--format", choices=("table", "json"), default="table",
+                   help="a rich table, or one JSON document")
+    p.add_argument("--plot", metavar="FILE.png", default=None,
+                   help="also draw the rank grid (rows pp x dp, columns cp x tp), coloured by node")
+    p.add_argument("--devices-per-node", type=positive_int, default=8,
+                   help="node size used to colour the plot")
     add_strategy_flags(p)
     p.set_defaults(func=run)
 
@@ -26,6 +31,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     strategy = strategy_from_args(args).with_world_size(args.gpus)
     groups = layout(strategy, args.gpus)
+    if args.plot:
+        from ..viz import plot_layout
+
+        plot_layout(strategy, args.gpus, args.plot, devices_per_node=args.devices_per_node)
     if args.format == "json":
         print_json({"strategy": strategy.to_dict(), "groups": groups})
         return 0

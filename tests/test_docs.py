@@ -1,4 +1,5 @@
-"""Every rule id the code can raise is explained in docs/troubleshooting.md.
+"""The docs cannot drift from the code: every rule id is explained in
+docs/troubleshooting.md, and docs/cli.md is what tools/gen_cli_docs.py writes.
 
 Rule ids are found with ``ast``: the first argument of every ``Violation(...)``, ``_err(...)``
 or ``_warn(...)`` call that is a string constant (f-strings such as ``f"{name}-type"`` are
@@ -38,3 +39,12 @@ def test_every_rule_id_is_documented():
     assert len(ids) > 30
     missing = sorted(i for i in ids if f"`{i}`" not in text)
     assert not missing, f"document these rule ids in docs/troubleshooting.md: {missing}"
+
+
+def test_cli_reference_is_current():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_cli_docs.py"), "--check"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr

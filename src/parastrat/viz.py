@@ -1,0 +1,84 @@
+"""Pictures of a strategy's rank grid (matplotlib, imported only when a picture is asked for)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ._deps import require
+from .layout import coordinates
+
+if TYPE_CHECKING:
+    from .strategy import Strategy
+
+
+def layout_grid(strategy: "Strategy", world_size: int) -> tuple[list[str], list[str],
+                                                                 list[list[int]]]:
+    """The rank grid as rows x columns of rank numbers, with row and column labels.
+
+    Training: one row per (pipeline stage, data-parallel replica), one column per
+    (context-parallel rank, tensor-parallel rank).  Inference: rows (cfg, dp, pp), columns
+    (ring, ulysses, tp).  Every rank appears exactly once.
+    """
+    s = strategy.with_world_size(world_size)
+    coords = [coordinates(s, world_size, r) for r in range(world_size)]
+    if s.is_inference:
+        row_axes, col_axes = ("cfg", "dp", "pp"), ("ring", "ulysses", "tp")
+        sizes = {"cfg": s.cfg, "dp": s.dp or 1, "pp": s.pp, "ring": s.ring,
+                 "ulysses": s.ulysses, "tp": s.tp}
+    else:
+        row_axes, col_axes = ("pp", "dp"), ("cp", "tp")
+        sizes = {"pp": s.pp, "dp": s.dp or 1, "cp": s.cp, "tp": s.tp}
+
+    def index(c: dict[str, int], axes: tuple[str, ...]) -> int:
+        i = 0
+        for a in axes:
+            i = i * sizes[a] + c.get(a, 0)
+        return i
+
+    def label(i: int, axes: tuple[str, ...]) -> str:
+        parts = []
+        for a in reversed(axes):
+            parts.append(f"{a}{i % sizes[a]}")
+            i //= sizes[a]
+        return " ".join(reversed(parts))
+
+    n_rows = 1
+    for a in row_axes:
+        n_rows *= sizes[a]
+    n_cols = world_size // n_rows
+    grid = [[-1] * n_cols for _ in range(n_rows)]
+    for r, c in enumerate(coords):
+        grid[index(c, row_axes)][index(c, col_axes)] = r
+    return ([label(i, row_axes) for i in range(n_rows)],
+            [label(j, col_axes) for j in range(n_cols)], grid)
+
+
+def plot_layout(strategy: "Strategy", world_size: int, path: str | Path, *,
+                devices_per_node: int = 8) -> Path:
+    """Draw the rank grid to ``path`` (PNG/SVG/PDF): each cell a rank, coloured by node."""
+    require("matplotlib", "plot", "needed for --plot")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows, cols, grid = layout_grid(strategy, world_size)
+    nodes = [[r // devices_per_node for r in row] for row in grid]
+    fig_w = min(2 + 0.55 * len(cols), 40)
+    fig_h = min(1.5 + 0.4 * len(rows), 40)
+    fig, ax = plt.subplots(figsize=(fig_w, fig_h))
+    ax.imshow(nodes, cmap="tab20", aspect="auto", interpolation="nearest")
+    if len(cols) * len(rows) <= 1024:
+        for i, row in enumerate(grid):
+            for j, rank in enumerate(row):
+                ax.text(j, i, str(rank), ha="center", va="center", fontsize=7)
+    ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(rows)), rows, fontsize=7)
+    ax.set_title(f"{strategy.with_world_size(world_size)}: ranks (colour = node of "
+                 f"{devices_per_node})", fontsize=9)
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
