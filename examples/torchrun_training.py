@@ -28,13 +28,13 @@ import parastrat as ps
 HIDDEN, HEADS, LAYERS, VOCAB, SEQ = 64, 4, 4, 128, 32
 
 
-def tiny_model() -> "ps.ModelSpec":
+def tiny_model() -> ps.ModelSpec:
     """The model the planner sizes (matches the config below)."""
     return ps.ModelSpec(name="tiny-gpt", num_layers=LAYERS, hidden_size=HIDDEN,
                         num_attention_heads=HEADS, ffn_hidden_size=4 * HIDDEN, vocab_size=VOCAB)
 
 
-def choose_strategy(world: int, pins: dict) -> "ps.Strategy":
+def choose_strategy(world: int, pins: dict) -> ps.Strategy:
     """The planner's best strategy for ``world`` devices, or a fixed one when it cannot say."""
     try:
         cluster = ps.Cluster(accelerator="h100", num_devices=world)
@@ -47,7 +47,7 @@ def choose_strategy(world: int, pins: dict) -> "ps.Strategy":
         return ps.Strategy(tp=tp, pp=pins.get("pp") or 1, sp=tp > 1).with_world_size(world)
 
 
-def megatron_config(strategy: "ps.Strategy"):
+def megatron_config(strategy: ps.Strategy):
     """A Megatron Core TransformerConfig with the strategy written in by parastrat.apply."""
     import torch
     from megatron.core.transformer.transformer_config import TransformerConfig

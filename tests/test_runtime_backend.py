@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 
 from parastrat.errors import UsageError
-from parastrat.runtime.backend import (as_timedelta, detect_env, expand_nodelist,
-                                       init_distributed, pick_backend)
+from parastrat.runtime.backend import (
+    as_timedelta,
+    detect_env,
+    expand_nodelist,
+    init_distributed,
+    pick_backend,
+)
 
 
 def test_torchrun_variables_win_over_slurm():

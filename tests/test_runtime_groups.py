@@ -14,10 +14,10 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("megatron.core")
 
-from parastrat import Strategy, StrategyError, layout  # noqa: E402
-from parastrat.errors import UsageError  # noqa: E402
-from parastrat.runtime import groups as rt_groups  # noqa: E402
-from parastrat.runtime.launch import spawn_local  # noqa: E402
+from parastrat import Strategy, StrategyError, layout
+from parastrat.errors import UsageError
+from parastrat.runtime import groups as rt_groups
+from parastrat.runtime.launch import spawn_local
 
 WORLD = 8
 
@@ -170,7 +170,7 @@ def test_hand_computed_groups_for_tp2_pp2_on_8(every_strategy):
 
 @pytest.mark.parametrize("name", list(INFERENCE))
 def test_inference_groups_feed_yunchang(every_strategy, name):
-    for rank, out in enumerate(every_strategy):
+    for out in every_strategy:
         rec = out[name]
         assert rec["yunchang_is_ours"]
         if "yunchang_own" in rec:

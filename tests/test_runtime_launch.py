@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from parastrat.runtime.launch import RankFailure, free_port, spawn_local  # noqa: E402
+from parastrat.runtime.launch import RankFailure, free_port, spawn_local
 
 
 def _env_and_sum(rank: int, world: int, scale: int) -> dict:
@@ -28,7 +28,8 @@ def test_spawn_local_sets_env_starts_gloo_and_returns_in_rank_order():
     out = spawn_local(_env_and_sum, 4, args=(10,), timeout_s=60)
     assert [o["rank"] for o in out] == [0, 1, 2, 3]
     for r, o in enumerate(out):
-        assert (o["arg_rank"], o["arg_world"], o["world"], o["local"], o["pg_rank"]) == (r, 4, 4, r, r)
+        got = (o["arg_rank"], o["arg_world"], o["world"], o["local"], o["pg_rank"])
+        assert got == (r, 4, 4, r, r)
         assert o["addr"] == "127.0.0.1" and o["backend"] == "gloo"
         # (1 + 2 + 3 + 4) * 10 = 100
         assert o["sum"] == 100.0

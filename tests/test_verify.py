@@ -10,9 +10,9 @@ import pytest
 
 pytest.importorskip("torch")
 
-from parastrat import Strategy, StrategyError  # noqa: E402
-from parastrat.cli import main  # noqa: E402
-from parastrat.runtime.verify import verify_local  # noqa: E402
+from parastrat import Strategy, StrategyError
+from parastrat.cli import main
+from parastrat.runtime.verify import verify_local
 
 
 def test_cli_verify_passes_on_8_local_ranks(capsys):

@@ -118,12 +118,16 @@ def world_violations(s: "Strategy", world: int) -> list[Violation]:
         dense = s.tp * s.cp * s.pp
         expert = s.etp * s.ep * s.pp
         if world % dense:
+            alt = ""
+            if world % (s.tp * s.cp) == 0:
+                alt = (f", or pp in {fmt_set(divisors(world // (s.tp * s.cp)))} "
+                       f"with tp*cp = {s.tp * s.cp}")
             out.append(_err(
                 "world-dense",
                 f"world size {world} is not a multiple of tp*cp*pp = {s.tp}*{s.cp}*{s.pp} = "
                 f"{dense}",
                 f"use {_fitting_worlds(s, world)} devices (multiples of pp*lcm(tp*cp, ep*etp) "
-                f"= {s.min_world_size}), or tp*cp*pp dividing {world}"))
+                f"= {s.min_world_size}){alt}"))
         if world % expert and expert != dense:
             out.append(_err(
                 "world-expert",

@@ -11,8 +11,14 @@ from __future__ import annotations
 import argparse
 import os
 
-from ._common import add_strategy_flags, console, err_console, positive_int, print_json, \
-    strategy_from_args
+from ._common import (
+    add_strategy_flags,
+    console,
+    err_console,
+    positive_int,
+    print_json,
+    strategy_from_args,
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

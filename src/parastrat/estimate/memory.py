@@ -28,7 +28,9 @@ Pipeline
     interleaved warm-up + 1), i.e. the first stage holds ``L (1 + (p-1)/(p v))`` layers'
     worth.  The input embedding sits on the first stage and the output layer, final norm,
     logits (fp32, ``4 V / t`` bytes per token) and MTP modules on the last (tied embeddings
-    keep a copy on both ends when ``p > 1``).  Recompute: "none" and "selective" keep every
+    keep a copy on both ends when ``p > 1``).  Layers per stage are the strategy's own split
+    (``Strategy.stage_layers``, shared with the step model through
+    ``estimate.step.pipeline_split``).  Recompute: "none" and "selective" keep every
     tensor above except the attention scores (removed by selective recompute or flash
     attention); "full" keeps only each layer's input plus one layer's working set.
 
@@ -225,7 +227,7 @@ class _Consts:
                  "vocab", "divisible", "tied", "learned_pos", "max_pos", "mtp",
                  "attn_shard", "attn_rep", "norms", "dense_mlp", "expert", "shared", "router",
                  "final_norm", "mtp_params", "lin_dense", "lin_moe_shared", "lin_expert",
-                 "dense_layer_idx", "splits")
+                 "splits")
 
     def __init__(self, m: ModelSpec):
         p = m.param_breakdown
@@ -255,21 +257,8 @@ class _Consts:
         self.lin_dense = p["attention"] + p["dense_mlp"]
         self.lin_moe_shared = p["attention"] + p["shared_expert"]
         self.lin_expert = p["expert"]
-        fd, freq = m.moe_first_dense_layers, m.moe_layer_freq
-        self.dense_layer_idx = (fd, freq)
-        self.splits: dict[tuple[Any, ...], tuple[list[int], list[int], str | None]] = {}
-
-    def moe_layers_in(self, lo: int, hi: int) -> int:
-        """MoE layers among global layer indices [lo, hi)."""
-        if not self.moe or hi <= lo:
-            return 0
-        fd, freq = self.dense_layer_idx
-        lo = max(lo, fd)
-        if hi <= lo:
-            return 0
-        # count i in [lo, hi) with (i - fd) % freq == 0
-        first = lo + (-(lo - fd)) % freq
-        return 0 if first >= hi else (hi - 1 - first) // freq + 1
+        self.splits: dict[tuple[Any, ...],
+                          tuple[tuple[int, ...], tuple[int, ...], str | None]] = {}
 
 
 def _consts(model: ModelSpec) -> _Consts:
@@ -280,65 +269,21 @@ def _consts(model: ModelSpec) -> _Consts:
     return c
 
 
-_SPLITS: dict[tuple[int, int, int, Any, Any], tuple[tuple[int, ...], str | None]] = {}
+def _stage_layers(C: _Consts, model: ModelSpec, s: Strategy
+                  ) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
+    """(layers, MoE layers) per physical stage and the split note, cached per model+split.
 
-
-def _chunk_sizes(L: int, s: Strategy) -> tuple[tuple[int, ...], str | None]:
-    """Layers of each model chunk (pp * vpp of them, chunk c on stage c % pp), plus a note."""
-    p, v = s.pp, s.vpp
-    key = (L, p, v, s.first_stage_layers, s.last_stage_layers)
-    hit = _SPLITS.get(key)
-    if hit is not None:
-        return hit
-    n = p * v
-    note = None
-    if s.uneven:
-        per_stage = s.stage_layers(L)  # raises StrategyError with the fix when impossible
-        sizes = [0] * n
-        for st, layers in enumerate(per_stage):
-            for j in range(v):
-                sizes[j * p + st] = layers // v + (1 if j < layers % v else 0)
-    elif L % n == 0:
-        sizes = [L // n] * n
-    elif (L + 2) % n == 0 and (L + 2) // n >= 2:
-        sizes = [(L + 2) // n] * n
-        sizes[0] -= 1
-        sizes[-1] -= 1
-        note = (f"{L} layers do not split over {n} model chunks; assumed Megatron's "
-                f"account_for_embedding_in_pipeline_split and account_for_loss_in_pipeline_"
-                f"split (first and last chunk hold {sizes[0]} layers, the others {sizes[1]})")
-    elif (L + 1) % n == 0 and (L + 1) // n >= 2:
-        sizes = [(L + 1) // n] * n
-        sizes[0] -= 1
-        note = (f"{L} layers do not split over {n} model chunks; assumed Megatron's "
-                f"account_for_embedding_in_pipeline_split (first chunk holds {sizes[0]})")
-    else:
-        base, extra = divmod(L, n)
-        sizes = [base] * n
-        order = list(range(1, n - 1)) + [n - 1, 0] if n > 2 else list(range(n))
-        for c in order[:extra]:
-            sizes[c] += 1
-        note = (f"{L} layers do not split evenly over {n} model chunks; assumed a balanced "
-                f"uneven split (set first_stage_layers/last_stage_layers to pin it)")
-    out = (tuple(sizes), note)
-    _SPLITS[key] = out
-    return out
-
-
-def _stage_layers(C: _Consts, s: Strategy) -> tuple[list[int], list[int], str | None]:
-    """(layers, MoE layers) per physical stage and the split note, cached per model+split."""
-    key = (s.pp, s.vpp, s.first_stage_layers, s.last_stage_layers)
+    The split is the strategy's own (:func:`parastrat.estimate.step.pipeline_split`, which
+    the step-time model shares); an impossible split raises StrategyError with the fix.
+    """
+    key = (s.pp, s.vpp, s.first_stage_layers, s.last_stage_layers, s.account_for_embedding,
+           s.account_for_loss)
     hit = C.splits.get(key)
     if hit is None:
-        p = s.pp
-        sizes, note = _chunk_sizes(C.L, s)
-        layers, moe = [0] * p, [0] * p
-        off = 0
-        for c, n in enumerate(sizes):  # chunk c sits on stage c % p
-            layers[c % p] += n
-            moe[c % p] += C.moe_layers_in(off, off + n)
-            off += n
-        hit = C.splits[key] = (layers, moe, note)
+        from .step import pipeline_split
+
+        sp = pipeline_split(model, s)
+        hit = C.splits[key] = (sp.stage_layers, sp.stage_moe, sp.note)
     return hit
 
 
@@ -471,7 +416,7 @@ def estimate_memory(model: ModelSpec, strategy: Strategy, *, seq_len: int,
     other_fixed = OTHER_FIXED_BYTES if other_bytes is None else float(other_bytes)
     frag = FRAGMENTATION if fragmentation is None else float(fragmentation)
 
-    stage_layers, stage_moe, split_note = _stage_layers(C, s)
+    stage_layers, stage_moe, split_note = _stage_layers(C, model, s)
     if split_note:
         notes.append(split_note)
 

@@ -305,65 +305,125 @@ def _head_cost_uncached(model: ModelSpec, accel: Accelerator, tokens: float, tp:
 # ---------------------------------------------------------------------------------------------
 # Pipeline stages
 # ---------------------------------------------------------------------------------------------
-def stage_layer_counts(model: ModelSpec, strategy: "Strategy") -> tuple[list[int], str]:
-    """Layers per physical pipeline stage and how they were split.
+@dataclass(frozen=True)
+class PipelineSplit:
+    """Where the transformer layers of a model sit in a strategy's pipeline.
 
-    The strategy's own split when it is legal; otherwise Megatron's
-    ``account_for_embedding_in_pipeline_split`` + ``account_for_loss_in_pipeline_split``
-    (the embedding and the loss each take one layer's slot, so ``L + 2`` must divide into
-    ``pp * vpp`` chunks), which production recipes use for 126-, 94- and 61-layer models.
+    ``stage_layers[j]``: layers held by physical stage ``j`` (all its virtual chunks);
+    ``stage_moe[j]``: how many of them carry routed experts; ``chunk_layers[c]``: layers of
+    model chunk ``c`` (``pp * vpp`` chunks in Megatron's order, chunk ``c`` on stage
+    ``c % pp``).  ``how`` is "even", "uneven" (first/last stage counts), "accounted"
+    (``account_for_embedding/loss_in_pipeline_split``) or "mtp-layout" (the one approximation,
+    see :func:`pipeline_split`); ``note`` says so in words (None for an even split).
     """
-    key = ("split", model.num_layers, model.mtp_num_layers, strategy.pp, strategy.vpp,
-           strategy.first_stage_layers, strategy.last_stage_layers)
+
+    stage_layers: tuple[int, ...]
+    stage_moe: tuple[int, ...]
+    chunk_layers: tuple[int, ...]
+    how: str
+    note: str | None = None
+
+
+#: Rule ids that the MTP-layout approximation (and only it) stands in for.
+MTP_LAYOUT_RULES = frozenset({"layers-accounted"})
+
+
+def _mtp_slots(model: ModelSpec, strategy: "Strategy") -> int | None:
+    """Pipeline slots when the MTP modules count as slots of the last stage, or None."""
+    s = strategy
+    if (not model.mtp_num_layers or s.pp == 1 or not s.account_for_loss
+            or s.first_stage_layers is not None or s.last_stage_layers is not None):
+        return None
+    total = model.num_layers + s.account_for_embedding + s.account_for_loss
+    if total % (s.pp * s.vpp) == 0:
+        return None  # Megatron's own accounted split works; no approximation needed
+    slots = total + model.mtp_num_layers
+    return slots if slots % (s.pp * s.vpp) == 0 else None
+
+
+def pipeline_split(model: ModelSpec, strategy: "Strategy") -> PipelineSplit:
+    """Layers per stage and per model chunk, from :meth:`Strategy.stage_layers`.
+
+    The strategy's own split is the one source of truth (even, first/last stage counts, or
+    Megatron's ``account_for_embedding/loss_in_pipeline_split``); an impossible split raises
+    the rules' :class:`StrategyError` with the fix.
+
+    One documented approximation lives here and nowhere else: a model with MTP whose
+    ``L + embedding + loss`` slots do not divide into ``pp * vpp`` chunks, but whose
+    ``L + embedding + MTP + loss`` slots do (DeepSeek-V3: 61 + 1 + 1 + 1 = 64 on PP 8 x VPP 4
+    or PP 4 x VPP 4), is split as Megatron Bridge's ``pipeline_model_parallel_layout`` does
+    for those recipes (``"Et|(tt|)*30mL"``): every chunk holds the same number of slots, the
+    first chunk gives one to the embedding and the last gives one to the MTP modules and one to
+    the loss.  Megatron itself needs that layout string for it (``account_for_*`` alone is
+    rejected), which the note says.
+    """
+    key = ("split", model, strategy.pp, strategy.vpp, strategy.first_stage_layers,
+           strategy.last_stage_layers, strategy.account_for_embedding,
+           strategy.account_for_loss)
     hit = _CACHE.get(key)
     if hit is None:
-        hit = _CACHE[key] = _stage_layer_counts(model, strategy)
-    return list(hit[0]), hit[1]
+        hit = _CACHE[key] = _pipeline_split(model, strategy)
+    return hit
 
 
-def _stage_layer_counts(model: ModelSpec, strategy: "Strategy") -> tuple[list[int], str]:
-    L, p, v = model.num_layers, strategy.pp, strategy.vpp
-    try:
-        return strategy.stage_layers(L), "even" if not strategy.uneven else "uneven"
-    except StrategyError:
-        pass
-    slots = L + 2 + model.mtp_num_layers  # embedding, loss and each MTP depth take a slot
-    if p > 1 and slots % (p * v) == 0:
-        per_stage = slots // p
-        counts = [per_stage] * p
-        counts[0] -= 1
-        counts[-1] -= 1 + model.mtp_num_layers
-        if min(counts) >= 1:
-            return counts, "account-for-embedding-and-loss"
-    base, extra = divmod(L, p)
-    counts = [base + (1 if 0 < j <= extra else 0) for j in range(p)]
-    if sum(counts) != L:  # extra == p - 0 cannot happen; keep the total exact
-        counts[-1] += L - sum(counts)
-    return counts, "approximate"
+def _pipeline_split(model: ModelSpec, s: "Strategy") -> PipelineSplit:
+    L, p, v = model.num_layers, s.pp, s.vpp
+    n = p * v
+    slots = _mtp_slots(model, s)
+    if slots is not None:
+        per = slots // n
+        chunks = [per] * n
+        chunks[0] -= int(s.account_for_embedding)
+        chunks[-1] -= int(s.account_for_loss) + model.mtp_num_layers
+        if min(chunks) < 0:
+            s.stage_layers(L)  # raises the rules' error
+        how = "mtp-layout"
+        note = (f"{L} layers + embedding + {model.mtp_num_layers} MTP + loss = {slots} slots "
+                f"over pp*vpp = {n} chunks: priced as Megatron Bridge's "
+                "pipeline_model_parallel_layout places them (MTP in the last chunk); Megatron "
+                "needs that layout string, account_for_*_in_pipeline_split alone is rejected")
+    else:
+        per_stage = s.stage_layers(L)  # raises StrategyError with the fix when impossible
+        chunks = [0] * n
+        for st, layers in enumerate(per_stage):
+            base, extra = divmod(layers, v)
+            for j in range(v):
+                # a short chunk sits where the embedding (first chunk of stage 0) or the loss
+                # (last chunk of the last stage) takes a slot
+                short_first = st == 0 and s.account_for_embedding
+                bonus = (j >= v - extra) if short_first else (j < extra)
+                chunks[j * p + st] = base + (1 if bonus else 0)
+        if s.account_for_embedding or s.account_for_loss:
+            how = "accounted"
+            note = ("layers split with " + " and ".join(
+                name for name, on in (("account_for_embedding_in_pipeline_split",
+                                       s.account_for_embedding),
+                                      ("account_for_loss_in_pipeline_split",
+                                       s.account_for_loss)) if on)
+                    + f": {list(per_stage)} layers per stage")
+        elif s.uneven:
+            how, note = "uneven", f"uneven pipeline split: {list(per_stage)} layers per stage"
+        else:
+            how, note = "even", None
+    stage = [0] * p
+    moe = [0] * p
+    start = 0
+    for c, size in enumerate(chunks):
+        stage[c % p] += size
+        moe[c % p] += sum(1 for i in range(start, start + size) if is_moe_layer(model, i))
+        start += size
+    return PipelineSplit(tuple(stage), tuple(moe), tuple(chunks), how, note)
 
 
-def pipeline_split_ok(model: ModelSpec, strategy: "Strategy") -> bool:
-    """True when Megatron can split the layers as :func:`stage_layer_counts` assumes."""
-    return stage_layer_counts(model, strategy)[1] != "approximate"
+def split_waived_rules(model: ModelSpec, strategy: "Strategy") -> frozenset[str]:
+    """Rule ids the layer-split approximation of :func:`pipeline_split` stands in for."""
+    return MTP_LAYOUT_RULES if _mtp_slots(model, strategy) is not None else frozenset()
 
 
-def _moe_per_stage(model: ModelSpec, counts: list[int]) -> list[int]:
-    """MoE layers on each stage (the leading dense layers sit on the first stage)."""
-    if not model.is_moe:
-        return [0] * len(counts)
-    key = ("moe_stages", model, tuple(counts))
-    hit = _CACHE.get(key)
-    if hit is None:
-        hit = _CACHE[key] = _moe_per_stage_uncached(model, counts)
-    return list(hit)
-
-
-def _moe_per_stage_uncached(model: ModelSpec, counts: list[int]) -> list[int]:
-    out, start = [], 0
-    for c in counts:
-        out.append(sum(1 for i in range(start, start + c) if is_moe_layer(model, i)))
-        start += c
-    return out
+def stage_layer_counts(model: ModelSpec, strategy: "Strategy") -> tuple[list[int], str]:
+    """(layers per physical stage, how they were split): :func:`pipeline_split` in short."""
+    sp = pipeline_split(model, strategy)
+    return list(sp.stage_layers), sp.how
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,8 +446,9 @@ def estimate_step(model: ModelSpec, strategy: "Strategy", cluster: "Cluster", *,
 
     ``strategy.dp`` may be unset: the world is then ``cluster.num_devices``.  With
     ``validate`` (the default) the strategy is checked against the model, world size, sequence
-    and batch first (StrategyError listing every broken rule); a layer count that Megatron can
-    only split with ``account_for_embedding/loss_in_pipeline_split`` is accepted and noted.
+    and batch first (StrategyError listing every broken rule).  The layer split is the
+    strategy's own (:func:`pipeline_split`): set ``account_for_embedding``/``account_for_loss``
+    or ``first_stage_layers``/``last_stage_layers`` for layer counts that do not divide.
 
     Implementation switches (defaults: today's Megatron Core / Bridge): ``flash_attention``
     (False prices the attention scores as batched GEMMs plus their softmax/dropout traffic),
@@ -409,18 +470,25 @@ def estimate_step(model: ModelSpec, strategy: "Strategy", cluster: "Cluster", *,
                      overlap_grad_reduce)
 
 
-#: Rules about the layer split that the account-for-embedding/loss split may rescue.
-SPLIT_RULES = frozenset({"layers-pp", "layers-vpp", "layers-uneven"})
+def check_errors(model: ModelSpec, strategy: "Strategy", *, world_size: int, seq_len: int,
+                 global_batch_size: int, micro_batch_size: int | None = None) -> list[Any]:
+    """The hard rules ``strategy`` breaks (:meth:`Strategy.check`), less the layer-split rule
+    that :func:`pipeline_split`'s MTP-layout approximation stands in for."""
+    errors = [v for v in strategy.check(model, world_size=world_size, seq_len=seq_len,
+                                        global_batch_size=global_batch_size,
+                                        micro_batch_size=micro_batch_size)
+              if v.severity == "error"]
+    if errors:
+        waived = split_waived_rules(model, strategy)
+        if waived:
+            errors = [v for v in errors if v.rule not in waived]
+    return errors
 
 
 def _validate(model: ModelSpec, strategy: "Strategy", world: int, seq_len: int,
               global_batch_size: int, micro_batch_size: int) -> None:
-    errors = [v for v in strategy.check(model, world_size=world, seq_len=seq_len,
-                                        global_batch_size=global_batch_size,
-                                        micro_batch_size=micro_batch_size)
-              if v.severity == "error"]
-    if errors and pipeline_split_ok(model, strategy):
-        errors = [v for v in errors if v.rule not in SPLIT_RULES]
+    errors = check_errors(model, strategy, world_size=world, seq_len=seq_len,
+                          global_batch_size=global_batch_size, micro_batch_size=micro_batch_size)
     if errors:
         raise StrategyError(errors)
 
@@ -486,8 +554,8 @@ def microbatch_lower_bound(model: ModelSpec, s: "Strategy", cluster: "Cluster", 
     tp_overlap = s.sp and s.tp > 1 and cluster.span(s.tp, strides["tp"]) == "intra"
     per, _ = _per_layer(model, s, cluster, tokens, seq_len, prec, "none", strides, tp_overlap,
                         True, memo)
-    counts, _ = stage_layer_counts(model, s)
-    moe_counts = _moe_per_stage(model, counts)
+    split = pipeline_split(model, s)
+    counts, moe_counts = split.stage_layers, split.stage_moe
 
     def mb(key: bool) -> float:
         d = per[key]
@@ -522,13 +590,10 @@ def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
     notes: list[str] = []
 
     # ---- per-layer costs, dense and MoE -------------------------------------------------
-    counts, split = stage_layer_counts(model, s)
-    if split == "account-for-embedding-and-loss":
-        notes.append("layers split with account_for_embedding_in_pipeline_split and "
-                     "account_for_loss_in_pipeline_split")
-    elif split == "approximate":
-        notes.append("layer split approximate: Megatron needs a custom pipeline layout")
-    moe_counts = _moe_per_stage(model, counts)
+    split = pipeline_split(model, s)
+    counts, moe_counts = split.stage_layers, split.stage_moe
+    if split.note:
+        notes.append(split.note)
     tp_intra = cluster.span(s.tp, strides["tp"]) == "intra"
     tp_overlap = s.sp and s.tp > 1 and tp_intra
     if tp_comm_overlap is not None:

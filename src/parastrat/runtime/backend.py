@@ -13,9 +13,9 @@ from __future__ import annotations
 import importlib.util
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Mapping
 
 from ..errors import UsageError
 
@@ -86,7 +86,9 @@ def expand_nodelist(nodelist: str) -> list[str]:
 
 def _split_top_level(text: str) -> list[str]:
     """Split on commas that are not inside brackets."""
-    parts, depth, cur = [], 0, []
+    parts: list[str] = []
+    cur: list[str] = []
+    depth = 0
     for ch in text:
         if ch == "[":
             depth += 1
@@ -149,8 +151,8 @@ def npu_available() -> bool:
         import torch
         import torch_npu  # noqa: F401 - registers torch.npu
 
-        return bool(torch.npu.is_available())
-    except Exception:  # noqa: BLE001 - a broken CANN install means "no NPU here"
+        return bool(torch.npu.is_available())  # type: ignore[attr-defined]
+    except Exception:
         return False
 
 
@@ -186,7 +188,7 @@ def bind_device(backend: str, local_rank: int) -> str:
         require("torch_npu", "npu", why="the hccl backend needs Ascend's torch_npu")
         import torch
 
-        torch.npu.set_device(local_rank)
+        torch.npu.set_device(local_rank)  # type: ignore[attr-defined]
         return f"npu:{local_rank}"
     return "cpu"
 
@@ -198,7 +200,7 @@ def device_for(backend: str) -> str:
     if backend == "nccl":
         return f"cuda:{torch.cuda.current_device()}"
     if backend == "hccl":
-        return f"npu:{torch.npu.current_device()}"
+        return f"npu:{torch.npu.current_device()}"  # type: ignore[attr-defined]
     return "cpu"
 
 

@@ -20,12 +20,13 @@ membership equals ``parastrat.layout(strategy, world)`` (checked as it is built)
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Iterator
+from typing import Any
 
 from ..errors import UsageError
 from ..layout import KINDS, coordinates, layout
@@ -196,8 +197,7 @@ def _new_groups(all_groups: list[list[int]], rank: int, td: timedelta | None,
 
     mine = None
     for g in all_groups:
-        kwargs = {"timeout": td} if td is not None else {}
-        pg = dist.new_group(ranks=list(g), **kwargs)
+        pg = dist.new_group(ranks=list(g), timeout=td)
         if rank in g:
             mine = pg
             created.append(pg)
@@ -316,7 +316,7 @@ def _megatron_version() -> str:
         from importlib.metadata import version
 
         return version("megatron-core")
-    except Exception:  # noqa: BLE001
+    except Exception:
         return "(unknown version)"
 
 
@@ -371,17 +371,15 @@ def _teardown(handle: Groups) -> None:
         dist.destroy_process_group()  # destroys every subgroup with it
         return
     for pg in handle._created:
-        try:
+        with contextlib.suppress(Exception):  # already gone with its backend
             dist.destroy_process_group(pg)
-        except Exception:  # noqa: BLE001 - already gone with its backend
-            pass
 
 
 def _cleanup_after_failure(started_dist: bool) -> None:
     """Undo a half-finished initialize so the process can try again."""
-    import torch.distributed as dist
-
     import sys
+
+    import torch.distributed as dist
 
     ps = sys.modules.get("megatron.core.parallel_state")
     if ps is not None and ps.model_parallel_is_initialized():
@@ -390,4 +388,4 @@ def _cleanup_after_failure(started_dist: bool) -> None:
         dist.destroy_process_group()
 
 
-__all__ = ["Groups", "initialize", "destroy", "current", "MEGATRON_GETTERS"]
+__all__ = ["MEGATRON_GETTERS", "Groups", "current", "destroy", "initialize"]

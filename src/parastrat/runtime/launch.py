@@ -17,8 +17,9 @@ import pickle
 import socket
 import time
 import traceback
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 #: Seconds to keep collecting failures after the first one, so the root cause (often a rank
 #: that died) is reported rather than a peer that merely lost its connection to it.
@@ -84,7 +85,7 @@ def spawn_local(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] 
         raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
     try:
         payload = pickle.dumps((fn, tuple(args)))
-    except Exception as exc:  # noqa: BLE001 - lambdas, closures, local functions
+    except Exception as exc:
         raise TypeError(
             f"spawn_local needs a picklable, module-level function and arguments: {exc}") from exc
 
@@ -172,7 +173,7 @@ def _read(conn) -> _Outcome | None:
             return conn.recv()
     except (EOFError, OSError):
         return None
-    except Exception as exc:  # noqa: BLE001 - an unpicklable result class in the parent
+    except Exception as exc:
         return _Outcome(ok=False, error=f"could not read the rank's result: {exc!r}")
     return None
 
@@ -219,12 +220,12 @@ def _child_main(conn, payload: bytes, rank: int, world_size: int, env: dict[str,
             started = init_distributed(backend, timeout=timeout_s).started
         value = fn(rank, world_size, *args)
         outcome = _Outcome(ok=True, value=value)
-    except BaseException as exc:  # noqa: BLE001 - report everything, SystemExit included
+    except BaseException as exc:
         outcome = _Outcome(ok=False, error=f"{type(exc).__name__}: {exc}",
                            traceback=traceback.format_exc())
     try:
         conn.send(outcome)
-    except Exception as exc:  # noqa: BLE001 - e.g. an unpicklable return value
+    except Exception as exc:
         conn.send(_Outcome(ok=False, error=f"the return value could not be sent back: {exc!r}"))
     finally:
         conn.close()
@@ -234,5 +235,5 @@ def _child_main(conn, payload: bytes, rank: int, world_size: int, env: dict[str,
 
             if dist.is_initialized():
                 dist.destroy_process_group()
-        except Exception:  # noqa: BLE001 - the result is already reported
+        except Exception:
             pass

@@ -19,9 +19,10 @@ the comparisons are exact.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any
 
 from ..layout import KINDS
 from ..strategy import Strategy
@@ -198,7 +199,7 @@ class _Runner:
         t0 = time.monotonic()
         try:
             problem = fn(ranks, self.g[kind])
-        except Exception as exc:  # noqa: BLE001 - a broken link: name it and stop this rank
+        except Exception as exc:
             raise RuntimeError(f"{name} over the {kind} group {ranks} failed on rank "
                                f"{self.rank}: {type(exc).__name__}: {exc}") from exc
         self.checks.append(Check(name=name, kind=kind, rank=self.rank, group=list(ranks),
