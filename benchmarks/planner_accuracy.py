@@ -7,9 +7,15 @@ H100, GB200) and ``megatron_2021_table1.csv`` (Narayanan et al. 2021, A100):
   figure and the absolute percentage error, with the cheapest recompute mode that fits memory
   (the published configs do not state theirs; the 2021 runs used full recompute);
 * whether it is predicted to fit memory;
-* its rank in ``plan``'s top 10 (degrees TP, PP, VPP, CP, EP, ETP compared; micro-batch and
-  recompute free) and the ratio of its predicted throughput to the plan's best;
+* its rank in ``plan``'s top 10 and the ratio of its predicted throughput to the plan's best.
+  Matching rule (``Plan.find``): TP, PP, CP, EP, ETP equal (micro-batch and recompute free),
+  and VPP equal, or among the candidate's near-equal VPP alternatives, or the published
+  strategy's own predicted step within 1 % (``VPP_TIE``) of that candidate's;
 * the mean absolute percentage errors and the share of rows meeting the ranking targets.
+
+Layer counts that do not divide over PP x VPP get the split the recipes use
+(``pipeline_variants``: Megatron's ``account_for_embedding/loss_in_pipeline_split``; for
+DeepSeek-V3 the MTP-layout approximation of ``estimate.step.pipeline_split``).
 
 The 2021 rows are priced as Megatron-LM ran then (``ERA_2021``: no flash attention, no TP
 overlap, no DP overlap, no distributed optimizer) and with the micro-batch among 1, 2, 4, 8 that
@@ -35,6 +41,7 @@ import parastrat as ps
 from parastrat.errors import StrategyError, UsageError
 from parastrat.estimate.memory import estimate_memory
 from parastrat.estimate.step import estimate_step
+from parastrat.planner.search import pipeline_variants
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = next((p for p in (ROOT / "shared" / "reference",
@@ -64,7 +71,7 @@ def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision):
     return last
 
 
-def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps):
+def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicted_step):
     """(rank in top 10 or None, published/best throughput ratio, plan seconds)."""
     t0 = time.perf_counter()
     try:
@@ -73,7 +80,7 @@ def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps):
     except UsageError:
         return None, float("nan"), time.perf_counter() - t0
     elapsed = time.perf_counter() - t0
-    rank = plan.find(strategy)
+    rank = plan.find(strategy, step_time_s=predicted_step)
     best = plan.best.step.tokens_per_s_per_gpu
     return (None if rank is None or rank >= 10 else rank + 1), predicted_tps / best, elapsed
 
@@ -87,10 +94,11 @@ def published_rows(short: bool) -> list[dict]:
             cluster = ps.Cluster(accelerator=r["gpu"], num_devices=n)
             tp = int(r["tp"])
             ep = int(r["ep"])
-            strategy = ps.Strategy(tp=tp, pp=int(r["pp"]), vpp=int(r["vpp"] or 1),
-                                   cp=int(r["cp"]), ep=ep,
+            pp, vpp = int(r["pp"]), int(r["vpp"] or 1)
+            split = (pipeline_variants(model, pp, vpp) or ({},))[0]
+            strategy = ps.Strategy(tp=tp, pp=pp, vpp=vpp, cp=int(r["cp"]), ep=ep,
                                    etp=int(r["etp"]) if r["etp"] else None,
-                                   sp=tp > 1).with_world_size(n)
+                                   sp=tp > 1, **split).with_world_size(n)
             seq, gbs, mbs = int(r["seq_len"]), int(r["gbs"]), int(r["mbs"])
             step, mem, fits = _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs,
                                                 r["precision"])
@@ -104,7 +112,7 @@ def published_rows(short: bool) -> list[dict]:
                 row.update(rank="-", ratio=float("nan"), plan_s=float("nan"))
             else:
                 rank, ratio, secs = _rank(model, cluster, strategy, seq, gbs, r["precision"],
-                                          step.tokens_per_s_per_gpu)
+                                          step.tokens_per_s_per_gpu, step.step_time_s)
                 row.update(rank=rank, ratio=ratio, plan_s=secs)
             out.append(row)
     return out

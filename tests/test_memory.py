@@ -242,7 +242,8 @@ def test_uneven_split_from_strategy_and_published_style_split():
     # 126 layers over pp 8 x vpp 8 = 64 chunks: (126 + 2) / 64 = 2 with the embedding and loss
     # taking one slot each (Megatron account_for_*_in_pipeline_split)
     big = ps.models.get("llama3.1-405b")
-    s2 = ps.Strategy(tp=8, pp=8, vpp=8, cp=2, sp=True)
+    s2 = ps.Strategy(tp=8, pp=8, vpp=8, cp=2, sp=True, account_for_embedding=True,
+                     account_for_loss=True)
     r2 = ps.estimate_memory(big, s2.with_world_size(1024), seq_len=8192)
     assert [st.layers for st in r2.stages] == [15, 16, 16, 16, 16, 16, 16, 15]
     assert any("account_for_embedding" in n for n in r2.notes)
@@ -250,7 +251,9 @@ def test_uneven_split_from_strategy_and_published_style_split():
 
 def test_mtp_lives_on_last_stage():
     ds = ps.models.get("deepseek-v3")
-    s = ps.Strategy(tp=2, pp=8, vpp=4, ep=64, sp=True).with_world_size(1024)
+    # 61 layers on PP 8 as 7 + 6 x 8 + 6 (a split that holds with and without MTP)
+    s = ps.Strategy(tp=2, pp=8, ep=64, sp=True, first_stage_layers=7,
+                    last_stage_layers=6).with_world_size(1024)
     r = ps.estimate_memory(ds, s, seq_len=4096, global_batch_size=8192)
     no_mtp = ps.estimate_memory(ds.with_(mtp_num_layers=0), s, seq_len=4096,
                                 global_batch_size=8192)

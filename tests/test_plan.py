@@ -52,7 +52,7 @@ def test_to_dict_shape(result):
     d = result.to_dict()
     assert list(d) == ["candidates"]
     assert list(d["candidates"][0]) == ["strategy", "micro_batch_size", "recompute", "memory",
-                                        "step", "why"]
+                                        "step", "why", "alternatives"]
 
 
 def test_pins_and_bounds():
@@ -67,8 +67,10 @@ def test_nothing_fits_says_what_would():
 
 
 def test_impossible_count_is_usage_error():
+    # 97 is prime: no TP (64 heads), PP (80 layers), CP (4096 / 2c) or DP split of it works
+    # (7 devices would: PP 7 with an uneven 10 + 5 x 12 + 10 layer split)
     with pytest.raises(UsageError, match="no legal strategy"):
-        plan(LLAMA70, ps.Cluster("h100", num_devices=7), seq_len=4096, global_batch_size=8)
+        plan(LLAMA70, ps.Cluster("h100", num_devices=97), seq_len=4096, global_batch_size=8)
 
 
 def test_smallest_mode():

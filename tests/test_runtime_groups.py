@@ -132,6 +132,7 @@ def _mine(groups: list[list[int]], rank: int) -> list[int]:
     return sorted(next(g for g in groups if rank in g))
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", [*TRAINING, *INFERENCE])
 def test_groups_match_layout_and_sum_correctly(every_strategy, name):
     kw = {**TRAINING, **INFERENCE}[name]
@@ -148,6 +149,7 @@ def test_groups_match_layout_and_sum_correctly(every_strategy, name):
         assert rec["after_destroy"] == {"dist": False, "megatron": False, "yunchang": True}
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", list(TRAINING))
 def test_megatron_getters_agree_with_layout(every_strategy, name):
     grid = layout(Strategy(**TRAINING[name]), WORLD)
@@ -158,6 +160,7 @@ def test_megatron_getters_agree_with_layout(every_strategy, name):
             assert ranks == _mine(grid[kind], rank), (name, rank, kind)
 
 
+@pytest.mark.multiprocess
 def test_hand_computed_groups_for_tp2_pp2_on_8(every_strategy):
     # order tp-cp-ep-dp-pp: rank = tp + 2*dp + 4*pp, so rank 5 is tp=1, dp=0, pp=1:
     # tp group {4,5}, dp group (tp=1, pp=1) {5,7}, pp group (tp=1, dp=0) {1,5}
@@ -168,6 +171,7 @@ def test_hand_computed_groups_for_tp2_pp2_on_8(every_strategy):
     assert every_strategy[5]["TP2 EP2 ETP1 SP"]["ranks"]["etp"] == [5]
 
 
+@pytest.mark.multiprocess
 @pytest.mark.parametrize("name", list(INFERENCE))
 def test_inference_groups_feed_yunchang(every_strategy, name):
     for out in every_strategy:

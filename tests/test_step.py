@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 import parastrat as ps
 from parastrat.errors import StrategyError
 from parastrat.estimate import efficiency
-from parastrat.estimate.step import estimate_step, stage_layer_counts
+from parastrat.estimate.step import estimate_step, pipeline_split
 
 LLAMA70 = ps.models.get("llama3-70b")
 H100 = ps.Cluster("h100", num_devices=64)
@@ -83,9 +83,39 @@ def test_invalid_strategy_raises_with_every_rule():
 
 def test_account_for_embedding_split():
     m = ps.models.get("llama3.1-405b")
-    counts, how = stage_layer_counts(m, ps.Strategy(tp=8, pp=8, vpp=8, sp=True))
-    # (126 + 2) / 8 = 16 per stage; first and last give one slot to embedding / loss
-    assert how == "account-for-embedding-and-loss" and counts == [15] + [16] * 6 + [15]
+    s = ps.Strategy(tp=8, pp=8, vpp=8, sp=True, account_for_embedding=True,
+                    account_for_loss=True)
+    split = pipeline_split(m, s)
+    # (126 + 2) / 8 = 16 slots per stage; first and last give one slot to embedding / loss
+    assert split.how == "accounted"
+    assert list(split.stage_layers) == [15] + [16] * 6 + [15] == s.stage_layers(126)
+    # 64 chunks of 2 slots: chunk 0 holds the embedding + 1 layer, chunk 63 1 layer + the loss
+    assert split.chunk_layers == (1,) + (2,) * 62 + (1,)
+    # without the flags the split is illegal and says how to fix it
+    with pytest.raises(StrategyError) as exc:
+        pipeline_split(m, ps.Strategy(tp=8, pp=8, vpp=8, sp=True))
+    assert "layers-pp" in exc.value.rules
+
+
+def test_mtp_layout_is_the_one_approximation():
+    ds = ps.models.get("deepseek-v3")
+    s = ps.Strategy(tp=2, pp=8, vpp=4, ep=64, sp=True, account_for_embedding=True,
+                    account_for_loss=True)
+    # Megatron's own rule: 61 + 1 + 1 = 63 slots do not divide into 8 * 4 = 32 chunks
+    assert "layers-accounted" in {v.rule for v in s.check(ds)}
+    split = pipeline_split(ds, s)
+    # 61 + emb + MTP + loss = 64 slots, 2 per chunk (Bridge layout "Et|(tt|)*30mL"):
+    # stage 0 = 4 chunks * 2 - emb = 7, stage 7 = 8 - MTP - loss = 6, others 8
+    assert split.how == "mtp-layout" and "pipeline_model_parallel_layout" in split.note
+    assert list(split.stage_layers) == [7, 8, 8, 8, 8, 8, 8, 6]
+    assert split.chunk_layers[0] == 1 and split.chunk_layers[-1] == 0
+    # layers follow chunk order, chunk c on stage c % 8: chunk 0 (stage 0) holds layer 0,
+    # chunk 1 (stage 1) layers 1-2; DeepSeek-V3's first 3 layers are dense, so stage 0 has
+    # 7 - 1 = 6 MoE layers, stage 1 8 - 2 = 6, stage 2 all 8
+    assert split.stage_moe[:3] == (6, 6, 8)
+    rep = estimate_step(ds, s.with_world_size(1024), ps.Cluster("h100", num_devices=1024),
+                        seq_len=4096, global_batch_size=8192, precision="fp8")
+    assert any("pipeline_model_parallel_layout" in n for n in rep.notes)
 
 
 def test_gemm_efficiency_shapes():

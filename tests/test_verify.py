@@ -15,6 +15,7 @@ from parastrat.cli import main
 from parastrat.runtime.verify import verify_local
 
 
+@pytest.mark.multiprocess
 def test_cli_verify_passes_on_8_local_ranks(capsys):
     pytest.importorskip("megatron.core")
     rc = main(["verify", "--world", "8", "--tp", "2", "--pp", "2", "--sp", "--format", "json",
@@ -35,6 +36,7 @@ def test_cli_verify_passes_on_8_local_ranks(capsys):
     assert doc["coords"]["5"]["pp"] == 1
 
 
+@pytest.mark.multiprocess
 def test_cli_verify_inference_prints_the_rank_table(capsys):
     rc = main(["verify", "--world", "4", "--ulysses", "2", "--ring", "2"])
     out = capsys.readouterr().out
@@ -52,6 +54,7 @@ def _kill_rank_2_in_ring(step: str, rank: int) -> None:
         os._exit(7)
 
 
+@pytest.mark.multiprocess
 def test_a_rank_killed_mid_run_fails_clearly_without_hanging():
     t0 = time.monotonic()
     report = verify_local(Strategy(ulysses=2, ring=2), 4, timeout_s=10,

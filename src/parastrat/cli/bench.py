@@ -57,8 +57,8 @@ def register(subparsers: Any) -> None:
 
 
 def _strategy_requested(args: argparse.Namespace) -> bool:
-    degrees = (args.tp, args.pp, args.ep, args.ulysses, args.ring, args.cfg, args.cp or 1)
-    return any(d > 1 for d in degrees) or args.sp or args.model is not None
+    degrees = (args.tp, args.pp, args.ep, args.ulysses, args.ring, args.cfg, args.cp)
+    return any((d or 1) > 1 for d in degrees) or args.sp or args.model is not None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -53,6 +53,10 @@ class Collective:
     group_size: int
     stride: int = 1
     count: float = 1.0
+    #: all-to-all only: bytes that cross the scale-out link, relative to one copy per remote
+    #: peer (< 1 when a dispatcher sends a token once per destination domain, see
+    #: :func:`flex_remote_scale`)
+    remote_scale: float = 1.0
 
     def time(self, cluster: "Cluster") -> float:
         """Seconds for all ``count`` repetitions, priced by the cluster's alpha-beta model."""
@@ -63,14 +67,16 @@ class Collective:
         n = self.group_size
         span = cluster.span(n, self.stride)
         if self.op == "all_to_all" and span == "inter":
-            return self.count * _split_all_to_all(cluster, self.nbytes, n, self.stride)
+            return self.count * _split_all_to_all(cluster, self.nbytes, n, self.stride,
+                                                  self.remote_scale)
         return self.count * cluster.collective_time(self.op, self.nbytes, n, span)
 
     def span(self, cluster: "Cluster") -> str:
         return cluster.span(self.group_size, self.stride)
 
 
-def _split_all_to_all(cluster: "Cluster", nbytes: float, n: int, stride: int) -> float:
+def _split_all_to_all(cluster: "Cluster", nbytes: float, n: int, stride: int,
+                      remote_scale: float = 1.0) -> float:
     """An all-to-all whose group spans scale-up domains.
 
     Of the ``n - 1`` peers of a rank, ``local - 1`` share its domain; only the rest of its
@@ -83,7 +89,8 @@ def _split_all_to_all(cluster: "Cluster", nbytes: float, n: int, stride: int) ->
     if remote <= 0:
         return cluster.collective_time("all_to_all", nbytes, n, "intra")
     # collective_time charges nbytes * (n-1)/n; scale so that exactly the remote share crosses
-    inter = cluster.collective_time("all_to_all", nbytes * remote / (n - 1), n, "inter")
+    inter = cluster.collective_time("all_to_all", nbytes * remote_scale * remote / (n - 1), n,
+                                    "inter")
     intra = cluster.collective_time("all_to_all", nbytes * (local - 1) / (n - 1), n, "intra")
     return max(inter, intra)
 
@@ -183,13 +190,50 @@ def cp_layer(model: ModelSpec, strategy: "Strategy", tokens: float,
     return ring, a2a
 
 
+#: MoE token dispatchers: Megatron's ``alltoall`` sends one copy of a token per routed expert;
+#: ``flex`` (DeepEP / HybridEP) sends it once per destination scale-up domain and forwards it
+#: to the experts there over NVLink/HCCS.
+DISPATCHERS = ("alltoall", "flex")
+
+
+def flex_remote_scale(num_experts: int, topk: int, domains: int) -> float:
+    """Scale-out bytes of a once-per-domain dispatch relative to once-per-expert.
+
+    With ``num_experts`` spread evenly over ``domains`` scale-up domains and uniform routing,
+    a token's ``topk`` experts touch on average ``(D - 1)(1 - C(E - E/D, k) / C(E, k))``
+    remote domains, against ``k (D - 1) / D`` remote experts (DeepEP's normal kernels send
+    one RDMA copy per node, then forward over NVLink; DeepSeek-V3 report, section 3.2.2).
+    """
+    from math import comb
+
+    E, k, D = num_experts, topk, domains
+    if D <= 1 or E < D or k < 1:
+        return 1.0
+    per_domain = E // D
+    miss = comb(E - per_domain, k) / comb(E, k) if E - per_domain >= k else 0.0
+    remote_domains = (D - 1) * (1.0 - miss)
+    remote_experts = k * (D - 1) / D
+    return min(1.0, remote_domains / remote_experts)
+
+
 def ep_layer(model: ModelSpec, strategy: "Strategy", tokens: float,
-             strides: dict[str, int]) -> list[Collective]:
-    """EP dispatch + combine all-to-all of one MoE layer, one micro-batch, forward + backward."""
+             strides: dict[str, int], dispatcher: str = "alltoall",
+             scale_up_domain: int | None = None) -> list[Collective]:
+    """EP dispatch + combine all-to-all of one MoE layer, one micro-batch, forward + backward.
+
+    ``dispatcher="flex"`` (DeepEP/HybridEP) sends each token once per destination scale-up
+    domain (``scale_up_domain`` ranks) instead of once per expert: fewer scale-out bytes.
+    """
     if strategy.ep <= 1:
         return []
     routed = tokens / strategy.tp * model.moe_router_topk * model.hidden_size * ACT_BYTES
-    return [Collective("ep", "all_to_all", routed, strategy.ep, strides["ep"], 4)]
+    scale = 1.0
+    if dispatcher == "flex" and scale_up_domain:
+        local = max(1, min(strategy.ep, scale_up_domain // max(strides["ep"], 1)))
+        domains = -(-strategy.ep // local)
+        scale = flex_remote_scale(model.num_experts, model.moe_router_topk, domains)
+    return [Collective("ep", "all_to_all", routed, strategy.ep, strides["ep"], 4,
+                       remote_scale=scale)]
 
 
 def pp_microbatch(model: ModelSpec, strategy: "Strategy", tokens: float,

@@ -52,6 +52,11 @@ def difference(a: "StepReport", b: "StepReport") -> str:
     return f"{TERM_NAMES[key]} {gain * 1e3:.0f} ms lower"
 
 
+def _pipeline_label(s) -> str:
+    """``PP8(VP4)[+emb+loss]``: the pipeline part of a strategy's name."""
+    return next((part for part in str(s).split() if part.startswith("PP")), f"PP{s.pp}")
+
+
 def annotate(ranked: list["Candidate"], cluster: "Cluster") -> None:
     """Fill each candidate's ``why``: its limiter, memory, and its edge over the next one."""
     cap = cluster.memory_bytes
@@ -59,6 +64,10 @@ def annotate(ranked: list["Candidate"], cluster: "Cluster") -> None:
         parts = [limiter(c.step),
                  f"peak memory {c.memory.peak_bytes / GiB:.1f} of {cap / GiB:.0f} GiB "
                  f"({c.recompute} recompute)"]
+        if c.alternatives:
+            parts.append("near-equal variants of this layout (within 1%): " + ", ".join(
+                f"{_pipeline_label(a.strategy)} {a.step.step_time_s / c.step.step_time_s - 1:+.2%}"
+                for a in c.alternatives))
         if i + 1 < len(ranked):
             nxt = ranked[i + 1]
             gain = nxt.step.step_time_s / c.step.step_time_s - 1

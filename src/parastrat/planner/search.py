@@ -33,10 +33,9 @@ from ..errors import SpecError, StrategyError, UsageError
 from ..spec.hardware import canonical_precision
 from ..spec.model import ModelSpec
 from ..strategy import Strategy, divisors
-from ..estimate.step import (RECOMPUTE_MODES, SPLIT_RULES, StepReport, _estimate,
-                             microbatch_lower_bound,
-                             layer_cost, normalize_recompute, pipeline_split_ok,
-                             stage_layer_counts)
+from ..estimate.step import (RECOMPUTE_MODES, StepReport, _estimate, check_errors,
+                             layer_cost, microbatch_lower_bound, normalize_recompute,
+                             pipeline_split)
 from .heuristics import Heuristic, seed_strategy
 
 if TYPE_CHECKING:
@@ -49,6 +48,10 @@ KEEP_AT_LEAST = 10
 MICRO_BATCH_SIZES = (1, 2, 4, 8)
 #: Fewest tokens per CP rank worth splitting a sequence for.
 MIN_CP_TOKENS = 1024
+#: VPP / layer-split variants of one layout (same TP, PP, CP, EP, ETP, micro-batch, recompute)
+#: within this fraction of the layout's best step time are near-equal: one candidate, the
+#: others listed in its ``alternatives``.
+VPP_TIE = 0.01
 #: Lower bound of bytes per local parameter (BF16 weight + BF16 gradient) plus
 #: 12 / shard bytes of FP32 master weights and Adam moments (distributed optimizer).
 _STATIC_BYTES, _OPT_BYTES = 4.0, 12.0
@@ -70,15 +73,29 @@ class Candidate:
     step: StepReport
     why: str = ""
     notes: tuple[str, ...] = field(default=())
+    #: other VPP / layer-split variants of the same layout within :data:`VPP_TIE` (slower
+    #: first-found order is not kept: sorted by step time)
+    alternatives: list["Candidate"] = field(default_factory=list)
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
         return self.step.tokens_per_s_per_gpu
 
+    @property
+    def layout(self) -> tuple:
+        """What the candidate is ranked as: degrees except VPP and the layer split, plus the
+        micro-batch and recompute mode."""
+        return layout_key(self.strategy, self.micro_batch_size, self.recompute)
+
     def to_dict(self) -> dict[str, Any]:
         return {"strategy": self.strategy.to_dict(), "micro_batch_size": self.micro_batch_size,
                 "recompute": self.recompute, "memory": self.memory.to_dict(),
-                "step": self.step.to_dict(), "why": self.why}
+                "step": self.step.to_dict(), "why": self.why,
+                "alternatives": [{"strategy": a.strategy.to_dict(),
+                                  "step_time_s": a.step.step_time_s,
+                                  "tokens_per_s_per_gpu": a.step.tokens_per_s_per_gpu,
+                                  "peak_bytes": a.memory.peak_bytes}
+                                 for a in self.alternatives]}
 
     def label(self) -> str:
         """``TP4 PP8(VP5) CP1 DP2 SP mbs1 selective``."""
@@ -125,17 +142,35 @@ class Plan:
 
         return explain_plan(self)
 
-    def find(self, strategy: Strategy) -> int | None:
-        """0-based rank of a candidate with ``strategy``'s degrees (any micro-batch), or None."""
-        key = _degrees(strategy)
+    def find(self, strategy: Strategy, *, step_time_s: float | None = None,
+             tolerance: float = VPP_TIE) -> int | None:
+        """0-based rank of the first candidate with ``strategy``'s layout, or None.
+
+        Matching rule (any micro-batch and recompute mode): TP, PP, CP, EP and ETP equal, and
+        VPP equal, or ``strategy``'s VPP among the candidate's near-equal ``alternatives``, or
+        (when ``step_time_s``, the strategy's own predicted step, is given) within
+        ``tolerance`` of the candidate's step time: a VPP the plan collapsed as a tie.
+        """
+        key = _layout_degrees(strategy)
         for i, c in enumerate(self.candidates):
-            if _degrees(c.strategy) == key:
+            if _layout_degrees(c.strategy) != key:
+                continue
+            if c.strategy.vpp == strategy.vpp or any(
+                    a.strategy.vpp == strategy.vpp for a in c.alternatives):
+                return i
+            if step_time_s is not None and (
+                    step_time_s <= c.step.step_time_s * (1 + tolerance)):
                 return i
         return None
 
 
-def _degrees(s: Strategy) -> tuple:
-    return (s.tp, s.pp, s.vpp, s.cp, s.ulysses, s.ep, s.etp)
+def _layout_degrees(s: Strategy) -> tuple:
+    return (s.tp, s.pp, s.cp, s.ep, s.etp)
+
+
+def layout_key(s: Strategy, micro_batch_size: int, recompute: str) -> tuple:
+    """Ranking identity of a candidate: every degree but VPP and the layer split."""
+    return (s.tp, s.pp, s.cp, s.ulysses, s.ep, s.etp, micro_batch_size, recompute)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -154,14 +189,60 @@ def _options(pin: Any, default: Iterable[int], upper: int | None = None) -> list
     return sorted(set(vals))
 
 
-def _layer_split_ok(model: ModelSpec, pp: int, vpp: int) -> bool:
+#: Split fields of a Strategy that place layers on pipeline stages (besides pp and vpp).
+_SPLIT_FIELDS = ("first_stage_layers", "last_stage_layers", "account_for_embedding",
+                 "account_for_loss")
+_VARIANTS: dict[tuple, tuple[dict[str, Any], ...]] = {}
+
+
+def pipeline_variants(model: ModelSpec, pp: int, vpp: int = 1) -> tuple[dict[str, Any], ...]:
+    """The ways to put ``model``'s layers on ``pp`` stages x ``vpp`` chunks, as Strategy
+    keyword arguments (``first_stage_layers``, ``last_stage_layers``, ``account_for_*``).
+
+    ``({},)`` when the even split works.  Otherwise Megatron's
+    ``account_for_embedding/loss_in_pipeline_split`` (embedding and loss each take a layer's
+    slot; both, else one of them), and without VPP also an uneven first/last split that gives
+    the middle stages ``ceil(L / pp)`` layers and shares the rest between the two ends (which
+    carry the embedding and the loss/MTP).  Variants that put the same layers on each stage are
+    listed once; ``()`` when nothing works.  Legality is :func:`pipeline_split`'s
+    (``Strategy.stage_layers``), never re-derived here.
+    """
+    key = (model.num_layers, model.mtp_num_layers, model, pp, vpp)
+    hit = _VARIANTS.get(key)
+    if hit is not None:
+        return hit
     L = model.num_layers
-    if pp == 1:
-        return vpp == 1
-    if L % pp == 0 and (L // pp) % vpp == 0:
-        return True
-    slots = L + 2 + model.mtp_num_layers
-    return slots % (pp * vpp) == 0 and slots // pp - 2 - model.mtp_num_layers >= 1
+    tries: list[dict[str, Any]] = [{}]
+    if pp > 1 and (L % pp or (L // pp) % vpp):
+        tries = [{"account_for_embedding": e, "account_for_loss": lo}
+                 for e, lo in ((True, True), (True, False), (False, True))]
+        if vpp == 1 and pp > 2:
+            middle = -(-L // pp)
+            rest = L - (pp - 2) * middle
+            last = rest // 2
+            if rest >= 2 and rest - last <= middle:
+                tries.append({"first_stage_layers": rest - last, "last_stage_layers": last})
+    legal: list[tuple[bool, dict[str, Any], tuple[int, ...]]] = []
+    for kw in tries:
+        try:
+            split = pipeline_split(model, Strategy(pp=pp, vpp=vpp, **kw))
+        except StrategyError:
+            continue
+        if min(split.stage_layers) >= 1:
+            legal.append((split.how == "mtp-layout", kw, split.stage_layers))
+    # splits Megatron takes as they are come before the MTP-layout approximation
+    legal.sort(key=lambda item: item[0])
+    out: list[dict[str, Any]] = []
+    seen: set[tuple[int, ...]] = set()
+    for _, kw, layers in legal:
+        if layers in seen:
+            continue
+        seen.add(layers)
+        out.append(kw)
+        if vpp > 1:
+            break  # with VPP one accounted variant is enough (uneven needs vpp | every stage)
+    _VARIANTS[key] = hit = tuple(out)
+    return hit
 
 
 def enumerate_strategies(model: ModelSpec, world: int, seq_len: int, global_batch_size: int, *,
@@ -196,13 +277,13 @@ def enumerate_strategies(model: ModelSpec, world: int, seq_len: int, global_batc
                 if world % (t * c * p):
                     continue
                 dp = world // (t * c * p)
-                for v in _options(vpp, divisors(max(model.num_layers // max(p, 1), 1)) + [
-                        d for d in divisors(model.num_layers + 2 + model.mtp_num_layers)],
-                        max_vpp):
-                    if (p == 1 and v > 1) or not _layer_split_ok(model, p, v):
+                if global_batch_size % dp:
+                    continue
+                v_max = -(-model.num_layers // p) if p > 1 else 1
+                for v in _options(vpp, range(1, v_max + 1), max_vpp):
+                    if p == 1 and v > 1:
                         continue
-                    if global_batch_size % dp:
-                        continue
+                    variants = pipeline_variants(model, p, v)
                     for e in eps:
                         etps = [1] if e > 1 else [t]
                         if e > 1 and t > 1:
@@ -211,27 +292,21 @@ def enumerate_strategies(model: ModelSpec, world: int, seq_len: int, global_batc
                             if world % (e * et * p):
                                 continue
                             for u in u_opts:
-                                s = _make(t, p, v, c, u, e, et, world)
-                                if s is not None and _legal(s, model, world, seq_len,
-                                                            global_batch_size):
-                                    yield s
+                                for kw in variants:
+                                    s = _make(t, p, v, c, u, e, et, world, kw)
+                                    if s is not None and not check_errors(
+                                            model, s, world_size=world, seq_len=seq_len,
+                                            global_batch_size=global_batch_size):
+                                        yield s
 
 
-def _make(t: int, p: int, v: int, c: int, u: int, e: int, et: int, world: int
-          ) -> Strategy | None:
+def _make(t: int, p: int, v: int, c: int, u: int, e: int, et: int, world: int,
+          split: dict[str, Any]) -> Strategy | None:
     try:
         return Strategy(tp=t, pp=p, vpp=v, ulysses=u, ring=c // u, ep=e, etp=et,
-                        sp=t > 1).with_world_size(world)
+                        sp=t > 1, **split).with_world_size(world)
     except StrategyError:
         return None
-
-
-def _legal(s: Strategy, model: ModelSpec, world: int, seq_len: int, gbs: int) -> bool:
-    errors = [v for v in s.check(model, world_size=world, seq_len=seq_len,
-                                 global_batch_size=gbs) if v.severity == "error"]
-    if errors and pipeline_split_ok(model, s):
-        errors = [v for v in errors if v.rule not in SPLIT_RULES]
-    return not errors
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +317,7 @@ def _static_lower_bound(model: ModelSpec, s: Strategy, cluster: "Cluster", prec:
     """Bytes that weights, gradients and optimizer state need on the fullest stage at least."""
     accel = cluster.accel
     dense = layer_cost(model, accel, prec, False, tokens, seq_len, s.tp, s.cp, s.sp, s.ep, s.etp)
-    counts, _ = stage_layer_counts(model, s)
+    counts = pipeline_split(model, s).stage_layers
     most = max(counts)
     dense_p = most * dense.dense_params
     exp_p = 0.0
@@ -389,12 +464,30 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
     heapq.heapify(bounds)
     # 2. visit by bound; price without recompute (a bound for every mode), then the cheapest
     #    mode that fits; stop once a bound is slower than the k-th best fitting candidate
-    found: list[tuple[float, int, Candidate]] = []  # max-heap on time via negation
+    found: dict[tuple, Candidate] = {}  # best candidate per layout (VPP variants collapsed)
     checks = 0
     pending: list[tuple[float, int, Strategy, int]] = []
+    cutoff = [float("inf")]
 
     def worst() -> float:
-        return -found[0][0] if len(found) >= keep else float("inf")
+        return cutoff[0]
+
+    def admit(cand: Candidate) -> None:
+        key = cand.layout
+        held = found.get(key)
+        if held is None:
+            found[key] = cand
+        elif cand.step.step_time_s < held.step.step_time_s:
+            cand.alternatives = [held, *held.alternatives]
+            held.alternatives = []
+            found[key] = cand
+        else:
+            held.alternatives.append(cand)
+        if len(found) >= keep:
+            times = sorted(c.step.step_time_s for c in found.values())
+            cutoff[0] = times[keep - 1]
+            for k in [k for k, c in found.items() if c.step.step_time_s > cutoff[0]]:
+                del found[k]
 
     while bounds or pending:
         # move the next compute bound into the priced queue when it could still be earlier
@@ -421,14 +514,14 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
             rep = _estimate(model, s, cluster, seq_len, global_batch_size, mbs, prec, mode,
                             distributed_optimizer, memo=memo)
             priced += 1
-            cand = Candidate(s, mbs, mode, mem, rep, notes=rep.notes)
-            item = (-rep.step_time_s, priced, cand)
-            if len(found) < keep:
-                heapq.heappush(found, item)
-            elif rep.step_time_s < -found[0][0]:
-                heapq.heapreplace(found, item)
+            admit(Candidate(s, mbs, mode, mem, rep, notes=rep.notes))
             break
-    ranked = sorted((c for _, _, c in found), key=lambda c: c.step.step_time_s)
+    ranked = sorted(found.values(), key=lambda c: c.step.step_time_s)
+    for c in ranked:
+        best_t = c.step.step_time_s
+        c.alternatives = sorted((a for a in c.alternatives
+                                 if a.step.step_time_s <= best_t * (1 + VPP_TIE)),
+                                key=lambda a: a.step.step_time_s)
     from .explain import annotate
 
     annotate(ranked, cluster)
