@@ -56,7 +56,19 @@ ERA_2021 = dict(flash_attention=False, tp_comm_overlap=False, overlap_grad_reduc
                 distributed_optimizer=False)
 
 
-def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision):
+#: MoE switches the published recipes turn on, by (preset, accelerator), as Megatron Bridge's
+#: performance configs set them (scripts/performance/configs/deepseek/
+#: deepseek_workload_base_configs.py: DEEPSEEK_V3_H100_BASE_CONFIG has
+#: moe_flex_dispatcher_backend="deepep", moe_a2a_overlap=True; DEEPSEEK_V3_GB200_BASE_CONFIG
+#: has "hybridep" and moe_a2a_overlap=False).  Rows not listed run Megatron's defaults
+#: (alltoall dispatcher, no overlap): their recipes set neither, or we could not check.
+RECIPE_MOE = {
+    ("deepseek-v3", "h100"): dict(moe_dispatcher="flex", moe_a2a_overlap=True),
+    ("deepseek-v3", "gb200"): dict(moe_dispatcher="flex"),
+}
+
+
+def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision, **features):
     """(StepReport, MemoryReport) with the cheapest recompute mode that fits, else the 'full'
     one and fits=False."""
     last = None
@@ -64,19 +76,21 @@ def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision):
         mem = estimate_memory(model, strategy, seq_len=seq, micro_batch_size=mbs,
                               global_batch_size=gbs, recompute=mode, precision=precision)
         step = estimate_step(model, strategy, cluster, seq_len=seq, global_batch_size=gbs,
-                             micro_batch_size=mbs, precision=precision, recompute=mode)
+                             micro_batch_size=mbs, precision=precision, recompute=mode,
+                             **features)
         last = (step, mem, mem.fits(cluster.accel))
         if last[2]:
             return last
     return last
 
 
-def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicted_step):
+def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicted_step,
+          **features):
     """(rank in top 10 or None, published/best throughput ratio, plan seconds)."""
     t0 = time.perf_counter()
     try:
         plan = ps.plan(model, cluster, seq_len=seq, global_batch_size=gbs,
-                       precision=precision, top_k=10)
+                       precision=precision, top_k=10, **features)
     except UsageError:
         return None, float("nan"), time.perf_counter() - t0
     elapsed = time.perf_counter() - t0
@@ -100,8 +114,9 @@ def published_rows(short: bool) -> list[dict]:
                                    etp=int(r["etp"]) if r["etp"] else None,
                                    sp=tp > 1, **split).with_world_size(n)
             seq, gbs, mbs = int(r["seq_len"]), int(r["gbs"]), int(r["mbs"])
+            features = RECIPE_MOE.get((r["preset"], r["gpu"]), {})
             step, mem, fits = _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs,
-                                                r["precision"])
+                                                r["precision"], **features)
             pub = float(r["tokens_per_s_per_gpu"])
             row = {"table": "published", "name": f"{r['model']} {n}x{r['gpu']}",
                    "strategy": f"{strategy} mbs{mbs}", "recompute": step.recompute,
@@ -112,7 +127,8 @@ def published_rows(short: bool) -> list[dict]:
                 row.update(rank="-", ratio=float("nan"), plan_s=float("nan"))
             else:
                 rank, ratio, secs = _rank(model, cluster, strategy, seq, gbs, r["precision"],
-                                          step.tokens_per_s_per_gpu, step.step_time_s)
+                                          step.tokens_per_s_per_gpu, step.step_time_s,
+                                          **features)
                 row.update(rank=rank, ratio=ratio, plan_s=secs)
             out.append(row)
     return out

@@ -9,7 +9,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from parastrat.runtime.launch import RankFailure, spawn_local  # noqa: E402
+from parastrat.runtime.launch import RankFailure, spawn_local
 
 pytestmark = pytest.mark.multiprocess
 

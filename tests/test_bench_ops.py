@@ -6,11 +6,13 @@ One spawn of 4 local ranks runs all the checks; the parent asserts on what each 
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 pytest.importorskip("torch")
 
-from parastrat.runtime.launch import spawn_local  # noqa: E402
+from parastrat.runtime.launch import spawn_local
 
 pytestmark = pytest.mark.multiprocess
 
@@ -61,6 +63,17 @@ def _every_op(rank: int, world: int) -> dict:
                 coll.check()
             except BenchCorrectnessError:
                 report["skipped"].add((name, str(dtype)))
+    # timing: warm-up calls run but are not timed; a 20 ms call measures at least 20 ms
+    from parastrat.bench.timing import measure
+
+    calls = []
+
+    def slow() -> None:
+        calls.append(1)
+        time.sleep(0.02)
+
+    report["timed"] = measure(slow, torch=torch, dist=dist, device="cpu", iters=3, warmup=2)
+    report["calls"] = len(calls)
     # a wrong result on one rank must stop every rank with an error, not a bandwidth
     ops.REGISTRY["all_reduce"] = _make_broken_all_reduce()
     try:
@@ -104,6 +117,12 @@ def test_a_collective_that_was_not_called_fails_its_check(reports):
         assert rep["skipped"] == expected
 
 
+def test_warm_up_is_not_timed_and_the_clock_reads_real_time(reports):
+    for rep in reports:
+        assert rep["calls"] == 5 and len(rep["timed"]) == 3
+        assert all(0.02 <= t < 1.0 for t in rep["timed"])
+
+
 def test_message_sizes_are_rounded_to_whole_chunks_as_nccl_tests_does(reports):
     sizes = {op: b for (op, dt), b in reports[0]["bytes"].items() if dt == "torch.float32"}
     # 1000 B = 250 float32; ops that split the buffer over 4 ranks keep 248 = 62 * 4 -> 992 B
@@ -112,6 +131,24 @@ def test_message_sizes_are_rounded_to_whole_chunks_as_nccl_tests_does(reports):
     bf16 = {op: b for (op, dt), b in reports[0]["bytes"].items() if dt == "torch.bfloat16"}
     # 1000 B = 500 bf16; 500 is a multiple of 4, so nothing is dropped
     assert set(bf16.values()) == {1000}
+
+
+@pytest.mark.parametrize("dtype_name", ["bfloat16", "float16", "float32"])
+def test_a_sum_missing_one_rank_is_caught_in_every_dtype(dtype_name):
+    import torch
+
+    from parastrat.bench.ops import BenchCorrectnessError, Context
+
+    dtype = getattr(torch, dtype_name)
+    ctx = Context(torch=torch, dist=None, group=None, rank=0, size=8, device="cpu", dtype=dtype)
+    # all_reduce on 8 ranks sums 1 + 2 + ... + 8 = 36; without rank 0's 1 it is 35, a 2.8 %
+    # difference that bf16's 0.8 % epsilon could hide if sums were compared loosely
+    ctx.expect("all_reduce", ctx.full(4, 36), ctx.full(4, 36), reduction=True)
+    with pytest.raises(BenchCorrectnessError, match="element 0 is 35"):
+        ctx.expect("all_reduce", ctx.full(4, 35), ctx.full(4, 36), reduction=True)
+    # beyond 2/eps (256 in bf16) sums may round: allow size * eps relative, no more
+    big = 4096.0
+    ctx.expect("all_reduce", ctx.full(4, big), ctx.full(4, big), reduction=True)
 
 
 def test_a_wrong_result_on_one_rank_is_an_error_on_every_rank(reports):

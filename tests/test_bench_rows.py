@@ -5,6 +5,7 @@ Pure Python: no process is started here.
 
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -54,7 +55,7 @@ def test_size_range_is_geometric_and_stays_inside(lo, span, factor):
     sizes = parse_sizes(f"{lo}:{hi}:x{factor}")
     assert sizes[0] == lo and sizes[-1] <= hi
     assert len(sizes) == span + 1
-    for a, b in zip(sizes, sizes[1:]):
+    for a, b in itertools.pairwise(sizes):
         assert b == a * factor
 
 

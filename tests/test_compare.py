@@ -32,3 +32,27 @@ def test_compare_names_oom():
     c = compare("tp=8,pp=4,sp", "tp=1,pp=1", model="llama3-70b", cluster=H100, seq_len=4096,
                 global_batch_size=64, recompute="full")
     assert "runs out of memory" in c.cause
+
+
+def test_compare_different_pp_shows_each_pipeline():
+    # A: PP 8 (10 layers per stage), B: PP 4 (20 layers per stage) on 64 H100s
+    c = compare("tp=4,pp=8,vpp=5,sp", "tp=4,pp=4,sp", model="llama3-70b", cluster=H100,
+                seq_len=8192, global_batch_size=256, precision="fp8")
+    ma, mb = c.memory
+    assert [st.layers for st in ma.stages] == [10] * 8
+    assert [st.layers for st in mb.stages] == [20] * 4
+    text = c.summary()
+    # each side lists its own stages: 8 rows for A, 4 for B, no padded repeats
+    assert "memory per stage of A (8 stages" in text and "memory per stage of B (4 stages" in text
+    b_rows = text.split("memory per stage of B")[1].split("step:")[0].strip().splitlines()[1:]
+    assert len(b_rows) == 4
+    # the delta compares the two peak stages, named
+    (row,) = c.memory_delta
+    assert row["stage_a"] == ma.peak_stage.stage and row["stage_b"] == mb.peak_stage.stage
+    assert row["total"] == pytest.approx(mb.peak_bytes - ma.peak_bytes)
+
+
+def test_parse_strategy_split_flags():
+    s = parse_strategy("tp=8,pp=8,vpp=8,sp,account_for_embedding,account_for_loss")
+    assert s.account_for_embedding and s.account_for_loss
+    assert s.stage_layers(126) == [15] + [16] * 6 + [15]  # (126 + 2) / 8 = 16 slots a stage

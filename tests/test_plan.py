@@ -90,3 +90,41 @@ def test_heuristic_tables():
     assert (h.strategy.tp, h.strategy.ep) == (2, 64)
     h = seed_strategy(LLAMA70, 64, 4096)
     assert (h.strategy.tp, h.strategy.pp) == (8, 4)
+
+
+def test_pipeline_variants_make_real_strategies():
+    from parastrat.planner.search import pipeline_variants
+
+    ds = ps.models.get("deepseek-v3")
+    # 61 layers on PP 8: middle stages ceil(61/8) = 8, the ends share 61 - 6*8 = 13 -> 7 + 6
+    (kw,) = pipeline_variants(ds, 8, 1)
+    assert kw == {"first_stage_layers": 7, "last_stage_layers": 6}
+    assert ps.Strategy(pp=8, **kw).stage_layers(61) == [7] + [8] * 6 + [6]
+    # with VPP only the accounted split works (through the MTP-layout approximation)
+    assert pipeline_variants(ds, 8, 4) == ({"account_for_embedding": True,
+                                            "account_for_loss": True},)
+    # Llama 3.1 405B: 126 + 2 = 128 = 8 stages x 8 chunks x 2 -> Megatron's own rule holds
+    big = ps.models.get("llama3.1-405b")
+    (kw,) = pipeline_variants(big, 8, 8)
+    s = ps.Strategy(tp=8, pp=8, vpp=8, **kw)
+    assert not [v for v in s.check(big) if v.severity == "error"]
+    # an even split needs nothing; an impossible one gives nothing
+    assert pipeline_variants(LLAMA70, 8, 5) == ({},)
+    assert pipeline_variants(LLAMA70, 8, 3) == ()
+
+
+def test_vpp_variants_do_not_crowd_the_ranking(result):
+    from parastrat.planner.search import VPP_TIE
+
+    keys = [c.layout for c in result.candidates]
+    assert len(keys) == len(set(keys))  # one candidate per layout
+    for c in result.candidates:
+        for a in c.alternatives:
+            assert a.layout == c.layout and a.strategy.vpp != c.strategy.vpp
+            assert c.step.step_time_s <= a.step.step_time_s <= c.step.step_time_s * (1 + VPP_TIE)
+    with_alts = [c for c in result.candidates if c.alternatives]
+    if with_alts:
+        c = with_alts[0]
+        assert "near-equal" in c.why
+        # find() counts a published VPP that the plan collapsed into an alternative
+        assert result.find(c.alternatives[0].strategy) == result.candidates.index(c)

@@ -20,8 +20,9 @@ from __future__ import annotations
 import json
 import math
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from ..errors import UsageError
 from ..spec.cluster import Calibration, bus_factor, latency_steps

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import sys
 from collections import defaultdict
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from .._deps import require
 from .rows import Row, format_bytes, rows_from_json

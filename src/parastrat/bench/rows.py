@@ -18,8 +18,9 @@ import io
 import json
 import math
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, fields
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ..errors import UsageError
 from ..spec.cluster import OPS as _COST_MODEL_OPS
@@ -77,7 +78,7 @@ class Row:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Row:
-        """Read a row back from its dict (unknown keys are ignored, missing optional ones default)."""
+        """Read a row back from its dict (unknown keys ignored, missing optional ones default)."""
         names = {f.name for f in fields(cls)}
         missing = [f.name for f in fields(cls)
                    if f.name not in data and f.name not in ("group", "span")]

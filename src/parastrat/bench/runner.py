@@ -7,7 +7,8 @@ local ranks :func:`run_local` spawns) and returns the same rows on every rank.
 from __future__ import annotations
 
 import socket
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from .._deps import require
 from ..errors import UsageError
@@ -32,10 +33,10 @@ def resolve_dtype(dtype: Any) -> tuple[Any, str]:
         if name not in _DTYPES.values():
             raise UsageError(f"dtype {name} is not benchmarked; use float32, bfloat16 or float16")
         return dtype, name
-    name = _DTYPES.get(str(dtype).lower())
-    if name is None:
+    canonical = _DTYPES.get(str(dtype).lower())
+    if canonical is None:
         raise UsageError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
-    return getattr(torch, name), name
+    return getattr(torch, canonical), canonical
 
 
 def resolve_ops(ops: str | Iterable[str] | None, group_size: int) -> list[str]:
@@ -103,7 +104,8 @@ def run(ops: str | Iterable[str] | None = None, sizes: Any = DEFAULT_SIZES, grou
     dist = require("torch.distributed")
     if not dist.is_available() or not dist.is_initialized():
         raise UsageError("torch.distributed is not started; run under torchrun, call "
-                         "parastrat.bench.run_local(world=N, ...), or use `parastrat bench --world N`")
+                         "parastrat.bench.run_local(world=N, ...), or use "
+                         "`parastrat bench --world N`")
     if iters < 1 or warmup < 0:
         raise UsageError(f"need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
     from .ops import Context, build
@@ -136,7 +138,7 @@ def run(ops: str | Iterable[str] | None = None, sizes: Any = DEFAULT_SIZES, grou
                 coll()
                 try:
                     coll.check()
-                except Exception as exc:  # noqa: BLE001 - re-raised after the peers learn of it
+                except Exception as exc:
                     error = exc
             times = _reduce(times, error, torch=torch, dist=dist, device=device, group=sync,
                             op=op, nbytes=coll.nbytes)
@@ -201,20 +203,25 @@ def _local_worker(rank: int, world: int, kwargs: dict[str, Any], show_progress: 
     return run(**kwargs)
 
 
-class progress_bar:  # noqa: N801 - used as a context manager, reads like a function
-    """A rich progress bar on stderr, usable as a :data:`ProgressFn` (stdout stays clean for JSON)."""
+class progress_bar:
+    """A rich progress bar on stderr, usable as a :data:`ProgressFn` (stdout stays JSON-clean)."""
 
     def __init__(self, description: str = "benchmarking"):
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-        from rich.progress import TimeElapsedColumn
+        from rich.progress import (
+            BarColumn,
+            MofNCompleteColumn,
+            Progress,
+            TextColumn,
+            TimeElapsedColumn,
+        )
 
         self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
                                   MofNCompleteColumn(), TimeElapsedColumn(),
                                   console=Console(stderr=True), transient=True)
         self._task = self._progress.add_task(description, total=None)
 
-    def __enter__(self) -> "progress_bar":
+    def __enter__(self) -> progress_bar:
         self._progress.start()
         return self
 

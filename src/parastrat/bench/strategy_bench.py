@@ -26,8 +26,9 @@ Without a model, every (group, op) sweeps the given sizes.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from ..errors import UsageError
 from .rows import Row, parse_sizes
@@ -56,7 +57,8 @@ def _model_sizes(strategy: Any, model: Any, seq_len: int, micro_batch_size: int
     """Message bytes per role, from the model shape (see the module docstring)."""
     s = strategy
     if seq_len % s.cp:
-        raise UsageError(f"seq_len={seq_len} is not divisible by cp={s.cp}; use a multiple of {s.cp}")
+        raise UsageError(f"seq_len={seq_len} is not divisible by cp={s.cp}; "
+                         f"use a multiple of {s.cp}")
     tokens = seq_len // s.cp * micro_batch_size
     h = model.hidden_size
     act = tokens * h * ACT_BYTES
@@ -91,7 +93,9 @@ def measurements(strategy: Any, world_size: int, *, model: Any = None, seq_len: 
             raise UsageError("a model needs a sequence length to size the messages; "
                              "add --seq-len, e.g. --seq-len 4096")
         s.validate(model, world_size=world_size, seq_len=seq_len)
-    derived = _model_sizes(s, model, seq_len, micro_batch_size) if model is not None else None
+    derived = None
+    if model is not None and seq_len is not None:
+        derived = _model_sizes(s, model, seq_len, micro_batch_size)
     swept = tuple(parse_sizes(sizes if sizes is not None else "64KB:4MB:x4"))
     dp_kind = "dp-cp" if s.cp > 1 else "dp"
     plan: list[tuple[str, int, str, str, str]] = [

@@ -10,13 +10,15 @@ Rules (the ones nccl-tests and careful hand-written loops follow):
   ``torch.npu.Event``) and read after synchronising; on the CPU (gloo) by ``perf_counter``
   around the blocking call;
 - the per-iteration times of all ranks are reduced with MAX: a collective is done when its
-  slowest rank is, so every rank reports the same numbers.
+  slowest rank is, so every rank reports the same numbers (``runner`` does this in the same
+  all-reduce that shares the correctness verdict).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 
 def _device_module(torch: Any, device: Any) -> Any | None:
@@ -60,7 +62,7 @@ class Clock:
 
 def measure(fn: Callable[[], Any], *, torch: Any, dist: Any, device: Any, iters: int,
             warmup: int, barrier_group: Any = None) -> list[float]:
-    """This rank's seconds for each of ``iters`` timed calls of ``fn`` after ``warmup`` untimed ones.
+    """This rank's seconds for each of ``iters`` timed calls of ``fn`` after ``warmup`` untimed.
 
     ``barrier_group`` is the group that meets before each call (the world for strategy runs,
     where every group of a kind runs at once, as in training).
@@ -75,13 +77,3 @@ def measure(fn: Callable[[], Any], *, torch: Any, dist: Any, device: Any, iters:
             times.append(elapsed)
     return times
 
-
-def slowest_rank(times: list[float], *, torch: Any, dist: Any, device: Any,
-                 group: Any = None) -> list[float]:
-    """Per-iteration maximum of ``times`` over the ranks of ``group`` (identical on every rank)."""
-    if not times:
-        return []
-    # float32: every backend (HCCL included) reduces it with MAX; 7 digits are plenty for times
-    buf = torch.tensor(times, dtype=torch.float32, device=device)
-    dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
-    return [float(x) for x in buf.tolist()]

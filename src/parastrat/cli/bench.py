@@ -15,14 +15,21 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ._common import add_strategy_flags, console, err_console, positive_int, print_json
-from ._common import strategy_from_args
+from ._common import (
+    add_strategy_flags,
+    console,
+    err_console,
+    positive_int,
+    print_json,
+    strategy_from_args,
+)
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "bench", help="benchmark collectives (nccl-tests bandwidths) and calibrate the cost model",
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+        description=(__doc__ or "").replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--world", type=positive_int, default=None,
                    help="spawn this many local gloo ranks (default 2, or the torchrun world)")
     p.add_argument("--ops", default=None,
@@ -50,7 +57,8 @@ def register(subparsers: Any) -> None:
                    help="seconds before local ranks are killed (default 600)")
     g = p.add_argument_group("strategy-aware run")
     g.add_argument("--model", default=None, help="model preset: message sizes from its shape")
-    g.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (with --model)")
+    g.add_argument("--seq-len", type=positive_int, default=None,
+                   help="sequence length (with --model)")
     g.add_argument("--micro-batch-size", type=positive_int, default=1)
     add_strategy_flags(p)
     p.set_defaults(func=run)
@@ -70,11 +78,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         if args.warmup < 0:
             raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
-        rows = _measure(args)
-        if rows is None:  # a torchrun rank other than 0: rank 0 prints
+        measured = _measure(args)
+        if measured is None:  # a torchrun rank other than 0: rank 0 prints
             return 0
-        if not rows:  # a rank failed; the reason is printed
+        if not measured:  # a rank failed; the reason is printed
             return 1
+        rows = measured
     if args.output:
         as_csv = args.format == "csv" or (args.format == "table" and
                                           Path(args.output).suffix.lower() == ".csv")
@@ -157,7 +166,7 @@ def _filter_ops(rows: list[Any], ops: str | None) -> list[Any]:
     return [r for r in rows if r.op in wanted]
 
 
-class _maybe_bar:  # noqa: N801 - a context manager
+class _maybe_bar:
     """The progress bar on rank 0, nothing elsewhere."""
 
     def __init__(self, show: bool, factory: Any):

@@ -43,6 +43,11 @@ if TYPE_CHECKING:
     from ..spec.cluster import Cluster
     from ..strategy import Strategy
 
+#: Rate of a grouped expert GEMM (TE GroupedLinear / CUTLASS grouped kernels) relative to one
+#: dense GEMM of the same per-group shape: per-group tile scheduling and prologues, and token
+#: counts per expert that differ from group to group (the dense-equivalent efficiency already
+#: counts partial tiles and waves).  NVIDIA's grouped-GEMM figures put it 10-20 % below dense.
+GROUPED_GEMM_EFF = 0.85
 #: Fraction of an overlapped collective's duration by which it slows the kernels it overlaps
 #: (NCCL / userbuffer kernels occupy ~16-24 of 132 SMs and share HBM bandwidth).
 OVERLAP_SLOWDOWN = 0.15
@@ -68,6 +73,28 @@ SCORE_BYTES_FWD = 13
 CE_BYTES_PER_LOGIT = 12
 
 RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+@dataclass(frozen=True)
+class MoEComm:
+    """How a recipe runs the expert-parallel all-to-all (Megatron Core / Bridge switches).
+
+    ``dispatcher``: "alltoall" (Megatron's default: one copy per routed expert) or "flex"
+    (``moe_token_dispatcher_type="flex"`` with DeepEP/HybridEP: one copy per destination
+    scale-up domain across the scale-out link, :func:`parastrat.estimate.comm.flex_remote_scale`).
+    ``a2a_overlap``: ``overlap_moe_expert_parallel_comm`` ("combined 1F1B"): the forward of one
+    micro-batch runs beside the backward of another, each all-to-all phase under a compute
+    phase of the other micro-batch (needs EP > 1, PP = 1 or VPP > 1, no full recompute).
+    ``shared_expert_overlap``: ``moe_shared_expert_overlap``: the shared experts compute while
+    the dispatch/combine run (Megatron refuses it together with ``a2a_overlap``).
+    """
+
+    dispatcher: str = "alltoall"
+    a2a_overlap: bool = False
+    shared_expert_overlap: bool = False
+
+
+DEFAULT_MOE_COMM = MoEComm()
 
 
 def normalize_recompute(recompute: str | None) -> str:
@@ -144,6 +171,11 @@ class LayerCost:
     elem_bwd: float
     dense_params: float  # local parameters (after TP / dup)
     expert_params: float  # local routed-expert parameters (after EP / ETP)
+    #: GEMM seconds of the MLP block (router, routed and shared experts), forward / backward
+    mlp_fwd: float = 0.0
+    mlp_bwd: float = 0.0
+    #: GEMM seconds of the shared experts alone, forward + backward
+    shared: float = 0.0
 
     @property
     def fwd(self) -> float:
@@ -162,12 +194,41 @@ class LayerCost:
         return self.attn_fwd + self.attn_bwd
 
 
+def matrix_params(mat: Matrix, tp: int, ep: int, etp: int, num_experts: int) -> float:
+    """Parameters of one weight matrix held by one rank (experts split by EP and ETP, the
+    rest by TP unless replicated)."""
+    if mat.block == "expert":
+        return max(num_experts // ep, 1) * mat.in_dim * mat.out_dim / etp
+    if mat.split == "dup":
+        return float(mat.in_dim * mat.out_dim)
+    return mat.in_dim * mat.out_dim / tp
+
+
+def layer_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int
+                 ) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of one layer on one rank, without its norms: what
+    the planner's memory prefilter needs without pricing any GEMM.  Memoised."""
+    key = ("params", model, moe, tp, ep, etp)
+    hit = _CACHE.get(key)
+    if hit is None:
+        dense = expert = 0.0
+        for mat in attention_matrices(model) + mlp_matrices(model, moe):
+            n = matrix_params(mat, tp, ep, etp, model.num_experts)
+            if mat.block == "expert":
+                expert += n
+            else:
+                dense += n
+        hit = _CACHE[key] = (dense, expert)
+    return hit
+
+
 def _matrix_times(accel: Accelerator, prof: KernelProfile, mat: Matrix, tokens: float, tp: int,
                   sp: bool, ep: int, etp: int, num_experts: int, precision: str,
                   ) -> tuple[float, float, float, float]:
     """(forward s, backward s, local params, fp8-cast elements per micro-batch) of one matrix."""
     k_in, n_out = mat.in_dim, mat.out_dim
     groups = 1
+    params = matrix_params(mat, tp, ep, etp, num_experts)
     if mat.block == "expert":
         local = max(num_experts // ep, 1)
         groups = local
@@ -176,17 +237,14 @@ def _matrix_times(accel: Accelerator, prof: KernelProfile, mat: Matrix, tokens: 
             n_out = n_out / etp
         else:
             k_in = k_in / etp
-        params = local * mat.in_dim * mat.out_dim / etp
     elif mat.split == "dup":
         m = tokens / tp if sp else tokens
-        params = mat.in_dim * mat.out_dim
     else:
         m = tokens
         if mat.split == "col":
             n_out = n_out / tp
         else:
             k_in = k_in / tp
-        params = mat.in_dim * mat.out_dim / tp
     prec = "bf16" if mat.block in ("router", "logits") else precision
     fwd = gemm_time(accel, m, n_out, k_in, prec, groups, prof)
     bwd = (gemm_time(accel, m, k_in, n_out, prec, groups, prof)       # dgrad
@@ -200,7 +258,11 @@ _CACHE: dict[tuple, Any] = {}
 
 def _accel_key(accel: Accelerator) -> tuple:
     """A hashable identity of an accelerator (its dict of peaks makes it unhashable)."""
-    return (accel.name, accel.mem_bandwidth_Bps, tuple(sorted(accel.peak_flops.items())))
+    key = accel.__dict__.get("_step_key")
+    if key is None:
+        key = (accel.name, accel.mem_bandwidth_Bps, tuple(sorted(accel.peak_flops.items())))
+        accel.__dict__["_step_key"] = key  # frozen dataclass: cache on the instance
+    return key
 
 
 def layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool, tokens: float,
@@ -211,6 +273,8 @@ def layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool, 
     Memoised: the planner prices the same (TP, CP, EP, micro-batch) shapes for many PP/DP
     choices.
     """
+    if not moe:
+        ep, etp = 1, tp  # a dense layer does not see the expert grid: share one entry
     key = ("layer", model, _accel_key(accel), precision, moe, tokens, seq_len, tp, cp, sp, ep,
            etp, flash_attention)
     hit = _CACHE.get(key)
@@ -230,12 +294,20 @@ def _layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool,
     prec = precision if fp8 else "bf16"
     mats = attention_matrices(model) + mlp_matrices(model, moe)
     g_fwd = g_bwd = dense_p = expert_p = cast = 0.0
+    mlp_f = mlp_b = shared = 0.0
     for mat in mats:
         f, b, p, c = _matrix_times(accel, prof, mat, tokens, tp, sp, ep, etp,
                                    model.num_experts, prec)
+        if mat.block == "expert":
+            f, b = f / GROUPED_GEMM_EFF, b / GROUPED_GEMM_EFF
         g_fwd += f
         g_bwd += b
         cast += c
+        if mat.block in ("router", "expert", "shared", "mlp"):
+            mlp_f += f
+            mlp_b += b
+        if mat.block == "shared":
+            shared += f + b
         if mat.block == "expert":
             expert_p += p
         else:
@@ -277,7 +349,8 @@ def _layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool,
     cast_b = cast * FP8_CAST_BYTES.get(prec, 0) / 2  # half forward (inputs), half backward
     e_fwd = memory_time(accel, e_bytes + cast_b, prof)
     e_bwd = memory_time(accel, 2 * e_bytes + cast_b, prof)
-    return LayerCost(g_fwd, g_bwd, a_fwd, a_bwd, e_fwd, e_bwd, dense_p, expert_p)
+    return LayerCost(g_fwd, g_bwd, a_fwd, a_bwd, e_fwd, e_bwd, dense_p, expert_p, mlp_f, mlp_b,
+                     shared)
 
 
 def _head_cost(model: ModelSpec, accel: Accelerator, tokens: float, tp: int,
@@ -441,7 +514,9 @@ def estimate_step(model: ModelSpec, strategy: "Strategy", cluster: "Cluster", *,
                   global_batch_size: int, micro_batch_size: int = 1, precision: str = "bf16",
                   recompute: str = "selective", distributed_optimizer: bool = True,
                   flash_attention: bool = True, tp_comm_overlap: bool | None = None,
-                  overlap_grad_reduce: bool = True, validate: bool = True) -> StepReport:
+                  overlap_grad_reduce: bool = True, moe_dispatcher: str = "alltoall",
+                  moe_a2a_overlap: bool = False, moe_shared_expert_overlap: bool = False,
+                  validate: bool = True) -> StepReport:
     """Predict one training step of ``model`` split by ``strategy`` on ``cluster``.
 
     ``strategy.dp`` may be unset: the world is then ``cluster.num_devices``.  With
@@ -453,7 +528,10 @@ def estimate_step(model: ModelSpec, strategy: "Strategy", cluster: "Cluster", *,
     Implementation switches (defaults: today's Megatron Core / Bridge): ``flash_attention``
     (False prices the attention scores as batched GEMMs plus their softmax/dropout traffic),
     ``tp_comm_overlap`` (None: on with SP inside the scale-up domain), ``overlap_grad_reduce``
-    (DP reduce-scatter/all-gather behind backward/forward), ``distributed_optimizer``.
+    (DP reduce-scatter/all-gather behind backward/forward), ``distributed_optimizer``, and the
+    MoE switches of :class:`MoEComm`: ``moe_dispatcher`` ("alltoall" or "flex" for
+    DeepEP/HybridEP), ``moe_a2a_overlap`` (``overlap_moe_expert_parallel_comm``, combined
+    1F1B) and ``moe_shared_expert_overlap`` (all off by default, as in Megatron Core).
     """
     from ..spec.models import get as get_model
 
@@ -465,9 +543,22 @@ def estimate_step(model: ModelSpec, strategy: "Strategy", cluster: "Cluster", *,
         _validate(model, strategy, world, seq_len, global_batch_size, micro_batch_size)
     if strategy.dp is None:
         strategy = strategy.with_world_size(world)
+    moe_comm = moe_comm_options(moe_dispatcher, moe_a2a_overlap, moe_shared_expert_overlap)
     return _estimate(model, strategy, cluster, seq_len, global_batch_size, micro_batch_size,
                      prec, mode, distributed_optimizer, flash_attention, tp_comm_overlap,
-                     overlap_grad_reduce)
+                     overlap_grad_reduce, moe_comm=moe_comm)
+
+
+def moe_comm_options(dispatcher: str = "alltoall", a2a_overlap: bool = False,
+                     shared_expert_overlap: bool = False) -> MoEComm:
+    """A :class:`MoEComm`, with UsageError naming the choices for an unknown dispatcher."""
+    name = str(dispatcher).strip().lower()
+    if name in ("deepep", "hybridep"):
+        name = "flex"
+    if name not in comm.DISPATCHERS:
+        raise UsageError(f"unknown MoE dispatcher {dispatcher!r}; use one of "
+                         f"{', '.join(comm.DISPATCHERS)} (deepep/hybridep mean flex)")
+    return MoEComm(name, bool(a2a_overlap), bool(shared_expert_overlap))
 
 
 def check_errors(model: ModelSpec, strategy: "Strategy", *, world_size: int, seq_len: int,
@@ -495,7 +586,7 @@ def _validate(model: ModelSpec, strategy: "Strategy", world: int, seq_len: int,
 
 def _per_layer(model: ModelSpec, s: "Strategy", cluster: "Cluster", tokens: float,
                seq_len: int, prec: str, mode: str, strides: dict[str, int], tp_overlap: bool,
-               flash_attention: bool, memo: dict | None,
+               flash_attention: bool, memo: dict | None, moe_comm: MoEComm = DEFAULT_MOE_COMM,
                ) -> tuple[dict[bool, dict[str, float]], dict[bool, Any]]:
     """Per-layer, per-micro-batch seconds (dense and MoE): compute, recompute, each
     collective and its exposed part."""
@@ -505,21 +596,23 @@ def _per_layer(model: ModelSpec, s: "Strategy", cluster: "Cluster", tokens: floa
     for moe in (False, True):
         if moe and not model.is_moe:
             continue
-        c = layer_cost(model, accel, prec, moe, tokens, seq_len, s.tp, s.cp, s.sp, s.ep, s.etp,
-                       flash_attention)
-        kinds[moe] = c  # type: ignore[assignment]
         mkey = None
         if memo is not None:
             mkey = (moe, tokens, s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, strides["tp"],
-                    strides["ulysses"], strides["ring"], strides["ep"], strides["etp"], mode)
+                    strides["ulysses"], strides["ring"], strides["ep"], strides["etp"], mode,
+                    moe_comm, flash_attention, tp_overlap)
             hit = memo.get(mkey)
             if hit is not None:
-                per[moe] = hit
+                per[moe], kinds[moe] = hit
                 continue
+        c = layer_cost(model, accel, prec, moe, tokens, seq_len, s.tp, s.cp, s.sp, s.ep, s.etp,
+                       flash_attention)
+        kinds[moe] = c  # type: ignore[assignment]
         t_tp = comm.total_time(comm.tp_layer(model, s, tokens, moe, strides), cluster)
         ring, a2a = comm.cp_layer(model, s, tokens, strides)
         t_ring, t_a2a = comm.total_time(ring, cluster), comm.total_time(a2a, cluster)
-        t_ep = comm.total_time(comm.ep_layer(model, s, tokens, strides), cluster) if moe else 0.0
+        t_ep = comm.total_time(comm.ep_layer(model, s, tokens, strides, moe_comm.dispatcher,
+                                             cluster.scale_up_domain), cluster) if moe else 0.0
         rec = 0.0
         rec_comm = 0.0
         if mode == "selective":
@@ -528,33 +621,96 @@ def _per_layer(model: ModelSpec, s: "Strategy", cluster: "Cluster", tokens: floa
             rec = c.fwd
             rec_comm = 0.5 * (t_tp + t_a2a + t_ep)  # the forward's collectives run again
         tp_exp = _exposed(t_tp, c.gemm, tp_overlap)
+        ep_exp = _ep_exposed(c, t_ep, moe_comm, mode) if moe else 0.0
         ring_exp = _exposed(t_ring, c.attn, True)
         per[moe] = {
             "compute": c.fwd + c.bwd, "recompute": rec + rec_comm,
             "tp": t_tp, "tp_exposed": tp_exp,
             "cp": t_ring + t_a2a, "cp_exposed": ring_exp + t_a2a,
-            "ep": t_ep, "ep_exposed": t_ep,
+            "ep": t_ep, "ep_exposed": ep_exp,
             "fwd": c.fwd, "bwd": c.bwd,
         }
         if mkey is not None:
-            memo[mkey] = per[moe]  # type: ignore[index]
+            memo[mkey] = (per[moe], c)
 
     return per, kinds
 
 
+def _effective_moe_comm(s: "Strategy", mode: str, moe_comm: MoEComm,
+                        notes: list[str] | None) -> MoEComm:
+    """``moe_comm`` less the switches Megatron would refuse for this strategy (noted)."""
+    a2a, shared = moe_comm.a2a_overlap, moe_comm.shared_expert_overlap
+    if a2a and not moe_a2a_overlap_ok(s, mode):
+        a2a = False
+        if notes is not None and s.ep > 1:
+            notes.append("moe_a2a_overlap (combined 1F1B) not applied: it needs PP = 1 or "
+                         "VPP > 1 and no full recompute")
+    if a2a and shared:
+        shared = False
+        if notes is not None:
+            notes.append("moe_shared_expert_overlap not applied: Megatron refuses it together "
+                         "with combined 1F1B")
+    if (a2a, shared) == (moe_comm.a2a_overlap, moe_comm.shared_expert_overlap):
+        return moe_comm
+    return MoEComm(moe_comm.dispatcher, a2a, shared)
+
+
+def moe_a2a_overlap_ok(s: "Strategy", recompute: str) -> bool:
+    """Whether Megatron runs combined 1F1B for this strategy: EP > 1, PP = 1 or VPP > 1, and
+    no full recompute (``overlap_moe_expert_parallel_comm``'s rules)."""
+    return s.ep > 1 and (s.pp == 1 or s.vpp > 1) and recompute != "full"
+
+
+def _ep_exposed(c: LayerCost, t_ep: float, moe_comm: MoEComm, mode: str) -> float:
+    """Critical-path seconds of one MoE layer's four all-to-alls (one micro-batch, fwd + bwd).
+
+    * combined 1F1B (``a2a_overlap``): Megatron pairs the forward of micro-batch i+1 with the
+      backward of micro-batch i layer by layer, and runs each all-to-all phase under one
+      compute phase of the other micro-batch: attention forward / combine backward, MLP
+      backward / dispatch forward, MLP forward / dispatch backward, attention backward /
+      combine forward.  A pair of phases costs the longer of the two, so what stays exposed is
+      ``sum(max(compute_i, a2a/4)) - sum(compute_i)``; the hidden part still slows the compute
+      by :data:`OVERLAP_SLOWDOWN`.
+    * ``shared_expert_overlap``: the shared experts' forward and backward GEMMs run while the
+      dispatch and combine are in flight: up to their duration is hidden.
+    """
+    if t_ep <= 0:
+        return 0.0
+    if moe_comm.a2a_overlap:
+        a = t_ep / 4
+        attn_f, attn_b = c.fwd - c.mlp_fwd, c.bwd - c.mlp_bwd
+        phases = (attn_f, c.mlp_bwd, c.mlp_fwd, attn_b)
+        exposed = sum(max(x, a) for x in phases) - sum(phases)
+        return exposed + OVERLAP_SLOWDOWN * (t_ep - exposed)
+    if moe_comm.shared_expert_overlap and c.shared > 0:
+        return _exposed(t_ep, c.shared, True)
+    return t_ep
+
+
 def microbatch_lower_bound(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
-                           gbs: int, mbs: int, prec: str, memo: dict | None = None) -> float:
+                           gbs: int, mbs: int, prec: str, memo: dict | None = None,
+                           moe_comm: MoEComm = DEFAULT_MOE_COMM) -> float:
     """A lower bound of the step time (no recompute, no PP/DP/optimizer terms): the fullest
     stage's layers, compute plus exposed TP/CP/EP communication, times ``m + (p-1)/v``."""
+    moe_comm = _effective_moe_comm(s, "none", moe_comm, None)
     dp = int(s.dp)
-    edp = int(s.world_size) // (s.etp * s.ep * s.pp)
     m = gbs // (dp * mbs)
+    split = pipeline_split(model, s)
+    # VPP variants of one layout share everything but the bubble factor: memoise the fullest
+    # stage's per-micro-batch time on the layout and the stage shapes
+    wkey = None
+    if memo is not None:
+        wkey = ("lb", s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, s.pp, dp, s.order, mbs,
+                moe_comm, split.stage_layers, split.stage_moe)
+        hit = memo.get(wkey)
+        if hit is not None:
+            return hit * (m + (s.pp - 1) / s.vpp)
+    edp = s.tp * s.cp * s.pp * dp // (s.etp * s.ep * s.pp)  # training grid: world / (etp ep pp)
     tokens = mbs * seq_len / s.cp
     strides = comm.group_strides(s, dp, edp)
     tp_overlap = s.sp and s.tp > 1 and cluster.span(s.tp, strides["tp"]) == "intra"
     per, _ = _per_layer(model, s, cluster, tokens, seq_len, prec, "none", strides, tp_overlap,
-                        True, memo)
-    split = pipeline_split(model, s)
+                        True, memo, moe_comm)
     counts, moe_counts = split.stage_layers, split.stage_moe
 
     def mb(key: bool) -> float:
@@ -564,13 +720,16 @@ def microbatch_lower_bound(model: ModelSpec, s: "Strategy", cluster: "Cluster", 
     dense_mb = mb(False)
     moe_mb = mb(True) if model.is_moe else 0.0
     worst = max((c - n) * dense_mb + n * moe_mb for c, n in zip(counts, moe_counts))
+    if wkey is not None:
+        memo[wkey] = worst
     return worst * (m + (s.pp - 1) / s.vpp)
 
 
 def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int, gbs: int,
               mbs: int, prec: str, mode: str, distributed_optimizer: bool = True,
               flash_attention: bool = True, tp_comm_overlap: bool | None = None,
-              overlap_grad_reduce: bool = True, memo: dict | None = None) -> StepReport:
+              overlap_grad_reduce: bool = True, memo: dict | None = None,
+              moe_comm: MoEComm = DEFAULT_MOE_COMM) -> StepReport:
     """The model itself, without validation (the planner calls this on legal candidates).
 
     ``memo`` (a dict owned by the caller, for one model, cluster, sequence and precision)
@@ -599,8 +758,9 @@ def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
     if tp_comm_overlap is not None:
         tp_overlap = tp_overlap and tp_comm_overlap
 
+    moe_comm = _effective_moe_comm(s, mode, moe_comm, notes)
     per, kinds = _per_layer(model, s, cluster, tokens, seq_len, prec, mode, strides,
-                            tp_overlap, flash_attention, memo)
+                            tp_overlap, flash_attention, memo, moe_comm)
 
     head_t, head_p = _head_cost(model, accel, tokens, s.tp)
     emb_p = model.vocab_size * model.hidden_size / s.tp

@@ -23,11 +23,15 @@ if TYPE_CHECKING:
     from ..spec.model import ModelSpec
 
 GiB = 1024**3
-_DEGREES = ("tp", "pp", "vpp", "cp", "ulysses", "ring", "ep", "etp", "dp", "sp")
+_DEGREES = ("tp", "pp", "vpp", "cp", "ulysses", "ring", "ep", "etp", "dp", "sp",
+            "first_stage_layers", "last_stage_layers", "account_for_embedding",
+            "account_for_loss")
+_FLAGS = ("sp", "account_for_embedding", "account_for_loss")
 
 
 def parse_strategy(text: str) -> Strategy:
-    """``"tp=4,pp=2,vpp=5,sp"`` -> Strategy (a bare name means True; UsageError otherwise)."""
+    """``"tp=4,pp=2,vpp=5,sp"`` -> Strategy (a bare flag name such as ``sp`` or
+    ``account_for_loss`` means True; UsageError otherwise)."""
     kwargs: dict[str, Any] = {}
     for part in (p.strip() for p in str(text).replace(" ", ",").split(",")):
         if not part:
@@ -35,11 +39,13 @@ def parse_strategy(text: str) -> Strategy:
         key, _, value = part.partition("=")
         key = key.strip().lower().replace("-", "_")
         if key not in {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sp", "ulysses", "ring",
-                       "cfg", "order", "first_stage_layers", "last_stage_layers"}:
+                       "cfg", "order", "first_stage_layers", "last_stage_layers",
+                       "account_for_embedding", "account_for_loss"}:
             raise UsageError(f"unknown strategy field {key!r} in {text!r}; use tp, pp, vpp, "
-                             "cp, ep, etp, dp, sp, ulysses, ring, order")
-        if key == "sp":
-            kwargs["sp"] = value.strip().lower() not in ("0", "false", "no", "off")
+                             "cp, ep, etp, dp, sp, ulysses, ring, order, first_stage_layers, "
+                             "last_stage_layers, account_for_embedding, account_for_loss")
+        if key in _FLAGS:
+            kwargs[key] = value.strip().lower() not in ("0", "false", "no", "off")
         elif key == "order":
             kwargs["order"] = value.strip()
         else:
@@ -86,16 +92,19 @@ class Comparison:
 
     @property
     def memory_delta(self) -> list[dict[str, float]]:
-        """Per stage (of the longer pipeline, padded), b - a in bytes for each component."""
+        """Per stage, b - a in bytes for each component, when both pipelines have the same
+        number of stages.  With different PP the stages hold different layers and a
+        stage-by-stage difference means nothing: the rows then compare the peak (worst)
+        stage of each side, ``[{"stage_a": i, "stage_b": j, ...deltas}]``."""
         ma, mb = self.memory
-        rows = []
-        for i in range(max(len(ma.stages), len(mb.stages))):
-            sa = ma.stages[min(i, len(ma.stages) - 1)]
-            sb = mb.stages[min(i, len(mb.stages) - 1)]
-            rows.append({k: getattr(sb, k) - getattr(sa, k)
-                         for k in ("weights", "gradients", "optimizer", "activations", "other",
-                                   "total")})
-        return rows
+        keys = ("weights", "gradients", "optimizer", "activations", "other", "total")
+        if len(ma.stages) == len(mb.stages):
+            return [{k: getattr(sb, k) - getattr(sa, k) for k in keys}
+                    for sa, sb in zip(ma.stages, mb.stages)]
+        pa, pb = ma.peak_stage, mb.peak_stage
+        row: dict[str, float] = {"stage_a": pa.stage, "stage_b": pb.stage}
+        row.update({k: getattr(pb, k) - getattr(pa, k) for k in keys})
+        return [row]
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a.to_dict(), "b": self.b.to_dict(),
@@ -113,14 +122,22 @@ class Comparison:
                  "changed: " + (", ".join(f"{k} {x} -> {y}" for k, (x, y) in
                                           self.changed.items()) or "nothing")]
         lines.append(f"peak memory: {ma.peak_bytes / GiB:.1f} -> {mb.peak_bytes / GiB:.1f} GiB")
-        lines.append("memory per stage (GiB, A -> B): stage weights grads optim activ total")
-        for i in range(max(len(ma.stages), len(mb.stages))):
-            x = ma.stages[min(i, len(ma.stages) - 1)]
-            y = mb.stages[min(i, len(mb.stages) - 1)]
-            cells = " ".join(f"{getattr(x, k) / GiB:.1f}->{getattr(y, k) / GiB:.1f}"
-                             for k in ("weights", "gradients", "optimizer", "activations",
-                                       "total"))
-            lines.append(f"  {i:>3}  {cells}")
+        comps = ("weights", "gradients", "optimizer", "activations", "total")
+        if len(ma.stages) == len(mb.stages):
+            lines.append("memory per stage (GiB, A -> B): stage weights grads optim activ "
+                         "total")
+            for i, (x, y) in enumerate(zip(ma.stages, mb.stages)):
+                cells = " ".join(f"{getattr(x, k) / GiB:.1f}->{getattr(y, k) / GiB:.1f}"
+                                 for k in comps)
+                lines.append(f"  {i:>3}  {cells}")
+        else:
+            # different PP: each side's own stages (their layers differ), not a zip
+            for name, rep in (("A", ma), ("B", mb)):
+                lines.append(f"memory per stage of {name} ({len(rep.stages)} stages, GiB): "
+                             "stage layers weights grads optim activ total")
+                for st in rep.stages:
+                    cells = " ".join(f"{getattr(st, k) / GiB:.1f}" for k in comps)
+                    lines.append(f"  {st.stage:>3}  {st.layers:>3}  {cells}")
         lines.append(f"step: {sa.step_time_s:.3f} -> {sb.step_time_s:.3f} s "
                      f"({sb.step_time_s / sa.step_time_s - 1:+.1%}); tokens/s/GPU "
                      f"{sa.tokens_per_s_per_gpu:,.0f} -> {sb.tokens_per_s_per_gpu:,.0f}")
@@ -182,7 +199,8 @@ def _cause(ta: "StepReport", tb: "StepReport", ma: "MemoryReport", mb: "MemoryRe
     fa, fb = ma.fits(cluster.accel), mb.fits(cluster.accel)
     if fa and not fb:
         st = mb.peak_stage
-        sa_ = ma.stages[min(st.stage, len(ma.stages) - 1)]
+        # same PP: the same stage of A; different PP: A's own peak stage
+        sa_ = ma.stages[st.stage] if len(ma.stages) == len(mb.stages) else ma.peak_stage
         comps = {k: getattr(st, k) - getattr(sa_, k)
                  for k in ("weights", "gradients", "optimizer", "activations")}
         k = max(comps, key=comps.get)  # type: ignore[arg-type]

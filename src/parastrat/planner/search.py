@@ -32,10 +32,10 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 from ..errors import SpecError, StrategyError, UsageError
 from ..spec.hardware import canonical_precision
 from ..spec.model import ModelSpec
-from ..strategy import Strategy, divisors
-from ..estimate.step import (RECOMPUTE_MODES, StepReport, _estimate, check_errors,
-                             layer_cost, microbatch_lower_bound, normalize_recompute,
-                             pipeline_split)
+from ..strategy import MEGATRON_ORDER, Strategy, divisors
+from ..estimate.step import (RECOMPUTE_MODES, MoEComm, StepReport, _estimate, check_errors,
+                             layer_params, microbatch_lower_bound, moe_comm_options,
+                             normalize_recompute, pipeline_split)
 from .heuristics import Heuristic, seed_strategy
 
 if TYPE_CHECKING:
@@ -118,6 +118,8 @@ class Plan:
     priced: int = 0
     memory_checks: int = 0
     bounded: int = 0
+    #: degree combinations dropped because their parameters alone cannot fit
+    memory_pruned: int = 0
     elapsed_s: float = 0.0
     num_devices: int = 0
 
@@ -251,9 +253,14 @@ def enumerate_strategies(model: ModelSpec, world: int, seq_len: int, global_batc
                          ulysses: Any = None, max_tp: int | None = None,
                          max_pp: int | None = None, max_cp: int | None = None,
                          max_ep: int | None = None, max_vpp: int | None = None,
-                         min_cp_tokens: int = MIN_CP_TOKENS) -> Iterator[Strategy]:
+                         min_cp_tokens: int = MIN_CP_TOKENS,
+                         prefilter: Callable[..., bool] | None = None) -> Iterator[Strategy]:
     """Every legal training strategy for ``world`` devices (world size set), cheapest rules
-    first: divisibility prefilters, then :meth:`Strategy.check` on the survivors."""
+    first: divisibility prefilters, then :meth:`Strategy.check` on the survivors.
+
+    ``prefilter(tp, pp, vpp, cp, ep, etp, split)`` (``split`` the pipeline-variant keyword
+    arguments) may drop degrees before a Strategy is built (the planner's memory bound).
+    """
     heads, groups = model.num_attention_heads, model.query_groups
     tp_default = [d for d in divisors(heads) if d <= (max_tp or scale_up_domain)
                   and (groups % d == 0 or d % groups == 0)]
@@ -293,6 +300,9 @@ def enumerate_strategies(model: ModelSpec, world: int, seq_len: int, global_batc
                                 continue
                             for u in u_opts:
                                 for kw in variants:
+                                    if prefilter is not None and not prefilter(
+                                            t, p, v, c, e, et, kw):
+                                        continue
                                     s = _make(t, p, v, c, u, e, et, world, kw)
                                     if s is not None and not check_errors(
                                             model, s, world_size=world, seq_len=seq_len,
@@ -303,8 +313,9 @@ def enumerate_strategies(model: ModelSpec, world: int, seq_len: int, global_batc
 def _make(t: int, p: int, v: int, c: int, u: int, e: int, et: int, world: int,
           split: dict[str, Any]) -> Strategy | None:
     try:
+        # the order is explicit: Ulysses > 1 alone would pick xDiT's inference order
         return Strategy(tp=t, pp=p, vpp=v, ulysses=u, ring=c // u, ep=e, etp=et,
-                        sp=t > 1, **split).with_world_size(world)
+                        sp=t > 1, order=MEGATRON_ORDER, **split).with_world_size(world)
     except StrategyError:
         return None
 
@@ -312,33 +323,33 @@ def _make(t: int, p: int, v: int, c: int, u: int, e: int, et: int, world: int,
 # ---------------------------------------------------------------------------------------------
 # Memory
 # ---------------------------------------------------------------------------------------------
-def _static_lower_bound(model: ModelSpec, s: Strategy, cluster: "Cluster", prec: str,
-                        tokens: float, seq_len: int) -> float:
-    """Bytes that weights, gradients and optimizer state need on the fullest stage at least."""
-    accel = cluster.accel
-    dense = layer_cost(model, accel, prec, False, tokens, seq_len, s.tp, s.cp, s.sp, s.ep, s.etp)
-    counts = pipeline_split(model, s).stage_layers
-    most = max(counts)
-    dense_p = most * dense.dense_params
-    exp_p = 0.0
-    if model.is_moe:
-        moe = layer_cost(model, accel, prec, True, tokens, seq_len, s.tp, s.cp, s.sp, s.ep,
-                         s.etp)
-        n_moe = min(most, _num_moe_layers(model))
-        dense_p = (most - n_moe) * dense.dense_params + n_moe * moe.dense_params
-        exp_p = n_moe * moe.expert_params
-    edp = s.world_size // (s.ep * s.etp * s.pp)
-    return (dense_p * (_STATIC_BYTES + _OPT_BYTES / (s.dp * s.cp))
-            + exp_p * (_STATIC_BYTES + _OPT_BYTES / max(edp, 1)))
+def static_lower_bound(model: ModelSpec, world: int, tp: int, pp: int, vpp: int, cp: int,
+                       ep: int, etp: int, split: dict[str, Any]) -> float:
+    """Bytes that weights, gradients and optimizer state need on the fullest stage at least
+    (BF16 weight and gradient, FP32 master and Adam moments sharded by the distributed
+    optimizer; no activations, embeddings or buffers), from the degrees alone."""
+    dense, _ = layer_params(model, False, tp, ep, etp)
+    dense_moe, expert = layer_params(model, True, tp, ep, etp) if model.is_moe else (0.0, 0.0)
+    stages = _stage_shapes(model, pp, vpp, split)
+    dp = world // (tp * cp * pp)
+    edp = max(world // (ep * etp * pp), 1)
+    dense_b = _STATIC_BYTES + _OPT_BYTES / (dp * cp)
+    expert_b = _STATIC_BYTES + _OPT_BYTES / edp
+    return max(((n - k) * dense + k * dense_moe) * dense_b + k * expert * expert_b
+               for n, k in stages)
 
 
-_MOE_LAYERS: dict[ModelSpec, int] = {}
+_SHAPES: dict[tuple, tuple[tuple[int, int], ...]] = {}
 
 
-def _num_moe_layers(model: ModelSpec) -> int:
-    hit = _MOE_LAYERS.get(model)
+def _stage_shapes(model: ModelSpec, pp: int, vpp: int, split: dict[str, Any]
+                  ) -> tuple[tuple[int, int], ...]:
+    """Distinct (layers, MoE layers) pairs of the stages of one pipeline split (cached)."""
+    key = (model, pp, vpp, tuple(sorted(split.items())))
+    hit = _SHAPES.get(key)
     if hit is None:
-        hit = _MOE_LAYERS[model] = model.num_moe_layers
+        sp = pipeline_split(model, Strategy(pp=pp, vpp=vpp, **split))
+        hit = _SHAPES[key] = tuple(sorted(set(zip(sp.stage_layers, sp.stage_moe))))
     return hit
 
 
@@ -359,6 +370,8 @@ def plan(model: "ModelSpec | str", cluster: "Cluster", *, seq_len: int, global_b
          max_pp: int | None = None, max_cp: int | None = None, max_ep: int | None = None,
          max_vpp: int | None = None, headroom: float | None = None,
          distributed_optimizer: bool = True, min_cp_tokens: int = MIN_CP_TOKENS,
+         moe_dispatcher: str = "alltoall", moe_a2a_overlap: bool = False,
+         moe_shared_expert_overlap: bool = False,
          progress: Callable[[int, int], None] | None = None) -> Plan:
     """Rank every legal strategy for ``model`` on ``cluster`` by predicted throughput.
 
@@ -367,6 +380,9 @@ def plan(model: "ModelSpec | str", cluster: "Cluster", *, seq_len: int, global_b
     devices (powers of two and multiples of a node, up to the cluster's count) on which
     something fits.  ``recompute`` restricts the modes tried (default all: none, selective,
     full).  ``headroom`` is passed to :meth:`MemoryReport.fits` (its default otherwise).
+    ``moe_dispatcher`` / ``moe_a2a_overlap`` / ``moe_shared_expert_overlap`` price every
+    candidate with those Megatron MoE switches (see :func:`parastrat.estimate_step`;
+    combined 1F1B applies only where Megatron allows it).
     Raises :class:`UsageError` saying what would work when nothing is legal or fits.
     """
     from ..spec.models import get as get_model
@@ -383,7 +399,9 @@ def plan(model: "ModelSpec | str", cluster: "Cluster", *, seq_len: int, global_b
                   micro_batch_size=micro_batch_size, recompute=recompute, max_tp=max_tp,
                   max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, max_vpp=max_vpp,
                   headroom=headroom, distributed_optimizer=distributed_optimizer,
-                  min_cp_tokens=min_cp_tokens, progress=progress)
+                  min_cp_tokens=min_cp_tokens, progress=progress,
+                  moe_comm=moe_comm_options(moe_dispatcher, moe_a2a_overlap,
+                                            moe_shared_expert_overlap))
     if num_devices == "smallest":
         return _plan_smallest(model, cluster, **kwargs)
     if num_devices is not None:
@@ -425,7 +443,8 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
                 max_tp: int | None, max_pp: int | None, max_cp: int | None,
                 max_ep: int | None, max_vpp: int | None, headroom: float | None,
                 distributed_optimizer: bool, min_cp_tokens: int,
-                progress: Callable[[int, int], None] | None) -> Plan:
+                progress: Callable[[int, int], None] | None,
+                moe_comm: MoEComm = MoEComm()) -> Plan:
     from ..estimate.memory import estimate_memory
 
     start = time.perf_counter()
@@ -436,11 +455,21 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
     capacity = cluster.memory_bytes
     keep = max(top_k, KEEP_AT_LEAST)
 
+    pruned = [0]
+
+    def fits_statically(t: int, p: int, v: int, c: int, e: int, et: int,
+                        kw: dict[str, Any]) -> bool:
+        """Weights + gradients + optimizer state alone fit (cheap, before any Strategy)."""
+        if static_lower_bound(model, world, t, p, v, c, e, et, kw) <= capacity:
+            return True
+        pruned[0] += 1
+        return False
+
     strategies = list(enumerate_strategies(
         model, world, seq_len, global_batch_size, scale_up_domain=cluster.scale_up_domain,
         tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, ulysses=ulysses, max_tp=max_tp,
         max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, max_vpp=max_vpp,
-        min_cp_tokens=min_cp_tokens))
+        min_cp_tokens=min_cp_tokens, prefilter=fits_statically))
     # 1. a compute-only lower bound of every (strategy, micro-batch) whose parameters can fit
     bounds: list[tuple[float, int, Strategy, int]] = []
     priced = 0
@@ -452,11 +481,8 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
         for mbs in mbs_opts:
             if global_batch_size % (s.dp * mbs):
                 continue
-            tokens = mbs * seq_len / s.cp
-            if _static_lower_bound(model, s, cluster, prec, tokens, seq_len) > capacity:
-                break  # the parameters alone do not fit, whatever the micro-batch
             lb = microbatch_lower_bound(model, s, cluster, seq_len, global_batch_size, mbs,
-                                        prec, memo)
+                                        prec, memo, moe_comm)
             bounds.append((lb, len(bounds), s, mbs))
     if progress:
         progress(total, total)
@@ -497,7 +523,7 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
                 bounds = []
                 continue
             rep0 = _estimate(model, s, cluster, seq_len, global_batch_size, mbs, prec,
-                             modes[0], distributed_optimizer, memo=memo)
+                             modes[0], distributed_optimizer, memo=memo, moe_comm=moe_comm)
             priced += 1
             heapq.heappush(pending, (rep0.step_time_s, n, s, mbs))
             continue
@@ -512,7 +538,7 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
             if not _fits(mem, cluster, headroom):
                 continue
             rep = _estimate(model, s, cluster, seq_len, global_batch_size, mbs, prec, mode,
-                            distributed_optimizer, memo=memo)
+                            distributed_optimizer, memo=memo, moe_comm=moe_comm)
             priced += 1
             admit(Candidate(s, mbs, mode, mem, rep, notes=rep.notes))
             break
@@ -529,7 +555,7 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
     return Plan(model=model, cluster=cluster, seq_len=seq_len,
                 global_batch_size=global_batch_size, precision=prec, candidates=ranked,
                 heuristic=heur, enumerated=total, priced=priced, memory_checks=checks,
-                bounded=len_bounds,
+                bounded=len_bounds, memory_pruned=pruned[0],
                 elapsed_s=time.perf_counter() - start, num_devices=world)
 
 
@@ -547,7 +573,7 @@ def _nothing_fits_message(model: ModelSpec, cluster: "Cluster", result: Plan,
     """Say why nothing came back and what would work instead."""
     world = cluster.num_devices
     gbs = kwargs["global_batch_size"]
-    if result.enumerated == 0:
+    if result.enumerated == 0 and result.memory_pruned == 0:
         hints = []
         ok_worlds = [w for w in range(max(1, world - 64), world + 65)
                      if w != world and gbs % w == 0 or (w % 8 == 0 and gbs % 8 == 0
