@@ -53,8 +53,8 @@ def difference(a: "StepReport", b: "StepReport") -> str:
 
 
 def _pipeline_label(s) -> str:
-    """``PP8(VP4)[+emb+loss]``: the pipeline part of a strategy's name."""
-    return next((part for part in str(s).split() if part.startswith("PP")), f"PP{s.pp}")
+    """``PP8(VP4)[+emb+loss] CP2(U)``: the pipeline and CP parts of a strategy's name."""
+    return " ".join(part for part in str(s).split() if part.startswith(("PP", "CP")))
 
 
 def annotate(ranked: list["Candidate"], cluster: "Cluster") -> None:

@@ -131,30 +131,32 @@ def seed_strategy(model: ModelSpec, num_devices: int, seq_len: int,
             break
     else:
         pass
-    if pp > 1 and model.num_layers % pp:
+    from .search import pipeline_variants  # the planner's split rules, one source
+
+    if pp > 1 and not pipeline_variants(model, pp, 1):
         ok = [d for d in divisors(model.num_layers) if d <= pp]
         new_pp = max(ok) if ok else 1
-        if (model.num_layers + 2 + model.mtp_num_layers) % pp == 0:
-            reasons.append(f"PP {pp} needs account_for_embedding/loss_in_pipeline_split for "
-                           f"{model.num_layers} layers")
-        else:
-            reasons.append(f"PP {pp} -> {new_pp}: {model.num_layers} layers")
-            pp = new_pp
+        reasons.append(f"PP {pp} -> {new_pp}: {model.num_layers} layers")
+        pp = new_pp
     reasons.append(f"fitted to {num_devices} devices")
     vpp = 1
     if pp > 2:
-        per = model.num_layers // pp
         for v in (4, 3, 2):
-            if per % v == 0 and per // v >= 1:
+            if pipeline_variants(model, pp, v):
                 vpp = v
                 break
         if vpp > 1:
             reasons.append(f"PP {pp} without VPP has large bubbles -> VPP {vpp}")
+    split = pipeline_variants(model, pp, vpp)[0] if pp > 1 else {}
+    if split:
+        how = ", ".join(f"{k}={v}" for k, v in split.items())
+        reasons.append(f"{model.num_layers} layers on PP {pp} x VPP {vpp} need an uneven "
+                       f"split: {how}")
     sp = tp > 1 and (seq_len >= 2048 or model.is_moe)
     if sp:
         reasons.append("TP > 1 with seq >= 2K -> SP")
     try:
-        strategy = Strategy(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp)
+        strategy = Strategy(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, **split)
         strategy = strategy.with_world_size(num_devices)
     except Exception as exc:  # noqa: BLE001 - the guide can be unsatisfiable; say so
         reasons.append(f"no legal strategy from the guide: {exc}")

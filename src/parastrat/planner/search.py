@@ -48,8 +48,8 @@ KEEP_AT_LEAST = 10
 MICRO_BATCH_SIZES = (1, 2, 4, 8)
 #: Fewest tokens per CP rank worth splitting a sequence for.
 MIN_CP_TOKENS = 1024
-#: VPP / layer-split variants of one layout (same TP, PP, CP, EP, ETP, micro-batch, recompute)
-#: within this fraction of the layout's best step time are near-equal: one candidate, the
+#: VPP / layer-split / Ulysses-x-ring variants of one layout (same TP, PP, CP, EP, ETP,
+#: micro-batch, recompute) within this fraction of the layout's best step time are near-equal: one candidate, the
 #: others listed in its ``alternatives``.
 VPP_TIE = 0.01
 #: Lower bound of bytes per local parameter (BF16 weight + BF16 gradient) plus
@@ -171,8 +171,10 @@ def _layout_degrees(s: Strategy) -> tuple:
 
 
 def layout_key(s: Strategy, micro_batch_size: int, recompute: str) -> tuple:
-    """Ranking identity of a candidate: every degree but VPP and the layer split."""
-    return (s.tp, s.pp, s.cp, s.ulysses, s.ep, s.etp, micro_batch_size, recompute)
+    """Ranking identity of a candidate: TP, PP, CP, EP, ETP, micro-batch and recompute.  VPP,
+    the layer split and the Ulysses x ring split of CP are sub-choices of one layout: the best
+    is the candidate, near-equal ones its ``alternatives``."""
+    return (s.tp, s.pp, s.cp, s.ep, s.etp, micro_batch_size, recompute)
 
 
 # ---------------------------------------------------------------------------------------------
