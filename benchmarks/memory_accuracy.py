@@ -23,6 +23,7 @@ from pathlib import Path
 
 import parastrat as ps
 from parastrat.estimate.memory import estimate_memory
+from parastrat.planner.search import pipeline_variants
 from parastrat.spec.models import PUBLISHED_PARAMS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -43,10 +44,13 @@ def published_rows() -> list[dict]:
         for row in csv.DictReader(fh):
             model = ps.models.get(row["preset"])
             accel = ps.hardware.get(row["gpu"])
-            tp = _int(row, "tp")
-            strategy = ps.Strategy(tp=tp, pp=_int(row, "pp"), vpp=_int(row, "vpp"),
-                                   cp=_int(row, "cp"), ep=_int(row, "ep"),
-                                   etp=_int(row, "etp", None), sp=tp > 1)
+            tp, pp, vpp = _int(row, "tp"), _int(row, "pp"), _int(row, "vpp")
+            # Layers that do not split evenly are placed as the planner would place them
+            # (Megatron's account_for_embedding/loss or an uneven first/last split).
+            split = (pipeline_variants(model, pp, vpp) or ({},))[0]
+            strategy = ps.Strategy(tp=tp, pp=pp, vpp=vpp, cp=_int(row, "cp"),
+                                   ep=_int(row, "ep"), etp=_int(row, "etp", None), sp=tp > 1,
+                                   **split)
             strategy = strategy.with_world_size(int(row["num_gpus"]))
             peaks = {}
             notes: list[str] = []

@@ -16,6 +16,7 @@ import time
 
 import parastrat as ps
 from parastrat.estimate.memory import estimate_memory
+from parastrat.planner.search import pipeline_variants
 
 CASES = [
     ("llama3-8b", dict(tp=1), 8, 8192),
@@ -33,8 +34,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-n", type=int, default=None, help="number of estimates")
     args = ap.parse_args(argv)
     n = args.n or (2_000 if args.short else 20_000)
-    prepared = [(ps.models.get(m), ps.Strategy(**kw).with_world_size(w), seq)
-                for m, kw, w, seq in CASES]
+    prepared = []
+    for m, kw, w, seq in CASES:
+        model = ps.models.get(m)
+        split = (pipeline_variants(model, kw.get("pp", 1), kw.get("vpp", 1)) or ({},))[0]
+        prepared.append((model, ps.Strategy(**kw, **split).with_world_size(w), seq))
     for model, strategy, seq in prepared:  # warm the per-model constants
         estimate_memory(model, strategy, seq_len=seq, global_batch_size=None)
     per_case = max(1, n // len(prepared))
