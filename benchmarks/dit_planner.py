@@ -101,7 +101,8 @@ def wan_heads() -> dict:
         degrees = sorted({c.strategy.ulysses for c in p.candidates})
         out[model] = degrees
         heads = ps.spec.dit.get(model).num_attention_heads
-        print(f"   {model:16s} {heads} heads -> Ulysses in {degrees}; best {label(p.best.strategy)}")
+        best = label(p.best.strategy)
+        print(f"   {model:16s} {heads} heads -> Ulysses in {degrees}; best {best}")
     return out
 
 

@@ -58,7 +58,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(k):
             estimate_memory(model, strategy, seq_len=seq)
         us = (time.perf_counter() - t0) / k * 1e6
-        print(f"  {model.name:16} {str(strategy):40} {us:7.1f} us")
+        print(f"  {model.name:16} {strategy!s:40} {us:7.1f} us")
     return 0
 
 

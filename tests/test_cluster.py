@@ -4,7 +4,8 @@ import json
 import math
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 import parastrat as ps
 from parastrat.errors import SpecError

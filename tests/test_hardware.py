@@ -54,7 +54,8 @@ def test_fp8_falls_back_to_bf16_where_absent():
     a100 = ps.hardware.get("a100")
     assert not a100.supports("fp8")
     assert a100.peak("fp8") == a100.peak("bf16")
-    assert ps.hardware.get("ascend-910b").peak("mxfp8") == ps.hardware.get("ascend-910b").peak("bf16")
+    ascend = ps.hardware.get("ascend-910b")
+    assert ascend.peak("mxfp8") == ascend.peak("bf16")
     # H100 has no MXFP8 tensor cores; its fp8 rate is used
     assert ps.hardware.get("h100").peak("mxfp8") == 1979e12
 

@@ -20,7 +20,7 @@ ISSUE_PRESETS = {"llama3.2-1b", "llama3-8b", "llama3-70b", "llama3.1-405b", "qwe
 
 
 def test_every_issue_preset_exists():
-    assert ISSUE_PRESETS <= set(ps.models.names()) and ISSUE_PRESETS <= set(PUBLISHED)
+    assert set(ps.models.names()) >= ISSUE_PRESETS and set(PUBLISHED) >= ISSUE_PRESETS
     # a few published figures written out independently of the table
     assert PUBLISHED["deepseek-v3"] == (671e9, 37e9)
     assert PUBLISHED["mixtral-8x7b"] == (46.7e9, 12.9e9)

@@ -39,6 +39,6 @@ def available(module: str) -> bool:
     """True when ``module`` can be imported (imports it)."""
     try:
         importlib.import_module(module)
-    except Exception:  # noqa: BLE001 - any failure means "not usable here"
+    except Exception:
         return False
     return True

@@ -14,7 +14,8 @@ Megatron Core and yunchang, so it is the one source of truth for rank lists.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from .errors import StrategyError
 
@@ -72,7 +73,7 @@ def split_sequence_groups(sp_groups: Groups, ulysses: int) -> tuple[Groups, Grou
     return uly, ring
 
 
-def layout(strategy: "Strategy", world_size: int | None = None) -> dict[str, Groups]:
+def layout(strategy: Strategy, world_size: int | None = None) -> dict[str, Groups]:
     """Every group of every kind for ``strategy`` on ``world_size`` ranks.
 
     Keys are :data:`KINDS`; a degree of 1 gives singleton groups, so every key is present.
@@ -92,7 +93,7 @@ def layout(strategy: "Strategy", world_size: int | None = None) -> dict[str, Gro
     return _training_layout(s, world_size, dp)
 
 
-def _training_layout(s: "Strategy", world: int, dp: int) -> dict[str, Groups]:
+def _training_layout(s: Strategy, world: int, dp: int) -> dict[str, Groups]:
     dense = {"tp": s.tp, "cp": s.cp, "ep": 1, "dp": dp, "pp": s.pp}
     edp = world // (s.etp * s.ep * s.pp)
     expert = {"tp": s.etp, "cp": 1, "ep": s.ep, "dp": edp, "pp": s.pp}
@@ -117,7 +118,7 @@ def _training_layout(s: "Strategy", world: int, dp: int) -> dict[str, Groups]:
     }
 
 
-def _inference_layout(s: "Strategy", dp: int) -> dict[str, Groups]:
+def _inference_layout(s: Strategy, dp: int) -> dict[str, Groups]:
     sizes = {"tp": s.tp, "sp": s.cp, "pp": s.pp, "cfg": s.cfg, "dp": dp}
     o = s.order
     sp_groups = _groups(o, sizes, "sp")
@@ -143,7 +144,7 @@ def _inference_layout(s: "Strategy", dp: int) -> dict[str, Groups]:
     }
 
 
-def coordinates(strategy: "Strategy", world_size: int, rank: int) -> dict[str, int]:
+def coordinates(strategy: Strategy, world_size: int, rank: int) -> dict[str, int]:
     """A rank's position along each axis (tp, cp, dp, pp, ep, ... ) of the strategy's grids.
 
     Used for the rank tables ``parastrat verify`` and ``parastrat layout`` print.

@@ -35,7 +35,7 @@ def _warn(rule: str, message: str, hint: str) -> Violation:
 # ---------------------------------------------------------------------------------------------
 # Rules that need nothing but the strategy (checked at construction).
 # ---------------------------------------------------------------------------------------------
-def structural_violations(s: "Strategy") -> list[Violation]:
+def structural_violations(s: Strategy) -> list[Violation]:
     """Rules that depend only on the degrees and the order string."""
     out: list[Violation] = []
     names = s.order.split("-")
@@ -86,7 +86,7 @@ def structural_violations(s: "Strategy") -> list[Violation]:
 # ---------------------------------------------------------------------------------------------
 # World size.
 # ---------------------------------------------------------------------------------------------
-def _fitting_worlds(s: "Strategy", world: int) -> str:
+def _fitting_worlds(s: Strategy, world: int) -> str:
     step = s.min_world_size
     lower = (world // step) * step
     options = [w for w in (lower, lower + step) if w > 0]
@@ -102,7 +102,7 @@ def _pp_stride(order: str, sizes: dict[str, int]) -> int:
     return stride
 
 
-def world_violations(s: "Strategy", world: int) -> list[Violation]:
+def world_violations(s: Strategy, world: int) -> list[Violation]:
     """Does the world size fit the grids (dense and expert, or the inference grid)?"""
     out: list[Violation] = []
     if s.is_inference:
@@ -155,7 +155,7 @@ def world_violations(s: "Strategy", world: int) -> list[Violation]:
 # ---------------------------------------------------------------------------------------------
 # Model shape.
 # ---------------------------------------------------------------------------------------------
-def layer_split_violations(s: "Strategy", num_layers: int) -> list[Violation]:
+def layer_split_violations(s: Strategy, num_layers: int) -> list[Violation]:
     """Can ``num_layers`` be split over pp stages (and vpp chunks per stage)?"""
     out: list[Violation] = []
     p, v = s.pp, s.vpp
@@ -206,7 +206,7 @@ def layer_split_violations(s: "Strategy", num_layers: int) -> list[Violation]:
     return out
 
 
-def model_violations(s: "Strategy", model: Any) -> list[Violation]:
+def model_violations(s: Strategy, model: Any) -> list[Violation]:
     """Heads, query groups, layers and experts against the degrees."""
     out: list[Violation] = []
     heads = getattr(model, "num_attention_heads", None)
@@ -269,7 +269,7 @@ def model_violations(s: "Strategy", model: Any) -> list[Violation]:
 # ---------------------------------------------------------------------------------------------
 # Sequence and batch.
 # ---------------------------------------------------------------------------------------------
-def sequence_violations(s: "Strategy", seq_len: int) -> list[Violation]:
+def sequence_violations(s: Strategy, seq_len: int) -> list[Violation]:
     """Sequence length against CP (load-balanced causal split) and SP."""
     out: list[Violation] = []
     if s.is_inference:
@@ -289,7 +289,7 @@ def sequence_violations(s: "Strategy", seq_len: int) -> list[Violation]:
     return out
 
 
-def batch_violations(s: "Strategy", dp: int, global_batch_size: int | None,
+def batch_violations(s: Strategy, dp: int, global_batch_size: int | None,
                      micro_batch_size: int | None) -> list[Violation]:
     """Global batch against micro-batch and DP; micro-batches against pipeline stages."""
     out: list[Violation] = []
@@ -332,7 +332,7 @@ def batch_violations(s: "Strategy", dp: int, global_batch_size: int | None,
 # ---------------------------------------------------------------------------------------------
 # Soft rules (heuristics).
 # ---------------------------------------------------------------------------------------------
-def soft_violations(s: "Strategy", devices_per_node: int | None) -> list[Violation]:
+def soft_violations(s: Strategy, devices_per_node: int | None) -> list[Violation]:
     """Heuristics from the seed guides: TP inside a node, VPP with PP, SP with TP."""
     out: list[Violation] = []
     if devices_per_node:
@@ -370,7 +370,7 @@ def soft_violations(s: "Strategy", devices_per_node: int | None) -> list[Violati
 # ---------------------------------------------------------------------------------------------
 # Everything together.
 # ---------------------------------------------------------------------------------------------
-def check(s: "Strategy", model: Any = None, *, world_size: int | None = None,
+def check(s: Strategy, model: Any = None, *, world_size: int | None = None,
           seq_len: int | None = None, global_batch_size: int | None = None,
           micro_batch_size: int | None = None,
           devices_per_node: int | None = None) -> list[Violation]:

@@ -15,9 +15,10 @@ Two conventions share the one value:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from math import gcd
-from typing import Any, Mapping
+from typing import Any
 
 from .errors import StrategyError, Violation
 
@@ -235,7 +236,7 @@ class Strategy:
         return "p2p"
 
     # ---- copies -------------------------------------------------------------------------
-    def replace(self, **changes: Any) -> "Strategy":
+    def replace(self, **changes: Any) -> Strategy:
         """A copy with some degrees changed (validated like a new one).
 
         Changing ``cp`` alone re-derives ``ring``; changing ``tp``/``ep`` re-derives an
@@ -249,13 +250,13 @@ class Strategy:
             d["ring"] = None
         elif "ulysses" in changes or "ring" in changes:
             d["cp"] = None
-        if ("tp" in changes or "ep" in changes) and "etp" not in changes:
-            if self.etp == (1 if self.ep > 1 else self.tp):
-                d["etp"] = None
+        etp_was_default = self.etp == (1 if self.ep > 1 else self.tp)
+        if ("tp" in changes or "ep" in changes) and "etp" not in changes and etp_was_default:
+            d["etp"] = None
         d.update(changes)
         return Strategy(**d)
 
-    def with_world_size(self, world_size: int) -> "Strategy":
+    def with_world_size(self, world_size: int) -> Strategy:
         """A copy with ``dp`` filled in for ``world_size``; StrategyError when it does not fit."""
         from .rules import world_violations
 
@@ -348,7 +349,7 @@ class Strategy:
         return d
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "Strategy":
+    def from_dict(cls, d: Mapping[str, Any]) -> Strategy:
         """Inverse of :meth:`to_dict` (derived keys are ignored; unknown keys are an error)."""
         known = {f.name for f in fields(cls)}
         derived = {"min_world_size", "world_size", "expert_dp", "kind"}

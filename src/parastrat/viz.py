@@ -12,7 +12,7 @@ if TYPE_CHECKING:
     from .strategy import Strategy
 
 
-def layout_grid(strategy: "Strategy", world_size: int) -> tuple[list[str], list[str],
+def layout_grid(strategy: Strategy, world_size: int) -> tuple[list[str], list[str],
                                                                  list[list[int]]]:
     """The rank grid as rows x columns of rank numbers, with row and column labels.
 
@@ -54,7 +54,7 @@ def layout_grid(strategy: "Strategy", world_size: int) -> tuple[list[str], list[
             [label(j, col_axes) for j in range(n_cols)], grid)
 
 
-def plot_layout(strategy: "Strategy", world_size: int, path: str | Path, *,
+def plot_layout(strategy: Strategy, world_size: int, path: str | Path, *,
                 devices_per_node: int = 8) -> Path:
     """Draw the rank grid to ``path`` (PNG/SVG/PDF): each cell a rank, coloured by node."""
     require("matplotlib", "plot", "needed for --plot")

@@ -325,7 +325,7 @@ def _framework_violations(model: Any, writes: Sequence[_Write]) -> list[Violatio
     try:
         base = copy.deepcopy(model)
         _rerun_checks(base)
-    except Exception as exc:  # noqa: BLE001 - cannot attribute a failure to the strategy
+    except Exception as exc:
         log.debug("skipping megatron's own checks: the unchanged config fails them: %s", exc)
         return []
     trial = copy.deepcopy(model)
@@ -340,7 +340,7 @@ def _framework_violations(model: Any, writes: Sequence[_Write]) -> list[Violatio
             f"{type(model).__name__} refuses the new settings: {exc}",
             "parastrat's rules passed; this is a megatron-core rule about the rest of the "
             "config: change that field, or the strategy")]
-    except Exception as exc:  # noqa: BLE001 - not a verdict on the values
+    except Exception as exc:
         log.debug("megatron's own checks could not run on the new settings: %s", exc)
     return []
 
@@ -535,7 +535,7 @@ def _same(a: Any, b: Any) -> bool:
         return False
     try:
         return bool(a == b)
-    except Exception:  # noqa: BLE001 - objects without a usable ==
+    except Exception:
         return False
 
 

@@ -56,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-    except Exception as exc:  # noqa: BLE001 - last resort: a bug, not the user's fault
+    except Exception as exc:
         if os.environ.get("PARASTRAT_DEBUG"):
             raise
         err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}\n"

@@ -70,7 +70,8 @@ def _print_table(report, accel, fits: bool) -> None:
                         f"{report.micro_batch_size}  recompute {report.recompute}  "
                         f"{report.precision}  (GiB per rank; mb/chunks = in flight)",
                   title_justify="left")
-    for col in ("stage", "layers", "chunks" if report.vpp > 1 else "mb", "weights", "grads", "optim", "activ",
+    for col in ("stage", "layers", "chunks" if report.vpp > 1 else "mb", "weights", "grads",
+                "optim", "activ",
                 "other", "total"):
         table.add_column(col, justify="right", no_wrap=True)
     for st in report.stages:

@@ -204,7 +204,8 @@ def as_inference(strategy: Strategy) -> Strategy:
     built without an order get Megatron's order by default; the degrees are the same."""
     if not isinstance(strategy, Strategy):
         raise StrategyError(Violation("strategy-type",
-                                      f"expected a parastrat.Strategy, got {type(strategy).__name__}",
+                                      "expected a parastrat.Strategy, got "
+                                      f"{type(strategy).__name__}",
                                       "pass parastrat.Strategy(ulysses=..., ring=..., cfg=..., "
                                       "tp=...)"))
     if strategy.is_inference:

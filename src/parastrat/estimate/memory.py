@@ -48,12 +48,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..errors import SpecError, StrategyError, UsageError, Violation
+from ..errors import SpecError, StrategyError, UsageError
+from ..rules import batch_violations
 from ..spec.hardware import Accelerator, canonical_precision
 from ..spec.hardware import get as get_accelerator
 from ..spec.model import ModelSpec
 from ..strategy import Strategy
-from ..rules import batch_violations
 
 GiB = 1024**3
 #: CUDA/NPU context + communicator buffers + workspaces, per rank (see the module docstring).
@@ -138,7 +138,7 @@ class MemoryReport:
         """The stage whose rank needs the most memory."""
         return max(self.stages, key=lambda st: st.total)
 
-    def fits(self, accelerator_or_bytes: "Accelerator | str | int | float",
+    def fits(self, accelerator_or_bytes: Accelerator | str | int | float,
              headroom: float = 0.0) -> bool:
         """True when the peak stays below the device memory less ``headroom`` (a fraction).
 
@@ -147,7 +147,7 @@ class MemoryReport:
         """
         return self.peak_bytes <= _capacity(accelerator_or_bytes) * (1.0 - headroom)
 
-    def utilisation(self, accelerator_or_bytes: "Accelerator | str | int | float") -> float:
+    def utilisation(self, accelerator_or_bytes: Accelerator | str | int | float) -> float:
         """Peak as a fraction of the device memory."""
         return self.peak_bytes / _capacity(accelerator_or_bytes)
 
@@ -177,7 +177,7 @@ class MemoryReport:
 
     __str__ = breakdown
 
-    def plot(self, path: str, device: "Accelerator | str | int | float | None" = None) -> str:
+    def plot(self, path: str, device: Accelerator | str | int | float | None = None) -> str:
         """Save a stacked bar per pipeline stage (GiB), with the device memory as a line.
 
         Needs matplotlib (``pip install "parastrat[plot]"``); returns ``path``.
@@ -212,7 +212,7 @@ class MemoryReport:
         return path
 
 
-def _capacity(x: "Accelerator | str | int | float") -> float:
+def _capacity(x: Accelerator | str | int | float) -> float:
     if isinstance(x, (int, float)) and not isinstance(x, bool):
         return float(x)
     return float(get_accelerator(x).memory_bytes)
@@ -222,12 +222,48 @@ def _capacity(x: "Accelerator | str | int | float") -> float:
 class _Consts:
     """Shape numbers the hot path needs, read once from a ModelSpec."""
 
-    __slots__ = ("L", "h", "a", "g", "d", "f", "gated", "E", "k", "fe", "fs", "moe",
-                 "mla", "ql", "kvl", "qk", "rope", "vd", "qknorm", "hdrop", "adrop",
-                 "vocab", "divisible", "tied", "learned_pos", "max_pos", "mtp",
-                 "attn_shard", "attn_rep", "norms", "dense_mlp", "expert", "shared", "router",
-                 "final_norm", "mtp_params", "lin_dense", "lin_moe_shared", "lin_expert",
-                 "splits")
+    __slots__ = (
+        "E",
+        "L",
+        "a",
+        "adrop",
+        "attn_rep",
+        "attn_shard",
+        "d",
+        "dense_mlp",
+        "divisible",
+        "expert",
+        "f",
+        "fe",
+        "final_norm",
+        "fs",
+        "g",
+        "gated",
+        "h",
+        "hdrop",
+        "k",
+        "kvl",
+        "learned_pos",
+        "lin_dense",
+        "lin_expert",
+        "lin_moe_shared",
+        "max_pos",
+        "mla",
+        "moe",
+        "mtp",
+        "mtp_params",
+        "norms",
+        "qk",
+        "qknorm",
+        "ql",
+        "rope",
+        "router",
+        "shared",
+        "splits",
+        "tied",
+        "vd",
+        "vocab",
+    )
 
     def __init__(self, m: ModelSpec):
         p = m.param_breakdown

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import SpecError
 from .hardware import Accelerator
@@ -89,7 +90,7 @@ class Calibration:
     source: str = ""
 
     @classmethod
-    def from_dict(cls, data: "Mapping[str, Any] | Calibration") -> "Calibration":
+    def from_dict(cls, data: Mapping[str, Any] | Calibration) -> Calibration:
         """Read the JSON form; a bad entry raises :class:`SpecError` naming it."""
         if isinstance(data, Calibration):
             return data
@@ -123,7 +124,7 @@ class Calibration:
                 "source": self.source}
 
 
-def load_calibration(path: "str | Path") -> Calibration:
+def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration JSON file (see :class:`Calibration`)."""
     p = Path(path)
     try:
@@ -145,13 +146,13 @@ class Cluster:
     :class:`~parastrat.Accelerator`.
     """
 
-    accelerator: "str | Accelerator" = "h100"
+    accelerator: str | Accelerator = "h100"
     num_devices: int = 64
     devices_per_node: int | None = None
     scale_up_domain: int | None = None
     scale_up_bw_Bps: float | None = None
     scale_out_bw_Bps: float | None = None
-    calibration: "Calibration | Mapping[str, Any] | None" = None
+    calibration: Calibration | Mapping[str, Any] | None = None
     _accel: Accelerator = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -236,17 +237,17 @@ class Cluster:
         return alpha * latency_steps(op, n) + nbytes * bus_factor(op, n) / busbw
 
     # ---- copies --------------------------------------------------------------------------
-    def calibrate(self, calibration: "Calibration | Mapping[str, Any]") -> "Cluster":
+    def calibrate(self, calibration: Calibration | Mapping[str, Any]) -> Cluster:
         """A copy whose collectives use the measured ``calibration``."""
         return replace(self, calibration=Calibration.from_dict(calibration))
 
-    def with_devices(self, num_devices: int) -> "Cluster":
+    def with_devices(self, num_devices: int) -> Cluster:
         """A copy with another device count."""
         return replace(self, num_devices=num_devices)
 
     @classmethod
-    def from_calibration_file(cls, path: "str | Path", *, accelerator: "str | Accelerator" = "h100",
-                              num_devices: int = 64, **overrides: Any) -> "Cluster":
+    def from_calibration_file(cls, path: str | Path, *, accelerator: str | Accelerator = "h100",
+                              num_devices: int = 64, **overrides: Any) -> Cluster:
         """A cluster whose collectives come from the calibration JSON at ``path``."""
         return cls(accelerator=accelerator, num_devices=num_devices,
                    calibration=load_calibration(path), **overrides)

@@ -125,7 +125,7 @@ def names() -> list[str]:
     return list(_PRESETS)
 
 
-def get(name: "str | Accelerator") -> Accelerator:
+def get(name: str | Accelerator) -> Accelerator:
     """The preset called ``name`` (case-insensitive; aliases such as "H100-SXM" accepted).
 
     An :class:`Accelerator` passes through unchanged.  Unknown names raise

@@ -32,8 +32,9 @@ size``
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..errors import SpecError
 from .model import ModelSpec
@@ -49,7 +50,7 @@ _LAYERNORM = {"nemotron", "gpt2", "gpt_bigcode", "starcoder2", "falcon"}
 _MLA = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
 
 
-def _read(path: "str | Path | Mapping[str, Any]") -> tuple[dict[str, Any], str]:
+def _read(path: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     if isinstance(path, Mapping):
         return dict(path), "<dict>"
     p = Path(path)
@@ -69,7 +70,7 @@ def _read(path: "str | Path | Mapping[str, Any]") -> tuple[dict[str, Any], str]:
     return data, str(p)
 
 
-def spec_from_hf_config(path: "str | Path | Mapping[str, Any]", *,
+def spec_from_hf_config(path: str | Path | Mapping[str, Any], *,
                         name: str | None = None) -> ModelSpec:
     """Translate a Hugging Face ``config.json`` (file, folder or dict) into a ModelSpec."""
     raw, where = _read(path)

@@ -139,9 +139,8 @@ class ModelSpec:
             raise bad("hidden_size", f"{h} is not divisible by num_attention_heads={a}; set "
                       "kv_channels (the head dimension) explicitly")
         g = self.num_query_groups
-        if g:
-            if g > a or a % g:
-                raise bad("num_query_groups", f"{g} must divide num_attention_heads={a}")
+        if g and (g > a or a % g):
+            raise bad("num_query_groups", f"{g} must divide num_attention_heads={a}")
         for f in ("hidden_dropout", "attention_dropout"):
             v = getattr(self, f)
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 1:
@@ -277,8 +276,8 @@ class ModelSpec:
 
     # ---- loading -------------------------------------------------------------------------
     @classmethod
-    def from_hf_config(cls, path: "str | Path | dict[str, Any]", *,
-                       name: str | None = None) -> "ModelSpec":
+    def from_hf_config(cls, path: str | Path | dict[str, Any], *,
+                       name: str | None = None) -> ModelSpec:
         """Read a local Hugging Face ``config.json`` (a file, its folder, or the parsed dict).
 
         Never touches the network.  Llama, Mistral/Mixtral, Qwen2/3, Qwen3-MoE, DeepSeek-V2/V3
@@ -289,7 +288,7 @@ class ModelSpec:
 
         return spec_from_hf_config(path, name=name)
 
-    def with_(self, **changes: Any) -> "ModelSpec":
+    def with_(self, **changes: Any) -> ModelSpec:
         """A copy with some fields changed."""
         return replace(self, **changes)
 

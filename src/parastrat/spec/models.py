@@ -11,8 +11,8 @@ active counts its authors published.
 
 from __future__ import annotations
 
-from .model import ModelSpec
 from ..errors import SpecError
+from .model import ModelSpec
 
 _PRESETS: dict[str, ModelSpec] = {}
 
@@ -38,7 +38,7 @@ def names() -> list[str]:
     return list(seen)
 
 
-def get(name: "str | ModelSpec") -> ModelSpec:
+def get(name: str | ModelSpec) -> ModelSpec:
     """The preset called ``name`` (case-insensitive); a ModelSpec passes through unchanged."""
     if isinstance(name, ModelSpec):
         return name
