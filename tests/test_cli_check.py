@@ -78,3 +78,12 @@ def test_layout_grid_places_every_rank_once():
     assert sorted(r for row in grid for r in row) == list(range(16))
     # TP is the fastest axis: each row's first two cells are one TP group.
     assert grid[0][:2] == [0, 1] and cols[:2] == ["cp0 tp0", "cp0 tp1"]
+
+
+def test_messages_keep_their_brackets(capsys):
+    # rich would read "[megatron]" as markup and drop it from 'pip install "parastrat[megatron]"'.
+    from parastrat.cli._common import report_user_error
+    from parastrat.errors import MissingExtraError
+
+    assert report_user_error(MissingExtraError("torch", "megatron")) == 2
+    assert 'pip install "parastrat[megatron]"' in capsys.readouterr().err

@@ -163,14 +163,14 @@ class Strategy:
             order = XDIT_ORDER if (ulysses > 1 or cfg > 1) else MEGATRON_ORDER
         order = order.lower().strip()
 
-        for name, value in (("tp", tp), ("pp", pp), ("vpp", vpp), ("cp", cp), ("ep", ep),
+        for name, resolved in (("tp", tp), ("pp", pp), ("vpp", vpp), ("cp", cp), ("ep", ep),
                             ("etp", etp), ("dp", dp), ("sp", sp), ("ulysses", ulysses),
                             ("ring", ring), ("cfg", cfg), ("order", order),
                             ("first_stage_layers", first_stage_layers),
                             ("last_stage_layers", last_stage_layers),
                             ("account_for_embedding", account_for_embedding),
                             ("account_for_loss", account_for_loss)):
-            object.__setattr__(self, name, value)
+            object.__setattr__(self, name, resolved)
 
         from .rules import structural_violations  # rules import Strategy lazily; no cycle
 

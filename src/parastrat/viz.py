@@ -22,6 +22,8 @@ def layout_grid(strategy: Strategy, world_size: int) -> tuple[list[str], list[st
     """
     s = strategy.with_world_size(world_size)
     coords = [coordinates(s, world_size, r) for r in range(world_size)]
+    row_axes: tuple[str, ...]
+    col_axes: tuple[str, ...]
     if s.is_inference:
         row_axes, col_axes = ("cfg", "dp", "pp"), ("ring", "ulysses", "tp")
         sizes = {"cfg": s.cfg, "dp": s.dp or 1, "pp": s.pp, "ring": s.ring,

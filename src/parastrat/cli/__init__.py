@@ -13,6 +13,8 @@ import importlib
 import os
 import sys
 
+from rich.markup import escape
+
 from .._version import __version__
 from ._common import USER_ERRORS, err_console, report_user_error
 
@@ -59,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if os.environ.get("PARASTRAT_DEBUG"):
             raise
-        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: {exc}\n"
+        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: "
+                          f"{escape(str(exc))}\n"
                           "(set PARASTRAT_DEBUG=1 for the traceback; please report it)")
         return 1
 

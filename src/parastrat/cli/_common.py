@@ -8,18 +8,31 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 
 from ..errors import MissingExtraError, SpecError, StrategyError, UsageError
 
 #: Errors that are the user's to fix: printed with their hint, exit status 2.
 USER_ERRORS = (StrategyError, SpecError, UsageError, MissingExtraError)
 
-console = Console(highlight=False, soft_wrap=True)
-err_console = Console(stderr=True, highlight=False, soft_wrap=True)
+def _width(stream) -> int | None:
+    """Terminal width when interactive; otherwise $COLUMNS or 140, so that tables written to a
+    pipe or a file keep one row per line instead of rich's 80-column default."""
+    if stream.isatty():
+        return None
+    try:
+        return int(os.environ.get("COLUMNS", "140"))
+    except ValueError:
+        return 140
+
+
+console = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+err_console = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 STRATEGY_FLAGS = ("tp", "pp", "vpp", "cp", "ep", "etp", "ulysses", "ring", "cfg")
 
@@ -97,8 +110,10 @@ def report_user_error(exc: BaseException) -> int:
     if isinstance(exc, StrategyError):
         err_console.print(f"[bold red]error:[/] {len(exc.violations)} rule(s) broken")
         for v in exc.violations:
-            err_console.print(f"  [red]{v.rule}[/]: {v.message}")
-            err_console.print(f"      fix: {v.hint}")
+            err_console.print(f"  [red]{escape(v.rule)}[/]: {escape(v.message)}")
+            err_console.print(f"      fix: {escape(v.hint)}")
     else:
-        err_console.print(f"[bold red]error:[/] {exc}")
+        # escape: messages hold brackets ('pip install "parastrat[megatron]"', '[2, 2]')
+        # that rich would otherwise read as markup and drop.
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
     return 2

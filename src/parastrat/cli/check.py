@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
 from rich.table import Table
 
 from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
@@ -74,9 +75,11 @@ def run(args: argparse.Namespace) -> int:
             table.add_row("expert data parallel", str(placed.expert_dp))
     console.print(table)
     for v in errors:
-        console.print(f"[bold red]error[/] [red]{v.rule}[/]: {v.message}\n      fix: {v.hint}")
+        console.print(f"[bold red]error[/] [red]{escape(v.rule)}[/]: {escape(v.message)}\n"
+                      f"      fix: {escape(v.hint)}")
     for v in warnings:
-        console.print(f"[yellow]warning[/] {v.rule}: {v.message}\n      consider: {v.hint}")
+        console.print(f"[yellow]warning[/] {escape(v.rule)}: {escape(v.message)}\n"
+                      f"      consider: {escape(v.hint)}")
     if errors:
         console.print(f"[bold red]{len(errors)} rule(s) broken[/]")
         return 2

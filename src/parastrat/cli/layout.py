@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
 from rich.table import Table
 
 from ..layout import KINDS, coordinates, layout
@@ -53,5 +54,5 @@ def run(args: argparse.Namespace) -> int:
             from ..errors import UsageError
 
             raise UsageError(f"unknown group kind {kind!r}; choose from {', '.join(KINDS)}")
-        console.print(f"[bold]{kind}[/]: {groups[kind]}")
+        console.print(f"[bold]{kind}[/]: {escape(str(groups[kind]))}")
     return 0

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
+
 from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
 
 GiB = 1024**3
@@ -85,4 +87,4 @@ def _print_table(report, accel, fits: bool) -> None:
                   f"of {cap:.0f} GiB on {accel.name}: {verdict}  (GiB; 'other' = context, "
                   f"communication buffers and fragmentation allowance)")
     for note in report.notes:
-        console.print(f"note: {note}")
+        console.print(f"note: {escape(note)}")

@@ -136,7 +136,7 @@ def torchrun_line(c, cluster, gbs: int) -> str:
         from ..adapters.megatron import to_overrides
 
         overrides = to_overrides(s, micro_batch_size=c.micro_batch_size, global_batch_size=gbs)
-    except Exception:  # noqa: BLE001 - the line is still useful without the adapter
+    except Exception:
         overrides = [f"model.tensor_model_parallel_size={s.tp}",
                      f"model.pipeline_model_parallel_size={s.pp}"]
     overrides += recompute_overrides(c.recompute)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 
+from rich.markup import escape
 from rich.table import Table
 
 from ._common import console, positive_int, print_json
@@ -72,8 +73,8 @@ def run(args: argparse.Namespace) -> int:
                       f"{c.memory.total / 2**30:.1f}", "\n".join(c.why))
     console.print(table)
     for a in plan.advice:
-        console.print(f"MindIE-SD advice -- {a}")
+        console.print(f"MindIE-SD advice -- {escape(a)}")
     for wmsg in plan.best.report.warnings:
-        console.print(f"[yellow]warning:[/] {wmsg}")
+        console.print(f"[yellow]warning:[/] {escape(wmsg)}")
     console.print(f"launch: {plan.best.mindiesd_flags()}")
     return 0

@@ -11,6 +11,8 @@ from __future__ import annotations
 import argparse
 import os
 
+from rich.markup import escape
+
 from ._common import (
     add_strategy_flags,
     console,
@@ -71,7 +73,7 @@ def _run_launched(strategy, args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         report = VerifyReport(strategy=strategy.with_world_size(env.world_size),
                               world_size=env.world_size, error=str(exc), failed_rank=env.rank)
-        err_console.print(f"[bold red]rank {env.rank}:[/] {exc}")
+        err_console.print(f"[bold red]rank {env.rank}:[/] {escape(str(exc))}")
         return 1
     if env.rank != 0:
         return 0 if report.ok else 1
@@ -85,9 +87,9 @@ def _show(report, fmt: str) -> int:
     if report.coords:
         console.print(_rank_table(report))
     if report.ok:
-        console.print(f"[green]{report.summary()}[/]")
+        console.print(f"[green]{escape(report.summary())}[/]")
         return 0
-    err_console.print(f"[bold red]{report.summary()}[/]")
+    err_console.print(f"[bold red]{escape(report.summary())}[/]")
     return 1
 
 

@@ -407,12 +407,12 @@ def estimate_dit(model: DiTSpec | str, strategy: Strategy, cluster: Cluster, *,
             kv_block = batch * 2 * (U * per_dev) * kv_loc * nbytes
             hop = cluster.collective_time("ring", kv_block, R, span_r)
             chunk = attn / R
-            hidden = (R - 1) * min(hop, chunk)
+            overlapped = (R - 1) * min(hop, chunk)
             uncovered = (R - 1) * max(0.0, hop - chunk)
             ring_uncovered += n * uncovered
             ring_total += n * (R - 1) * hop
-            exposed = uncovered + OVERLAP_INTERFERENCE * hidden
-            ring_hidden += n * (1 - OVERLAP_INTERFERENCE) * hidden
+            exposed = uncovered + OVERLAP_INTERFERENCE * overlapped
+            ring_hidden += n * (1 - OVERLAP_INTERFERENCE) * overlapped
             merge_bytes = batch * (R - 1) * RING_MERGE_PASSES * 4 * q_rows * heads_loc * (d + 1)
             merge = efficiency.memory_time(accel, merge_bytes, prof)
         ar = 0.0

@@ -46,12 +46,13 @@ costs tens of microseconds (``benchmarks/memory_speed.py``).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from ..errors import SpecError, StrategyError, UsageError
 from ..rules import batch_violations
 from ..spec.hardware import Accelerator, canonical_precision
 from ..spec.hardware import get as get_accelerator
+from ..spec.hardware import names as accelerator_names
 from ..spec.model import ModelSpec
 from ..strategy import Strategy
 
@@ -213,9 +214,13 @@ class MemoryReport:
 
 
 def _capacity(x: Accelerator | str | int | float) -> float:
+    """Device memory in bytes: a byte count as is, else the accelerator preset's."""
     if isinstance(x, (int, float)) and not isinstance(x, bool):
         return float(x)
-    return float(get_accelerator(x).memory_bytes)
+    if isinstance(x, (Accelerator, str)):
+        return float(get_accelerator(x).memory_bytes)
+    raise SpecError(f"device memory must be an accelerator name, an Accelerator or a byte "
+                    f"count, got {x!r}; known accelerators: {', '.join(accelerator_names())}")
 
 
 # ---- per-model constants (computed once per spec, cached on it) -----------------------------
@@ -366,7 +371,7 @@ def estimate_memory(model: ModelSpec, strategy: Strategy, *, seq_len: int,
         notes.append(f"dp not set: assumed the smallest world, {s.world_size} ranks "
                      f"(dp={s.dp}); pass strategy.with_world_size(n)")
     t, p, v, cp, ep, etp = s.tp, s.pp, s.vpp, s.cp, s.ep, s.etp
-    dp = s.dp
+    dp = cast(int, s.dp)  # set by the caller or by with_world_size() just above
     edp = s.expert_dp or 1
     sp = s.sp
     b = micro_batch_size

@@ -136,7 +136,7 @@ def load_calibration(path: str | Path) -> Calibration:
     return Calibration.from_dict(data)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Cluster:
     """``num_devices`` accelerators of one kind and their interconnect.
 
@@ -146,35 +146,42 @@ class Cluster:
     :class:`~parastrat.Accelerator`.
     """
 
-    accelerator: str | Accelerator = "h100"
-    num_devices: int = 64
-    devices_per_node: int | None = None
-    scale_up_domain: int | None = None
-    scale_up_bw_Bps: float | None = None
-    scale_out_bw_Bps: float | None = None
-    calibration: Calibration | Mapping[str, Any] | None = None
+    # The annotations are the resolved types; __init__ accepts None for the preset's value.
+    accelerator: str | Accelerator
+    num_devices: int
+    devices_per_node: int
+    scale_up_domain: int
+    scale_up_bw_Bps: float
+    scale_out_bw_Bps: float
+    calibration: Calibration | None
     _accel: Accelerator = field(init=False, repr=False, compare=False)
 
-    def __post_init__(self) -> None:
-        accel = get_accelerator(self.accelerator)
-        set_ = object.__setattr__
-        set_(self, "_accel", accel)
-        if isinstance(self.accelerator, str):  # canonical spelling ("H100-SXM" -> "h100")
-            set_(self, "accelerator", accel.name)
-        for name in ("devices_per_node", "scale_up_domain", "scale_up_bw_Bps",
-                     "scale_out_bw_Bps"):
-            if getattr(self, name) is None:
-                set_(self, name, getattr(accel, name))
-        if self.calibration is not None:
-            set_(self, "calibration", Calibration.from_dict(self.calibration))
+    def __init__(self, accelerator: str | Accelerator = "h100", num_devices: int = 64,
+                 devices_per_node: int | None = None, scale_up_domain: int | None = None,
+                 scale_up_bw_Bps: float | None = None, scale_out_bw_Bps: float | None = None,
+                 calibration: Calibration | Mapping[str, Any] | None = None) -> None:
+        accel = get_accelerator(accelerator)
+        if isinstance(accelerator, str):  # canonical spelling ("H100-SXM" -> "h100")
+            accelerator = accel.name
+        resolved: dict[str, Any] = {"accelerator": accelerator, "num_devices": num_devices}
+        for name, value in (("devices_per_node", devices_per_node),
+                            ("scale_up_domain", scale_up_domain),
+                            ("scale_up_bw_Bps", scale_up_bw_Bps),
+                            ("scale_out_bw_Bps", scale_out_bw_Bps)):
+            resolved[name] = getattr(accel, name) if value is None else value
+        resolved["calibration"] = (None if calibration is None
+                                   else Calibration.from_dict(calibration))
         for name in ("num_devices", "devices_per_node", "scale_up_domain"):
-            value = getattr(self, name)
+            value = resolved[name]
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"Cluster.{name} must be a whole number >= 1, got {value!r}")
         for name in ("scale_up_bw_Bps", "scale_out_bw_Bps"):
-            value = getattr(self, name)
+            value = resolved[name]
             if not isinstance(value, (int, float)) or value <= 0:
                 raise SpecError(f"Cluster.{name} must be > 0 bytes/s, got {value!r}")
+        object.__setattr__(self, "_accel", accel)
+        for name, value in resolved.items():
+            object.__setattr__(self, name, value)
 
     # ---- derived -------------------------------------------------------------------------
     @property

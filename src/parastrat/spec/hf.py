@@ -75,7 +75,8 @@ def spec_from_hf_config(path: str | Path | Mapping[str, Any], *,
     """Translate a Hugging Face ``config.json`` (file, folder or dict) into a ModelSpec."""
     raw, where = _read(path)
     # Multimodal wrappers keep the language model under text_config.
-    cfg = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
+    text_config = raw.get("text_config")
+    cfg: dict[str, Any] = text_config if isinstance(text_config, dict) else raw
     model_type = str(cfg.get("model_type") or raw.get("model_type") or "").lower()
 
     def need(*keys: str) -> Any:
