@@ -210,16 +210,10 @@ def as_inference(strategy: Strategy) -> Strategy:
                                       "tp=...)"))
     if strategy.is_inference:
         return strategy
-    problems = []
-    if strategy.ep > 1:
-        problems.append(Violation("inference-ep", f"ep={strategy.ep}: DiT inference has no "
-                                  "expert parallelism", "use ep=1"))
-    if strategy.vpp > 1:
-        problems.append(Violation("inference-vpp", f"vpp={strategy.vpp}: inference has no "
-                                  "virtual pipeline stages", "use vpp=1"))
-    if problems:
-        raise StrategyError(problems)
-    return Strategy(tp=strategy.tp, pp=strategy.pp, ulysses=strategy.ulysses,
+    # Re-reading the degrees on the xDiT grid lets the Strategy's own rules refuse what
+    # inference cannot express (ep > 1: rule inference-ep; vpp > 1: inference-vpp).
+    return Strategy(tp=strategy.tp, pp=strategy.pp, vpp=strategy.vpp, ep=strategy.ep,
+                    ulysses=strategy.ulysses,
                     ring=strategy.ring, cfg=strategy.cfg, dp=strategy.dp, order=XDIT_ORDER)
 
 
