@@ -57,14 +57,27 @@ ERA_2021 = dict(flash_attention=False, tp_comm_overlap=False, overlap_grad_reduc
 
 
 #: MoE switches the published recipes turn on, by (preset, accelerator), as Megatron Bridge's
-#: performance configs set them (scripts/performance/configs/deepseek/
-#: deepseek_workload_base_configs.py: DEEPSEEK_V3_H100_BASE_CONFIG has
-#: moe_flex_dispatcher_backend="deepep", moe_a2a_overlap=True; DEEPSEEK_V3_GB200_BASE_CONFIG
-#: has "hybridep" and moe_a2a_overlap=False).  Rows not listed run Megatron's defaults
-#: (alltoall dispatcher, no overlap): their recipes set neither, or we could not check.
+#: performance configs set them (``moe_flex_dispatcher_backend`` set -> the ``flex``
+#: dispatcher, else ``alltoall``, per ``scripts/performance/utils``):
+#:
+#: * ``configs/deepseek/deepseek_workload_base_configs.py``: DEEPSEEK_V3_H100 has
+#:   ``moe_flex_dispatcher_backend="deepep"``, ``moe_a2a_overlap=True``; DEEPSEEK_V3_GB200 has
+#:   "hybridep" and ``moe_a2a_overlap=False``;
+#: * ``configs/qwen/qwen3_workload_base_configs.py`` (commit 01b2977e): QWEN3_30B_A3B H100
+#:   FP8_CS (EP16, GBS 1024) and GB200 FP8_MX (EP8, MBS 4) have "hybridep" and no a2a
+#:   overlap; QWEN3_235B_A22B H100 FP8_CS V2 (TP2 PP8 VP4 EP32) has
+#:   ``moe_token_dispatcher_type="alltoall"``, ``moe_a2a_overlap=True``; GB200 FP8_MX V2
+#:   (PP8 VP3 EP32) has "hybridep";
+#: * ``configs/gpt_oss/gpt_oss_workload_base_configs.py``: GPT_OSS_120B H100 V2 (PP4 EP8)
+#:   sets neither (alltoall, no overlap), so it is not listed.
+#: Mixtral 8x7B (NeMo 25.04) is not listed: its NeMo 2.0 recipe sets neither switch.
 RECIPE_MOE = {
     ("deepseek-v3", "h100"): dict(moe_dispatcher="flex", moe_a2a_overlap=True),
     ("deepseek-v3", "gb200"): dict(moe_dispatcher="flex"),
+    ("qwen3-30b-a3b", "h100"): dict(moe_dispatcher="flex"),
+    ("qwen3-30b-a3b", "gb200"): dict(moe_dispatcher="flex"),
+    ("qwen3-235b-a22b", "h100"): dict(moe_a2a_overlap=True),
+    ("qwen3-235b-a22b", "gb200"): dict(moe_dispatcher="flex"),
 }
 
 

@@ -139,3 +139,24 @@ def test_property_positive_and_consistent(tp, pp, mbs, rec):
     rep = step(s, micro_batch_size=mbs, recompute=rec, seq_len=4096)
     assert rep.step_time_s > 0 and 0 < rep.mfu < 1
     assert all(v >= 0 for v in rep.breakdown.values())
+
+
+def test_ring_cp_pays_output_correction_traffic():
+    from parastrat.estimate.step import CP_CORRECTION_BYTES_BWD, CP_CORRECTION_BYTES_FWD, _cp_correction
+    from parastrat.estimate.efficiency import profile
+    accel = H100.accel
+    s = ps.Strategy(tp=4, cp=2, sp=True).with_world_size(64)
+    # Llama 3 70B: 64 heads x 128 over TP4 -> 16 x 128 = 2048 output elements per token;
+    # K+V: 8 groups / 4 x 128 x 2 = 512 per token.  One extra ring step (cp 2), 4096 tokens:
+    # fwd 4096 * 2048 * 10 B = 83.9 MB; bwd 4096 * (2048 + 512) * 8 B = 83.9 MB,
+    # at 3.35 TB/s * 0.80 HBM efficiency.
+    f, b = _cp_correction(LLAMA70, s, 4096, accel)
+    hbm = 3350e9 * profile(accel).mem_eff
+    assert (CP_CORRECTION_BYTES_FWD, CP_CORRECTION_BYTES_BWD) == (10, 8)
+    assert f == pytest.approx(4096 * 2048 * 10 / hbm)
+    assert b == pytest.approx(4096 * 2560 * 8 / hbm)
+    assert _cp_correction(LLAMA70, ps.Strategy(tp=4, sp=True).with_world_size(64), 4096,
+                          accel) == (0.0, 0.0)
+    # Ulysses alone has no ring steps to merge
+    u = ps.Strategy(tp=4, ulysses=2, sp=True, order="tp-cp-ep-dp-pp").with_world_size(64)
+    assert _cp_correction(LLAMA70, u, 4096, accel) == (0.0, 0.0)

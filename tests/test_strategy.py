@@ -205,9 +205,10 @@ def test_any_input_gives_a_strategy_or_a_strategy_error(kwargs):
     except StrategyError as e:
         assert e.violations and all(v.hint for v in e.violations)
         return
-    # A strategy that constructs always has a sane minimum world and fits it.
-    placed = s.with_world_size(s.min_world_size)
-    assert placed.world_size == s.min_world_size and placed.dp >= 1
+    # A strategy that constructs always fits its own world (dp given) or its minimum world.
+    world = s.world_size or s.min_world_size
+    placed = s.with_world_size(world)
+    assert placed.world_size == world and placed.dp >= 1
 
 
 def test_with_world_size_errors_name_the_fix():
@@ -218,3 +219,12 @@ def test_with_world_size_errors_name_the_fix():
     with pytest.raises(StrategyError) as e:
         Strategy().with_world_size(0)
     assert e.value.rules == ["world_size-positive"]
+
+
+def test_explicit_dp_must_fit_the_expert_grid():
+    # dp=1 with tp=1, ep=2: one rank, but the expert grid needs 2.
+    with pytest.raises(StrategyError) as e:
+        Strategy(dp=1, ep=2)
+    assert e.value.rules == ["world-expert"]
+    s = Strategy(dp=2, ep=2)
+    assert (s.world_size, s.expert_dp) == (2, 1)

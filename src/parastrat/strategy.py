@@ -175,6 +175,11 @@ class Strategy:
         from .rules import structural_violations  # rules import Strategy lazily; no cycle
 
         problems = structural_violations(self)
+        if not problems and dp is not None:
+            # An explicit dp fixes the world: it must fit the expert grid too.
+            from .rules import world_violations
+
+            problems = world_violations(self, self.model_parallel_size * dp)
         if problems:
             raise StrategyError(problems)
 

@@ -27,7 +27,7 @@ documented in ``docs/step-model.md``; none is fitted to a model or a published r
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StrategyError, UsageError
@@ -71,6 +71,15 @@ FP8_CAST_BYTES = {"fp8": 6, "mxfp8": 4}
 SCORE_BYTES_FWD = 13
 #: HBM bytes per logit element for the vocabulary-parallel cross-entropy, forward + backward.
 CE_BYTES_PER_LOGIT = 12
+#: Ring (P2P) context parallelism computes attention block by block and merges each new
+#: block's partial output into an FP32 accumulator with its log-sum-exp (Transformer
+#: Engine ``AttnFuncWithCPAndKVP2P``: ``flash_attn_fwd_out_correction`` per ring step; the
+#: backward accumulates dQ in FP32 and adds each step's dK/dV into the travelling FP32
+#: buffer).  HBM bytes per attention-output element per extra ring step: forward reads the
+#: BF16 partial output and reads + writes the FP32 accumulator (2 + 4 + 4); backward reads +
+#: writes the FP32 dQ accumulator (4 + 4), plus the same per K/V element for dK/dV.
+CP_CORRECTION_BYTES_FWD = 10
+CP_CORRECTION_BYTES_BWD = 8
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
@@ -620,6 +629,9 @@ def _per_layer(model: ModelSpec, s: "Strategy", cluster: "Cluster", tokens: floa
         elif mode == "full":
             rec = c.fwd
             rec_comm = 0.5 * (t_tp + t_a2a + t_ep)  # the forward's collectives run again
+        corr_f, corr_b = _cp_correction(model, s, tokens, accel)
+        if corr_f:
+            c = replace(c, elem_fwd=c.elem_fwd + corr_f, elem_bwd=c.elem_bwd + corr_b)
         tp_exp = _exposed(t_tp, c.gemm, tp_overlap)
         ep_exp = _ep_exposed(c, t_ep, moe_comm, mode) if moe else 0.0
         ring_exp = _exposed(t_ring, c.attn, True)
@@ -634,6 +646,26 @@ def _per_layer(model: ModelSpec, s: "Strategy", cluster: "Cluster", tokens: floa
             memo[mkey] = (per[moe], c)
 
     return per, kinds
+
+
+def _cp_correction(model: ModelSpec, s: "Strategy", tokens: float, accel: Accelerator
+                   ) -> tuple[float, float]:
+    """(forward s, backward s) of ring attention's per-step output / gradient merging.
+
+    With ``ring > 1`` every ring step after the first merges a partial attention result into
+    FP32 accumulators (:data:`CP_CORRECTION_BYTES_FWD` / ``_BWD`` per element): the output
+    has ``tokens * heads / tp * v_dim`` elements on a rank (the same with Ulysses, which
+    trades heads for tokens), K/V ``tokens * kv_width``.  Memory-bound, at HBM speed.
+    """
+    if s.ring <= 1:
+        return 0.0, 0.0
+    steps = s.ring - 1
+    v_dim = model.v_head_dim if model.multi_latent_attention else model.head_dim
+    out = tokens * model.num_attention_heads / s.tp * v_dim
+    kv = tokens * comm.kv_width(model, s.tp)
+    fwd = memory_time(accel, steps * out * CP_CORRECTION_BYTES_FWD)
+    bwd = memory_time(accel, steps * (out + kv) * CP_CORRECTION_BYTES_BWD)
+    return fwd, bwd
 
 
 def _effective_moe_comm(s: "Strategy", mode: str, moe_comm: MoEComm,

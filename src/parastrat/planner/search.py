@@ -52,6 +52,13 @@ MIN_CP_TOKENS = 1024
 #: micro-batch, recompute) within this fraction of the layout's best step time are near-equal: one candidate, the
 #: others listed in its ``alternatives``.
 VPP_TIE = 0.01
+#: Relative step-time difference below which two candidates are ranked as a tie: the step
+#: model's constants (GEMM / attention efficiencies, overlap slowdown, link bandwidths) are
+#: quoted to two significant figures, so a 1-2 % difference between two layouts is within
+#: their rounding and is not a prediction.  Among tied candidates the plan prefers the one with
+#: less exposed communication (less sensitive to network contention and jitter), then the
+#: one with more memory headroom (:func:`tie_ordered`).
+RANK_TIE = 0.02
 #: Lower bound of bytes per local parameter (BF16 weight + BF16 gradient) plus
 #: 12 / shard bytes of FP32 master weights and Adam moments (distributed optimizer).
 _STATIC_BYTES, _OPT_BYTES = 4.0, 12.0
@@ -544,7 +551,7 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
             priced += 1
             admit(Candidate(s, mbs, mode, mem, rep, notes=rep.notes))
             break
-    ranked = sorted(found.values(), key=lambda c: c.step.step_time_s)
+    ranked = tie_ordered(sorted(found.values(), key=lambda c: c.step.step_time_s))
     for c in ranked:
         best_t = c.step.step_time_s
         c.alternatives = sorted((a for a in c.alternatives
@@ -559,6 +566,27 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
                 heuristic=heur, enumerated=total, priced=priced, memory_checks=checks,
                 bounded=len_bounds, memory_pruned=pruned[0],
                 elapsed_s=time.perf_counter() - start, num_devices=world)
+
+
+def tie_ordered(candidates: list[Candidate], tie: float = RANK_TIE) -> list[Candidate]:
+    """``candidates`` (sorted by step time) re-ordered so that near-ties are decided by
+    robustness rather than by differences below the model's resolution.
+
+    Repeatedly take, among the remaining candidates within ``tie`` of the fastest remaining
+    one, the one with the smallest exposed-communication share of its step, then the lowest
+    peak memory, then the shortest step.  No candidate is ever placed before one that is more
+    than ``tie`` faster than it.
+    """
+    rest = list(candidates)
+    out: list[Candidate] = []
+    while rest:
+        limit = rest[0].step.step_time_s * (1 + tie)
+        group = [c for c in rest if c.step.step_time_s <= limit]
+        pick = min(group, key=lambda c: (round(c.step.exposed_comm_s / c.step.step_time_s, 3),
+                                         c.memory.peak_bytes, c.step.step_time_s))
+        out.append(pick)
+        rest.remove(pick)
+    return out
 
 
 def _modes(recompute: Any) -> list[str]:
