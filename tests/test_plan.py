@@ -149,11 +149,45 @@ def _fake(step_s, exposed_s, peak):
 
 def test_tie_ordering_rule():
     from parastrat.planner.search import tie_ordered
-    # a: fastest but 30 % exposed comm; b: 1 % slower, 5 % exposed -> tie (< 2 %), b first;
-    # c: 1.5 % slower than a, 5 % exposed but more memory -> after b; d: 5 % slower -> last
+    # exposure classes are steps of 2 % of the step time:
+    # a: fastest, 30 % exposed (class 15); b: 1 % slower, 5 % exposed (class 2) -> tie, b first;
+    # c: 1.5 % slower than a, 5 % exposed (class 2) but more memory -> after b;
+    # d: 5 % slower -> last whatever its exposure
     a, b, c, d = (_fake(1.00, 0.30, 10), _fake(1.01, 0.0505, 10), _fake(1.015, 0.05075, 20),
                   _fake(1.05, 0.0, 1))
     assert tie_ordered([a, b, c, d]) == [b, c, a, d]
+    # exposures of 1.1 % and 1.3 % of the step are one class (0): memory decides
+    f, g = _fake(1.00, 0.013, 185), _fake(1.017, 0.0112, 140)
+    assert tie_ordered([f, g]) == [g, f]
     # 1.00 vs 1.03: not a tie, the faster stays first whatever its exposure
     e = _fake(1.03, 0.0, 1)
     assert tie_ordered([a, e]) == [a, e]
+
+
+def test_cli_plan_moe_switches(capsys):
+    """`parastrat plan --moe-dispatcher flex` prices with DeepEP's once-per-domain dispatch:
+    Qwen3-30B-A3B on 16 H100 (two nodes), EP 16 pinned: fewer scale-out bytes, a shorter
+    step than the default alltoall dispatcher."""
+    import json
+
+    from parastrat.cli import main
+
+    args = ["plan", "--model", "qwen3-30b-a3b", "--gpus", "16", "--accelerator", "h100",
+            "--seq-len", "4096", "--global-batch-size", "256", "--precision", "fp8",
+            "--ep", "16", "--tp", "1", "--pp", "1", "--cp", "1", "--micro-batch-size", "1",
+            "--format", "json", "--top-k", "1"]
+    assert main(args) == 0
+    plain = json.loads(capsys.readouterr().out)["candidates"][0]["step"]
+    assert main(args + ["--moe-dispatcher", "hybridep"]) == 0
+    flex = json.loads(capsys.readouterr().out)["candidates"][0]["step"]
+    assert flex["breakdown"]["ep"] < plain["breakdown"]["ep"]
+    assert flex["step_time_s"] < plain["step_time_s"]
+
+
+def test_why_names_ties(result):
+    """A candidate within RANK_TIE of the next says it is a tie and why it ranks first;
+    otherwise it says by how much it is faster."""
+    from parastrat.planner.search import RANK_TIE
+    for c, nxt in zip(result.candidates, result.candidates[1:]):
+        gain = nxt.step.step_time_s / c.step.step_time_s - 1
+        assert ("tied with" in c.why) == (abs(gain) < RANK_TIE)

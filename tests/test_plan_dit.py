@@ -118,7 +118,7 @@ def test_explain_and_json():
     text = p.explain()
     assert len(p.candidates) == 3
     for c in p.candidates:
-        assert c.why and c.why[0] in text
+        assert c.reasons and c.reasons[0] in text and c.why.startswith(c.reasons[0])
     d = json.loads(json.dumps(p.to_dict()))
     assert d["best"]["strategy"]["ulysses"] == p.best.strategy.ulysses
 

@@ -142,7 +142,8 @@ def test_property_positive_and_consistent(tp, pp, mbs, rec):
 
 
 def test_ring_cp_pays_output_correction_traffic():
-    from parastrat.estimate.step import CP_CORRECTION_BYTES_BWD, CP_CORRECTION_BYTES_FWD, _cp_correction
+    from parastrat.estimate.step import (CP_CORRECTION_BYTES_BWD, CP_CORRECTION_BYTES_FWD,
+                                         _cp_correction)
     from parastrat.estimate.efficiency import profile
     accel = H100.accel
     s = ps.Strategy(tp=4, cp=2, sp=True).with_world_size(64)

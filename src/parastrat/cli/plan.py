@@ -63,6 +63,15 @@ def register(sub: argparse._SubParsersAction) -> None:
         g.add_argument(f"--max-{name}", type=positive_int, default=None, help=f"bound {name}")
     g.add_argument("--micro-batch-size", type=positive_int, default=None)
     g.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
+    m = p.add_argument_group("MoE communication (Megatron Core switches, off by default)")
+    m.add_argument("--moe-dispatcher", choices=("alltoall", "flex", "deepep", "hybridep"),
+                   default="alltoall",
+                   help="token dispatcher: alltoall (default) or flex (DeepEP/HybridEP: one "
+                        "copy per destination scale-up domain across the scale-out link)")
+    m.add_argument("--moe-a2a-overlap", action="store_true",
+                   help="overlap_moe_expert_parallel_comm (combined 1F1B)")
+    m.add_argument("--moe-shared-expert-overlap", action="store_true",
+                   help="moe_shared_expert_overlap: shared experts run during dispatch/combine")
     p.set_defaults(func=run)
 
 
@@ -85,7 +94,10 @@ def run(args: argparse.Namespace) -> int:
                       precision=args.precision, top_k=args.top_k,
                       num_devices="smallest" if args.smallest else None,
                       micro_batch_size=args.micro_batch_size, recompute=args.recompute,
-                      progress=progress, **pins, **bounds)
+                      progress=progress, moe_dispatcher=args.moe_dispatcher,
+                      moe_a2a_overlap=args.moe_a2a_overlap,
+                      moe_shared_expert_overlap=args.moe_shared_expert_overlap,
+                      **pins, **bounds)
     top = result.candidates[: args.top_k]
     if args.plot:
         plot_plan(top, args.plot)

@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
                          else "left")
     for i, c in enumerate(plan.candidates, 1):
         table.add_row(str(i), label(c.strategy), f"{c.latency_s:.3g}", f"{c.per_step_s:.3g}",
-                      f"{c.memory.total / 2**30:.1f}", "\n".join(c.why))
+                      f"{c.memory.total / 2**30:.1f}", "\n".join(c.reasons))
     console.print(table)
     for a in plan.advice:
         console.print(f"MindIE-SD advice -- {escape(a)}")

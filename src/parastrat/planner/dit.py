@@ -45,11 +45,17 @@ _LABELS = {"linear": "linear layers", "attention": "attention", "elementwise":
 
 @dataclass(frozen=True)
 class DiTCandidate:
-    """One priced strategy: ``strategy``, its ``report`` and ``why`` (plain sentences)."""
+    """One priced strategy: ``strategy``, its ``report`` and the ``reasons`` it ranks where it
+    does (``why`` joins them into one sentence)."""
 
     strategy: Strategy
     report: DiTReport
-    why: list[str] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def why(self) -> str:
+        """The reasons as one sentence (as training candidates give it)."""
+        return "; ".join(self.reasons)
 
     @property
     def latency_s(self) -> float:
@@ -79,7 +85,7 @@ class DiTCandidate:
                              "dp": s.dp or 1},
                 "strategy_str": label(s), "latency_s": self.latency_s,
                 "per_step_s": self.per_step_s, "requests_per_s": self.requests_per_s,
-                "memory": self.memory.to_dict(), "why": list(self.why),
+                "memory": self.memory.to_dict(), "why": self.why, "reasons": list(self.reasons),
                 "mindiesd": self.mindiesd_flags(), "report": self.report.to_dict()}
 
 
@@ -110,7 +116,7 @@ class DiTPlan:
         for i, c in enumerate(self.candidates, 1):
             lines.append(f"{i}. {label(c.strategy)}: {c.latency_s:.3g} s "
                          f"({c.per_step_s:.3g} s/step), {c.memory.total / GiB:.1f} GiB/device")
-            lines += [f"   - {y}" for y in c.why]
+            lines += [f"   - {y}" for y in c.reasons]
         if self.advice:
             lines.append("MindIE-SD's rule of thumb:")
             lines += [f"   - {a}" for a in self.advice]

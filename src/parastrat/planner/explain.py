@@ -59,6 +59,8 @@ def _pipeline_label(s) -> str:
 
 def annotate(ranked: list["Candidate"], cluster: "Cluster") -> None:
     """Fill each candidate's ``why``: its limiter, memory, and its edge over the next one."""
+    from .search import RANK_TIE, exposure_class
+
     cap = cluster.memory_bytes
     for i, c in enumerate(ranked):
         parts = [limiter(c.step),
@@ -71,15 +73,23 @@ def annotate(ranked: list["Candidate"], cluster: "Cluster") -> None:
         if i + 1 < len(ranked):
             nxt = ranked[i + 1]
             gain = nxt.step.step_time_s / c.step.step_time_s - 1
-            parts.append(f"{gain:.1%} faster than #{i + 2} ({nxt.label()}): "
-                         f"{difference(c.step, nxt.step)}")
+            if abs(gain) < RANK_TIE:
+                mine = c.step.exposed_comm_s / c.step.step_time_s
+                theirs = nxt.step.exposed_comm_s / nxt.step.step_time_s
+                reason = (f"less exposed communication ({mine:.1%} vs {theirs:.1%} of the step)"
+                          if exposure_class(c) != exposure_class(nxt) else
+                          "lower peak memory" if c.memory.peak_bytes != nxt.memory.peak_bytes
+                          else "shorter step")
+                parts.append(f"tied with #{i + 2} ({nxt.label()}, {gain:+.1%}, within the "
+                             f"model's {RANK_TIE:.0%} resolution): ranked first for {reason}")
+            else:
+                parts.append(f"{gain:.1%} faster than #{i + 2} ({nxt.label()}): "
+                             f"{difference(c.step, nxt.step)}")
         c.why = "; ".join(parts)
 
 
 def explain_plan(plan: "Plan") -> str:
     """Seed heuristic vs the chosen strategy, term by term, as plain text."""
-    from ..estimate.step import _estimate
-
     best = plan.best
     lines = [f"{plan.model.name} on {plan.num_devices} x {plan.cluster.accel.name}, seq "
              f"{plan.seq_len}, global batch {plan.global_batch_size}, {plan.precision}",

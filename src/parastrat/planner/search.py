@@ -568,13 +568,25 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
                 elapsed_s=time.perf_counter() - start, num_devices=world)
 
 
+def exposure_class(c: Candidate, tie: float = RANK_TIE) -> int:
+    """Exposed communication as a share of the step, in steps of ``tie``: shares that differ
+    by less than the model's resolution fall in the same class."""
+    return int(c.step.exposed_comm_s / c.step.step_time_s / tie)
+
+
+def tie_key(c: Candidate) -> tuple:
+    """How tied candidates are ordered: exposure class, then peak memory, then step time."""
+    return (exposure_class(c), c.memory.peak_bytes, c.step.step_time_s)
+
+
 def tie_ordered(candidates: list[Candidate], tie: float = RANK_TIE) -> list[Candidate]:
     """``candidates`` (sorted by step time) re-ordered so that near-ties are decided by
     robustness rather than by differences below the model's resolution.
 
     Repeatedly take, among the remaining candidates within ``tie`` of the fastest remaining
-    one, the one with the smallest exposed-communication share of its step, then the lowest
-    peak memory, then the shortest step.  No candidate is ever placed before one that is more
+    one, the one with the smallest exposed-communication share of its step (in classes of
+    ``RANK_TIE``: :func:`exposure_class`), then the lowest peak memory, then the shortest
+    step.  No candidate is ever placed before one that is more
     than ``tie`` faster than it.
     """
     rest = list(candidates)
@@ -582,8 +594,7 @@ def tie_ordered(candidates: list[Candidate], tie: float = RANK_TIE) -> list[Cand
     while rest:
         limit = rest[0].step.step_time_s * (1 + tie)
         group = [c for c in rest if c.step.step_time_s <= limit]
-        pick = min(group, key=lambda c: (round(c.step.exposed_comm_s / c.step.step_time_s, 3),
-                                         c.memory.peak_bytes, c.step.step_time_s))
+        pick = min(group, key=tie_key)
         out.append(pick)
         rest.remove(pick)
     return out
