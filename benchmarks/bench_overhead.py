@@ -49,8 +49,12 @@ def _raw_call(coll: Any, op: str) -> Any:
         rank, n = dist.get_rank(), dist.get_world_size()
 
         def call() -> None:
-            reqs = dist.batch_isend_irecv([dist.P2POp(dist.isend, coll.send, (rank + 1) % n),
-                                           dist.P2POp(dist.irecv, coll.recv, (rank - 1) % n)])
+            reqs = dist.batch_isend_irecv(
+                [
+                    dist.P2POp(dist.isend, coll.send, (rank + 1) % n),
+                    dist.P2POp(dist.irecv, coll.recv, (rank - 1) % n),
+                ]
+            )
             for r in reqs:
                 r.wait()
     else:
@@ -95,16 +99,18 @@ def _back_to_back(call: Any, iters: int) -> float:
     return _slowest([(time.perf_counter() - start) / iters])[0]
 
 
-def _rank_main(rank: int, world: int, sizes: list[int], rounds: int, iters: int,
-               warmup: int) -> list[dict[str, Any]]:
+def _rank_main(
+    rank: int, world: int, sizes: list[int], rounds: int, iters: int, warmup: int
+) -> list[dict[str, Any]]:
     import torch
     import torch.distributed as dist
 
     from parastrat.bench import run
     from parastrat.bench.ops import Context, build
 
-    ctx = Context(torch=torch, dist=dist, group=None, rank=rank, size=world, device="cpu",
-                  dtype=torch.float32)
+    ctx = Context(
+        torch=torch, dist=dist, group=None, rank=rank, size=world, device="cpu", dtype=torch.float32
+    )
     out = []
     for op in OPS:
         for size in sizes:
@@ -119,12 +125,19 @@ def _rank_main(rank: int, world: int, sizes: list[int], rounds: int, iters: int,
                 bare.append(med)
                 b_min.append(low)
             b2b = [_back_to_back(call, iters) for _ in range(rounds)]
-            out.append({"op": op, "bytes": row.bytes, "world": world,
-                        "wrapper_s": statistics.median(wrapped), "bare_s": statistics.median(bare),
-                        # rounds are paired (same load on the machine): median of the ratios
-                        "ratio": statistics.median(w / b for w, b in zip(wrapped, bare)),
-                        "ratio_min": min(w_min) / min(b_min),
-                        "back_to_back_s": statistics.median(b2b)})
+            out.append(
+                {
+                    "op": op,
+                    "bytes": row.bytes,
+                    "world": world,
+                    "wrapper_s": statistics.median(wrapped),
+                    "bare_s": statistics.median(bare),
+                    # rounds are paired (same load on the machine): median of the ratios
+                    "ratio": statistics.median(w / b for w, b in zip(wrapped, bare)),
+                    "ratio_min": min(w_min) / min(b_min),
+                    "back_to_back_s": statistics.median(b2b),
+                }
+            )
     return out
 
 
@@ -144,19 +157,27 @@ def main(argv: list[str] | None = None) -> int:
     iters = args.iters or 10
     sizes = parse_sizes("1MB" if args.short else "1MB,4MB")
     results = spawn_local(_rank_main, world, args=(sizes, rounds, iters, 1), timeout_s=900)[0]
-    print(f"wrapper vs bare torch.distributed loop, gloo, {world} ranks, "
-          f"{rounds} rounds x {iters} iterations")
-    print(f"{'op':12s} {'size':>6s} {'wrapper ms':>11s} {'bare ms':>9s} {'ratio':>6s} "
-          f"{'ratio of minima':>16s} {'back-to-back ms':>16s}")
+    print(
+        f"wrapper vs bare torch.distributed loop, gloo, {world} ranks, "
+        f"{rounds} rounds x {iters} iterations"
+    )
+    print(
+        f"{'op':12s} {'size':>6s} {'wrapper ms':>11s} {'bare ms':>9s} {'ratio':>6s} "
+        f"{'ratio of minima':>16s} {'back-to-back ms':>16s}"
+    )
     worst = 0.0
     for r in results:
-        print(f"{r['op']:12s} {format_bytes(r['bytes']):>6s} {r['wrapper_s'] * 1e3:11.3f} "
-              f"{r['bare_s'] * 1e3:9.3f} {r['ratio']:6.3f} {r['ratio_min']:16.3f} "
-              f"{r['back_to_back_s'] * 1e3:16.3f}")
+        print(
+            f"{r['op']:12s} {format_bytes(r['bytes']):>6s} {r['wrapper_s'] * 1e3:11.3f} "
+            f"{r['bare_s'] * 1e3:9.3f} {r['ratio']:6.3f} {r['ratio_min']:16.3f} "
+            f"{r['back_to_back_s'] * 1e3:16.3f}"
+        )
         worst = max(worst, abs(r["ratio"] - 1))
     geo = statistics.geometric_mean(r["ratio"] for r in results)
-    print(f"geometric mean of the ratios: {geo:.3f}; largest deviation from 1: {worst:.1%} "
-          "(target <= 5 % at >= 1 MB)")
+    print(
+        f"geometric mean of the ratios: {geo:.3f}; largest deviation from 1: {worst:.1%} "
+        "(target <= 5 % at >= 1 MB)"
+    )
     if args.json:
         with open(args.json, "w", encoding="utf-8") as fh:
             json.dump(results, fh, indent=2)

@@ -43,52 +43,73 @@ def hunyuan(short: bool) -> dict:
     print("   GPUs  predicted s  measured s  error")
     for n, (p, m) in rows.items():
         print(f"   {n:4d}  {p:11.1f}  {m:10.1f}  {100 * (p / m - 1):+5.1f} %")
-    print(f"   speed-up 1 -> 8: predicted {pred:.2f}x, measured {meas:.2f}x "
-          f"({100 * (pred / meas - 1):+.1f} %)")
+    print(
+        f"   speed-up 1 -> 8: predicted {pred:.2f}x, measured {meas:.2f}x "
+        f"({100 * (pred / meas - 1):+.1f} %)"
+    )
     if not short:
         # the all-to-all bus bandwidth at which the model's 8-GPU latency equals xDiT's
         lo, hi = 1e8, 1e12
         for _ in range(60):
             mid = (lo * hi) ** 0.5
             cal = {"ops": {"all_to_all": {"intra": {"alpha_s": 1e-5, "busbw_Bps": mid}}}}
-            t = estimate_dit("hunyuanvideo", ps.Strategy(ulysses=8), c.calibrate(cal),
-                             **HY).latency_s
+            t = estimate_dit(
+                "hunyuanvideo", ps.Strategy(ulysses=8), c.calibrate(cal), **HY
+            ).latency_s
             lo, hi = (mid, hi) if t > XDIT_H100[8] else (lo, mid)
         out["implied_all_to_all_GBps"] = lo / 1e9
-        print(f"   xDiT's 8-GPU time implies an all-to-all bus bandwidth of {lo / 1e9:.1f} GB/s "
-              f"per GPU (preset NVLink: {c.scale_up_bw_Bps / 1e9:.0f} GB/s)")
+        print(
+            f"   xDiT's 8-GPU time implies an all-to-all bus bandwidth of {lo / 1e9:.1f} GB/s "
+            f"per GPU (preset NVLink: {c.scale_up_bw_Bps / 1e9:.0f} GB/s)"
+        )
     return out
 
 
 def ulysses_vs_ring() -> dict:
     c = ps.Cluster("h100", num_devices=8)
     out = {}
-    print("2. Ulysses 8 vs ring 8, one step, H100 NVLink (yunchang #40: Ulysses ~60 ms, "
-          "ring > 100 ms per layer)")
-    for model, kw in [("hunyuanvideo", dict(height=720, width=1280, frames=129)),
-                      ("wan2.1-t2v-14b", dict(height=480, width=832, frames=81)),
-                      ("flux.1-dev", dict(height=1024, width=1024))]:
+    print(
+        "2. Ulysses 8 vs ring 8, one step, H100 NVLink (yunchang #40: Ulysses ~60 ms, "
+        "ring > 100 ms per layer)"
+    )
+    for model, kw in [
+        ("hunyuanvideo", dict(height=720, width=1280, frames=129)),
+        ("wan2.1-t2v-14b", dict(height=480, width=832, frames=81)),
+        ("flux.1-dev", dict(height=1024, width=1024)),
+    ]:
         layers = ps.spec.dit.get(model).num_layers
         u = estimate_dit(model, ps.Strategy(ulysses=8), c, steps=1, guidance=False, **kw)
         r = estimate_dit(model, ps.Strategy(ring=8, order=X), c, steps=1, guidance=False, **kw)
         u_ms, r_ms = 1e3 * u.per_step_s / layers, 1e3 * r.per_step_s / layers
         out[model] = {"ulysses_ms_per_layer": u_ms, "ring_ms_per_layer": r_ms}
-        print(f"   {model:16s} Ulysses {u_ms:7.2f} ms/layer  ring {r_ms:7.2f} ms/layer  "
-              f"({'Ulysses' if u_ms < r_ms else 'ring'} ahead by "
-              f"{100 * abs(r_ms / u_ms - 1):.0f} %)")
+        print(
+            f"   {model:16s} Ulysses {u_ms:7.2f} ms/layer  ring {r_ms:7.2f} ms/layer  "
+            f"({'Ulysses' if u_ms < r_ms else 'ring'} ahead by "
+            f"{100 * abs(r_ms / u_ms - 1):.0f} %)"
+        )
     return out
 
 
 def cfg_wan() -> dict:
-    p = plan_dit("wan2.1-t2v-1.3b", ps.Cluster("h100", 4), height=480, width=832, frames=81,
-                 steps=50, top_k=100)
+    p = plan_dit(
+        "wan2.1-t2v-1.3b",
+        ps.Cluster("h100", 4),
+        height=480,
+        width=832,
+        frames=81,
+        steps=50,
+        top_k=100,
+    )
     by = {label(c.strategy): c.latency_s for c in p.candidates}
     u4 = by["Ulysses4"]
     cfg = min((v, k) for k, v in by.items() if "CFG2" in k)
-    print("3. Wan2.1-1.3B 832x480x81, 50 steps, 4 x H100 (xDiT #507: CFG gave no gain over "
-          "Ulysses 4)")
-    print(f"   Ulysses4 {u4:.2f} s; best CFG split {cfg[1]} {cfg[0]:.2f} s "
-          f"({100 * (cfg[0] / u4 - 1):+.1f} %)")
+    print(
+        "3. Wan2.1-1.3B 832x480x81, 50 steps, 4 x H100 (xDiT #507: CFG gave no gain over Ulysses 4)"
+    )
+    print(
+        f"   Ulysses4 {u4:.2f} s; best CFG split {cfg[1]} {cfg[0]:.2f} s "
+        f"({100 * (cfg[0] / u4 - 1):+.1f} %)"
+    )
     return {"ulysses4_s": u4, "best_cfg": cfg[1], "best_cfg_s": cfg[0]}
 
 
@@ -96,8 +117,9 @@ def wan_heads() -> dict:
     out = {}
     print("4. Ulysses degrees allowed on 8 devices (heads must divide)")
     for model in ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b"):
-        p = plan_dit(model, ps.Cluster("h100", 8), height=480, width=832, frames=81, steps=50,
-                     top_k=1000)
+        p = plan_dit(
+            model, ps.Cluster("h100", 8), height=480, width=832, frames=81, steps=50, top_k=1000
+        )
         degrees = sorted({c.strategy.ulysses for c in p.candidates})
         out[model] = degrees
         heads = ps.spec.dit.get(model).num_attention_heads
@@ -109,18 +131,23 @@ def wan_heads() -> dict:
 def advice() -> dict:
     out = {}
     print("5. MindIE-SD's advice as the planner places it")
-    cases = [("flux.1-dev", "ascend-910b", 2, dict(height=1024, width=1024, steps=28)),
-             ("wan2.1-t2v-14b", "ascend-910b", 4, dict(height=720, width=1280, frames=81,
-                                                      steps=50)),
-             ("wan2.1-t2v-1.3b", "ascend-910b", 4, dict(height=480, width=832, frames=81,
-                                                       steps=50)),
-             ("hunyuanvideo", "ascend-910b", 16, dict(height=720, width=1280, frames=129,
-                                                     steps=50, guidance=False))]
+    cases = [
+        ("flux.1-dev", "ascend-910b", 2, dict(height=1024, width=1024, steps=28)),
+        ("wan2.1-t2v-14b", "ascend-910b", 4, dict(height=720, width=1280, frames=81, steps=50)),
+        ("wan2.1-t2v-1.3b", "ascend-910b", 4, dict(height=480, width=832, frames=81, steps=50)),
+        (
+            "hunyuanvideo",
+            "ascend-910b",
+            16,
+            dict(height=720, width=1280, frames=129, steps=50, guidance=False),
+        ),
+    ]
     for model, accel, n, kw in cases:
         p = plan_dit(model, ps.Cluster(accel, n), **kw)
         out[f"{model}/{n}"] = {"best": label(p.best.strategy), "advice": p.advice}
-        print(f"   {model} on {n} x {accel}: best {label(p.best.strategy)} "
-              f"({p.best.latency_s:.1f} s)")
+        print(
+            f"   {model} on {n} x {accel}: best {label(p.best.strategy)} ({p.best.latency_s:.1f} s)"
+        )
         for a in p.advice:
             print(f"      {a}")
     return out
@@ -132,8 +159,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="also print the results as JSON")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    results = {"hunyuanvideo": hunyuan(args.short), "ulysses_vs_ring": ulysses_vs_ring(),
-               "cfg_wan": cfg_wan(), "wan_heads": wan_heads(), "advice": advice()}
+    results = {
+        "hunyuanvideo": hunyuan(args.short),
+        "ulysses_vs_ring": ulysses_vs_ring(),
+        "cfg_wan": cfg_wan(),
+        "wan_heads": wan_heads(),
+        "advice": advice(),
+    }
     print(f"(ran in {time.perf_counter() - t0:.2f} s)")
     if args.json:
         json.dump(results, sys.stdout, indent=2)

@@ -27,9 +27,14 @@ from parastrat.planner.search import pipeline_variants
 from parastrat.spec.models import PUBLISHED_PARAMS
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = next((p for p in (ROOT / "shared" / "reference",
-                              ROOT.parent / "shared" / "reference") if p.exists()),
-                 ROOT / "shared" / "reference")
+REFERENCE = next(
+    (
+        p
+        for p in (ROOT / "shared" / "reference", ROOT.parent / "shared" / "reference")
+        if p.exists()
+    ),
+    ROOT / "shared" / "reference",
+)
 GiB = 1024**3
 
 
@@ -48,24 +53,46 @@ def published_rows() -> list[dict]:
             # Layers that do not split evenly are placed as the planner would place them
             # (Megatron's account_for_embedding/loss or an uneven first/last split).
             split = (pipeline_variants(model, pp, vpp) or ({},))[0]
-            strategy = ps.Strategy(tp=tp, pp=pp, vpp=vpp, cp=_int(row, "cp"),
-                                   ep=_int(row, "ep"), etp=_int(row, "etp", None), sp=tp > 1,
-                                   **split)
+            strategy = ps.Strategy(
+                tp=tp,
+                pp=pp,
+                vpp=vpp,
+                cp=_int(row, "cp"),
+                ep=_int(row, "ep"),
+                etp=_int(row, "etp", None),
+                sp=tp > 1,
+                **split,
+            )
             strategy = strategy.with_world_size(int(row["num_gpus"]))
             peaks = {}
             notes: list[str] = []
             for mode in ("none", "selective", "full"):
-                rep = estimate_memory(model, strategy, seq_len=int(row["seq_len"]),
-                                      micro_batch_size=_int(row, "mbs"),
-                                      global_batch_size=int(row["gbs"]), recompute=mode,
-                                      precision=row["precision"])
+                rep = estimate_memory(
+                    model,
+                    strategy,
+                    seq_len=int(row["seq_len"]),
+                    micro_batch_size=_int(row, "mbs"),
+                    global_batch_size=int(row["gbs"]),
+                    recompute=mode,
+                    precision=row["precision"],
+                )
                 peaks[mode] = rep.peak_bytes
                 notes = [n for n in rep.notes if "account_for" in n or "uneven" in n]
-            out.append({"id": row["id"], "model": row["preset"], "gpu": accel.name,
-                        "strategy": str(strategy), "precision": row["precision"],
-                        "seq": int(row["seq_len"]), "mbs": _int(row, "mbs"),
-                        "capacity": accel.memory_bytes, "peaks": peaks,
-                        "fits": peaks["selective"] <= accel.memory_bytes, "notes": notes})
+            out.append(
+                {
+                    "id": row["id"],
+                    "model": row["preset"],
+                    "gpu": accel.name,
+                    "strategy": str(strategy),
+                    "precision": row["precision"],
+                    "seq": int(row["seq_len"]),
+                    "mbs": _int(row, "mbs"),
+                    "capacity": accel.memory_bytes,
+                    "peaks": peaks,
+                    "fits": peaks["selective"] <= accel.memory_bytes,
+                    "notes": notes,
+                }
+            )
     return out
 
 
@@ -76,21 +103,42 @@ def table1_rows() -> list[dict]:
     with open(REFERENCE / "megatron_2021_table1.csv") as fh:
         for row in csv.DictReader(fh):
             h, layers = int(row["hidden"]), int(row["layers"])
-            model = ps.ModelSpec(name=f"gpt-{row['params_billion']}b", num_layers=layers,
-                                 hidden_size=h, num_attention_heads=int(row["heads"]),
-                                 ffn_hidden_size=4 * h, vocab_size=int(row["vocab"]),
-                                 max_position_embeddings=int(row["seq_len"]))
+            model = ps.ModelSpec(
+                name=f"gpt-{row['params_billion']}b",
+                num_layers=layers,
+                hidden_size=h,
+                num_attention_heads=int(row["heads"]),
+                ffn_hidden_size=4 * h,
+                vocab_size=int(row["vocab"]),
+                max_position_embeddings=int(row["seq_len"]),
+            )
             tp, pp = int(row["tp"]), int(row["pp"])
             strategy = ps.Strategy(tp=tp, pp=pp).with_world_size(int(row["num_gpus"]))
-            rep = estimate_memory(model, strategy, seq_len=int(row["seq_len"]),
-                                  micro_batch_size=1, global_batch_size=int(row["global_batch"]),
-                                  recompute="full", distributed_optimizer=False)
-            out.append({"id": f"2021-{row['params_billion']}B", "model": model.name,
-                        "gpu": "a100", "strategy": str(strategy), "precision": "fp16",
-                        "seq": int(row["seq_len"]), "mbs": 1, "capacity": accel.memory_bytes,
-                        "peaks": {"full": rep.peak_bytes}, "fits": rep.fits(accel),
-                        "params_error": model.num_params / (float(row["params_billion"]) * 1e9)
-                        - 1, "notes": []})
+            rep = estimate_memory(
+                model,
+                strategy,
+                seq_len=int(row["seq_len"]),
+                micro_batch_size=1,
+                global_batch_size=int(row["global_batch"]),
+                recompute="full",
+                distributed_optimizer=False,
+            )
+            out.append(
+                {
+                    "id": f"2021-{row['params_billion']}B",
+                    "model": model.name,
+                    "gpu": "a100",
+                    "strategy": str(strategy),
+                    "precision": "fp16",
+                    "seq": int(row["seq_len"]),
+                    "mbs": 1,
+                    "capacity": accel.memory_bytes,
+                    "peaks": {"full": rep.peak_bytes},
+                    "fits": rep.fits(accel),
+                    "params_error": model.num_params / (float(row["params_billion"]) * 1e9) - 1,
+                    "notes": [],
+                }
+            )
     return out
 
 
@@ -106,21 +154,24 @@ def main(argv: list[str] | None = None) -> int:
         e_total = m.num_params / total - 1
         e_active = (m.num_active_params / active - 1) if active else None
         worst = max(worst, abs(e_total), abs(e_active or 0.0))
-        act = (f"active {m.num_active_params / 1e9:8.2f}B ({e_active:+.1%})" if active
-               else "dense")
+        act = f"active {m.num_active_params / 1e9:8.2f}B ({e_active:+.1%})" if active else "dense"
         print(f"  {name:16} total {m.num_params / 1e9:8.2f}B ({e_total:+.1%})  {act}")
     print(f"largest parameter-count error: {worst:.1%}\n")
 
     rows = published_rows()
     print("Published production configs (peak GiB per rank; fits uses 'selective'):")
-    print(f"{'id':>3} {'model':16} {'gpu':6} {'strategy':36} {'prec':6} "
-          f"{'none':>6} {'select':>6} {'full':>6} {'device':>6}  fits")
+    print(
+        f"{'id':>3} {'model':16} {'gpu':6} {'strategy':36} {'prec':6} "
+        f"{'none':>6} {'select':>6} {'full':>6} {'device':>6}  fits"
+    )
     for r in rows:
         p = r["peaks"]
-        print(f"{r['id']:>3} {r['model']:16} {r['gpu']:6} {r['strategy']:36} "
-              f"{r['precision']:6} {p['none'] / GiB:6.1f} {p['selective'] / GiB:6.1f} "
-              f"{p['full'] / GiB:6.1f} {r['capacity'] / GiB:6.0f}  "
-              f"{'yes' if r['fits'] else 'NO'}")
+        print(
+            f"{r['id']:>3} {r['model']:16} {r['gpu']:6} {r['strategy']:36} "
+            f"{r['precision']:6} {p['none'] / GiB:6.1f} {p['selective'] / GiB:6.1f} "
+            f"{p['full'] / GiB:6.1f} {r['capacity'] / GiB:6.0f}  "
+            f"{'yes' if r['fits'] else 'NO'}"
+        )
         if not args.short:
             for n in r["notes"]:
                 print(f"      note: {n}")
@@ -131,11 +182,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  does not fit: id {r['id']} {r['model']} {r['strategy']}")
 
     t1 = table1_rows()
-    print("\nNarayanan et al. 2021 Table 1 (A100 80 GB, full recompute, no distributed "
-          "optimizer):")
+    print("\nNarayanan et al. 2021 Table 1 (A100 80 GB, full recompute, no distributed optimizer):")
     for r in t1:
-        print(f"  {r['id']:>10} {r['strategy']:28} peak {r['peaks']['full'] / GiB:6.1f} GiB  "
-              f"params {r['params_error']:+.1%}  {'fits' if r['fits'] else 'NO'}")
+        print(
+            f"  {r['id']:>10} {r['strategy']:28} peak {r['peaks']['full'] / GiB:6.1f} GiB  "
+            f"params {r['params_error']:+.1%}  {'fits' if r['fits'] else 'NO'}"
+        )
     fit1 = sum(r["fits"] for r in t1)
     print(f"2021 configs predicted to fit: {fit1}/{len(t1)}")
     return 0 if not misses and fit1 == len(t1) else 1

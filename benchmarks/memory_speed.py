@@ -46,12 +46,13 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     for model, strategy, seq in prepared:
         for i in range(per_case):
-            estimate_memory(model, strategy, seq_len=seq,
-                            recompute=("selective", "full")[i & 1])
+            estimate_memory(model, strategy, seq_len=seq, recompute=("selective", "full")[i & 1])
         total += per_case
     elapsed = time.perf_counter() - start
-    print(f"{total} estimates in {elapsed:.3f} s: {total / elapsed:,.0f} estimates/s, "
-          f"{elapsed / total * 1e6:.1f} us per estimate")
+    print(
+        f"{total} estimates in {elapsed:.3f} s: {total / elapsed:,.0f} estimates/s, "
+        f"{elapsed / total * 1e6:.1f} us per estimate"
+    )
     for model, strategy, seq in prepared:
         t0 = time.perf_counter()
         k = max(1, per_case // 4)

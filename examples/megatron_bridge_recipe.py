@@ -57,20 +57,30 @@ def bridge_like_config(spec: ps.ModelSpec, seq_len: int, global_batch_size: int)
     class ModelProvider(TransformerConfig):  # like Bridge's GPTModelProvider
         seq_length: int = 4096
 
-    model = ModelProvider(num_layers=spec.num_layers, hidden_size=spec.hidden_size,
-                          num_attention_heads=spec.num_attention_heads,
-                          num_query_groups=spec.num_query_groups,
-                          ffn_hidden_size=spec.ffn_hidden_size,
-                          num_moe_experts=spec.num_moe_experts, add_bias_linear=False,
-                          seq_length=seq_len)
+    model = ModelProvider(
+        num_layers=spec.num_layers,
+        hidden_size=spec.hidden_size,
+        num_attention_heads=spec.num_attention_heads,
+        num_query_groups=spec.num_query_groups,
+        ffn_hidden_size=spec.ffn_hidden_size,
+        num_moe_experts=spec.num_moe_experts,
+        add_bias_linear=False,
+        seq_length=seq_len,
+    )
     return RecipeConfig(model=model, train=TrainConfig(global_batch_size=global_batch_size))
 
 
-def choose(spec: ps.ModelSpec, gpus: int, accelerator: str, seq_len: int,
-           global_batch_size: int) -> tuple[ps.Strategy, int]:
+def choose(
+    spec: ps.ModelSpec, gpus: int, accelerator: str, seq_len: int, global_batch_size: int
+) -> tuple[ps.Strategy, int]:
     """The planner's best strategy and micro-batch size."""
-    plan = ps.plan(spec, ps.Cluster(accelerator=accelerator, num_devices=gpus),
-                   seq_len=seq_len, global_batch_size=global_batch_size, top_k=1)
+    plan = ps.plan(
+        spec,
+        ps.Cluster(accelerator=accelerator, num_devices=gpus),
+        seq_len=seq_len,
+        global_batch_size=global_batch_size,
+        top_k=1,
+    )
     best = plan.best
     return best.strategy.with_world_size(gpus), best.micro_batch_size
 
@@ -87,8 +97,7 @@ def main() -> None:
 
     spec = ps.models.get(args.model)
     s, mbs = choose(spec, args.gpus, args.accelerator, args.seq_len, args.global_batch_size)
-    print(f"1. plan: {spec.name} on {args.gpus} x {args.accelerator} -> {s}, "
-          f"micro-batch {mbs}")
+    print(f"1. plan: {spec.name} on {args.gpus} x {args.accelerator} -> {s}, micro-batch {mbs}")
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # megatron-core's notes about unrelated defaults
@@ -109,9 +118,14 @@ def main() -> None:
             print(f"     {v}")
 
     nodes = max(1, args.gpus // 8)
-    argv = mg.launch_command(s, recipe=args.recipe, nproc_per_node=min(args.gpus, 8),
-                             nnodes=nodes, micro_batch_size=mbs,
-                             global_batch_size=args.global_batch_size)
+    argv = mg.launch_command(
+        s,
+        recipe=args.recipe,
+        nproc_per_node=min(args.gpus, 8),
+        nnodes=nodes,
+        micro_batch_size=mbs,
+        global_batch_size=args.global_batch_size,
+    )
     print("3. launch (Megatron Bridge scripts/training/run_recipe.py):")
     print("     " + shlex.join(argv))
 

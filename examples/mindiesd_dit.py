@@ -37,21 +37,31 @@ def main() -> None:
     rank0 = int(os.environ.get("RANK", "0")) == 0
 
     model = dit.get(args.model)
-    plan = ps.plan_dit(model, ps.Cluster(accelerator=args.accelerator, num_devices=args.devices),
-                       height=args.height, width=args.width, frames=args.frames,
-                       steps=args.steps, top_k=3)
+    plan = ps.plan_dit(
+        model,
+        ps.Cluster(accelerator=args.accelerator, num_devices=args.devices),
+        height=args.height,
+        width=args.width,
+        frames=args.frames,
+        steps=args.steps,
+        top_k=3,
+    )
     best = plan.best
     s = best.strategy
     if rank0:
-        print(f"1. plan_dit: {model.name} {args.width}x{args.height}x{args.frames}, "
-              f"{args.steps} steps on {args.devices} x {args.accelerator}")
+        print(
+            f"1. plan_dit: {model.name} {args.width}x{args.height}x{args.frames}, "
+            f"{args.steps} steps on {args.devices} x {args.accelerator}"
+        )
         for i, c in enumerate(plan.candidates, 1):
             print(f"     {i}. {c.strategy}: {c.latency_s:.1f} s")
 
     if "WORLD_SIZE" in os.environ:
         groups = s.initialize()  # hccl on Ascend, nccl on CUDA, gloo on CPU
-        print(f"2. rank {groups.rank}: ulysses group {groups.ranks['ulysses']}, ring group "
-              f"{groups.ranks['ring']}, cfg group {groups.ranks['cfg']}")
+        print(
+            f"2. rank {groups.rank}: ulysses group {groups.ranks['ulysses']}, ring group "
+            f"{groups.ranks['ring']}, cfg group {groups.ranks['cfg']}"
+        )
         ps.destroy()
     elif rank0:
         print("2. initialize: run under a launcher to build the groups, e.g.")
@@ -66,16 +76,20 @@ def main() -> None:
         port = settings.to_port_config()
         print("   port ParallelConfig:    ", port)
     except MissingExtraError as err:
-        print(f"   (the port's own ParallelConfig is not importable here: {err.extra} extra, "
-              "torch_npu and the port's code needed)")
+        print(
+            f"   (the port's own ParallelConfig is not importable here: {err.extra} extra, "
+            "torch_npu and the port's code needed)"
+        )
 
     # The same strategy for a GPU peer: diffusers has no CFG axis, and says so.
     from parastrat.adapters import diffusers as dd
 
     try:
         cp = dd.to_context_parallel_config(s, model)
-        print(f"   diffusers: ContextParallelConfig(ulysses_degree={cp.ulysses_degree}, "
-              f"ring_degree={cp.ring_degree})")
+        print(
+            f"   diffusers: ContextParallelConfig(ulysses_degree={cp.ulysses_degree}, "
+            f"ring_degree={cp.ring_degree})"
+        )
     except ps.StrategyError as err:
         print("   diffusers cannot take it as is:")
         for v in err.violations:

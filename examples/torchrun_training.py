@@ -30,16 +30,23 @@ HIDDEN, HEADS, LAYERS, VOCAB, SEQ = 64, 4, 4, 128, 32
 
 def tiny_model() -> ps.ModelSpec:
     """The model the planner sizes (matches the config below)."""
-    return ps.ModelSpec(name="tiny-gpt", num_layers=LAYERS, hidden_size=HIDDEN,
-                        num_attention_heads=HEADS, ffn_hidden_size=4 * HIDDEN, vocab_size=VOCAB)
+    return ps.ModelSpec(
+        name="tiny-gpt",
+        num_layers=LAYERS,
+        hidden_size=HIDDEN,
+        num_attention_heads=HEADS,
+        ffn_hidden_size=4 * HIDDEN,
+        vocab_size=VOCAB,
+    )
 
 
 def choose_strategy(world: int, pins: dict) -> ps.Strategy:
     """The planner's best strategy for ``world`` devices, or a fixed one when it cannot say."""
     try:
         cluster = ps.Cluster(accelerator="h100", num_devices=world)
-        result = ps.plan(tiny_model(), cluster, seq_len=SEQ, global_batch_size=8 * world,
-                         top_k=1, **pins)
+        result = ps.plan(
+            tiny_model(), cluster, seq_len=SEQ, global_batch_size=8 * world, top_k=1, **pins
+        )
         return result.best.strategy.with_world_size(world)
     except (ImportError, AttributeError, ValueError) as exc:  # planner absent / nothing fits
         print(f"planner unavailable ({type(exc).__name__}: {exc}); using a fixed strategy")
@@ -52,8 +59,13 @@ def megatron_config(strategy: ps.Strategy):
     import torch
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    cfg = TransformerConfig(num_layers=LAYERS, hidden_size=HIDDEN, num_attention_heads=HEADS,
-                            use_cpu_initialization=True, params_dtype=torch.float32)
+    cfg = TransformerConfig(
+        num_layers=LAYERS,
+        hidden_size=HIDDEN,
+        num_attention_heads=HEADS,
+        use_cpu_initialization=True,
+        params_dtype=torch.float32,
+    )
     return ps.apply(cfg, strategy, world_size=strategy.world_size)
 
 
@@ -65,8 +77,12 @@ def gpt_step(cfg, groups) -> float:
     from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
 
     model_parallel_cuda_manual_seed(1234)
-    model = GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(),
-                     vocab_size=VOCAB, max_sequence_length=SEQ).to(groups.device)
+    model = GPTModel(
+        config=cfg,
+        transformer_layer_spec=get_gpt_layer_local_spec(),
+        vocab_size=VOCAB,
+        max_sequence_length=SEQ,
+    ).to(groups.device)
     gen = torch.Generator().manual_seed(groups.coords.get("dp", 0))
     tokens = torch.randint(0, VOCAB, (2, SEQ), generator=gen).to(groups.device)
     position = torch.arange(SEQ, device=groups.device).unsqueeze(0).expand(2, -1)
@@ -85,8 +101,8 @@ def tp_mlp_step(groups) -> float:
     tp, i = groups.size("tp"), groups.coords["tp"]
     ffn = 4 * HIDDEN
     init = torch.Generator().manual_seed(0)  # same full weights on every rank
-    w1 = torch.randn(HIDDEN, ffn, generator=init) / HIDDEN ** 0.5
-    w2 = torch.randn(ffn, HIDDEN, generator=init) / ffn ** 0.5
+    w1 = torch.randn(HIDDEN, ffn, generator=init) / HIDDEN**0.5
+    w2 = torch.randn(ffn, HIDDEN, generator=init) / ffn**0.5
     cols = slice(i * ffn // tp, (i + 1) * ffn // tp)
     w1 = w1[:, cols].clone().requires_grad_()
     w2 = w2[cols, :].clone().requires_grad_()
@@ -94,11 +110,11 @@ def tp_mlp_step(groups) -> float:
     x = torch.randn(8, HIDDEN, generator=data)
     partial = torch.nn.functional.gelu(x @ w1) @ w2
     out = partial.clone()
-    dist.all_reduce(out, group=groups["tp"])                # RowParallelLinear's reduction
-    out = partial + (out - partial).detach()                # gradient flows to local shard
+    dist.all_reduce(out, group=groups["tp"])  # RowParallelLinear's reduction
+    out = partial + (out - partial).detach()  # gradient flows to local shard
     loss = (out - x).pow(2).mean()
     loss.backward()
-    for p in (w1, w2):                                      # DP gradient averaging
+    for p in (w1, w2):  # DP gradient averaging
         dist.all_reduce(p.grad, group=groups["dp-cp"])
         p.grad /= groups.size("dp-cp")
     return float(loss.item())
@@ -123,18 +139,29 @@ def main_rank(rank: int = 0, world: int = 1, pins: dict | None = None) -> dict:
         losses = [None] * world
         dist.all_gather_object(losses, loss)
         if groups.rank == 0:
-            print(f"strategy {groups.strategy} on {world} ranks ({groups.backend}); "
-                  f"losses per rank: {[round(v, 4) for v in losses]}")
-        return {"rank": groups.rank, "strategy": str(groups.strategy), "loss": loss,
-                "tp_group": groups.ranks["tp"]}
+            print(
+                f"strategy {groups.strategy} on {world} ranks ({groups.backend}); "
+                f"losses per rank: {[round(v, 4) for v in losses]}"
+            )
+        return {
+            "rank": groups.rank,
+            "strategy": str(groups.strategy),
+            "loss": loss,
+            "tp_group": groups.ranks["tp"],
+        }
     finally:
         ps.destroy()
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--local", type=int, default=None, metavar="N",
-                        help="spawn N local gloo ranks instead of running under torchrun")
+    parser.add_argument(
+        "--local",
+        type=int,
+        default=None,
+        metavar="N",
+        help="spawn N local gloo ranks instead of running under torchrun",
+    )
     parser.add_argument("--tp", type=int, default=None, help="pin the tensor parallel degree")
     parser.add_argument("--pp", type=int, default=None, help="pin the pipeline degree")
     args = parser.parse_args()

@@ -6,8 +6,15 @@ import os
 
 from hypothesis import HealthCheck, settings
 
-settings.register_profile("default", deadline=None,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
-settings.register_profile("thorough", deadline=None, max_examples=20000,
-                          suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+settings.register_profile(
+    "default",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+settings.register_profile(
+    "thorough",
+    deadline=None,
+    max_examples=20000,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
 settings.load_profile("thorough" if os.environ.get("PARASTRAT_THOROUGH") else "default")

@@ -22,8 +22,9 @@ def training_strategies(draw, max_world: int = 512, hierarchical: bool = False):
     etp = draw(st.sampled_from([None, 1, tp, 2]))
     order = draw(st.sampled_from(["tp-cp-ep-dp-pp", "tp-cp-ep-pp-dp"]))
     try:
-        s = Strategy(tp=tp, pp=pp, ep=ep, etp=etp, ulysses=ulysses, ring=ring, order=order,
-                     sp=tp > 1)
+        s = Strategy(
+            tp=tp, pp=pp, ep=ep, etp=etp, ulysses=ulysses, ring=ring, order=order, sp=tp > 1
+        )
         world = s.min_world_size * dp_mult
         if world > max_world:
             return None

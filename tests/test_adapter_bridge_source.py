@@ -37,7 +37,8 @@ CORE_ROOT = _root("megatron-core")
 pytestmark = pytest.mark.skipif(
     BRIDGE_ROOT is None or CORE_ROOT is None,
     reason="megatron-bridge source not installed: pip install --no-deps megatron-bridge "
-           "(and megatron-core)")
+    "(and megatron-core)",
+)
 
 CONFIG_MODULE = "megatron.bridge.training.config"
 
@@ -114,7 +115,8 @@ def class_fields(module: str, name: str) -> frozenset[str]:
         if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
             names.add(item.target.id)
         elif isinstance(item, ast.FunctionDef) and any(
-                _base_name(d) == "property" for d in item.decorator_list):
+            _base_name(d) == "property" for d in item.decorator_list
+        ):
             names.add(item.name)
     for base in node.bases:
         base_name = _base_name(base)
@@ -143,8 +145,7 @@ def _annotation_class(module: str, container: str, field: str) -> str:
 
 def section_fields(section: str) -> frozenset[str]:
     """Fields of the class ``ConfigContainer.<section>`` is annotated with."""
-    return class_fields(CONFIG_MODULE, _annotation_class(CONFIG_MODULE, "ConfigContainer",
-                                                         section))
+    return class_fields(CONFIG_MODULE, _annotation_class(CONFIG_MODULE, "ConfigContainer", section))
 
 
 def test_ast_walker_sees_megatron_core_fields_through_bridge_bases():
@@ -176,16 +177,18 @@ def test_every_dist_field_written_exists_on_distributed_init_config():
 
 
 def test_every_field_read_exists():
-    missing = [f"{sec}.{name}" for sec, name in mg.READ_FIELDS
-               if name not in section_fields(sec)]
+    missing = [f"{sec}.{name}" for sec, name in mg.READ_FIELDS if name not in section_fields(sec)]
     assert not missing
 
 
-@pytest.mark.parametrize("s", [
-    Strategy(tp=4, pp=4, vpp=2, sp=True, ulysses=2, ring=2, order=MEGATRON_ORDER),
-    Strategy(tp=2, ep=8, sp=True, pp=4, first_stage_layers=3, last_stage_layers=5),
-    Strategy(tp=2, pp=2, sp=True, order=MEGATRON_TP_PP_DP_ORDER),
-])
+@pytest.mark.parametrize(
+    "s",
+    [
+        Strategy(tp=4, pp=4, vpp=2, sp=True, ulysses=2, ring=2, order=MEGATRON_ORDER),
+        Strategy(tp=2, ep=8, sp=True, pp=4, first_stage_layers=3, last_stage_layers=5),
+        Strategy(tp=2, pp=2, sp=True, order=MEGATRON_TP_PP_DP_ORDER),
+    ],
+)
 def test_every_override_path_exists(s):
     for override in mg.to_overrides(s, micro_batch_size=1, global_batch_size=256):
         path = override.split("=", 1)[0]

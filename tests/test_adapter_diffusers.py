@@ -15,15 +15,24 @@ from parastrat.adapters import diffusers as dd
 from parastrat.errors import MissingExtraError
 
 #: Flux-like DiT: 24 attention heads.
-FLUX = ModelSpec(name="flux-like", num_layers=57, hidden_size=3072, num_attention_heads=24,
-                 ffn_hidden_size=12288, vocab_size=1)
+FLUX = ModelSpec(
+    name="flux-like",
+    num_layers=57,
+    hidden_size=3072,
+    num_attention_heads=24,
+    ffn_hidden_size=12288,
+    vocab_size=1,
+)
 
 
-@pytest.mark.parametrize("s, ulysses, ring", [
-    (Strategy(ulysses=4), 4, 1),
-    (Strategy(ring=4), 1, 4),     # ring only (Megatron-style order, same placement)
-    (Strategy(ulysses=2, ring=4), 2, 4),
-])
+@pytest.mark.parametrize(
+    "s, ulysses, ring",
+    [
+        (Strategy(ulysses=4), 4, 1),
+        (Strategy(ring=4), 1, 4),  # ring only (Megatron-style order, same placement)
+        (Strategy(ulysses=2, ring=4), 2, 4),
+    ],
+)
 def test_context_parallel_config_degrees(s, ulysses, ring):
     cp = dd.to_context_parallel_config(s)
     assert isinstance(cp, diffusers.ContextParallelConfig)
@@ -37,7 +46,7 @@ def test_mesh_places_ulysses_innermost_like_the_layout():
     s = Strategy(ulysses=2, ring=4)
     cp = dd.to_context_parallel_config(s)
     assert cp.mesh_dim_names == ("ring", "ulysses")
-    grid = torch.arange(s.cp).view(cp.mesh_shape)        # what init_device_mesh lays out
+    grid = torch.arange(s.cp).view(cp.mesh_shape)  # what init_device_mesh lays out
     groups = parastrat.layout(s, s.cp)
     assert sorted(groups["ulysses"]) == sorted(grid.tolist())
     assert sorted(groups["ring"]) == sorted(grid.t().tolist())
@@ -66,13 +75,16 @@ def test_refusals_listed_together():
     assert set(err.value.rules) == {"diffusers-pp", "diffusers-cfg", "diffusers-cp-tp"}
 
 
-@pytest.mark.parametrize("s, kwargs, rule", [
-    (Strategy(), {}, "diffusers-cp-none"),
-    (Strategy(ep=2, ring=2), {}, "diffusers-ep"),
-    # mesh over all ranks: world 8 for ulysses*ring = 4 would leave dp 2
-    (Strategy(ulysses=4), {"world_size": 8}, "diffusers-world"),
-    (Strategy(ulysses=4).with_world_size(8), {}, "diffusers-world"),
-])
+@pytest.mark.parametrize(
+    "s, kwargs, rule",
+    [
+        (Strategy(), {}, "diffusers-cp-none"),
+        (Strategy(ep=2, ring=2), {}, "diffusers-ep"),
+        # mesh over all ranks: world 8 for ulysses*ring = 4 would leave dp 2
+        (Strategy(ulysses=4), {"world_size": 8}, "diffusers-world"),
+        (Strategy(ulysses=4).with_world_size(8), {}, "diffusers-world"),
+    ],
+)
 def test_what_diffusers_cannot_express(s, kwargs, rule):
     with pytest.raises(StrategyError) as err:
         dd.to_context_parallel_config(s, **kwargs)

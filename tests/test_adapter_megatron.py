@@ -28,14 +28,15 @@ from parastrat.adapters import megatron as mg
 from parastrat.strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER
 
 # Megatron Core's own construction-time notes, not about the adapter.
-pytestmark = [pytest.mark.filterwarnings("ignore:full scope is deprecated"),
-              pytest.mark.filterwarnings("ignore:moe_ffn_hidden_size is not set")]
+pytestmark = [
+    pytest.mark.filterwarnings("ignore:full scope is deprecated"),
+    pytest.mark.filterwarnings("ignore:moe_ffn_hidden_size is not set"),
+]
 
 
 def dense(**kw) -> TransformerConfig:
     """16 layers, 16 heads, 4 query groups (GQA), dense."""
-    args = {"num_layers": 16, "hidden_size": 512, "num_attention_heads": 16,
-            "num_query_groups": 4}
+    args = {"num_layers": 16, "hidden_size": 512, "num_attention_heads": 16, "num_query_groups": 4}
     args.update(kw)
     return TransformerConfig(**args)
 
@@ -77,8 +78,11 @@ def test_dense_tp_sp_writes_every_degree_and_explicit_etp():
 def test_moe_ep_with_etp_one():
     cfg = moe()
     mg.apply(cfg, Strategy(tp=2, ep=4, sp=True))
-    assert (cfg.tensor_model_parallel_size, cfg.expert_model_parallel_size,
-            cfg.expert_tensor_parallel_size) == (2, 4, 1)
+    assert (
+        cfg.tensor_model_parallel_size,
+        cfg.expert_model_parallel_size,
+        cfg.expert_tensor_parallel_size,
+    ) == (2, 4, 1)
     assert cfg.sequence_parallel is True
 
 
@@ -90,11 +94,14 @@ def test_moe_explicit_etp_replaces_megatron_default():
     assert cfg.expert_tensor_parallel_size == 2
 
 
-@pytest.mark.parametrize("strategy, comm, sizes", [
-    (Strategy(cp=4), "p2p", None),                                   # ring only
-    (Strategy(ulysses=4, order=MEGATRON_ORDER), "a2a", None),        # Ulysses only
-    (Strategy(ulysses=2, ring=4, order=MEGATRON_ORDER), "a2a+p2p", [2, 4]),  # hierarchical
-])
+@pytest.mark.parametrize(
+    "strategy, comm, sizes",
+    [
+        (Strategy(cp=4), "p2p", None),  # ring only
+        (Strategy(ulysses=4, order=MEGATRON_ORDER), "a2a", None),  # Ulysses only
+        (Strategy(ulysses=2, ring=4, order=MEGATRON_ORDER), "a2a+p2p", [2, 4]),  # hierarchical
+    ],
+)
 def test_context_parallel_comm_type(strategy, comm, sizes):
     cfg = dense()
     mg.apply(cfg, strategy)
@@ -160,8 +167,11 @@ def test_plan_changes_does_not_touch_the_config():
     cfg = dense()
     before = snapshot(cfg)
     changes = mg.plan_changes(cfg, Strategy(tp=4, sp=True))
-    assert [c.path for c in changes] == ["tensor_model_parallel_size",
-                                         "expert_tensor_parallel_size", "sequence_parallel"]
+    assert [c.path for c in changes] == [
+        "tensor_model_parallel_size",
+        "expert_tensor_parallel_size",
+        "sequence_parallel",
+    ]
     assert_untouched(cfg, before)
 
 
@@ -240,15 +250,18 @@ def test_not_a_config():
 # ---------------------------------------------------------------------------------------------
 # Round trip, including a property test over many strategies.
 # ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("s", [
-    Strategy(tp=4, sp=True),
-    Strategy(tp=2, pp=4, vpp=2, sp=True),
-    Strategy(tp=2, ep=4, sp=True),
-    Strategy(cp=4),
-    Strategy(ulysses=4, order=MEGATRON_ORDER),
-    Strategy(ulysses=2, ring=2, tp=2, sp=True, order=MEGATRON_ORDER),
-    Strategy(pp=4, first_stage_layers=2, last_stage_layers=6),
-])
+@pytest.mark.parametrize(
+    "s",
+    [
+        Strategy(tp=4, sp=True),
+        Strategy(tp=2, pp=4, vpp=2, sp=True),
+        Strategy(tp=2, ep=4, sp=True),
+        Strategy(cp=4),
+        Strategy(ulysses=4, order=MEGATRON_ORDER),
+        Strategy(ulysses=2, ring=2, tp=2, sp=True, order=MEGATRON_ORDER),
+        Strategy(pp=4, first_stage_layers=2, last_stage_layers=6),
+    ],
+)
 def test_round_trip(s):
     cfg = moe()
     assert mg.from_config(mg.apply(cfg, s)) == s
@@ -271,13 +284,29 @@ DEGREES = st.sampled_from([1, 2, 4])
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(tp=DEGREES, pp=st.sampled_from([1, 2, 3, 4]), vpp=st.sampled_from([1, 2]), ulysses=DEGREES,
-       ring=DEGREES, ep=st.sampled_from([1, 2, 4, 8, 3]), etp=st.sampled_from([None, 1, 2]),
-       sp=st.booleans())
+@given(
+    tp=DEGREES,
+    pp=st.sampled_from([1, 2, 3, 4]),
+    vpp=st.sampled_from([1, 2]),
+    ulysses=DEGREES,
+    ring=DEGREES,
+    ep=st.sampled_from([1, 2, 4, 8, 3]),
+    etp=st.sampled_from([None, 1, 2]),
+    sp=st.booleans(),
+)
 def test_property_apply_round_trips_or_refuses_untouched(tp, pp, vpp, ulysses, ring, ep, etp, sp):
     try:
-        s = Strategy(tp=tp, pp=pp, vpp=vpp, ulysses=ulysses, ring=ring, ep=ep, etp=etp, sp=sp,
-                     order=MEGATRON_ORDER)
+        s = Strategy(
+            tp=tp,
+            pp=pp,
+            vpp=vpp,
+            ulysses=ulysses,
+            ring=ring,
+            ep=ep,
+            etp=etp,
+            sp=sp,
+            order=MEGATRON_ORDER,
+        )
     except StrategyError:
         assume(False)
     cfg = moe()
@@ -325,8 +354,13 @@ class ContainerLike:
 
 
 def container(gbs=None, mbs=None, seq_length=4096, **model_kw) -> ContainerLike:
-    args = {"num_layers": 16, "hidden_size": 512, "num_attention_heads": 16,
-            "num_query_groups": 4, "seq_length": seq_length}
+    args = {
+        "num_layers": 16,
+        "hidden_size": 512,
+        "num_attention_heads": 16,
+        "num_query_groups": 4,
+        "seq_length": seq_length,
+    }
     args.update(model_kw)
     return ContainerLike(ProviderLike(**args), TrainLike(gbs, mbs))
 
@@ -434,14 +468,23 @@ def test_overrides_parsed_by_hydra_land_on_the_config_and_round_trip():
     from omegaconf import OmegaConf
 
     cfg = moe()
-    plain = {f.name: getattr(cfg, f.name) for f in dataclasses.fields(cfg)
-             if isinstance(getattr(cfg, f.name), (int, str, bool, list, type(None)))}
-    tree = OmegaConf.create({"model": plain, "dist": {"use_tp_pp_dp_mapping": False},
-                             "train": {"micro_batch_size": 1, "global_batch_size": 8}})
+    plain = {
+        f.name: getattr(cfg, f.name)
+        for f in dataclasses.fields(cfg)
+        if isinstance(getattr(cfg, f.name), (int, str, bool, list, type(None)))
+    }
+    tree = OmegaConf.create(
+        {
+            "model": plain,
+            "dist": {"use_tp_pp_dp_mapping": False},
+            "train": {"micro_batch_size": 1, "global_batch_size": 8},
+        }
+    )
     OmegaConf.set_struct(tree, True)  # unknown keys are an error, as in Bridge
     s = Strategy(tp=2, pp=2, vpp=2, ep=4, sp=True, ulysses=2, ring=2, order=MEGATRON_ORDER)
     parsed = OverridesParser.create().parse_overrides(
-        mg.to_overrides(s, micro_batch_size=2, global_batch_size=64))
+        mg.to_overrides(s, micro_batch_size=2, global_batch_size=64)
+    )
     ConfigLoaderImpl._apply_overrides_to_config(overrides=parsed, cfg=tree)
     for key, value in OmegaConf.to_container(tree.model).items():
         setattr(cfg, key, value)
@@ -473,8 +516,9 @@ def test_apply_writes_pipeline_accounting_and_round_trips():
     # Qwen3-235B-style: 94 layers on PP 8, VPP 3, embedding and loss counted as layers.
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    cfg = TransformerConfig(num_layers=94, hidden_size=512, num_attention_heads=8,
-                            pipeline_dtype=None)
+    cfg = TransformerConfig(
+        num_layers=94, hidden_size=512, num_attention_heads=8, pipeline_dtype=None
+    )
     s = Strategy(pp=8, vpp=3, account_for_embedding=True, account_for_loss=True)
     mg.apply(cfg, s, framework_check=False)
     assert cfg.account_for_embedding_in_pipeline_split and cfg.account_for_loss_in_pipeline_split

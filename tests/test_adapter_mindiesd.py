@@ -21,8 +21,14 @@ from parastrat.adapters.mindiesd import MindIEParallelConfig
 from parastrat.errors import MissingExtraError
 
 #: Wan2.1-14B-like DiT: 40 heads.  (vocab/ffn are irrelevant to the rules checked here.)
-WAN = ModelSpec(name="wan2.1-14b-like", num_layers=40, hidden_size=5120, num_attention_heads=40,
-                ffn_hidden_size=13824, vocab_size=1)
+WAN = ModelSpec(
+    name="wan2.1-14b-like",
+    num_layers=40,
+    hidden_size=5120,
+    num_attention_heads=40,
+    ffn_hidden_size=13824,
+    vocab_size=1,
+)
 #: A GQA DiT: 40 query heads, 10 KV heads.
 GQA = WAN.with_(name="gqa-dit", num_query_groups=10)
 
@@ -42,8 +48,14 @@ class PortParallelConfig:
 def test_ulysses_with_cfg():
     # world = cfg 2 * sp (ulysses 4 * ring 1) * tp 1 = 8
     got = md.to_parallel_config(Strategy(ulysses=4, cfg=2))
-    assert got == MindIEParallelConfig(tp_degree=1, sp_degree=4, ulysses_degree=4,
-                                       ring_degree=1, use_cfg_parallel=True, world_size=8)
+    assert got == MindIEParallelConfig(
+        tp_degree=1,
+        sp_degree=4,
+        ulysses_degree=4,
+        ring_degree=1,
+        use_cfg_parallel=True,
+        world_size=8,
+    )
     assert got.cfg_degree == 2
 
 
@@ -51,10 +63,24 @@ def test_every_degree_and_cli_args():
     # world = cfg 2 * ulysses 2 * ring 2 * tp 2 = 16
     s = Strategy(tp=2, ulysses=2, ring=2, cfg=2)
     got = md.to_parallel_config(s)
-    assert got.to_dict() == {"tp_degree": 2, "sp_degree": 4, "ulysses_degree": 2,
-                             "ring_degree": 2, "use_cfg_parallel": True, "world_size": 16}
-    assert md.to_cli_args(s) == ["--ulysses_size", "2", "--ring_size", "2", "--cfg_size", "2",
-                                 "--tp_size", "2"]
+    assert got.to_dict() == {
+        "tp_degree": 2,
+        "sp_degree": 4,
+        "ulysses_degree": 2,
+        "ring_degree": 2,
+        "use_cfg_parallel": True,
+        "world_size": 16,
+    }
+    assert md.to_cli_args(s) == [
+        "--ulysses_size",
+        "2",
+        "--ring_size",
+        "2",
+        "--cfg_size",
+        "2",
+        "--tp_size",
+        "2",
+    ]
     assert md.to_cli_args(s, vae_parallel=True)[-1] == "--vae_parallel"
 
 
@@ -97,12 +123,15 @@ def test_refusals_listed_together():
     assert set(err.value.rules) == {"mindiesd-pp", "mindiesd-world"}
 
 
-@pytest.mark.parametrize("s, rule", [
-    (Strategy(ep=2), "mindiesd-ep"),
-    (Strategy(tp=2, sp=True), "mindiesd-megatron-sp"),
-    (Strategy(ulysses=4, cfg=2).with_world_size(16), "mindiesd-world"),  # dp 2
-    (Strategy(tp=2, ulysses=2, order="sp-tp-pp-cfg-dp"), "mindiesd-order"),
-])
+@pytest.mark.parametrize(
+    "s, rule",
+    [
+        (Strategy(ep=2), "mindiesd-ep"),
+        (Strategy(tp=2, sp=True), "mindiesd-megatron-sp"),
+        (Strategy(ulysses=4, cfg=2).with_world_size(16), "mindiesd-world"),  # dp 2
+        (Strategy(tp=2, ulysses=2, order="sp-tp-pp-cfg-dp"), "mindiesd-order"),
+    ],
+)
 def test_what_the_ports_cannot_express(s, rule):
     with pytest.raises(StrategyError) as err:
         md.to_parallel_config(s)
@@ -110,8 +139,12 @@ def test_what_the_ports_cannot_express(s, rule):
 
 
 @settings(max_examples=40, deadline=None)
-@given(tp=st.sampled_from([1, 2]), ulysses=st.sampled_from([1, 2, 4]),
-       ring=st.sampled_from([1, 2]), cfg=st.sampled_from([1, 2]))
+@given(
+    tp=st.sampled_from([1, 2]),
+    ulysses=st.sampled_from([1, 2, 4]),
+    ring=st.sampled_from([1, 2]),
+    cfg=st.sampled_from([1, 2]),
+)
 def test_settings_agree_with_the_rank_layout(tp, ulysses, ring, cfg):
     """The ports place rank = t + tp*(sp index) + tp*sp*(cfg index): parastrat's layout of
     the same strategy must give the same groups."""
@@ -121,10 +154,16 @@ def test_settings_agree_with_the_rank_layout(tp, ulysses, ring, cfg):
     assert world == tp * ulysses * ring * cfg == s.min_world_size
     groups = parastrat.layout(s, world)
     sp = got.sp_degree
-    expect_tp = [[c * tp * sp + k * tp + t for t in range(tp)]
-                 for c in range(got.cfg_degree) for k in range(sp)]
-    expect_cfg = [[c * tp * sp + k * tp + t for c in range(got.cfg_degree)]
-                  for k in range(sp) for t in range(tp)]
+    expect_tp = [
+        [c * tp * sp + k * tp + t for t in range(tp)]
+        for c in range(got.cfg_degree)
+        for k in range(sp)
+    ]
+    expect_cfg = [
+        [c * tp * sp + k * tp + t for c in range(got.cfg_degree)]
+        for k in range(sp)
+        for t in range(tp)
+    ]
     assert sorted(groups["tp"]) == sorted(expect_tp)
     assert sorted(groups["cfg"]) == sorted(expect_cfg)
     assert all(len(g) == sp for g in groups["sp"])
@@ -132,8 +171,14 @@ def test_settings_agree_with_the_rank_layout(tp, ulysses, ring, cfg):
 
 def test_port_config_built_with_the_ports_class():
     port = md.to_port_config(Strategy(ulysses=2, ring=2, cfg=2), cls=PortParallelConfig)
-    assert port == PortParallelConfig(tp_degree=1, sp_degree=4, ulysses_degree=2,
-                                      ring_degree=2, use_cfg_parallel=True, world_size=8)
+    assert port == PortParallelConfig(
+        tp_degree=1,
+        sp_degree=4,
+        ulysses_degree=2,
+        ring_degree=2,
+        use_cfg_parallel=True,
+        world_size=8,
+    )
 
 
 def test_port_without_a_needed_field_is_refused():
@@ -151,8 +196,9 @@ def test_port_without_a_needed_field_is_refused():
     assert err.value.rules == ["mindiesd-port-field"]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("wan") is not None,
-                    reason="a MindIE-SD port is importable here")
+@pytest.mark.skipif(
+    importlib.util.find_spec("wan") is not None, reason="a MindIE-SD port is importable here"
+)
 def test_port_class_missing_names_the_extra():
     with pytest.raises(MissingExtraError) as err:
         md.to_port_config(Strategy(ulysses=2))

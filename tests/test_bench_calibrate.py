@@ -42,12 +42,18 @@ def test_fit_recovers_known_latency_and_bandwidth():
     assert cal["fit"]["all_gather"]["intra"]["rel_rmse"] < 1e-9
 
 
-@given(alpha=st.floats(1e-7, 1e-3), busbw=st.floats(1e8, 1e12),
-       op=st.sampled_from(["all_reduce", "all_to_all", "ring", "broadcast"]),
-       worlds=st.lists(st.sampled_from([2, 4, 8]), min_size=1, max_size=3))
+@given(
+    alpha=st.floats(1e-7, 1e-3),
+    busbw=st.floats(1e8, 1e12),
+    op=st.sampled_from(["all_reduce", "all_to_all", "ring", "broadcast"]),
+    worlds=st.lists(st.sampled_from([2, 4, 8]), min_size=1, max_size=3),
+)
 def test_fit_is_exact_on_noise_free_rows_of_any_group_sizes(alpha, busbw, op, worlds):
-    rows = [_row(op, s, n, _model_time(op, s, n, alpha, busbw))
-            for n in worlds for s in (1 << 12, 1 << 18, 1 << 24)]
+    rows = [
+        _row(op, s, n, _model_time(op, s, n, alpha, busbw))
+        for n in worlds
+        for s in (1 << 12, 1 << 18, 1 << 24)
+    ]
     got = fit(rows)["ops"][op]["intra"]
     assert got["alpha_s"] == pytest.approx(alpha, rel=1e-5, abs=1e-12)
     assert got["busbw_Bps"] == pytest.approx(busbw, rel=1e-5)
@@ -56,8 +62,10 @@ def test_fit_is_exact_on_noise_free_rows_of_any_group_sizes(alpha, busbw, op, wo
 def test_link_classes_are_fitted_separately():
     rows = []
     for span, (alpha, bw) in {"intra": (2e-6, 300e9), "inter": (20e-6, 40e9)}.items():
-        rows += [_row("all_reduce", s, 8, _model_time("all_reduce", s, 8, alpha, bw), span)
-                 for s in (1 << 16, 1 << 22, 1 << 26)]
+        rows += [
+            _row("all_reduce", s, 8, _model_time("all_reduce", s, 8, alpha, bw), span)
+            for s in (1 << 16, 1 << 22, 1 << 26)
+        ]
     ops = fit(rows)["ops"]["all_reduce"]
     assert ops["intra"]["busbw_Bps"] == pytest.approx(300e9, rel=1e-6)
     assert ops["inter"]["busbw_Bps"] == pytest.approx(40e9, rel=1e-6)
@@ -66,8 +74,11 @@ def test_link_classes_are_fitted_separately():
 
 def test_negative_latency_is_clamped_to_zero():
     # time grows faster than linearly at the small end: the free fit would give alpha < 0
-    rows = [_row("ring", 1000, 2, 1e-7), _row("ring", 1_000_000, 2, 1e-3),
-            _row("ring", 2_000_000, 2, 2e-3)]
+    rows = [
+        _row("ring", 1000, 2, 1e-7),
+        _row("ring", 1_000_000, 2, 1e-3),
+        _row("ring", 2_000_000, 2, 2e-3),
+    ]
     got = fit(rows)["ops"]["ring"]["intra"]
     assert got["alpha_s"] == 0.0
     # alpha = 0, weights 1/t^2: 1/busbw = sum(r) / sum(r^2) with r = S/t = 1e10, 1e9, 1e9,
@@ -76,8 +87,12 @@ def test_negative_latency_is_clamped_to_zero():
 
 
 def test_a_class_with_one_size_is_skipped_and_nothing_fittable_is_an_error():
-    rows = [_row("broadcast", 4096, 4, 1e-4), _row("broadcast", 4096, 4, 2e-4),
-            _row("all_to_all", 4096, 4, 1e-4), _row("all_to_all", 8192, 4, 1.5e-4)]
+    rows = [
+        _row("broadcast", 4096, 4, 1e-4),
+        _row("broadcast", 4096, 4, 2e-4),
+        _row("all_to_all", 4096, 4, 1e-4),
+        _row("all_to_all", 8192, 4, 1.5e-4),
+    ]
     cal = fit(rows)
     assert "broadcast" not in cal["ops"] and "all_to_all" in cal["ops"]
     assert any("broadcast" in s for s in cal["skipped"])
@@ -92,8 +107,10 @@ def test_single_rank_collectives_carry_no_information():
 
 
 def test_fit_takes_json_dicts_and_survives_save_and_load(tmp_path):
-    rows = [_row("reduce_scatter", s, 2, _model_time("reduce_scatter", s, 2, 5e-6, 1e10)).to_dict()
-            for s in (1 << 10, 1 << 20)]
+    rows = [
+        _row("reduce_scatter", s, 2, _model_time("reduce_scatter", s, 2, 5e-6, 1e10)).to_dict()
+        for s in (1 << 10, 1 << 20)
+    ]
     cal = fit(rows, source="unit test")
     path = save(cal, tmp_path / "cal.json")
     assert load(path) == cal
@@ -111,10 +128,12 @@ def test_calibration_changes_the_cost_models_collective_time(tmp_path):
     assert tuned.collective_time("all_gather", 16e6, 4, "intra") == pytest.approx(6.03e-3)
     assert base.collective_time("all_gather", 16e6, 4, "intra") < 1e-3  # NVLink datasheet
     # ops and spans the calibration lacks keep the datasheet values
-    assert tuned.collective_time("all_reduce", 16e6, 4, "intra") == \
-        base.collective_time("all_reduce", 16e6, 4, "intra")
-    from_file = Cluster.from_calibration_file(save(cal, tmp_path / "c.json"),
-                                              accelerator="h100", num_devices=8)
+    assert tuned.collective_time("all_reduce", 16e6, 4, "intra") == base.collective_time(
+        "all_reduce", 16e6, 4, "intra"
+    )
+    from_file = Cluster.from_calibration_file(
+        save(cal, tmp_path / "c.json"), accelerator="h100", num_devices=8
+    )
     assert from_file.collective_time("all_gather", 16e6, 4, "intra") == pytest.approx(6.03e-3)
 
 
@@ -122,10 +141,19 @@ def _slow_inter_rows() -> list[Row]:
     """What a sweep across nodes with a poor network would measure: every op crossing nodes
     pays 1 ms per step and gets 0.1 GB/s of bus bandwidth (datasheet H100: 50 GB/s)."""
     rows = []
-    for op in ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ring", "send_recv",
-               "broadcast"):
-        rows += [_row(op, s, 16, _model_time(op, s, 16, 1e-3, 1e8), span="inter")
-                 for s in (1 << 16, 1 << 22, 1 << 26)]
+    for op in (
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "all_to_all",
+        "ring",
+        "send_recv",
+        "broadcast",
+    ):
+        rows += [
+            _row(op, s, 16, _model_time(op, s, 16, 1e-3, 1e8), span="inter")
+            for s in (1 << 16, 1 << 22, 1 << 26)
+        ]
     return rows
 
 
@@ -135,7 +163,7 @@ def test_a_plan_changes_when_measured_inter_node_links_are_slow(tmp_path):
 
     cal = fit(_slow_inter_rows(), source="slow inter-node network")
     assert cal["ops"]["all_reduce"]["inter"]["busbw_Bps"] == pytest.approx(1e8, rel=1e-6)
-    cluster = Cluster("h100", num_devices=32)   # 4 nodes of 8
+    cluster = Cluster("h100", num_devices=32)  # 4 nodes of 8
     kwargs = dict(seq_len=4096, global_batch_size=256, top_k=1)
     default = plan("llama3-8b", cluster, **kwargs).best
     slow = plan("llama3-8b", cluster.calibrate(cal), **kwargs).best
@@ -145,8 +173,23 @@ def test_a_plan_changes_when_measured_inter_node_links_are_slow(tmp_path):
     assert slow.step.step_time_s > default.step.step_time_s
     # and the saved file drives `parastrat plan --calibration` the same way
     path = save(cal, tmp_path / "slow.json")
-    argv = ["plan", "--model", "llama3-8b", "--gpus", "32", "--accelerator", "h100",
-            "--seq-len", "4096", "--global-batch-size", "256", "--top-k", "1", "--format", "json"]
+    argv = [
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--gpus",
+        "32",
+        "--accelerator",
+        "h100",
+        "--seq-len",
+        "4096",
+        "--global-batch-size",
+        "256",
+        "--top-k",
+        "1",
+        "--format",
+        "json",
+    ]
     outs = []
     for extra in ([], ["--calibration", str(path)]):
         buf = io.StringIO()

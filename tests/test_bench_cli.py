@@ -13,8 +13,19 @@ from parastrat.cli import main
 from parastrat.spec.cluster import Cluster, bus_factor
 
 OPS = "all_reduce,all_gather,reduce_scatter,all_to_all,ring,send_recv,broadcast"
-FIELDS = {"op", "bytes", "world", "time_s", "time_min_s", "time_max_s", "algbw_gbps",
-          "busbw_gbps", "iters", "backend", "dtype"}
+FIELDS = {
+    "op",
+    "bytes",
+    "world",
+    "time_s",
+    "time_min_s",
+    "time_max_s",
+    "algbw_gbps",
+    "busbw_gbps",
+    "iters",
+    "backend",
+    "dtype",
+}
 
 
 @pytest.fixture(scope="module")
@@ -26,10 +37,31 @@ def sweep(tmp_path_factory):
     files = {"rows": out / "rows.json", "plot": out / "busbw.png", "fit": out / "cal.json"}
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        status = main(["bench", "--world", "4", "--ops", OPS, "--sizes", "4KB:256KB:x8",
-                       "--iters", "3", "--warmup", "1", "--format", "json",
-                       "--output", str(files["rows"]), "--plot", str(files["plot"]),
-                       "--fit", str(files["fit"]), "--timeout", "120"])
+        status = main(
+            [
+                "bench",
+                "--world",
+                "4",
+                "--ops",
+                OPS,
+                "--sizes",
+                "4KB:256KB:x8",
+                "--iters",
+                "3",
+                "--warmup",
+                "1",
+                "--format",
+                "json",
+                "--output",
+                str(files["rows"]),
+                "--plot",
+                str(files["plot"]),
+                "--fit",
+                str(files["fit"]),
+                "--timeout",
+                "120",
+            ]
+        )
     return status, buf.getvalue(), files
 
 
@@ -39,7 +71,8 @@ def test_cli_json_rows_have_every_field_and_nccl_tests_bandwidths(sweep):
     assert status == 0
     rows = json.loads(stdout)  # exactly one JSON document on stdout
     assert {(r["op"], r["bytes"]) for r in rows} == {
-        (op, s) for op in OPS.split(",") for s in (4096, 32768, 262144)}
+        (op, s) for op in OPS.split(",") for s in (4096, 32768, 262144)
+    }
     for r in rows:
         assert set(r) >= FIELDS
         assert (r["world"], r["iters"], r["backend"], r["dtype"]) == (4, 3, "gloo", "float32")
@@ -61,8 +94,9 @@ def test_cli_writes_rows_plot_and_a_calibration_the_cost_model_takes(sweep):
     for op in OPS.split(","):
         alpha, busbw = cal["ops"][op]["intra"]["alpha_s"], cal["ops"][op]["intra"]["busbw_Bps"]
         assert tuned.collective_params(op, "intra") == (alpha, busbw)
-        assert tuned.collective_time(op, 1 << 20, 4, "intra") != \
-            base.collective_time(op, 1 << 20, 4, "intra")
+        assert tuned.collective_time(op, 1 << 20, 4, "intra") != base.collective_time(
+            op, 1 << 20, 4, "intra"
+        )
     # gloo on a shared CPU is orders of magnitude below NVLink's datasheet bandwidth
     assert tuned.collective_params("all_reduce", "intra")[1] < base.link("intra")[1] / 10
 
@@ -70,22 +104,53 @@ def test_cli_writes_rows_plot_and_a_calibration_the_cost_model_takes(sweep):
 @pytest.mark.multiprocess
 def test_cli_strategy_run_on_local_ranks(capsys):
     pytest.importorskip("torch")
-    status = main(["bench", "--world", "2", "--tp", "2", "--sp", "--sizes", "4KB",
-                   "--iters", "2", "--warmup", "1", "--format", "csv"])
+    status = main(
+        [
+            "bench",
+            "--world",
+            "2",
+            "--tp",
+            "2",
+            "--sp",
+            "--sizes",
+            "4KB",
+            "--iters",
+            "2",
+            "--warmup",
+            "1",
+            "--format",
+            "csv",
+        ]
+    )
     assert status == 0
     lines = capsys.readouterr().out.strip().splitlines()
     header = lines[0].split(",")
     got = [dict(zip(header, line.split(","))) for line in lines[1:]]
     assert [(g["group"], g["op"], g["world"]) for g in got] == [
-        ("tp", "all_gather", "2"), ("tp", "reduce_scatter", "2")]
+        ("tp", "all_gather", "2"),
+        ("tp", "reduce_scatter", "2"),
+    ]
 
 
 def _cli_as_torchrun_rank(rank: int, world: int) -> tuple[int, str]:
     """One rank of a torchrun-style launch: WORLD_SIZE is set, --world is not."""
     buf = io.StringIO()
     with contextlib.redirect_stdout(buf):
-        status = main(["bench", "--ops", "all_reduce,send_recv", "--sizes", "4KB",
-                       "--iters", "2", "--warmup", "1", "--format", "json"])
+        status = main(
+            [
+                "bench",
+                "--ops",
+                "all_reduce,send_recv",
+                "--sizes",
+                "4KB",
+                "--iters",
+                "2",
+                "--warmup",
+                "1",
+                "--format",
+                "json",
+            ]
+        )
     return status, buf.getvalue()
 
 
@@ -99,15 +164,30 @@ def test_cli_under_torchrun_uses_the_launched_world_and_only_rank_0_prints():
     assert (s0, s1) == (0, 0) and out1 == ""
     rows = json.loads(out0)
     assert [(r["op"], r["world"], r["backend"]) for r in rows] == [
-        ("all_reduce", 2, "gloo"), ("send_recv", 2, "gloo")]
+        ("all_reduce", 2, "gloo"),
+        ("send_recv", 2, "gloo"),
+    ]
 
 
 def test_cli_reads_earlier_rows_to_print_plot_and_fit(tmp_path, capsys):
-    rows = [{"op": "ring", "bytes": b, "world": 2, "time_s": t, "time_min_s": t,
-             "time_max_s": t, "algbw_gbps": b / t / 1e9, "busbw_gbps": b / t / 1e9,
-             "iters": 1, "backend": "nccl", "dtype": "bfloat16", "span": "inter"}
-            # alpha 10 us, 25 GB/s: 10e-6 + S / 25e9
-            for b, t in ((1 << 10, 10e-6 + 1024 / 25e9), (1 << 26, 10e-6 + (1 << 26) / 25e9))]
+    rows = [
+        {
+            "op": "ring",
+            "bytes": b,
+            "world": 2,
+            "time_s": t,
+            "time_min_s": t,
+            "time_max_s": t,
+            "algbw_gbps": b / t / 1e9,
+            "busbw_gbps": b / t / 1e9,
+            "iters": 1,
+            "backend": "nccl",
+            "dtype": "bfloat16",
+            "span": "inter",
+        }
+        # alpha 10 us, 25 GB/s: 10e-6 + S / 25e9
+        for b, t in ((1 << 10, 10e-6 + 1024 / 25e9), (1 << 26, 10e-6 + (1 << 26) / 25e9))
+    ]
     src = tmp_path / "rows.json"
     src.write_text(json.dumps({"rows": rows}))
     assert main(["bench", "--load", str(src), "--fit", str(tmp_path / "c.json")]) == 0
@@ -118,12 +198,15 @@ def test_cli_reads_earlier_rows_to_print_plot_and_fit(tmp_path, capsys):
     assert cal["ops"]["ring"]["inter"]["alpha_s"] == pytest.approx(10e-6)
 
 
-@pytest.mark.parametrize("argv, needle", [
-    (["--sizes", "4XB"], "message size"),
-    (["--ops", "all_reduce,allreduce"], "unknown op"),
-    (["--world", "1", "--ops", "ring"], "at least 2 ranks"),
-    (["--tp", "3", "--world", "4"], "tp"),
-])
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        (["--sizes", "4XB"], "message size"),
+        (["--ops", "all_reduce,allreduce"], "unknown op"),
+        (["--world", "1", "--ops", "ring"], "at least 2 ranks"),
+        (["--tp", "3", "--world", "4"], "tp"),
+    ],
+)
 def test_cli_user_errors_exit_2_before_spawning(argv, needle, capsys):
     assert main(["bench", *argv]) == 2
     assert needle in capsys.readouterr().err

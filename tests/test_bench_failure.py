@@ -24,8 +24,13 @@ def _die_after_first_row(row, done: int, total: int) -> None:
 def _sweep_with_a_dying_rank(rank: int, world: int) -> int:
     from parastrat.bench import run
 
-    rows = run(ops=["all_reduce", "all_to_all"], sizes="4KB,64KB", iters=3, warmup=1,
-               progress=_die_after_first_row)
+    rows = run(
+        ops=["all_reduce", "all_to_all"],
+        sizes="4KB,64KB",
+        iters=3,
+        warmup=1,
+        progress=_die_after_first_row,
+    )
     return len(rows)
 
 
@@ -43,7 +48,22 @@ def test_cli_reports_a_failed_local_run_with_exit_status_1(capsys):
     from parastrat.cli import main
 
     # a timeout far below the ranks' start-up time (importing torch) forces the failure path
-    status = main(["bench", "--world", "2", "--ops", "all_reduce", "--sizes", "4KB",
-                   "--iters", "1", "--warmup", "0", "--timeout", "0.5"])
+    status = main(
+        [
+            "bench",
+            "--world",
+            "2",
+            "--ops",
+            "all_reduce",
+            "--sizes",
+            "4KB",
+            "--iters",
+            "1",
+            "--warmup",
+            "0",
+            "--timeout",
+            "0.5",
+        ]
+    )
     assert status == 1
     assert "benchmark failed" in capsys.readouterr().err

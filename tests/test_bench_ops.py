@@ -42,8 +42,9 @@ def _every_op(rank: int, world: int) -> dict:
 
     report: dict = {"bytes": {}, "caught": {}, "clean": {}, "skipped": set()}
     for dtype in (torch.float32, torch.bfloat16):
-        ctx = Context(torch=torch, dist=dist, group=None, rank=rank, size=world, device="cpu",
-                      dtype=dtype)
+        ctx = Context(
+            torch=torch, dist=dist, group=None, rank=rank, size=world, device="cpu", dtype=dtype
+        )
         for name in ops.REGISTRY:
             coll = build(name, ctx, 1000)
             coll.reset()
@@ -100,8 +101,12 @@ def test_every_op_check_catches_a_corrupted_element(reports):
     from parastrat.bench import OPS
 
     for rank, rep in enumerate(reports):
-        expected = {(op, dt) for op in OPS for dt in ("torch.float32", "torch.bfloat16")
-                    if not (op == "send_recv" and rank == 0)}
+        expected = {
+            (op, dt)
+            for op in OPS
+            for dt in ("torch.float32", "torch.bfloat16")
+            if not (op == "send_recv" and rank == 0)
+        }
         assert set(rep["caught"]) == expected
         for msg in rep["caught"].values():
             assert f"rank {rank}" in msg and "expected" in msg
@@ -112,8 +117,12 @@ def test_a_collective_that_was_not_called_fails_its_check(reports):
 
     for rank, rep in enumerate(reports):
         # the broadcast root holds the data whether or not it was sent
-        expected = {(op, dt) for op in OPS for dt in ("torch.float32", "torch.bfloat16")
-                    if not (op in ("send_recv", "broadcast") and rank == 0)}
+        expected = {
+            (op, dt)
+            for op in OPS
+            for dt in ("torch.float32", "torch.bfloat16")
+            if not (op in ("send_recv", "broadcast") and rank == 0)
+        }
         assert rep["skipped"] == expected
 
 
@@ -126,8 +135,15 @@ def test_warm_up_is_not_timed_and_the_clock_reads_real_time(reports):
 def test_message_sizes_are_rounded_to_whole_chunks_as_nccl_tests_does(reports):
     sizes = {op: b for (op, dt), b in reports[0]["bytes"].items() if dt == "torch.float32"}
     # 1000 B = 250 float32; ops that split the buffer over 4 ranks keep 248 = 62 * 4 -> 992 B
-    assert sizes == {"all_reduce": 1000, "all_gather": 992, "reduce_scatter": 992,
-                     "all_to_all": 992, "broadcast": 1000, "ring": 1000, "send_recv": 1000}
+    assert sizes == {
+        "all_reduce": 1000,
+        "all_gather": 992,
+        "reduce_scatter": 992,
+        "all_to_all": 992,
+        "broadcast": 1000,
+        "ring": 1000,
+        "send_recv": 1000,
+    }
     bf16 = {op: b for (op, dt), b in reports[0]["bytes"].items() if dt == "torch.bfloat16"}
     # 1000 B = 500 bf16; 500 is a multiple of 4, so nothing is dropped
     assert set(bf16.values()) == {1000}
@@ -152,6 +168,6 @@ def test_a_sum_missing_one_rank_is_caught_in_every_dtype(dtype_name):
 
 
 def test_a_wrong_result_on_one_rank_is_an_error_on_every_rank(reports):
-    assert "wrong result on rank 1" in reports[1]["run"]   # the rank that saw it, in detail
+    assert "wrong result on rank 1" in reports[1]["run"]  # the rank that saw it, in detail
     for rank in (0, 2, 3):
         assert "returned a wrong result on rank 1" in reports[rank]["run"]

@@ -21,24 +21,36 @@ from parastrat.spec.cluster import bus_factor
 
 
 def test_importing_bench_does_not_import_torch():
-    code = ("import sys, parastrat.bench as b; b.parse_sizes('1MB'); "
-            "sys.exit(1 if 'torch' in sys.modules or 'matplotlib' in sys.modules else 0)")
+    code = (
+        "import sys, parastrat.bench as b; b.parse_sizes('1MB'); "
+        "sys.exit(1 if 'torch' in sys.modules or 'matplotlib' in sys.modules else 0)"
+    )
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
 
 
 def test_ops_are_the_cost_models_ops():
-    assert set(OPS) == {"all_to_all", "ring", "all_reduce", "all_gather", "reduce_scatter",
-                        "broadcast", "send_recv"}
+    assert set(OPS) == {
+        "all_to_all",
+        "ring",
+        "all_reduce",
+        "all_gather",
+        "reduce_scatter",
+        "broadcast",
+        "send_recv",
+    }
 
 
-@pytest.mark.parametrize("text, expected", [
-    ("4KB,1MB,64MB", [4 * 1024, 1024 ** 2, 64 * 1024 ** 2]),
-    ("1KB:64KB:x4", [1024, 4096, 16384, 65536]),     # 1K * 4^k up to 64K
-    ("1KB:8KB", [1024, 2048, 4096, 8192]),           # default factor 2
-    ("512, 1.5KB ,2g", [512, 1536, 2 * 1024 ** 3]),  # plain bytes, decimals, lower case
-    ("8K:8K:x2", [8192]),
-    ("1MB,1MB,4KB", [4096, 1048576]),                # sorted, unique
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ("4KB,1MB,64MB", [4 * 1024, 1024**2, 64 * 1024**2]),
+        ("1KB:64KB:x4", [1024, 4096, 16384, 65536]),  # 1K * 4^k up to 64K
+        ("1KB:8KB", [1024, 2048, 4096, 8192]),  # default factor 2
+        ("512, 1.5KB ,2g", [512, 1536, 2 * 1024**3]),  # plain bytes, decimals, lower case
+        ("8K:8K:x2", [8192]),
+        ("1MB,1MB,4KB", [4096, 1048576]),  # sorted, unique
+    ],
+)
 def test_parse_sizes(text, expected):
     assert parse_sizes(text) == expected
 
@@ -51,7 +63,7 @@ def test_parse_sizes_rejects_bad_input_with_a_usage_error(bad):
 
 @given(lo=st.integers(1, 1 << 20), span=st.integers(0, 12), factor=st.sampled_from([2, 3, 4, 8]))
 def test_size_range_is_geometric_and_stays_inside(lo, span, factor):
-    hi = lo * factor ** span
+    hi = lo * factor**span
     sizes = parse_sizes(f"{lo}:{hi}:x{factor}")
     assert sizes[0] == lo and sizes[-1] <= hi
     assert len(sizes) == span + 1
@@ -59,16 +71,19 @@ def test_size_range_is_geometric_and_stays_inside(lo, span, factor):
         assert b == a * factor
 
 
-@pytest.mark.parametrize("op, n, factor", [
-    ("all_reduce", 8, 1.75),        # 2 (n - 1) / n = 14 / 8
-    ("all_reduce", 2, 1.0),         # 2 * 1 / 2
-    ("all_gather", 8, 0.875),       # (n - 1) / n = 7 / 8
-    ("reduce_scatter", 2, 0.5),     # 1 / 2
-    ("all_to_all", 4, 0.75),        # 3 / 4
-    ("broadcast", 16, 1.0),
-    ("ring", 4, 1.0),
-    ("send_recv", 2, 1.0),
-])
+@pytest.mark.parametrize(
+    "op, n, factor",
+    [
+        ("all_reduce", 8, 1.75),  # 2 (n - 1) / n = 14 / 8
+        ("all_reduce", 2, 1.0),  # 2 * 1 / 2
+        ("all_gather", 8, 0.875),  # (n - 1) / n = 7 / 8
+        ("reduce_scatter", 2, 0.5),  # 1 / 2
+        ("all_to_all", 4, 0.75),  # 3 / 4
+        ("broadcast", 16, 1.0),
+        ("ring", 4, 1.0),
+        ("send_recv", 2, 1.0),
+    ],
+)
 def test_bus_factor_is_nccl_tests(op, n, factor):
     assert bus_factor(op, n) == pytest.approx(factor)
 
@@ -76,8 +91,9 @@ def test_bus_factor_is_nccl_tests(op, n, factor):
 def test_row_bandwidths_follow_nccl_tests_definitions():
     # all_reduce of S = 8e6 bytes on 4 ranks; times 4, 2, 3 ms -> median 3 ms
     # algbw = 8e6 B / 3e-3 s = 2.667e9 B/s = 2.667 GB/s; busbw = algbw * 2*3/4 = 4.0 GB/s
-    r = Row.from_times("all_reduce", 8_000_000, 4, [0.004, 0.002, 0.003], backend="gloo",
-                       dtype="float32")
+    r = Row.from_times(
+        "all_reduce", 8_000_000, 4, [0.004, 0.002, 0.003], backend="gloo", dtype="float32"
+    )
     assert (r.time_s, r.time_min_s, r.time_max_s) == (0.003, 0.002, 0.004)
     assert r.algbw_gbps == pytest.approx(8 / 3)
     assert r.busbw_gbps == pytest.approx(4.0)
@@ -100,8 +116,10 @@ def test_row_needs_timed_iterations():
 
 
 def _rows():
-    return [Row.from_times(op, 4096 * (i + 1), 4, [1e-4 * (i + 1)], backend="gloo",
-                           dtype="float32") for i, op in enumerate(OPS)]
+    return [
+        Row.from_times(op, 4096 * (i + 1), 4, [1e-4 * (i + 1)], backend="gloo", dtype="float32")
+        for i, op in enumerate(OPS)
+    ]
 
 
 def test_json_round_trip_as_list_and_as_rows_object():
@@ -123,6 +141,11 @@ def test_csv_has_a_header_and_one_line_per_row():
 
 
 def test_format_bytes():
-    assert [format_bytes(b) for b in (512, 1024, 1536, 1048576, 3 * 1024 ** 3)] == \
-        ["512B", "1KB", "1.5KB", "1MB", "3GB"]
-    assert parse_size(format_bytes(64 * 1024 ** 2)) == 64 * 1024 ** 2
+    assert [format_bytes(b) for b in (512, 1024, 1536, 1048576, 3 * 1024**3)] == [
+        "512B",
+        "1KB",
+        "1.5KB",
+        "1MB",
+        "3GB",
+    ]
+    assert parse_size(format_bytes(64 * 1024**2)) == 64 * 1024**2

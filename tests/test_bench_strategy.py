@@ -13,8 +13,15 @@ from parastrat.bench.strategy_bench import measurements
 from parastrat.errors import UsageError
 
 # hidden 1024, 16 heads of 64, 4 KV groups -> K/V width 4 * 64 = 256
-DENSE = ModelSpec(name="bench-dense", num_layers=8, hidden_size=1024, num_attention_heads=16,
-                  num_query_groups=4, ffn_hidden_size=4096, vocab_size=32000)
+DENSE = ModelSpec(
+    name="bench-dense",
+    num_layers=8,
+    hidden_size=1024,
+    num_attention_heads=16,
+    num_query_groups=4,
+    ffn_hidden_size=4096,
+    vocab_size=32000,
+)
 MOE = DENSE.with_(name="bench-moe", num_moe_experts=8, moe_router_topk=2)
 
 
@@ -23,20 +30,25 @@ def _by_label(ms):
 
 
 def test_training_strategy_sizes_from_the_model():
-    s = Strategy(tp=2, pp=2, cp=2, sp=True)   # world 16 -> dp 2
+    s = Strategy(tp=2, pp=2, cp=2, sp=True)  # world 16 -> dp 2
     got = _by_label(measurements(s, 16, model=DENSE, seq_len=2048))
     # local tokens s/cp * b = 2048 / 2 = 1024; activation = 1024 * 1024 h * 2 B = 2,097,152
     act = 1024 * 1024 * 2
     assert got["tp/all_gather"] == got["tp/reduce_scatter"] == (act,)
-    assert "tp/all_reduce" not in got                      # SP on: no TP all-reduce
+    assert "tp/all_reduce" not in got  # SP on: no TP all-reduce
     # one ring hop: K and V of 1024 tokens * 256 wide * 2 B / tp 2 = 524,288
     assert got["ring/ring"] == (2 * 1024 * 256 * 2 // 2,) == (524_288,)
-    assert got["pp/send_recv"] == (act // 2,)               # SP shards the sent activation
+    assert got["pp/send_recv"] == (act // 2,)  # SP shards the sent activation
     # gradients reduce over dp * cp = 4 ranks: a 40e6-parameter fp32 bucket, unless one rank
     # (1/(tp*pp) of the model) holds fewer parameters
     assert got["dp-cp/reduce_scatter"] == (int(min(40e6, DENSE.num_params / 4)) * 4,)
-    assert set(got) == {"tp/all_gather", "tp/reduce_scatter", "ring/ring", "pp/send_recv",
-                        "dp-cp/reduce_scatter"}
+    assert set(got) == {
+        "tp/all_gather",
+        "tp/reduce_scatter",
+        "ring/ring",
+        "pp/send_recv",
+        "dp-cp/reduce_scatter",
+    }
 
 
 def test_expert_parallel_all_to_all_carries_topk_copies():
@@ -56,8 +68,12 @@ def test_inference_ulysses_and_ring():
 
 def test_without_a_model_every_op_sweeps_the_given_sizes_and_degree_one_groups_are_skipped():
     ms = measurements(Strategy(tp=2), 4, sizes="4KB,64KB")
-    assert {m.label for m in ms} == {"tp/all_gather", "tp/reduce_scatter", "tp/all_reduce",
-                                     "dp/reduce_scatter"}
+    assert {m.label for m in ms} == {
+        "tp/all_gather",
+        "tp/reduce_scatter",
+        "tp/all_reduce",
+        "dp/reduce_scatter",
+    }
     assert all(m.sizes == (4096, 65536) for m in ms)
 
 
@@ -73,10 +89,14 @@ def test_run_strategy_times_each_op_on_the_strategys_groups():
     pytest.importorskip("torch")
     from parastrat.bench.strategy_bench import run_strategy_local
 
-    rows = run_strategy_local(Strategy(tp=2, pp=2), 4, sizes="4KB", iters=2, warmup=1,
-                              timeout_s=120)
+    rows = run_strategy_local(
+        Strategy(tp=2, pp=2), 4, sizes="4KB", iters=2, warmup=1, timeout_s=120
+    )
     # TP groups of 2: all_gather, reduce_scatter, all_reduce; PP pairs: send_recv; dp = 1
     assert [(r.group, r.op, r.world) for r in rows] == [
-        ("tp", "all_gather", 2), ("tp", "reduce_scatter", 2), ("tp", "all_reduce", 2),
-        ("pp", "send_recv", 2)]
+        ("tp", "all_gather", 2),
+        ("tp", "reduce_scatter", 2),
+        ("tp", "all_reduce", 2),
+        ("pp", "send_recv", 2),
+    ]
     assert all(r.dtype == "bfloat16" and r.time_s > 0 for r in rows)

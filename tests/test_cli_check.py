@@ -41,22 +41,26 @@ def test_bad_strategy_at_construction_exit_2(capsys):
 
 
 def test_layout_command(capsys):
-    assert main(["layout", "--gpus", "8", "--tp", "2", "--pp", "2", "--sp",
-                 "--format", "json"]) == 0
+    assert (
+        main(["layout", "--gpus", "8", "--tp", "2", "--pp", "2", "--sp", "--format", "json"]) == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["groups"]["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
 
 
 def test_python_m_entry_point_no_traceback():
-    r = subprocess.run([sys.executable, "-m", "parastrat", "check", "--gpus", "6", "--tp", "4"],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-m", "parastrat", "check", "--gpus", "6", "--tp", "4"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == 2
     assert "Traceback" not in r.stderr + r.stdout
 
 
 def test_cp_flag_alone_means_ring(capsys):
-    assert main(["check", "--gpus", "8", "--tp", "2", "--cp", "4", "--sp", "--format",
-                 "json"]) == 0
+    assert main(["check", "--gpus", "8", "--tp", "2", "--cp", "4", "--sp", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert (doc["strategy"]["cp"], doc["strategy"]["ring"], doc["strategy"]["ulysses"]) == (4, 4, 1)
 
@@ -64,8 +68,9 @@ def test_cp_flag_alone_means_ring(capsys):
 def test_layout_plot(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "grid.png"
-    assert main(["layout", "--gpus", "16", "--tp", "4", "--pp", "2", "--sp",
-                 "--plot", str(out)]) == 0
+    assert (
+        main(["layout", "--gpus", "16", "--tp", "4", "--pp", "2", "--sp", "--plot", str(out)]) == 0
+    )
     assert out.stat().st_size > 1000
 
 

@@ -8,8 +8,24 @@ import pytest
 from parastrat.cli import main
 
 DATA = Path(__file__).parent / "data" / "hf"
-ARGS = ["memory", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--pp", "8",
-        "--vpp", "5", "--sp", "--seq-len", "8192", "--global-batch-size", "256"]
+ARGS = [
+    "memory",
+    "--model",
+    "llama3-70b",
+    "--gpus",
+    "64",
+    "--tp",
+    "4",
+    "--pp",
+    "8",
+    "--vpp",
+    "5",
+    "--sp",
+    "--seq-len",
+    "8192",
+    "--global-batch-size",
+    "256",
+]
 
 
 def test_table(capsys):
@@ -28,21 +44,70 @@ def test_json_is_one_document(capsys):
 
 def test_hf_config_and_plot(tmp_path, capsys):
     png = tmp_path / "mem.png"
-    assert main(["memory", "--hf-config", str(DATA / "mixtral-8x7b.json"), "--gpus", "8",
-                 "--ep", "8", "--seq-len", "4096", "--plot", str(png), "--format", "json"]) == 0
+    assert (
+        main(
+            [
+                "memory",
+                "--hf-config",
+                str(DATA / "mixtral-8x7b.json"),
+                "--gpus",
+                "8",
+                "--ep",
+                "8",
+                "--seq-len",
+                "4096",
+                "--plot",
+                str(png),
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["model"] == "mixtral-8x7b" and png.stat().st_size > 1000
 
 
-@pytest.mark.parametrize("argv, text", [
-    (["memory", "--model", "nope", "--gpus", "8", "--seq-len", "1024"], "known"),
-    (["memory", "--model", "llama3-8b", "--gpus", "6", "--tp", "4", "--seq-len", "1024"],
-     "world"),
-    (["memory", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "1024",
-      "--precision", "int4"], "precision"),
-    (["memory", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "1024",
-      "--micro-batch-size", "3", "--global-batch-size", "16"], "batch"),
-])
+@pytest.mark.parametrize(
+    "argv, text",
+    [
+        (["memory", "--model", "nope", "--gpus", "8", "--seq-len", "1024"], "known"),
+        (
+            ["memory", "--model", "llama3-8b", "--gpus", "6", "--tp", "4", "--seq-len", "1024"],
+            "world",
+        ),
+        (
+            [
+                "memory",
+                "--model",
+                "llama3-8b",
+                "--gpus",
+                "8",
+                "--seq-len",
+                "1024",
+                "--precision",
+                "int4",
+            ],
+            "precision",
+        ),
+        (
+            [
+                "memory",
+                "--model",
+                "llama3-8b",
+                "--gpus",
+                "8",
+                "--seq-len",
+                "1024",
+                "--micro-batch-size",
+                "3",
+                "--global-batch-size",
+                "16",
+            ],
+            "batch",
+        ),
+    ],
+)
 def test_user_errors_exit_2_without_traceback(argv, text, capsys):
     assert main(argv) == 2
     err = capsys.readouterr().err

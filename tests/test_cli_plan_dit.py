@@ -6,9 +6,24 @@ import json
 
 from parastrat.cli import main
 
-BASE = ["plan-dit", "--model", "hunyuanvideo", "--devices", "8", "--accelerator", "h100",
-        "--height", "720", "--width", "1280", "--frames", "129", "--steps", "50",
-        "--no-guidance"]
+BASE = [
+    "plan-dit",
+    "--model",
+    "hunyuanvideo",
+    "--devices",
+    "8",
+    "--accelerator",
+    "h100",
+    "--height",
+    "720",
+    "--width",
+    "1280",
+    "--frames",
+    "129",
+    "--steps",
+    "50",
+    "--no-guidance",
+]
 
 
 def test_json_is_one_document(capsys):
@@ -20,8 +35,9 @@ def test_json_is_one_document(capsys):
 
 def test_mindiesd_flags(capsys):
     assert main(BASE + ["--format", "mindiesd"]) == 0
-    assert capsys.readouterr().out.strip() == \
-        "--ulysses_size 8 --ring_size 1 --cfg_size 1 --tp_size 1"
+    assert (
+        capsys.readouterr().out.strip() == "--ulysses_size 8 --ring_size 1 --cfg_size 1 --tp_size 1"
+    )
 
 
 def test_table(capsys):

@@ -31,8 +31,8 @@ def test_overrides():
 def test_span():
     c = ps.Cluster("h100", 64)
     assert c.span(8) == "intra"
-    assert c.span(2, stride=4) == "intra"      # ranks 0 and 4: same node
-    assert c.span(2, stride=8) == "inter"      # ranks 0 and 8: next node
+    assert c.span(2, stride=4) == "intra"  # ranks 0 and 4: same node
+    assert c.span(2, stride=8) == "inter"  # ranks 0 and 8: next node
     assert ps.Cluster("gb200", 144).span(64) == "intra"
 
 
@@ -61,14 +61,17 @@ def test_collective_time_hand_computed():
 
 
 def test_calibration_overrides_and_round_trips(tmp_path):
-    cal = {"ops": {"all_to_all": {"inter": {"alpha_s": 2e-5, "busbw_Bps": 2e10}}},
-           "source": "unit test"}
+    cal = {
+        "ops": {"all_to_all": {"inter": {"alpha_s": 2e-5, "busbw_Bps": 2e10}}},
+        "source": "unit test",
+    }
     c = ps.Cluster("h100", 64).calibrate(cal)
     assert c.collective_params("all_to_all", "inter") == (2e-5, 2e10)
     # others still come from the link
     assert c.collective_params("all_reduce", "inter") == c.link("inter")
     assert c.collective_time("all_to_all", 1e9, 16, "inter") == pytest.approx(
-        2e-5 * 15 + 1e9 * 15 / 16 / 2e10)
+        2e-5 * 15 + 1e9 * 15 / 16 / 2e10
+    )
     path = tmp_path / "cal.json"
     path.write_text(json.dumps(Calibration.from_dict(cal).to_dict()))
     assert load_calibration(path).ops["all_to_all"]["inter"] == (2e-5, 2e10)
@@ -89,8 +92,11 @@ def test_bad_inputs_raise_spec_error(tmp_path):
         load_calibration(bad)
 
 
-@given(op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]),
-       n=st.integers(2, 4096), nbytes=st.floats(1, 1e12))
+@given(
+    op=st.sampled_from(["all_reduce", "all_gather", "reduce_scatter", "all_to_all"]),
+    n=st.integers(2, 4096),
+    nbytes=st.floats(1, 1e12),
+)
 def test_time_grows_with_bytes_and_factor_below_two(op, n, nbytes):
     c = ps.Cluster("b200", 4096)
     assert 0 < bus_factor(op, n) < 2

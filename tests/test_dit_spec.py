@@ -10,8 +10,15 @@ import parastrat as ps
 from parastrat.errors import SpecError, StrategyError
 from parastrat.spec import dit
 
-PRESETS = ["flux.1-dev", "wan2.1-t2v-1.3b", "wan2.1-t2v-14b", "hunyuanvideo", "sd3.5-large",
-           "cogvideox1.5-5b", "qwen-image"]
+PRESETS = [
+    "flux.1-dev",
+    "wan2.1-t2v-1.3b",
+    "wan2.1-t2v-14b",
+    "hunyuanvideo",
+    "sd3.5-large",
+    "cogvideox1.5-5b",
+    "qwen-image",
+]
 
 
 def test_registry_has_every_preset_and_each_cites_a_source():
@@ -19,7 +26,7 @@ def test_registry_has_every_preset_and_each_cites_a_source():
     for name in PRESETS:
         spec = dit.get(name)
         assert spec.source, name
-        assert dit.get(name.upper()) is spec            # case-insensitive
+        assert dit.get(name.upper()) is spec  # case-insensitive
 
 
 def test_unknown_preset_lists_the_known_names():
@@ -45,7 +52,7 @@ def test_wan_480p_81_frames_text_is_cross_attention():
     # (81 - 1) / 4 + 1 = 21; 480 / 16 = 30; 832 / 16 = 52 -> 21 * 30 * 52 = 32,760
     m = dit.get("wan2.1-t2v-14b")
     assert m.tokens(480, 832, 81) == 32_760
-    assert m.sequence_length(480, 832, 81) == 32_760      # text enters by cross-attention
+    assert m.sequence_length(480, 832, 81) == 32_760  # text enters by cross-attention
 
 
 def test_flux_and_sd35_images():
@@ -62,12 +69,15 @@ def test_cogvideox15_pads_odd_latent_frames():
     assert shape.tokens == 44_880
 
 
-@pytest.mark.parametrize("kwargs, words", [
-    (dict(height=1000, width=1024), ["height=1000", "992", "1008"]),
-    (dict(height=1024, width=1030), ["width=1030", "1024", "1040"]),
-    (dict(height=1024, width=1024, frames=2), ["image model", "frames must be 1"]),
-    (dict(height=0, width=1024), ["height=0"]),
-])
+@pytest.mark.parametrize(
+    "kwargs, words",
+    [
+        (dict(height=1000, width=1024), ["height=1000", "992", "1008"]),
+        (dict(height=1024, width=1030), ["width=1030", "1024", "1040"]),
+        (dict(height=1024, width=1024, frames=2), ["image model", "frames must be 1"]),
+        (dict(height=0, width=1024), ["height=0"]),
+    ],
+)
 def test_flux_bad_sizes(kwargs, words):
     with pytest.raises(SpecError) as err:
         dit.get("flux.1-dev").tokens(**kwargs)
@@ -88,8 +98,12 @@ def test_parameter_counts_from_the_shapes():
     # Wan2.1-14B: 8 h^2 + 2 h f = 209,715,200 + 141,557,760 = 351,272,960 per block, 40 blocks
     assert dit.get("wan2.1-t2v-14b").num_params == pytest.approx(40 * 351_272_960 + 0.1e9)
     # published sizes: FLUX 12B, HunyuanVideo 13B, Qwen-Image 20B, SD3.5 Large 8.1B
-    for name, published in [("flux.1-dev", 12e9), ("hunyuanvideo", 13e9),
-                            ("qwen-image", 20e9), ("sd3.5-large", 8.1e9)]:
+    for name, published in [
+        ("flux.1-dev", 12e9),
+        ("hunyuanvideo", 13e9),
+        ("qwen-image", 20e9),
+        ("sd3.5-large", 8.1e9),
+    ]:
         assert dit.get(name).num_params == pytest.approx(published, rel=0.05), name
 
 
@@ -114,18 +128,36 @@ def test_strategy_rules_apply_to_dit_specs():
 
 def test_bad_spec_fields():
     with pytest.raises(SpecError):
-        dit.DiTSpec(name="x", blocks=(), hidden_size=64, num_attention_heads=4, head_dim=16,
-                    ffn_hidden_size=256, text_tokens=0)
+        dit.DiTSpec(
+            name="x",
+            blocks=(),
+            hidden_size=64,
+            num_attention_heads=4,
+            head_dim=16,
+            ffn_hidden_size=256,
+            text_tokens=0,
+        )
     with pytest.raises(SpecError):
         dit.BlockGroup("triple", 3)
     with pytest.raises(SpecError):
-        dit.DiTSpec(name="x", blocks=(dit.BlockGroup("joint", 1),), hidden_size=64,
-                    num_attention_heads=4, num_query_groups=3, head_dim=16,
-                    ffn_hidden_size=256, text_tokens=0)
+        dit.DiTSpec(
+            name="x",
+            blocks=(dit.BlockGroup("joint", 1),),
+            hidden_size=64,
+            num_attention_heads=4,
+            num_query_groups=3,
+            head_dim=16,
+            ffn_hidden_size=256,
+            text_tokens=0,
+        )
 
 
-@given(name=st.sampled_from(PRESETS), a=st.integers(1, 120), b=st.integers(1, 120),
-       k=st.integers(0, 40))
+@given(
+    name=st.sampled_from(PRESETS),
+    a=st.integers(1, 120),
+    b=st.integers(1, 120),
+    k=st.integers(0, 40),
+)
 def test_tokens_are_the_latent_grid(name, a, b, k):
     m = dit.get(name)
     unit = m.pixel_multiple

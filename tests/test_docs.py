@@ -28,8 +28,11 @@ def rule_ids() -> set[str]:
             if isinstance(first, ast.Constant) and isinstance(first.value, str):
                 ids.add(first.value)
             elif isinstance(first, ast.JoinedStr):
-                ids.add("".join(v.value if isinstance(v, ast.Constant) else "<name>"
-                                for v in first.values))
+                ids.add(
+                    "".join(
+                        v.value if isinstance(v, ast.Constant) else "<name>" for v in first.values
+                    )
+                )
     return ids
 
 
@@ -45,6 +48,10 @@ def test_cli_reference_is_current():
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, str(ROOT / "tools" / "gen_cli_docs.py"), "--check"],
-                       capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gen_cli_docs.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr

@@ -6,8 +6,7 @@ import parastrat as ps
 from parastrat.errors import SpecError
 from parastrat.spec.hardware import GiB, canonical_precision
 
-REQUIRED = ("a100", "h100", "h200", "b200", "b300", "gb200", "gb300", "ascend-910b",
-            "ascend-910c")
+REQUIRED = ("a100", "h100", "h200", "b200", "b300", "gb200", "gb300", "ascend-910b", "ascend-910c")
 
 
 def test_all_presets_present_and_sane():
@@ -30,9 +29,9 @@ def test_datasheet_figures():
     assert h100.peak("bf16") == 989e12
     assert h100.peak("fp8") == 1979e12
     assert h100.memory_bytes == 80 * 1024**3
-    assert h100.scale_out_bw_Bps == 400e9 / 8          # one 400 Gb/s NDR NIC per GPU
-    assert h100.scale_up_peak_Bps == 450e9             # NVLink4 900 GB/s bidirectional
-    assert 360e9 <= h100.scale_up_bw_Bps <= 400e9      # achievable all-reduce busbw
+    assert h100.scale_out_bw_Bps == 400e9 / 8  # one 400 Gb/s NDR NIC per GPU
+    assert h100.scale_up_peak_Bps == 450e9  # NVLink4 900 GB/s bidirectional
+    assert 360e9 <= h100.scale_up_bw_Bps <= 400e9  # achievable all-reduce busbw
     assert ps.hardware.get("a100").peak("bf16") == 312e12
     # Blackwell: fp8 is twice bf16, dense
     for name in ("b200", "b300", "gb200", "gb300"):

@@ -21,11 +21,26 @@ SAME_AS_PRESET = {
     "olmoe-1b-7b.json": "olmoe-7b",
 }
 
-SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "query_groups", "head_dim",
-                "ffn_hidden_size", "vocab_size", "gated_linear_unit", "tied_embeddings",
-                "num_experts", "moe_router_topk", "moe_ffn_hidden_size",
-                "moe_shared_expert_intermediate_size", "moe_first_dense_layers",
-                "multi_latent_attention", "q_lora_rank", "kv_lora_rank", "mtp_num_layers")
+SHAPE_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "query_groups",
+    "head_dim",
+    "ffn_hidden_size",
+    "vocab_size",
+    "gated_linear_unit",
+    "tied_embeddings",
+    "num_experts",
+    "moe_router_topk",
+    "moe_ffn_hidden_size",
+    "moe_shared_expert_intermediate_size",
+    "moe_first_dense_layers",
+    "multi_latent_attention",
+    "q_lora_rank",
+    "kv_lora_rank",
+    "mtp_num_layers",
+)
 
 
 @pytest.mark.parametrize("fname, preset", sorted(SAME_AS_PRESET.items()))
@@ -36,8 +51,9 @@ def test_config_matches_preset(fname, preset):
         if f in ("query_groups", "head_dim") and p.multi_latent_attention:
             continue
         if f == "moe_ffn_hidden_size":  # None means "same as ffn_hidden_size"
-            assert (m.moe_ffn_hidden_size or m.ffn_hidden_size) == \
-                (p.moe_ffn_hidden_size or p.ffn_hidden_size)
+            assert (m.moe_ffn_hidden_size or m.ffn_hidden_size) == (
+                p.moe_ffn_hidden_size or p.ffn_hidden_size
+            )
             continue
         assert getattr(m, f) == getattr(p, f), f
     assert m.num_params == p.num_params
@@ -71,13 +87,18 @@ def test_folder_dict_and_name(tmp_path):
     assert ps.ModelSpec.from_hf_config(folder).name == "my-llama"
     d = json.loads((DATA / "llama3-8b.json").read_text())
     assert ps.ModelSpec.from_hf_config(d, name="x").name == "x"
-    d["text_config"] = dict(d)            # multimodal wrapper
+    d["text_config"] = dict(d)  # multimodal wrapper
     assert ps.ModelSpec.from_hf_config(d).num_layers == 32
 
 
-@pytest.mark.parametrize("drop, field", [("num_hidden_layers", "num_hidden_layers"),
-                                         ("vocab_size", "vocab_size"),
-                                         ("num_experts_per_tok", "num_experts_per_tok")])
+@pytest.mark.parametrize(
+    "drop, field",
+    [
+        ("num_hidden_layers", "num_hidden_layers"),
+        ("vocab_size", "vocab_size"),
+        ("num_experts_per_tok", "num_experts_per_tok"),
+    ],
+)
 def test_missing_field_named(drop, field):
     d = json.loads((DATA / "mixtral-8x7b.json").read_text())
     del d[drop]
@@ -85,13 +106,16 @@ def test_missing_field_named(drop, field):
         ps.ModelSpec.from_hf_config(d)
 
 
-@pytest.mark.parametrize("change, field", [
-    ({"num_hidden_layers": 0}, "num_hidden_layers"),
-    ({"num_key_value_heads": 5}, "num_key_value_heads"),
-    ({"hidden_size": 4000, "num_attention_heads": 48}, "hidden_size"),
-    ({"num_experts_per_tok": 16}, "moe_router_topk"),
-    ({"vocab_size": "many"}, "vocab_size"),
-])
+@pytest.mark.parametrize(
+    "change, field",
+    [
+        ({"num_hidden_layers": 0}, "num_hidden_layers"),
+        ({"num_key_value_heads": 5}, "num_key_value_heads"),
+        ({"hidden_size": 4000, "num_attention_heads": 48}, "hidden_size"),
+        ({"num_experts_per_tok": 16}, "moe_router_topk"),
+        ({"vocab_size": "many"}, "vocab_size"),
+    ],
+)
 def test_nonsense_field_named(change, field):
     d = json.loads((DATA / "mixtral-8x7b.json").read_text())
     d.update(change)

@@ -10,8 +10,9 @@ HEAVY = ("torch", "megatron", "yunchang", "diffusers", "matplotlib", "torch_npu"
 
 def _modules_after(code: str) -> set[str]:
     script = f"import sys\n{code}\nprint('\\n'.join(sys.modules))"
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
-                       timeout=120, check=True)
+    r = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, check=True
+    )
     return {m.split(".")[0] for m in r.stdout.split()}
 
 
@@ -25,7 +26,8 @@ def test_layout_and_rules_are_light():
         "import parastrat as ps\n"
         "ps.layout(ps.Strategy(tp=2, pp=2, ep=2, sp=True), 8)\n"
         "ps.Strategy(ulysses=2, cfg=2).check(world_size=8)\n"
-        "import parastrat.adapters, parastrat.bench\n")
+        "import parastrat.adapters, parastrat.bench\n"
+    )
     assert not loaded & set(HEAVY)
 
 

@@ -29,10 +29,15 @@ def megatron_groups(s: Strategy, world: int) -> dict[str, list[list[int]]]:
     dense = RankGenerator(tp=s.tp, ep=1, dp=dp, pp=s.pp, cp=s.cp, order=s.order)
     expert = RankGenerator(tp=s.etp, ep=s.ep, dp=edp, pp=s.pp, cp=1, order=s.order)
     out = {
-        "tp": dense.get_ranks("tp"), "cp": dense.get_ranks("cp"), "dp": dense.get_ranks("dp"),
-        "pp": dense.get_ranks("pp"), "dp-cp": dense.get_ranks("dp-cp"),
-        "tp-pp": dense.get_ranks("tp-pp"), "etp": expert.get_ranks("tp"),
-        "ep": expert.get_ranks("ep"), "edp": expert.get_ranks("dp"),
+        "tp": dense.get_ranks("tp"),
+        "cp": dense.get_ranks("cp"),
+        "dp": dense.get_ranks("dp"),
+        "pp": dense.get_ranks("pp"),
+        "dp-cp": dense.get_ranks("dp-cp"),
+        "tp-pp": dense.get_ranks("tp-pp"),
+        "etp": expert.get_ranks("tp"),
+        "ep": expert.get_ranks("ep"),
+        "edp": expert.get_ranks("dp"),
         "etp-ep": expert.get_ranks("tp-ep"),
     }
     assert dense.get_ranks("pp") == expert.get_ranks("pp")  # Megatron's own assertion
@@ -42,8 +47,9 @@ def megatron_groups(s: Strategy, world: int) -> dict[str, list[list[int]]]:
 def megatron_hierarchical_cp(s: Strategy, world: int, monkeypatch) -> tuple[list, list]:
     """Ulysses (level 0) and ring (level 1) groups from create_hierarchical_groups."""
     made: list[list[int]] = []
-    monkeypatch.setattr(parallel_state, "create_group",
-                        lambda ranks, **kw: made.append(list(ranks)) or list(ranks))
+    monkeypatch.setattr(
+        parallel_state, "create_group", lambda ranks, **kw: made.append(list(ranks)) or list(ranks)
+    )
     levels: list[list[list[int]]] = [[], []]
     for cp_ranks in megatron_groups(s, world)["cp"]:
         made.clear()
@@ -92,8 +98,8 @@ def yunchang_groups(ulysses: int, ring: int, world: int, monkeypatch) -> tuple[l
         uly, rng = [], []
         per = ring + ulysses
         for i in range(0, len(made), per):
-            uly += made[i:i + ring]
-            rng += made[i + ring:i + per]
+            uly += made[i : i + ring]
+            rng += made[i + ring : i + per]
     return uly, rng
 
 
@@ -118,8 +124,15 @@ def test_inference_groups_partition_the_world(case):
     s, world = case
     groups = layout(s, world)
     assert set(groups) == set(KINDS)
-    sizes = {"tp": s.tp, "ulysses": s.ulysses, "ring": s.ring, "sp": s.cp, "cfg": s.cfg,
-             "pp": s.pp, "dp": world // s.min_world_size}
+    sizes = {
+        "tp": s.tp,
+        "ulysses": s.ulysses,
+        "ring": s.ring,
+        "sp": s.cp,
+        "cfg": s.cfg,
+        "pp": s.pp,
+        "dp": world // s.min_world_size,
+    }
     for kind, size in sizes.items():
         flat = sorted(r for g in groups[kind] for r in g)
         assert flat == list(range(world)), kind
@@ -171,5 +184,15 @@ def test_layout_refuses_a_world_that_does_not_fit():
 
 def test_coordinates():
     s = Strategy(tp=2, pp=2, sp=True)
-    assert coordinates(s, 8, 5) == {"tp": 1, "cp": 0, "dp": 0, "pp": 1, "ep": 0, "etp": 1,
-                                    "edp": 0, "ulysses": 0, "ring": 0, "cfg": 0}
+    assert coordinates(s, 8, 5) == {
+        "tp": 1,
+        "cp": 0,
+        "dp": 0,
+        "pp": 1,
+        "ep": 0,
+        "etp": 1,
+        "edp": 0,
+        "ulysses": 0,
+        "ring": 0,
+        "cfg": 0,
+    }

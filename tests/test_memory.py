@@ -16,8 +16,15 @@ GiB = 1024**3
 
 def gpt(**kw):
     """A plain GPT: MHA, 4h GELU MLP, dropout 0.1, learned positions, tied, vocab 1024."""
-    base = dict(name="gpt-test", num_layers=8, hidden_size=1024, num_attention_heads=16,
-                ffn_hidden_size=4096, vocab_size=1024, max_position_embeddings=2048)
+    base = dict(
+        name="gpt-test",
+        num_layers=8,
+        hidden_size=1024,
+        num_attention_heads=16,
+        ffn_hidden_size=4096,
+        vocab_size=1024,
+        max_position_embeddings=2048,
+    )
     base.update(kw)
     return ps.ModelSpec(**base)
 
@@ -57,11 +64,15 @@ def test_tied_embedding_copy_on_last_stage_and_padding():
     last = 4 * (per_layer_sharded + norms) + 2 * h + 1024 * h / 2
     assert r.stages[0].params == pytest.approx(first)
     assert r.stages[1].params == pytest.approx(last)
-    untied = ps.estimate_memory(gpt(vocab_size=1000, tied_embeddings=False),
-                                ps.Strategy(tp=2, sp=True).with_world_size(2), seq_len=1024)
+    untied = ps.estimate_memory(
+        gpt(vocab_size=1000, tied_embeddings=False),
+        ps.Strategy(tp=2, sp=True).with_world_size(2),
+        seq_len=1024,
+    )
     # pp=1 untied: embedding, output, positions all on the one stage
     assert untied.stages[0].params == pytest.approx(
-        8 * (per_layer_sharded + norms) + 2 * h + 2 * 1024 * h / 2 + 2048 * h)
+        8 * (per_layer_sharded + norms) + 2 * h + 2 * 1024 * h / 2 + 2048 * h
+    )
 
 
 # ---- Korthikanti et al. 2022, Table 2 --------------------------------------------------------
@@ -71,9 +82,10 @@ S, BATCH, H, A, T, L, P = 2048, 2, 1024, 16, 4, 8, 4
 def _mid_stage(recompute, sp=True, flash=False):
     m = gpt()
     s = ps.Strategy(tp=T, pp=P, sp=sp).with_world_size(T * P)
-    r = ps.estimate_memory(m, s, seq_len=S, micro_batch_size=BATCH, recompute=recompute,
-                           flash_attention=flash)
-    return r, r.stages[1]   # stage 1 of 4: no embedding, no output layer
+    r = ps.estimate_memory(
+        m, s, seq_len=S, micro_batch_size=BATCH, recompute=recompute, flash_attention=flash
+    )
+    return r, r.stages[1]  # stage 1 of 4: no embedding, no output layer
 
 
 def test_tp_sp_selective_is_34sbh_over_t_per_layer():
@@ -119,8 +131,9 @@ def test_fewer_microbatches_than_stages():
     m = gpt()
     s = ps.Strategy(tp=T, pp=P, sp=True).with_world_size(T * P)
     # dp = 1, mbs 2, gbs 4 -> m = 2 micro-batches < 4 stages
-    r = ps.estimate_memory(m, s, seq_len=S, micro_batch_size=2, global_batch_size=4,
-                           flash_attention=False)
+    r = ps.estimate_memory(
+        m, s, seq_len=S, micro_batch_size=2, global_batch_size=4, flash_attention=False
+    )
     assert r.num_microbatches == 2
     assert [st.in_flight for st in r.stages] == [2, 2, 2, 1]
     per_layer = 34 * S * BATCH * H / T
@@ -129,17 +142,22 @@ def test_fewer_microbatches_than_stages():
 
 def test_context_parallel_divides_sequence():
     m = gpt()
-    one = ps.estimate_memory(m, ps.Strategy(tp=2, pp=4, sp=True).with_world_size(8),
-                             seq_len=4096, flash_attention=False)
-    two = ps.estimate_memory(m, ps.Strategy(tp=2, pp=4, cp=2, sp=True).with_world_size(16),
-                             seq_len=4096, flash_attention=False)
+    one = ps.estimate_memory(
+        m, ps.Strategy(tp=2, pp=4, sp=True).with_world_size(8), seq_len=4096, flash_attention=False
+    )
+    two = ps.estimate_memory(
+        m,
+        ps.Strategy(tp=2, pp=4, cp=2, sp=True).with_world_size(16),
+        seq_len=4096,
+        flash_attention=False,
+    )
     assert two.stages[1].activations == pytest.approx(one.stages[1].activations / 2)
 
 
 # ---- Llama 3 70B with interleaved pipeline --------------------------------------------------
 def test_llama3_70b_vpp_by_hand():
     m = ps.models.get("llama3-70b")
-    s = ps.Strategy(tp=4, pp=8, vpp=5, sp=True).with_world_size(64)   # dp = 2
+    s = ps.Strategy(tp=4, pp=8, vpp=5, sp=True).with_world_size(64)  # dp = 2
     r = ps.estimate_memory(m, s, seq_len=8192, micro_batch_size=1, global_batch_size=256)
     h, a, g, d, f, t = 8192, 64, 8, 128, 28672, 4
     # per token per rank (bytes): norm inputs + linear inputs of attention and MLP are
@@ -155,7 +173,7 @@ def test_llama3_70b_vpp_by_hand():
     assert r.stages[0].activations == pytest.approx(94 * per_token * 8192 + 8 * 8 * 8192)
     # static: 10 layers per stage; 2 + 4 + 12/(dp*cp = 2) = 12 bytes per parameter
     layer = (h * a * d + 2 * h * g * d + a * d * h + 3 * h * f) / t + 2 * h
-    vocab_pad = 128512            # 128256 rounded up to 128 * tp = 512
+    vocab_pad = 128512  # 128256 rounded up to 128 * tp = 512
     assert r.stages[3].params == pytest.approx(10 * layer)
     assert static(r.stages[3]) == pytest.approx(12 * 10 * layer)
     assert r.stages[0].params == pytest.approx(10 * layer + vocab_pad * h / t)
@@ -171,12 +189,25 @@ def test_llama3_70b_vpp_by_hand():
 
 # ---- MoE with EP and ETP ---------------------------------------------------------------------
 def moe(**kw):
-    base = dict(name="moe-test", num_layers=4, hidden_size=1024, num_attention_heads=8,
-                num_query_groups=2, ffn_hidden_size=4096, vocab_size=2048,
-                gated_linear_unit=True, tied_embeddings=False, position_embedding_type="rope",
-                normalization="rmsnorm", hidden_dropout=0.0, attention_dropout=0.0,
-                num_moe_experts=8, moe_router_topk=2, moe_ffn_hidden_size=512,
-                moe_shared_expert_intermediate_size=512)
+    base = dict(
+        name="moe-test",
+        num_layers=4,
+        hidden_size=1024,
+        num_attention_heads=8,
+        num_query_groups=2,
+        ffn_hidden_size=4096,
+        vocab_size=2048,
+        gated_linear_unit=True,
+        tied_embeddings=False,
+        position_embedding_type="rope",
+        normalization="rmsnorm",
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        num_moe_experts=8,
+        moe_router_topk=2,
+        moe_ffn_hidden_size=512,
+        moe_shared_expert_intermediate_size=512,
+    )
     base.update(kw)
     return ps.ModelSpec(**base)
 
@@ -199,10 +230,10 @@ def test_moe_ep_etp_sharding_by_hand():
     assert st0.gradients == pytest.approx(4 * st0.params)
 
     # activations per token, per MoE layer, on one rank (bf16):
-    a_rep = (2 * h + 2 * h) / t                              # norm in, QKV in (SP)
+    a_rep = (2 * h + 2 * h) / t  # norm in, QKV in (SP)
     a_tp = (2 * (8 * 128 + 2 * 2 * 128) + 2 * 8 * 128 + 4 * 8) / t
-    m_rep = (2 * h + 2 * h + 6 * 8) / t                      # norm in, dispatch in, router
-    shared = (4 + 2) * 512 / t                               # SwiGLU in/out of shared expert
+    m_rep = (2 * h + 2 * h + 6 * 8) / t  # norm in, dispatch in, router
+    shared = (4 + 2) * 512 / t  # SwiGLU in/out of shared expert
     # routed: each rank routes s/t tokens x top-2, gathered over etp=2 -> 2x, width 512/etp
     routed = 2 * 2 * (2 * h + (4 + 2) * 512 / 2 + 4) / t
     per_token = a_rep + a_tp + m_rep + shared + routed
@@ -243,8 +274,9 @@ def test_uneven_split_from_strategy_and_published_style_split():
     # 126 layers over pp 8 x vpp 8 = 64 chunks: (126 + 2) / 64 = 2 with the embedding and loss
     # taking one slot each (Megatron account_for_*_in_pipeline_split)
     big = ps.models.get("llama3.1-405b")
-    s2 = ps.Strategy(tp=8, pp=8, vpp=8, cp=2, sp=True, account_for_embedding=True,
-                     account_for_loss=True)
+    s2 = ps.Strategy(
+        tp=8, pp=8, vpp=8, cp=2, sp=True, account_for_embedding=True, account_for_loss=True
+    )
     r2 = ps.estimate_memory(big, s2.with_world_size(1024), seq_len=8192)
     assert [st.layers for st in r2.stages] == [15, 16, 16, 16, 16, 16, 16, 15]
     assert any("account_for_embedding" in n for n in r2.notes)
@@ -253,11 +285,11 @@ def test_uneven_split_from_strategy_and_published_style_split():
 def test_mtp_lives_on_last_stage():
     ds = ps.models.get("deepseek-v3")
     # 61 layers on PP 8 as 7 + 6 x 8 + 6 (a split that holds with and without MTP)
-    s = ps.Strategy(tp=2, pp=8, ep=64, sp=True, first_stage_layers=7,
-                    last_stage_layers=6).with_world_size(1024)
+    s = ps.Strategy(
+        tp=2, pp=8, ep=64, sp=True, first_stage_layers=7, last_stage_layers=6
+    ).with_world_size(1024)
     r = ps.estimate_memory(ds, s, seq_len=4096, global_batch_size=8192)
-    no_mtp = ps.estimate_memory(ds.with_(mtp_num_layers=0), s, seq_len=4096,
-                                global_batch_size=8192)
+    no_mtp = ps.estimate_memory(ds.with_(mtp_num_layers=0), s, seq_len=4096, global_batch_size=8192)
     assert r.stages[-1].params > no_mtp.stages[-1].params
     assert r.stages[0].params == no_mtp.stages[0].params
 
@@ -273,8 +305,9 @@ def test_report_fits_other_and_json():
     d = json.loads(json.dumps(r.to_dict()))
     assert d["stages"][0]["total"] == pytest.approx(st0.total)
     assert "peak" in r.breakdown()
-    r0 = ps.estimate_memory(gpt(), ps.Strategy().with_world_size(1), seq_len=512,
-                            other_bytes=0, fragmentation=0)
+    r0 = ps.estimate_memory(
+        gpt(), ps.Strategy().with_world_size(1), seq_len=512, other_bytes=0, fragmentation=0
+    )
     assert r0.stages[0].other == 0
 
 
@@ -298,9 +331,13 @@ def test_user_errors():
 
 # ---- properties --------------------------------------------------------------------------------
 @settings(max_examples=60, deadline=None)
-@given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4]),
-       cp=st.sampled_from([1, 2]), seq=st.sampled_from([1024, 4096]),
-       mode=st.sampled_from(["none", "selective", "full"]))
+@given(
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 4]),
+    cp=st.sampled_from([1, 2]),
+    seq=st.sampled_from([1024, 4096]),
+    mode=st.sampled_from(["none", "selective", "full"]),
+)
 def test_more_parallelism_never_needs_more_memory(tp, pp, cp, seq, mode):
     m = ps.models.get("llama3-8b")
     base = ps.Strategy(tp=tp, pp=pp, cp=cp, sp=tp > 1)
@@ -308,8 +345,12 @@ def test_more_parallelism_never_needs_more_memory(tp, pp, cp, seq, mode):
     r = ps.estimate_memory(m, base.with_world_size(world), seq_len=seq, recompute=mode)
     assert all(math.isfinite(x.total) and x.total > 0 for x in r.stages)
     if tp < 8:
-        r2 = ps.estimate_memory(m, base.replace(tp=tp * 2, sp=True).with_world_size(world * 2),
-                                seq_len=seq, recompute=mode)
+        r2 = ps.estimate_memory(
+            m,
+            base.replace(tp=tp * 2, sp=True).with_world_size(world * 2),
+            seq_len=seq,
+            recompute=mode,
+        )
         assert r2.peak_bytes <= r.peak_bytes
     full = ps.estimate_memory(m, base.with_world_size(world), seq_len=seq, recompute="full")
     assert full.peak_bytes <= r.peak_bytes + 1

@@ -13,10 +13,26 @@ B = 1e9
 #: name -> (published total, published active or None for dense); sources in the comments
 #: of parastrat.spec.models.PUBLISHED_PARAMS (papers and model cards, not computed values).
 PUBLISHED = PUBLISHED_PARAMS
-ISSUE_PRESETS = {"llama3.2-1b", "llama3-8b", "llama3-70b", "llama3.1-405b", "qwen3-8b",
-                 "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "deepseek-v2", "deepseek-v3",
-                 "kimi-k2", "mixtral-8x7b", "mixtral-8x22b", "gpt-oss-120b", "nemotron4-15b",
-                 "nemotron4-340b", "gpt3-175b", "olmoe-7b"}
+ISSUE_PRESETS = {
+    "llama3.2-1b",
+    "llama3-8b",
+    "llama3-70b",
+    "llama3.1-405b",
+    "qwen3-8b",
+    "qwen3-32b",
+    "qwen3-30b-a3b",
+    "qwen3-235b-a22b",
+    "deepseek-v2",
+    "deepseek-v3",
+    "kimi-k2",
+    "mixtral-8x7b",
+    "mixtral-8x22b",
+    "gpt-oss-120b",
+    "nemotron4-15b",
+    "nemotron4-340b",
+    "gpt3-175b",
+    "olmoe-7b",
+}
 
 
 def test_every_issue_preset_exists():
@@ -44,7 +60,7 @@ def test_llama3_8b_by_hand():
     emb = 128256 * 4096
     # attention: q 4096x4096, k,v 4096x1024 each, o 4096x4096
     attn = 4096 * 4096 * 2 + 4096 * 1024 * 2
-    mlp = 3 * 4096 * 14336                     # SwiGLU: gate, up, down
+    mlp = 3 * 4096 * 14336  # SwiGLU: gate, up, down
     norms = 2 * 4096
     expect = 2 * emb + 32 * (attn + mlp + norms) + 4096
     assert ps.models.get("llama3-8b").num_params == expect == 8_030_261_248
@@ -71,8 +87,14 @@ def test_lookup_is_case_insensitive_and_unknown_lists_names():
 
 
 def test_register_own_model():
-    spec = ps.ModelSpec(name="tiny-test-gpt", num_layers=2, hidden_size=64,
-                        num_attention_heads=4, ffn_hidden_size=256, vocab_size=1000)
+    spec = ps.ModelSpec(
+        name="tiny-test-gpt",
+        num_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        ffn_hidden_size=256,
+        vocab_size=1000,
+    )
     assert ps.models.register(spec) is spec
     assert ps.models.get("tiny-test-gpt") is spec
     with pytest.raises(SpecError):
@@ -80,8 +102,14 @@ def test_register_own_model():
 
 
 def test_direct_construction_defaults_to_plain_gpt():
-    m = ps.ModelSpec(name="gpt", num_layers=2, hidden_size=64, num_attention_heads=4,
-                     ffn_hidden_size=256, vocab_size=1000)
+    m = ps.ModelSpec(
+        name="gpt",
+        num_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        ffn_hidden_size=256,
+        vocab_size=1000,
+    )
     assert (m.query_groups, m.head_dim, m.is_moe, m.tied_embeddings) == (4, 16, False, True)
     # 12 h^2 per layer (+ biases? no: add_bias_linear=False) + 2 layernorms (w+b) + positions
     h = 64
@@ -91,25 +119,41 @@ def test_direct_construction_defaults_to_plain_gpt():
     assert pickle.loads(pickle.dumps(m)) == m
 
 
-@pytest.mark.parametrize("changes, field", [
-    (dict(num_layers=0), "num_layers"),
-    (dict(hidden_size=100, num_attention_heads=3), "hidden_size"),
-    (dict(num_query_groups=3), "num_query_groups"),
-    (dict(vocab_size=-5), "vocab_size"),
-    (dict(normalization="batchnorm"), "normalization"),
-    (dict(num_moe_experts=4, moe_router_topk=8), "moe_router_topk"),
-    (dict(num_moe_experts=4, moe_first_dense_layers=2), "moe_first_dense_layers"),
-    (dict(position_embedding_type="alibi"), "position_embedding_type"),
-])
+@pytest.mark.parametrize(
+    "changes, field",
+    [
+        (dict(num_layers=0), "num_layers"),
+        (dict(hidden_size=100, num_attention_heads=3), "hidden_size"),
+        (dict(num_query_groups=3), "num_query_groups"),
+        (dict(vocab_size=-5), "vocab_size"),
+        (dict(normalization="batchnorm"), "normalization"),
+        (dict(num_moe_experts=4, moe_router_topk=8), "moe_router_topk"),
+        (dict(num_moe_experts=4, moe_first_dense_layers=2), "moe_first_dense_layers"),
+        (dict(position_embedding_type="alibi"), "position_embedding_type"),
+    ],
+)
 def test_nonsense_raises_spec_error_naming_field(changes, field):
-    base = dict(name="gpt", num_layers=2, hidden_size=64, num_attention_heads=4,
-                ffn_hidden_size=256, vocab_size=1000)
+    base = dict(
+        name="gpt",
+        num_layers=2,
+        hidden_size=64,
+        num_attention_heads=4,
+        ffn_hidden_size=256,
+        vocab_size=1000,
+    )
     base.update(changes)
     with pytest.raises(SpecError, match=field):
         ps.ModelSpec(**base)
 
 
 def test_kv_channels_allows_indivisible_hidden():
-    m = ps.ModelSpec(name="odd", num_layers=2, hidden_size=100, num_attention_heads=3,
-                     kv_channels=32, ffn_hidden_size=256, vocab_size=1000)
+    m = ps.ModelSpec(
+        name="odd",
+        num_layers=2,
+        hidden_size=100,
+        num_attention_heads=3,
+        kv_channels=32,
+        ffn_hidden_size=256,
+        vocab_size=1000,
+    )
     assert m.head_dim == 32

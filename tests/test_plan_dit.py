@@ -31,15 +31,27 @@ def test_wan_13b_never_ulysses_8():
 def test_wan_14b_ulysses_follows_its_40_heads():
     # 40 heads = 8 * 5: Ulysses 8 is legal (Wan2.1's README launches t2v-14B with
     # --ulysses_size 8); every candidate's tp * ulysses divides 40
-    p = plan_dit("wan2.1-t2v-14b", ps.Cluster("h100", 8), top_k=100, height=720, width=1280,
-                 frames=81, steps=50)
+    p = plan_dit(
+        "wan2.1-t2v-14b",
+        ps.Cluster("h100", 8),
+        top_k=100,
+        height=720,
+        width=1280,
+        frames=81,
+        steps=50,
+    )
     assert all(40 % (c.strategy.tp * c.strategy.ulysses) == 0 for c in p.candidates)
     assert any(c.strategy.ulysses == 8 for c in p.candidates)
 
 
 @settings(max_examples=25)
-@given(name=st.sampled_from(dit.names()), n=st.sampled_from([1, 2, 4, 8, 16]),
-       guidance=st.booleans(), dp=st.booleans(), accel=st.sampled_from(["h100", "ascend-910b"]))
+@given(
+    name=st.sampled_from(dit.names()),
+    n=st.sampled_from([1, 2, 4, 8, 16]),
+    guidance=st.booleans(),
+    dp=st.booleans(),
+    accel=st.sampled_from(["h100", "ascend-910b"]),
+)
 def test_every_candidate_is_legal(name, n, guidance, dp, accel):
     m = dit.get(name)
     kw = dict(height=480, width=832, frames=33 if m.is_video else 1, steps=4)
@@ -70,26 +82,42 @@ def test_two_cards_mindiesd_tp2_or_cfg():
 def test_four_cards_cfg_gives_no_gain_where_ulysses_4_is_available():
     # xDiT issue #507: CFG parallel gave no gain over Ulysses 4 for Wan2.1 on 4 GPUs
     p = plan_dit("wan2.1-t2v-1.3b", ps.Cluster("h100", 4), top_k=100, **WAN480)
-    by = {(c.strategy.ulysses, c.strategy.ring, c.strategy.cfg, c.strategy.tp): c
-          for c in p.candidates}
+    by = {
+        (c.strategy.ulysses, c.strategy.ring, c.strategy.cfg, c.strategy.tp): c
+        for c in p.candidates
+    }
     u4 = by[(4, 1, 1, 1)].latency_s
     best_cfg = min(c.latency_s for c in p.candidates if c.strategy.cfg == 2)
-    assert best_cfg > 0.95 * u4            # any CFG split gains less than 5 %
+    assert best_cfg > 0.95 * u4  # any CFG split gains less than 5 %
     assert any(a.startswith("Ulysses 4") for a in p.advice)
 
 
 def test_long_sequence_adds_ring_across_nodes():
     # 16 H100s in two NVLink nodes: Ulysses stays inside a node, ring crosses
-    p = plan_dit("hunyuanvideo", ps.Cluster("h100", 16), height=720, width=1280, frames=129,
-                 steps=50, guidance=False)
+    p = plan_dit(
+        "hunyuanvideo",
+        ps.Cluster("h100", 16),
+        height=720,
+        width=1280,
+        frames=129,
+        steps=50,
+        guidance=False,
+    )
     best = p.best.strategy
     assert best.ulysses * best.tp <= 8 and best.ring >= 2
     assert any(a.startswith("long sequence") for a in p.advice)
 
 
 def test_hunyuanvideo_8_gpus_ulysses_8_first():
-    p = plan_dit("hunyuanvideo", ps.Cluster("h100", 8), height=720, width=1280, frames=129,
-                 steps=50, guidance=False)
+    p = plan_dit(
+        "hunyuanvideo",
+        ps.Cluster("h100", 8),
+        height=720,
+        width=1280,
+        frames=129,
+        steps=50,
+        guidance=False,
+    )
     assert (p.best.strategy.ulysses, p.best.strategy.cfg) == (8, 1)
     assert p.best.mindiesd_flags() == "--ulysses_size 8 --ring_size 1 --cfg_size 1 --tp_size 1"
 
@@ -105,16 +133,30 @@ def test_cross_node_only_when_allowed():
 
 
 def test_data_parallel_ranks_by_throughput():
-    p = plan_dit("flux.1-dev", ps.Cluster("h100", 8), height=1024, width=1024, steps=28,
-                 data_parallel=True, top_k=50)
+    p = plan_dit(
+        "flux.1-dev",
+        ps.Cluster("h100", 8),
+        height=1024,
+        width=1024,
+        steps=28,
+        data_parallel=True,
+        top_k=50,
+    )
     rates = [c.requests_per_s for c in p.candidates]
     assert rates == sorted(rates, reverse=True)
     assert p.objective == "throughput"
 
 
 def test_explain_and_json():
-    p = plan_dit("wan2.1-t2v-14b", ps.Cluster("ascend-910b", 8), height=720, width=1280,
-                 frames=81, steps=50, top_k=3)
+    p = plan_dit(
+        "wan2.1-t2v-14b",
+        ps.Cluster("ascend-910b", 8),
+        height=720,
+        width=1280,
+        frames=81,
+        steps=50,
+        top_k=3,
+    )
     text = p.explain()
     assert len(p.candidates) == 3
     for c in p.candidates:
@@ -124,8 +166,7 @@ def test_explain_and_json():
 
 
 def test_nothing_fits_says_what_would():
-    small = dataclasses.replace(ps.hardware.get("h100"), name="h100-16g",
-                                memory_bytes=16 * 2**30)
+    small = dataclasses.replace(ps.hardware.get("h100"), name="h100-16g", memory_bytes=16 * 2**30)
     with pytest.raises(UsageError) as err:
         plan_dit("qwen-image", ps.Cluster(small, 1), height=1328, width=1328, steps=50)
     assert "GiB" in str(err.value)

@@ -29,7 +29,8 @@ def test_main_job_command_runs():
     job = setup_commands()[0].split("&&", 1)[1].strip()
     argv = shlex.split(job)
     assert argv[0] == "parastrat"
-    r = subprocess.run([sys.executable, "-m", "parastrat", *argv[1:]], capture_output=True,
-                       text=True, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "parastrat", *argv[1:]], capture_output=True, text=True, timeout=300
+    )
     assert r.returncode == 0, r.stderr
     assert "tokens/s" in r.stdout or "tok/s" in r.stdout

@@ -8,12 +8,33 @@ import pytest
 from parastrat import Strategy, StrategyError
 from parastrat.spec.model import ModelSpec
 
-LLAMA70 = ModelSpec(name="llama3-70b", num_layers=80, hidden_size=8192, num_attention_heads=64,
-                    num_query_groups=8, ffn_hidden_size=28672, vocab_size=128256)
-MOE = ModelSpec(name="toy-moe", num_layers=16, hidden_size=2048, num_attention_heads=16,
-                ffn_hidden_size=8192, vocab_size=32000, num_moe_experts=64, moe_router_topk=8)
-WAN14B_LIKE = ModelSpec(name="wan2.1-14b", num_layers=40, hidden_size=5120,
-                        num_attention_heads=40, ffn_hidden_size=13824, vocab_size=1)
+LLAMA70 = ModelSpec(
+    name="llama3-70b",
+    num_layers=80,
+    hidden_size=8192,
+    num_attention_heads=64,
+    num_query_groups=8,
+    ffn_hidden_size=28672,
+    vocab_size=128256,
+)
+MOE = ModelSpec(
+    name="toy-moe",
+    num_layers=16,
+    hidden_size=2048,
+    num_attention_heads=16,
+    ffn_hidden_size=8192,
+    vocab_size=32000,
+    num_moe_experts=64,
+    moe_router_topk=8,
+)
+WAN14B_LIKE = ModelSpec(
+    name="wan2.1-14b",
+    num_layers=40,
+    hidden_size=5120,
+    num_attention_heads=40,
+    ffn_hidden_size=13824,
+    vocab_size=1,
+)
 
 
 def rules(s: Strategy, **kw) -> list[str]:
@@ -22,9 +43,16 @@ def rules(s: Strategy, **kw) -> list[str]:
 
 def test_heads_tp_hint_lists_divisors():
     with pytest.raises(StrategyError) as e:
-        Strategy(tp=3).validate(ModelSpec(name="m", num_layers=4, hidden_size=4096,
-                                          num_attention_heads=64, ffn_hidden_size=1,
-                                          vocab_size=1))
+        Strategy(tp=3).validate(
+            ModelSpec(
+                name="m",
+                num_layers=4,
+                hidden_size=4096,
+                num_attention_heads=64,
+                ffn_hidden_size=1,
+                vocab_size=1,
+            )
+        )
     v = e.value.violations[0]
     assert v.rule == "heads-tp"
     assert "tp=3 does not divide 64 attention heads" in v.message
@@ -121,18 +149,42 @@ def megatron_accepts(**kw) -> bool:
     return True
 
 
-@pytest.mark.parametrize("heads,groups,tp", [
-    (64, 8, 1), (64, 8, 3), (64, 8, 8), (64, 8, 16), (40, 40, 8), (12, 3, 2), (12, 3, 6),
-    (32, 4, 8), (32, 32, 5), (48, 48, 16),
-])
+@pytest.mark.parametrize(
+    "heads,groups,tp",
+    [
+        (64, 8, 1),
+        (64, 8, 3),
+        (64, 8, 8),
+        (64, 8, 16),
+        (40, 40, 8),
+        (12, 3, 2),
+        (12, 3, 6),
+        (32, 4, 8),
+        (32, 32, 5),
+        (48, 48, 16),
+    ],
+)
 def test_heads_and_groups_agree_with_megatron(heads, groups, tp):
     ours = Strategy(tp=tp, sp=tp > 1).check(
-        ModelSpec(name="m", num_layers=2, hidden_size=heads * 64, num_attention_heads=heads,
-                  num_query_groups=groups, ffn_hidden_size=256, vocab_size=128))
+        ModelSpec(
+            name="m",
+            num_layers=2,
+            hidden_size=heads * 64,
+            num_attention_heads=heads,
+            num_query_groups=groups,
+            ffn_hidden_size=256,
+            vocab_size=128,
+        )
+    )
     ours_ok = not [v for v in ours if v.severity == "error"]
-    theirs_ok = megatron_accepts(num_layers=2, hidden_size=heads * 64, num_attention_heads=heads,
-                                 num_query_groups=groups, tensor_model_parallel_size=tp,
-                                 sequence_parallel=tp > 1)
+    theirs_ok = megatron_accepts(
+        num_layers=2,
+        hidden_size=heads * 64,
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        tensor_model_parallel_size=tp,
+        sequence_parallel=tp > 1,
+    )
     assert ours_ok == theirs_ok
 
 
@@ -143,9 +195,16 @@ def test_moe_sp_rule_agrees_with_megatron(tp, ep, sp):
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        assert megatron_accepts(num_layers=2, hidden_size=256, num_attention_heads=8,
-                                tensor_model_parallel_size=tp, expert_model_parallel_size=ep,
-                                num_moe_experts=8, sequence_parallel=sp, add_bias_linear=False)
+        assert megatron_accepts(
+            num_layers=2,
+            hidden_size=256,
+            num_attention_heads=8,
+            tensor_model_parallel_size=tp,
+            expert_model_parallel_size=ep,
+            num_moe_experts=8,
+            sequence_parallel=sp,
+            add_bias_linear=False,
+        )
     theirs_warn = any("sequence parallelism must be used" in str(w.message) for w in caught)
     ours = [v.rule for v in Strategy(tp=tp, ep=ep, sp=sp).check()]
     assert ("ep-tp-without-sp" in ours) == theirs_warn

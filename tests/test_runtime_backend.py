@@ -15,17 +15,34 @@ from parastrat.runtime.backend import (
 
 
 def test_torchrun_variables_win_over_slurm():
-    env = {"RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "MASTER_ADDR": "10.0.0.7",
-           "MASTER_PORT": "1234", "SLURM_PROCID": "0", "SLURM_NTASKS": "2"}
+    env = {
+        "RANK": "5",
+        "WORLD_SIZE": "16",
+        "LOCAL_RANK": "1",
+        "MASTER_ADDR": "10.0.0.7",
+        "MASTER_PORT": "1234",
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "2",
+    }
     e = detect_env(env)
-    assert (e.rank, e.world_size, e.local_rank, e.master_addr, e.master_port, e.source) == \
-        (5, 16, 1, "10.0.0.7", 1234, "torchrun")
+    assert (e.rank, e.world_size, e.local_rank, e.master_addr, e.master_port, e.source) == (
+        5,
+        16,
+        1,
+        "10.0.0.7",
+        1234,
+        "torchrun",
+    )
     assert e.init_method == "env://"
 
 
 def test_slurm_uses_first_node_of_the_nodelist_as_master():
-    env = {"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1",
-           "SLURM_NODELIST": "gpu[007-008,010],login2"}
+    env = {
+        "SLURM_PROCID": "9",
+        "SLURM_NTASKS": "16",
+        "SLURM_LOCALID": "1",
+        "SLURM_NODELIST": "gpu[007-008,010],login2",
+    }
     e = detect_env(env)
     assert (e.rank, e.world_size, e.local_rank, e.source) == (9, 16, 1, "slurm")
     assert e.master_addr == "gpu007" and e.master_port == 29500
@@ -33,8 +50,13 @@ def test_slurm_uses_first_node_of_the_nodelist_as_master():
 
 
 def test_slurm_master_addr_and_port_can_be_overridden():
-    env = {"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "n1",
-           "MASTER_ADDR": "head", "MASTER_PORT": "4000"}
+    env = {
+        "SLURM_PROCID": "0",
+        "SLURM_NTASKS": "2",
+        "SLURM_JOB_NODELIST": "n1",
+        "MASTER_ADDR": "head",
+        "MASTER_PORT": "4000",
+    }
     e = detect_env(env)
     assert (e.master_addr, e.master_port, e.local_rank) == ("head", 4000, 0)
 
@@ -44,12 +66,15 @@ def test_no_launcher_means_a_single_process_world():
     assert (e.rank, e.world_size, e.source) == (0, 1, "single")
 
 
-@pytest.mark.parametrize("nodelist,hosts", [
-    ("node1", ["node1"]),
-    ("a[1-3]", ["a1", "a2", "a3"]),
-    ("gpu[08-10,12]", ["gpu08", "gpu09", "gpu10", "gpu12"]),
-    ("x[1-2]-ib,y7", ["x1-ib", "x2-ib", "y7"]),
-])
+@pytest.mark.parametrize(
+    "nodelist,hosts",
+    [
+        ("node1", ["node1"]),
+        ("a[1-3]", ["a1", "a2", "a3"]),
+        ("gpu[08-10,12]", ["gpu08", "gpu09", "gpu10", "gpu12"]),
+        ("x[1-2]-ib,y7", ["x1-ib", "x2-ib", "y7"]),
+    ],
+)
 def test_expand_nodelist(nodelist, hosts):
     assert expand_nodelist(nodelist) == hosts
 

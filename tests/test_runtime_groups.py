@@ -67,8 +67,14 @@ def _every_strategy(rank: int, world: int) -> dict:
     for name, kw in {**TRAINING, **INFERENCE}.items():
         s = Strategy(**kw)
         g = initialize(s, backend="auto", timeout=60)
-        rec: dict = {"backend": g.backend, "started_here": dist.is_initialized(),
-                     "ranks": {}, "sums": {}, "megatron": {}, "handle_ranks": dict(g.ranks)}
+        rec: dict = {
+            "backend": g.backend,
+            "started_here": dist.is_initialized(),
+            "ranks": {},
+            "sums": {},
+            "megatron": {},
+            "handle_ranks": dict(g.ranks),
+        }
         for kind in g:
             rec["ranks"][kind] = _ranks(g[kind])
             t = torch.tensor([float(rank + 1)])
@@ -82,21 +88,26 @@ def _every_strategy(rank: int, world: int) -> dict:
                 rec["megatron"]["ulysses"] = _ranks(hier[0])
                 rec["megatron"]["ring"] = _ranks(hier[1])
         else:
-            rec["yunchang_is_ours"] = (PROCESS_GROUP.ULYSSES_PG is g["ulysses"]
-                                       and PROCESS_GROUP.RING_PG is g["ring"])
+            rec["yunchang_is_ours"] = (
+                PROCESS_GROUP.ULYSSES_PG is g["ulysses"] and PROCESS_GROUP.RING_PG is g["ring"]
+            )
             if s.tp == 1:  # yunchang's own layout as a second oracle (it knows no TP)
                 import yunchang
 
                 yunchang.set_seq_parallel_pg(s.ulysses, s.ring, rank, world)
-                rec["yunchang_own"] = {"ulysses": _ranks(PROCESS_GROUP.ULYSSES_PG),
-                                       "ring": _ranks(PROCESS_GROUP.RING_PG)}
+                rec["yunchang_own"] = {
+                    "ulysses": _ranks(PROCESS_GROUP.ULYSSES_PG),
+                    "ring": _ranks(PROCESS_GROUP.RING_PG),
+                }
             if s.ring == 1:
                 rec["usp_error"] = _ulysses_attention_error(g, rank)
         destroy()
         destroy()  # safe twice
-        rec["after_destroy"] = {"dist": dist.is_initialized(),
-                                "megatron": mps.model_parallel_is_initialized(),
-                                "yunchang": PROCESS_GROUP.ULYSSES_PG is None}
+        rec["after_destroy"] = {
+            "dist": dist.is_initialized(),
+            "megatron": mps.model_parallel_is_initialized(),
+            "yunchang": PROCESS_GROUP.ULYSSES_PG is None,
+        }
         out[name] = rec
     return out
 
@@ -119,7 +130,8 @@ def _ulysses_attention_error(g, rank: int) -> float:
 
     out = LongContextAttention(attn_type=AttnType.TORCH_MATH)(shard(q), shard(k), shard(v))
     full = torch.nn.functional.scaled_dot_product_attention(
-        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)).transpose(1, 2)
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+    ).transpose(1, 2)
     return (out - shard(full)).abs().max().item()
 
 
@@ -178,8 +190,10 @@ def test_inference_groups_feed_yunchang(every_strategy, name):
         rec = out[name]
         assert rec["yunchang_is_ours"]
         if "yunchang_own" in rec:
-            assert rec["yunchang_own"] == {"ulysses": rec["ranks"]["ulysses"],
-                                           "ring": rec["ranks"]["ring"]}
+            assert rec["yunchang_own"] == {
+                "ulysses": rec["ranks"]["ulysses"],
+                "ring": rec["ranks"]["ring"],
+            }
         if "usp_error" in rec:
             assert rec["usp_error"] < 1e-5
 
@@ -248,10 +262,15 @@ class _OldParallelState:
     """The signature of an older megatron-core (before expert_tensor_parallel_size)."""
 
     @staticmethod
-    def initialize_model_parallel(tensor_model_parallel_size=1, pipeline_model_parallel_size=1,
-                                  virtual_pipeline_model_parallel_size=None,
-                                  context_parallel_size=1, expert_model_parallel_size=1,
-                                  distributed_timeout_minutes=30, order="tp-cp-ep-dp-pp"):
+    def initialize_model_parallel(
+        tensor_model_parallel_size=1,
+        pipeline_model_parallel_size=1,
+        virtual_pipeline_model_parallel_size=None,
+        context_parallel_size=1,
+        expert_model_parallel_size=1,
+        distributed_timeout_minutes=30,
+        order="tp-cp-ep-dp-pp",
+    ):
         raise AssertionError("not called in these tests")
 
 
@@ -260,12 +279,18 @@ def test_arguments_follow_the_installed_signature(monkeypatch):
 
     kw = rt_groups._megatron_init_kwargs(
         Strategy(tp=2, ep=2, etp=1, sp=True, pp=2, vpp=2).with_world_size(8),
-        timedelta(seconds=90), None)
+        timedelta(seconds=90),
+        None,
+    )
     # installed 0.16: ETP explicit; 90 s rounds up to 2 whole minutes; VPP passed through
     assert kw["expert_tensor_parallel_size"] == 1 and kw["distributed_timeout_minutes"] == 2
     assert kw["virtual_pipeline_model_parallel_size"] == 2
-    assert rt_groups._megatron_init_kwargs(Strategy(), None, None)[
-        "virtual_pipeline_model_parallel_size"] is None
+    assert (
+        rt_groups._megatron_init_kwargs(Strategy(), None, None)[
+            "virtual_pipeline_model_parallel_size"
+        ]
+        is None
+    )
     with pytest.raises(UsageError, match="no argument 'bogus'"):
         rt_groups._megatron_init_kwargs(Strategy(), None, {"bogus": 1})
 
@@ -277,4 +302,5 @@ def test_arguments_follow_the_installed_signature(monkeypatch):
         rt_groups._megatron_init_kwargs(Strategy(tp=2, ep=2, etp=1, sp=True), None, None)
     with pytest.raises(UsageError, match="hierarchical_context_parallel_sizes"):
         rt_groups._megatron_init_kwargs(
-            Strategy(ulysses=2, ring=2, order="tp-cp-ep-dp-pp"), None, None)
+            Strategy(ulysses=2, ring=2, order="tp-cp-ep-dp-pp"), None, None
+        )

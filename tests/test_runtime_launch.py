@@ -18,10 +18,17 @@ def _env_and_sum(rank: int, world: int, scale: int) -> dict:
 
     t = torch.tensor([float(rank + 1) * scale])
     dist.all_reduce(t)
-    return {"rank": int(os.environ["RANK"]), "world": int(os.environ["WORLD_SIZE"]),
-            "local": int(os.environ["LOCAL_RANK"]), "addr": os.environ["MASTER_ADDR"],
-            "pg_rank": dist.get_rank(), "backend": dist.get_backend(), "sum": t.item(),
-            "arg_rank": rank, "arg_world": world}
+    return {
+        "rank": int(os.environ["RANK"]),
+        "world": int(os.environ["WORLD_SIZE"]),
+        "local": int(os.environ["LOCAL_RANK"]),
+        "addr": os.environ["MASTER_ADDR"],
+        "pg_rank": dist.get_rank(),
+        "backend": dist.get_backend(),
+        "sum": t.item(),
+        "arg_rank": rank,
+        "arg_world": world,
+    }
 
 
 @pytest.mark.multiprocess

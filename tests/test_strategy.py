@@ -14,14 +14,17 @@ from .strategies import inference_strategies, training_strategies
 
 
 # --- the seed skill's minimum-GPU examples (sizing_heuristics.md) -------------------------
-@pytest.mark.parametrize("pp,tp,cp,ep,etp,expected", [
-    (1, 2, 1, 8, 1, 8),
-    (1, 4, 1, 8, 1, 8),
-    (1, 2, 2, 8, 1, 8),
-    (1, 2, 4, 8, 1, 8),
-    (2, 2, 1, 8, 1, 16),
-    (1, 2, 1, 4, 2, 8),
-])
+@pytest.mark.parametrize(
+    "pp,tp,cp,ep,etp,expected",
+    [
+        (1, 2, 1, 8, 1, 8),
+        (1, 4, 1, 8, 1, 8),
+        (1, 2, 2, 8, 1, 8),
+        (1, 2, 4, 8, 1, 8),
+        (2, 2, 1, 8, 1, 16),
+        (1, 2, 1, 4, 2, 8),
+    ],
+)
 def test_skill_minimum_gpus(pp, tp, cp, ep, etp, expected):
     s = Strategy(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp, sp=True)
     assert s.min_world_size == expected
@@ -33,12 +36,15 @@ def test_skill_dp_and_expert_dp_scaling(world, dp, edp):
     assert (s.dp, s.expert_dp, s.world_size) == (dp, edp, world)
 
 
-@pytest.mark.parametrize("tp,cp,ep,etp,pp,lcm_world,max_world", [
-    # tp*cp = 6, ep*etp = 4: lcm 12, max 6 (max would not even divide by 4)
-    (3, 2, 4, 1, 1, 12, 6),
-    # tp*cp = 4, ep*etp = 6 (ep 3, etp 2) with pp 2: 2*lcm(4,6) = 24, not 2*6 = 12
-    (4, 1, 3, 2, 2, 24, 12),
-])
+@pytest.mark.parametrize(
+    "tp,cp,ep,etp,pp,lcm_world,max_world",
+    [
+        # tp*cp = 6, ep*etp = 4: lcm 12, max 6 (max would not even divide by 4)
+        (3, 2, 4, 1, 1, 12, 6),
+        # tp*cp = 4, ep*etp = 6 (ep 3, etp 2) with pp 2: 2*lcm(4,6) = 24, not 2*6 = 12
+        (4, 1, 3, 2, 2, 24, 12),
+    ],
+)
 def test_min_world_is_lcm_not_max(tp, cp, ep, etp, pp, lcm_world, max_world):
     s = Strategy(tp=tp, cp=cp, ep=ep, etp=etp, pp=pp, sp=True)
     assert s.min_world_size == lcm_world != max_world
@@ -164,22 +170,25 @@ def test_from_dict_rejects_unknown_keys():
 
 
 # --- bad input: always StrategyError with a hint, never another error type --------------
-@pytest.mark.parametrize("kwargs,rule", [
-    ({"tp": 0}, "tp-positive"),
-    ({"pp": -2}, "pp-positive"),
-    ({"tp": 2.0}, "tp-type"),
-    ({"tp": "4"}, "tp-type"),
-    ({"ep": True}, "ep-type"),
-    ({"cfg": 3}, "cfg-degree"),
-    ({"order": "tp-dp-xx"}, "order-unknown"),
-    ({"order": "tp-cp-dp-pp"}, "order-unknown"),
-    ({"sp": True}, "sp-needs-tp"),
-    ({"vpp": 2}, "vpp-needs-pp"),
-    ({"cfg": 2, "order": "tp-cp-ep-dp-pp"}, "cfg-training"),
-    ({"ulysses": 2, "ep": 2}, "inference-ep"),
-    ({"sp": 1, "tp": 2}, "sp-type"),
-    ({"first_stage_layers": 3}, "uneven-needs-pp"),
-])
+@pytest.mark.parametrize(
+    "kwargs,rule",
+    [
+        ({"tp": 0}, "tp-positive"),
+        ({"pp": -2}, "pp-positive"),
+        ({"tp": 2.0}, "tp-type"),
+        ({"tp": "4"}, "tp-type"),
+        ({"ep": True}, "ep-type"),
+        ({"cfg": 3}, "cfg-degree"),
+        ({"order": "tp-dp-xx"}, "order-unknown"),
+        ({"order": "tp-cp-dp-pp"}, "order-unknown"),
+        ({"sp": True}, "sp-needs-tp"),
+        ({"vpp": 2}, "vpp-needs-pp"),
+        ({"cfg": 2, "order": "tp-cp-ep-dp-pp"}, "cfg-training"),
+        ({"ulysses": 2, "ep": 2}, "inference-ep"),
+        ({"sp": 1, "tp": 2}, "sp-type"),
+        ({"first_stage_layers": 3}, "uneven-needs-pp"),
+    ],
+)
 def test_bad_values_raise_strategy_error(kwargs, rule):
     with pytest.raises(StrategyError) as e:
         Strategy(**kwargs)
@@ -194,11 +203,35 @@ def test_several_bad_values_reported_together():
     assert {"tp-positive", "pp-type", "cfg-degree", "sp-type"} <= set(e.value.rules)
 
 
-@given(st.dictionaries(
-    st.sampled_from(["tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sp", "ulysses", "ring", "cfg",
-                     "order", "first_stage_layers", "last_stage_layers"]),
-    st.one_of(st.integers(-3, 9), st.floats(allow_nan=True), st.text(max_size=12), st.booleans(),
-              st.none())))
+@given(
+    st.dictionaries(
+        st.sampled_from(
+            [
+                "tp",
+                "pp",
+                "vpp",
+                "cp",
+                "ep",
+                "etp",
+                "dp",
+                "sp",
+                "ulysses",
+                "ring",
+                "cfg",
+                "order",
+                "first_stage_layers",
+                "last_stage_layers",
+            ]
+        ),
+        st.one_of(
+            st.integers(-3, 9),
+            st.floats(allow_nan=True),
+            st.text(max_size=12),
+            st.booleans(),
+            st.none(),
+        ),
+    )
+)
 def test_any_input_gives_a_strategy_or_a_strategy_error(kwargs):
     try:
         s = Strategy(**kwargs)

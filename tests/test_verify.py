@@ -18,8 +18,22 @@ from parastrat.runtime.verify import verify_local
 @pytest.mark.multiprocess
 def test_cli_verify_passes_on_8_local_ranks(capsys):
     pytest.importorskip("megatron.core")
-    rc = main(["verify", "--world", "8", "--tp", "2", "--pp", "2", "--sp", "--format", "json",
-               "--timeout", "60"])
+    rc = main(
+        [
+            "verify",
+            "--world",
+            "8",
+            "--tp",
+            "2",
+            "--pp",
+            "2",
+            "--sp",
+            "--format",
+            "json",
+            "--timeout",
+            "60",
+        ]
+    )
     doc = json.loads(capsys.readouterr().out)
     assert rc == 0 and doc["ok"] and doc["error"] is None
     assert doc["world_size"] == 8 and doc["degrees"]["dp"] == 2  # 8 / (tp 2 * pp 2)
@@ -57,8 +71,9 @@ def _kill_rank_2_in_ring(step: str, rank: int) -> None:
 @pytest.mark.multiprocess
 def test_a_rank_killed_mid_run_fails_clearly_without_hanging():
     t0 = time.monotonic()
-    report = verify_local(Strategy(ulysses=2, ring=2), 4, timeout_s=10,
-                          on_step=_kill_rank_2_in_ring)
+    report = verify_local(
+        Strategy(ulysses=2, ring=2), 4, timeout_s=10, on_step=_kill_rank_2_in_ring
+    )
     elapsed = time.monotonic() - t0
     assert not report.ok and report.failed_rank == 2
     assert "exited with code 7" in report.error

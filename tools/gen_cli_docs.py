@@ -44,8 +44,14 @@ def render() -> str:
     lines = [HEADER]
     strategy_rows: list[str] = []
     for name, sp in sub.choices.items():
-        lines += [f"## `parastrat {name}`", "", (sp.description or "").strip(), "",
-                  "| option | meaning |", "|---|---|"]
+        lines += [
+            f"## `parastrat {name}`",
+            "",
+            (sp.description or "").strip(),
+            "",
+            "| option | meaning |",
+            "|---|---|",
+        ]
         has_strategy = False
         for group in sp._action_groups:
             for a in group._group_actions:
@@ -60,10 +66,17 @@ def render() -> str:
         if has_strategy:
             lines.append("| strategy flags | see [below](#strategy-flags) |")
         lines.append("")
-    lines += ["## Strategy flags", "",
-              f"Shared by the commands that take a strategy ({', '.join(STRATEGY_FLAGS)}, "
-              "`--sp`, `--order`, uneven pipeline splits).", "",
-              "| option | meaning |", "|---|---|", *strategy_rows, ""]
+    lines += [
+        "## Strategy flags",
+        "",
+        f"Shared by the commands that take a strategy ({', '.join(STRATEGY_FLAGS)}, "
+        "`--sp`, `--order`, uneven pipeline splits).",
+        "",
+        "| option | meaning |",
+        "|---|---|",
+        *strategy_rows,
+        "",
+    ]
     return "\n".join(lines)
 
 

@@ -46,8 +46,15 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "bench": ("parastrat.bench", None),
 }
 
-__all__ = ["__version__", "Strategy", "StrategyError", "Violation", "MissingExtraError",
-           "layout", *sorted(_LAZY)]
+__all__ = [
+    "__version__",
+    "Strategy",
+    "StrategyError",
+    "Violation",
+    "MissingExtraError",
+    "layout",
+    *sorted(_LAZY),
+]
 
 
 def __getattr__(name: str) -> Any:

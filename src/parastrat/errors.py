@@ -29,8 +29,12 @@ class Violation:
         return f"[{self.rule}] {self.message} -> {self.hint}"
 
     def to_dict(self) -> dict[str, str]:
-        return {"rule": self.rule, "message": self.message, "hint": self.hint,
-                "severity": self.severity}
+        return {
+            "rule": self.rule,
+            "message": self.message,
+            "hint": self.hint,
+            "severity": self.severity,
+        }
 
 
 class StrategyError(ValueError):
@@ -39,8 +43,12 @@ class StrategyError(ValueError):
     ``violations`` lists every rule broken, not just the first.
     """
 
-    def __init__(self, violations: Iterable[Violation] | Violation | str, hint: str = "",
-                 rule: str = "invalid"):
+    def __init__(
+        self,
+        violations: Iterable[Violation] | Violation | str,
+        hint: str = "",
+        rule: str = "invalid",
+    ):
         if isinstance(violations, str):
             violations = [Violation(rule, violations, hint or "see the message")]
         elif isinstance(violations, Violation):
@@ -67,8 +75,10 @@ class MissingExtraError(ImportError):
     def __init__(self, module: str, extra: str, why: str = ""):
         self.module = module
         self.extra = extra
-        msg = (f"{module} is not installed{': ' + why if why else ''}. "
-               f"Install it with: pip install \"parastrat[{extra}]\"")
+        msg = (
+            f"{module} is not installed{': ' + why if why else ''}. "
+            f'Install it with: pip install "parastrat[{extra}]"'
+        )
         super().__init__(msg)
 
 

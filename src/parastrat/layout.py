@@ -23,8 +23,22 @@ if TYPE_CHECKING:
     from .strategy import Strategy
 
 #: Every key :func:`layout` returns.
-KINDS = ("tp", "cp", "dp", "pp", "dp-cp", "tp-pp", "etp", "ep", "edp", "etp-ep",
-         "ulysses", "ring", "sp", "cfg")
+KINDS = (
+    "tp",
+    "cp",
+    "dp",
+    "pp",
+    "dp-cp",
+    "tp-pp",
+    "etp",
+    "ep",
+    "edp",
+    "etp-ep",
+    "ulysses",
+    "ring",
+    "sp",
+    "cfg",
+)
 
 Groups = list[list[int]]
 
@@ -68,7 +82,7 @@ def split_sequence_groups(sp_groups: Groups, ulysses: int) -> tuple[Groups, Grou
     uly: Groups = []
     ring: Groups = []
     for g in sp_groups:
-        uly += [g[i:i + ulysses] for i in range(0, len(g), ulysses)]
+        uly += [g[i : i + ulysses] for i in range(0, len(g), ulysses)]
         ring += [g[i::ulysses] for i in range(ulysses)]
     return uly, ring
 
@@ -83,9 +97,11 @@ def layout(strategy: Strategy, world_size: int | None = None) -> dict[str, Group
     if world_size is None:
         world_size = strategy.world_size
         if world_size is None:
-            raise StrategyError("layout needs a world size: the strategy has no dp",
-                                hint="call layout(strategy, world_size) or "
-                                     "strategy.with_world_size(n)", rule="world-size-missing")
+            raise StrategyError(
+                "layout needs a world size: the strategy has no dp",
+                hint="call layout(strategy, world_size) or strategy.with_world_size(n)",
+                rule="world-size-missing",
+            )
     s = strategy.with_world_size(world_size)
     dp = s.dp or 1  # with_world_size always fills it
     if s.is_inference:

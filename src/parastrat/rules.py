@@ -41,45 +41,80 @@ def structural_violations(s: Strategy) -> list[Violation]:
     names = s.order.split("-")
     expected = INFERENCE_ORDER_NAMES if s.is_inference else TRAINING_ORDER_NAMES
     if sorted(names) != sorted(expected):
-        out.append(_err(
-            "order-unknown",
-            f"order {s.order!r} is not a permutation of {'-'.join(TRAINING_ORDER_NAMES)} "
-            f"(training) or {'-'.join(INFERENCE_ORDER_NAMES)} (inference)",
-            "use 'tp-cp-ep-dp-pp' (Megatron default), 'tp-cp-ep-pp-dp' (Bridge's "
-            "use_tp_pp_dp_mapping) or 'tp-sp-pp-cfg-dp' (xDiT)"))
+        out.append(
+            _err(
+                "order-unknown",
+                f"order {s.order!r} is not a permutation of {'-'.join(TRAINING_ORDER_NAMES)} "
+                f"(training) or {'-'.join(INFERENCE_ORDER_NAMES)} (inference)",
+                "use 'tp-cp-ep-dp-pp' (Megatron default), 'tp-cp-ep-pp-dp' (Bridge's "
+                "use_tp_pp_dp_mapping) or 'tp-sp-pp-cfg-dp' (xDiT)",
+            )
+        )
         return out
     if s.sp and s.tp == 1:
-        out.append(_err("sp-needs-tp", "sequence parallelism (sp=True) needs tp > 1; tp=1",
-                        "set tp >= 2 (SP shards activations over the TP group) or sp=False"))
+        out.append(
+            _err(
+                "sp-needs-tp",
+                "sequence parallelism (sp=True) needs tp > 1; tp=1",
+                "set tp >= 2 (SP shards activations over the TP group) or sp=False",
+            )
+        )
     if s.vpp > 1 and s.pp == 1:
-        out.append(_err("vpp-needs-pp", f"vpp={s.vpp} (virtual pipeline) needs pp > 1; pp=1",
-                        "set pp >= 2 with vpp, or vpp=1"))
+        out.append(
+            _err(
+                "vpp-needs-pp",
+                f"vpp={s.vpp} (virtual pipeline) needs pp > 1; pp=1",
+                "set pp >= 2 with vpp, or vpp=1",
+            )
+        )
     if s.uneven and s.pp == 1:
-        out.append(_err("uneven-needs-pp",
-                        "first/last pipeline stage layer counts need pp > 1; pp=1",
-                        "set pp >= 2, or drop first_stage_layers/last_stage_layers"))
+        out.append(
+            _err(
+                "uneven-needs-pp",
+                "first/last pipeline stage layer counts need pp > 1; pp=1",
+                "set pp >= 2, or drop first_stage_layers/last_stage_layers",
+            )
+        )
     if (s.account_for_embedding or s.account_for_loss) and (
-            s.first_stage_layers is not None or s.last_stage_layers is not None):
-        out.append(_err("uneven-conflict",
-                        "first/last stage layer counts cannot be combined with "
-                        "account_for_embedding/account_for_loss (Megatron refuses both)",
-                        "use one way to balance the pipeline"))
+        s.first_stage_layers is not None or s.last_stage_layers is not None
+    ):
+        out.append(
+            _err(
+                "uneven-conflict",
+                "first/last stage layer counts cannot be combined with "
+                "account_for_embedding/account_for_loss (Megatron refuses both)",
+                "use one way to balance the pipeline",
+            )
+        )
     if s.is_inference:
         if s.ep > 1:
-            out.append(_err("inference-ep",
-                            f"ep={s.ep}: expert parallelism is not part of the xDiT/MindIE-SD "
-                            "inference grid",
-                            "use ep=1 (pass groups['tp'] to fused MoE kernels) or a training "
-                            "order such as 'tp-cp-ep-dp-pp'"))
+            out.append(
+                _err(
+                    "inference-ep",
+                    f"ep={s.ep}: expert parallelism is not part of the xDiT/MindIE-SD "
+                    "inference grid",
+                    "use ep=1 (pass groups['tp'] to fused MoE kernels) or a training "
+                    "order such as 'tp-cp-ep-dp-pp'",
+                )
+            )
         if s.vpp > 1:
-            out.append(_err("inference-vpp", f"vpp={s.vpp}: inference pipelines have no "
-                            "virtual stages", "use vpp=1"))
+            out.append(
+                _err(
+                    "inference-vpp",
+                    f"vpp={s.vpp}: inference pipelines have no virtual stages",
+                    "use vpp=1",
+                )
+            )
     else:
         if s.cfg > 1:
-            out.append(_err("cfg-training",
-                            f"cfg={s.cfg} with training order {s.order!r}: CFG parallelism is "
-                            "for diffusion inference",
-                            "use cfg=1 for training, or order='tp-sp-pp-cfg-dp' for inference"))
+            out.append(
+                _err(
+                    "cfg-training",
+                    f"cfg={s.cfg} with training order {s.order!r}: CFG parallelism is "
+                    "for diffusion inference",
+                    "use cfg=1 for training, or order='tp-sp-pp-cfg-dp' for inference",
+                )
+            )
     return out
 
 
@@ -108,47 +143,65 @@ def world_violations(s: Strategy, world: int) -> list[Violation]:
     if s.is_inference:
         unit = s.tp * s.ulysses * s.ring * s.cfg * s.pp
         if world % unit:
-            out.append(_err(
-                "world-inference",
-                f"world size {world} is not a multiple of tp*ulysses*ring*cfg*pp = "
-                f"{s.tp}*{s.ulysses}*{s.ring}*{s.cfg}*{s.pp} = {unit}",
-                f"use {_fitting_worlds(s, world)} devices, or degrees whose product divides "
-                f"{world}"))
+            out.append(
+                _err(
+                    "world-inference",
+                    f"world size {world} is not a multiple of tp*ulysses*ring*cfg*pp = "
+                    f"{s.tp}*{s.ulysses}*{s.ring}*{s.cfg}*{s.pp} = {unit}",
+                    f"use {_fitting_worlds(s, world)} devices, or degrees whose product divides "
+                    f"{world}",
+                )
+            )
     else:
         dense = s.tp * s.cp * s.pp
         expert = s.etp * s.ep * s.pp
         if world % dense:
             alt = ""
             if world % (s.tp * s.cp) == 0:
-                alt = (f", or pp in {fmt_set(divisors(world // (s.tp * s.cp)))} "
-                       f"with tp*cp = {s.tp * s.cp}")
-            out.append(_err(
-                "world-dense",
-                f"world size {world} is not a multiple of tp*cp*pp = {s.tp}*{s.cp}*{s.pp} = "
-                f"{dense}",
-                f"use {_fitting_worlds(s, world)} devices (multiples of pp*lcm(tp*cp, ep*etp) "
-                f"= {s.min_world_size}){alt}"))
+                alt = (
+                    f", or pp in {fmt_set(divisors(world // (s.tp * s.cp)))} "
+                    f"with tp*cp = {s.tp * s.cp}"
+                )
+            out.append(
+                _err(
+                    "world-dense",
+                    f"world size {world} is not a multiple of tp*cp*pp = {s.tp}*{s.cp}*{s.pp} = "
+                    f"{dense}",
+                    f"use {_fitting_worlds(s, world)} devices (multiples of pp*lcm(tp*cp, ep*etp) "
+                    f"= {s.min_world_size}){alt}",
+                )
+            )
         if world % expert and expert != dense:
-            out.append(_err(
-                "world-expert",
-                f"world size {world} is not a multiple of etp*ep*pp = {s.etp}*{s.ep}*{s.pp} = "
-                f"{expert} (the expert grid)",
-                f"use {_fitting_worlds(s, world)} devices, or ep*etp*pp dividing {world}"))
+            out.append(
+                _err(
+                    "world-expert",
+                    f"world size {world} is not a multiple of etp*ep*pp = {s.etp}*{s.ep}*{s.pp} = "
+                    f"{expert} (the expert grid)",
+                    f"use {_fitting_worlds(s, world)} devices, or ep*etp*pp dividing {world}",
+                )
+            )
         if not out and s.pp > 1:
             dp, edp = world // dense, world // expert
             dense_sizes = {"tp": s.tp, "cp": s.cp, "ep": 1, "dp": dp, "pp": s.pp}
             expert_sizes = {"tp": s.etp, "cp": 1, "ep": s.ep, "dp": edp, "pp": s.pp}
             if _pp_stride(s.order, dense_sizes) != _pp_stride(s.order, expert_sizes):
-                out.append(_err(
-                    "pp-groups-differ",
-                    f"with order {s.order!r} (pp not last) the dense and expert grids put "
-                    f"pipeline stages on different ranks: dp={dp} but expert dp={edp} "
-                    f"(tp*cp={s.tp * s.cp}, ep*etp={s.ep * s.etp})",
-                    "use order 'tp-cp-ep-dp-pp' (pp last), or make tp*cp == ep*etp"))
+                out.append(
+                    _err(
+                        "pp-groups-differ",
+                        f"with order {s.order!r} (pp not last) the dense and expert grids put "
+                        f"pipeline stages on different ranks: dp={dp} but expert dp={edp} "
+                        f"(tp*cp={s.tp * s.cp}, ep*etp={s.ep * s.etp})",
+                        "use order 'tp-cp-ep-dp-pp' (pp last), or make tp*cp == ep*etp",
+                    )
+                )
     if s.dp is not None and s.world_size != world:
-        out.append(_err("dp-world",
-                        f"dp={s.dp} gives {s.world_size} ranks, not the world size {world}",
-                        f"drop dp (it follows from the world size) or use world {s.world_size}"))
+        out.append(
+            _err(
+                "dp-world",
+                f"dp={s.dp} gives {s.world_size} ranks, not the world size {world}",
+                f"drop dp (it follows from the world size) or use world {s.world_size}",
+            )
+        )
     return out
 
 
@@ -164,45 +217,61 @@ def layer_split_violations(s: Strategy, num_layers: int) -> list[Violation]:
         return out
     if not s.uneven:
         if num_layers % p:
-            out.append(_err(
-                "layers-pp",
-                f"{num_layers} layers do not split evenly over pp={p} stages",
-                f"use pp in {fmt_set([d for d in divisors(num_layers) if d > 1])}, or set "
-                f"first_stage_layers/last_stage_layers for an uneven split"))
+            out.append(
+                _err(
+                    "layers-pp",
+                    f"{num_layers} layers do not split evenly over pp={p} stages",
+                    f"use pp in {fmt_set([d for d in divisors(num_layers) if d > 1])}, or set "
+                    f"first_stage_layers/last_stage_layers for an uneven split",
+                )
+            )
         elif (num_layers // p) % v:
             per = num_layers // p
-            out.append(_err(
-                "layers-vpp",
-                f"{per} layers per stage (={num_layers}/pp {p}) do not split into vpp={v} "
-                f"virtual chunks",
-                f"use vpp in {fmt_set(divisors(per))}"))
+            out.append(
+                _err(
+                    "layers-vpp",
+                    f"{per} layers per stage (={num_layers}/pp {p}) do not split into vpp={v} "
+                    f"virtual chunks",
+                    f"use vpp in {fmt_set(divisors(per))}",
+                )
+            )
         return out
     if s.account_for_embedding or s.account_for_loss:
         total = num_layers + s.account_for_embedding + s.account_for_loss
         if total % (p * v):
-            out.append(_err(
-                "layers-accounted",
-                f"{num_layers} layers + {int(s.account_for_embedding)} embedding + "
-                f"{int(s.account_for_loss)} loss = {total} is not a multiple of pp*vpp = {p * v}",
-                f"use pp*vpp in {fmt_set([d for d in divisors(total) if d > 1])}, or "
-                "first_stage_layers/last_stage_layers"))
+            out.append(
+                _err(
+                    "layers-accounted",
+                    f"{num_layers} layers + {int(s.account_for_embedding)} embedding + "
+                    f"{int(s.account_for_loss)} loss = {total} is not a multiple of "
+                    f"pp*vpp = {p * v}",
+                    f"use pp*vpp in {fmt_set([d for d in divisors(total) if d > 1])}, or "
+                    "first_stage_layers/last_stage_layers",
+                )
+            )
         return out
     middle = p - (first is not None) - (last is not None)
     rest = num_layers - (first or 0) - (last or 0)
     if rest < 0 or (middle == 0 and rest != 0) or (middle > 0 and (rest <= 0 or rest % middle)):
-        out.append(_err(
-            "layers-uneven",
-            f"{num_layers} layers with first_stage_layers={first}, last_stage_layers={last} "
-            f"leave {rest} layers for {middle} middle stage(s), which does not split evenly",
-            "choose first/last so that (layers - first - last) is a positive multiple of the "
-            "middle stages"))
+        out.append(
+            _err(
+                "layers-uneven",
+                f"{num_layers} layers with first_stage_layers={first}, last_stage_layers={last} "
+                f"leave {rest} layers for {middle} middle stage(s), which does not split evenly",
+                "choose first/last so that (layers - first - last) is a positive multiple of the "
+                "middle stages",
+            )
+        )
         return out
     counts = [c for c in (first, last, rest // middle if middle else None) if c is not None]
     if v > 1 and any(c % v for c in counts):
-        out.append(_err(
-            "layers-vpp",
-            f"stage layer counts {counts} do not all divide into vpp={v} virtual chunks",
-            "make every stage's layer count a multiple of vpp"))
+        out.append(
+            _err(
+                "layers-vpp",
+                f"stage layer counts {counts} do not all divide into vpp={v} virtual chunks",
+                "make every stage's layer count a multiple of vpp",
+            )
+        )
     return out
 
 
@@ -217,52 +286,82 @@ def model_violations(s: Strategy, model: Any) -> list[Violation]:
 
     if heads:
         if heads % s.tp:
-            out.append(_err(
-                "heads-tp", f"tp={s.tp} does not divide {heads} attention heads of {name}",
-                f"use tp in {fmt_set(divisors(heads))}"))
+            out.append(
+                _err(
+                    "heads-tp",
+                    f"tp={s.tp} does not divide {heads} attention heads of {name}",
+                    f"use tp in {fmt_set(divisors(heads))}",
+                )
+            )
         elif groups and groups % s.tp and s.tp % groups:
             ok = sorted({d for d in divisors(heads) if groups % d == 0 or d % groups == 0})
-            out.append(_err(
-                "query-groups-tp",
-                f"tp={s.tp} and {groups} query groups (KV heads) of {name}: neither divides "
-                f"the other",
-                f"use tp in {fmt_set(ok)}"))
+            out.append(
+                _err(
+                    "query-groups-tp",
+                    f"tp={s.tp} and {groups} query groups (KV heads) of {name}: neither divides "
+                    f"the other",
+                    f"use tp in {fmt_set(ok)}",
+                )
+            )
         elif groups and groups % s.tp:
-            out.append(_warn(
-                "query-groups-tp-replicated",
-                f"tp={s.tp} > {groups} query groups: KV heads are replicated "
-                f"{s.tp // groups}x (accepted by megatron-core >= 0.16 only)",
-                "use megatron-core >= 0.16, or tp <= the number of query groups"))
+            out.append(
+                _warn(
+                    "query-groups-tp-replicated",
+                    f"tp={s.tp} > {groups} query groups: KV heads are replicated "
+                    f"{s.tp // groups}x (accepted by megatron-core >= 0.16 only)",
+                    "use megatron-core >= 0.16, or tp <= the number of query groups",
+                )
+            )
         if s.ulysses > 1 and heads % s.tp == 0:
             local = heads // s.tp
             if local % s.ulysses:
-                out.append(_err(
-                    "heads-ulysses",
-                    f"ulysses={s.ulysses} does not divide the {local} attention heads per TP "
-                    f"rank ({heads} heads / tp {s.tp}) of {name}",
-                    f"use ulysses in {fmt_set(divisors(local))}, and cover the rest of the "
-                    f"sequence split with ring"))
+                out.append(
+                    _err(
+                        "heads-ulysses",
+                        f"ulysses={s.ulysses} does not divide the {local} attention heads per TP "
+                        f"rank ({heads} heads / tp {s.tp}) of {name}",
+                        f"use ulysses in {fmt_set(divisors(local))}, and cover the rest of the "
+                        f"sequence split with ring",
+                    )
+                )
             if s.is_inference and groups and groups != heads:
                 local_kv = groups // s.tp if groups % s.tp == 0 else groups
                 if local_kv % s.ulysses:
-                    out.append(_err(
-                        "kv-heads-ulysses",
-                        f"ulysses={s.ulysses} does not divide the {local_kv} KV heads per TP "
-                        f"rank of {name} (MindIE-SD's USP raises USPTopologyError)",
-                        f"use ulysses in {fmt_set(divisors(local_kv))} and add ring"))
+                    out.append(
+                        _err(
+                            "kv-heads-ulysses",
+                            f"ulysses={s.ulysses} does not divide the {local_kv} KV heads per TP "
+                            f"rank of {name} (MindIE-SD's USP raises USPTopologyError)",
+                            f"use ulysses in {fmt_set(divisors(local_kv))} and add ring",
+                        )
+                    )
     if layers:
         out += layer_split_violations(s, layers)
     if s.ep > 1:
         if not experts:
-            out.append(_err("ep-dense", f"ep={s.ep} on {name}, which has no experts",
-                            "use ep=1 for a dense model (give the devices to dp, tp or cp)"))
+            out.append(
+                _err(
+                    "ep-dense",
+                    f"ep={s.ep} on {name}, which has no experts",
+                    "use ep=1 for a dense model (give the devices to dp, tp or cp)",
+                )
+            )
         elif experts % s.ep:
-            out.append(_err("experts-ep",
-                            f"ep={s.ep} does not divide the {experts} experts of {name}",
-                            f"use ep in {fmt_set(divisors(experts))}"))
+            out.append(
+                _err(
+                    "experts-ep",
+                    f"ep={s.ep} does not divide the {experts} experts of {name}",
+                    f"use ep in {fmt_set(divisors(experts))}",
+                )
+            )
     elif not experts and s.etp != s.tp and not s.is_inference:
-        out.append(_warn("etp-dense", f"etp={s.etp} differs from tp={s.tp} on dense {name}; "
-                         "it has no effect", "drop etp"))
+        out.append(
+            _warn(
+                "etp-dense",
+                f"etp={s.etp} differs from tp={s.tp} on dense {name}; it has no effect",
+                "drop etp",
+            )
+        )
     return out
 
 
@@ -275,57 +374,84 @@ def sequence_violations(s: Strategy, seq_len: int) -> list[Violation]:
     if s.is_inference:
         return out  # DiT token counts are padded, not refused: see estimate.dit
     if s.cp > 1 and seq_len % (2 * s.cp):
-        out.append(_err(
-            "seq-cp", f"seq_len={seq_len} is not a multiple of 2*cp = {2 * s.cp} (the "
-            "load-balanced causal split gives each CP rank two chunks)",
-            f"use seq_len a multiple of {2 * s.cp} (e.g. {(seq_len // (2 * s.cp) + 1) * 2 * s.cp})"
-            f" or cp in {fmt_set([c for c in divisors(seq_len // 2) if c > 1])}"
-            if seq_len % 2 == 0 else f"use an even seq_len divisible by {2 * s.cp}"))
+        unit = 2 * s.cp
+        out.append(
+            _err(
+                "seq-cp",
+                f"seq_len={seq_len} is not a multiple of 2*cp = {2 * s.cp} (the "
+                "load-balanced causal split gives each CP rank two chunks)",
+                f"use seq_len a multiple of {unit} (e.g. {(seq_len // unit + 1) * unit})"
+                f" or cp in {fmt_set([c for c in divisors(seq_len // 2) if c > 1])}"
+                if seq_len % 2 == 0
+                else f"use an even seq_len divisible by {2 * s.cp}",
+            )
+        )
     if s.sp and seq_len % (s.tp * s.cp):
-        out.append(_err(
-            "seq-sp", f"seq_len={seq_len} is not a multiple of tp*cp = {s.tp * s.cp} "
-            "(sequence parallelism splits each CP chunk over TP)",
-            f"use seq_len a multiple of {lcm(s.tp * s.cp, 2 * s.cp if s.cp > 1 else 1)}"))
+        out.append(
+            _err(
+                "seq-sp",
+                f"seq_len={seq_len} is not a multiple of tp*cp = {s.tp * s.cp} "
+                "(sequence parallelism splits each CP chunk over TP)",
+                f"use seq_len a multiple of {lcm(s.tp * s.cp, 2 * s.cp if s.cp > 1 else 1)}",
+            )
+        )
     return out
 
 
-def batch_violations(s: Strategy, dp: int, global_batch_size: int | None,
-                     micro_batch_size: int | None) -> list[Violation]:
+def batch_violations(
+    s: Strategy, dp: int, global_batch_size: int | None, micro_batch_size: int | None
+) -> list[Violation]:
     """Global batch against micro-batch and DP; micro-batches against pipeline stages."""
     out: list[Violation] = []
     mbs = micro_batch_size or 1
-    for label, value in (("global_batch_size", global_batch_size),
-                         ("micro_batch_size", micro_batch_size)):
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int)
-                                  or value < 1):
-            out.append(_err(f"{label.replace('_', '-')}-positive",
-                            f"{label}={value!r} must be a whole number >= 1",
-                            f"pass {label} as an int >= 1"))
+    for label, value in (
+        ("global_batch_size", global_batch_size),
+        ("micro_batch_size", micro_batch_size),
+    ):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            out.append(
+                _err(
+                    f"{label.replace('_', '-')}-positive",
+                    f"{label}={value!r} must be a whole number >= 1",
+                    f"pass {label} as an int >= 1",
+                )
+            )
     if out or global_batch_size is None:
         return out
     unit = mbs * dp
     if global_batch_size % unit:
-        out.append(_err(
-            "batch-divisible",
-            f"global_batch_size={global_batch_size} is not a multiple of micro_batch_size*dp "
-            f"= {mbs}*{dp} = {unit}",
-            f"use global_batch_size {max(unit, global_batch_size // unit * unit)} or "
-            f"{(global_batch_size // unit + 1) * unit}, or a micro-batch size dividing "
-            f"{global_batch_size // dp if global_batch_size % dp == 0 else 'gbs/dp'}"))
+        out.append(
+            _err(
+                "batch-divisible",
+                f"global_batch_size={global_batch_size} is not a multiple of micro_batch_size*dp "
+                f"= {mbs}*{dp} = {unit}",
+                f"use global_batch_size {max(unit, global_batch_size // unit * unit)} or "
+                f"{(global_batch_size // unit + 1) * unit}, or a micro-batch size dividing "
+                f"{global_batch_size // dp if global_batch_size % dp == 0 else 'gbs/dp'}",
+            )
+        )
         return out
     m = global_batch_size // unit
     if s.pp > 1 and m < s.pp:
-        out.append(_warn(
-            "pp-few-microbatches",
-            f"{m} micro-batches per step for pp={s.pp} stages: most of each step is "
-            "pipeline bubble",
-            f"raise global_batch_size to at least {s.pp * unit} or lower pp"))
+        out.append(
+            _warn(
+                "pp-few-microbatches",
+                f"{m} micro-batches per step for pp={s.pp} stages: most of each step is "
+                "pipeline bubble",
+                f"raise global_batch_size to at least {s.pp * unit} or lower pp",
+            )
+        )
     if s.vpp > 1 and m % s.pp:
-        out.append(_warn(
-            "vpp-microbatches",
-            f"{m} micro-batches is not a multiple of pp={s.pp}; interleaved schedules in "
-            "older Megatron versions require it",
-            f"use a global batch giving a multiple of {s.pp} micro-batches"))
+        out.append(
+            _warn(
+                "vpp-microbatches",
+                f"{m} micro-batches is not a multiple of pp={s.pp}; interleaved schedules in "
+                "older Megatron versions require it",
+                f"use a global batch giving a multiple of {s.pp} micro-batches",
+            )
+        )
     return out
 
 
@@ -337,51 +463,89 @@ def soft_violations(s: Strategy, devices_per_node: int | None) -> list[Violation
     out: list[Violation] = []
     if devices_per_node:
         if s.tp > devices_per_node:
-            out.append(_warn("tp-across-nodes",
-                             f"tp={s.tp} spans more than one node of {devices_per_node} "
-                             "devices: every layer's TP collectives cross the slow link",
-                             f"keep tp <= {devices_per_node}; use pp (or cp) across nodes"))
+            out.append(
+                _warn(
+                    "tp-across-nodes",
+                    f"tp={s.tp} spans more than one node of {devices_per_node} "
+                    "devices: every layer's TP collectives cross the slow link",
+                    f"keep tp <= {devices_per_node}; use pp (or cp) across nodes",
+                )
+            )
         if s.is_inference and s.tp * s.ulysses > devices_per_node:
-            out.append(_warn("ulysses-across-nodes",
-                             f"tp*ulysses = {s.tp * s.ulysses} spans more than one node/island "
-                             f"of {devices_per_node}",
-                             "keep Ulysses inside a node and use ring across nodes"))
+            out.append(
+                _warn(
+                    "ulysses-across-nodes",
+                    f"tp*ulysses = {s.tp * s.ulysses} spans more than one node/island "
+                    f"of {devices_per_node}",
+                    "keep Ulysses inside a node and use ring across nodes",
+                )
+            )
     if not s.is_inference:
         if s.pp > 2 and s.vpp == 1:
-            out.append(_warn("pp-without-vpp",
-                             f"pp={s.pp} without virtual stages: bubble (p-1)/m is vpp times "
-                             "larger than with interleaving",
-                             "set vpp >= 2 when layers per stage allow"))
+            out.append(
+                _warn(
+                    "pp-without-vpp",
+                    f"pp={s.pp} without virtual stages: bubble (p-1)/m is vpp times "
+                    "larger than with interleaving",
+                    "set vpp >= 2 when layers per stage allow",
+                )
+            )
         if s.vpp > 1 and s.pp == 2:
-            out.append(_warn("vpp-pp2", "vpp with pp=2 needs overlap_p2p_comm in Megatron-LM's "
-                             "training arguments", "use pp >= 3 or enable overlap_p2p_comm"))
+            out.append(
+                _warn(
+                    "vpp-pp2",
+                    "vpp with pp=2 needs overlap_p2p_comm in Megatron-LM's training arguments",
+                    "use pp >= 3 or enable overlap_p2p_comm",
+                )
+            )
         if s.ep > 1 and s.tp > 1 and not s.sp:
-            out.append(_warn("ep-tp-without-sp",
-                             f"ep={s.ep} with tp={s.tp} without sequence parallelism: Megatron "
-                             "Core says SP 'must be used' (a ValueError before 0.10, a warning "
-                             "in 0.16)", "set sp=True"))
+            out.append(
+                _warn(
+                    "ep-tp-without-sp",
+                    f"ep={s.ep} with tp={s.tp} without sequence parallelism: Megatron "
+                    "Core says SP 'must be used' (a ValueError before 0.10, a warning "
+                    "in 0.16)",
+                    "set sp=True",
+                )
+            )
         elif s.tp > 1 and not s.sp:
-            out.append(_warn("tp-without-sp", f"tp={s.tp} without sequence parallelism "
-                             "replicates LayerNorm/dropout activations on every TP rank",
-                             "set sp=True (same communication volume, less memory)"))
+            out.append(
+                _warn(
+                    "tp-without-sp",
+                    f"tp={s.tp} without sequence parallelism "
+                    "replicates LayerNorm/dropout activations on every TP rank",
+                    "set sp=True (same communication volume, less memory)",
+                )
+            )
     return out
 
 
 # ---------------------------------------------------------------------------------------------
 # Everything together.
 # ---------------------------------------------------------------------------------------------
-def check(s: Strategy, model: Any = None, *, world_size: int | None = None,
-          seq_len: int | None = None, global_batch_size: int | None = None,
-          micro_batch_size: int | None = None,
-          devices_per_node: int | None = None) -> list[Violation]:
+def check(
+    s: Strategy,
+    model: Any = None,
+    *,
+    world_size: int | None = None,
+    seq_len: int | None = None,
+    global_batch_size: int | None = None,
+    micro_batch_size: int | None = None,
+    devices_per_node: int | None = None,
+) -> list[Violation]:
     """Every rule the given inputs allow checking: errors first, then warnings."""
     out: list[Violation] = []
     world = world_size if world_size is not None else s.world_size
     world_ok = False
     if world_size is not None:
         if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            out.append(_err("world-size-positive", f"world_size={world_size!r} must be an int "
-                            ">= 1", "pass the number of devices"))
+            out.append(
+                _err(
+                    "world-size-positive",
+                    f"world_size={world_size!r} must be an int >= 1",
+                    "pass the number of devices",
+                )
+            )
             world = None
         else:
             bad = world_violations(s, world_size)
@@ -393,8 +557,13 @@ def check(s: Strategy, model: Any = None, *, world_size: int | None = None,
         out += model_violations(s, model)
     if seq_len is not None:
         if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
-            out.append(_err("seq-len-positive", f"seq_len={seq_len!r} must be an int >= 1",
-                            "pass the training sequence length in tokens"))
+            out.append(
+                _err(
+                    "seq-len-positive",
+                    f"seq_len={seq_len!r} must be an int >= 1",
+                    "pass the training sequence length in tokens",
+                )
+            )
         else:
             out += sequence_violations(s, seq_len)
     if global_batch_size is not None or micro_batch_size is not None:
@@ -404,7 +573,10 @@ def check(s: Strategy, model: Any = None, *, world_size: int | None = None,
         else:
             out += batch_violations(s, 1, None, micro_batch_size)
             if global_batch_size is not None:
-                out += [v for v in batch_violations(s, 1, global_batch_size, None)
-                        if v.rule.endswith("-positive")]
+                out += [
+                    v
+                    for v in batch_violations(s, 1, global_batch_size, None)
+                    if v.rule.endswith("-positive")
+                ]
     out += soft_violations(s, devices_per_node)
     return sorted(out, key=lambda v: v.severity != "error")

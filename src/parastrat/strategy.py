@@ -30,7 +30,6 @@ MEGATRON_TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
 XDIT_ORDER = "tp-sp-pp-cfg-dp"
 
 
-
 def lcm(a: int, b: int) -> int:
     """Least common multiple of two positive integers."""
     return a * b // gcd(a, b)
@@ -51,7 +50,7 @@ def fmt_set(values: list[int], limit: int = 8) -> str:
 
 
 def order_kind(order: str) -> str:
-    """"training" for a Megatron-style order, "inference" for an xDiT-style one."""
+    """ "training" for a Megatron-style order, "inference" for an xDiT-style one."""
     names = set(order.split("-"))
     return "inference" if names & {"sp", "cfg"} else "training"
 
@@ -60,12 +59,17 @@ def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
-        return Violation(f"{name}-type",
-                         f"{name}={value!r} is a {type(value).__name__}, not a whole number",
-                         f"pass an int >= 1, e.g. {name}=1")
+        return Violation(
+            f"{name}-type",
+            f"{name}={value!r} is a {type(value).__name__}, not a whole number",
+            f"pass an int >= 1, e.g. {name}=1",
+        )
     if value < 1:
-        return Violation(f"{name}-positive", f"{name}={value} must be >= 1",
-                         f"use {name}=1 to disable {name.upper()}")
+        return Violation(
+            f"{name}-positive",
+            f"{name}={value} must be >= 1",
+            f"use {name}=1 to disable {name.upper()}",
+        )
     return None
 
 
@@ -102,38 +106,80 @@ class Strategy:
     account_for_embedding: bool
     account_for_loss: bool
 
-    def __init__(self, tp: int = 1, pp: int = 1, vpp: int | None = 1, cp: int | None = None,
-                 ep: int = 1, etp: int | None = None, dp: int | None = None, sp: bool = False,
-                 ulysses: int = 1, ring: int | None = None, cfg: int = 1,
-                 order: str | None = None, first_stage_layers: int | None = None,
-                 last_stage_layers: int | None = None, account_for_embedding: bool = False,
-                 account_for_loss: bool = False):
+    def __init__(
+        self,
+        tp: int = 1,
+        pp: int = 1,
+        vpp: int | None = 1,
+        cp: int | None = None,
+        ep: int = 1,
+        etp: int | None = None,
+        dp: int | None = None,
+        sp: bool = False,
+        ulysses: int = 1,
+        ring: int | None = None,
+        cfg: int = 1,
+        order: str | None = None,
+        first_stage_layers: int | None = None,
+        last_stage_layers: int | None = None,
+        account_for_embedding: bool = False,
+        account_for_loss: bool = False,
+    ):
         vpp = 1 if vpp is None else vpp
         problems: list[Violation] = []
-        for name, value, none_ok in (("tp", tp, False), ("pp", pp, False), ("vpp", vpp, False),
-                                     ("cp", cp, True), ("ep", ep, False), ("etp", etp, True),
-                                     ("dp", dp, True), ("ulysses", ulysses, False),
-                                     ("ring", ring, True), ("cfg", cfg, False),
-                                     ("first_stage_layers", first_stage_layers, True),
-                                     ("last_stage_layers", last_stage_layers, True)):
+        for name, value, none_ok in (
+            ("tp", tp, False),
+            ("pp", pp, False),
+            ("vpp", vpp, False),
+            ("cp", cp, True),
+            ("ep", ep, False),
+            ("etp", etp, True),
+            ("dp", dp, True),
+            ("ulysses", ulysses, False),
+            ("ring", ring, True),
+            ("cfg", cfg, False),
+            ("first_stage_layers", first_stage_layers, True),
+            ("last_stage_layers", last_stage_layers, True),
+        ):
             bad = _bad_int(name, value, allow_none=none_ok)
             if bad:
                 problems.append(bad)
         if not any(v.rule.startswith("cfg-") for v in problems) and cfg not in (1, 2):
-            problems.append(Violation("cfg-degree",
-                                      f"cfg={cfg}: classifier-free guidance has 2 branches",
-                                      "use cfg=2 with guidance on, cfg=1 otherwise"))
+            problems.append(
+                Violation(
+                    "cfg-degree",
+                    f"cfg={cfg}: classifier-free guidance has 2 branches",
+                    "use cfg=2 with guidance on, cfg=1 otherwise",
+                )
+            )
         if not isinstance(sp, bool):
-            problems.append(Violation("sp-type", f"sp={sp!r} must be True or False",
-                                      "pass sp=True to shard activations along the sequence"))
-        for name, flag in (("account_for_embedding", account_for_embedding),
-                           ("account_for_loss", account_for_loss)):
+            problems.append(
+                Violation(
+                    "sp-type",
+                    f"sp={sp!r} must be True or False",
+                    "pass sp=True to shard activations along the sequence",
+                )
+            )
+        for name, flag in (
+            ("account_for_embedding", account_for_embedding),
+            ("account_for_loss", account_for_loss),
+        ):
             if not isinstance(flag, bool):
-                problems.append(Violation(f"{name}-type", f"{name}={flag!r} must be True or False",
-                                          f"pass {name}=True to count it as a pipeline layer"))
+                problems.append(
+                    Violation(
+                        f"{name}-type",
+                        f"{name}={flag!r} must be True or False",
+                        f"pass {name}=True to count it as a pipeline layer",
+                    )
+                )
         if order is not None and not isinstance(order, str):
-            problems.append(Violation("order-type", f"order={order!r} must be a string",
-                                      f"e.g. order={MEGATRON_ORDER!r}"))
+            problems.append(
+                Violation(
+                    "order-type",
+                    f"order={order!r} must be a string",
+                    f"e.g. order={MEGATRON_ORDER!r}",
+                )
+            )
         if problems:
             raise StrategyError(problems)
 
@@ -142,20 +188,26 @@ class Strategy:
             if cp is None:
                 ring = 1
             elif cp % ulysses:
-                raise StrategyError(Violation(
-                    "cp-ulysses-ring",
-                    f"cp={cp} is not a multiple of ulysses={ulysses} (cp = ulysses * ring)",
-                    f"use cp in {fmt_set([ulysses * k for k in range(1, 5)])} or set ring "
-                    f"explicitly"))
+                raise StrategyError(
+                    Violation(
+                        "cp-ulysses-ring",
+                        f"cp={cp} is not a multiple of ulysses={ulysses} (cp = ulysses * ring)",
+                        f"use cp in {fmt_set([ulysses * k for k in range(1, 5)])} or set ring "
+                        f"explicitly",
+                    )
+                )
             else:
                 ring = cp // ulysses
         if cp is None:
             cp = ulysses * ring
         elif cp != ulysses * ring:
-            raise StrategyError(Violation(
-                "cp-ulysses-ring",
-                f"cp={cp} but ulysses={ulysses} x ring={ring} = {ulysses * ring}",
-                f"drop cp (it follows from ulysses and ring) or set cp={ulysses * ring}"))
+            raise StrategyError(
+                Violation(
+                    "cp-ulysses-ring",
+                    f"cp={cp} but ulysses={ulysses} x ring={ring} = {ulysses * ring}",
+                    f"drop cp (it follows from ulysses and ring) or set cp={ulysses * ring}",
+                )
+            )
 
         if etp is None:
             etp = 1 if ep > 1 else tp
@@ -163,13 +215,24 @@ class Strategy:
             order = XDIT_ORDER if (ulysses > 1 or cfg > 1) else MEGATRON_ORDER
         order = order.lower().strip()
 
-        for name, resolved in (("tp", tp), ("pp", pp), ("vpp", vpp), ("cp", cp), ("ep", ep),
-                            ("etp", etp), ("dp", dp), ("sp", sp), ("ulysses", ulysses),
-                            ("ring", ring), ("cfg", cfg), ("order", order),
-                            ("first_stage_layers", first_stage_layers),
-                            ("last_stage_layers", last_stage_layers),
-                            ("account_for_embedding", account_for_embedding),
-                            ("account_for_loss", account_for_loss)):
+        for name, resolved in (
+            ("tp", tp),
+            ("pp", pp),
+            ("vpp", vpp),
+            ("cp", cp),
+            ("ep", ep),
+            ("etp", etp),
+            ("dp", dp),
+            ("sp", sp),
+            ("ulysses", ulysses),
+            ("ring", ring),
+            ("cfg", cfg),
+            ("order", order),
+            ("first_stage_layers", first_stage_layers),
+            ("last_stage_layers", last_stage_layers),
+            ("account_for_embedding", account_for_embedding),
+            ("account_for_loss", account_for_loss),
+        ):
             object.__setattr__(self, name, resolved)
 
         from .rules import structural_violations  # rules import Strategy lazily; no cycle
@@ -186,7 +249,7 @@ class Strategy:
     # ---- derived ------------------------------------------------------------------------
     @property
     def kind(self) -> str:
-        """"training" (Megatron grids) or "inference" (xDiT/MindIE-SD grid)."""
+        """ "training" (Megatron grids) or "inference" (xDiT/MindIE-SD grid)."""
         return order_kind(self.order)
 
     @property
@@ -196,8 +259,12 @@ class Strategy:
     @property
     def uneven(self) -> bool:
         """True when first/last pipeline stages hold a custom number of layers."""
-        return (self.first_stage_layers is not None or self.last_stage_layers is not None
-                or self.account_for_embedding or self.account_for_loss)
+        return (
+            self.first_stage_layers is not None
+            or self.last_stage_layers is not None
+            or self.account_for_embedding
+            or self.account_for_loss
+        )
 
     @property
     def model_parallel_size(self) -> int:
@@ -274,25 +341,50 @@ class Strategy:
         return replace(self, dp=world_size // self.model_parallel_size)
 
     # ---- rules --------------------------------------------------------------------------
-    def check(self, model: Any = None, *, world_size: int | None = None,
-              seq_len: int | None = None, global_batch_size: int | None = None,
-              micro_batch_size: int | None = None,
-              devices_per_node: int | None = None) -> list[Violation]:
+    def check(
+        self,
+        model: Any = None,
+        *,
+        world_size: int | None = None,
+        seq_len: int | None = None,
+        global_batch_size: int | None = None,
+        micro_batch_size: int | None = None,
+        devices_per_node: int | None = None,
+    ) -> list[Violation]:
         """Every hard rule broken (severity "error") and soft rule bent ("warning")."""
         from .rules import check
 
-        return check(self, model, world_size=world_size, seq_len=seq_len,
-                     global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
-                     devices_per_node=devices_per_node)
+        return check(
+            self,
+            model,
+            world_size=world_size,
+            seq_len=seq_len,
+            global_batch_size=global_batch_size,
+            micro_batch_size=micro_batch_size,
+            devices_per_node=devices_per_node,
+        )
 
-    def validate(self, model: Any = None, *, world_size: int | None = None,
-                 seq_len: int | None = None, global_batch_size: int | None = None,
-                 micro_batch_size: int | None = None) -> None:
+    def validate(
+        self,
+        model: Any = None,
+        *,
+        world_size: int | None = None,
+        seq_len: int | None = None,
+        global_batch_size: int | None = None,
+        micro_batch_size: int | None = None,
+    ) -> None:
         """Return None, or raise StrategyError listing every hard rule the inputs break."""
-        errors = [v for v in self.check(model, world_size=world_size, seq_len=seq_len,
-                                        global_batch_size=global_batch_size,
-                                        micro_batch_size=micro_batch_size)
-                  if v.severity == "error"]
+        errors = [
+            v
+            for v in self.check(
+                model,
+                world_size=world_size,
+                seq_len=seq_len,
+                global_batch_size=global_batch_size,
+                micro_batch_size=micro_batch_size,
+            )
+            if v.severity == "error"
+        ]
         if errors:
             raise StrategyError(errors)
 
@@ -360,9 +452,13 @@ class Strategy:
         derived = {"min_world_size", "world_size", "expert_dp", "kind"}
         unknown = sorted(set(d) - known - derived)
         if unknown:
-            raise StrategyError(Violation(
-                "unknown-field", f"unknown strategy field(s): {', '.join(unknown)}",
-                f"use only {', '.join(sorted(known))}"))
+            raise StrategyError(
+                Violation(
+                    "unknown-field",
+                    f"unknown strategy field(s): {', '.join(unknown)}",
+                    f"use only {', '.join(sorted(known))}",
+                )
+            )
         return cls(**{k: v for k, v in d.items() if k in known})
 
     def __str__(self) -> str:
@@ -376,10 +472,15 @@ class Strategy:
                 pp += f"[{self.first_stage_layers or '-'}/{self.last_stage_layers or '-'}]"
             if self.account_for_embedding or self.account_for_loss:
                 pp += ("[+emb" if self.account_for_embedding else "[") + (
-                    "+loss]" if self.account_for_loss else "]")
-            cp = f"CP{self.cp}" + (f"(U{self.ulysses}xR{self.ring})"
-                                   if self.ulysses > 1 and self.ring > 1
-                                   else "(U)" if self.ulysses > 1 else "")
+                    "+loss]" if self.account_for_loss else "]"
+                )
+            cp = f"CP{self.cp}" + (
+                f"(U{self.ulysses}xR{self.ring})"
+                if self.ulysses > 1 and self.ring > 1
+                else "(U)"
+                if self.ulysses > 1
+                else ""
+            )
             parts = [f"TP{self.tp}", pp, cp]
             if self.ep > 1 or self.etp != self.tp:
                 parts.append(f"EP{self.ep} ETP{self.etp}")

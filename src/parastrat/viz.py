@@ -12,8 +12,9 @@ if TYPE_CHECKING:
     from .strategy import Strategy
 
 
-def layout_grid(strategy: Strategy, world_size: int) -> tuple[list[str], list[str],
-                                                                 list[list[int]]]:
+def layout_grid(
+    strategy: Strategy, world_size: int
+) -> tuple[list[str], list[str], list[list[int]]]:
     """The rank grid as rows x columns of rank numbers, with row and column labels.
 
     Training: one row per (pipeline stage, data-parallel replica), one column per
@@ -26,8 +27,14 @@ def layout_grid(strategy: Strategy, world_size: int) -> tuple[list[str], list[st
     col_axes: tuple[str, ...]
     if s.is_inference:
         row_axes, col_axes = ("cfg", "dp", "pp"), ("ring", "ulysses", "tp")
-        sizes = {"cfg": s.cfg, "dp": s.dp or 1, "pp": s.pp, "ring": s.ring,
-                 "ulysses": s.ulysses, "tp": s.tp}
+        sizes = {
+            "cfg": s.cfg,
+            "dp": s.dp or 1,
+            "pp": s.pp,
+            "ring": s.ring,
+            "ulysses": s.ulysses,
+            "tp": s.tp,
+        }
     else:
         row_axes, col_axes = ("pp", "dp"), ("cp", "tp")
         sizes = {"pp": s.pp, "dp": s.dp or 1, "cp": s.cp, "tp": s.tp}
@@ -52,12 +59,16 @@ def layout_grid(strategy: Strategy, world_size: int) -> tuple[list[str], list[st
     grid = [[-1] * n_cols for _ in range(n_rows)]
     for r, c in enumerate(coords):
         grid[index(c, row_axes)][index(c, col_axes)] = r
-    return ([label(i, row_axes) for i in range(n_rows)],
-            [label(j, col_axes) for j in range(n_cols)], grid)
+    return (
+        [label(i, row_axes) for i in range(n_rows)],
+        [label(j, col_axes) for j in range(n_cols)],
+        grid,
+    )
 
 
-def plot_layout(strategy: Strategy, world_size: int, path: str | Path, *,
-                devices_per_node: int = 8) -> Path:
+def plot_layout(
+    strategy: Strategy, world_size: int, path: str | Path, *, devices_per_node: int = 8
+) -> Path:
     """Draw the rank grid to ``path`` (PNG/SVG/PDF): each cell a rank, coloured by node."""
     require("matplotlib", "plot", "needed for --plot")
     import matplotlib
@@ -77,8 +88,10 @@ def plot_layout(strategy: Strategy, world_size: int, path: str | Path, *,
                 ax.text(j, i, str(rank), ha="center", va="center", fontsize=7)
     ax.set_xticks(range(len(cols)), cols, rotation=90, fontsize=7)
     ax.set_yticks(range(len(rows)), rows, fontsize=7)
-    ax.set_title(f"{strategy.with_world_size(world_size)}: ranks (colour = node of "
-                 f"{devices_per_node})", fontsize=9)
+    ax.set_title(
+        f"{strategy.with_world_size(world_size)}: ranks (colour = node of {devices_per_node})",
+        fontsize=9,
+    )
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=120)

@@ -34,26 +34,44 @@ _HEAD_RULES = ("heads-ulysses", "kv-heads-ulysses")
 def _common_violations(s: Strategy, world_size: int | None, unit: int) -> list[Violation]:
     out: list[Violation] = []
     if s.pp > 1:
-        out.append(Violation("diffusers-pp", f"pp={s.pp}: diffusers has no pipeline "
-                             "parallelism", "use pp=1 and give the devices to ulysses or ring"))
+        out.append(
+            Violation(
+                "diffusers-pp",
+                f"pp={s.pp}: diffusers has no pipeline parallelism",
+                "use pp=1 and give the devices to ulysses or ring",
+            )
+        )
     if s.ep > 1:
-        out.append(Violation("diffusers-ep", f"ep={s.ep}: diffusers has no expert parallelism",
-                             "use ep=1"))
+        out.append(
+            Violation("diffusers-ep", f"ep={s.ep}: diffusers has no expert parallelism", "use ep=1")
+        )
     if s.cfg > 1:
-        out.append(Violation(
-            "diffusers-cfg", f"cfg={s.cfg}: diffusers has no CFG-parallel axis (both guidance "
-            "branches run as one batch)",
-            f"use cfg=1 and ulysses*ring = {s.cp * s.cfg} (xDiT or MindIE-SD take cfg=2)"))
+        out.append(
+            Violation(
+                "diffusers-cfg",
+                f"cfg={s.cfg}: diffusers has no CFG-parallel axis (both guidance "
+                "branches run as one batch)",
+                f"use cfg=1 and ulysses*ring = {s.cp * s.cfg} (xDiT or MindIE-SD take cfg=2)",
+            )
+        )
     if s.sp:
-        out.append(Violation("diffusers-megatron-sp", "sp=True is Megatron's activation "
-                             "sharding; diffusers shards the sequence with ulysses/ring",
-                             "use sp=False"))
+        out.append(
+            Violation(
+                "diffusers-megatron-sp",
+                "sp=True is Megatron's activation "
+                "sharding; diffusers shards the sequence with ulysses/ring",
+                "use sp=False",
+            )
+        )
     if world_size is not None and world_size != unit and not out:  # else a consequence
-        out.append(Violation(
-            "diffusers-world",
-            f"world size {world_size} != {unit}: diffusers builds its mesh over all ranks and "
-            "has no data-parallel replicas",
-            f"use {unit} devices, or degrees whose product is {world_size}"))
+        out.append(
+            Violation(
+                "diffusers-world",
+                f"world size {world_size} != {unit}: diffusers builds its mesh over all ranks and "
+                "has no data-parallel replicas",
+                f"use {unit} devices, or degrees whose product is {world_size}",
+            )
+        )
     return out
 
 
@@ -66,14 +84,18 @@ def _model_errors(s: Strategy, model: Any, skip: tuple[str, ...] = ()) -> list[V
 def _diffusers() -> Any:
     mod = require("diffusers", "diffusers", "diffusers context parallelism")
     if not hasattr(mod, "ContextParallelConfig"):
-        raise MissingExtraError("diffusers", "diffusers",
-                                f"diffusers {getattr(mod, '__version__', '?')} has no "
-                                "ContextParallelConfig (needs >= 0.35)")
+        raise MissingExtraError(
+            "diffusers",
+            "diffusers",
+            f"diffusers {getattr(mod, '__version__', '?')} has no "
+            "ContextParallelConfig (needs >= 0.35)",
+        )
     return mod
 
 
-def to_context_parallel_config(s: Strategy, model: Any = None, *,
-                               world_size: int | None = None, **options: Any) -> Any:
+def to_context_parallel_config(
+    s: Strategy, model: Any = None, *, world_size: int | None = None, **options: Any
+) -> Any:
     """``diffusers.ContextParallelConfig(ulysses_degree=s.ulysses, ring_degree=s.ring)``.
 
     ``options`` pass through (``convert_to_fp32``, ``ulysses_anything``, ...).  With ``model``
@@ -87,26 +109,33 @@ def to_context_parallel_config(s: Strategy, model: Any = None, *,
         world_size = s.world_size
     problems = _common_violations(s, world_size, s.cp)
     if s.tp > 1 and s.cp > 1:
-        problems.append(Violation(
-            "diffusers-cp-tp", f"tp={s.tp} with context parallelism: a diffusers "
-            "ParallelConfig holds a context- or a tensor-parallel config, not both",
-            f"use tp=1 and ulysses*ring = {s.tp * s.cp}, or to_parallel_config() with tp only"))
+        problems.append(
+            Violation(
+                "diffusers-cp-tp",
+                f"tp={s.tp} with context parallelism: a diffusers "
+                "ParallelConfig holds a context- or a tensor-parallel config, not both",
+                f"use tp=1 and ulysses*ring = {s.tp * s.cp}, or to_parallel_config() with tp only",
+            )
+        )
     if s.cp == 1:
-        problems.append(Violation(
-            "diffusers-cp-none", "ulysses=1 and ring=1: diffusers' ContextParallelConfig "
-            "needs one of them > 1",
-            "set ulysses (inside a node) or ring > 1" + (
-                ", or use to_parallel_config() for tp only" if s.tp > 1 else "")))
+        problems.append(
+            Violation(
+                "diffusers-cp-none",
+                "ulysses=1 and ring=1: diffusers' ContextParallelConfig needs one of them > 1",
+                "set ulysses (inside a node) or ring > 1"
+                + (", or use to_parallel_config() for tp only" if s.tp > 1 else ""),
+            )
+        )
     skip = _HEAD_RULES if options.get("ulysses_anything") else ()
     problems += _model_errors(s, model, skip)
     if problems:
         raise StrategyError(problems)
-    return _diffusers().ContextParallelConfig(ulysses_degree=s.ulysses, ring_degree=s.ring,
-                                              **options)
+    return _diffusers().ContextParallelConfig(
+        ulysses_degree=s.ulysses, ring_degree=s.ring, **options
+    )
 
 
-def to_parallel_config(s: Strategy, model: Any = None, *,
-                       world_size: int | None = None) -> Any:
+def to_parallel_config(s: Strategy, model: Any = None, *, world_size: int | None = None) -> Any:
     """``diffusers.ParallelConfig`` holding a context-parallel config (ulysses/ring > 1) or a
     tensor-parallel one (tp > 1 only)."""
     if not isinstance(s, Strategy):
@@ -122,7 +151,9 @@ def to_parallel_config(s: Strategy, model: Any = None, *,
     mod = _diffusers()
     tp_cls = getattr(mod, "TensorParallelConfig", None)
     if tp_cls is None:
-        raise MissingExtraError("diffusers", "diffusers",
-                                f"diffusers {getattr(mod, '__version__', '?')} has no "
-                                "TensorParallelConfig")
+        raise MissingExtraError(
+            "diffusers",
+            "diffusers",
+            f"diffusers {getattr(mod, '__version__', '?')} has no TensorParallelConfig",
+        )
     return mod.ParallelConfig(tensor_parallel_config=tp_cls(tp_degree=s.tp))

@@ -60,12 +60,17 @@ MODEL_FIELDS: tuple[str, ...] = (
 DIST_FIELDS: tuple[str, ...] = ("use_tp_pp_dp_mapping",)
 #: Fields read (never written) for validation: ``(section, field)``; section "" is the model.
 READ_FIELDS: tuple[tuple[str, str], ...] = (
-    ("model", "num_layers"), ("model", "hidden_size"), ("model", "num_attention_heads"),
-    ("model", "num_query_groups"), ("model", "num_moe_experts"), ("model", "seq_length"),
+    ("model", "num_layers"),
+    ("model", "hidden_size"),
+    ("model", "num_attention_heads"),
+    ("model", "num_query_groups"),
+    ("model", "num_moe_experts"),
+    ("model", "seq_length"),
     ("model", "pipeline_model_parallel_layout"),
     ("model", "account_for_embedding_in_pipeline_split"),
     ("model", "account_for_loss_in_pipeline_split"),
-    ("train", "global_batch_size"), ("train", "micro_batch_size"),
+    ("train", "global_batch_size"),
+    ("train", "micro_batch_size"),
 )
 
 #: Megatron's ``cp_comm_type`` values and how they read back as Ulysses x ring.
@@ -145,19 +150,22 @@ def is_bridge_container(cfg: Any) -> bool:
 def is_model_parallel_config(cfg: Any) -> bool:
     """True for a Megatron Core ``ModelParallelConfig`` (or ``TransformerConfig``) shape."""
     return hasattr(cfg, "tensor_model_parallel_size") and hasattr(
-        cfg, "pipeline_model_parallel_size")
+        cfg, "pipeline_model_parallel_size"
+    )
 
 
 def _target(cfg: Any) -> _Target:
     if is_bridge_container(cfg):
-        return _Target(cfg, cfg.model, getattr(cfg, "train", None), getattr(cfg, "dist", None),
-                       "model.")
+        return _Target(
+            cfg, cfg.model, getattr(cfg, "train", None), getattr(cfg, "dist", None), "model."
+        )
     if is_model_parallel_config(cfg):
         return _Target(cfg, cfg, None, None, "")
     raise TypeError(
         f"{type(cfg).__name__} is neither a Megatron Bridge ConfigContainer (cfg.model with "
         "tensor_model_parallel_size) nor a Megatron Core TransformerConfig/ModelParallelConfig "
-        "(tensor_model_parallel_size and pipeline_model_parallel_size)")
+        "(tensor_model_parallel_size and pipeline_model_parallel_size)"
+    )
 
 
 def model_view(cfg: Any) -> ModelView:
@@ -166,20 +174,26 @@ def model_view(cfg: Any) -> ModelView:
 
     def positive(name: str) -> int | None:
         value = getattr(m, name, None)
-        return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 \
-            else None
+        return (
+            value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+        )
 
-    return ModelView(name=type(m).__name__, num_layers=positive("num_layers"),
-                     hidden_size=positive("hidden_size"),
-                     num_attention_heads=positive("num_attention_heads"),
-                     num_query_groups=positive("num_query_groups"),
-                     num_moe_experts=positive("num_moe_experts"))
+    return ModelView(
+        name=type(m).__name__,
+        num_layers=positive("num_layers"),
+        hidden_size=positive("hidden_size"),
+        num_attention_heads=positive("num_attention_heads"),
+        num_query_groups=positive("num_query_groups"),
+        num_moe_experts=positive("num_moe_experts"),
+    )
 
 
 def _seq_len(t: _Target) -> int | None:
-    for obj, name in ((t.model, "seq_length"),
-                      (getattr(t.root, "dataset", None), "seq_length"),
-                      (getattr(t.root, "dataset", None), "sequence_length")):
+    for obj, name in (
+        (t.model, "seq_length"),
+        (getattr(t.root, "dataset", None), "seq_length"),
+        (getattr(t.root, "dataset", None), "sequence_length"),
+    ):
         value = getattr(obj, name, None) if obj is not None else None
         if isinstance(value, int) and not isinstance(value, bool):
             return value
@@ -193,50 +207,72 @@ def _adapter_violations(t: _Target, s: Strategy) -> list[Violation]:
     """Rules about what a Megatron config can express, beyond the strategy's own rules."""
     out: list[Violation] = []
     if s.is_inference:
-        out.append(Violation(
-            "megatron-inference-strategy",
-            f"{s} uses the diffusion-inference rank order {s.order!r}"
-            + (f" with cfg={s.cfg}" if s.cfg > 1 else "")
-            + "; Megatron training has no CFG axis and orders ranks tp-cp-ep-dp-pp",
-            "build the strategy with a training order, e.g. "
-            f"Strategy(ulysses={s.ulysses}, ring={s.ring}, order={MEGATRON_ORDER!r}), and cfg=1"))
+        out.append(
+            Violation(
+                "megatron-inference-strategy",
+                f"{s} uses the diffusion-inference rank order {s.order!r}"
+                + (f" with cfg={s.cfg}" if s.cfg > 1 else "")
+                + "; Megatron training has no CFG axis and orders ranks tp-cp-ep-dp-pp",
+                "build the strategy with a training order, e.g. "
+                f"Strategy(ulysses={s.ulysses}, ring={s.ring}, order={MEGATRON_ORDER!r}), "
+                "and cfg=1",
+            )
+        )
         return out
     if t.is_container and s.order not in (MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER):
-        out.append(Violation(
-            "bridge-order",
-            f"Megatron Bridge can order ranks only as {MEGATRON_ORDER!r} or "
-            f"{MEGATRON_TP_PP_DP_ORDER!r} (dist.use_tp_pp_dp_mapping); got {s.order!r}",
-            f"use order={MEGATRON_ORDER!r}"))
+        out.append(
+            Violation(
+                "bridge-order",
+                f"Megatron Bridge can order ranks only as {MEGATRON_ORDER!r} or "
+                f"{MEGATRON_TP_PP_DP_ORDER!r} (dist.use_tp_pp_dp_mapping); got {s.order!r}",
+                f"use order={MEGATRON_ORDER!r}",
+            )
+        )
     if t.is_container and s.order == MEGATRON_TP_PP_DP_ORDER and (s.ep > 1 or s.cp > 1):
-        out.append(Violation(
-            "bridge-tp-pp-dp-mapping",
-            f"order {s.order!r} (dist.use_tp_pp_dp_mapping) with ep={s.ep}, cp={s.cp}: "
-            "Bridge supports that mapping only without EP and CP",
-            f"use order={MEGATRON_ORDER!r}"))
+        out.append(
+            Violation(
+                "bridge-tp-pp-dp-mapping",
+                f"order {s.order!r} (dist.use_tp_pp_dp_mapping) with ep={s.ep}, cp={s.cp}: "
+                "Bridge supports that mapping only without EP and CP",
+                f"use order={MEGATRON_ORDER!r}",
+            )
+        )
     m = t.model
     layout = getattr(m, "pipeline_model_parallel_layout", None)
     if layout is not None:
-        current = (getattr(m, "pipeline_model_parallel_size", 1),
-                   getattr(m, "virtual_pipeline_model_parallel_size", None) or 1)
+        current = (
+            getattr(m, "pipeline_model_parallel_size", 1),
+            getattr(m, "virtual_pipeline_model_parallel_size", None) or 1,
+        )
         if (s.pp, s.vpp) != current or s.uneven:
-            out.append(Violation(
-                "megatron-pipeline-layout",
-                f"{t.prefix}pipeline_model_parallel_layout is set (for pp={current[0]}, "
-                f"vpp={current[1]}) and would contradict pp={s.pp}, vpp={s.vpp}"
-                + (" with an uneven split" if s.uneven else ""),
-                f"set {t.prefix}pipeline_model_parallel_layout = None first, or keep "
-                f"pp={current[0]}, vpp={current[1]} and no first/last stage layer counts"))
-    if (s.first_stage_layers is not None or s.last_stage_layers is not None) and (
+            out.append(
+                Violation(
+                    "megatron-pipeline-layout",
+                    f"{t.prefix}pipeline_model_parallel_layout is set (for pp={current[0]}, "
+                    f"vpp={current[1]}) and would contradict pp={s.pp}, vpp={s.vpp}"
+                    + (" with an uneven split" if s.uneven else ""),
+                    f"set {t.prefix}pipeline_model_parallel_layout = None first, or keep "
+                    f"pp={current[0]}, vpp={current[1]} and no first/last stage layer counts",
+                )
+            )
+    if (
+        (s.first_stage_layers is not None or s.last_stage_layers is not None)
+        and (
             getattr(m, "account_for_embedding_in_pipeline_split", False)
-            or getattr(m, "account_for_loss_in_pipeline_split", False)) and not (
-            s.account_for_embedding or s.account_for_loss):
-        out.append(Violation(
-            "megatron-uneven-account-for",
-            "first/last stage layer counts cannot be combined with "
-            "account_for_embedding_in_pipeline_split/account_for_loss_in_pipeline_split "
-            "(Megatron Core refuses both)",
-            f"set {t.prefix}account_for_embedding_in_pipeline_split and "
-            f"{t.prefix}account_for_loss_in_pipeline_split to False, or use an even split"))
+            or getattr(m, "account_for_loss_in_pipeline_split", False)
+        )
+        and not (s.account_for_embedding or s.account_for_loss)
+    ):
+        out.append(
+            Violation(
+                "megatron-uneven-account-for",
+                "first/last stage layer counts cannot be combined with "
+                "account_for_embedding_in_pipeline_split/account_for_loss_in_pipeline_split "
+                "(Megatron Core refuses both)",
+                f"set {t.prefix}account_for_embedding_in_pipeline_split and "
+                f"{t.prefix}account_for_loss_in_pipeline_split to False, or use an even split",
+            )
+        )
     return out
 
 
@@ -283,21 +319,36 @@ def _writes(t: _Target, s: Strategy) -> list[_Write]:
         path = t.prefix + name
         if not hasattr(m, name):
             if not _same(new, neutral):
-                missing.append(Violation(
-                    "megatron-field-missing",
-                    f"{type(m).__name__} has no field {name!r}, needed for {name}={new!r} "
-                    "(an older megatron-core?)",
-                    "upgrade megatron-core (parastrat checks 0.13+; 0.16.1 has every field) or "
-                    "choose a strategy without that feature"))
+                missing.append(
+                    Violation(
+                        "megatron-field-missing",
+                        f"{type(m).__name__} has no field {name!r}, needed for {name}={new!r} "
+                        "(an older megatron-core?)",
+                        "upgrade megatron-core (parastrat checks 0.13+; 0.16.1 has every field) or "
+                        "choose a strategy without that feature",
+                    )
+                )
             continue
         writes.append(_Write(m, name, path, getattr(m, name), new))
     if t.dist is not None and hasattr(t.dist, "use_tp_pp_dp_mapping"):
-        writes.append(_Write(t.dist, "use_tp_pp_dp_mapping", "dist.use_tp_pp_dp_mapping",
-                             t.dist.use_tp_pp_dp_mapping, s.order == MEGATRON_TP_PP_DP_ORDER))
+        writes.append(
+            _Write(
+                t.dist,
+                "use_tp_pp_dp_mapping",
+                "dist.use_tp_pp_dp_mapping",
+                t.dist.use_tp_pp_dp_mapping,
+                s.order == MEGATRON_TP_PP_DP_ORDER,
+            )
+        )
     elif t.is_container and s.order == MEGATRON_TP_PP_DP_ORDER:
-        missing.append(Violation(
-            "bridge-order", f"order {s.order!r} needs cfg.dist.use_tp_pp_dp_mapping, which "
-            "this container lacks", f"use order={MEGATRON_ORDER!r}"))
+        missing.append(
+            Violation(
+                "bridge-order",
+                f"order {s.order!r} needs cfg.dist.use_tp_pp_dp_mapping, which "
+                "this container lacks",
+                f"use order={MEGATRON_ORDER!r}",
+            )
+        )
     if missing:
         raise StrategyError(missing)
     return writes
@@ -335,19 +386,29 @@ def _framework_violations(model: Any, writes: Sequence[_Write]) -> list[Violatio
     try:
         _rerun_checks(trial)
     except (ValueError, AssertionError) as exc:
-        return [Violation(
-            "megatron-config",
-            f"{type(model).__name__} refuses the new settings: {exc}",
-            "parastrat's rules passed; this is a megatron-core rule about the rest of the "
-            "config: change that field, or the strategy")]
+        return [
+            Violation(
+                "megatron-config",
+                f"{type(model).__name__} refuses the new settings: {exc}",
+                "parastrat's rules passed; this is a megatron-core rule about the rest of the "
+                "config: change that field, or the strategy",
+            )
+        ]
     except Exception as exc:
         log.debug("megatron's own checks could not run on the new settings: %s", exc)
     return []
 
 
-def _plan(cfg: Any, s: Strategy, *, world_size: int | None, seq_len: int | None,
-          global_batch_size: int | None, micro_batch_size: int | None,
-          framework_check: bool) -> tuple[_Target, list[_Write]]:
+def _plan(
+    cfg: Any,
+    s: Strategy,
+    *,
+    world_size: int | None,
+    seq_len: int | None,
+    global_batch_size: int | None,
+    micro_batch_size: int | None,
+    framework_check: bool,
+) -> tuple[_Target, list[_Write]]:
     if not isinstance(s, Strategy):
         raise TypeError(f"expected a parastrat.Strategy, got {type(s).__name__}")
     t = _target(cfg)
@@ -357,11 +418,17 @@ def _plan(cfg: Any, s: Strategy, *, world_size: int | None, seq_len: int | None,
             global_batch_size = getattr(t.train, "global_batch_size", None)
         if micro_batch_size is None and t.train is not None:
             micro_batch_size = getattr(t.train, "micro_batch_size", None)
-        problems += [v for v in s.check(
-            model_view(cfg), world_size=world_size,
-            seq_len=seq_len if seq_len is not None else _seq_len(t),
-            global_batch_size=global_batch_size, micro_batch_size=micro_batch_size)
-            if v.severity == "error"]
+        problems += [
+            v
+            for v in s.check(
+                model_view(cfg),
+                world_size=world_size,
+                seq_len=seq_len if seq_len is not None else _seq_len(t),
+                global_batch_size=global_batch_size,
+                micro_batch_size=micro_batch_size,
+            )
+            if v.severity == "error"
+        ]
     if problems:
         raise StrategyError(problems)
     writes = _writes(t, s)
@@ -375,21 +442,41 @@ def _plan(cfg: Any, s: Strategy, *, world_size: int | None, seq_len: int | None,
 # ---------------------------------------------------------------------------------------------
 # Public API.
 # ---------------------------------------------------------------------------------------------
-def plan_changes(cfg: Any, s: Strategy, *, world_size: int | None = None,
-                 seq_len: int | None = None, global_batch_size: int | None = None,
-                 micro_batch_size: int | None = None,
-                 framework_check: bool = True) -> list[Change]:
+def plan_changes(
+    cfg: Any,
+    s: Strategy,
+    *,
+    world_size: int | None = None,
+    seq_len: int | None = None,
+    global_batch_size: int | None = None,
+    micro_batch_size: int | None = None,
+    framework_check: bool = True,
+) -> list[Change]:
     """What :func:`apply` would change (old -> new), after the same validation; the config is
     not touched.  Raises StrategyError exactly when ``apply`` would."""
-    _, writes = _plan(cfg, s, world_size=world_size, seq_len=seq_len,
-                      global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
-                      framework_check=framework_check)
+    _, writes = _plan(
+        cfg,
+        s,
+        world_size=world_size,
+        seq_len=seq_len,
+        global_batch_size=global_batch_size,
+        micro_batch_size=micro_batch_size,
+        framework_check=framework_check,
+    )
     return [Change(w.path, w.old, w.new) for w in writes if w.changes]
 
 
-def apply(cfg: Any, s: Strategy, *, world_size: int | None = None, seq_len: int | None = None,
-          global_batch_size: int | None = None, micro_batch_size: int | None = None,
-          framework_check: bool = True, report: bool = False) -> Any:
+def apply(
+    cfg: Any,
+    s: Strategy,
+    *,
+    world_size: int | None = None,
+    seq_len: int | None = None,
+    global_batch_size: int | None = None,
+    micro_batch_size: int | None = None,
+    framework_check: bool = True,
+    report: bool = False,
+) -> Any:
     """Write strategy ``s`` into a Megatron Bridge ``ConfigContainer`` or a Megatron Core
     ``TransformerConfig``; return the config (``(cfg, changes)`` with ``report=True``).
 
@@ -406,9 +493,15 @@ def apply(cfg: Any, s: Strategy, *, world_size: int | None = None, seq_len: int 
     is unset), the first/last pipeline stage layer counts, and for Bridge
     ``dist.use_tp_pp_dp_mapping`` (the rank order).  Each change is logged at INFO level.
     """
-    _, writes = _plan(cfg, s, world_size=world_size, seq_len=seq_len,
-                      global_batch_size=global_batch_size, micro_batch_size=micro_batch_size,
-                      framework_check=framework_check)
+    _, writes = _plan(
+        cfg,
+        s,
+        world_size=world_size,
+        seq_len=seq_len,
+        global_batch_size=global_batch_size,
+        micro_batch_size=micro_batch_size,
+        framework_check=framework_check,
+    )
     done: list[_Write] = []
     try:
         for w in writes:
@@ -442,7 +535,8 @@ def from_config(cfg: Any, *, world_size: int | None = None) -> Strategy:
         tp=m.tensor_model_parallel_size,
         pp=m.pipeline_model_parallel_size,
         vpp=getattr(m, "virtual_pipeline_model_parallel_size", None) or 1,
-        ulysses=ulysses, ring=ring,
+        ulysses=ulysses,
+        ring=ring,
         ep=getattr(m, "expert_model_parallel_size", 1) or 1,
         etp=getattr(m, "expert_tensor_parallel_size", None),
         sp=bool(getattr(m, "sequence_parallel", False)),
@@ -463,11 +557,14 @@ def _cp_split(m: Any, cp: int, prefix: str) -> tuple[int, int]:
     if isinstance(kind, (list, tuple)):
         kinds = set(kind)
         if len(kinds) != 1:
-            raise StrategyError(Violation(
-                "cp-comm-type-mixed",
-                f"{prefix}cp_comm_type differs between layers ({sorted(kinds)}); a Strategy "
-                "has one Ulysses x ring split for all layers",
-                f"set {prefix}cp_comm_type to one of 'p2p', 'a2a', 'a2a+p2p'"))
+            raise StrategyError(
+                Violation(
+                    "cp-comm-type-mixed",
+                    f"{prefix}cp_comm_type differs between layers ({sorted(kinds)}); a Strategy "
+                    "has one Ulysses x ring split for all layers",
+                    f"set {prefix}cp_comm_type to one of 'p2p', 'a2a', 'a2a+p2p'",
+                )
+            )
         kind = kinds.pop()
     if kind is None or kind in CP_COMM_RING:
         return 1, cp
@@ -476,21 +573,30 @@ def _cp_split(m: Any, cp: int, prefix: str) -> tuple[int, int]:
     if kind == CP_COMM_HIERARCHICAL:
         sizes = getattr(m, "hierarchical_context_parallel_sizes", None)
         if not sizes or len(sizes) != 2 or sizes[0] * sizes[1] != cp:
-            raise StrategyError(Violation(
-                "cp-hierarchical-sizes",
-                f"{prefix}cp_comm_type='a2a+p2p' with context_parallel_size={cp} needs "
-                f"hierarchical_context_parallel_sizes=[ulysses, ring] with product {cp}; "
-                f"got {sizes!r}",
-                f"set {prefix}hierarchical_context_parallel_sizes, e.g. [2, {cp // 2}]"
-                if cp % 2 == 0 else f"use cp_comm_type='a2a' or 'p2p' for cp={cp}"))
+            raise StrategyError(
+                Violation(
+                    "cp-hierarchical-sizes",
+                    f"{prefix}cp_comm_type='a2a+p2p' with context_parallel_size={cp} needs "
+                    f"hierarchical_context_parallel_sizes=[ulysses, ring] with product {cp}; "
+                    f"got {sizes!r}",
+                    f"set {prefix}hierarchical_context_parallel_sizes, e.g. [2, {cp // 2}]"
+                    if cp % 2 == 0
+                    else f"use cp_comm_type='a2a' or 'p2p' for cp={cp}",
+                )
+            )
         return int(sizes[0]), int(sizes[1])
-    raise StrategyError(Violation(
-        "cp-comm-type-unknown", f"{prefix}cp_comm_type={kind!r} is not one parastrat knows",
-        "use 'p2p' (ring), 'a2a' (Ulysses), 'a2a+p2p' (both) or 'all_gather'"))
+    raise StrategyError(
+        Violation(
+            "cp-comm-type-unknown",
+            f"{prefix}cp_comm_type={kind!r} is not one parastrat knows",
+            "use 'p2p' (ring), 'a2a' (Ulysses), 'a2a+p2p' (both) or 'all_gather'",
+        )
+    )
 
 
-def to_overrides(s: Strategy, *, micro_batch_size: int | None = None,
-                 global_batch_size: int | None = None) -> list[str]:
+def to_overrides(
+    s: Strategy, *, micro_batch_size: int | None = None, global_batch_size: int | None = None
+) -> list[str]:
     """Hydra-style overrides for Megatron Bridge's ``scripts/training/run_recipe.py``.
 
     ``["model.tensor_model_parallel_size=4", ..., "dist.use_tp_pp_dp_mapping=false"]`` —
@@ -512,16 +618,24 @@ def to_overrides(s: Strategy, *, micro_batch_size: int | None = None,
     return out
 
 
-def launch_command(s: Strategy, *, recipe: str, nproc_per_node: int, nnodes: int = 1,
-                   micro_batch_size: int | None = None, global_batch_size: int | None = None,
-                   script: str = "scripts/training/run_recipe.py") -> list[str]:
+def launch_command(
+    s: Strategy,
+    *,
+    recipe: str,
+    nproc_per_node: int,
+    nnodes: int = 1,
+    micro_batch_size: int | None = None,
+    global_batch_size: int | None = None,
+    script: str = "scripts/training/run_recipe.py",
+) -> list[str]:
     """``torchrun ... run_recipe.py --recipe NAME <overrides>`` as an argv list."""
     argv = ["torchrun", f"--nproc_per_node={nproc_per_node}"]
     if nnodes > 1:
         argv.append(f"--nnodes={nnodes}")
     argv += [script, "--recipe", recipe]
-    return argv + to_overrides(s, micro_batch_size=micro_batch_size,
-                               global_batch_size=global_batch_size)
+    return argv + to_overrides(
+        s, micro_batch_size=micro_batch_size, global_batch_size=global_batch_size
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -530,8 +644,9 @@ def launch_command(s: Strategy, *, recipe: str, nproc_per_node: int, nnodes: int
 def _same(a: Any, b: Any) -> bool:
     if a is b:
         return True
-    if type(a) is not type(b) and not (isinstance(a, (list, tuple)) and
-                                       isinstance(b, (list, tuple))):
+    if type(a) is not type(b) and not (
+        isinstance(a, (list, tuple)) and isinstance(b, (list, tuple))
+    ):
         return False
     try:
         return bool(a == b)

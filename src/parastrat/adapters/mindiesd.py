@@ -59,8 +59,16 @@ class MindIEParallelConfig:
 
     def to_cli_args(self, *, vae_parallel: bool = False) -> list[str]:
         """``--ulysses_size U --ring_size R --cfg_size C --tp_size T`` for the service example."""
-        args = ["--ulysses_size", str(self.ulysses_degree), "--ring_size", str(self.ring_degree),
-                "--cfg_size", str(self.cfg_degree), "--tp_size", str(self.tp_degree)]
+        args = [
+            "--ulysses_size",
+            str(self.ulysses_degree),
+            "--ring_size",
+            str(self.ring_degree),
+            "--cfg_size",
+            str(self.cfg_degree),
+            "--tp_size",
+            str(self.tp_degree),
+        ]
         return args + (["--vae_parallel"] if vae_parallel else [])
 
     def to_port_config(self, cls: type | None = None) -> Any:
@@ -72,20 +80,32 @@ class MindIEParallelConfig:
         cls = cls if cls is not None else _find_port_class()
         accepted = _accepted_names(cls)
         values = self.to_dict()
-        lost = [k for k, v in values.items()
-                if accepted is not None and k not in accepted and v != _NEUTRAL[k]]
+        lost = [
+            k
+            for k, v in values.items()
+            if accepted is not None and k not in accepted and v != _NEUTRAL[k]
+        ]
         if lost:
-            raise StrategyError(Violation(
-                "mindiesd-port-field",
-                f"{cls.__name__} takes no {', '.join(lost)}, needed for these settings",
-                f"use a strategy with {', '.join(f'{k}={_NEUTRAL[k]!r}' for k in lost)}, or a "
-                "port whose ParallelConfig has those fields"))
+            raise StrategyError(
+                Violation(
+                    "mindiesd-port-field",
+                    f"{cls.__name__} takes no {', '.join(lost)}, needed for these settings",
+                    f"use a strategy with {', '.join(f'{k}={_NEUTRAL[k]!r}' for k in lost)}, or a "
+                    "port whose ParallelConfig has those fields",
+                )
+            )
         kwargs = {k: v for k, v in values.items() if accepted is None or k in accepted}
         return cls(**kwargs)
 
 
-_NEUTRAL = {"tp_degree": 1, "sp_degree": 1, "ulysses_degree": 1, "ring_degree": 1,
-            "use_cfg_parallel": False, "world_size": 1}
+_NEUTRAL = {
+    "tp_degree": 1,
+    "sp_degree": 1,
+    "ulysses_degree": 1,
+    "ring_degree": 1,
+    "use_cfg_parallel": False,
+    "world_size": 1,
+}
 
 
 def _find_port_class() -> type:
@@ -101,10 +121,12 @@ def _find_port_class() -> type:
             return cls
         reasons.append(f"{name} has no ParallelConfig")
     raise MissingExtraError(
-        PORT_CONFIG_MODULES[0], "mindiesd",
+        PORT_CONFIG_MODULES[0],
+        "mindiesd",
         "the MindIE-SD model port's ParallelConfig is not importable (it needs torch_npu, the "
         "Ascend CANN runtime and the port's code on sys.path; or pass cls=) — "
-        + "; ".join(reasons))
+        + "; ".join(reasons),
+    )
 
 
 def _accepted_names(cls: type) -> set[str] | None:
@@ -123,43 +145,62 @@ def _order_violations(s: Strategy) -> list[Violation]:
     names = ["sp" if n == "cp" else n for n in s.order.split("-")]
     used = [n for n in names if n in ("tp", "sp", "cfg")]
     if used != [n for n in ("tp", "sp", "cfg") if n in used]:
-        return [Violation(
-            "mindiesd-order",
-            f"order {s.order!r} nests {'-'.join(used)}; the MindIE-SD ports place ranks "
-            "tp-sp-cfg (tp fastest)",
-            "use order='tp-sp-pp-cfg-dp' (the default for inference strategies)")]
+        return [
+            Violation(
+                "mindiesd-order",
+                f"order {s.order!r} nests {'-'.join(used)}; the MindIE-SD ports place ranks "
+                "tp-sp-cfg (tp fastest)",
+                "use order='tp-sp-pp-cfg-dp' (the default for inference strategies)",
+            )
+        ]
     return []
 
 
 def _violations(s: Strategy, world_size: int | None) -> list[Violation]:
     out: list[Violation] = []
     if s.pp > 1:
-        out.append(Violation(
-            "mindiesd-pp", f"pp={s.pp}: the MindIE-SD ports have no pipeline parallelism "
-            "(PipeFusion must be 1 on NPU)",
-            "use pp=1 and give those devices to ulysses (inside an HCCS island) or ring"))
+        out.append(
+            Violation(
+                "mindiesd-pp",
+                f"pp={s.pp}: the MindIE-SD ports have no pipeline parallelism "
+                "(PipeFusion must be 1 on NPU)",
+                "use pp=1 and give those devices to ulysses (inside an HCCS island) or ring",
+            )
+        )
     if s.ep > 1:
-        out.append(Violation(
-            "mindiesd-ep", f"ep={s.ep}: the MindIE-SD ports take no expert parallel degree",
-            "use ep=1 (fused MoE kernels take caller-made tp/ep groups instead)"))
+        out.append(
+            Violation(
+                "mindiesd-ep",
+                f"ep={s.ep}: the MindIE-SD ports take no expert parallel degree",
+                "use ep=1 (fused MoE kernels take caller-made tp/ep groups instead)",
+            )
+        )
     if s.sp:
-        out.append(Violation(
-            "mindiesd-megatron-sp", "sp=True is Megatron's activation sharding over TP; the "
-            "ports' sequence parallelism is ulysses x ring",
-            "use sp=False and set ulysses/ring"))
+        out.append(
+            Violation(
+                "mindiesd-megatron-sp",
+                "sp=True is Megatron's activation sharding over TP; the "
+                "ports' sequence parallelism is ulysses x ring",
+                "use sp=False and set ulysses/ring",
+            )
+        )
     out += _order_violations(s)
     unit = s.tp * s.cp * s.cfg
     if world_size is not None and world_size != unit:
-        out.append(Violation(
-            "mindiesd-world",
-            f"world size {world_size} != cfg*ulysses*ring*tp = {s.cfg}*{s.ulysses}*{s.ring}*"
-            f"{s.tp} = {unit}: the ports have no data-parallel replicas",
-            f"use {unit} devices, or degrees whose product is {world_size}"))
+        out.append(
+            Violation(
+                "mindiesd-world",
+                f"world size {world_size} != cfg*ulysses*ring*tp = {s.cfg}*{s.ulysses}*{s.ring}*"
+                f"{s.tp} = {unit}: the ports have no data-parallel replicas",
+                f"use {unit} devices, or degrees whose product is {world_size}",
+            )
+        )
     return out
 
 
-def to_parallel_config(s: Strategy, model: Any = None, *,
-                       world_size: int | None = None) -> MindIEParallelConfig:
+def to_parallel_config(
+    s: Strategy, model: Any = None, *, world_size: int | None = None
+) -> MindIEParallelConfig:
     """MindIE-SD port settings for strategy ``s``.
 
     With ``model`` (anything with ``num_attention_heads`` and, for GQA, ``num_query_groups``)
@@ -176,20 +217,28 @@ def to_parallel_config(s: Strategy, model: Any = None, *,
         problems += [v for v in s.check(model) if v.severity == "error"]
     if problems:
         raise StrategyError(problems)
-    return MindIEParallelConfig(tp_degree=s.tp, sp_degree=s.cp, ulysses_degree=s.ulysses,
-                                ring_degree=s.ring, use_cfg_parallel=s.cfg == 2,
-                                world_size=s.tp * s.cp * s.cfg)
+    return MindIEParallelConfig(
+        tp_degree=s.tp,
+        sp_degree=s.cp,
+        ulysses_degree=s.ulysses,
+        ring_degree=s.ring,
+        use_cfg_parallel=s.cfg == 2,
+        world_size=s.tp * s.cp * s.cfg,
+    )
 
 
-def to_cli_args(s: Strategy, model: Any = None, *, world_size: int | None = None,
-                vae_parallel: bool = False) -> list[str]:
+def to_cli_args(
+    s: Strategy, model: Any = None, *, world_size: int | None = None, vae_parallel: bool = False
+) -> list[str]:
     """``["--ulysses_size", "4", "--ring_size", "1", "--cfg_size", "2", "--tp_size", "1"]``."""
     return to_parallel_config(s, model, world_size=world_size).to_cli_args(
-        vae_parallel=vae_parallel)
+        vae_parallel=vae_parallel
+    )
 
 
-def to_port_config(s: Strategy | MindIEParallelConfig, model: Any = None, *,
-                   cls: type | None = None) -> Any:
+def to_port_config(
+    s: Strategy | MindIEParallelConfig, model: Any = None, *, cls: type | None = None
+) -> Any:
     """The MindIE-SD port's own ``ParallelConfig`` for a strategy (or settings).
 
     Needs the port importable (``torch_npu``, CANN, the port on ``sys.path``) unless ``cls``

@@ -49,4 +49,3 @@ __all__ = [
     "run_strategy_local",
     "save",
 ]
-

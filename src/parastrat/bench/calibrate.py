@@ -73,8 +73,11 @@ def fit(rows: Iterable[Row | dict[str, Any]], *, source: str | None = None) -> d
     quality: dict[str, dict[str, dict[str, Any]]] = {}
     skipped: list[str] = []
     for (op, span), pts in sorted(groups.items()):
-        data = [(float(latency_steps(op, r.world)), r.bytes * bus_factor(op, r.world), r.time_s)
-                for r in pts if r.time_s > 0]
+        data = [
+            (float(latency_steps(op, r.world)), r.bytes * bus_factor(op, r.world), r.time_s)
+            for r in pts
+            if r.time_s > 0
+        ]
         if len({r.bytes for r in pts}) < 2 or len(data) < 2:
             skipped.append(f"{op}/{span}: needs at least two message sizes")
             continue
@@ -86,18 +89,25 @@ def fit(rows: Iterable[Row | dict[str, Any]], *, source: str | None = None) -> d
         rel = [((alpha * x + beta * y) - t) / t for x, y, t in data]
         ops.setdefault(op, {})[span] = {"alpha_s": alpha, "busbw_Bps": 1.0 / beta}
         quality.setdefault(op, {})[span] = {
-            "points": len(data), "rel_rmse": math.sqrt(sum(e * e for e in rel) / len(rel)),
-            "min_bytes": min(r.bytes for r in pts), "max_bytes": max(r.bytes for r in pts),
-            "worlds": sorted({r.world for r in pts})}
+            "points": len(data),
+            "rel_rmse": math.sqrt(sum(e * e for e in rel) / len(rel)),
+            "min_bytes": min(r.bytes for r in pts),
+            "max_bytes": max(r.bytes for r in pts),
+            "worlds": sorted({r.world for r in pts}),
+        }
     if not ops:
         why = "; ".join(skipped) or "no rows"
-        raise UsageError(f"cannot fit a calibration ({why}); sweep at least two message sizes, "
-                         "e.g. --sizes 64KB:64MB:x4")
+        raise UsageError(
+            f"cannot fit a calibration ({why}); sweep at least two message sizes, "
+            "e.g. --sizes 64KB:64MB:x4"
+        )
     if source is None:
         backends = sorted({r.backend for r in table})
         worlds = sorted({r.world for r in table})
-        source = (f"parastrat bench ({'/'.join(backends)}, group sizes "
-                  f"{', '.join(map(str, worlds))}, {len(table)} rows)")
+        source = (
+            f"parastrat bench ({'/'.join(backends)}, group sizes "
+            f"{', '.join(map(str, worlds))}, {len(table)} rows)"
+        )
     out: dict[str, Any] = {"ops": ops, "source": source, "fit": quality}
     if skipped:
         out["skipped"] = skipped

@@ -33,11 +33,11 @@ class Context:
 
     torch: Any
     dist: Any
-    group: Any            # a ProcessGroup, or None for the default (world) group
-    rank: int             # this rank's index inside ``group``
-    size: int             # ranks in ``group``
+    group: Any  # a ProcessGroup, or None for the default (world) group
+    rank: int  # this rank's index inside ``group``
+    size: int  # ranks in ``group``
     device: Any
-    dtype: Any            # a torch.dtype
+    dtype: Any  # a torch.dtype
 
     def global_rank(self, group_rank: int) -> int:
         """The world rank of ``group_rank`` in this group (p2p calls take world ranks)."""
@@ -69,7 +69,8 @@ class Context:
                 f"{name} on {self.size} ranks returned a wrong result on rank {self.rank}: "
                 f"element {idx} is {got.flatten()[idx].item()!r}, expected "
                 f"{want.flatten()[idx].item()!r} ({int((bad > 0).sum())} of {bad.numel()} "
-                "elements differ)")
+                "elements differ)"
+            )
 
 
 def _elements(ctx: Context, nbytes: int, multiple: int) -> int:
@@ -134,8 +135,9 @@ class AllReduce(Collective):
 
     def check(self) -> None:
         n = self.ctx.size
-        self.ctx.expect(self.name, self.buf, self.ctx.full(self.buf.numel(), n * (n + 1) / 2),
-                        reduction=True)
+        self.ctx.expect(
+            self.name, self.buf, self.ctx.full(self.buf.numel(), n * (n + 1) / 2), reduction=True
+        )
 
 
 class AllGather(Collective):
@@ -178,8 +180,11 @@ class ReduceScatter(Collective):
         t, n = ctx.torch, ctx.size
         count = _elements(ctx, nbytes, n)
         chunk = count // n
-        self.inp = (t.arange(n, dtype=t.float32) + 1).repeat_interleave(chunk).to(
-            dtype=ctx.dtype, device=ctx.device)
+        self.inp = (
+            (t.arange(n, dtype=t.float32) + 1)
+            .repeat_interleave(chunk)
+            .to(dtype=ctx.dtype, device=ctx.device)
+        )
         self.out = ctx.full(chunk, -1)
         self.nbytes = count * self.inp.element_size()
         self._fn = _split_op(ctx.dist, "reduce_scatter_single", "reduce_scatter_tensor")
@@ -207,8 +212,11 @@ class AllToAll(Collective):
         t, n, r = ctx.torch, ctx.size, ctx.rank
         count = _elements(ctx, nbytes, n)
         chunk = count // n
-        self.inp = (t.arange(n, dtype=t.float32) + r * n + 1).repeat_interleave(chunk).to(
-            dtype=ctx.dtype, device=ctx.device)
+        self.inp = (
+            (t.arange(n, dtype=t.float32) + r * n + 1)
+            .repeat_interleave(chunk)
+            .to(dtype=ctx.dtype, device=ctx.device)
+        )
         self.out = ctx.full(count, -1)
         self.nbytes = count * self.inp.element_size()
 
@@ -283,8 +291,10 @@ class Ring(_P2P):
     def _p2p_ops(self) -> list[Any]:
         c, d = self.ctx, self.ctx.dist
         nxt, prv = c.global_rank((c.rank + 1) % c.size), c.global_rank((c.rank - 1) % c.size)
-        return [d.P2POp(d.isend, self.send, nxt, c.group),
-                d.P2POp(d.irecv, self.recv, prv, c.group)]
+        return [
+            d.P2POp(d.isend, self.send, nxt, c.group),
+            d.P2POp(d.irecv, self.recv, prv, c.group),
+        ]
 
     def check(self) -> None:
         c = self.ctx
@@ -314,8 +324,10 @@ class SendRecv(_P2P):
 
 
 #: op name -> class, in the sweep order of :data:`parastrat.bench.OPS`.
-REGISTRY: dict[str, type[Collective]] = {cls.name: cls for cls in (
-    AllReduce, AllGather, ReduceScatter, AllToAll, Ring, SendRecv, Broadcast)}
+REGISTRY: dict[str, type[Collective]] = {
+    cls.name: cls
+    for cls in (AllReduce, AllGather, ReduceScatter, AllToAll, Ring, SendRecv, Broadcast)
+}
 
 
 def build(op: str, ctx: Context, nbytes: int) -> Collective:

@@ -16,8 +16,13 @@ from .._deps import require
 from .rows import Row, format_bytes, rows_from_json
 
 
-def plot_busbw(rows: Iterable[Row | dict[str, Any]], path: str | Path | None = None, *,
-               title: str | None = None, ax: Any = None) -> Any:
+def plot_busbw(
+    rows: Iterable[Row | dict[str, Any]],
+    path: str | Path | None = None,
+    *,
+    title: str | None = None,
+    ax: Any = None,
+) -> Any:
     """Draw busbw (GB/s) against message size (log x); save to ``path`` when given.
 
     One line per op, or per ``group/op`` when rows come from several strategy groups.  Returns
@@ -58,4 +63,3 @@ def plot_busbw(rows: Iterable[Row | dict[str, Any]], path: str | Path | None = N
     if path is not None:
         fig.savefig(str(path), dpi=120)
     return fig
-

@@ -33,8 +33,19 @@ OPS: tuple[str, ...] = tuple(_COST_MODEL_OPS)
 #: Point-to-point ops: they need at least two ranks.
 P2P_OPS = frozenset({"ring", "send_recv"})
 
-_UNITS = {"": 1, "B": 1, "K": 1024, "KB": 1024, "KIB": 1024, "M": 1024 ** 2, "MB": 1024 ** 2,
-          "MIB": 1024 ** 2, "G": 1024 ** 3, "GB": 1024 ** 3, "GIB": 1024 ** 3}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "K": 1024,
+    "KB": 1024,
+    "KIB": 1024,
+    "M": 1024**2,
+    "MB": 1024**2,
+    "MIB": 1024**2,
+    "G": 1024**3,
+    "GB": 1024**3,
+    "GIB": 1024**3,
+}
 
 
 @dataclass(frozen=True)
@@ -62,16 +73,38 @@ class Row:
     span: str = "intra"
 
     @classmethod
-    def from_times(cls, op: str, nbytes: int, world: int, times_s: Sequence[float], *,
-                   backend: str, dtype: str, group: str = "world", span: str = "intra") -> Row:
+    def from_times(
+        cls,
+        op: str,
+        nbytes: int,
+        world: int,
+        times_s: Sequence[float],
+        *,
+        backend: str,
+        dtype: str,
+        group: str = "world",
+        span: str = "intra",
+    ) -> Row:
         """Build a row from per-iteration times (seconds), computing median and bandwidths."""
         if not times_s:
             raise UsageError(f"no timed iterations for {op} at {nbytes} bytes; use --iters >= 1")
         med, lo, hi = summarize(times_s)
         algbw = nbytes / med / 1e9 if med > 0 else math.inf
-        return cls(op=op, bytes=int(nbytes), world=int(world), time_s=med, time_min_s=lo,
-                   time_max_s=hi, algbw_gbps=algbw, busbw_gbps=algbw * bus_factor(op, world),
-                   iters=len(times_s), backend=backend, dtype=dtype, group=group, span=span)
+        return cls(
+            op=op,
+            bytes=int(nbytes),
+            world=int(world),
+            time_s=med,
+            time_min_s=lo,
+            time_max_s=hi,
+            algbw_gbps=algbw,
+            busbw_gbps=algbw * bus_factor(op, world),
+            iters=len(times_s),
+            backend=backend,
+            dtype=dtype,
+            group=group,
+            span=span,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -80,8 +113,9 @@ class Row:
     def from_dict(cls, data: dict[str, Any]) -> Row:
         """Read a row back from its dict (unknown keys ignored, missing optional ones default)."""
         names = {f.name for f in fields(cls)}
-        missing = [f.name for f in fields(cls)
-                   if f.name not in data and f.name not in ("group", "span")]
+        missing = [
+            f.name for f in fields(cls) if f.name not in data and f.name not in ("group", "span")
+        ]
         if missing:
             raise UsageError(f"benchmark row lacks field(s) {', '.join(missing)}: {data!r}")
         return cls(**{k: v for k, v in data.items() if k in names})
@@ -116,7 +150,8 @@ def parse_sizes(spec: str | int | Iterable[str | int]) -> list[int]:
     if isinstance(spec, int):
         return [spec]
     tokens: list[str | int] = (
-        [t for t in str(spec).split(",") if t.strip()] if isinstance(spec, str) else list(spec))
+        [t for t in str(spec).split(",") if t.strip()] if isinstance(spec, str) else list(spec)
+    )
     if not tokens:
         raise UsageError("no message sizes given; write e.g. --sizes 4KB,1MB or 1KB:64MB:x4")
     out: set[int] = set()
@@ -149,7 +184,7 @@ def parse_sizes(spec: str | int | Iterable[str | int]) -> list[int]:
 
 def format_bytes(n: int) -> str:
     """``1048576`` -> ``"1MB"``, ``1536`` -> ``"1.5KB"`` (powers of 1024, like the size flags)."""
-    for unit, scale in (("GB", 1024 ** 3), ("MB", 1024 ** 2), ("KB", 1024)):
+    for unit, scale in (("GB", 1024**3), ("MB", 1024**2), ("KB", 1024)):
         if n >= scale:
             value = n / scale
             return f"{value:.0f}{unit}" if value == int(value) else f"{value:.3g}{unit}"
@@ -166,7 +201,7 @@ def rows_from_json(data: Any) -> list[Row]:
     if isinstance(data, dict) and "rows" in data:
         data = data["rows"]
     if not isinstance(data, list):
-        raise UsageError("benchmark JSON must be a list of rows or {\"rows\": [...]}")
+        raise UsageError('benchmark JSON must be a list of rows or {"rows": [...]}')
     return [r if isinstance(r, Row) else Row.from_dict(r) for r in data]
 
 

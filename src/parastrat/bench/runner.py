@@ -17,9 +17,16 @@ from .rows import OPS, P2P_OPS, Row, parse_sizes
 #: Sizes of a default sweep: 4 KiB to 64 MiB, x4.
 DEFAULT_SIZES = "4KB:64MB:x4"
 
-_DTYPES = {"float32": "float32", "fp32": "float32", "float": "float32",
-           "bfloat16": "bfloat16", "bf16": "bfloat16",
-           "float16": "float16", "fp16": "float16", "half": "float16"}
+_DTYPES = {
+    "float32": "float32",
+    "fp32": "float32",
+    "float": "float32",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "float16": "float16",
+    "fp16": "float16",
+    "half": "float16",
+}
 
 #: Called after each row with (row, rows done, rows in the sweep).
 ProgressFn = Callable[[Row, int, int], Any]
@@ -53,8 +60,10 @@ def resolve_ops(ops: str | Iterable[str] | None, group_size: int) -> list[str]:
     if group_size < 2:
         p2p = [o for o in names if o in P2P_OPS]
         if p2p:
-            raise UsageError(f"{', '.join(p2p)} need a group of at least 2 ranks; this group has "
-                             f"{group_size} (use --world 2 or more)")
+            raise UsageError(
+                f"{', '.join(p2p)} need a group of at least 2 ranks; this group has "
+                f"{group_size} (use --world 2 or more)"
+            )
     return names
 
 
@@ -82,10 +91,20 @@ def detect_span(group: Any = None) -> str:
     return "intra" if len(set(hosts)) == 1 else "inter"
 
 
-def run(ops: str | Iterable[str] | None = None, sizes: Any = DEFAULT_SIZES, group: Any = None,
-        *, iters: int = 20, warmup: int = 5, dtype: Any = "float32", check: bool = True,
-        span: str | None = None, group_name: str = "world", barrier_group: Any = None,
-        progress: ProgressFn | None = None) -> list[Row]:
+def run(
+    ops: str | Iterable[str] | None = None,
+    sizes: Any = DEFAULT_SIZES,
+    group: Any = None,
+    *,
+    iters: int = 20,
+    warmup: int = 5,
+    dtype: Any = "float32",
+    check: bool = True,
+    span: str | None = None,
+    group_name: str = "world",
+    barrier_group: Any = None,
+    progress: ProgressFn | None = None,
+) -> list[Row]:
     """Benchmark ``ops`` for each message size on ``group`` (default: the whole world).
 
     Must be called on every rank of ``group`` (and of ``barrier_group``) with the same
@@ -103,9 +122,11 @@ def run(ops: str | Iterable[str] | None = None, sizes: Any = DEFAULT_SIZES, grou
     torch = require("torch")
     dist = require("torch.distributed")
     if not dist.is_available() or not dist.is_initialized():
-        raise UsageError("torch.distributed is not started; run under torchrun, call "
-                         "parastrat.bench.run_local(world=N, ...), or use "
-                         "`parastrat bench --world N`")
+        raise UsageError(
+            "torch.distributed is not started; run under torchrun, call "
+            "parastrat.bench.run_local(world=N, ...), or use "
+            "`parastrat bench --world N`"
+        )
     if iters < 1 or warmup < 0:
         raise UsageError(f"need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
     from .ops import Context, build
@@ -122,16 +143,30 @@ def run(ops: str | Iterable[str] | None = None, sizes: Any = DEFAULT_SIZES, grou
     elif span not in ("intra", "inter"):
         raise UsageError(f"span must be 'intra' or 'inter', got {span!r}")
     sync = group if barrier_group is None else barrier_group
-    ctx = Context(torch=torch, dist=dist, group=group, rank=dist.get_rank(group), size=n,
-                  device=device, dtype=tdtype)
+    ctx = Context(
+        torch=torch,
+        dist=dist,
+        group=group,
+        rank=dist.get_rank(group),
+        size=n,
+        device=device,
+        dtype=tdtype,
+    )
     rows: list[Row] = []
     total = len(op_list) * len(size_list)
     for op in op_list:
         for nbytes in size_list:
             coll = build(op, ctx, nbytes)
             coll.reset()
-            times = measure(coll, torch=torch, dist=dist, device=device, iters=iters,
-                            warmup=warmup, barrier_group=sync)
+            times = measure(
+                coll,
+                torch=torch,
+                dist=dist,
+                device=device,
+                iters=iters,
+                warmup=warmup,
+                barrier_group=sync,
+            )
             error = None
             if check:  # one more, untimed call from fresh inputs, then the result is checked
                 coll.reset()
@@ -140,18 +175,45 @@ def run(ops: str | Iterable[str] | None = None, sizes: Any = DEFAULT_SIZES, grou
                     coll.check()
                 except Exception as exc:
                     error = exc
-            times = _reduce(times, error, torch=torch, dist=dist, device=device, group=sync,
-                            op=op, nbytes=coll.nbytes)
-            rows.append(Row.from_times(op, coll.nbytes, n, times, backend=backend,
-                                       dtype=dtype_name, group=group_name, span=span))
+            times = _reduce(
+                times,
+                error,
+                torch=torch,
+                dist=dist,
+                device=device,
+                group=sync,
+                op=op,
+                nbytes=coll.nbytes,
+            )
+            rows.append(
+                Row.from_times(
+                    op,
+                    coll.nbytes,
+                    n,
+                    times,
+                    backend=backend,
+                    dtype=dtype_name,
+                    group=group_name,
+                    span=span,
+                )
+            )
             del coll
             if progress is not None:
                 progress(rows[-1], len(rows), total)
     return rows
 
 
-def _reduce(times: list[float], error: BaseException | None, *, torch: Any, dist: Any,
-            device: Any, group: Any, op: str, nbytes: int) -> list[float]:
+def _reduce(
+    times: list[float],
+    error: BaseException | None,
+    *,
+    torch: Any,
+    dist: Any,
+    device: Any,
+    group: Any,
+    op: str,
+    nbytes: int,
+) -> list[float]:
     """Slowest rank's time per iteration, plus a collective verdict on correctness.
 
     Every rank learns whether any rank's check failed (so none waits for a peer that gave up);
@@ -160,23 +222,28 @@ def _reduce(times: list[float], error: BaseException | None, *, torch: Any, dist
     from .ops import BenchCorrectnessError
 
     me = dist.get_rank()
-    buf = torch.tensor([*times, float(me + 1) if error else 0.0], dtype=torch.float32,
-                       device=device)
+    buf = torch.tensor(
+        [*times, float(me + 1) if error else 0.0], dtype=torch.float32, device=device
+    )
     dist.all_reduce(buf, op=dist.ReduceOp.MAX, group=group)
     values = [float(x) for x in buf.tolist()]
     failed = int(values.pop())
     if error is not None:
         raise error
     if failed:
-        raise BenchCorrectnessError(f"{op} at {nbytes} bytes returned a wrong result on rank "
-                                    f"{failed - 1} (see that rank's error)")
+        raise BenchCorrectnessError(
+            f"{op} at {nbytes} bytes returned a wrong result on rank "
+            f"{failed - 1} (see that rank's error)"
+        )
     return values
 
 
 # ---- local runs ------------------------------------------------------------------------------
 
-def run_local(world: int = 2, *, timeout_s: float = 120.0, show_progress: bool = False,
-              **kwargs: Any) -> list[Row]:
+
+def run_local(
+    world: int = 2, *, timeout_s: float = 120.0, show_progress: bool = False, **kwargs: Any
+) -> list[Row]:
     """Run :func:`run` on ``world`` fresh local gloo ranks and return rank 0's rows.
 
     ``kwargs`` go to :func:`run` (ops, sizes, iters, warmup, dtype, check, span); a rank that
@@ -189,13 +256,13 @@ def run_local(world: int = 2, *, timeout_s: float = 120.0, show_progress: bool =
         raise UsageError(f"world must be a whole number >= 1, got {world!r}")
     if "sizes" in kwargs:  # parse here, so a typo fails before any process starts
         kwargs["sizes"] = parse_sizes(kwargs["sizes"])
-    results = spawn_local(_local_worker, world, args=(kwargs, show_progress),
-                          backend="gloo", timeout_s=timeout_s)
+    results = spawn_local(
+        _local_worker, world, args=(kwargs, show_progress), backend="gloo", timeout_s=timeout_s
+    )
     return results[0]
 
 
-def _local_worker(rank: int, world: int, kwargs: dict[str, Any], show_progress: bool
-                  ) -> list[Row]:
+def _local_worker(rank: int, world: int, kwargs: dict[str, Any], show_progress: bool) -> list[Row]:
     """One spawned rank of :func:`run_local`: rank 0 may draw the progress bar."""
     if show_progress and rank == 0:
         with progress_bar() as progress:
@@ -216,9 +283,14 @@ class progress_bar:
             TimeElapsedColumn,
         )
 
-        self._progress = Progress(TextColumn("{task.description}"), BarColumn(),
-                                  MofNCompleteColumn(), TimeElapsedColumn(),
-                                  console=Console(stderr=True), transient=True)
+        self._progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=True,
+        )
         self._task = self._progress.add_task(description, total=None)
 
     def __enter__(self) -> progress_bar:
@@ -231,6 +303,9 @@ class progress_bar:
     def __call__(self, row: Row, done: int, total: int) -> None:
         from .rows import format_bytes
 
-        self._progress.update(self._task, completed=done, total=total,
-                              description=f"{row.group}/{row.op} {format_bytes(row.bytes)}")
-
+        self._progress.update(
+            self._task,
+            completed=done,
+            total=total,
+            description=f"{row.group}/{row.op} {format_bytes(row.bytes)}",
+        )

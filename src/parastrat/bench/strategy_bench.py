@@ -42,23 +42,23 @@ GRAD_BYTES = 4
 class Measurement:
     """One op to time on every group of one layout kind, at these message sizes (bytes)."""
 
-    kind: str           # layout key: "tp", "ep", "ulysses", "ring", "pp", "dp" or "dp-cp"
+    kind: str  # layout key: "tp", "ep", "ulysses", "ring", "pp", "dp" or "dp-cp"
     op: str
     sizes: tuple[int, ...]
-    why: str            # what this collective is in the strategy
+    why: str  # what this collective is in the strategy
 
     @property
     def label(self) -> str:
         return f"{self.kind}/{self.op}"
 
 
-def _model_sizes(strategy: Any, model: Any, seq_len: int, micro_batch_size: int
-                 ) -> dict[str, int]:
+def _model_sizes(strategy: Any, model: Any, seq_len: int, micro_batch_size: int) -> dict[str, int]:
     """Message bytes per role, from the model shape (see the module docstring)."""
     s = strategy
     if seq_len % s.cp:
-        raise UsageError(f"seq_len={seq_len} is not divisible by cp={s.cp}; "
-                         f"use a multiple of {s.cp}")
+        raise UsageError(
+            f"seq_len={seq_len} is not divisible by cp={s.cp}; use a multiple of {s.cp}"
+        )
     tokens = seq_len // s.cp * micro_batch_size
     h = model.hidden_size
     act = tokens * h * ACT_BYTES
@@ -76,8 +76,15 @@ def _model_sizes(strategy: Any, model: Any, seq_len: int, micro_batch_size: int
     }
 
 
-def measurements(strategy: Any, world_size: int, *, model: Any = None, seq_len: int | None = None,
-                 micro_batch_size: int = 1, sizes: Any = None) -> list[Measurement]:
+def measurements(
+    strategy: Any,
+    world_size: int,
+    *,
+    model: Any = None,
+    seq_len: int | None = None,
+    micro_batch_size: int = 1,
+    sizes: Any = None,
+) -> list[Measurement]:
     """What :func:`run_strategy` times for ``strategy`` on ``world_size`` ranks (pure Python).
 
     Groups of size 1 are skipped.  With ``model`` (a ModelSpec or preset name) and ``seq_len``
@@ -90,8 +97,10 @@ def measurements(strategy: Any, world_size: int, *, model: Any = None, seq_len: 
     if model is not None:
         model = get_model(model)
         if seq_len is None:
-            raise UsageError("a model needs a sequence length to size the messages; "
-                             "add --seq-len, e.g. --seq-len 4096")
+            raise UsageError(
+                "a model needs a sequence length to size the messages; "
+                "add --seq-len, e.g. --seq-len 4096"
+            )
         s.validate(model, world_size=world_size, seq_len=seq_len)
     derived = None
     if model is not None and seq_len is not None:
@@ -122,9 +131,11 @@ def measurements(strategy: Any, world_size: int, *, model: Any = None, seq_len: 
             chosen = swept
         out.append(Measurement(kind=kind, op=op, sizes=chosen, why=why))
     if not out:
-        raise UsageError(f"{s} has no group larger than one rank on {world_size} ranks, so there "
-                         "is nothing to time; set a degree above 1 (e.g. --tp 2) or use a "
-                         "larger --world")
+        raise UsageError(
+            f"{s} has no group larger than one rank on {world_size} ranks, so there "
+            "is nothing to time; set a degree above 1 (e.g. --tp 2) or use a "
+            "larger --world"
+        )
     return out
 
 
@@ -138,9 +149,19 @@ def _my_group(dist: Any, groups: Sequence[Sequence[int]], rank: int) -> Any:
     return mine
 
 
-def run_strategy(strategy: Any, *, model: Any = None, seq_len: int | None = None,
-                 micro_batch_size: int = 1, sizes: Any = None, iters: int = 10, warmup: int = 3,
-                 dtype: Any = "bfloat16", check: bool = True, progress: Any = None) -> list[Row]:
+def run_strategy(
+    strategy: Any,
+    *,
+    model: Any = None,
+    seq_len: int | None = None,
+    micro_batch_size: int = 1,
+    sizes: Any = None,
+    iters: int = 10,
+    warmup: int = 3,
+    dtype: Any = "bfloat16",
+    check: bool = True,
+    progress: Any = None,
+) -> list[Row]:
     """Time each collective of ``strategy`` on its own groups; call on every rank of the world.
 
     The world (``torch.distributed`` already started) must fit the strategy.  Every group of a
@@ -153,13 +174,16 @@ def run_strategy(strategy: Any, *, model: Any = None, seq_len: int | None = None
 
     dist = require("torch.distributed")
     if not dist.is_available() or not dist.is_initialized():
-        raise UsageError("torch.distributed is not started; run under torchrun or use "
-                         "`parastrat bench --world N` with strategy flags")
+        raise UsageError(
+            "torch.distributed is not started; run under torchrun or use "
+            "`parastrat bench --world N` with strategy flags"
+        )
     world = dist.get_world_size()
     rank = dist.get_rank()
     s = strategy.with_world_size(world)
-    todo = measurements(s, world, model=model, seq_len=seq_len,
-                        micro_batch_size=micro_batch_size, sizes=sizes)
+    todo = measurements(
+        s, world, model=model, seq_len=seq_len, micro_batch_size=micro_batch_size, sizes=sizes
+    )
     grid = layout(s, world)
     groups: dict[str, Any] = {}
     for m in todo:
@@ -174,26 +198,53 @@ def run_strategy(strategy: Any, *, model: Any = None, seq_len: int | None = None
             if progress is not None:
                 progress(row, _offset + done, total)
 
-        rows += run(ops=[m.op], sizes=list(m.sizes), group=groups[m.kind], iters=iters,
-                    warmup=warmup, dtype=dtype, check=check, group_name=m.kind,
-                    barrier_group=dist.group.WORLD, progress=report)
+        rows += run(
+            ops=[m.op],
+            sizes=list(m.sizes),
+            group=groups[m.kind],
+            iters=iters,
+            warmup=warmup,
+            dtype=dtype,
+            check=check,
+            group_name=m.kind,
+            barrier_group=dist.group.WORLD,
+            progress=report,
+        )
     return rows
 
 
-def run_strategy_local(strategy: Any, world: int, *, timeout_s: float = 120.0,
-                       show_progress: bool = False, **kwargs: Any) -> list[Row]:
+def run_strategy_local(
+    strategy: Any,
+    world: int,
+    *,
+    timeout_s: float = 120.0,
+    show_progress: bool = False,
+    **kwargs: Any,
+) -> list[Row]:
     """:func:`run_strategy` on ``world`` spawned local gloo ranks; rank 0's rows."""
     from ..runtime.launch import spawn_local
 
-    measurements(strategy, world, **{k: kwargs[k] for k in
-                                     ("model", "seq_len", "micro_batch_size", "sizes")
-                                     if k in kwargs})  # fail fast, before spawning
-    return spawn_local(_local_worker, world, args=(strategy.to_dict(), kwargs, show_progress),
-                       backend="gloo", timeout_s=timeout_s)[0]
+    measurements(
+        strategy,
+        world,
+        **{k: kwargs[k] for k in ("model", "seq_len", "micro_batch_size", "sizes") if k in kwargs},
+    )  # fail fast, before spawning
+    return spawn_local(
+        _local_worker,
+        world,
+        args=(strategy.to_dict(), kwargs, show_progress),
+        backend="gloo",
+        timeout_s=timeout_s,
+    )[0]
 
 
-def _local_worker(rank: int, world: int, strategy_dict: dict[str, Any], kwargs: dict[str, Any],
-                  show_progress: bool) -> list[Row]:
+def _local_worker(
+    rank: int,
+    world: int,
+    strategy_dict: dict[str, Any],
+    kwargs: dict[str, Any],
+    show_progress: bool,
+) -> list[Row]:
     from ..strategy import Strategy
     from .runner import progress_bar
 

@@ -60,8 +60,16 @@ class Clock:
         return begin.elapsed_time(end) / 1e3  # ms -> s
 
 
-def measure(fn: Callable[[], Any], *, torch: Any, dist: Any, device: Any, iters: int,
-            warmup: int, barrier_group: Any = None) -> list[float]:
+def measure(
+    fn: Callable[[], Any],
+    *,
+    torch: Any,
+    dist: Any,
+    device: Any,
+    iters: int,
+    warmup: int,
+    barrier_group: Any = None,
+) -> list[float]:
     """This rank's seconds for each of ``iters`` timed calls of ``fn`` after ``warmup`` untimed.
 
     ``barrier_group`` is the group that meets before each call (the world for strategy runs,
@@ -76,4 +84,3 @@ def measure(fn: Callable[[], Any], *, torch: Any, dist: Any, device: Any, iters:
         if i >= warmup:
             times.append(elapsed)
     return times
-

@@ -27,8 +27,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="parastrat",
-                     description="Choose, check, apply and run distributed parallelism strategies.")
+    parser = _Parser(
+        prog="parastrat",
+        description="Choose, check, apply and run distributed parallelism strategies.",
+    )
     parser.add_argument("--version", action="version", version=f"parastrat {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in SUBCOMMANDS:
@@ -61,9 +63,11 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:
         if os.environ.get("PARASTRAT_DEBUG"):
             raise
-        err_console.print(f"[bold red]internal error:[/] {type(exc).__name__}: "
-                          f"{escape(str(exc))}\n"
-                          "(set PARASTRAT_DEBUG=1 for the traceback; please report it)")
+        err_console.print(
+            f"[bold red]internal error:[/] {type(exc).__name__}: "
+            f"{escape(str(exc))}\n"
+            "(set PARASTRAT_DEBUG=1 for the traceback; please report it)"
+        )
         return 1
 
 

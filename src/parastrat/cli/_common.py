@@ -20,6 +20,7 @@ from ..errors import MissingExtraError, SpecError, StrategyError, UsageError
 #: Errors that are the user's to fix: printed with their hint, exit status 2.
 USER_ERRORS = (StrategyError, SpecError, UsageError, MissingExtraError)
 
+
 def _width(stream) -> int | None:
     """Terminal width when interactive; otherwise $COLUMNS or 140, so that tables written to a
     pipe or a file keep one row per line instead of rich's 80-column default."""
@@ -54,38 +55,78 @@ def add_strategy_flags(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--tp", type=positive_int, default=1, help="tensor parallel degree")
     g.add_argument("--pp", type=positive_int, default=1, help="pipeline parallel degree")
     g.add_argument("--vpp", type=positive_int, default=1, help="virtual pipeline stages per rank")
-    g.add_argument("--cp", type=positive_int, default=None,
-                   help="context parallel degree (= ulysses * ring; alone it means ring)")
+    g.add_argument(
+        "--cp",
+        type=positive_int,
+        default=None,
+        help="context parallel degree (= ulysses * ring; alone it means ring)",
+    )
     g.add_argument("--ep", type=positive_int, default=1, help="expert parallel degree")
-    g.add_argument("--etp", type=positive_int, default=None,
-                   help="expert tensor parallel degree (default 1 with EP, else TP)")
+    g.add_argument(
+        "--etp",
+        type=positive_int,
+        default=None,
+        help="expert tensor parallel degree (default 1 with EP, else TP)",
+    )
     g.add_argument("--sp", action="store_true", help="sequence parallelism (needs TP > 1)")
     g.add_argument("--ulysses", type=positive_int, default=1, help="Ulysses (all-to-all) degree")
-    g.add_argument("--ring", type=positive_int, default=None,
-                   help="ring attention degree (default: cp / ulysses)")
+    g.add_argument(
+        "--ring",
+        type=positive_int,
+        default=None,
+        help="ring attention degree (default: cp / ulysses)",
+    )
     g.add_argument("--cfg", type=positive_int, default=1, help="CFG parallel degree (1 or 2)")
-    g.add_argument("--order", default=None,
-                   help="rank order, e.g. tp-cp-ep-dp-pp (Megatron) or tp-sp-pp-cfg-dp (xDiT)")
-    g.add_argument("--first-stage-layers", type=positive_int, default=None,
-                   help="layers on the first pipeline stage (uneven split)")
-    g.add_argument("--last-stage-layers", type=positive_int, default=None,
-                   help="layers on the last pipeline stage (uneven split)")
-    g.add_argument("--account-for-embedding", action="store_true",
-                   help="count the input embedding as a layer of the first pipeline stage")
-    g.add_argument("--account-for-loss", action="store_true",
-                   help="count the output layer and loss as a layer of the last pipeline stage")
+    g.add_argument(
+        "--order",
+        default=None,
+        help="rank order, e.g. tp-cp-ep-dp-pp (Megatron) or tp-sp-pp-cfg-dp (xDiT)",
+    )
+    g.add_argument(
+        "--first-stage-layers",
+        type=positive_int,
+        default=None,
+        help="layers on the first pipeline stage (uneven split)",
+    )
+    g.add_argument(
+        "--last-stage-layers",
+        type=positive_int,
+        default=None,
+        help="layers on the last pipeline stage (uneven split)",
+    )
+    g.add_argument(
+        "--account-for-embedding",
+        action="store_true",
+        help="count the input embedding as a layer of the first pipeline stage",
+    )
+    g.add_argument(
+        "--account-for-loss",
+        action="store_true",
+        help="count the output layer and loss as a layer of the last pipeline stage",
+    )
 
 
 def strategy_from_args(args: argparse.Namespace):
     """Build the :class:`~parastrat.Strategy` the strategy flags describe."""
     from ..strategy import Strategy
 
-    return Strategy(tp=args.tp, pp=args.pp, vpp=args.vpp, cp=args.cp, ep=args.ep, etp=args.etp,
-                    sp=args.sp, ulysses=args.ulysses, ring=args.ring, cfg=args.cfg,
-                    order=args.order, first_stage_layers=args.first_stage_layers,
-                    last_stage_layers=args.last_stage_layers,
-                    account_for_embedding=args.account_for_embedding,
-                    account_for_loss=args.account_for_loss)
+    return Strategy(
+        tp=args.tp,
+        pp=args.pp,
+        vpp=args.vpp,
+        cp=args.cp,
+        ep=args.ep,
+        etp=args.etp,
+        sp=args.sp,
+        ulysses=args.ulysses,
+        ring=args.ring,
+        cfg=args.cfg,
+        order=args.order,
+        first_stage_layers=args.first_stage_layers,
+        last_stage_layers=args.last_stage_layers,
+        account_for_embedding=args.account_for_embedding,
+        account_for_loss=args.account_for_loss,
+    )
 
 
 def print_json(obj: Any) -> None:

@@ -27,38 +27,73 @@ from ._common import (
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
-        "bench", help="benchmark collectives (nccl-tests bandwidths) and calibrate the cost model",
+        "bench",
+        help="benchmark collectives (nccl-tests bandwidths) and calibrate the cost model",
         description=(__doc__ or "").replace("``", ""),
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--world", type=positive_int, default=None,
-                   help="spawn this many local gloo ranks (default 2, or the torchrun world)")
-    p.add_argument("--ops", default=None,
-                   help="comma-separated ops (default: all): all_reduce, all_gather, "
-                        "reduce_scatter, all_to_all, ring, send_recv, broadcast")
-    p.add_argument("--sizes", default=None,
-                   help="message sizes: a list 4KB,1MB,64MB or a range 1KB:64MB:x4 "
-                        "(K/M/G = 1024^n; default 4KB:64MB:x4, or from --model)")
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "--world",
+        type=positive_int,
+        default=None,
+        help="spawn this many local gloo ranks (default 2, or the torchrun world)",
+    )
+    p.add_argument(
+        "--ops",
+        default=None,
+        help="comma-separated ops (default: all): all_reduce, all_gather, "
+        "reduce_scatter, all_to_all, ring, send_recv, broadcast",
+    )
+    p.add_argument(
+        "--sizes",
+        default=None,
+        help="message sizes: a list 4KB,1MB,64MB or a range 1KB:64MB:x4 "
+        "(K/M/G = 1024^n; default 4KB:64MB:x4, or from --model)",
+    )
     p.add_argument("--iters", type=positive_int, default=20, help="timed iterations per size")
     p.add_argument("--warmup", type=int, default=5, help="untimed iterations first (default 5)")
-    p.add_argument("--dtype", default=None,
-                   help="float32, bfloat16 or float16 (default float32; bfloat16 with a strategy)")
-    p.add_argument("--span", choices=("intra", "inter"), default=None,
-                   help="link class to record (default: same host -> intra, else inter)")
+    p.add_argument(
+        "--dtype",
+        default=None,
+        help="float32, bfloat16 or float16 (default float32; bfloat16 with a strategy)",
+    )
+    p.add_argument(
+        "--span",
+        choices=("intra", "inter"),
+        default=None,
+        help="link class to record (default: same host -> intra, else inter)",
+    )
     p.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    p.add_argument("--output", default=None,
-                   help="also write the rows to FILE (JSON unless --format csv or a .csv name)")
+    p.add_argument(
+        "--output",
+        default=None,
+        help="also write the rows to FILE (JSON unless --format csv or a .csv name)",
+    )
     p.add_argument("--plot", default=None, help="write busbw vs message size to FILE.png")
-    p.add_argument("--fit", default=None, metavar="FILE.json",
-                   help="fit latency and bandwidth per op and link class; write the calibration "
-                        "that `parastrat plan --calibration` reads")
-    p.add_argument("--load", default=None, metavar="FILE.json",
-                   help="use rows from an earlier --output instead of running")
-    p.add_argument("--timeout", type=float, default=600.0,
-                   help="seconds before local ranks are killed (default 600)")
+    p.add_argument(
+        "--fit",
+        default=None,
+        metavar="FILE.json",
+        help="fit latency and bandwidth per op and link class; write the calibration "
+        "that `parastrat plan --calibration` reads",
+    )
+    p.add_argument(
+        "--load",
+        default=None,
+        metavar="FILE.json",
+        help="use rows from an earlier --output instead of running",
+    )
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=600.0,
+        help="seconds before local ranks are killed (default 600)",
+    )
     g = p.add_argument_group("strategy-aware run")
     g.add_argument("--model", default=None, help="model preset: message sizes from its shape")
-    g.add_argument("--seq-len", type=positive_int, default=None,
-                   help="sequence length (with --model)")
+    g.add_argument(
+        "--seq-len", type=positive_int, default=None, help="sequence length (with --model)"
+    )
     g.add_argument("--micro-batch-size", type=positive_int, default=1)
     add_strategy_flags(p)
     p.set_defaults(func=run)
@@ -85,8 +120,9 @@ def run(args: argparse.Namespace) -> int:
             return 1
         rows = measured
     if args.output:
-        as_csv = args.format == "csv" or (args.format == "table" and
-                                          Path(args.output).suffix.lower() == ".csv")
+        as_csv = args.format == "csv" or (
+            args.format == "table" and Path(args.output).suffix.lower() == ".csv"
+        )
         text = rows_to_csv(rows) if as_csv else _json_text(rows_to_json(rows))
         Path(args.output).write_text(text, encoding="utf-8")
         err_console.print(f"wrote {len(rows)} rows to {args.output}")
@@ -118,12 +154,17 @@ def _measure(args: argparse.Namespace) -> list[Any] | None:
     kwargs: dict[str, Any] = {"iters": args.iters, "warmup": args.warmup}
     if strategic:
         strategy = strategy_from_args(args)
-        kwargs.update(model=args.model, seq_len=args.seq_len,
-                      micro_batch_size=args.micro_batch_size, sizes=args.sizes,
-                      dtype=args.dtype or "bfloat16")
+        kwargs.update(
+            model=args.model,
+            seq_len=args.seq_len,
+            micro_batch_size=args.micro_batch_size,
+            sizes=args.sizes,
+            dtype=args.dtype or "bfloat16",
+        )
     else:
-        kwargs.update(sizes=args.sizes or DEFAULT_SIZES, dtype=args.dtype or "float32",
-                      span=args.span)
+        kwargs.update(
+            sizes=args.sizes or DEFAULT_SIZES, dtype=args.dtype or "float32", span=args.span
+        )
     torchrun = args.world is None and "WORLD_SIZE" in os.environ and "RANK" in os.environ
     if torchrun:
         from ..runtime.backend import init_distributed
@@ -147,15 +188,16 @@ def _measure(args: argparse.Namespace) -> list[Any] | None:
         if strategic:
             from ..bench.strategy_bench import run_strategy_local
 
-            rows = run_strategy_local(strategy, world, timeout_s=args.timeout,
-                                      show_progress=True, **kwargs)
+            rows = run_strategy_local(
+                strategy, world, timeout_s=args.timeout, show_progress=True, **kwargs
+            )
             return _filter_ops(rows, args.ops)
         resolve_ops(args.ops, world)  # fail before spawning
-        return run_local(world, ops=args.ops, timeout_s=args.timeout, show_progress=True,
-                         **kwargs)
+        return run_local(world, ops=args.ops, timeout_s=args.timeout, show_progress=True, **kwargs)
     except RankFailure as exc:
-        err_console.print(f"[bold red]benchmark failed:[/] rank {exc.rank}: "
-                          f"{exc.reason.splitlines()[0]}")
+        err_console.print(
+            f"[bold red]benchmark failed:[/] rank {exc.rank}: {exc.reason.splitlines()[0]}"
+        )
         return []
 
 
@@ -201,17 +243,26 @@ def _print_table(rows: list[Any]) -> None:
     from ..bench import format_bytes
 
     several = len({r.group for r in rows}) > 1 or rows[0].group != "world"
-    t = Table(title=f"collectives on {rows[0].backend} ({rows[0].dtype}, median of "
-                    f"{rows[0].iters} iterations, GB = 1e9 bytes)")
+    t = Table(
+        title=f"collectives on {rows[0].backend} ({rows[0].dtype}, median of "
+        f"{rows[0].iters} iterations, GB = 1e9 bytes)"
+    )
     if several:
         t.add_column("group", no_wrap=True)
     t.add_column("op", no_wrap=True)
     for name in ("size", "ranks", "time", "min", "max", "algbw GB/s", "busbw GB/s"):
         t.add_column(name, justify="right", no_wrap=name not in ("algbw GB/s", "busbw GB/s"))
     for r in rows:
-        cells = [r.op, format_bytes(r.bytes), str(r.world), _fmt_time(r.time_s),
-                 _fmt_time(r.time_min_s), _fmt_time(r.time_max_s), f"{r.algbw_gbps:.3f}",
-                 f"{r.busbw_gbps:.3f}"]
+        cells = [
+            r.op,
+            format_bytes(r.bytes),
+            str(r.world),
+            _fmt_time(r.time_s),
+            _fmt_time(r.time_min_s),
+            _fmt_time(r.time_max_s),
+            f"{r.algbw_gbps:.3f}",
+            f"{r.busbw_gbps:.3f}",
+        ]
         t.add_row(*([r.group] if several else []), *cells)
     console.print(t)
 
@@ -221,6 +272,8 @@ def _print_fit(cal: dict[str, Any], path: str) -> None:
     for op, spans in cal["ops"].items():
         for span, vals in spans.items():
             q = cal.get("fit", {}).get(op, {}).get(span, {})
-            err_console.print(f"  {op:15s} {span:5s} alpha {vals['alpha_s'] * 1e6:9.2f} us  "
-                              f"busbw {vals['busbw_Bps'] / 1e9:8.3f} GB/s  "
-                              f"(rel. RMS error {q.get('rel_rmse', float('nan')):.1%})")
+            err_console.print(
+                f"  {op:15s} {span:5s} alpha {vals['alpha_s'] * 1e6:9.2f} us  "
+                f"busbw {vals['busbw_Bps'] / 1e9:8.3f} GB/s  "
+                f"(rel. RMS error {q.get('rel_rmse', float('nan')):.1%})"
+            )

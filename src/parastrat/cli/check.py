@@ -11,25 +11,54 @@ from ._common import add_strategy_flags, console, positive_int, print_json, stra
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("check", help="validate a strategy for a model and a device count",
-                       description="Check every rule a strategy must satisfy and print the "
-                                   "derived DP, expert DP and minimum world size, and every "
-                                   "broken rule with its fix.  Exit 0 when valid, 2 otherwise.")
+    p = sub.add_parser(
+        "check",
+        help="validate a strategy for a model and a device count",
+        description="Check every rule a strategy must satisfy and print the "
+        "derived DP, expert DP and minimum world size, and every "
+        "broken rule with its fix.  Exit 0 when valid, 2 otherwise.",
+    )
     src = p.add_mutually_exclusive_group()
     src.add_argument("--model", help="model preset name (see `parastrat plan --help`)")
     src.add_argument("--hf-config", help="path to a Hugging Face config.json")
-    p.add_argument("--gpus", "--devices", dest="gpus", type=positive_int, required=True,
-                   help="number of devices (world size)")
-    p.add_argument("--seq-len", type=positive_int, default=None,
-                   help="sequence length in tokens (checks the CP and SP splits)")
-    p.add_argument("--global-batch-size", type=positive_int, default=None,
-                   help="global batch in sequences (checks it against micro-batch x DP)")
-    p.add_argument("--micro-batch-size", type=positive_int, default=None,
-                   help="micro-batch in sequences (default 1 when a global batch is given)")
-    p.add_argument("--devices-per-node", type=positive_int, default=None,
-                   help="devices per node / NVLink domain, for the soft topology rules")
-    p.add_argument("--format", choices=("table", "json"), default="table",
-                   help="a rich table, or one JSON document")
+    p.add_argument(
+        "--gpus",
+        "--devices",
+        dest="gpus",
+        type=positive_int,
+        required=True,
+        help="number of devices (world size)",
+    )
+    p.add_argument(
+        "--seq-len",
+        type=positive_int,
+        default=None,
+        help="sequence length in tokens (checks the CP and SP splits)",
+    )
+    p.add_argument(
+        "--global-batch-size",
+        type=positive_int,
+        default=None,
+        help="global batch in sequences (checks it against micro-batch x DP)",
+    )
+    p.add_argument(
+        "--micro-batch-size",
+        type=positive_int,
+        default=None,
+        help="micro-batch in sequences (default 1 when a global batch is given)",
+    )
+    p.add_argument(
+        "--devices-per-node",
+        type=positive_int,
+        default=None,
+        help="devices per node / NVLink domain, for the soft topology rules",
+    )
+    p.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="a rich table, or one JSON document",
+    )
     add_strategy_flags(p)
     p.set_defaults(func=run)
 
@@ -50,36 +79,57 @@ def load_model(args: argparse.Namespace):
 def run(args: argparse.Namespace) -> int:
     strategy = strategy_from_args(args)
     model = load_model(args)
-    findings = strategy.check(model, world_size=args.gpus, seq_len=args.seq_len,
-                              global_batch_size=args.global_batch_size,
-                              micro_batch_size=args.micro_batch_size,
-                              devices_per_node=args.devices_per_node)
+    findings = strategy.check(
+        model,
+        world_size=args.gpus,
+        seq_len=args.seq_len,
+        global_batch_size=args.global_batch_size,
+        micro_batch_size=args.micro_batch_size,
+        devices_per_node=args.devices_per_node,
+    )
     errors = [v for v in findings if v.severity == "error"]
     warnings = [v for v in findings if v.severity == "warning"]
     placed = None if errors else strategy.with_world_size(args.gpus)
 
     if args.format == "json":
-        print_json({"strategy": (placed or strategy).to_dict(), "valid": not errors,
-                    "model": getattr(model, "name", None), "world_size": args.gpus,
-                    "errors": [v.to_dict() for v in errors],
-                    "warnings": [v.to_dict() for v in warnings]})
+        print_json(
+            {
+                "strategy": (placed or strategy).to_dict(),
+                "valid": not errors,
+                "model": getattr(model, "name", None),
+                "world_size": args.gpus,
+                "errors": [v.to_dict() for v in errors],
+                "warnings": [v.to_dict() for v in warnings],
+            }
+        )
         return 2 if errors else 0
 
-    table = Table(title=f"{strategy} on {args.gpus} devices"
-                  + (f" for {model.name}" if model is not None else ""), show_header=False)
-    table.add_row("minimum world size", f"{strategy.min_world_size}  (pp * lcm(tp*cp, ep*etp))"
-                  if not strategy.is_inference else f"{strategy.min_world_size}")
+    table = Table(
+        title=f"{strategy} on {args.gpus} devices"
+        + (f" for {model.name}" if model is not None else ""),
+        show_header=False,
+    )
+    table.add_row(
+        "minimum world size",
+        f"{strategy.min_world_size}  (pp * lcm(tp*cp, ep*etp))"
+        if not strategy.is_inference
+        else f"{strategy.min_world_size}",
+    )
     if placed is not None:
         table.add_row("data parallel (dp)", str(placed.dp))
         if not placed.is_inference:
             table.add_row("expert data parallel", str(placed.expert_dp))
     console.print(table)
     for v in errors:
-        console.print(f"[bold red]error[/] [red]{escape(v.rule)}[/]: {escape(v.message)}\n"
-                      f"      fix: {escape(v.hint)}")
+        console.print(
+            f"[bold red]error[/] [red]{escape(v.rule)}[/]: {escape(v.message)}\n"
+            f"      fix: {escape(v.hint)}"
+        )
     for v in warnings:
-        console.print(f"[yellow]warning[/] {escape(v.rule)}: {escape(v.message)}\n"
-                      f"      consider: {escape(v.hint)}")
+        console.print(
+            f"[yellow]warning[/] {escape(v.rule)}: {escape(v.message)}\n"
+            f"      consider: {escape(v.hint)}"
+        )
     if errors:
         console.print(f"[bold red]{len(errors)} rule(s) broken[/]")
         return 2

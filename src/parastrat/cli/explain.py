@@ -10,16 +10,23 @@ from .plan import add_target_args, build_target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("explain", help="memory and step-time breakdown of a strategy",
-                       description="Price one strategy (the strategy flags) on a cluster: "
-                                   "memory per pipeline stage and step time term by term.  "
-                                   "With --compare, price a second strategy and say what "
-                                   "changed and which change caused it.")
+    p = sub.add_parser(
+        "explain",
+        help="memory and step-time breakdown of a strategy",
+        description="Price one strategy (the strategy flags) on a cluster: "
+        "memory per pipeline stage and step time term by term.  "
+        "With --compare, price a second strategy and say what "
+        "changed and which change caused it.",
+    )
     add_target_args(p)
     p.add_argument("--micro-batch-size", type=positive_int, default=1)
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="selective")
-    p.add_argument("--compare", default=None, metavar="STRATEGY",
-                   help='second strategy, e.g. "tp=4,pp=2,vpp=5,sp"')
+    p.add_argument(
+        "--compare",
+        default=None,
+        metavar="STRATEGY",
+        help='second strategy, e.g. "tp=4,pp=2,vpp=5,sp"',
+    )
     p.add_argument("--format", choices=("table", "json"), default="table")
     add_strategy_flags(p)
     p.set_defaults(func=run)
@@ -32,10 +39,17 @@ def run(args: argparse.Namespace) -> int:
     model, cluster, gbs = build_target(args)
     strategy = strategy_from_args(args)
     if args.compare:
-        cmp = compare(strategy, args.compare, model=model, cluster=cluster,
-                      seq_len=args.seq_len, global_batch_size=gbs,
-                      micro_batch_size=args.micro_batch_size, precision=args.precision,
-                      recompute=args.recompute)
+        cmp = compare(
+            strategy,
+            args.compare,
+            model=model,
+            cluster=cluster,
+            seq_len=args.seq_len,
+            global_batch_size=gbs,
+            micro_batch_size=args.micro_batch_size,
+            precision=args.precision,
+            recompute=args.recompute,
+        )
         if args.format == "json":
             print_json(cmp.to_dict())
         else:
@@ -46,18 +60,45 @@ def run(args: argparse.Namespace) -> int:
         from ..estimate.step import estimate_step
 
         s = strategy.with_world_size(cluster.num_devices)
-        step = estimate_step(model, s, cluster, seq_len=args.seq_len, global_batch_size=gbs,
-                             micro_batch_size=args.micro_batch_size, precision=args.precision,
-                             recompute=args.recompute)
-        mem = estimate_memory(model, s, seq_len=args.seq_len,
-                              micro_batch_size=args.micro_batch_size, global_batch_size=gbs,
-                              recompute=step.recompute, precision=step.precision)
-        print_json({"strategy": s.to_dict(), "step": step.to_dict(), "memory": mem.to_dict(),
-                    "fits": mem.fits(cluster.accel)})
+        step = estimate_step(
+            model,
+            s,
+            cluster,
+            seq_len=args.seq_len,
+            global_batch_size=gbs,
+            micro_batch_size=args.micro_batch_size,
+            precision=args.precision,
+            recompute=args.recompute,
+        )
+        mem = estimate_memory(
+            model,
+            s,
+            seq_len=args.seq_len,
+            micro_batch_size=args.micro_batch_size,
+            global_batch_size=gbs,
+            recompute=step.recompute,
+            precision=step.precision,
+        )
+        print_json(
+            {
+                "strategy": s.to_dict(),
+                "step": step.to_dict(),
+                "memory": mem.to_dict(),
+                "fits": mem.fits(cluster.accel),
+            }
+        )
         return 0
-    console.print(explain_strategy(model, strategy, cluster, seq_len=args.seq_len,
-                                   global_batch_size=gbs,
-                                   micro_batch_size=args.micro_batch_size,
-                                   precision=args.precision, recompute=args.recompute),
-                  markup=False)
+    console.print(
+        explain_strategy(
+            model,
+            strategy,
+            cluster,
+            seq_len=args.seq_len,
+            global_batch_size=gbs,
+            micro_batch_size=args.micro_batch_size,
+            precision=args.precision,
+            recompute=args.recompute,
+        ),
+        markup=False,
+    )
     return 0

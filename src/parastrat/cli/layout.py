@@ -12,19 +12,35 @@ from ._common import add_strategy_flags, console, positive_int, print_json, stra
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("layout", help="print the rank grid of a strategy",
-                       description="Print every rank's coordinates (tp/cp/dp/pp/ep/...) and "
-                                   "the groups of each kind, as Megatron Core / xDiT build them.")
-    p.add_argument("--gpus", "--world", dest="gpus", type=positive_int, required=True,
-                   help="world size")
-    p.add_argument("--kinds", default="tp,cp,dp,pp,ep",
-                   help=f"group kinds to list (comma separated, from {','.join(KINDS)})")
-    p.add_argument("--format", choices=("table", "json"), default="table",
-                   help="a rich table, or one JSON document")
-    p.add_argument("--plot", metavar="FILE.png", default=None,
-                   help="also draw the rank grid (rows pp x dp, columns cp x tp), coloured by node")
-    p.add_argument("--devices-per-node", type=positive_int, default=8,
-                   help="node size used to colour the plot")
+    p = sub.add_parser(
+        "layout",
+        help="print the rank grid of a strategy",
+        description="Print every rank's coordinates (tp/cp/dp/pp/ep/...) and "
+        "the groups of each kind, as Megatron Core / xDiT build them.",
+    )
+    p.add_argument(
+        "--gpus", "--world", dest="gpus", type=positive_int, required=True, help="world size"
+    )
+    p.add_argument(
+        "--kinds",
+        default="tp,cp,dp,pp,ep",
+        help=f"group kinds to list (comma separated, from {','.join(KINDS)})",
+    )
+    p.add_argument(
+        "--format",
+        choices=("table", "json"),
+        default="table",
+        help="a rich table, or one JSON document",
+    )
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        default=None,
+        help="also draw the rank grid (rows pp x dp, columns cp x tp), coloured by node",
+    )
+    p.add_argument(
+        "--devices-per-node", type=positive_int, default=8, help="node size used to colour the plot"
+    )
     add_strategy_flags(p)
     p.set_defaults(func=run)
 
@@ -39,8 +55,11 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json({"strategy": strategy.to_dict(), "groups": groups})
         return 0
-    axes = (["tp", "ulysses", "ring", "cfg", "pp", "dp"] if strategy.is_inference
-            else ["tp", "cp", "dp", "pp", "ep", "etp", "edp"])
+    axes = (
+        ["tp", "ulysses", "ring", "cfg", "pp", "dp"]
+        if strategy.is_inference
+        else ["tp", "cp", "dp", "pp", "ep", "etp", "edp"]
+    )
     table = Table(title=f"{strategy}: rank coordinates")
     table.add_column("rank", justify="right")
     for a in axes:

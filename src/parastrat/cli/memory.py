@@ -13,9 +13,11 @@ GiB = 1024**3
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "memory", help="per-rank memory per pipeline stage (will it fit?)",
+        "memory",
+        help="per-rank memory per pipeline stage (will it fit?)",
         description="Estimate weights, gradients, optimizer state, activations and the "
-                    "allowance for context/buffers per rank of every pipeline stage.")
+        "allowance for context/buffers per rank of every pipeline stage.",
+    )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="model preset name (see parastrat.models.names())")
     src.add_argument("--hf-config", help="path to a local Hugging Face config.json")
@@ -23,16 +25,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_strategy_flags(p)
     p.add_argument("--seq-len", type=positive_int, required=True, help="sequence length")
     p.add_argument("--micro-batch-size", type=positive_int, default=1)
-    p.add_argument("--global-batch-size", type=positive_int, default=None,
-                   help="gives the number of micro-batches (default: pipeline full)")
+    p.add_argument(
+        "--global-batch-size",
+        type=positive_int,
+        default=None,
+        help="gives the number of micro-batches (default: pipeline full)",
+    )
     p.add_argument("--recompute", choices=("none", "selective", "full"), default="selective")
     p.add_argument("--precision", default="bf16", help="bf16, fp8 or mxfp8")
-    p.add_argument("--no-distributed-optimizer", action="store_true",
-                   help="keep the full optimizer state on every rank")
+    p.add_argument(
+        "--no-distributed-optimizer",
+        action="store_true",
+        help="keep the full optimizer state on every rank",
+    )
     p.add_argument("--accelerator", default="h100", help="device for the memory line")
     p.add_argument("--format", choices=("table", "json"), default="table")
-    p.add_argument("--plot", metavar="FILE.png", default=None,
-                   help="save a stacked bar per stage against device memory")
+    p.add_argument(
+        "--plot",
+        metavar="FILE.png",
+        default=None,
+        help="save a stacked bar per stage against device memory",
+    )
     p.set_defaults(func=run)
 
 
@@ -41,22 +54,30 @@ def run(args: argparse.Namespace) -> int:
     from ..spec import hardware, models
     from ..spec.model import ModelSpec
 
-    model = (ModelSpec.from_hf_config(args.hf_config) if args.hf_config
-             else models.get(args.model))
+    model = ModelSpec.from_hf_config(args.hf_config) if args.hf_config else models.get(args.model)
     accel = hardware.get(args.accelerator)
     strategy = strategy_from_args(args).with_world_size(args.gpus)
-    report = estimate_memory(model, strategy, seq_len=args.seq_len,
-                             micro_batch_size=args.micro_batch_size,
-                             global_batch_size=args.global_batch_size,
-                             recompute=args.recompute, precision=args.precision,
-                             distributed_optimizer=not args.no_distributed_optimizer)
+    report = estimate_memory(
+        model,
+        strategy,
+        seq_len=args.seq_len,
+        micro_batch_size=args.micro_batch_size,
+        global_batch_size=args.global_batch_size,
+        recompute=args.recompute,
+        precision=args.precision,
+        distributed_optimizer=not args.no_distributed_optimizer,
+    )
     fits = report.fits(accel)
     if args.plot:
         report.plot(args.plot, accel)
     if args.format == "json":
         doc = report.to_dict()
-        doc.update(accelerator=accel.name, device_memory_bytes=accel.memory_bytes, fits=fits,
-                   plot=args.plot)
+        doc.update(
+            accelerator=accel.name,
+            device_memory_bytes=accel.memory_bytes,
+            fits=fits,
+            plot=args.plot,
+        )
         print_json(doc)
         return 0
     _print_table(report, accel, fits)
@@ -68,23 +89,48 @@ def run(args: argparse.Namespace) -> int:
 def _print_table(report, accel, fits: bool) -> None:
     from rich.table import Table
 
-    table = Table(title=f"{report.model}  {report.strategy}  seq {report.seq_len} x mbs "
-                        f"{report.micro_batch_size}  recompute {report.recompute}  "
-                        f"{report.precision}  (GiB per rank; mb/chunks = in flight)",
-                  title_justify="left")
-    for col in ("stage", "layers", "chunks" if report.vpp > 1 else "mb", "weights", "grads",
-                "optim", "activ",
-                "other", "total"):
+    table = Table(
+        title=f"{report.model}  {report.strategy}  seq {report.seq_len} x mbs "
+        f"{report.micro_batch_size}  recompute {report.recompute}  "
+        f"{report.precision}  (GiB per rank; mb/chunks = in flight)",
+        title_justify="left",
+    )
+    for col in (
+        "stage",
+        "layers",
+        "chunks" if report.vpp > 1 else "mb",
+        "weights",
+        "grads",
+        "optim",
+        "activ",
+        "other",
+        "total",
+    ):
         table.add_column(col, justify="right", no_wrap=True)
     for st in report.stages:
-        table.add_row(str(st.stage), str(st.layers), str(st.in_flight),
-                      *(f"{x / GiB:.2f}" for x in (st.weights, st.gradients, st.optimizer,
-                                                    st.activations, st.other, st.total)))
+        table.add_row(
+            str(st.stage),
+            str(st.layers),
+            str(st.in_flight),
+            *(
+                f"{x / GiB:.2f}"
+                for x in (
+                    st.weights,
+                    st.gradients,
+                    st.optimizer,
+                    st.activations,
+                    st.other,
+                    st.total,
+                )
+            ),
+        )
     console.print(table)
     cap = accel.memory_bytes / GiB
     verdict = "[green]fits[/]" if fits else "[red]does not fit[/]"
-    console.print(f"peak {report.peak_bytes / GiB:.2f} GiB (stage {report.peak_stage.stage}) "
-                  f"of {cap:.0f} GiB on {accel.name}: {verdict}  (GiB; 'other' = context, "
-                  f"communication buffers and fragmentation allowance)")
+    console.print(
+        f"peak {report.peak_bytes / GiB:.2f} GiB (stage {report.peak_stage.stage}) "
+        f"of {cap:.0f} GiB on {accel.name}: {verdict}  (GiB; 'other' = context, "
+        f"communication buffers and fragmentation allowance)"
+    )
     for note in report.notes:
         console.print(f"note: {escape(note)}")

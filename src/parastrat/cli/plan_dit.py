@@ -17,29 +17,49 @@ from ._common import console, positive_int, print_json
 
 def register(subparsers) -> None:
     p = subparsers.add_parser(
-        "plan-dit", help="choose Ulysses/ring/CFG/TP for DiT inference (MindIE-SD, xDiT)",
+        "plan-dit",
+        help="choose Ulysses/ring/CFG/TP for DiT inference (MindIE-SD, xDiT)",
         description="Rank every legal split of the devices into Ulysses, ring, CFG and TP "
-                    "degrees for one diffusion-transformer generation.")
-    p.add_argument("--model", required=True,
-                   help="DiT preset (flux.1-dev, wan2.1-t2v-1.3b, wan2.1-t2v-14b, "
-                        "hunyuanvideo, sd3.5-large, cogvideox1.5-5b, qwen-image)")
+        "degrees for one diffusion-transformer generation.",
+    )
+    p.add_argument(
+        "--model",
+        required=True,
+        help="DiT preset (flux.1-dev, wan2.1-t2v-1.3b, wan2.1-t2v-14b, "
+        "hunyuanvideo, sd3.5-large, cogvideox1.5-5b, qwen-image)",
+    )
     p.add_argument("--devices", type=positive_int, required=True, help="devices to use")
     p.add_argument("--accelerator", required=True, help="e.g. h100, ascend-910b")
     p.add_argument("--height", type=positive_int, required=True, help="output height, pixels")
     p.add_argument("--width", type=positive_int, required=True, help="output width, pixels")
     p.add_argument("--frames", type=positive_int, default=1, help="output frames (video)")
     p.add_argument("--steps", type=int, required=True, help="denoising steps")
-    p.add_argument("--no-guidance", action="store_true",
-                   help="one branch per step (guidance-distilled models, guidance scale 1)")
+    p.add_argument(
+        "--no-guidance",
+        action="store_true",
+        help="one branch per step (guidance-distilled models, guidance scale 1)",
+    )
     p.add_argument("--top-k", type=positive_int, default=5, help="candidates to show")
-    p.add_argument("--data-parallel", action="store_true",
-                   help="also try replicas serving separate requests (rank by throughput)")
-    p.add_argument("--allow-cross-node", action="store_true",
-                   help="let TP and Ulysses leave one NVLink node / HCCS island")
-    p.add_argument("--vae-parallel", action="store_true",
-                   help="the VAE decode is split over the devices (MindIE-SD --vae_parallel)")
-    p.add_argument("--offload-text-encoder", action="store_true",
-                   help="do not count the text encoder in device memory")
+    p.add_argument(
+        "--data-parallel",
+        action="store_true",
+        help="also try replicas serving separate requests (rank by throughput)",
+    )
+    p.add_argument(
+        "--allow-cross-node",
+        action="store_true",
+        help="let TP and Ulysses leave one NVLink node / HCCS island",
+    )
+    p.add_argument(
+        "--vae-parallel",
+        action="store_true",
+        help="the VAE decode is split over the devices (MindIE-SD --vae_parallel)",
+    )
+    p.add_argument(
+        "--offload-text-encoder",
+        action="store_true",
+        help="do not count the text encoder in device memory",
+    )
     p.add_argument("--format", choices=("table", "json", "mindiesd"), default="table")
     p.set_defaults(func=run)
 
@@ -49,11 +69,20 @@ def run(args: argparse.Namespace) -> int:
     from ..spec.cluster import Cluster
 
     cluster = Cluster(accelerator=args.accelerator, num_devices=args.devices)
-    plan = plan_dit(args.model, cluster, height=args.height, width=args.width,
-                    frames=args.frames, steps=args.steps, guidance=not args.no_guidance,
-                    top_k=args.top_k, data_parallel=args.data_parallel,
-                    allow_cross_node=args.allow_cross_node, vae_parallel=args.vae_parallel,
-                    text_encoder_on_device=not args.offload_text_encoder)
+    plan = plan_dit(
+        args.model,
+        cluster,
+        height=args.height,
+        width=args.width,
+        frames=args.frames,
+        steps=args.steps,
+        guidance=not args.no_guidance,
+        top_k=args.top_k,
+        data_parallel=args.data_parallel,
+        allow_cross_node=args.allow_cross_node,
+        vae_parallel=args.vae_parallel,
+        text_encoder_on_device=not args.offload_text_encoder,
+    )
     if args.format == "json":
         print_json(plan.to_dict())
         return 0
@@ -61,16 +90,25 @@ def run(args: argparse.Namespace) -> int:
         console.print(plan.best.mindiesd_flags())
         return 0
     w = plan.workload
-    table = Table(title=f"{plan.model} on {plan.devices} x {plan.accelerator}: "
-                        f"{w['width']}x{w['height']}x{w['frames']}, {w['steps']} steps, "
-                        f"guidance {'on' if w['guidance'] else 'off'} "
-                        f"({w['video_tokens']} + {w['text_tokens']} tokens)")
+    table = Table(
+        title=f"{plan.model} on {plan.devices} x {plan.accelerator}: "
+        f"{w['width']}x{w['height']}x{w['frames']}, {w['steps']} steps, "
+        f"guidance {'on' if w['guidance'] else 'off'} "
+        f"({w['video_tokens']} + {w['text_tokens']} tokens)"
+    )
     for col in ("#", "strategy", "latency s", "s/step", "GiB/dev", "why"):
-        table.add_column(col, justify="right" if col in ("#", "latency s", "s/step", "GiB/dev")
-                         else "left")
+        table.add_column(
+            col, justify="right" if col in ("#", "latency s", "s/step", "GiB/dev") else "left"
+        )
     for i, c in enumerate(plan.candidates, 1):
-        table.add_row(str(i), label(c.strategy), f"{c.latency_s:.3g}", f"{c.per_step_s:.3g}",
-                      f"{c.memory.total / 2**30:.1f}", "\n".join(c.reasons))
+        table.add_row(
+            str(i),
+            label(c.strategy),
+            f"{c.latency_s:.3g}",
+            f"{c.per_step_s:.3g}",
+            f"{c.memory.total / 2**30:.1f}",
+            "\n".join(c.reasons),
+        )
     console.print(table)
     for a in plan.advice:
         console.print(f"MindIE-SD advice -- {escape(a)}")

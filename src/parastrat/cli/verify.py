@@ -25,18 +25,33 @@ from ._common import (
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "verify", help="check a strategy's process groups numerically (local ranks or torchrun)",
+        "verify",
+        help="check a strategy's process groups numerically (local ranks or torchrun)",
         description="Initialize the strategy's process groups and check each numerically: "
-                    "split matmul over TP, all-to-all over EP/Ulysses, ring over CP/ring, "
-                    "send/recv chain over PP, all-reduce over DP.  Without --world, runs in "
-                    "the world torchrun (or Slurm) launched.")
-    p.add_argument("--world", type=positive_int, default=None,
-                   help="spawn this many local gloo ranks (omit under torchrun)")
+        "split matmul over TP, all-to-all over EP/Ulysses, ring over CP/ring, "
+        "send/recv chain over PP, all-reduce over DP.  Without --world, runs in "
+        "the world torchrun (or Slurm) launched.",
+    )
+    p.add_argument(
+        "--world",
+        type=positive_int,
+        default=None,
+        help="spawn this many local gloo ranks (omit under torchrun)",
+    )
     add_strategy_flags(p)
-    p.add_argument("--timeout", type=float, default=30.0, metavar="S",
-                   help="seconds each collective may take before it counts as broken (30)")
-    p.add_argument("--backend", default="auto", choices=("auto", "nccl", "hccl", "gloo"),
-                   help="under torchrun: communication backend (default: from the device)")
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="seconds each collective may take before it counts as broken (30)",
+    )
+    p.add_argument(
+        "--backend",
+        default="auto",
+        choices=("auto", "nccl", "hccl", "gloo"),
+        help="under torchrun: communication backend (default: from the device)",
+    )
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=run)
 
@@ -49,8 +64,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
     if args.world is None:
         if "WORLD_SIZE" not in os.environ and "SLURM_NTASKS" not in os.environ:
-            raise UsageError("give --world N to spawn N local ranks, or launch under torchrun "
-                             "(e.g. torchrun --nproc-per-node 8 -m parastrat verify --tp 2)")
+            raise UsageError(
+                "give --world N to spawn N local ranks, or launch under torchrun "
+                "(e.g. torchrun --nproc-per-node 8 -m parastrat verify --tp 2)"
+            )
         return _run_launched(strategy, args)
     strategy.with_world_size(args.world)  # a wrong world is exit 2 before anything starts
     if args.format == "table":
@@ -71,8 +88,12 @@ def _run_launched(strategy, args: argparse.Namespace) -> int:
     try:
         report = verify(strategy, backend=args.backend, timeout_s=args.timeout)
     except RuntimeError as exc:
-        report = VerifyReport(strategy=strategy.with_world_size(env.world_size),
-                              world_size=env.world_size, error=str(exc), failed_rank=env.rank)
+        report = VerifyReport(
+            strategy=strategy.with_world_size(env.world_size),
+            world_size=env.world_size,
+            error=str(exc),
+            failed_rank=env.rank,
+        )
         err_console.print(f"[bold red]rank {env.rank}:[/] {escape(str(exc))}")
         return 1
     if env.rank != 0:

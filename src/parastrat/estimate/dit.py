@@ -40,7 +40,7 @@ from ..spec.hardware import Accelerator
 from ..strategy import XDIT_ORDER, Strategy
 from . import efficiency
 
-GiB = 1024 ** 3
+GiB = 1024**3
 
 #: Forward-only fused attention's fraction of the dense BF16 peak, per accelerator, for the
 #: kernels DiT serving stacks use (FlashAttention-2 in xDiT/yunchang and diffusers; CANN
@@ -113,9 +113,16 @@ class TokenSplit:
         return self.video + self.padding
 
     def to_dict(self) -> dict[str, Any]:
-        return {"video": self.video, "text": self.text, "sequence": self.sequence,
-                "sp": self.sp, "per_device": self.per_device, "padding": self.padding,
-                "padded": self.padded, "text_in_sequence": self.text_in_sequence}
+        return {
+            "video": self.video,
+            "text": self.text,
+            "sequence": self.sequence,
+            "sp": self.sp,
+            "per_device": self.per_device,
+            "padding": self.padding,
+            "padded": self.padded,
+            "text_in_sequence": self.text_in_sequence,
+        }
 
 
 @dataclass(frozen=True)
@@ -143,9 +150,15 @@ class DiTMemory:
         return self.total <= (self.capacity if capacity is None else capacity)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"weights": self.weights, "encoders": self.encoders,
-                "activations": self.activations, "other": self.other, "total": self.total,
-                "capacity": self.capacity, "fits": self.fits()}
+        return {
+            "weights": self.weights,
+            "encoders": self.encoders,
+            "activations": self.activations,
+            "other": self.other,
+            "total": self.total,
+            "capacity": self.capacity,
+            "fits": self.fits(),
+        }
 
 
 @dataclass(frozen=True)
@@ -186,14 +199,26 @@ class DiTReport:
         return (self.strategy.dp or 1) / self.latency_s
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "strategy": self.strategy.to_dict(),
-                "strategy_str": str(self.strategy), "accelerator": self.accelerator,
-                "devices": self.devices, "height": self.height, "width": self.width,
-                "frames": self.frames, "steps": self.steps, "guidance": self.guidance,
-                "latency_s": self.latency_s, "per_step_s": self.per_step_s,
-                "requests_per_s": self.requests_per_s, "memory": self.memory.to_dict(),
-                "breakdown": dict(self.breakdown), "hidden": dict(self.hidden),
-                "tokens": self.tokens.to_dict(), "warnings": list(self.warnings)}
+        return {
+            "model": self.model,
+            "strategy": self.strategy.to_dict(),
+            "strategy_str": str(self.strategy),
+            "accelerator": self.accelerator,
+            "devices": self.devices,
+            "height": self.height,
+            "width": self.width,
+            "frames": self.frames,
+            "steps": self.steps,
+            "guidance": self.guidance,
+            "latency_s": self.latency_s,
+            "per_step_s": self.per_step_s,
+            "requests_per_s": self.requests_per_s,
+            "memory": self.memory.to_dict(),
+            "breakdown": dict(self.breakdown),
+            "hidden": dict(self.hidden),
+            "tokens": self.tokens.to_dict(),
+            "warnings": list(self.warnings),
+        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,25 +228,37 @@ def as_inference(strategy: Strategy) -> Strategy:
     """The strategy on the xDiT grid (``tp-sp-pp-cfg-dp``): ring-only or TP-only strategies
     built without an order get Megatron's order by default; the degrees are the same."""
     if not isinstance(strategy, Strategy):
-        raise StrategyError(Violation("strategy-type",
-                                      "expected a parastrat.Strategy, got "
-                                      f"{type(strategy).__name__}",
-                                      "pass parastrat.Strategy(ulysses=..., ring=..., cfg=..., "
-                                      "tp=...)"))
+        raise StrategyError(
+            Violation(
+                "strategy-type",
+                f"expected a parastrat.Strategy, got {type(strategy).__name__}",
+                "pass parastrat.Strategy(ulysses=..., ring=..., cfg=..., tp=...)",
+            )
+        )
     if strategy.is_inference:
         return strategy
     # Re-reading the degrees on the xDiT grid lets the Strategy's own rules refuse what
     # inference cannot express (ep > 1: rule inference-ep; vpp > 1: inference-vpp).
-    return Strategy(tp=strategy.tp, pp=strategy.pp, vpp=strategy.vpp, ep=strategy.ep,
-                    ulysses=strategy.ulysses,
-                    ring=strategy.ring, cfg=strategy.cfg, dp=strategy.dp, order=XDIT_ORDER)
+    return Strategy(
+        tp=strategy.tp,
+        pp=strategy.pp,
+        vpp=strategy.vpp,
+        ep=strategy.ep,
+        ulysses=strategy.ulysses,
+        ring=strategy.ring,
+        cfg=strategy.cfg,
+        dp=strategy.dp,
+        order=XDIT_ORDER,
+    )
 
 
 def check_workload(model: DiTSpec, *, height: int, width: int, frames: int, steps: int) -> None:
     """SpecError for a workload the model cannot take (sizes, frames, steps)."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise SpecError(f"steps={steps!r} must be a whole number >= 1 (denoising steps, e.g. "
-                        "50 for HunyuanVideo, 28 for FLUX.1-dev)")
+        raise SpecError(
+            f"steps={steps!r} must be a whole number >= 1 (denoising steps, e.g. "
+            "50 for HunyuanVideo, 28 for FLUX.1-dev)"
+        )
     model.latent_shape(height, width, frames)
 
 
@@ -240,8 +277,9 @@ def attention_efficiency(accel: Accelerator) -> float:
 # ---------------------------------------------------------------------------------------------
 # The model.
 # ---------------------------------------------------------------------------------------------
-def _block_gemms(model: DiTSpec, kind: str, img: float, txt: float, tp: int
-                 ) -> list[tuple[float, float, float]]:
+def _block_gemms(
+    model: DiTSpec, kind: str, img: float, txt: float, tp: int
+) -> list[tuple[float, float, float]]:
     """(m, n, k) of every GEMM one block runs on one device (m tokens, TP-split widths)."""
     h, f, q, kv = model.hidden_size, model.ffn_hidden_size, model.inner_dim, model.kv_dim
     qkv = (q + 2 * kv) / tp
@@ -253,9 +291,15 @@ def _block_gemms(model: DiTSpec, kind: str, img: float, txt: float, tp: int
         m = img + txt
         out += [(m, qkv + f / tp, h), (m, h, (q + f) / tp)]
     elif kind == "cross":
-        out += [(img, qkv, h), (img, h, q / tp),                 # self-attention
-                (img, q / tp, h), (txt, 2 * kv / tp, h), (img, h, q / tp),  # cross-attention
-                (img, f / tp, h), (img, h, f / tp)]              # MLP
+        out += [
+            (img, qkv, h),
+            (img, h, q / tp),  # self-attention
+            (img, q / tp, h),
+            (txt, 2 * kv / tp, h),
+            (img, h, q / tp),  # cross-attention
+            (img, f / tp, h),
+            (img, h, f / tp),
+        ]  # MLP
     elif kind == "joint":
         m = img + txt
         out += [(m, qkv, h), (m, h, q / tp), (m, f / tp, h), (m, h, f / tp)]
@@ -265,19 +309,29 @@ def _block_gemms(model: DiTSpec, kind: str, img: float, txt: float, tp: int
 def _tp_allreduces(kind: str, img: float, txt: float) -> list[float]:
     """Tokens in each TP all-reduce of one block (one per row-split matrix output)."""
     if kind == "double":
-        return [img + txt, img + txt]     # attention output, MLP output (both streams)
+        return [img + txt, img + txt]  # attention output, MLP output (both streams)
     if kind == "single":
-        return [img + txt]                 # the fused output projection
+        return [img + txt]  # the fused output projection
     if kind == "cross":
-        return [img, img, img]             # self-attention, cross-attention, MLP
-    return [img + txt, img + txt]          # joint
+        return [img, img, img]  # self-attention, cross-attention, MLP
+    return [img + txt, img + txt]  # joint
 
 
-def estimate_dit(model: DiTSpec | str, strategy: Strategy, cluster: Cluster, *,
-                 height: int, width: int, frames: int = 1, steps: int,
-                 guidance: bool = True, precision: str = "bf16",
-                 vae_parallel: bool = False, text_encoder_on_device: bool = True,
-                 attention_eff: float | None = None) -> DiTReport:
+def estimate_dit(
+    model: DiTSpec | str,
+    strategy: Strategy,
+    cluster: Cluster,
+    *,
+    height: int,
+    width: int,
+    frames: int = 1,
+    steps: int,
+    guidance: bool = True,
+    precision: str = "bf16",
+    vae_parallel: bool = False,
+    text_encoder_on_device: bool = True,
+    attention_eff: float | None = None,
+) -> DiTReport:
     """Latency, memory and its breakdown for one generation of ``model`` under ``strategy``.
 
     ``strategy`` holds ``ulysses``, ``ring``, ``cfg`` (2 needs ``guidance``), ``tp`` and
@@ -300,24 +354,42 @@ def estimate_dit(model: DiTSpec | str, strategy: Strategy, cluster: Cluster, *,
     devices = replica * (s.dp or 1)
     problems = [v for v in s.check(model, world_size=devices) if v.severity == "error"]
     if s.pp > 1:
-        problems.append(Violation("dit-pipefusion", f"pp={s.pp}: PipeFusion is not modelled "
-                                  "(and must be 1 on NPU)", "use pp=1; split with ulysses/ring"))
+        problems.append(
+            Violation(
+                "dit-pipefusion",
+                f"pp={s.pp}: PipeFusion is not modelled (and must be 1 on NPU)",
+                "use pp=1; split with ulysses/ring",
+            )
+        )
     if s.cfg > 1 and not guidance:
-        problems.append(Violation("cfg-without-guidance",
-                                  f"cfg={s.cfg} but guidance is off: there is one branch to run",
-                                  "use cfg=1, or turn guidance on (guidance scale > 1)"))
+        problems.append(
+            Violation(
+                "cfg-without-guidance",
+                f"cfg={s.cfg} but guidance is off: there is one branch to run",
+                "use cfg=1, or turn guidance on (guidance scale > 1)",
+            )
+        )
     if devices > cluster.num_devices:
-        problems.append(Violation("devices", f"the strategy needs {devices} devices "
-                                  f"({s}), the cluster has {cluster.num_devices}",
-                                  f"use a cluster of >= {devices} devices or smaller degrees"))
+        problems.append(
+            Violation(
+                "devices",
+                f"the strategy needs {devices} devices "
+                f"({s}), the cluster has {cluster.num_devices}",
+                f"use a cluster of >= {devices} devices or smaller degrees",
+            )
+        )
     shape = model.latent_shape(height, width, frames)
     video = shape.tokens
     sp = s.ulysses * s.ring
     if sp > video:
-        problems.append(Violation("sp-exceeds-tokens",
-                                  f"ulysses*ring = {sp} sequence ranks for only {video} "
-                                  f"image/video tokens of {model.name} at {width}x{height}",
-                                  f"use ulysses*ring <= {video}, or give the devices to dp"))
+        problems.append(
+            Violation(
+                "sp-exceeds-tokens",
+                f"ulysses*ring = {sp} sequence ranks for only {video} "
+                f"image/video tokens of {model.name} at {width}x{height}",
+                f"use ulysses*ring <= {video}, or give the devices to dp",
+            )
+        )
     if problems:
         raise StrategyError(problems)
     for v in s.warnings(model, devices_per_node=cluster.scale_up_domain):
@@ -328,26 +400,38 @@ def estimate_dit(model: DiTSpec | str, strategy: Strategy, cluster: Cluster, *,
     joint_txt = text if model.text_in_sequence else 0
     per_dev = ceil_div(video, sp)
     padding = per_dev * sp - video
-    tokens = TokenSplit(video=video, text=text, sequence=video + joint_txt, sp=sp,
-                        per_device=per_dev, padding=padding,
-                        text_in_sequence=model.text_in_sequence)
+    tokens = TokenSplit(
+        video=video,
+        text=text,
+        sequence=video + joint_txt,
+        sp=sp,
+        per_device=per_dev,
+        padding=padding,
+        text_in_sequence=model.text_in_sequence,
+    )
     if padding:
-        warnings.append(f"padding: {video} image/video tokens do not divide by ulysses*ring = "
-                        f"{sp}; each rank holds {per_dev} tokens after padding {padding} "
-                        f"({100 * padding / video:.2f} % extra work; padded tokens need an "
-                        "attention mask, which some ring kernels lack)")
+        warnings.append(
+            f"padding: {video} image/video tokens do not divide by ulysses*ring = "
+            f"{sp}; each rank holds {per_dev} tokens after padding {padding} "
+            f"({100 * padding / video:.2f} % extra work; padded tokens need an "
+            "attention mask, which some ring kernels lack)"
+        )
     if shape.padded_latent_frames:
-        warnings.append(f"padding: {shape.latent_frames} latent frames are padded to "
-                        f"{shape.latent_frames + shape.padded_latent_frames} for "
-                        f"{model.name}'s temporal patch of {model.patch_size_t}")
+        warnings.append(
+            f"padding: {shape.latent_frames} latent frames are padded to "
+            f"{shape.latent_frames + shape.padded_latent_frames} for "
+            f"{model.name}'s temporal patch of {model.patch_size_t}"
+        )
     if guidance and model.guidance_distilled:
-        warnings.append(f"guidance: {model.name} is guidance-distilled (its default pipeline "
-                        "runs one branch per step); guidance=True prices true CFG with two "
-                        "branches -- pass guidance=False for the default pipeline")
+        warnings.append(
+            f"guidance: {model.name} is guidance-distilled (its default pipeline "
+            "runs one branch per step); guidance=True prices true CFG with two "
+            "branches -- pass guidance=False for the default pipeline"
+        )
 
     # ---- per-step compute, per device ------------------------------------------------------
     branches = 2 if guidance else 1
-    batch = branches // s.cfg            # branches each device runs per step (1 or 2)
+    batch = branches // s.cfg  # branches each device runs per step (1 or 2)
     tp, U, R = s.tp, s.ulysses, s.ring
     prof = efficiency.profile(accel)
     a_eff = attention_eff if attention_eff is not None else attention_efficiency(accel)
@@ -356,43 +440,60 @@ def estimate_dit(model: DiTSpec | str, strategy: Strategy, cluster: Cluster, *,
     peak = accel.peak("bf16")
     d = model.head_dim
     heads_loc = model.num_attention_heads / (tp * U)
-    kv_loc = model.query_groups * d / (tp * U)          # K (or V) width per device after a2a
-    img = batch * per_dev                               # image/video tokens per device
+    kv_loc = model.query_groups * d / (tp * U)  # K (or V) width per device after a2a
+    img = batch * per_dev  # image/video tokens per device
     txt = batch * text
     padded = per_dev * sp
 
-    t = dict.fromkeys(("linear", "attention", "elementwise", "ulysses_all_to_all",
-                       "ring_kv_exchange", "ring_merge", "tp_all_reduce"), 0.0)
+    t = dict.fromkeys(
+        (
+            "linear",
+            "attention",
+            "elementwise",
+            "ulysses_all_to_all",
+            "ring_kv_exchange",
+            "ring_merge",
+            "tp_all_reduce",
+        ),
+        0.0,
+    )
     ring_hidden = ring_uncovered = ring_total = 0.0
     span_u = cluster.span(U, stride=tp)
     span_r = cluster.span(R, stride=tp * U)
     span_tp = cluster.span(tp, stride=1)
     for group in model.blocks:
         kind, n = group.kind, group.count
-        jt = 0 if kind == "cross" else text          # text rows joining the attention
-        lin = sum(efficiency.gemm_time(accel, m, nn, k, precision, prof=prof)
-                  for m, nn, k in _block_gemms(model, kind, img, txt, tp))
+        jt = 0 if kind == "cross" else text  # text rows joining the attention
+        lin = sum(
+            efficiency.gemm_time(accel, m, nn, k, precision, prof=prof)
+            for m, nn, k in _block_gemms(model, kind, img, txt, tp)
+        )
         # attention core, non-causal, per branch: 4 * q_rows * kv_rows * head_dim per head.
         # After the all-to-all a rank holds its Ulysses group's U shards (+ the text) for
         # heads / (tp * U) heads; the ring brings every other shard's keys and values.
         q_rows = U * per_dev + jt
         kv_rows = padded + jt
         attn_flops = batch * 4.0 * d * heads_loc * q_rows * kv_rows
-        if kind == "cross":   # cross-attention to the text: local queries, all heads / tp
+        if kind == "cross":  # cross-attention to the text: local queries, all heads / tp
             attn_flops += batch * 4.0 * d * (model.num_attention_heads / tp) * per_dev * text
         attn = attn_flops / (peak * a_eff)
         # element-wise traffic: read + write of each pass over the tokens this rank holds
-        ew_bytes = 2 * nbytes * (img + (txt if kind != "cross" else 0)) * (
-            ELEMENTWISE_PASSES_H * model.hidden_size
-            + ELEMENTWISE_PASSES_F * model.ffn_hidden_size / tp)
+        ew_bytes = (
+            2
+            * nbytes
+            * (img + (txt if kind != "cross" else 0))
+            * (
+                ELEMENTWISE_PASSES_H * model.hidden_size
+                + ELEMENTWISE_PASSES_F * model.ffn_hidden_size / tp
+            )
+        )
         ew = efficiency.memory_time(accel, ew_bytes, prof)
         # Ulysses: Q, K, V in and the output back, each the local buffer of the image tokens
         uly = 0.0
         if U > 1:
             qb = img * model.inner_dim / tp * nbytes
             kb = img * model.kv_dim / tp * nbytes
-            uly = sum(cluster.collective_time("all_to_all", b, U, span_u)
-                      for b in (qb, kb, kb, qb))
+            uly = sum(cluster.collective_time("all_to_all", b, U, span_u) for b in (qb, kb, kb, qb))
         # ring: ring-1 hops of this rank's K and V block, each overlapped with the attention
         # of the block already there; partial outputs (+ log-sum-exp) merge in fp32 per hop,
         # reading both and writing one.
@@ -411,9 +512,10 @@ def estimate_dit(model: DiTSpec | str, strategy: Strategy, cluster: Cluster, *,
             merge = efficiency.memory_time(accel, merge_bytes, prof)
         ar = 0.0
         if tp > 1:
-            ar = sum(cluster.collective_time("all_reduce", m * model.hidden_size * nbytes, tp,
-                                             span_tp)
-                     for m in _tp_allreduces(kind, img, txt))
+            ar = sum(
+                cluster.collective_time("all_reduce", m * model.hidden_size * nbytes, tp, span_tp)
+                for m in _tp_allreduces(kind, img, txt)
+            )
         t["linear"] += n * lin
         t["attention"] += n * attn
         t["elementwise"] += n * ew
@@ -424,10 +526,18 @@ def estimate_dit(model: DiTSpec | str, strategy: Strategy, cluster: Cluster, *,
 
     # per step: gather the sequence shards (and the CFG branches) of the prediction
     latent_bytes = model.latent_elements(height, width, frames) * nbytes
-    sp_gather = cluster.collective_time("all_gather", batch * latent_bytes, sp,
-                                        cluster.span(sp, stride=tp)) if sp > 1 else 0.0
-    cfg_gather = cluster.collective_time("all_gather", 2 * latent_bytes, s.cfg,
-                                         cluster.span(s.cfg, stride=tp * sp)) if s.cfg > 1 else 0.0
+    sp_gather = (
+        cluster.collective_time("all_gather", batch * latent_bytes, sp, cluster.span(sp, stride=tp))
+        if sp > 1
+        else 0.0
+    )
+    cfg_gather = (
+        cluster.collective_time(
+            "all_gather", 2 * latent_bytes, s.cfg, cluster.span(s.cfg, stride=tp * sp)
+        )
+        if s.cfg > 1
+        else 0.0
+    )
     per_step = sum(t.values()) + sp_gather + cfg_gather
 
     # ---- outside the loop -------------------------------------------------------------------
@@ -445,13 +555,17 @@ def estimate_dit(model: DiTSpec | str, strategy: Strategy, cluster: Cluster, *,
     latency = steps * per_step + text_s + vae_s
     hidden = {"ring_kv_exchange": steps * ring_hidden}
     if R > 1 and ring_uncovered > 0.05 * ring_total:
-        warnings.append(f"ring: {steps * ring_uncovered:.3g} s of K/V exchange is not "
-                        f"hidden by attention ({video} tokens are too few per hop for "
-                        f"ring={R}); prefer Ulysses or CFG for this sequence")
+        warnings.append(
+            f"ring: {steps * ring_uncovered:.3g} s of K/V exchange is not "
+            f"hidden by attention ({video} tokens are too few per hop for "
+            f"ring={R}); prefer Ulysses or CFG for this sequence"
+        )
     if not vae_parallel and replica > 1 and vae_s > 0.1 * latency:
-        warnings.append(f"vae: the VAE decode ({vae_s:.3g} s) runs on one device and is "
-                        f"{100 * vae_s / latency:.0f} % of the latency; a parallel VAE "
-                        "(MindIE-SD --vae_parallel, xDiT DistVAE) would shorten it")
+        warnings.append(
+            f"vae: the VAE decode ({vae_s:.3g} s) runs on one device and is "
+            f"{100 * vae_s / latency:.0f} % of the latency; a parallel VAE "
+            "(MindIE-SD --vae_parallel, xDiT DistVAE) would shorten it"
+        )
 
     # ---- memory per device ---------------------------------------------------------------------
     block_params = sum(g.count * model.block_params(g.kind) for g in model.blocks)
@@ -459,19 +573,41 @@ def estimate_dit(model: DiTSpec | str, strategy: Strategy, cluster: Cluster, *,
     encoders = model.text_encoder_params * 2 if text_encoder_on_device else 0.0
     f, q, kv = model.ffn_hidden_size, model.inner_dim, model.kv_dim
     act_tokens = img + txt
-    activations = act_tokens * nbytes * (ACT_LIVE_H * model.hidden_size
-                                         + 2 * (q + 2 * kv) / tp + 2 * f / tp)
+    activations = (
+        act_tokens * nbytes * (ACT_LIVE_H * model.hidden_size + 2 * (q + 2 * kv) / tp + 2 * f / tp)
+    )
     if R > 1:
-        activations += 2 * 2 * (U * img) * kv_loc * nbytes        # double-buffered K/V blocks
-    memory = DiTMemory(weights=weights, encoders=encoders, activations=activations,
-                       other=RUNTIME_RESERVE_BYTES, capacity=accel.memory_bytes)
+        activations += 2 * 2 * (U * img) * kv_loc * nbytes  # double-buffered K/V blocks
+    memory = DiTMemory(
+        weights=weights,
+        encoders=encoders,
+        activations=activations,
+        other=RUNTIME_RESERVE_BYTES,
+        capacity=accel.memory_bytes,
+    )
     if not memory.fits():
-        warnings.append(f"memory: {memory.total / GiB:.1f} GiB per device exceeds the "
-                        f"{accel.memory_bytes / GiB:.0f} GiB of {accel.name} (weights "
-                        f"{weights / GiB:.1f}, encoders {encoders / GiB:.1f}, activations "
-                        f"{activations / GiB:.1f}); raise tp, or offload the text encoder")
+        warnings.append(
+            f"memory: {memory.total / GiB:.1f} GiB per device exceeds the "
+            f"{accel.memory_bytes / GiB:.0f} GiB of {accel.name} (weights "
+            f"{weights / GiB:.1f}, encoders {encoders / GiB:.1f}, activations "
+            f"{activations / GiB:.1f}); raise tp, or offload the text encoder"
+        )
 
-    return DiTReport(model=model.name, strategy=s, accelerator=accel.name, devices=devices,
-                     height=height, width=width, frames=frames, steps=steps, guidance=guidance,
-                     latency_s=latency, per_step_s=per_step, memory=memory,
-                     breakdown=breakdown, hidden=hidden, tokens=tokens, warnings=warnings)
+    return DiTReport(
+        model=model.name,
+        strategy=s,
+        accelerator=accel.name,
+        devices=devices,
+        height=height,
+        width=width,
+        frames=frames,
+        steps=steps,
+        guidance=guidance,
+        latency_s=latency,
+        per_step_s=per_step,
+        memory=memory,
+        breakdown=breakdown,
+        hidden=hidden,
+        tokens=tokens,
+        warnings=warnings,
+    )

@@ -105,12 +105,22 @@ class StageMemory:
         return self.weights + self.gradients + self.optimizer
 
     def to_dict(self) -> dict[str, Any]:
-        return {"stage": self.stage, "layers": self.layers, "moe_layers": self.moe_layers,
-                "weights": self.weights, "gradients": self.gradients,
-                "optimizer": self.optimizer, "activations": self.activations,
-                "other": self.other, "total": self.total, "in_flight": self.in_flight,
-                "params": self.params, "expert_params": self.expert_params,
-                "has_embedding": self.has_embedding, "has_output": self.has_output}
+        return {
+            "stage": self.stage,
+            "layers": self.layers,
+            "moe_layers": self.moe_layers,
+            "weights": self.weights,
+            "gradients": self.gradients,
+            "optimizer": self.optimizer,
+            "activations": self.activations,
+            "other": self.other,
+            "total": self.total,
+            "in_flight": self.in_flight,
+            "params": self.params,
+            "expert_params": self.expert_params,
+            "has_embedding": self.has_embedding,
+            "has_output": self.has_output,
+        }
 
 
 @dataclass(frozen=True)
@@ -139,8 +149,9 @@ class MemoryReport:
         """The stage whose rank needs the most memory."""
         return max(self.stages, key=lambda st: st.total)
 
-    def fits(self, accelerator_or_bytes: Accelerator | str | int | float,
-             headroom: float = 0.0) -> bool:
+    def fits(
+        self, accelerator_or_bytes: Accelerator | str | int | float, headroom: float = 0.0
+    ) -> bool:
         """True when the peak stays below the device memory less ``headroom`` (a fraction).
 
         ``.other`` already holds the default allowance for context, buffers and
@@ -153,25 +164,40 @@ class MemoryReport:
         return self.peak_bytes / _capacity(accelerator_or_bytes)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "strategy": self.strategy, "seq_len": self.seq_len,
-                "micro_batch_size": self.micro_batch_size,
-                "num_microbatches": self.num_microbatches, "recompute": self.recompute,
-                "precision": self.precision,
-                "distributed_optimizer": self.distributed_optimizer, "vpp": self.vpp,
-                "peak_bytes": self.peak_bytes, "peak_stage": self.peak_stage.stage,
-                "stages": [st.to_dict() for st in self.stages], "notes": list(self.notes)}
+        return {
+            "model": self.model,
+            "strategy": self.strategy,
+            "seq_len": self.seq_len,
+            "micro_batch_size": self.micro_batch_size,
+            "num_microbatches": self.num_microbatches,
+            "recompute": self.recompute,
+            "precision": self.precision,
+            "distributed_optimizer": self.distributed_optimizer,
+            "vpp": self.vpp,
+            "peak_bytes": self.peak_bytes,
+            "peak_stage": self.peak_stage.stage,
+            "stages": [st.to_dict() for st in self.stages],
+            "notes": list(self.notes),
+        }
 
     def breakdown(self) -> str:
         """A readable per-stage table in GiB, with the notes underneath."""
-        head = (f"{self.model} | {self.strategy} | seq {self.seq_len} x mbs "
-                f"{self.micro_batch_size} | recompute {self.recompute} | {self.precision}")
-        rows = [head, f"{'stage':>5} {'layers':>6} {'weights':>8} {'grads':>8} {'optim':>8} "
-                      f"{'activ':>8} {'other':>7} {'total':>8}  (GiB)"]
+        head = (
+            f"{self.model} | {self.strategy} | seq {self.seq_len} x mbs "
+            f"{self.micro_batch_size} | recompute {self.recompute} | {self.precision}"
+        )
+        rows = [
+            head,
+            f"{'stage':>5} {'layers':>6} {'weights':>8} {'grads':>8} {'optim':>8} "
+            f"{'activ':>8} {'other':>7} {'total':>8}  (GiB)",
+        ]
         for st in self.stages:
-            rows.append(f"{st.stage:>5} {st.layers:>6} {st.weights / GiB:8.2f} "
-                        f"{st.gradients / GiB:8.2f} {st.optimizer / GiB:8.2f} "
-                        f"{st.activations / GiB:8.2f} {st.other / GiB:7.2f} "
-                        f"{st.total / GiB:8.2f}")
+            rows.append(
+                f"{st.stage:>5} {st.layers:>6} {st.weights / GiB:8.2f} "
+                f"{st.gradients / GiB:8.2f} {st.optimizer / GiB:8.2f} "
+                f"{st.activations / GiB:8.2f} {st.other / GiB:7.2f} "
+                f"{st.total / GiB:8.2f}"
+            )
         rows.append(f"peak {self.peak_bytes / GiB:.2f} GiB on stage {self.peak_stage.stage}")
         rows += [f"note: {n}" for n in self.notes]
         return "\n".join(rows)
@@ -203,9 +229,11 @@ class MemoryReport:
         ax.set_xlabel("pipeline stage")
         ax.set_ylabel("GiB per rank")
         ax.set_xticks(xs)
-        ax.set_title(f"{self.model}  {self.strategy}\nseq {self.seq_len}, mbs "
-                     f"{self.micro_batch_size}, recompute {self.recompute}, {self.precision}",
-                     fontsize=9)
+        ax.set_title(
+            f"{self.model}  {self.strategy}\nseq {self.seq_len}, mbs "
+            f"{self.micro_batch_size}, recompute {self.recompute}, {self.precision}",
+            fontsize=9,
+        )
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
         fig.savefig(path, dpi=120)
@@ -219,8 +247,10 @@ def _capacity(x: Accelerator | str | int | float) -> float:
         return float(x)
     if isinstance(x, (Accelerator, str)):
         return float(get_accelerator(x).memory_bytes)
-    raise SpecError(f"device memory must be an accelerator name, an Accelerator or a byte "
-                    f"count, got {x!r}; known accelerators: {', '.join(accelerator_names())}")
+    raise SpecError(
+        f"device memory must be an accelerator name, an Accelerator or a byte "
+        f"count, got {x!r}; known accelerators: {', '.join(accelerator_names())}"
+    )
 
 
 # ---- per-model constants (computed once per spec, cached on it) -----------------------------
@@ -298,8 +328,7 @@ class _Consts:
         self.lin_dense = p["attention"] + p["dense_mlp"]
         self.lin_moe_shared = p["attention"] + p["shared_expert"]
         self.lin_expert = p["expert"]
-        self.splits: dict[tuple[Any, ...],
-                          tuple[tuple[int, ...], tuple[int, ...], str | None]] = {}
+        self.splits: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...], str | None]] = {}
 
 
 def _consts(model: ModelSpec) -> _Consts:
@@ -310,15 +339,22 @@ def _consts(model: ModelSpec) -> _Consts:
     return c
 
 
-def _stage_layers(C: _Consts, model: ModelSpec, s: Strategy
-                  ) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
+def _stage_layers(
+    C: _Consts, model: ModelSpec, s: Strategy
+) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
     """(layers, MoE layers) per physical stage and the split note, cached per model+split.
 
     The split is the strategy's own (:func:`parastrat.estimate.step.pipeline_split`, which
     the step-time model shares); an impossible split raises StrategyError with the fix.
     """
-    key = (s.pp, s.vpp, s.first_stage_layers, s.last_stage_layers, s.account_for_embedding,
-           s.account_for_loss)
+    key = (
+        s.pp,
+        s.vpp,
+        s.first_stage_layers,
+        s.last_stage_layers,
+        s.account_for_embedding,
+        s.account_for_loss,
+    )
     hit = C.splits.get(key)
     if hit is None:
         from .step import pipeline_split
@@ -328,13 +364,21 @@ def _stage_layers(C: _Consts, model: ModelSpec, s: Strategy
     return hit
 
 
-def estimate_memory(model: ModelSpec, strategy: Strategy, *, seq_len: int,
-                    micro_batch_size: int = 1, global_batch_size: int | None = None,
-                    recompute: str = "selective", distributed_optimizer: bool = True,
-                    precision: str = "bf16", flash_attention: bool = True,
-                    fp8_param_gather: bool | None = None,
-                    other_bytes: float | None = None,
-                    fragmentation: float | None = None) -> MemoryReport:
+def estimate_memory(
+    model: ModelSpec,
+    strategy: Strategy,
+    *,
+    seq_len: int,
+    micro_batch_size: int = 1,
+    global_batch_size: int | None = None,
+    recompute: str = "selective",
+    distributed_optimizer: bool = True,
+    precision: str = "bf16",
+    flash_attention: bool = True,
+    fp8_param_gather: bool | None = None,
+    other_bytes: float | None = None,
+    fragmentation: float | None = None,
+) -> MemoryReport:
     """Bytes each rank of each pipeline stage needs to train ``model`` with ``strategy``.
 
     ``strategy`` should carry its world size (``strategy.with_world_size(n)``); when ``dp`` is
@@ -352,24 +396,29 @@ def estimate_memory(model: ModelSpec, strategy: Strategy, *, seq_len: int,
     ``.other`` (defaults :data:`OTHER_FIXED_BYTES`, :data:`FRAGMENTATION`).
     """
     if not isinstance(model, ModelSpec):
-        raise SpecError(f"estimate_memory needs a ModelSpec, got {type(model).__name__} "
-                        "(use parastrat.models.get(name))")
+        raise SpecError(
+            f"estimate_memory needs a ModelSpec, got {type(model).__name__} "
+            "(use parastrat.models.get(name))"
+        )
     if not isinstance(strategy, Strategy):
         raise UsageError(f"estimate_memory needs a Strategy, got {type(strategy).__name__}")
     for name, value in (("seq_len", seq_len), ("micro_batch_size", micro_batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"{name} must be a whole number >= 1, got {value!r}")
     if recompute not in RECOMPUTE_MODES:
-        raise UsageError(f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, "
-                         f"got {recompute!r}")
+        raise UsageError(
+            f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {recompute!r}"
+        )
     prec = canonical_precision(precision)
     notes: list[str] = []
     C = _consts(model)
     s = strategy
     if s.dp is None:
         s = s.with_world_size(s.min_world_size)
-        notes.append(f"dp not set: assumed the smallest world, {s.world_size} ranks "
-                     f"(dp={s.dp}); pass strategy.with_world_size(n)")
+        notes.append(
+            f"dp not set: assumed the smallest world, {s.world_size} ranks "
+            f"(dp={s.dp}); pass strategy.with_world_size(n)"
+        )
     t, p, v, cp, ep, etp = s.tp, s.pp, s.vpp, s.cp, s.ep, s.etp
     dp = cast(int, s.dp)  # set by the caller or by with_world_size() just above
     edp = s.expert_dp or 1
@@ -378,18 +427,20 @@ def estimate_memory(model: ModelSpec, strategy: Strategy, *, seq_len: int,
 
     m: int | None = None
     if global_batch_size is not None:
-        if (isinstance(global_batch_size, bool) or not isinstance(global_batch_size, int)
-                or global_batch_size < 1):
-            raise UsageError(f"global_batch_size must be a whole number >= 1, "
-                             f"got {global_batch_size!r}")
-        errors = [v for v in batch_violations(s, dp, global_batch_size, b)
-                  if v.severity == "error"]
+        if (
+            isinstance(global_batch_size, bool)
+            or not isinstance(global_batch_size, int)
+            or global_batch_size < 1
+        ):
+            raise UsageError(
+                f"global_batch_size must be a whole number >= 1, got {global_batch_size!r}"
+            )
+        errors = [v for v in batch_violations(s, dp, global_batch_size, b) if v.severity == "error"]
         if errors:
             raise StrategyError(errors)
         m = global_batch_size // (b * dp)
     else:
-        notes.append("global batch not given: assumed enough micro-batches to fill the "
-                     "pipeline")
+        notes.append("global batch not given: assumed enough micro-batches to fill the pipeline")
 
     # ---- activation bytes per token, per layer kind, on one rank ----------------------------
     h, a, g, d = C.h, C.a, C.g, C.d
@@ -479,11 +530,10 @@ def estimate_memory(model: ModelSpec, strategy: Strategy, *, seq_len: int,
                 dense_p += out_params
             if C.mtp:
                 # MTP modules: projections/norms and one layer each (MoE layer when MoE)
-                mtp_layer_dense = (moe_dense_params if C.moe else dense_layer_params)
+                mtp_layer_dense = moe_dense_params if C.moe else dense_layer_params
                 dense_p += C.mtp * (mtp_layer_dense + 2 * h * h / t + 3 * h)
                 expert_p += C.mtp * (moe_expert_params if C.moe else 0.0)
-                lin_p += C.mtp * ((lin_moe_layer if C.moe else lin_dense_layer)
-                                  + 2 * h * h / t)
+                lin_p += C.mtp * ((lin_moe_layer if C.moe else lin_dense_layer) + 2 * h * h / t)
                 if p > 1:
                     dense_p += emb_params  # MTP's embedding copy on the last stage
         weights = WEIGHT_BYTES * (dense_p + expert_p) + fp8x * lin_p
@@ -501,8 +551,9 @@ def estimate_memory(model: ModelSpec, strategy: Strategy, *, seq_len: int,
             per_unit = 1.0
         if recompute == "full":
             one_layer = act_moe if n_moe else act_dense
-            stored = in_flight * per_unit * n_layers * layer_input + (one_layer
-                                                                      if n_layers else 0.0)
+            stored = in_flight * per_unit * n_layers * layer_input + (
+                one_layer if n_layers else 0.0
+            )
         else:
             stored = in_flight * per_unit * (n_dense * act_dense + n_moe * act_moe)
         if first:
@@ -514,15 +565,38 @@ def estimate_memory(model: ModelSpec, strategy: Strategy, *, seq_len: int,
                 mtp_act = (act_moe if C.moe else act_dense) + 4 * h / rep_div * tokens
                 stored += C.mtp * ((layer_input if recompute == "full" else mtp_act) + logits)
         other = other_fixed + frag * stored
-        stages.append(StageMemory(
-            stage=st, layers=n_layers, moe_layers=n_moe, weights=weights, gradients=grads,
-            optimizer=optim, activations=stored, other=other, in_flight=in_flight,
-            params=dense_p + expert_p, expert_params=expert_p, has_embedding=first,
-            has_output=last))
+        stages.append(
+            StageMemory(
+                stage=st,
+                layers=n_layers,
+                moe_layers=n_moe,
+                weights=weights,
+                gradients=grads,
+                optimizer=optim,
+                activations=stored,
+                other=other,
+                in_flight=in_flight,
+                params=dense_p + expert_p,
+                expert_params=expert_p,
+                has_embedding=first,
+                has_output=last,
+            )
+        )
     if not distributed_optimizer:
-        notes.append("without the distributed optimizer every rank keeps the full 12 B/param "
-                     "of optimizer state (18 B/param in all)")
-    return MemoryReport(model=model.name, strategy=str(s), stages=stages, seq_len=seq_len,
-                        micro_batch_size=b, num_microbatches=m, recompute=recompute,
-                        precision=prec, distributed_optimizer=distributed_optimizer,
-                        notes=notes, vpp=v)
+        notes.append(
+            "without the distributed optimizer every rank keeps the full 12 B/param "
+            "of optimizer state (18 B/param in all)"
+        )
+    return MemoryReport(
+        model=model.name,
+        strategy=str(s),
+        stages=stages,
+        seq_len=seq_len,
+        micro_batch_size=b,
+        num_microbatches=m,
+        recompute=recompute,
+        precision=prec,
+        distributed_optimizer=distributed_optimizer,
+        notes=notes,
+        vpp=v,
+    )

@@ -33,14 +33,28 @@ from ..strategy import XDIT_ORDER, Strategy, divisors
 LONG_SEQUENCE = 32_768
 
 #: Breakdown entries that are communication (for the "why" lines).
-COMM_KEYS = ("ulysses_all_to_all", "ring_kv_exchange", "ring_merge", "tp_all_reduce",
-             "sp_gather", "cfg_gather")
+COMM_KEYS = (
+    "ulysses_all_to_all",
+    "ring_kv_exchange",
+    "ring_merge",
+    "tp_all_reduce",
+    "sp_gather",
+    "cfg_gather",
+)
 
-_LABELS = {"linear": "linear layers", "attention": "attention", "elementwise":
-           "element-wise kernels", "ulysses_all_to_all": "Ulysses all-to-all",
-           "ring_kv_exchange": "exposed ring K/V exchange", "ring_merge": "ring output merges",
-           "tp_all_reduce": "TP all-reduces", "sp_gather": "sequence gather",
-           "cfg_gather": "CFG gather", "text_encode": "text encoding", "vae_decode": "VAE decode"}
+_LABELS = {
+    "linear": "linear layers",
+    "attention": "attention",
+    "elementwise": "element-wise kernels",
+    "ulysses_all_to_all": "Ulysses all-to-all",
+    "ring_kv_exchange": "exposed ring K/V exchange",
+    "ring_merge": "ring output merges",
+    "tp_all_reduce": "TP all-reduces",
+    "sp_gather": "sequence gather",
+    "cfg_gather": "CFG gather",
+    "text_encode": "text encoding",
+    "vae_decode": "VAE decode",
+}
 
 
 @dataclass(frozen=True)
@@ -76,17 +90,30 @@ class DiTCandidate:
     def mindiesd_flags(self) -> str:
         """The launch flags MindIE-SD's examples take for this strategy."""
         s = self.strategy
-        return (f"--ulysses_size {s.ulysses} --ring_size {s.ring} --cfg_size {s.cfg} "
-                f"--tp_size {s.tp}")
+        return (
+            f"--ulysses_size {s.ulysses} --ring_size {s.ring} --cfg_size {s.cfg} --tp_size {s.tp}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
         s = self.strategy
-        return {"strategy": {"tp": s.tp, "ulysses": s.ulysses, "ring": s.ring, "cfg": s.cfg,
-                             "dp": s.dp or 1},
-                "strategy_str": label(s), "latency_s": self.latency_s,
-                "per_step_s": self.per_step_s, "requests_per_s": self.requests_per_s,
-                "memory": self.memory.to_dict(), "why": self.why, "reasons": list(self.reasons),
-                "mindiesd": self.mindiesd_flags(), "report": self.report.to_dict()}
+        return {
+            "strategy": {
+                "tp": s.tp,
+                "ulysses": s.ulysses,
+                "ring": s.ring,
+                "cfg": s.cfg,
+                "dp": s.dp or 1,
+            },
+            "strategy_str": label(s),
+            "latency_s": self.latency_s,
+            "per_step_s": self.per_step_s,
+            "requests_per_s": self.requests_per_s,
+            "memory": self.memory.to_dict(),
+            "why": self.why,
+            "reasons": list(self.reasons),
+            "mindiesd": self.mindiesd_flags(),
+            "report": self.report.to_dict(),
+        }
 
 
 @dataclass(frozen=True)
@@ -109,43 +136,64 @@ class DiTPlan:
     def explain(self) -> str:
         """A readable account: the workload, the ranking with reasons, MindIE-SD's advice."""
         w = self.workload
-        lines = [(f"{self.model} on {self.devices} x {self.accelerator}: {w['width']}x"
-                  f"{w['height']}, {w['frames']} frame(s), {w['steps']} steps, guidance "
-                  f"{'on' if w['guidance'] else 'off'}; {w['video_tokens']} image/video tokens"
-                  f" + {w['text_tokens']} text tokens")]
+        lines = [
+            (
+                f"{self.model} on {self.devices} x {self.accelerator}: {w['width']}x"
+                f"{w['height']}, {w['frames']} frame(s), {w['steps']} steps, guidance "
+                f"{'on' if w['guidance'] else 'off'}; {w['video_tokens']} image/video tokens"
+                f" + {w['text_tokens']} text tokens"
+            )
+        ]
         for i, c in enumerate(self.candidates, 1):
-            lines.append(f"{i}. {label(c.strategy)}: {c.latency_s:.3g} s "
-                         f"({c.per_step_s:.3g} s/step), {c.memory.total / GiB:.1f} GiB/device")
+            lines.append(
+                f"{i}. {label(c.strategy)}: {c.latency_s:.3g} s "
+                f"({c.per_step_s:.3g} s/step), {c.memory.total / GiB:.1f} GiB/device"
+            )
             lines += [f"   - {y}" for y in c.reasons]
         if self.advice:
             lines.append("MindIE-SD's rule of thumb:")
             lines += [f"   - {a}" for a in self.advice]
         if self.rejected:
-            lines.append("refused: " + ", ".join(f"{k} ({v})" for k, v in
-                                                  sorted(self.rejected.items())))
+            lines.append(
+                "refused: " + ", ".join(f"{k} ({v})" for k, v in sorted(self.rejected.items()))
+            )
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "accelerator": self.accelerator, "devices": self.devices,
-                "workload": dict(self.workload), "objective": self.objective,
-                "best": self.best.to_dict(),
-                "candidates": [c.to_dict() for c in self.candidates],
-                "advice": list(self.advice), "rejected": dict(self.rejected)}
+        return {
+            "model": self.model,
+            "accelerator": self.accelerator,
+            "devices": self.devices,
+            "workload": dict(self.workload),
+            "objective": self.objective,
+            "best": self.best.to_dict(),
+            "candidates": [c.to_dict() for c in self.candidates],
+            "advice": list(self.advice),
+            "rejected": dict(self.rejected),
+        }
 
 
 def label(s: Strategy) -> str:
     """Short name of an inference strategy: ``U4 R2 CFG2 TP1`` with degrees of 1 left out."""
-    parts = [f"{name}{v}" for name, v in (("Ulysses", s.ulysses), ("Ring", s.ring),
-                                            ("CFG", s.cfg), ("TP", s.tp), ("DP", s.dp or 1))
-             if v > 1]
+    parts = [
+        f"{name}{v}"
+        for name, v in (
+            ("Ulysses", s.ulysses),
+            ("Ring", s.ring),
+            ("CFG", s.cfg),
+            ("TP", s.tp),
+            ("DP", s.dp or 1),
+        )
+        if v > 1
+    ]
     return " x ".join(parts) or "1 device"
 
 
 def _splits(devices: int, guidance: bool, data_parallel: bool):
     """Every (tp, ulysses, ring, cfg, dp) whose product is ``devices``."""
-    for dp in (divisors(devices) if data_parallel else [1]):
+    for dp in divisors(devices) if data_parallel else [1]:
         rest = devices // dp
-        for cfg in ((1, 2) if guidance else (1,)):
+        for cfg in (1, 2) if guidance else (1,):
             if rest % cfg:
                 continue
             for tp in divisors(rest // cfg):
@@ -154,11 +202,23 @@ def _splits(devices: int, guidance: bool, data_parallel: bool):
                     yield tp, u, sp // u, cfg, dp
 
 
-def plan_dit(model: DiTSpec | str, cluster: Cluster, *, height: int, width: int,
-             frames: int = 1, steps: int, guidance: bool = True, top_k: int = 5,
-             devices: int | None = None, data_parallel: bool = False,
-             allow_cross_node: bool = False, vae_parallel: bool = False,
-             text_encoder_on_device: bool = True, precision: str = "bf16") -> DiTPlan:
+def plan_dit(
+    model: DiTSpec | str,
+    cluster: Cluster,
+    *,
+    height: int,
+    width: int,
+    frames: int = 1,
+    steps: int,
+    guidance: bool = True,
+    top_k: int = 5,
+    devices: int | None = None,
+    data_parallel: bool = False,
+    allow_cross_node: bool = False,
+    vae_parallel: bool = False,
+    text_encoder_on_device: bool = True,
+    precision: str = "bf16",
+) -> DiTPlan:
     """Rank every legal Ulysses/ring/CFG/TP split of ``devices`` (default: the cluster's).
 
     ``data_parallel=True`` also tries replicas (``dp``) that serve separate requests and
@@ -174,8 +234,10 @@ def plan_dit(model: DiTSpec | str, cluster: Cluster, *, height: int, width: int,
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UsageError(f"devices={n!r} must be a whole number >= 1")
     if n > cluster.num_devices:
-        raise UsageError(f"devices={n} but the cluster has {cluster.num_devices}; pass a "
-                         f"Cluster with num_devices >= {n}")
+        raise UsageError(
+            f"devices={n} but the cluster has {cluster.num_devices}; pass a "
+            f"Cluster with num_devices >= {n}"
+        )
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise UsageError(f"top_k={top_k!r} must be a whole number >= 1")
     video = model.tokens(height, width, frames)
@@ -188,21 +250,32 @@ def plan_dit(model: DiTSpec | str, cluster: Cluster, *, height: int, width: int,
     for tp, u, r, cfg, dp in _splits(n, guidance, data_parallel):
         key = (tp, u, r, cfg)
         if tp * u * r > video:
-            rejected["more sequence ranks than tokens"] = \
+            rejected["more sequence ranks than tokens"] = (
                 rejected.get("more sequence ranks than tokens", 0) + 1
+            )
             reasons[key] = f"{u * r} sequence ranks for {video} tokens"
             continue
         if not allow_cross_node and tp * u > domain:
             rejected["TP/Ulysses across nodes"] = rejected.get("TP/Ulysses across nodes", 0) + 1
-            reasons[key] = (f"tp*ulysses = {tp * u} would leave one {domain}-device "
-                            "NVLink/HCCS domain")
+            reasons[key] = (
+                f"tp*ulysses = {tp * u} would leave one {domain}-device NVLink/HCCS domain"
+            )
             continue
         s = Strategy(tp=tp, ulysses=u, ring=r, cfg=cfg, dp=dp, order=XDIT_ORDER)
         try:
-            rep = estimate_dit(model, s, cluster, height=height, width=width, frames=frames,
-                               steps=steps, guidance=guidance, precision=precision,
-                               vae_parallel=vae_parallel,
-                               text_encoder_on_device=text_encoder_on_device)
+            rep = estimate_dit(
+                model,
+                s,
+                cluster,
+                height=height,
+                width=width,
+                frames=frames,
+                steps=steps,
+                guidance=guidance,
+                precision=precision,
+                vae_parallel=vae_parallel,
+                text_encoder_on_device=text_encoder_on_device,
+            )
         except StrategyError as exc:
             rule = exc.violations[0].rule
             rejected[rule] = rejected.get(rule, 0) + 1
@@ -210,14 +283,22 @@ def plan_dit(model: DiTSpec | str, cluster: Cluster, *, height: int, width: int,
             continue
         if not rep.memory.fits():
             rejected["out of memory"] = rejected.get("out of memory", 0) + 1
-            reasons[key] = (f"needs {rep.memory.total / GiB:.1f} GiB of "
-                            f"{rep.memory.capacity / GiB:.0f}")
+            reasons[key] = (
+                f"needs {rep.memory.total / GiB:.1f} GiB of {rep.memory.capacity / GiB:.0f}"
+            )
             too_big.append(rep)
             continue
         priced.append(DiTCandidate(strategy=s, report=rep))
 
-    workload = {"height": height, "width": width, "frames": frames, "steps": steps,
-                "guidance": guidance, "video_tokens": video, "text_tokens": model.text_tokens}
+    workload = {
+        "height": height,
+        "width": width,
+        "frames": frames,
+        "steps": steps,
+        "guidance": guidance,
+        "video_tokens": video,
+        "text_tokens": model.text_tokens,
+    }
     if not priced:
         if too_big:
             least = min(too_big, key=lambda r: r.memory.total)
@@ -226,12 +307,15 @@ def plan_dit(model: DiTSpec | str, cluster: Cluster, *, height: int, width: int,
                 f"({label(least.strategy)}) needs {least.memory.total / GiB:.1f} GiB of "
                 f"{least.memory.capacity / GiB:.0f} (weights {least.memory.weights / GiB:.1f}, "
                 f"text encoder {least.memory.encoders / GiB:.1f}); use more devices for TP, "
-                "text_encoder_on_device=False, or a larger accelerator")
-        raise UsageError(f"no legal split of {n} devices for {model.name} "
-                         f"({model.num_attention_heads} heads, {video} tokens): "
-                         + "; ".join(sorted(set(reasons.values()))[:4])
-                         + ". Use a device count whose factors divide the heads, or "
-                           "allow_cross_node=True / data_parallel=True")
+                "text_encoder_on_device=False, or a larger accelerator"
+            )
+        raise UsageError(
+            f"no legal split of {n} devices for {model.name} "
+            f"({model.num_attention_heads} heads, {video} tokens): "
+            + "; ".join(sorted(set(reasons.values()))[:4])
+            + ". Use a device count whose factors divide the heads, or "
+            "allow_cross_node=True / data_parallel=True"
+        )
 
     objective = "throughput" if data_parallel else "latency"
     if data_parallel:
@@ -239,12 +323,18 @@ def plan_dit(model: DiTSpec | str, cluster: Cluster, *, height: int, width: int,
     else:
         priced.sort(key=lambda c: (c.latency_s, c.memory.total))
     best = priced[0]
-    ranked = [DiTCandidate(c.strategy, c.report, _why(c, best, model, objective))
-              for c in priced]
+    ranked = [DiTCandidate(c.strategy, c.report, _why(c, best, model, objective)) for c in priced]
     advice = _advice(model, ranked, n, video, guidance, reasons)
-    return DiTPlan(model=model.name, accelerator=cluster.accel.name, devices=n,
-                   workload=workload, candidates=ranked[:top_k], advice=advice,
-                   rejected=rejected, objective=objective)
+    return DiTPlan(
+        model=model.name,
+        accelerator=cluster.accel.name,
+        devices=n,
+        workload=workload,
+        candidates=ranked[:top_k],
+        advice=advice,
+        rejected=rejected,
+        objective=objective,
+    )
 
 
 def _share(rep: DiTReport, key: str) -> str:
@@ -256,39 +346,57 @@ def _why(c: DiTCandidate, best: DiTCandidate, model: DiTSpec, objective: str) ->
     s, rep = c.strategy, c.report
     out: list[str] = []
     if s.ulysses > 1:
-        out.append(f"Ulysses {s.ulysses}: {model.num_attention_heads // s.tp // s.ulysses} "
-                   f"heads per rank; all-to-all {_share(rep, 'ulysses_all_to_all')}")
+        out.append(
+            f"Ulysses {s.ulysses}: {model.num_attention_heads // s.tp // s.ulysses} "
+            f"heads per rank; all-to-all {_share(rep, 'ulysses_all_to_all')}"
+        )
     if s.ring > 1:
         hidden = rep.hidden.get("ring_kv_exchange", 0.0)
-        out.append(f"ring {s.ring}: K/V exchange {hidden + rep.breakdown['ring_kv_exchange']:.3g}"
-                   f" s, {hidden:.3g} s of it hidden by attention; merges "
-                   f"{_share(rep, 'ring_merge')}")
+        out.append(
+            f"ring {s.ring}: K/V exchange {hidden + rep.breakdown['ring_kv_exchange']:.3g}"
+            f" s, {hidden:.3g} s of it hidden by attention; merges "
+            f"{_share(rep, 'ring_merge')}"
+        )
     if s.cfg > 1:
-        out.append(f"CFG 2: the two guidance branches run on separate halves; gather "
-                   f"{_share(rep, 'cfg_gather')}")
+        out.append(
+            f"CFG 2: the two guidance branches run on separate halves; gather "
+            f"{_share(rep, 'cfg_gather')}"
+        )
     if s.tp > 1:
-        out.append(f"TP {s.tp}: weights {rep.memory.weights / GiB:.1f} GiB per device; "
-                   f"all-reduces {_share(rep, 'tp_all_reduce')}")
+        out.append(
+            f"TP {s.tp}: weights {rep.memory.weights / GiB:.1f} GiB per device; "
+            f"all-reduces {_share(rep, 'tp_all_reduce')}"
+        )
     if c is best:
         comm = sum(rep.breakdown[k] for k in COMM_KEYS)
-        out.append(f"best by {objective}: communication {100 * comm / rep.latency_s:.1f} % "
-                   f"of {rep.latency_s:.3g} s")
+        out.append(
+            f"best by {objective}: communication {100 * comm / rep.latency_s:.1f} % "
+            f"of {rep.latency_s:.3g} s"
+        )
     else:
         diff = {k: rep.breakdown[k] - best.report.breakdown[k] for k in rep.breakdown}
         worst = sorted((k for k in diff if diff[k] > 0), key=lambda k: -diff[k])[:2]
         slower = rep.latency_s / best.latency_s - 1
         if worst:
-            out.append(f"{100 * slower:+.1f} % latency vs best: "
-                       + ", ".join(f"{_LABELS[k]} +{diff[k]:.3g} s" for k in worst))
+            out.append(
+                f"{100 * slower:+.1f} % latency vs best: "
+                + ", ".join(f"{_LABELS[k]} +{diff[k]:.3g} s" for k in worst)
+            )
     if rep.tokens.padding:
         out.append(f"pads {rep.tokens.padding} tokens so {rep.tokens.sp} ranks split them")
     return out
 
 
-def _advice(model: DiTSpec, ranked: list[DiTCandidate], n: int, video: int, guidance: bool,
-            reasons: dict[tuple[int, int, int, int], str]) -> list[str]:
+def _advice(
+    model: DiTSpec,
+    ranked: list[DiTCandidate],
+    n: int,
+    video: int,
+    guidance: bool,
+    reasons: dict[tuple[int, int, int, int], str],
+) -> list[str]:
     """MindIE-SD's suggestions for ``n`` devices, each placed in the ranking with a reason."""
-    wanted: list[tuple[str, tuple[int, int, int, int]]] = []   # (text, (tp, u, r, cfg))
+    wanted: list[tuple[str, tuple[int, int, int, int]]] = []  # (text, (tp, u, r, cfg))
     heads = model.num_attention_heads
     if n == 2:
         wanted = [("TP 2", (2, 1, 1, 1))]
@@ -303,8 +411,13 @@ def _advice(model: DiTSpec, ranked: list[DiTCandidate], n: int, video: int, guid
         sp = n // cfg
         u = max(d for d in divisors(sp) if heads % d == 0 and d <= 8)
         if sp // u > 1:
-            wanted.append((f"long sequence: Ulysses {u} + ring {sp // u}"
-                           + (" + CFG 2" if cfg > 1 else ""), (1, u, sp // u, cfg)))
+            wanted.append(
+                (
+                    f"long sequence: Ulysses {u} + ring {sp // u}"
+                    + (" + CFG 2" if cfg > 1 else ""),
+                    (1, u, sp // u, cfg),
+                )
+            )
     if not wanted:
         return []
     index: dict[tuple[int, int, int, int], int] = {}
@@ -324,7 +437,9 @@ def _advice(model: DiTSpec, ranked: list[DiTCandidate], n: int, video: int, guid
             continue
         diff = {k: c.report.breakdown[k] - best.report.breakdown[k] for k in c.report.breakdown}
         k = max(diff, key=lambda k: diff[k])
-        out.append(f"{text}: ranked {i + 1} at {c.latency_s:.3g} s, "
-                   f"{100 * (c.latency_s / best.latency_s - 1):+.1f} % vs {label(best.strategy)}"
-                   f"; mostly {_LABELS[k]} (+{diff[k]:.3g} s)")
+        out.append(
+            f"{text}: ranked {i + 1} at {c.latency_s:.3g} s, "
+            f"{100 * (c.latency_s / best.latency_s - 1):+.1f} % vs {label(best.strategy)}"
+            f"; mostly {_LABELS[k]} (+{diff[k]:.3g} s)"
+        )
     return out

@@ -13,5 +13,14 @@ from .groups import Groups, current, destroy, initialize
 from .launch import RankFailure, spawn_local
 from .verify import VerifyReport, verify, verify_local
 
-__all__ = ["Groups", "RankFailure", "VerifyReport", "current", "destroy", "initialize",
-           "spawn_local", "verify", "verify_local"]
+__all__ = [
+    "Groups",
+    "RankFailure",
+    "VerifyReport",
+    "current",
+    "destroy",
+    "initialize",
+    "spawn_local",
+    "verify",
+    "verify_local",
+]

@@ -68,16 +68,20 @@ def expand_nodelist(nodelist: str) -> list[str]:
         m = re.fullmatch(r"([^\[\]]*)\[([^\]]+)\]([^\[\]]*)", part)
         if not m:
             if "[" in part or "]" in part:
-                raise UsageError(f"cannot parse the Slurm nodelist entry {part!r}; "
-                                 "set MASTER_ADDR to the first node's address")
+                raise UsageError(
+                    f"cannot parse the Slurm nodelist entry {part!r}; "
+                    "set MASTER_ADDR to the first node's address"
+                )
             hosts.append(part)
             continue
         prefix, ranges, suffix = m.groups()
         for item in ranges.split(","):
             lo, _, hi = item.partition("-")
             if not lo.isdigit() or (hi and not hi.isdigit()):
-                raise UsageError(f"cannot parse the range {item!r} in Slurm nodelist {nodelist!r}; "
-                                 "set MASTER_ADDR to the first node's address")
+                raise UsageError(
+                    f"cannot parse the range {item!r} in Slurm nodelist {nodelist!r}; "
+                    "set MASTER_ADDR to the first node's address"
+                )
             width = len(lo)
             for n in range(int(lo), int(hi or lo) + 1):
                 hosts.append(f"{prefix}{n:0{width}d}{suffix}")
@@ -113,22 +117,36 @@ def detect_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:
     env = os.environ if environ is None else environ
     port = _int(env, "MASTER_PORT", DEFAULT_PORT)
     if "RANK" in env and "WORLD_SIZE" in env:
-        return LaunchEnv(rank=_int(env, "RANK"), world_size=_int(env, "WORLD_SIZE"),
-                         local_rank=_int(env, "LOCAL_RANK", 0),
-                         master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
-                         master_port=port, source="torchrun")
+        return LaunchEnv(
+            rank=_int(env, "RANK"),
+            world_size=_int(env, "WORLD_SIZE"),
+            local_rank=_int(env, "LOCAL_RANK", 0),
+            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_port=port,
+            source="torchrun",
+        )
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         addr = env.get("MASTER_ADDR")
         if not addr:
             nodelist = env.get("SLURM_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
             hosts = expand_nodelist(nodelist) if nodelist else []
             addr = hosts[0] if hosts else "127.0.0.1"
-        return LaunchEnv(rank=_int(env, "SLURM_PROCID"), world_size=_int(env, "SLURM_NTASKS"),
-                         local_rank=_int(env, "SLURM_LOCALID", 0), master_addr=addr,
-                         master_port=port, source="slurm")
-    return LaunchEnv(rank=0, world_size=1, local_rank=0,
-                     master_addr=env.get("MASTER_ADDR", "127.0.0.1"), master_port=port,
-                     source="single")
+        return LaunchEnv(
+            rank=_int(env, "SLURM_PROCID"),
+            world_size=_int(env, "SLURM_NTASKS"),
+            local_rank=_int(env, "SLURM_LOCALID", 0),
+            master_addr=addr,
+            master_port=port,
+            source="slurm",
+        )
+    return LaunchEnv(
+        rank=0,
+        world_size=1,
+        local_rank=0,
+        master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+        master_port=port,
+        source="single",
+    )
 
 
 def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:
@@ -211,8 +229,12 @@ def as_timedelta(timeout: timedelta | float | int | None) -> timedelta | None:
     return timedelta(seconds=float(timeout))
 
 
-def init_distributed(backend: str = "auto", *, timeout: timedelta | float | None = None,
-                     environ: Mapping[str, str] | None = None) -> Started:
+def init_distributed(
+    backend: str = "auto",
+    *,
+    timeout: timedelta | float | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> Started:
     """Start the default process group from the launcher's environment unless already started.
 
     Binds the device first (nccl/hccl), then calls ``init_process_group``.  Returns which
@@ -238,8 +260,9 @@ def init_distributed(backend: str = "auto", *, timeout: timedelta | float | None
     else:
         url = env.init_method
     store = _prefixed_store(url, env, td)
-    dist.init_process_group(backend=name, store=store, rank=env.rank,
-                            world_size=env.world_size, **kwargs)
+    dist.init_process_group(
+        backend=name, store=store, rank=env.rank, world_size=env.world_size, **kwargs
+    )
     return Started(backend=name, started=True, env=env)
 
 

@@ -103,9 +103,13 @@ class Groups(Mapping):
 _active: Groups | None = None
 
 
-def initialize(strategy: Strategy, backend: str = "auto", *,
-               timeout: timedelta | float | None = None,
-               megatron_kwargs: Mapping[str, Any] | None = None) -> Groups:
+def initialize(
+    strategy: Strategy,
+    backend: str = "auto",
+    *,
+    timeout: timedelta | float | None = None,
+    megatron_kwargs: Mapping[str, Any] | None = None,
+) -> Groups:
     """Start torch.distributed if needed and build ``strategy``'s process groups on this rank.
 
     ``backend``: ``"auto"`` (nccl on CUDA, hccl on Ascend NPU, gloo on CPU) or a name.
@@ -121,8 +125,10 @@ def initialize(strategy: Strategy, backend: str = "auto", *,
     if not isinstance(strategy, Strategy):
         raise UsageError(f"initialize() takes a parastrat.Strategy, got {type(strategy).__name__}")
     if _active is not None and _active.alive:
-        raise UsageError("parastrat process groups are already initialized in this process; "
-                         "call parastrat.destroy() before initializing another strategy")
+        raise UsageError(
+            "parastrat process groups are already initialized in this process; "
+            "call parastrat.destroy() before initializing another strategy"
+        )
     from .._deps import require
 
     dist = require("torch.distributed")
@@ -147,10 +153,20 @@ def initialize(strategy: Strategy, backend: str = "auto", *,
             megatron = True
         mine = {kind: _my_group(grid[kind], rank) for kind in KINDS}
         _check_membership(pgs, mine, rank)
-        handle = Groups(strategy=sized, rank=rank, world_size=world, backend=started.backend,
-                        device=device_for(started.backend), layout=grid, ranks=mine,
-                        coords=coordinates(sized, world, rank), megatron=megatron, _pgs=pgs,
-                        _created=created, _started_dist=started.started)
+        handle = Groups(
+            strategy=sized,
+            rank=rank,
+            world_size=world,
+            backend=started.backend,
+            device=device_for(started.backend),
+            layout=grid,
+            ranks=mine,
+            coords=coordinates(sized, world, rank),
+            megatron=megatron,
+            _pgs=pgs,
+            _created=created,
+            _started_dist=started.started,
+        )
         if sized.is_inference:
             handle._set_yunchang = _point_yunchang(pgs["ulysses"], pgs["ring"])
     except BaseException:
@@ -177,6 +193,7 @@ def current() -> Groups | None:
 
 # ---- helpers --------------------------------------------------------------------------------
 
+
 def _env_world() -> int:
     from .backend import detect_env
 
@@ -190,8 +207,9 @@ def _my_group(groups: list[list[int]], rank: int) -> list[int]:
     raise RuntimeError(f"rank {rank} is in no group of the layout")  # layout covers every rank
 
 
-def _new_groups(all_groups: list[list[int]], rank: int, td: timedelta | None,
-                created: list[Any]) -> Any:
+def _new_groups(
+    all_groups: list[list[int]], rank: int, td: timedelta | None, created: list[Any]
+) -> Any:
     """Create every group of one kind (all ranks, same order); return this rank's."""
     import torch.distributed as dist
 
@@ -204,8 +222,13 @@ def _new_groups(all_groups: list[list[int]], rank: int, td: timedelta | None,
     return mine
 
 
-def _fill_by_new_group(grid: dict[str, list[list[int]]], pgs: dict[str, Any], rank: int,
-                       td: timedelta | None, created: list[Any]) -> None:
+def _fill_by_new_group(
+    grid: dict[str, list[list[int]]],
+    pgs: dict[str, Any],
+    rank: int,
+    td: timedelta | None,
+    created: list[Any],
+) -> None:
     """Give every kind not yet in ``pgs`` a group: reuse a kind with the same partition of the
     ranks (decided from the full layout, so identically on every rank), else new_group."""
     by_partition: dict[tuple, str] = {_partition(grid[k]): k for k in pgs}
@@ -224,22 +247,29 @@ def _partition(groups: list[list[int]]) -> tuple:
     return tuple(sorted(tuple(g) for g in groups))
 
 
-def _build_inference(grid: dict[str, list[list[int]]], rank: int,
-                     td: timedelta | None) -> tuple[dict[str, Any], list[Any]]:
+def _build_inference(
+    grid: dict[str, list[list[int]]], rank: int, td: timedelta | None
+) -> tuple[dict[str, Any], list[Any]]:
     pgs: dict[str, Any] = {}
     created: list[Any] = []
     _fill_by_new_group(grid, pgs, rank, td, created)
     return pgs, created
 
 
-def _build_training(s: Strategy, grid: dict[str, list[list[int]]], rank: int,
-                    td: timedelta | None, extra: Mapping[str, Any] | None
-                    ) -> tuple[dict[str, Any], list[Any]]:
+def _build_training(
+    s: Strategy,
+    grid: dict[str, list[list[int]]],
+    rank: int,
+    td: timedelta | None,
+    extra: Mapping[str, Any] | None,
+) -> tuple[dict[str, Any], list[Any]]:
     ps = _parallel_state()
     if ps.model_parallel_is_initialized():
-        raise UsageError("megatron.core.parallel_state is already initialized in this process; "
-                         "call parallel_state.destroy_model_parallel() (or parastrat.destroy()) "
-                         "first")
+        raise UsageError(
+            "megatron.core.parallel_state is already initialized in this process; "
+            "call parallel_state.destroy_model_parallel() (or parastrat.destroy()) "
+            "first"
+        )
     ps.initialize_model_parallel(**_megatron_init_kwargs(s, td, extra))
     pgs: dict[str, Any] = {}
     for kind, (getter, kwargs) in MEGATRON_GETTERS.items():
@@ -257,12 +287,16 @@ def _build_training(s: Strategy, grid: dict[str, list[list[int]]], rank: int,
 def _parallel_state():
     from .._deps import require
 
-    return require("megatron.core.parallel_state", "megatron",
-                   why="training strategies build their groups through Megatron Core")
+    return require(
+        "megatron.core.parallel_state",
+        "megatron",
+        why="training strategies build their groups through Megatron Core",
+    )
 
 
-def _megatron_init_kwargs(s: Strategy, td: timedelta | None,
-                          extra: Mapping[str, Any] | None) -> dict[str, Any]:
+def _megatron_init_kwargs(
+    s: Strategy, td: timedelta | None, extra: Mapping[str, Any] | None
+) -> dict[str, Any]:
     """Arguments for the installed ``initialize_model_parallel``, adapted to its signature.
 
     Raises UsageError when the strategy needs an argument this megatron-core lacks.
@@ -300,13 +334,16 @@ def _megatron_init_kwargs(s: Strategy, td: timedelta | None,
         elif not needed_unless.get(key, True):
             problems.append(f"{key}={value!r}")
     if problems:
-        raise UsageError(f"the installed megatron-core {version} has no "
-                         f"{', '.join(problems)} in initialize_model_parallel; upgrade with "
-                         "pip install -U megatron-core (>= 0.13) or change the strategy")
+        raise UsageError(
+            f"the installed megatron-core {version} has no "
+            f"{', '.join(problems)} in initialize_model_parallel; upgrade with "
+            "pip install -U megatron-core (>= 0.13) or change the strategy"
+        )
     for key, value in (extra or {}).items():
         if key not in accepted:
-            raise UsageError(f"megatron-core {version}'s initialize_model_parallel has no "
-                             f"argument {key!r}")
+            raise UsageError(
+                f"megatron-core {version}'s initialize_model_parallel has no argument {key!r}"
+            )
         out[key] = value
     return out
 
@@ -327,9 +364,11 @@ def _check_membership(pgs: Mapping[str, Any], mine: Mapping[str, list[int]], ran
     for kind in KINDS:
         got = sorted(dist.get_process_group_ranks(pgs[kind]))
         if got != sorted(mine[kind]):
-            raise RuntimeError(f"rank {rank}: the {kind} group holds ranks {got} but "
-                               f"parastrat.layout says {mine[kind]}; please report this "
-                               "(layout and the framework disagree)")
+            raise RuntimeError(
+                f"rank {rank}: the {kind} group holds ranks {got} but "
+                f"parastrat.layout says {mine[kind]}; please report this "
+                "(layout and the framework disagree)"
+            )
 
 
 def _point_yunchang(ulysses_pg: Any, ring_pg: Any) -> bool:

@@ -53,8 +53,8 @@ class _Outcome:
     """What a child reports back through its pipe."""
 
     ok: bool
-    value: Any = None      # the function's return value when ok
-    error: str = ""        # "ExcType: message" when not ok
+    value: Any = None  # the function's return value when ok
+    error: str = ""  # "ExcType: message" when not ok
     traceback: str = ""
 
 
@@ -65,8 +65,14 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def spawn_local(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] = (),
-                backend: str | None = "gloo", timeout_s: float = 60.0) -> list[Any]:
+def spawn_local(
+    fn: Callable[..., Any],
+    world_size: int,
+    *,
+    args: Sequence[Any] = (),
+    backend: str | None = "gloo",
+    timeout_s: float = 60.0,
+) -> list[Any]:
     """Run ``fn(rank, world_size, *args)`` on ``world_size`` fresh local processes.
 
     Each child starts with torchrun's environment variables set (``MASTER_ADDR=127.0.0.1`` and
@@ -87,7 +93,8 @@ def spawn_local(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] 
         payload = pickle.dumps((fn, tuple(args)))
     except Exception as exc:
         raise TypeError(
-            f"spawn_local needs a picklable, module-level function and arguments: {exc}") from exc
+            f"spawn_local needs a picklable, module-level function and arguments: {exc}"
+        ) from exc
 
     from .._deps import require
 
@@ -97,13 +104,22 @@ def spawn_local(fn: Callable[..., Any], world_size: int, *, args: Sequence[Any] 
     procs, conns = [], []
     try:
         for rank in range(world_size):
-            env = {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
-                   "LOCAL_WORLD_SIZE": str(world_size), "GROUP_RANK": "0",
-                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+            env = {
+                "RANK": str(rank),
+                "WORLD_SIZE": str(world_size),
+                "LOCAL_RANK": str(rank),
+                "LOCAL_WORLD_SIZE": str(world_size),
+                "GROUP_RANK": "0",
+                "MASTER_ADDR": "127.0.0.1",
+                "MASTER_PORT": str(port),
+            }
             parent_end, child_end = ctx.Pipe(duplex=False)
-            p = ctx.Process(target=_child_main,
-                            args=(child_end, payload, rank, world_size, env, backend, timeout_s),
-                            name=f"parastrat-rank{rank}", daemon=True)
+            p = ctx.Process(
+                target=_child_main,
+                args=(child_end, payload, rank, world_size, env, backend, timeout_s),
+                name=f"parastrat-rank{rank}",
+                daemon=True,
+            )
             p.start()
             child_end.close()
             procs.append(p)
@@ -122,7 +138,7 @@ def _collect(procs: list, conns: list, timeout_s: float) -> list[Any]:
     world = len(procs)
     results: dict[int, Any] = {}
     failures: dict[int, str] = {}
-    died: set[int] = set()   # ranks that exited without reporting: the likely root cause
+    died: set[int] = set()  # ranks that exited without reporting: the likely root cause
     deadline = time.monotonic() + timeout_s
     fail_deadline: float | None = None
     pending = set(range(world))
@@ -161,8 +177,9 @@ def _collect(procs: list, conns: list, timeout_s: float) -> list[Any]:
         raise RankFailure(first, failures[first], failures)
     if pending:
         reason = f"timed out after {timeout_s:g} s (ranks still running: {sorted(pending)})"
-        raise RankFailure(min(pending), reason, {r: f"timed out after {timeout_s:g} s"
-                                                 for r in pending})
+        raise RankFailure(
+            min(pending), reason, {r: f"timed out after {timeout_s:g} s" for r in pending}
+        )
     return [results[r] for r in range(world)]
 
 
@@ -205,8 +222,15 @@ def _kill_all(procs: list) -> None:
             p.join(2.0)
 
 
-def _child_main(conn, payload: bytes, rank: int, world_size: int, env: dict[str, str],
-                backend: str | None, timeout_s: float) -> None:
+def _child_main(
+    conn,
+    payload: bytes,
+    rank: int,
+    world_size: int,
+    env: dict[str, str],
+    backend: str | None,
+    timeout_s: float,
+) -> None:
     """Entry point of one spawned rank: set the environment, run ``fn``, report the outcome."""
     os.environ.update(env)
     # torchrun's default: one intra-op thread per rank, so N ranks do not oversubscribe the CPU
@@ -221,8 +245,9 @@ def _child_main(conn, payload: bytes, rank: int, world_size: int, env: dict[str,
         value = fn(rank, world_size, *args)
         outcome = _Outcome(ok=True, value=value)
     except BaseException as exc:
-        outcome = _Outcome(ok=False, error=f"{type(exc).__name__}: {exc}",
-                           traceback=traceback.format_exc())
+        outcome = _Outcome(
+            ok=False, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
+        )
     try:
         conn.send(outcome)
     except Exception as exc:

@@ -90,20 +90,34 @@ class VerifyReport:
         if self.failures:
             return "verify FAILED:\n" + "\n".join(f"  {c}" for c in self.failures)
         names = sorted({c.name for c in self.checks})
-        return (f"verify passed: {len(self.checks)} checks ({', '.join(names)}) over "
-                f"{self.world_size} ranks on {self.backend} in {self.seconds:.1f} s")
+        return (
+            f"verify passed: {len(self.checks)} checks ({', '.join(names)}) over "
+            f"{self.world_size} ranks on {self.backend} in {self.seconds:.1f} s"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "strategy": str(self.strategy),
-                "degrees": self.strategy.to_dict(), "world_size": self.world_size,
-                "backend": self.backend, "error": self.error, "failed_rank": self.failed_rank,
-                "seconds": round(self.seconds, 3),
-                "coords": {str(r): c for r, c in sorted(self.coords.items())},
-                "checks": [asdict(c) for c in self.checks]}
+        return {
+            "ok": self.ok,
+            "strategy": str(self.strategy),
+            "degrees": self.strategy.to_dict(),
+            "world_size": self.world_size,
+            "backend": self.backend,
+            "error": self.error,
+            "failed_rank": self.failed_rank,
+            "seconds": round(self.seconds, 3),
+            "coords": {str(r): c for r, c in sorted(self.coords.items())},
+            "checks": [asdict(c) for c in self.checks],
+        }
 
 
-def verify(strategy: Strategy, *, backend: str = "auto", timeout_s: float = 30.0,
-           on_step: StepHook | None = None, groups: Any = None) -> VerifyReport:
+def verify(
+    strategy: Strategy,
+    *,
+    backend: str = "auto",
+    timeout_s: float = 30.0,
+    on_step: StepHook | None = None,
+    groups: Any = None,
+) -> VerifyReport:
     """Check every process group of ``strategy`` numerically; call on every rank.
 
     Uses ``groups`` (a :class:`~parastrat.runtime.groups.Groups`) when given, else initializes
@@ -123,21 +137,32 @@ def verify(strategy: Strategy, *, backend: str = "auto", timeout_s: float = 30.0
         runner = _Runner(groups, timeout_s, on_step)
         runner.run_all()
         gathered: list[Any] = [None] * groups.world_size
-        dist.all_gather_object(gathered, (groups.rank, groups.coords,
-                                          [asdict(c) for c in runner.checks]))
+        dist.all_gather_object(
+            gathered, (groups.rank, groups.coords, [asdict(c) for c in runner.checks])
+        )
     finally:
         if own:
             groups.destroy()
-    report = VerifyReport(strategy=groups.strategy, world_size=groups.world_size,
-                          backend=groups.backend, seconds=time.monotonic() - t0)
+    report = VerifyReport(
+        strategy=groups.strategy,
+        world_size=groups.world_size,
+        backend=groups.backend,
+        seconds=time.monotonic() - t0,
+    )
     for rank, coords, checks in sorted(gathered, key=lambda x: x[0]):
         report.coords[rank] = coords
         report.checks += [Check(**c) for c in checks]
     return report
 
 
-def verify_local(strategy: Strategy, world_size: int, timeout_s: float = 30.0, *,
-                 startup_s: float = 180.0, on_step: StepHook | None = None) -> VerifyReport:
+def verify_local(
+    strategy: Strategy,
+    world_size: int,
+    timeout_s: float = 30.0,
+    *,
+    startup_s: float = 180.0,
+    on_step: StepHook | None = None,
+) -> VerifyReport:
     """Run :func:`verify` on ``world_size`` freshly spawned local gloo ranks.
 
     The strategy is checked against the world first (StrategyError, nothing spawned).  The
@@ -151,26 +176,37 @@ def verify_local(strategy: Strategy, world_size: int, timeout_s: float = 30.0, *
     sized = strategy.with_world_size(world_size)
     t0 = time.monotonic()
     try:
-        results = spawn_local(_verify_rank, world_size,
-                              args=(strategy.to_dict(), float(timeout_s), on_step),
-                              backend=None, timeout_s=startup_s + 4 * timeout_s)
+        results = spawn_local(
+            _verify_rank,
+            world_size,
+            args=(strategy.to_dict(), float(timeout_s), on_step),
+            backend=None,
+            timeout_s=startup_s + 4 * timeout_s,
+        )
     except RankFailure as exc:
-        return VerifyReport(strategy=sized, world_size=world_size, backend="gloo",
-                            error=exc.reason.strip().splitlines()[0] if exc.reason else str(exc),
-                            failed_rank=exc.rank, seconds=time.monotonic() - t0)
+        return VerifyReport(
+            strategy=sized,
+            world_size=world_size,
+            backend="gloo",
+            error=exc.reason.strip().splitlines()[0] if exc.reason else str(exc),
+            failed_rank=exc.rank,
+            seconds=time.monotonic() - t0,
+        )
     report = results[0]
     report.seconds = time.monotonic() - t0
     return report
 
 
-def _verify_rank(rank: int, world: int, strategy_dict: dict, timeout_s: float,
-                 on_step: StepHook | None) -> VerifyReport:
+def _verify_rank(
+    rank: int, world: int, strategy_dict: dict, timeout_s: float, on_step: StepHook | None
+) -> VerifyReport:
     """One spawned rank of :func:`verify_local` (gloo on CPU)."""
     import warnings
 
     warnings.filterwarnings("ignore")  # megatron without Transformer Engine is noisy
-    return verify(Strategy.from_dict(strategy_dict), backend="gloo", timeout_s=timeout_s,
-                  on_step=on_step)
+    return verify(
+        Strategy.from_dict(strategy_dict), backend="gloo", timeout_s=timeout_s, on_step=on_step
+    )
 
 
 class _Runner:
@@ -200,11 +236,21 @@ class _Runner:
         try:
             problem = fn(ranks, self.g[kind])
         except Exception as exc:
-            raise RuntimeError(f"{name} over the {kind} group {ranks} failed on rank "
-                               f"{self.rank}: {type(exc).__name__}: {exc}") from exc
-        self.checks.append(Check(name=name, kind=kind, rank=self.rank, group=list(ranks),
-                                 ok=problem is None, detail=problem or "",
-                                 seconds=round(time.monotonic() - t0, 4)))
+            raise RuntimeError(
+                f"{name} over the {kind} group {ranks} failed on rank "
+                f"{self.rank}: {type(exc).__name__}: {exc}"
+            ) from exc
+        self.checks.append(
+            Check(
+                name=name,
+                kind=kind,
+                rank=self.rank,
+                group=list(ranks),
+                ok=problem is None,
+                detail=problem or "",
+                seconds=round(time.monotonic() - t0, 4),
+            )
+        )
 
     def _distinct(self, kinds: tuple[str, ...], seen: set) -> list[str]:
         """Kinds whose groups have more than one rank and a partition not yet exercised."""
@@ -275,8 +321,10 @@ class _Runner:
         seen = [int(block[0].item())]
         for _ in range(n - 1):
             incoming = torch.empty_like(block)
-            ops = [dist.P2POp(dist.isend, block, nxt, group=pg),
-                   dist.P2POp(dist.irecv, incoming, prv, group=pg)]
+            ops = [
+                dist.P2POp(dist.isend, block, nxt, group=pg),
+                dist.P2POp(dist.irecv, incoming, prv, group=pg),
+            ]
             for work in dist.batch_isend_irecv(ops):
                 self._wait(work)
             block = incoming
@@ -296,7 +344,7 @@ class _Runner:
         value += self.rank + 1
         if i < n - 1:
             self._wait(dist.isend(value, dst=ranks[i + 1], group=pg))
-        want = float(sum(r + 1 for r in ranks[:i + 1]))
+        want = float(sum(r + 1 for r in ranks[: i + 1]))
         if value.item() != want:
             return f"stage {i} holds {value.item():g}, expected {want:g}"
         return None

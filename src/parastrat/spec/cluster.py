@@ -27,8 +27,7 @@ from .hardware import get as get_accelerator
 
 #: Collectives the cost model knows.  "ring" is one hop of a ring exchange (each rank sends S
 #: bytes to its neighbour; callers multiply by the hops), "send_recv" one point-to-point send.
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ring", "send_recv",
-       "broadcast")
+OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ring", "send_recv", "broadcast")
 SPANS = ("intra", "inter")
 
 
@@ -95,8 +94,10 @@ class Calibration:
         if isinstance(data, Calibration):
             return data
         if not isinstance(data, Mapping) or not isinstance(data.get("ops", {}), Mapping):
-            raise SpecError("calibration must be a mapping with an 'ops' mapping "
-                            "{op: {span: {alpha_s, busbw_Bps}}}")
+            raise SpecError(
+                "calibration must be a mapping with an 'ops' mapping "
+                "{op: {span: {alpha_s, busbw_Bps}}}"
+            )
         ops: dict[str, dict[str, tuple[float, float]]] = {}
         for op, spans in data.get("ops", {}).items():
             _check_op(op)
@@ -109,19 +110,26 @@ class Calibration:
                     alpha = float(vals["alpha_s"])
                     bw = float(vals["busbw_Bps"])
                 except (KeyError, TypeError, ValueError):
-                    raise SpecError(f"calibration ops.{op}.{span} needs numeric 'alpha_s' and "
-                                    f"'busbw_Bps', got {vals!r}") from None
+                    raise SpecError(
+                        f"calibration ops.{op}.{span} needs numeric 'alpha_s' and "
+                        f"'busbw_Bps', got {vals!r}"
+                    ) from None
                 if alpha < 0 or bw <= 0:
-                    raise SpecError(f"calibration ops.{op}.{span}: alpha_s must be >= 0 and "
-                                    f"busbw_Bps > 0, got {alpha}, {bw}")
+                    raise SpecError(
+                        f"calibration ops.{op}.{span}: alpha_s must be >= 0 and "
+                        f"busbw_Bps > 0, got {alpha}, {bw}"
+                    )
                 ops.setdefault(op, {})[span] = (alpha, bw)
         return cls(ops=ops, source=str(data.get("source", "")))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ops": {op: {span: {"alpha_s": a, "busbw_Bps": b}
-                             for span, (a, b) in spans.items()}
-                        for op, spans in self.ops.items()},
-                "source": self.source}
+        return {
+            "ops": {
+                op: {span: {"alpha_s": a, "busbw_Bps": b} for span, (a, b) in spans.items()}
+                for op, spans in self.ops.items()
+            },
+            "source": self.source,
+        }
 
 
 def load_calibration(path: str | Path) -> Calibration:
@@ -156,21 +164,30 @@ class Cluster:
     calibration: Calibration | None
     _accel: Accelerator = field(init=False, repr=False, compare=False)
 
-    def __init__(self, accelerator: str | Accelerator = "h100", num_devices: int = 64,
-                 devices_per_node: int | None = None, scale_up_domain: int | None = None,
-                 scale_up_bw_Bps: float | None = None, scale_out_bw_Bps: float | None = None,
-                 calibration: Calibration | Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        accelerator: str | Accelerator = "h100",
+        num_devices: int = 64,
+        devices_per_node: int | None = None,
+        scale_up_domain: int | None = None,
+        scale_up_bw_Bps: float | None = None,
+        scale_out_bw_Bps: float | None = None,
+        calibration: Calibration | Mapping[str, Any] | None = None,
+    ) -> None:
         accel = get_accelerator(accelerator)
         if isinstance(accelerator, str):  # canonical spelling ("H100-SXM" -> "h100")
             accelerator = accel.name
         resolved: dict[str, Any] = {"accelerator": accelerator, "num_devices": num_devices}
-        for name, value in (("devices_per_node", devices_per_node),
-                            ("scale_up_domain", scale_up_domain),
-                            ("scale_up_bw_Bps", scale_up_bw_Bps),
-                            ("scale_out_bw_Bps", scale_out_bw_Bps)):
+        for name, value in (
+            ("devices_per_node", devices_per_node),
+            ("scale_up_domain", scale_up_domain),
+            ("scale_up_bw_Bps", scale_up_bw_Bps),
+            ("scale_out_bw_Bps", scale_out_bw_Bps),
+        ):
             resolved[name] = getattr(accel, name) if value is None else value
-        resolved["calibration"] = (None if calibration is None
-                                   else Calibration.from_dict(calibration))
+        resolved["calibration"] = (
+            None if calibration is None else Calibration.from_dict(calibration)
+        )
         for name in ("num_devices", "devices_per_node", "scale_up_domain"):
             value = resolved[name]
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -205,7 +222,7 @@ class Cluster:
 
     # ---- communication -------------------------------------------------------------------
     def span(self, group_size: int, stride: int = 1) -> str:
-        """"intra" when ``group_size`` ranks ``stride`` apart stay in one scale-up domain."""
+        """ "intra" when ``group_size`` ranks ``stride`` apart stay in one scale-up domain."""
         return "intra" if group_size * stride <= self.scale_up_domain else "inter"
 
     def link(self, span: str) -> tuple[float, float]:
@@ -226,8 +243,9 @@ class Cluster:
                 return hit
         return self.link(span)
 
-    def collective_time(self, op: str, nbytes: float, group_size: int,
-                        span: str | None = None) -> float:
+    def collective_time(
+        self, op: str, nbytes: float, group_size: int, span: str | None = None
+    ) -> float:
         """Seconds for one ``op`` of ``nbytes`` (the full array) over ``group_size`` ranks.
 
         ``alpha * latency_steps(op, n) + nbytes * bus_factor(op, n) / busbw``; 0 when n == 1
@@ -253,16 +271,29 @@ class Cluster:
         return replace(self, num_devices=num_devices)
 
     @classmethod
-    def from_calibration_file(cls, path: str | Path, *, accelerator: str | Accelerator = "h100",
-                              num_devices: int = 64, **overrides: Any) -> Cluster:
+    def from_calibration_file(
+        cls,
+        path: str | Path,
+        *,
+        accelerator: str | Accelerator = "h100",
+        num_devices: int = 64,
+        **overrides: Any,
+    ) -> Cluster:
         """A cluster whose collectives come from the calibration JSON at ``path``."""
-        return cls(accelerator=accelerator, num_devices=num_devices,
-                   calibration=load_calibration(path), **overrides)
+        return cls(
+            accelerator=accelerator,
+            num_devices=num_devices,
+            calibration=load_calibration(path),
+            **overrides,
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"accelerator": self._accel.name, "num_devices": self.num_devices,
-                "devices_per_node": self.devices_per_node,
-                "scale_up_domain": self.scale_up_domain,
-                "scale_up_bw_Bps": self.scale_up_bw_Bps,
-                "scale_out_bw_Bps": self.scale_out_bw_Bps,
-                "calibration": self.calibration.to_dict() if self.calibration else None}
+        return {
+            "accelerator": self._accel.name,
+            "num_devices": self.num_devices,
+            "devices_per_node": self.devices_per_node,
+            "scale_up_domain": self.scale_up_domain,
+            "scale_up_bw_Bps": self.scale_up_bw_Bps,
+            "scale_out_bw_Bps": self.scale_out_bw_Bps,
+            "calibration": self.calibration.to_dict() if self.calibration else None,
+        }

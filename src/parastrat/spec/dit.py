@@ -105,22 +105,32 @@ class DiTSpec:
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        for name in ("hidden_size", "num_attention_heads", "head_dim", "ffn_hidden_size",
-                     "vae_spatial", "vae_temporal", "patch_size", "patch_size_t",
-                     "latent_channels"):
+        for name in (
+            "hidden_size",
+            "num_attention_heads",
+            "head_dim",
+            "ffn_hidden_size",
+            "vae_spatial",
+            "vae_temporal",
+            "patch_size",
+            "patch_size_t",
+            "latent_channels",
+        ):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise SpecError(f"DiTSpec {self.name!r}: {name} must be an int >= 1, "
-                                f"got {value!r}")
+                raise SpecError(f"DiTSpec {self.name!r}: {name} must be an int >= 1, got {value!r}")
         if not isinstance(self.text_tokens, int) or self.text_tokens < 0:
-            raise SpecError(f"DiTSpec {self.name!r}: text_tokens must be an int >= 0, "
-                            f"got {self.text_tokens!r}")
+            raise SpecError(
+                f"DiTSpec {self.name!r}: text_tokens must be an int >= 0, got {self.text_tokens!r}"
+            )
         if not self.blocks:
             raise SpecError(f"DiTSpec {self.name!r}: needs at least one block group")
         groups = self.query_groups
         if self.num_attention_heads % groups:
-            raise SpecError(f"DiTSpec {self.name!r}: {groups} KV heads do not divide "
-                            f"{self.num_attention_heads} attention heads")
+            raise SpecError(
+                f"DiTSpec {self.name!r}: {groups} KV heads do not divide "
+                f"{self.num_attention_heads} attention heads"
+            )
 
     # ---- derived shape -------------------------------------------------------------------
     @property
@@ -156,16 +166,16 @@ class DiTSpec:
         """Weight-matrix parameters of one block of ``kind`` (biases and norms left out)."""
         h, f, q, kv = self.hidden_size, self.ffn_hidden_size, self.inner_dim, self.kv_dim
         mod = self.adaln_dim or h
-        attn = h * q + 2 * h * kv + q * h          # Q, K, V, out
+        attn = h * q + 2 * h * kv + q * h  # Q, K, V, out
         mlp = 2 * h * f
         if kind == "double":
-            return 2 * (attn + mlp + 6 * mod * h)   # two streams, adaLN-Zero (6 vectors) each
+            return 2 * (attn + mlp + 6 * mod * h)  # two streams, adaLN-Zero (6 vectors) each
         if kind == "single":
-            return attn + mlp + 3 * mod * h         # fused in/out matrices; 3 modulation vectors
+            return attn + mlp + 3 * mod * h  # fused in/out matrices; 3 modulation vectors
         if kind == "cross":
-            return 2 * attn + mlp                   # self + cross attention; shared modulation
+            return 2 * attn + mlp  # self + cross attention; shared modulation
         if kind == "joint":
-            return attn + mlp + 2 * 6 * mod * h     # two adaLN (text and video experts)
+            return attn + mlp + 2 * 6 * mod * h  # two adaLN (text and video experts)
         raise SpecError(f"unknown block kind {kind!r}; known: {', '.join(BLOCK_KINDS)}")
 
     @property
@@ -196,7 +206,8 @@ class DiTSpec:
                 raise SpecError(
                     f"{label}={value} is not a multiple of {m} ({self.name}: VAE x"
                     f"{self.vae_spatial} then {self.patch_size}x{self.patch_size} patches); "
-                    f"use {label} {near}")
+                    f"use {label} {near}"
+                )
         if not self.is_video:
             if frames != 1:
                 raise SpecError(f"{self.name} is an image model: frames must be 1, got {frames}")
@@ -207,13 +218,18 @@ class DiTSpec:
                 lo = (frames - 1) // t * t + 1
                 raise SpecError(
                     f"frames={frames} cannot be taken by {self.name}'s causal video VAE, which "
-                    f"needs {t}k+1 frames (1 + {t} per latent frame); use frames {lo} or {lo + t}")
+                    f"needs {t}k+1 frames (1 + {t} per latent frame); use frames {lo} or {lo + t}"
+                )
             latent_frames = (frames - 1) // t + 1
         pt = self.patch_size_t
         padded = -latent_frames % pt
-        return LatentShape(frames=(latent_frames + padded) // pt,
-                           height=height // m, width=width // m,
-                           latent_frames=latent_frames, padded_latent_frames=padded)
+        return LatentShape(
+            frames=(latent_frames + padded) // pt,
+            height=height // m,
+            width=width // m,
+            latent_frames=latent_frames,
+            padded_latent_frames=padded,
+        )
 
     def tokens(self, height: int, width: int, frames: int = 1) -> int:
         """Image/video tokens for an output of ``height x width`` pixels and ``frames`` frames.
@@ -232,15 +248,23 @@ class DiTSpec:
     def latent_elements(self, height: int, width: int, frames: int = 1) -> int:
         """Elements of the latent the transformer predicts each step (what CFG gathers)."""
         shape = self.latent_shape(height, width, frames)
-        return (shape.latent_frames + shape.padded_latent_frames) * (height // self.vae_spatial) \
-            * (width // self.vae_spatial) * self.latent_channels
+        return (
+            (shape.latent_frames + shape.padded_latent_frames)
+            * (height // self.vae_spatial)
+            * (width // self.vae_spatial)
+            * self.latent_channels
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("extra")
         d["blocks"] = [{"kind": g.kind, "count": g.count} for g in self.blocks]
-        d.update(num_layers=self.num_layers, num_params=self.num_params,
-                 mlp_ratio=self.mlp_ratio, query_groups=self.query_groups)
+        d.update(
+            num_layers=self.num_layers,
+            num_params=self.num_params,
+            mlp_ratio=self.mlp_ratio,
+            query_groups=self.query_groups,
+        )
         return d
 
 
@@ -264,79 +288,161 @@ def register(spec: DiTSpec) -> DiTSpec:
     return spec
 
 
-register(DiTSpec(
-    name="flux.1-dev",
-    blocks=(BlockGroup("double", 19), BlockGroup("single", 38)),
-    hidden_size=3072, num_attention_heads=24, head_dim=128, ffn_hidden_size=12288,
-    text_tokens=512, vae_spatial=8, patch_size=2, latent_channels=16,
-    text_encoder_params=_T5_XXL + _CLIP_L, embedder_params=0.07e9,
-    vae_decode_flops_per_pixel=9.3e6, guidance_distilled=True,
-    source="black-forest-labs/FLUX.1-dev transformer/config.json (19 double + 38 single "
-           "blocks, 24x128 heads); FluxPipeline max_sequence_length=512; 16-channel 8x VAE, "
-           "2x2 packing"))
+register(
+    DiTSpec(
+        name="flux.1-dev",
+        blocks=(BlockGroup("double", 19), BlockGroup("single", 38)),
+        hidden_size=3072,
+        num_attention_heads=24,
+        head_dim=128,
+        ffn_hidden_size=12288,
+        text_tokens=512,
+        vae_spatial=8,
+        patch_size=2,
+        latent_channels=16,
+        text_encoder_params=_T5_XXL + _CLIP_L,
+        embedder_params=0.07e9,
+        vae_decode_flops_per_pixel=9.3e6,
+        guidance_distilled=True,
+        source="black-forest-labs/FLUX.1-dev transformer/config.json (19 double + 38 single "
+        "blocks, 24x128 heads); FluxPipeline max_sequence_length=512; 16-channel 8x VAE, "
+        "2x2 packing",
+    )
+)
 
-register(DiTSpec(
-    name="wan2.1-t2v-1.3b",
-    blocks=(BlockGroup("cross", 30),),
-    hidden_size=1536, num_attention_heads=12, head_dim=128, ffn_hidden_size=8960,
-    text_tokens=512, vae_spatial=8, vae_temporal=4, patch_size=2, latent_channels=16,
-    text_encoder_params=5.68e9, embedder_params=0.03e9,
-    vae_decode_flops_per_pixel=1.3e7, is_video=True,
-    source="Wan-AI/Wan2.1-T2V-1.3B config.json (dim 1536, ffn 8960, 12 heads, 30 layers, "
-           "patch (1,2,2), text_len 512); Wan-VAE stride (4,8,8), z_dim 16; umT5-XXL encoder"))
+register(
+    DiTSpec(
+        name="wan2.1-t2v-1.3b",
+        blocks=(BlockGroup("cross", 30),),
+        hidden_size=1536,
+        num_attention_heads=12,
+        head_dim=128,
+        ffn_hidden_size=8960,
+        text_tokens=512,
+        vae_spatial=8,
+        vae_temporal=4,
+        patch_size=2,
+        latent_channels=16,
+        text_encoder_params=5.68e9,
+        embedder_params=0.03e9,
+        vae_decode_flops_per_pixel=1.3e7,
+        is_video=True,
+        source="Wan-AI/Wan2.1-T2V-1.3B config.json (dim 1536, ffn 8960, 12 heads, 30 layers, "
+        "patch (1,2,2), text_len 512); Wan-VAE stride (4,8,8), z_dim 16; umT5-XXL encoder",
+    )
+)
 
-register(DiTSpec(
-    name="wan2.1-t2v-14b",
-    blocks=(BlockGroup("cross", 40),),
-    hidden_size=5120, num_attention_heads=40, head_dim=128, ffn_hidden_size=13824,
-    text_tokens=512, vae_spatial=8, vae_temporal=4, patch_size=2, latent_channels=16,
-    text_encoder_params=5.68e9, embedder_params=0.1e9,
-    vae_decode_flops_per_pixel=1.3e7, is_video=True,
-    source="Wan-AI/Wan2.1-T2V-14B config.json (dim 5120, ffn 13824, 40 heads, 40 layers, "
-           "patch (1,2,2), text_len 512); Wan-VAE stride (4,8,8), z_dim 16"))
+register(
+    DiTSpec(
+        name="wan2.1-t2v-14b",
+        blocks=(BlockGroup("cross", 40),),
+        hidden_size=5120,
+        num_attention_heads=40,
+        head_dim=128,
+        ffn_hidden_size=13824,
+        text_tokens=512,
+        vae_spatial=8,
+        vae_temporal=4,
+        patch_size=2,
+        latent_channels=16,
+        text_encoder_params=5.68e9,
+        embedder_params=0.1e9,
+        vae_decode_flops_per_pixel=1.3e7,
+        is_video=True,
+        source="Wan-AI/Wan2.1-T2V-14B config.json (dim 5120, ffn 13824, 40 heads, 40 layers, "
+        "patch (1,2,2), text_len 512); Wan-VAE stride (4,8,8), z_dim 16",
+    )
+)
 
-register(DiTSpec(
-    name="hunyuanvideo",
-    blocks=(BlockGroup("double", 20), BlockGroup("single", 40)),
-    hidden_size=3072, num_attention_heads=24, head_dim=128, ffn_hidden_size=12288,
-    text_tokens=256, vae_spatial=8, vae_temporal=4, patch_size=2, latent_channels=16,
-    text_encoder_params=7.5e9 + _CLIP_L, embedder_params=0.35e9,
-    vae_decode_flops_per_pixel=2.3e7, guidance_distilled=True, is_video=True,
-    source="tencent/HunyuanVideo (arXiv 2412.03603; diffusers HunyuanVideoTransformer3DModel: "
-           "20 dual + 40 single blocks, 24x128 heads, mlp_ratio 4, patch 2/1, text_len 256); "
-           "3D causal VAE 4x8x8, 16 channels; LLaVA-LLaMA-3-8B + CLIP-L text encoders"))
+register(
+    DiTSpec(
+        name="hunyuanvideo",
+        blocks=(BlockGroup("double", 20), BlockGroup("single", 40)),
+        hidden_size=3072,
+        num_attention_heads=24,
+        head_dim=128,
+        ffn_hidden_size=12288,
+        text_tokens=256,
+        vae_spatial=8,
+        vae_temporal=4,
+        patch_size=2,
+        latent_channels=16,
+        text_encoder_params=7.5e9 + _CLIP_L,
+        embedder_params=0.35e9,
+        vae_decode_flops_per_pixel=2.3e7,
+        guidance_distilled=True,
+        is_video=True,
+        source="tencent/HunyuanVideo (arXiv 2412.03603; diffusers HunyuanVideoTransformer3DModel: "
+        "20 dual + 40 single blocks, 24x128 heads, mlp_ratio 4, patch 2/1, text_len 256); "
+        "3D causal VAE 4x8x8, 16 channels; LLaVA-LLaMA-3-8B + CLIP-L text encoders",
+    )
+)
 
-register(DiTSpec(
-    name="sd3.5-large",
-    blocks=(BlockGroup("double", 38),),
-    hidden_size=2432, num_attention_heads=38, head_dim=64, ffn_hidden_size=9728,
-    text_tokens=333, vae_spatial=8, patch_size=2, latent_channels=16,
-    text_encoder_params=_T5_XXL + _CLIP_L + 0.695e9, embedder_params=0.06e9,
-    vae_decode_flops_per_pixel=9.3e6,
-    source="stabilityai/stable-diffusion-3.5-large transformer/config.json (38 joint blocks, "
-           "38x64 heads); text = 77 CLIP + 256 T5 tokens; 16-channel 8x VAE, patch 2"))
+register(
+    DiTSpec(
+        name="sd3.5-large",
+        blocks=(BlockGroup("double", 38),),
+        hidden_size=2432,
+        num_attention_heads=38,
+        head_dim=64,
+        ffn_hidden_size=9728,
+        text_tokens=333,
+        vae_spatial=8,
+        patch_size=2,
+        latent_channels=16,
+        text_encoder_params=_T5_XXL + _CLIP_L + 0.695e9,
+        embedder_params=0.06e9,
+        vae_decode_flops_per_pixel=9.3e6,
+        source="stabilityai/stable-diffusion-3.5-large transformer/config.json (38 joint blocks, "
+        "38x64 heads); text = 77 CLIP + 256 T5 tokens; 16-channel 8x VAE, patch 2",
+    )
+)
 
-register(DiTSpec(
-    name="cogvideox1.5-5b",
-    blocks=(BlockGroup("joint", 42),),
-    hidden_size=3072, num_attention_heads=48, head_dim=64, ffn_hidden_size=12288,
-    text_tokens=224, vae_spatial=8, vae_temporal=4, patch_size=2, patch_size_t=2,
-    latent_channels=16, adaln_dim=512, text_encoder_params=_T5_XXL, embedder_params=0.03e9,
-    vae_decode_flops_per_pixel=2.3e7, is_video=True,
-    source="THUDM/CogVideoX1.5-5B transformer/config.json (42 layers, 48x64 heads, "
-           "patch_size 2, patch_size_t 2, max_text_seq_length 224, time_embed_dim 512); "
-           "VAE 4x8x8, 16 channels; the pipeline pads odd latent frame counts by one"))
+register(
+    DiTSpec(
+        name="cogvideox1.5-5b",
+        blocks=(BlockGroup("joint", 42),),
+        hidden_size=3072,
+        num_attention_heads=48,
+        head_dim=64,
+        ffn_hidden_size=12288,
+        text_tokens=224,
+        vae_spatial=8,
+        vae_temporal=4,
+        patch_size=2,
+        patch_size_t=2,
+        latent_channels=16,
+        adaln_dim=512,
+        text_encoder_params=_T5_XXL,
+        embedder_params=0.03e9,
+        vae_decode_flops_per_pixel=2.3e7,
+        is_video=True,
+        source="THUDM/CogVideoX1.5-5B transformer/config.json (42 layers, 48x64 heads, "
+        "patch_size 2, patch_size_t 2, max_text_seq_length 224, time_embed_dim 512); "
+        "VAE 4x8x8, 16 channels; the pipeline pads odd latent frame counts by one",
+    )
+)
 
-register(DiTSpec(
-    name="qwen-image",
-    blocks=(BlockGroup("double", 60),),
-    hidden_size=3072, num_attention_heads=24, head_dim=128, ffn_hidden_size=12288,
-    text_tokens=512, vae_spatial=8, patch_size=2, latent_channels=16,
-    text_encoder_params=8.3e9, embedder_params=0.03e9,
-    vae_decode_flops_per_pixel=1.3e7,
-    source="Qwen/Qwen-Image transformer/config.json (60 MMDiT blocks, 24x128 heads, patch 2); "
-           "text from Qwen2.5-VL-7B, up to max_sequence_length 512 tokens (an upper bound: "
-           "prompts are not padded); Wan-style VAE, 8x, 16 channels"))
+register(
+    DiTSpec(
+        name="qwen-image",
+        blocks=(BlockGroup("double", 60),),
+        hidden_size=3072,
+        num_attention_heads=24,
+        head_dim=128,
+        ffn_hidden_size=12288,
+        text_tokens=512,
+        vae_spatial=8,
+        patch_size=2,
+        latent_channels=16,
+        text_encoder_params=8.3e9,
+        embedder_params=0.03e9,
+        vae_decode_flops_per_pixel=1.3e7,
+        source="Qwen/Qwen-Image transformer/config.json (60 MMDiT blocks, 24x128 heads, patch 2); "
+        "text from Qwen2.5-VL-7B, up to max_sequence_length 512 tokens (an upper bound: "
+        "prompts are not padded); Wan-style VAE, 8x, 16 channels",
+    )
+)
 
 
 def names() -> list[str]:
@@ -356,8 +462,7 @@ def get(name: str | DiTSpec) -> DiTSpec:
     except KeyError:
         close = [n for n in names() if key and (key in n or n.split("-")[0] in key)]
         hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise SpecError(f"unknown DiT model {name!r}{hint}; known: {', '.join(names())}") \
-            from None
+        raise SpecError(f"unknown DiT model {name!r}{hint}; known: {', '.join(names())}") from None
 
 
 def ceil_div(a: int, b: int) -> int:

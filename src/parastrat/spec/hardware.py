@@ -30,10 +30,21 @@ GBps = 1e9
 
 #: Precision spellings people use -> the key in ``Accelerator.peak_flops``.
 _PRECISION_ALIASES = {
-    "bf16": "bf16", "bfloat16": "bf16", "fp16": "bf16", "float16": "bf16", "half": "bf16",
-    "fp8": "fp8", "fp8-cs": "fp8", "fp8-ds": "fp8", "fp8-delayed": "fp8",
-    "fp8-current": "fp8", "fp8-tensorwise": "fp8", "fp8-blockwise": "fp8", "fp8-block": "fp8",
-    "mxfp8": "mxfp8", "mx-fp8": "mxfp8",
+    "bf16": "bf16",
+    "bfloat16": "bf16",
+    "fp16": "bf16",
+    "float16": "bf16",
+    "half": "bf16",
+    "fp8": "fp8",
+    "fp8-cs": "fp8",
+    "fp8-ds": "fp8",
+    "fp8-delayed": "fp8",
+    "fp8-current": "fp8",
+    "fp8-tensorwise": "fp8",
+    "fp8-blockwise": "fp8",
+    "fp8-block": "fp8",
+    "mxfp8": "mxfp8",
+    "mx-fp8": "mxfp8",
 }
 PRECISIONS = ("bf16", "fp8", "mxfp8")
 
@@ -47,9 +58,10 @@ def canonical_precision(precision: str) -> str:
     try:
         return _PRECISION_ALIASES[key]
     except KeyError:
-        raise SpecError(f"unknown precision {precision!r}; use one of "
-                        f"{', '.join(PRECISIONS)} (FP8 recipes such as 'fp8-cs' map to fp8)"
-                        ) from None
+        raise SpecError(
+            f"unknown precision {precision!r}; use one of "
+            f"{', '.join(PRECISIONS)} (FP8 recipes such as 'fp8-cs' map to fp8)"
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -93,13 +105,18 @@ class Accelerator:
 
     def to_dict(self) -> dict[str, object]:
         return {
-            "name": self.name, "vendor": self.vendor, "memory_bytes": self.memory_bytes,
-            "peak_flops": dict(self.peak_flops), "mem_bandwidth_Bps": self.mem_bandwidth_Bps,
-            "scale_up_domain": self.scale_up_domain, "scale_up_bw_Bps": self.scale_up_bw_Bps,
+            "name": self.name,
+            "vendor": self.vendor,
+            "memory_bytes": self.memory_bytes,
+            "peak_flops": dict(self.peak_flops),
+            "mem_bandwidth_Bps": self.mem_bandwidth_Bps,
+            "scale_up_domain": self.scale_up_domain,
+            "scale_up_bw_Bps": self.scale_up_bw_Bps,
             "scale_up_peak_Bps": self.scale_up_peak_Bps,
             "scale_out_bw_Bps": self.scale_out_bw_Bps,
             "devices_per_node": self.devices_per_node,
-            "intra_latency_s": self.intra_latency_s, "inter_latency_s": self.inter_latency_s,
+            "intra_latency_s": self.intra_latency_s,
+            "inter_latency_s": self.inter_latency_s,
             "source": self.source,
         }
 
@@ -144,89 +161,159 @@ def get(name: str | Accelerator) -> Accelerator:
 # sparsity), no FP8, HBM2e 80GB at 2,039 GB/s, NVLink3 600 GB/s bidirectional (300 each way).
 # DGX A100: 8 GPUs, 8x ConnectX-6 HDR 200 Gb/s (25 GB/s per GPU).  Achievable NVLink3 all-reduce
 # busbw in nccl-tests on DGX A100: ~230 GB/s.
-register(Accelerator(
-    name="a100", vendor="nvidia", memory_bytes=80 * GiB,
-    peak_flops={"bf16": 312 * TFLOPS},
-    mem_bandwidth_Bps=2039 * GBps, scale_up_domain=8, scale_up_bw_Bps=230 * GBps,
-    scale_up_peak_Bps=300 * GBps, scale_out_bw_Bps=25 * GBps, devices_per_node=8,
-    intra_latency_s=3e-6, inter_latency_s=8e-6,
-    source="NVIDIA A100 datasheet (SXM4 80GB); DGX A100 user guide (8x HDR 200Gb/s)",
-    aliases=("a100-sxm", "a100-80gb", "a100-sxm4-80gb")))
+register(
+    Accelerator(
+        name="a100",
+        vendor="nvidia",
+        memory_bytes=80 * GiB,
+        peak_flops={"bf16": 312 * TFLOPS},
+        mem_bandwidth_Bps=2039 * GBps,
+        scale_up_domain=8,
+        scale_up_bw_Bps=230 * GBps,
+        scale_up_peak_Bps=300 * GBps,
+        scale_out_bw_Bps=25 * GBps,
+        devices_per_node=8,
+        intra_latency_s=3e-6,
+        inter_latency_s=8e-6,
+        source="NVIDIA A100 datasheet (SXM4 80GB); DGX A100 user guide (8x HDR 200Gb/s)",
+        aliases=("a100-sxm", "a100-80gb", "a100-sxm4-80gb"),
+    )
+)
 
 # H100 SXM5 80GB. NVIDIA H100 Tensor Core GPU datasheet: BF16 989 TFLOPS dense (1,979 sparse),
 # FP8 1,979 dense; HBM3 80GB at 3.35 TB/s; NVLink4 900 GB/s bidirectional (450 each way).
 # DGX H100: 8x ConnectX-7 NDR 400 Gb/s = 50 GB/s per GPU.  Achievable NVLink4 all-reduce busbw
 # (nccl-tests, without NVLS): ~360-400 GB/s; 370 used.
-register(Accelerator(
-    name="h100", vendor="nvidia", memory_bytes=80 * GiB,
-    peak_flops={"bf16": 989 * TFLOPS, "fp8": 1979 * TFLOPS},
-    mem_bandwidth_Bps=3350 * GBps, scale_up_domain=8, scale_up_bw_Bps=370 * GBps,
-    scale_up_peak_Bps=450 * GBps, scale_out_bw_Bps=50 * GBps, devices_per_node=8,
-    intra_latency_s=2.5e-6, inter_latency_s=6e-6,
-    source="NVIDIA H100 datasheet (SXM5); DGX H100 user guide (8x CX-7 NDR 400Gb/s)",
-    aliases=("h100-sxm", "h100-sxm5", "h100-80gb", "dgx-h100")))
+register(
+    Accelerator(
+        name="h100",
+        vendor="nvidia",
+        memory_bytes=80 * GiB,
+        peak_flops={"bf16": 989 * TFLOPS, "fp8": 1979 * TFLOPS},
+        mem_bandwidth_Bps=3350 * GBps,
+        scale_up_domain=8,
+        scale_up_bw_Bps=370 * GBps,
+        scale_up_peak_Bps=450 * GBps,
+        scale_out_bw_Bps=50 * GBps,
+        devices_per_node=8,
+        intra_latency_s=2.5e-6,
+        inter_latency_s=6e-6,
+        source="NVIDIA H100 datasheet (SXM5); DGX H100 user guide (8x CX-7 NDR 400Gb/s)",
+        aliases=("h100-sxm", "h100-sxm5", "h100-80gb", "dgx-h100"),
+    )
+)
 
 # H200 SXM 141GB. NVIDIA H200 datasheet: same tensor cores as H100 (BF16 989 / FP8 1,979 dense),
 # HBM3e 141GB at 4.8 TB/s, NVLink4 900 GB/s.  HGX H200 ships with 400 Gb/s NDR per GPU.
-register(Accelerator(
-    name="h200", vendor="nvidia", memory_bytes=141 * GiB,
-    peak_flops={"bf16": 989 * TFLOPS, "fp8": 1979 * TFLOPS},
-    mem_bandwidth_Bps=4800 * GBps, scale_up_domain=8, scale_up_bw_Bps=370 * GBps,
-    scale_up_peak_Bps=450 * GBps, scale_out_bw_Bps=50 * GBps, devices_per_node=8,
-    intra_latency_s=2.5e-6, inter_latency_s=6e-6,
-    source="NVIDIA H200 datasheet (SXM); HGX H200 with CX-7 NDR 400Gb/s",
-    aliases=("h200-sxm", "h200-141gb")))
+register(
+    Accelerator(
+        name="h200",
+        vendor="nvidia",
+        memory_bytes=141 * GiB,
+        peak_flops={"bf16": 989 * TFLOPS, "fp8": 1979 * TFLOPS},
+        mem_bandwidth_Bps=4800 * GBps,
+        scale_up_domain=8,
+        scale_up_bw_Bps=370 * GBps,
+        scale_up_peak_Bps=450 * GBps,
+        scale_out_bw_Bps=50 * GBps,
+        devices_per_node=8,
+        intra_latency_s=2.5e-6,
+        inter_latency_s=6e-6,
+        source="NVIDIA H200 datasheet (SXM); HGX H200 with CX-7 NDR 400Gb/s",
+        aliases=("h200-sxm", "h200-141gb"),
+    )
+)
 
 # B200 (HGX B200 / DGX B200, 1,000 W). DGX B200 datasheet: 72 PFLOPS FP8 training for 8 GPUs
 # = 9 PFLOPS FP8 sparse per GPU -> 4.5 PFLOPS FP8 dense, 2.25 PFLOPS BF16 dense; 1,440 GB HBM3e
 # for 8 GPUs = 180 GB, 64 TB/s total = 8 TB/s per GPU; NVLink5 1.8 TB/s bidirectional (900 GB/s
 # each way); 8x ConnectX-7 400 Gb/s.  MXFP8 runs at the FP8 rate.  Achievable NVLink5 all-reduce
 # busbw ~720 GB/s (80 % of the link peak, as for NVLink4).
-register(Accelerator(
-    name="b200", vendor="nvidia", memory_bytes=180 * GiB,
-    peak_flops={"bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "mxfp8": 4500 * TFLOPS},
-    mem_bandwidth_Bps=8000 * GBps, scale_up_domain=8, scale_up_bw_Bps=720 * GBps,
-    scale_up_peak_Bps=900 * GBps, scale_out_bw_Bps=50 * GBps, devices_per_node=8,
-    intra_latency_s=2.5e-6, inter_latency_s=6e-6,
-    source="NVIDIA DGX B200 datasheet; HGX B200 (NVLink5, CX-7 400Gb/s)",
-    aliases=("b200-sxm", "dgx-b200", "hgx-b200")))
+register(
+    Accelerator(
+        name="b200",
+        vendor="nvidia",
+        memory_bytes=180 * GiB,
+        peak_flops={"bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "mxfp8": 4500 * TFLOPS},
+        mem_bandwidth_Bps=8000 * GBps,
+        scale_up_domain=8,
+        scale_up_bw_Bps=720 * GBps,
+        scale_up_peak_Bps=900 * GBps,
+        scale_out_bw_Bps=50 * GBps,
+        devices_per_node=8,
+        intra_latency_s=2.5e-6,
+        inter_latency_s=6e-6,
+        source="NVIDIA DGX B200 datasheet; HGX B200 (NVLink5, CX-7 400Gb/s)",
+        aliases=("b200-sxm", "dgx-b200", "hgx-b200"),
+    )
+)
 
 # B300 (HGX B300, Blackwell Ultra). NVIDIA HGX B300 / DGX B300 datasheet: 2.3 TB HBM3e for 8 GPUs
 # = 288 GB per GPU, 8 TB/s per GPU; dense BF16 2.25 PFLOPS and FP8 4.5 PFLOPS per GPU (the
 # Ultra gains are in FP4 and attention); NVLink5 900 GB/s each way; ConnectX-8 SuperNIC
 # 800 Gb/s per GPU (100 GB/s).
-register(Accelerator(
-    name="b300", vendor="nvidia", memory_bytes=288 * GiB,
-    peak_flops={"bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "mxfp8": 4500 * TFLOPS},
-    mem_bandwidth_Bps=8000 * GBps, scale_up_domain=8, scale_up_bw_Bps=720 * GBps,
-    scale_up_peak_Bps=900 * GBps, scale_out_bw_Bps=100 * GBps, devices_per_node=8,
-    intra_latency_s=2.5e-6, inter_latency_s=6e-6,
-    source="NVIDIA HGX/DGX B300 datasheet (Blackwell Ultra, CX-8 800Gb/s)",
-    aliases=("b300-sxm", "dgx-b300", "hgx-b300", "blackwell-ultra")))
+register(
+    Accelerator(
+        name="b300",
+        vendor="nvidia",
+        memory_bytes=288 * GiB,
+        peak_flops={"bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "mxfp8": 4500 * TFLOPS},
+        mem_bandwidth_Bps=8000 * GBps,
+        scale_up_domain=8,
+        scale_up_bw_Bps=720 * GBps,
+        scale_up_peak_Bps=900 * GBps,
+        scale_out_bw_Bps=100 * GBps,
+        devices_per_node=8,
+        intra_latency_s=2.5e-6,
+        inter_latency_s=6e-6,
+        source="NVIDIA HGX/DGX B300 datasheet (Blackwell Ultra, CX-8 800Gb/s)",
+        aliases=("b300-sxm", "dgx-b300", "hgx-b300", "blackwell-ultra"),
+    )
+)
 
 # GB200 NVL72. NVIDIA GB200 NVL72 datasheet: per GPU 2.5 PFLOPS BF16 dense (5 sparse), FP8 5
 # PFLOPS dense, HBM3e 186 GB (13.4 TB / 72) at 8 TB/s; the whole rack is one NVLink5 domain of 72
 # GPUs (900 GB/s each way per GPU); compute trays hold 4 GPUs (2 superchips); ConnectX-7
 # 400 Gb/s per GPU for scale-out.
-register(Accelerator(
-    name="gb200", vendor="nvidia", memory_bytes=186 * GiB,
-    peak_flops={"bf16": 2500 * TFLOPS, "fp8": 5000 * TFLOPS, "mxfp8": 5000 * TFLOPS},
-    mem_bandwidth_Bps=8000 * GBps, scale_up_domain=72, scale_up_bw_Bps=720 * GBps,
-    scale_up_peak_Bps=900 * GBps, scale_out_bw_Bps=50 * GBps, devices_per_node=4,
-    intra_latency_s=3e-6, inter_latency_s=6e-6,
-    source="NVIDIA GB200 NVL72 datasheet (per-GPU figures; NVL72 = one 72-GPU NVLink domain)",
-    aliases=("gb200-nvl72", "nvl72", "gb200nvl72")))
+register(
+    Accelerator(
+        name="gb200",
+        vendor="nvidia",
+        memory_bytes=186 * GiB,
+        peak_flops={"bf16": 2500 * TFLOPS, "fp8": 5000 * TFLOPS, "mxfp8": 5000 * TFLOPS},
+        mem_bandwidth_Bps=8000 * GBps,
+        scale_up_domain=72,
+        scale_up_bw_Bps=720 * GBps,
+        scale_up_peak_Bps=900 * GBps,
+        scale_out_bw_Bps=50 * GBps,
+        devices_per_node=4,
+        intra_latency_s=3e-6,
+        inter_latency_s=6e-6,
+        source="NVIDIA GB200 NVL72 datasheet (per-GPU figures; NVL72 = one 72-GPU NVLink domain)",
+        aliases=("gb200-nvl72", "nvl72", "gb200nvl72"),
+    )
+)
 
 # GB300 NVL72. NVIDIA GB300 NVL72 datasheet: per GPU 288 GB HBM3e at 8 TB/s, dense BF16 2.5
 # PFLOPS and FP8 5 PFLOPS, NVLink5 in a 72-GPU domain, ConnectX-8 800 Gb/s (XDR) per GPU.
-register(Accelerator(
-    name="gb300", vendor="nvidia", memory_bytes=288 * GiB,
-    peak_flops={"bf16": 2500 * TFLOPS, "fp8": 5000 * TFLOPS, "mxfp8": 5000 * TFLOPS},
-    mem_bandwidth_Bps=8000 * GBps, scale_up_domain=72, scale_up_bw_Bps=720 * GBps,
-    scale_up_peak_Bps=900 * GBps, scale_out_bw_Bps=100 * GBps, devices_per_node=4,
-    intra_latency_s=3e-6, inter_latency_s=6e-6,
-    source="NVIDIA GB300 NVL72 datasheet (Blackwell Ultra; CX-8 800Gb/s XDR per GPU)",
-    aliases=("gb300-nvl72", "gb300nvl72")))
+register(
+    Accelerator(
+        name="gb300",
+        vendor="nvidia",
+        memory_bytes=288 * GiB,
+        peak_flops={"bf16": 2500 * TFLOPS, "fp8": 5000 * TFLOPS, "mxfp8": 5000 * TFLOPS},
+        mem_bandwidth_Bps=8000 * GBps,
+        scale_up_domain=72,
+        scale_up_bw_Bps=720 * GBps,
+        scale_up_peak_Bps=900 * GBps,
+        scale_out_bw_Bps=100 * GBps,
+        devices_per_node=4,
+        intra_latency_s=3e-6,
+        inter_latency_s=6e-6,
+        source="NVIDIA GB300 NVL72 datasheet (Blackwell Ultra; CX-8 800Gb/s XDR per GPU)",
+        aliases=("gb300-nvl72", "gb300nvl72"),
+    )
+)
 
 # ---- Huawei Ascend -----------------------------------------------------------------------
 # Ascend 910B (Atlas 800T A2 training server). Huawei Atlas 800T A2 product page / Ascend 910B
@@ -236,14 +323,24 @@ register(Accelerator(
 # NOTE: older Atlas 800 (910A/910 Pro) servers form two 4-card HCCS islands; MindIE-SD's
 # measurements there (reference/mindiesd.md) give ~132 GB/s all-to-all inside an island and ~86
 # GB/s across.  For those servers use Cluster(..., scale_up_domain=4).
-register(Accelerator(
-    name="ascend-910b", vendor="huawei", memory_bytes=64 * GiB,
-    peak_flops={"bf16": 313 * TFLOPS},
-    mem_bandwidth_Bps=1600 * GBps, scale_up_domain=8, scale_up_bw_Bps=150 * GBps,
-    scale_up_peak_Bps=196 * GBps, scale_out_bw_Bps=25 * GBps, devices_per_node=8,
-    intra_latency_s=5e-6, inter_latency_s=10e-6,
-    source="Huawei Atlas 800T A2 / Ascend 910B specs (HCCS full mesh of 8, 200GE RoCE)",
-    aliases=("910b", "ascend910b", "atlas-800t-a2")))
+register(
+    Accelerator(
+        name="ascend-910b",
+        vendor="huawei",
+        memory_bytes=64 * GiB,
+        peak_flops={"bf16": 313 * TFLOPS},
+        mem_bandwidth_Bps=1600 * GBps,
+        scale_up_domain=8,
+        scale_up_bw_Bps=150 * GBps,
+        scale_up_peak_Bps=196 * GBps,
+        scale_out_bw_Bps=25 * GBps,
+        devices_per_node=8,
+        intra_latency_s=5e-6,
+        inter_latency_s=10e-6,
+        source="Huawei Atlas 800T A2 / Ascend 910B specs (HCCS full mesh of 8, 200GE RoCE)",
+        aliases=("910b", "ascend910b", "atlas-800t-a2"),
+    )
+)
 
 # Ascend 910C (Atlas 800T A3 / CloudMatrix 384). Two 910B-class dies in one package: FP16/BF16
 # ~752 TFLOPS dense (some sources quote 800), 128 GB HBM at ~3.2 TB/s, no FP8.  One preset device
@@ -253,11 +350,21 @@ register(Accelerator(
 # CloudMatrix 384 supernode extends the domain to 384 over the UB fabric (use
 # Cluster(scale_up_domain=384) there).  ~392 GB/s UB per package each way, ~280 achievable
 # (estimate); 400 Gb/s RDMA per package for scale-out.
-register(Accelerator(
-    name="ascend-910c", vendor="huawei", memory_bytes=128 * GiB,
-    peak_flops={"bf16": 752 * TFLOPS},
-    mem_bandwidth_Bps=3200 * GBps, scale_up_domain=8, scale_up_bw_Bps=280 * GBps,
-    scale_up_peak_Bps=392 * GBps, scale_out_bw_Bps=50 * GBps, devices_per_node=8,
-    intra_latency_s=5e-6, inter_latency_s=10e-6,
-    source="Huawei Atlas 800T A3 / CloudMatrix 384 public figures (910C package = 2 dies)",
-    aliases=("910c", "ascend910c", "atlas-800t-a3")))
+register(
+    Accelerator(
+        name="ascend-910c",
+        vendor="huawei",
+        memory_bytes=128 * GiB,
+        peak_flops={"bf16": 752 * TFLOPS},
+        mem_bandwidth_Bps=3200 * GBps,
+        scale_up_domain=8,
+        scale_up_bw_Bps=280 * GBps,
+        scale_up_peak_Bps=392 * GBps,
+        scale_out_bw_Bps=50 * GBps,
+        devices_per_node=8,
+        intra_latency_s=5e-6,
+        inter_latency_s=10e-6,
+        source="Huawei Atlas 800T A3 / CloudMatrix 384 public figures (910C package = 2 dies)",
+        aliases=("910c", "ascend910c", "atlas-800t-a3"),
+    )
+)

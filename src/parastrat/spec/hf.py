@@ -40,8 +40,13 @@ from ..errors import SpecError
 from .model import ModelSpec
 
 #: Families whose MLP is *not* gated (HF Llama-likes always use gate/up/down).
-_UNGATED = {"nemotron": "squared ReLU", "gpt2": "GELU", "gpt_bigcode": "GELU",
-            "starcoder2": "GELU", "falcon": "GELU"}
+_UNGATED = {
+    "nemotron": "squared ReLU",
+    "gpt2": "GELU",
+    "gpt_bigcode": "GELU",
+    "starcoder2": "GELU",
+    "falcon": "GELU",
+}
 #: Families with per-head QK RMSNorm.
 _QK_NORM = {"qwen3", "qwen3_moe", "olmoe", "olmo2"}
 #: Families with a bias on Q/K/V only.
@@ -59,8 +64,10 @@ def _read(path: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     try:
         text = p.read_text()
     except OSError as exc:
-        raise SpecError(f"cannot read Hugging Face config {p}: {exc.strerror or exc} "
-                        "(pass a local config.json or the folder holding it)") from None
+        raise SpecError(
+            f"cannot read Hugging Face config {p}: {exc.strerror or exc} "
+            "(pass a local config.json or the folder holding it)"
+        ) from None
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -70,8 +77,9 @@ def _read(path: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     return data, str(p)
 
 
-def spec_from_hf_config(path: str | Path | Mapping[str, Any], *,
-                        name: str | None = None) -> ModelSpec:
+def spec_from_hf_config(
+    path: str | Path | Mapping[str, Any], *, name: str | None = None
+) -> ModelSpec:
     """Translate a Hugging Face ``config.json`` (file, folder or dict) into a ModelSpec."""
     raw, where = _read(path)
     # Multimodal wrappers keep the language model under text_config.
@@ -83,9 +91,11 @@ def spec_from_hf_config(path: str | Path | Mapping[str, Any], *,
         for key in keys:
             if cfg.get(key) is not None:
                 return cfg[key]
-        raise SpecError(f"{where}: missing field {keys[0]!r}"
-                        + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else "")
-                        + f" for model_type {model_type or '?'!r}")
+        raise SpecError(
+            f"{where}: missing field {keys[0]!r}"
+            + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else "")
+            + f" for model_type {model_type or '?'!r}"
+        )
 
     def opt(*keys: str, default: Any = None) -> Any:
         for key in keys:
@@ -94,10 +104,15 @@ def spec_from_hf_config(path: str | Path | Mapping[str, Any], *,
         return default
 
     def whole(key: str, value: Any, minimum: int = 1) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value) \
-                or value < minimum:
-            raise SpecError(f"{where}: field {key!r} must be a whole number >= {minimum}, "
-                            f"got {value!r}")
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or value != int(value)
+            or value < minimum
+        ):
+            raise SpecError(
+                f"{where}: field {key!r} must be a whole number >= {minimum}, got {value!r}"
+            )
         return int(value)
 
     layers = whole("num_hidden_layers", need("num_hidden_layers", "n_layer", "num_layers"))
@@ -109,14 +124,18 @@ def spec_from_hf_config(path: str | Path | Mapping[str, Any], *,
 
     fields: dict[str, Any] = dict(
         name=name or _default_name(raw, where, model_type),
-        num_layers=layers, hidden_size=hidden, num_attention_heads=heads,
-        ffn_hidden_size=ffn, vocab_size=vocab,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        ffn_hidden_size=ffn,
+        vocab_size=vocab,
         gated_linear_unit=model_type not in _UNGATED,
         tied_embeddings=bool(opt("tie_word_embeddings", default=model_type in _UNGATED)),
         position_embedding_type="learned" if model_type in ("gpt2", "gpt_bigcode") else "rope",
-        max_position_embeddings=whole("max_position_embeddings",
-                                      opt("max_position_embeddings", "n_positions",
-                                          "seq_length", default=4096)),
+        max_position_embeddings=whole(
+            "max_position_embeddings",
+            opt("max_position_embeddings", "n_positions", "seq_length", default=4096),
+        ),
         normalization="layernorm" if model_type in _LAYERNORM else "rmsnorm",
         qk_layernorm=model_type in _QK_NORM,
         hidden_dropout=float(opt("hidden_dropout", "resid_pdrop", default=0.0)),
@@ -132,8 +151,9 @@ def spec_from_hf_config(path: str | Path | Mapping[str, Any], *,
     if model_type in _MLA or opt("kv_lora_rank") is not None:
         fields.update(
             multi_latent_attention=True,
-            q_lora_rank=(whole("q_lora_rank", cfg["q_lora_rank"])
-                         if cfg.get("q_lora_rank") else None),
+            q_lora_rank=(
+                whole("q_lora_rank", cfg["q_lora_rank"]) if cfg.get("q_lora_rank") else None
+            ),
             kv_lora_rank=whole("kv_lora_rank", need("kv_lora_rank")),
             qk_head_dim=whole("qk_nope_head_dim", need("qk_nope_head_dim")),
             qk_pos_emb_head_dim=whole("qk_rope_head_dim", need("qk_rope_head_dim")),
@@ -144,29 +164,33 @@ def spec_from_hf_config(path: str | Path | Mapping[str, Any], *,
         if kv is not None:
             kv = whole("num_key_value_heads", kv)
             if kv > heads or heads % kv:
-                raise SpecError(f"{where}: num_key_value_heads={kv} must divide "
-                                f"num_attention_heads={heads}")
+                raise SpecError(
+                    f"{where}: num_key_value_heads={kv} must divide num_attention_heads={heads}"
+                )
             fields["num_query_groups"] = kv
         head_dim = opt("head_dim", "kv_channels")
         if head_dim is not None:
             fields["kv_channels"] = whole("head_dim", head_dim)
         elif hidden % heads:
-            raise SpecError(f"{where}: hidden_size={hidden} is not divisible by "
-                            f"num_attention_heads={heads} and no head_dim is given")
+            raise SpecError(
+                f"{where}: hidden_size={hidden} is not divisible by "
+                f"num_attention_heads={heads} and no head_dim is given"
+            )
 
     experts = opt("num_local_experts", "num_experts", "n_routed_experts")
     if experts:
         experts = whole("num_experts", experts)
-        topk = whole("num_experts_per_tok",
-                     need("num_experts_per_tok", "experts_per_token", "moe_topk"))
-        expert_ffn = whole("moe_intermediate_size",
-                           opt("moe_intermediate_size", default=ffn))
+        topk = whole(
+            "num_experts_per_tok", need("num_experts_per_tok", "experts_per_token", "moe_topk")
+        )
+        expert_ffn = whole("moe_intermediate_size", opt("moe_intermediate_size", default=ffn))
         shared = 0
         if opt("n_shared_experts"):
             shared = whole("n_shared_experts", cfg["n_shared_experts"]) * expert_ffn
         elif opt("shared_expert_intermediate_size"):
-            shared = whole("shared_expert_intermediate_size",
-                           cfg["shared_expert_intermediate_size"])
+            shared = whole(
+                "shared_expert_intermediate_size", cfg["shared_expert_intermediate_size"]
+            )
         first_dense = whole("first_k_dense_replace", opt("first_k_dense_replace", default=0), 0)
         freq = whole("moe_layer_freq", opt("moe_layer_freq", "decoder_sparse_step", default=1))
         dense_only = opt("mlp_only_layers", default=[]) or []
@@ -176,10 +200,14 @@ def spec_from_hf_config(path: str | Path | Mapping[str, Any], *,
             while lead in dense_only:
                 lead += 1
             first_dense = max(first_dense, lead)
-        fields.update(num_moe_experts=experts, moe_router_topk=topk,
-                      moe_ffn_hidden_size=expert_ffn,
-                      moe_shared_expert_intermediate_size=shared,
-                      moe_first_dense_layers=first_dense, moe_layer_freq=freq)
+        fields.update(
+            num_moe_experts=experts,
+            moe_router_topk=topk,
+            moe_ffn_hidden_size=expert_ffn,
+            moe_shared_expert_intermediate_size=shared,
+            moe_first_dense_layers=first_dense,
+            moe_layer_freq=freq,
+        )
     mtp = opt("num_nextn_predict_layers", default=0)
     if mtp:
         fields["mtp_num_layers"] = whole("num_nextn_predict_layers", mtp, 0)

@@ -112,32 +112,55 @@ class ModelSpec:
     # ---- validation --------------------------------------------------------------------
     def __post_init__(self) -> None:
         """Reject shapes no framework could build, naming the field and the numbers."""
+
         def bad(fieldname: str, why: str) -> SpecError:
             return SpecError(f"model {self.name!r}: {fieldname} {why}")
 
         if not isinstance(self.name, str) or not self.name:
             raise SpecError(f"model name must be a non-empty string, got {self.name!r}")
-        for f in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-                  "vocab_size", "max_position_embeddings", "make_vocab_size_divisible_by",
-                  "moe_router_topk", "moe_layer_freq"):
+        for f in (
+            "num_layers",
+            "hidden_size",
+            "num_attention_heads",
+            "ffn_hidden_size",
+            "vocab_size",
+            "max_position_embeddings",
+            "make_vocab_size_divisible_by",
+            "moe_router_topk",
+            "moe_layer_freq",
+        ):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise bad(f, f"must be a whole number >= 1, got {v!r}")
-        for f in ("num_query_groups", "kv_channels", "num_moe_experts", "moe_ffn_hidden_size",
-                  "q_lora_rank"):
+        for f in (
+            "num_query_groups",
+            "kv_channels",
+            "num_moe_experts",
+            "moe_ffn_hidden_size",
+            "q_lora_rank",
+        ):
             v = getattr(self, f)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
                 raise bad(f, f"must be None or a whole number >= 1, got {v!r}")
-        for f in ("moe_shared_expert_intermediate_size", "moe_first_dense_layers",
-                  "mtp_num_layers", "kv_lora_rank", "qk_head_dim", "qk_pos_emb_head_dim",
-                  "v_head_dim"):
+        for f in (
+            "moe_shared_expert_intermediate_size",
+            "moe_first_dense_layers",
+            "mtp_num_layers",
+            "kv_lora_rank",
+            "qk_head_dim",
+            "qk_pos_emb_head_dim",
+            "v_head_dim",
+        ):
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(f, f"must be a whole number >= 0, got {v!r}")
         h, a = self.hidden_size, self.num_attention_heads
         if not self.kv_channels and not self.multi_latent_attention and h % a:
-            raise bad("hidden_size", f"{h} is not divisible by num_attention_heads={a}; set "
-                      "kv_channels (the head dimension) explicitly")
+            raise bad(
+                "hidden_size",
+                f"{h} is not divisible by num_attention_heads={a}; set "
+                "kv_channels (the head dimension) explicitly",
+            )
         g = self.num_query_groups
         if g and (g > a or a % g):
             raise bad("num_query_groups", f"{g} must divide num_attention_heads={a}")
@@ -146,22 +169,31 @@ class ModelSpec:
             if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 1:
                 raise bad(f, f"must be a probability in [0, 1), got {v!r}")
         if self.position_embedding_type not in POSITION_EMBEDDINGS:
-            raise bad("position_embedding_type", f"{self.position_embedding_type!r} is not one "
-                      f"of {POSITION_EMBEDDINGS}")
+            raise bad(
+                "position_embedding_type",
+                f"{self.position_embedding_type!r} is not one of {POSITION_EMBEDDINGS}",
+            )
         if self.normalization not in NORMALIZATIONS:
-            raise bad("normalization", f"{self.normalization!r} is not one of "
-                      f"{NORMALIZATIONS}")
+            raise bad("normalization", f"{self.normalization!r} is not one of {NORMALIZATIONS}")
         if self.num_moe_experts:
             if self.moe_router_topk > self.num_moe_experts:
-                raise bad("moe_router_topk", f"{self.moe_router_topk} exceeds num_moe_experts="
-                          f"{self.num_moe_experts}")
+                raise bad(
+                    "moe_router_topk",
+                    f"{self.moe_router_topk} exceeds num_moe_experts={self.num_moe_experts}",
+                )
             if self.moe_first_dense_layers >= self.num_layers:
-                raise bad("moe_first_dense_layers", f"{self.moe_first_dense_layers} leaves no "
-                          f"MoE layer among num_layers={self.num_layers}")
-        if self.multi_latent_attention and not (self.kv_lora_rank and self.qk_head_dim
-                                                and self.v_head_dim):
-            raise bad("kv_lora_rank", "multi-latent attention needs kv_lora_rank, qk_head_dim "
-                      "and v_head_dim >= 1")
+                raise bad(
+                    "moe_first_dense_layers",
+                    f"{self.moe_first_dense_layers} leaves no "
+                    f"MoE layer among num_layers={self.num_layers}",
+                )
+        if self.multi_latent_attention and not (
+            self.kv_lora_rank and self.qk_head_dim and self.v_head_dim
+        ):
+            raise bad(
+                "kv_lora_rank",
+                "multi-latent attention needs kv_lora_rank, qk_head_dim and v_head_dim >= 1",
+            )
 
     # ---- parameter counts ----------------------------------------------------------------
     @cached_property
@@ -184,13 +216,19 @@ class ModelSpec:
                 q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * qk
             else:
                 q = h * a * qk
-            kv = (h * (self.kv_lora_rank + self.qk_pos_emb_head_dim) + self.kv_lora_rank
-                  + self.kv_lora_rank * a * (self.qk_head_dim + self.v_head_dim))
+            kv = (
+                h * (self.kv_lora_rank + self.qk_pos_emb_head_dim)
+                + self.kv_lora_rank
+                + self.kv_lora_rank * a * (self.qk_head_dim + self.v_head_dim)
+            )
             attention = q + kv + a * self.v_head_dim * h
             # Down-projections and their norms are not split by TP in Megatron's MLA.
-            replicated = (h * (self.q_lora_rank or 0) + (self.q_lora_rank or 0)
-                          + h * (self.kv_lora_rank + self.qk_pos_emb_head_dim)
-                          + self.kv_lora_rank)
+            replicated = (
+                h * (self.q_lora_rank or 0)
+                + (self.q_lora_rank or 0)
+                + h * (self.kv_lora_rank + self.qk_pos_emb_head_dim)
+                + self.kv_lora_rank
+            )
         else:
             replicated = 2 * d if self.qk_layernorm else 0
             attention = h * a * d + 2 * h * g * d + a * d * h
@@ -208,8 +246,9 @@ class ModelSpec:
 
         out: dict[str, float] = {
             "embedding": self.vocab_size * h
-            + (self.max_position_embeddings * h if self.position_embedding_type == "learned"
-               else 0),
+            + (
+                self.max_position_embeddings * h if self.position_embedding_type == "learned" else 0
+            ),
             "output": 0 if self.tied_embeddings else self.vocab_size * h,
             "final_norm": norm,
             "attention": attention,
@@ -217,13 +256,20 @@ class ModelSpec:
             "layer_norms": 2 * norm,
             "dense_mlp": mlp(self.ffn_hidden_size, bias),
             "expert": mlp(self.moe_ffn_hidden_size or self.ffn_hidden_size, bias)
-            if self.is_moe else 0,
+            if self.is_moe
+            else 0,
             "shared_expert": mats * h * self.moe_shared_expert_intermediate_size
-            if self.is_moe else 0,
+            if self.is_moe
+            else 0,
             "router": h * self.num_experts,
         }
-        moe_layer = (attention + 2 * norm + self.num_experts * out["expert"]
-                     + out["shared_expert"] + out["router"])
+        moe_layer = (
+            attention
+            + 2 * norm
+            + self.num_experts * out["expert"]
+            + out["shared_expert"]
+            + out["router"]
+        )
         layer = moe_layer if self.is_moe else attention + 2 * norm + out["dense_mlp"]
         # DeepSeek MTP module: enorm + hnorm, eh_proj (2h -> h), one transformer layer, a norm.
         out["mtp"] = self.mtp_num_layers * (2 * norm + 2 * h * h + layer + norm)
@@ -239,10 +285,15 @@ class ModelSpec:
         p = self.param_breakdown
         dense_layers = self.num_layers - self.num_moe_layers
         per_common = p["attention"] + p["layer_norms"]
-        total = (p["embedding"] + p["output"] + p["final_norm"]
-                 + self.num_layers * per_common + dense_layers * p["dense_mlp"]
-                 + self.num_moe_layers * (self.num_experts * p["expert"] + p["shared_expert"]
-                                          + p["router"]))
+        total = (
+            p["embedding"]
+            + p["output"]
+            + p["final_norm"]
+            + self.num_layers * per_common
+            + dense_layers * p["dense_mlp"]
+            + self.num_moe_layers
+            * (self.num_experts * p["expert"] + p["shared_expert"] + p["router"])
+        )
         return int(round(total))
 
     @cached_property
@@ -276,8 +327,9 @@ class ModelSpec:
 
     # ---- loading -------------------------------------------------------------------------
     @classmethod
-    def from_hf_config(cls, path: str | Path | dict[str, Any], *,
-                       name: str | None = None) -> ModelSpec:
+    def from_hf_config(
+        cls, path: str | Path | dict[str, Any], *, name: str | None = None
+    ) -> ModelSpec:
         """Read a local Hugging Face ``config.json`` (a file, its folder, or the parsed dict).
 
         Never touches the network.  Llama, Mistral/Mixtral, Qwen2/3, Qwen3-MoE, DeepSeek-V2/V3

@@ -45,8 +45,10 @@ def get(name: str | ModelSpec) -> ModelSpec:
     try:
         return _PRESETS[_norm(name)]
     except KeyError:
-        raise SpecError(f"unknown model {name!r}; known: {', '.join(names())} "
-                        "(or load one with ModelSpec.from_hf_config(path))") from None
+        raise SpecError(
+            f"unknown model {name!r}; known: {', '.join(names())} "
+            "(or load one with ModelSpec.from_hf_config(path))"
+        ) from None
 
 
 def _nodrop(**fields: object) -> ModelSpec:
@@ -56,173 +58,431 @@ def _nodrop(**fields: object) -> ModelSpec:
     return ModelSpec(**fields)  # type: ignore[arg-type]
 
 
-def _llama(name: str, layers: int, hidden: int, heads: int, groups: int, ffn: int,
-           vocab: int, *, tied: bool = False, head_dim: int | None = None,
-           max_pos: int = 8192, source: str) -> ModelSpec:
+def _llama(
+    name: str,
+    layers: int,
+    hidden: int,
+    heads: int,
+    groups: int,
+    ffn: int,
+    vocab: int,
+    *,
+    tied: bool = False,
+    head_dim: int | None = None,
+    max_pos: int = 8192,
+    source: str,
+) -> ModelSpec:
     """A Llama-style model: RoPE, RMSNorm, SwiGLU, GQA, no biases."""
-    return ModelSpec(name=name, num_layers=layers, hidden_size=hidden,
-                     num_attention_heads=heads, num_query_groups=groups, kv_channels=head_dim,
-                     ffn_hidden_size=ffn, vocab_size=vocab, gated_linear_unit=True,
-                     tied_embeddings=tied, position_embedding_type="rope",
-                     normalization="rmsnorm", max_position_embeddings=max_pos,
-                     hidden_dropout=0.0, attention_dropout=0.0, source=source)
+    return ModelSpec(
+        name=name,
+        num_layers=layers,
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_query_groups=groups,
+        kv_channels=head_dim,
+        ffn_hidden_size=ffn,
+        vocab_size=vocab,
+        gated_linear_unit=True,
+        tied_embeddings=tied,
+        position_embedding_type="rope",
+        normalization="rmsnorm",
+        max_position_embeddings=max_pos,
+        hidden_dropout=0.0,
+        attention_dropout=0.0,
+        source=source,
+    )
 
 
 # ---- Llama 3 -----------------------------------------------------------------------------
 # meta-llama/Llama-3.2-1B config.json; 1.24B parameters (model card), tied embeddings.
-register(_llama("llama3.2-1b", 16, 2048, 32, 8, 8192, 128256, tied=True, max_pos=131072,
-                source="meta-llama/Llama-3.2-1B config.json; model card: 1.24B"),
-         "llama-3.2-1b")
+register(
+    _llama(
+        "llama3.2-1b",
+        16,
+        2048,
+        32,
+        8,
+        8192,
+        128256,
+        tied=True,
+        max_pos=131072,
+        source="meta-llama/Llama-3.2-1B config.json; model card: 1.24B",
+    ),
+    "llama-3.2-1b",
+)
 # meta-llama/Meta-Llama-3-8B config.json; Llama 3 paper (Dubey et al. 2024) Table 3: 8B.
-register(_llama("llama3-8b", 32, 4096, 32, 8, 14336, 128256,
-                source="meta-llama/Meta-Llama-3-8B config.json; 8.03B"),
-         "llama-3-8b", "llama3.1-8b")
+register(
+    _llama(
+        "llama3-8b",
+        32,
+        4096,
+        32,
+        8,
+        14336,
+        128256,
+        source="meta-llama/Meta-Llama-3-8B config.json; 8.03B",
+    ),
+    "llama-3-8b",
+    "llama3.1-8b",
+)
 # meta-llama/Meta-Llama-3-70B config.json; 70.6B.
-register(_llama("llama3-70b", 80, 8192, 64, 8, 28672, 128256,
-                source="meta-llama/Meta-Llama-3-70B config.json; 70.6B"),
-         "llama-3-70b", "llama3.1-70b")
+register(
+    _llama(
+        "llama3-70b",
+        80,
+        8192,
+        64,
+        8,
+        28672,
+        128256,
+        source="meta-llama/Meta-Llama-3-70B config.json; 70.6B",
+    ),
+    "llama-3-70b",
+    "llama3.1-70b",
+)
 # meta-llama/Llama-3.1-405B config.json; Llama 3 paper Table 3 (126 layers, 16384, 53248 FFN).
-register(_llama("llama3.1-405b", 126, 16384, 128, 8, 53248, 128256, max_pos=131072,
-                source="meta-llama/Llama-3.1-405B config.json; Llama 3 paper Table 3; 405B"),
-         "llama-3.1-405b", "llama3-405b")
+register(
+    _llama(
+        "llama3.1-405b",
+        126,
+        16384,
+        128,
+        8,
+        53248,
+        128256,
+        max_pos=131072,
+        source="meta-llama/Llama-3.1-405B config.json; Llama 3 paper Table 3; 405B",
+    ),
+    "llama-3.1-405b",
+    "llama3-405b",
+)
 
 # ---- Qwen 3 (dense: QK-norm, head_dim 128, untied above 4B) ------------------------------
 # Qwen/Qwen3-8B config.json; Qwen3 technical report Table 1: 8.2B.
-register(_nodrop(name="qwen3-8b", num_layers=36, hidden_size=4096, num_attention_heads=32,
-                   num_query_groups=8, kv_channels=128, ffn_hidden_size=12288,
-                   vocab_size=151936, gated_linear_unit=True, tied_embeddings=False,
-                   position_embedding_type="rope", normalization="rmsnorm",
-                   max_position_embeddings=40960, qk_layernorm=True,
-                   source="Qwen/Qwen3-8B config.json; Qwen3 tech report: 8.2B"))
+register(
+    _nodrop(
+        name="qwen3-8b",
+        num_layers=36,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_query_groups=8,
+        kv_channels=128,
+        ffn_hidden_size=12288,
+        vocab_size=151936,
+        gated_linear_unit=True,
+        tied_embeddings=False,
+        position_embedding_type="rope",
+        normalization="rmsnorm",
+        max_position_embeddings=40960,
+        qk_layernorm=True,
+        source="Qwen/Qwen3-8B config.json; Qwen3 tech report: 8.2B",
+    )
+)
 # Qwen/Qwen3-32B config.json; 32.8B.
-register(_nodrop(name="qwen3-32b", num_layers=64, hidden_size=5120, num_attention_heads=64,
-                   num_query_groups=8, kv_channels=128, ffn_hidden_size=25600,
-                   vocab_size=151936, gated_linear_unit=True, tied_embeddings=False,
-                   position_embedding_type="rope", normalization="rmsnorm",
-                   max_position_embeddings=40960, qk_layernorm=True,
-                   source="Qwen/Qwen3-32B config.json; 32.8B"))
+register(
+    _nodrop(
+        name="qwen3-32b",
+        num_layers=64,
+        hidden_size=5120,
+        num_attention_heads=64,
+        num_query_groups=8,
+        kv_channels=128,
+        ffn_hidden_size=25600,
+        vocab_size=151936,
+        gated_linear_unit=True,
+        tied_embeddings=False,
+        position_embedding_type="rope",
+        normalization="rmsnorm",
+        max_position_embeddings=40960,
+        qk_layernorm=True,
+        source="Qwen/Qwen3-32B config.json; 32.8B",
+    )
+)
 # Qwen/Qwen3-30B-A3B config.json (128 experts, top-8, expert FFN 768, no shared expert);
 # 30.5B total, 3.3B active.
-register(_nodrop(name="qwen3-30b-a3b", num_layers=48, hidden_size=2048,
-                   num_attention_heads=32, num_query_groups=4, kv_channels=128,
-                   ffn_hidden_size=6144, vocab_size=151936, gated_linear_unit=True,
-                   tied_embeddings=False, position_embedding_type="rope",
-                   normalization="rmsnorm", max_position_embeddings=40960, qk_layernorm=True,
-                   num_moe_experts=128, moe_router_topk=8, moe_ffn_hidden_size=768,
-                   source="Qwen/Qwen3-30B-A3B config.json; 30.5B total, 3.3B active"))
+register(
+    _nodrop(
+        name="qwen3-30b-a3b",
+        num_layers=48,
+        hidden_size=2048,
+        num_attention_heads=32,
+        num_query_groups=4,
+        kv_channels=128,
+        ffn_hidden_size=6144,
+        vocab_size=151936,
+        gated_linear_unit=True,
+        tied_embeddings=False,
+        position_embedding_type="rope",
+        normalization="rmsnorm",
+        max_position_embeddings=40960,
+        qk_layernorm=True,
+        num_moe_experts=128,
+        moe_router_topk=8,
+        moe_ffn_hidden_size=768,
+        source="Qwen/Qwen3-30B-A3B config.json; 30.5B total, 3.3B active",
+    )
+)
 # Qwen/Qwen3-235B-A22B config.json (94 layers, 128 experts, top-8, expert FFN 1536);
 # 235B total, 22B active.
-register(_nodrop(name="qwen3-235b-a22b", num_layers=94, hidden_size=4096,
-                   num_attention_heads=64, num_query_groups=4, kv_channels=128,
-                   ffn_hidden_size=12288, vocab_size=151936, gated_linear_unit=True,
-                   tied_embeddings=False, position_embedding_type="rope",
-                   normalization="rmsnorm", max_position_embeddings=40960, qk_layernorm=True,
-                   num_moe_experts=128, moe_router_topk=8, moe_ffn_hidden_size=1536,
-                   source="Qwen/Qwen3-235B-A22B config.json; 235B total, 22B active"))
+register(
+    _nodrop(
+        name="qwen3-235b-a22b",
+        num_layers=94,
+        hidden_size=4096,
+        num_attention_heads=64,
+        num_query_groups=4,
+        kv_channels=128,
+        ffn_hidden_size=12288,
+        vocab_size=151936,
+        gated_linear_unit=True,
+        tied_embeddings=False,
+        position_embedding_type="rope",
+        normalization="rmsnorm",
+        max_position_embeddings=40960,
+        qk_layernorm=True,
+        num_moe_experts=128,
+        moe_router_topk=8,
+        moe_ffn_hidden_size=1536,
+        source="Qwen/Qwen3-235B-A22B config.json; 235B total, 22B active",
+    )
+)
 
 # ---- DeepSeek / Kimi (MLA + fine-grained MoE with shared experts) -------------------------
 # deepseek-ai/DeepSeek-V2 config.json (160 routed + 2 shared experts of 1536, top-6, first layer
 # dense with FFN 12288, MLA q_lora 1536 / kv_lora 512 / rope 64); paper: 236B total, 21B active.
-register(_nodrop(name="deepseek-v2", num_layers=60, hidden_size=5120,
-                   num_attention_heads=128, ffn_hidden_size=12288, vocab_size=102400,
-                   gated_linear_unit=True, tied_embeddings=False,
-                   position_embedding_type="rope", normalization="rmsnorm",
-                   max_position_embeddings=163840,
-                   num_moe_experts=160, moe_router_topk=6, moe_ffn_hidden_size=1536,
-                   moe_shared_expert_intermediate_size=2 * 1536, moe_first_dense_layers=1,
-                   multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512,
-                   qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128,
-                   source="deepseek-ai/DeepSeek-V2 config.json; DeepSeek-V2 paper: 236B/21B"))
+register(
+    _nodrop(
+        name="deepseek-v2",
+        num_layers=60,
+        hidden_size=5120,
+        num_attention_heads=128,
+        ffn_hidden_size=12288,
+        vocab_size=102400,
+        gated_linear_unit=True,
+        tied_embeddings=False,
+        position_embedding_type="rope",
+        normalization="rmsnorm",
+        max_position_embeddings=163840,
+        num_moe_experts=160,
+        moe_router_topk=6,
+        moe_ffn_hidden_size=1536,
+        moe_shared_expert_intermediate_size=2 * 1536,
+        moe_first_dense_layers=1,
+        multi_latent_attention=True,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_head_dim=128,
+        qk_pos_emb_head_dim=64,
+        v_head_dim=128,
+        source="deepseek-ai/DeepSeek-V2 config.json; DeepSeek-V2 paper: 236B/21B",
+    )
+)
 # deepseek-ai/DeepSeek-V3 config.json (256 routed + 1 shared of 2048, top-8, first 3 layers
 # dense with FFN 18432, 1 MTP module); V3 report: 671B total (+14B MTP), 37B active.
-register(_nodrop(name="deepseek-v3", num_layers=61, hidden_size=7168,
-                   num_attention_heads=128, ffn_hidden_size=18432, vocab_size=129280,
-                   gated_linear_unit=True, tied_embeddings=False,
-                   position_embedding_type="rope", normalization="rmsnorm",
-                   max_position_embeddings=163840,
-                   num_moe_experts=256, moe_router_topk=8, moe_ffn_hidden_size=2048,
-                   moe_shared_expert_intermediate_size=2048, moe_first_dense_layers=3,
-                   multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512,
-                   qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128, mtp_num_layers=1,
-                   source="deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 report: 671B/37B"),
-         "deepseek-v3-671b")
+register(
+    _nodrop(
+        name="deepseek-v3",
+        num_layers=61,
+        hidden_size=7168,
+        num_attention_heads=128,
+        ffn_hidden_size=18432,
+        vocab_size=129280,
+        gated_linear_unit=True,
+        tied_embeddings=False,
+        position_embedding_type="rope",
+        normalization="rmsnorm",
+        max_position_embeddings=163840,
+        num_moe_experts=256,
+        moe_router_topk=8,
+        moe_ffn_hidden_size=2048,
+        moe_shared_expert_intermediate_size=2048,
+        moe_first_dense_layers=3,
+        multi_latent_attention=True,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_head_dim=128,
+        qk_pos_emb_head_dim=64,
+        v_head_dim=128,
+        mtp_num_layers=1,
+        source="deepseek-ai/DeepSeek-V3 config.json; DeepSeek-V3 report: 671B/37B",
+    ),
+    "deepseek-v3-671b",
+)
 # moonshotai/Kimi-K2-Instruct config.json (DeepSeek-V3 architecture with 384 experts, 64 heads,
 # 1 dense layer, vocab 163840); model card: 1.04T total, 32B active.
-register(_nodrop(name="kimi-k2", num_layers=61, hidden_size=7168,
-                   num_attention_heads=64, ffn_hidden_size=18432, vocab_size=163840,
-                   gated_linear_unit=True, tied_embeddings=False,
-                   position_embedding_type="rope", normalization="rmsnorm",
-                   max_position_embeddings=131072,
-                   num_moe_experts=384, moe_router_topk=8, moe_ffn_hidden_size=2048,
-                   moe_shared_expert_intermediate_size=2048, moe_first_dense_layers=1,
-                   multi_latent_attention=True, q_lora_rank=1536, kv_lora_rank=512,
-                   qk_head_dim=128, qk_pos_emb_head_dim=64, v_head_dim=128,
-                   source="moonshotai/Kimi-K2-Instruct config.json; model card: 1.04T/32B"),
-         "kimi-k2-1t")
+register(
+    _nodrop(
+        name="kimi-k2",
+        num_layers=61,
+        hidden_size=7168,
+        num_attention_heads=64,
+        ffn_hidden_size=18432,
+        vocab_size=163840,
+        gated_linear_unit=True,
+        tied_embeddings=False,
+        position_embedding_type="rope",
+        normalization="rmsnorm",
+        max_position_embeddings=131072,
+        num_moe_experts=384,
+        moe_router_topk=8,
+        moe_ffn_hidden_size=2048,
+        moe_shared_expert_intermediate_size=2048,
+        moe_first_dense_layers=1,
+        multi_latent_attention=True,
+        q_lora_rank=1536,
+        kv_lora_rank=512,
+        qk_head_dim=128,
+        qk_pos_emb_head_dim=64,
+        v_head_dim=128,
+        source="moonshotai/Kimi-K2-Instruct config.json; model card: 1.04T/32B",
+    ),
+    "kimi-k2-1t",
+)
 
 # ---- Mixtral -----------------------------------------------------------------------------
 # mistralai/Mixtral-8x7B-v0.1 config.json; Mixtral paper (Jiang et al. 2024): 46.7B total,
 # 12.9B active.
-register(_llama("mixtral-8x7b", 32, 4096, 32, 8, 14336, 32000, max_pos=32768,
-                source="mistralai/Mixtral-8x7B-v0.1 config.json; paper: 46.7B/12.9B"
-                ).with_(num_moe_experts=8, moe_router_topk=2))
+register(
+    _llama(
+        "mixtral-8x7b",
+        32,
+        4096,
+        32,
+        8,
+        14336,
+        32000,
+        max_pos=32768,
+        source="mistralai/Mixtral-8x7B-v0.1 config.json; paper: 46.7B/12.9B",
+    ).with_(num_moe_experts=8, moe_router_topk=2)
+)
 # mistralai/Mixtral-8x22B-v0.1 config.json (vocab 32000; v0.3 tokenizers use 32768); Mistral
 # announcement: 141B total, 39B active.
-register(_llama("mixtral-8x22b", 56, 6144, 48, 8, 16384, 32000, max_pos=65536,
-                source="mistralai/Mixtral-8x22B-v0.1 config.json; 141B/39B"
-                ).with_(num_moe_experts=8, moe_router_topk=2))
+register(
+    _llama(
+        "mixtral-8x22b",
+        56,
+        6144,
+        48,
+        8,
+        16384,
+        32000,
+        max_pos=65536,
+        source="mistralai/Mixtral-8x22B-v0.1 config.json; 141B/39B",
+    ).with_(num_moe_experts=8, moe_router_topk=2)
+)
 
 # ---- GPT-OSS -------------------------------------------------------------------------------
 # openai/gpt-oss-120b config.json (36 layers, 2880 hidden, 64 heads x 64, 8 KV heads, 128 experts
 # of 2880, top-4, biases on attention and experts, attention sinks); model card: 116.8B total,
 # 5.1B active (OpenAI's active count leaves out the input embedding, 0.58B).
-register(_nodrop(name="gpt-oss-120b", num_layers=36, hidden_size=2880,
-                   num_attention_heads=64, num_query_groups=8, kv_channels=64,
-                   ffn_hidden_size=2880, vocab_size=201088, gated_linear_unit=True,
-                   tied_embeddings=False, position_embedding_type="rope",
-                   normalization="rmsnorm", max_position_embeddings=131072,
-                   add_bias_linear=True, add_qkv_bias=True,
-                   num_moe_experts=128, moe_router_topk=4, moe_ffn_hidden_size=2880,
-                   source="openai/gpt-oss-120b config.json; model card: 116.8B/5.1B"))
+register(
+    _nodrop(
+        name="gpt-oss-120b",
+        num_layers=36,
+        hidden_size=2880,
+        num_attention_heads=64,
+        num_query_groups=8,
+        kv_channels=64,
+        ffn_hidden_size=2880,
+        vocab_size=201088,
+        gated_linear_unit=True,
+        tied_embeddings=False,
+        position_embedding_type="rope",
+        normalization="rmsnorm",
+        max_position_embeddings=131072,
+        add_bias_linear=True,
+        add_qkv_bias=True,
+        num_moe_experts=128,
+        moe_router_topk=4,
+        moe_ffn_hidden_size=2880,
+        source="openai/gpt-oss-120b config.json; model card: 116.8B/5.1B",
+    )
+)
 
 # ---- Nemotron-4 (squared-ReLU MLP, GQA, untied 256k vocabulary) ---------------------------
 # Nemotron-4 15B technical report (Parmar et al. 2024): 32 layers, 6144 hidden, 48 heads, 8 KV
 # heads, 256k vocab; 12.5B non-embedding + 3.2B embedding parameters.
-register(_nodrop(name="nemotron4-15b", num_layers=32, hidden_size=6144,
-                   num_attention_heads=48, num_query_groups=8, ffn_hidden_size=24576,
-                   vocab_size=256000, tied_embeddings=False, position_embedding_type="rope",
-                   normalization="layernorm",
-                   source="Nemotron-4 15B tech report (arXiv 2402.16819): 15.7B"),
-         "nemotron-4-15b")
+register(
+    _nodrop(
+        name="nemotron4-15b",
+        num_layers=32,
+        hidden_size=6144,
+        num_attention_heads=48,
+        num_query_groups=8,
+        ffn_hidden_size=24576,
+        vocab_size=256000,
+        tied_embeddings=False,
+        position_embedding_type="rope",
+        normalization="layernorm",
+        source="Nemotron-4 15B tech report (arXiv 2402.16819): 15.7B",
+    ),
+    "nemotron-4-15b",
+)
 # Nemotron-4 340B technical report (NVIDIA 2024): 96 layers, 18432 hidden, 96 heads, 8 KV heads,
 # FFN 73728, 256k vocab, untied; 341B.
-register(_nodrop(name="nemotron4-340b", num_layers=96, hidden_size=18432,
-                   num_attention_heads=96, num_query_groups=8, ffn_hidden_size=73728,
-                   vocab_size=256000, tied_embeddings=False, position_embedding_type="rope",
-                   normalization="layernorm",
-                   source="Nemotron-4 340B tech report (arXiv 2406.11704): 341B"),
-         "nemotron-4-340b")
+register(
+    _nodrop(
+        name="nemotron4-340b",
+        num_layers=96,
+        hidden_size=18432,
+        num_attention_heads=96,
+        num_query_groups=8,
+        ffn_hidden_size=73728,
+        vocab_size=256000,
+        tied_embeddings=False,
+        position_embedding_type="rope",
+        normalization="layernorm",
+        source="Nemotron-4 340B tech report (arXiv 2406.11704): 341B",
+    ),
+    "nemotron-4-340b",
+)
 
 # ---- GPT-3 -------------------------------------------------------------------------------
 # GPT-3 paper (Brown et al. 2020) Table 2.1: 96 layers, d_model 12288, 96 heads, 2048 context,
 # GPT-2 vocabulary 50257, learned positions, tied embeddings, biases; 175B.
-register(ModelSpec(name="gpt3-175b", num_layers=96, hidden_size=12288, num_attention_heads=96,
-                   ffn_hidden_size=4 * 12288, vocab_size=50257, tied_embeddings=True,
-                   position_embedding_type="learned", max_position_embeddings=2048,
-                   add_bias_linear=True, add_qkv_bias=True, normalization="layernorm",
-                   source="GPT-3 paper (arXiv 2005.14165) Table 2.1: 175B"),
-         "gpt-3-175b")
+register(
+    ModelSpec(
+        name="gpt3-175b",
+        num_layers=96,
+        hidden_size=12288,
+        num_attention_heads=96,
+        ffn_hidden_size=4 * 12288,
+        vocab_size=50257,
+        tied_embeddings=True,
+        position_embedding_type="learned",
+        max_position_embeddings=2048,
+        add_bias_linear=True,
+        add_qkv_bias=True,
+        normalization="layernorm",
+        source="GPT-3 paper (arXiv 2005.14165) Table 2.1: 175B",
+    ),
+    "gpt-3-175b",
+)
 
 # ---- OLMoE ---------------------------------------------------------------------------------
 # allenai/OLMoE-1B-7B-0924 config.json (16 layers, 2048 hidden, 16 heads, 64 experts of 1024,
 # top-8, QK-norm, untied); OLMoE paper (Muennighoff et al. 2024): 6.9B total, 1.3B active.
-register(_nodrop(name="olmoe-7b", num_layers=16, hidden_size=2048, num_attention_heads=16,
-                   ffn_hidden_size=1024, vocab_size=50304, gated_linear_unit=True,
-                   tied_embeddings=False, position_embedding_type="rope",
-                   normalization="rmsnorm", max_position_embeddings=4096, qk_layernorm=True,
-                   num_moe_experts=64, moe_router_topk=8, moe_ffn_hidden_size=1024,
-                   source="allenai/OLMoE-1B-7B-0924 config.json; OLMoE paper: 6.9B/1.3B"),
-         "olmoe-1b-7b")
+register(
+    _nodrop(
+        name="olmoe-7b",
+        num_layers=16,
+        hidden_size=2048,
+        num_attention_heads=16,
+        ffn_hidden_size=1024,
+        vocab_size=50304,
+        gated_linear_unit=True,
+        tied_embeddings=False,
+        position_embedding_type="rope",
+        normalization="rmsnorm",
+        max_position_embeddings=4096,
+        qk_layernorm=True,
+        num_moe_experts=64,
+        moe_router_topk=8,
+        moe_ffn_hidden_size=1024,
+        source="allenai/OLMoE-1B-7B-0924 config.json; OLMoE paper: 6.9B/1.3B",
+    ),
+    "olmoe-1b-7b",
+)
 
 
 #: Parameter counts the models' authors published: name -> (total, active or None when dense).
@@ -230,24 +490,24 @@ register(_nodrop(name="olmoe-7b", num_layers=16, hidden_size=2048, num_attention
 #: ``num_active_params`` with these.
 _B = 1e9
 PUBLISHED_PARAMS: dict[str, tuple[float, float | None]] = {
-    "llama3.2-1b": (1.24 * _B, None),          # model card: 1.24B
-    "llama3-8b": (8.03 * _B, None),            # HF model size 8.03B
-    "llama3-70b": (70.6 * _B, None),           # HF model size 70.6B
-    "llama3.1-405b": (405 * _B, None),         # Llama 3 paper
-    "qwen3-8b": (8.2 * _B, None),              # Qwen3 model card: 8.2B
-    "qwen3-32b": (32.8 * _B, None),            # Qwen3 model card: 32.8B
-    "qwen3-30b-a3b": (30.5 * _B, 3.3 * _B),     # model card: 30.5B total, 3.3B activated
-    "qwen3-235b-a22b": (235 * _B, 22 * _B),     # model card: 235B / 22B
-    "deepseek-v2": (236 * _B, 21 * _B),         # DeepSeek-V2 paper: 236B / 21B
-    "deepseek-v3": (671 * _B, 37 * _B),         # DeepSeek-V3 report: 671B / 37B (MTP apart)
-    "kimi-k2": (1.04e12, 32 * _B),             # Kimi K2 card: 1.04T total / 32B activated
-    "mixtral-8x7b": (46.7 * _B, 12.9 * _B),     # Mixtral paper: 46.7B / 12.9B
-    "mixtral-8x22b": (141 * _B, 39 * _B),       # Mistral: 141B / 39B
+    "llama3.2-1b": (1.24 * _B, None),  # model card: 1.24B
+    "llama3-8b": (8.03 * _B, None),  # HF model size 8.03B
+    "llama3-70b": (70.6 * _B, None),  # HF model size 70.6B
+    "llama3.1-405b": (405 * _B, None),  # Llama 3 paper
+    "qwen3-8b": (8.2 * _B, None),  # Qwen3 model card: 8.2B
+    "qwen3-32b": (32.8 * _B, None),  # Qwen3 model card: 32.8B
+    "qwen3-30b-a3b": (30.5 * _B, 3.3 * _B),  # model card: 30.5B total, 3.3B activated
+    "qwen3-235b-a22b": (235 * _B, 22 * _B),  # model card: 235B / 22B
+    "deepseek-v2": (236 * _B, 21 * _B),  # DeepSeek-V2 paper: 236B / 21B
+    "deepseek-v3": (671 * _B, 37 * _B),  # DeepSeek-V3 report: 671B / 37B (MTP apart)
+    "kimi-k2": (1.04e12, 32 * _B),  # Kimi K2 card: 1.04T total / 32B activated
+    "mixtral-8x7b": (46.7 * _B, 12.9 * _B),  # Mixtral paper: 46.7B / 12.9B
+    "mixtral-8x22b": (141 * _B, 39 * _B),  # Mistral: 141B / 39B
     # OpenAI model card: 116.83B total, 5.13B active *without* the input embedding
     # (201088 x 2880 = 0.579B); num_active_params counts it, as Mixtral and DeepSeek do.
     "gpt-oss-120b": (116.83 * _B, 5.13 * _B + 201088 * 2880),
-    "nemotron4-15b": (15.7 * _B, None),        # Nemotron-4 15B report: 12.5B + 3.2B embedding
-    "nemotron4-340b": (341 * _B, None),        # Nemotron-4 340B report
-    "gpt3-175b": (175 * _B, None),             # GPT-3 paper
-    "olmoe-7b": (6.9 * _B, 1.3 * _B),           # OLMoE paper: 6.9B / 1.3B
+    "nemotron4-15b": (15.7 * _B, None),  # Nemotron-4 15B report: 12.5B + 3.2B embedding
+    "nemotron4-340b": (341 * _B, None),  # Nemotron-4 340B report
+    "gpt3-175b": (175 * _B, None),  # GPT-3 paper
+    "olmoe-7b": (6.9 * _B, 1.3 * _B),  # OLMoE paper: 6.9B / 1.3B
 }
