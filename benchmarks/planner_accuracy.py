@@ -81,6 +81,43 @@ RECIPE_MOE = {
 }
 
 
+#: CUDA-graph scopes the published recipes capture (Megatron Bridge ``cuda_graph_impl`` /
+#: ``cuda_graph_scope``), by (preset, accelerator), from
+#: ``scripts/performance/configs/qwen/qwen3_workload_base_configs.py`` (commit 01b2977e):
+#: QWEN3_30B_A3B GB200 FP8_MX_V1 has ``cuda_graph_impl="transformer_engine"``,
+#: ``cuda_graph_scope=["moe_router", "moe_preprocess"]``; QWEN3_235B_A22B GB200 FP8_MX_V2
+#: (built from GB200_FP8_CS_V1) has ``["attn", "moe_router", "moe_preprocess"]``; the H100
+#: FP8_CS presets of both set no CUDA graph (only the 30B's H100 *BF16* preset does), so those
+#: rows run eagerly (Megatron Core's default).  Other rows: no entry (eager) because we did
+#: not find the scope of the software version that produced the published figure
+#: (DeepSeek-V3's presets changed scopes between versions) or the recipe sets none.
+RECIPE_CUDA_GRAPHS = {
+    ("qwen3-30b-a3b", "gb200"): ("moe_router", "moe_preprocess"),
+    ("qwen3-235b-a22b", "gb200"): ("attn", "moe_router", "moe_preprocess"),
+}
+
+
+#: Rows whose recipe turns TP communication overlap off (Megatron Bridge's
+#: ``CommOverlapConfig(tp_comm_overlap=False)``): ``qwen3_235b_a22b_pretrain_config_h100`` in
+#: ``scripts/performance/configs/qwen/qwen3_llm_pretrain.py`` (commit 05c0c90f; every other
+#: Qwen3 recipe there sets it True).  Other rows keep the default (on with SP inside the
+#: scale-up domain); we did not check their recipes' setting.
+RECIPE_TP_OVERLAP_OFF = {("qwen3-235b-a22b", "h100")}
+
+
+def recipe_features(preset: str, gpu: str) -> dict:
+    """Implementation switches of a published row's recipe (:data:`RECIPE_MOE`,
+    :data:`RECIPE_CUDA_GRAPHS`, :data:`RECIPE_TP_OVERLAP_OFF`), as ``estimate_step`` /
+    ``plan`` keyword arguments."""
+    features = dict(RECIPE_MOE.get((preset, gpu), {}))
+    graphs = RECIPE_CUDA_GRAPHS.get((preset, gpu))
+    if graphs:
+        features["cuda_graphs"] = graphs
+    if (preset, gpu) in RECIPE_TP_OVERLAP_OFF:
+        features["tp_comm_overlap"] = False
+    return features
+
+
 def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision, **features):
     """(StepReport, MemoryReport) with the cheapest recompute mode that fits, else the 'full'
     one and fits=False."""
@@ -127,7 +164,7 @@ def published_rows(short: bool) -> list[dict]:
                                    etp=int(r["etp"]) if r["etp"] else None,
                                    sp=tp > 1, **split).with_world_size(n)
             seq, gbs, mbs = int(r["seq_len"]), int(r["gbs"]), int(r["mbs"])
-            features = RECIPE_MOE.get((r["preset"], r["gpu"]), {})
+            features = recipe_features(r["preset"], r["gpu"])
             step, mem, fits = _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs,
                                                 r["precision"], **features)
             pub = float(r["tokens_per_s_per_gpu"])

@@ -41,3 +41,19 @@ def test_explain_and_compare(capsys):
                  "--sp", "--seq-len", "4096", "--global-batch-size", "64",
                  "--compare", "tp=4,pp=8,sp"]) == 0
     assert "cause:" in capsys.readouterr().out
+
+
+def test_plan_cuda_graphs_and_tp_overlap_flags(capsys):
+    args = ["plan", "--model", "qwen3-30b-a3b", "--gpus", "8", "--accelerator", "gb200",
+            "--seq-len", "4096", "--global-batch-size", "64", "--format", "json",
+            "--top-k", "1", "--ep", "8", "--micro-batch-size", "1"]
+    assert main(args) == 0
+    eager = json.loads(capsys.readouterr().out)["candidates"][0]["step"]["breakdown"]
+    assert main([*args, "--cuda-graphs"]) == 0
+    graphed = json.loads(capsys.readouterr().out)["candidates"][0]["step"]["breakdown"]
+    assert eager["host"] > 0 and graphed["host"] == 0
+    assert main([*args, "--cuda-graphs", "attn,moe_router", "--no-tp-comm-overlap"]) == 0
+    capsys.readouterr()
+    assert main([*args, "--cuda-graphs", "bogus"]) == 2
+    assert "unknown CUDA-graph scope" in capsys.readouterr().err
+

@@ -191,3 +191,14 @@ def test_why_names_ties(result):
     for c, nxt in zip(result.candidates, result.candidates[1:]):
         gain = nxt.step.step_time_s / c.step.step_time_s - 1
         assert ("tied with" in c.why) == (abs(gain) < RANK_TIE)
+
+
+def test_top_k_bounds_candidates():
+    r = plan(LLAMA70, H100_64, seq_len=8192, global_batch_size=256, precision="fp8", top_k=3)
+    assert len(r.candidates) == 3
+    assert r.candidates == r.ranked[:3] and len(r.ranked) >= 10
+    assert len(r.to_dict()["candidates"]) == 3
+    # find() looks through the wider ranking
+    tenth = r.ranked[9]
+    assert r.find(tenth.strategy) is not None and r.find(tenth.strategy) <= 9
+

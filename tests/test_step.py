@@ -1,7 +1,8 @@
 """The step-time model: invariants and hand-checked pieces."""
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import parastrat as ps
 from parastrat.errors import StrategyError
@@ -10,7 +11,8 @@ from parastrat.estimate.step import estimate_step, pipeline_split
 
 LLAMA70 = ps.models.get("llama3-70b")
 H100 = ps.Cluster("h100", num_devices=64)
-EXPOSED = ("tp_exposed", "cp_exposed", "ep_exposed", "pp_exposed", "dp_exposed")
+EXPOSED = ("tp_exposed", "cp_exposed", "ep_exposed", "pp_exposed", "dp_exposed",
+           "host_exposed")
 
 
 def step(strategy, **kw):
@@ -142,9 +144,12 @@ def test_property_positive_and_consistent(tp, pp, mbs, rec):
 
 
 def test_ring_cp_pays_output_correction_traffic():
-    from parastrat.estimate.step import (CP_CORRECTION_BYTES_BWD, CP_CORRECTION_BYTES_FWD,
-                                         _cp_correction)
     from parastrat.estimate.efficiency import profile
+    from parastrat.estimate.step import (
+        CP_CORRECTION_BYTES_BWD,
+        CP_CORRECTION_BYTES_FWD,
+        _cp_correction,
+    )
     accel = H100.accel
     s = ps.Strategy(tp=4, cp=2, sp=True).with_world_size(64)
     # Llama 3 70B: 64 heads x 128 over TP4 -> 16 x 128 = 2048 output elements per token;
@@ -161,3 +166,115 @@ def test_ring_cp_pays_output_correction_traffic():
     # Ulysses alone has no ring steps to merge
     u = ps.Strategy(tp=4, ulysses=2, sp=True, order="tp-cp-ep-dp-pp").with_world_size(64)
     assert _cp_correction(LLAMA70, u, 4096, accel) == (0.0, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Host (CPU) launch term
+# ---------------------------------------------------------------------------------------------
+QWEN30 = ps.models.get("qwen3-30b-a3b")
+
+
+def test_host_ops_dense_layer_counts():
+    from parastrat.estimate.step import host_ops
+    s = ps.Strategy().with_world_size(8)
+    # attention: norm 1 + 2 GEMMs (qkv, proj) + rope 2 + fused attention 1 + residual 1 = 7;
+    # MLP: norm 1 + 2 GEMMs (fc1, fc2) + act 1 + residual 1 = 5  -> 12, no sync
+    assert host_ops(LLAMA70, False, s, "bf16") == (12, False)
+    # FP8 current scaling: + 2 (amax, cast-transpose) per GEMM input x 4 GEMMs = 20
+    assert host_ops(LLAMA70, False, s, "fp8") == (20, False)
+    # MXFP8: one fused quantize per GEMM input: 12 + 4 = 16
+    assert host_ops(LLAMA70, False, s, "mxfp8") == (16, False)
+    # TP 2 with SP: all-gather + reduce-scatter around attention and around the MLP: 12 + 4
+    s2 = ps.Strategy(tp=2, sp=True).with_world_size(8)
+    assert host_ops(LLAMA70, False, s2, "bf16") == (16, False)
+
+
+def test_host_ops_moe_layer_counts_and_graph_scopes():
+    from parastrat.estimate.step import host_ops
+    s = ps.Strategy(ep=16).with_world_size(16)
+    # Qwen3-30B-A3B, FP8, EP 16 (128 / 16 = 8 local experts):
+    # attention: norms 1 + 2 (QK-norm) + 2 GEMMs x (1 + 2 casts) + rope 2 + attn 1 + residual 1
+    #   = 3 + 6 + 4 = 13
+    # MoE block: norm 1 + residual 1 + 2 grouped matrices x (8 GEMMs + 2 casts) + act 1
+    #   + permute/unpermute 2 + EP dispatch/combine 2 + sort/unsort 2 = 29
+    # router 3 + preprocess 2 + counts exchange 1 = 6                         -> 48, synced
+    assert host_ops(QWEN30, True, s, "fp8") == (48, True)
+    # graphed router and preprocessing: one launch each instead of 3 and 3 -> 44, still synced
+    assert host_ops(QWEN30, True, s, "fp8", frozenset({"moe_router", "moe_preprocess"})) \
+        == (44, True)
+    # graphed attention: 13 -> 1
+    assert host_ops(QWEN30, True, s, "fp8", frozenset({"attn"})) == (36, True)
+    # the whole MoE block graphed (padded shapes): no sync, attention 13 + one launch
+    assert host_ops(QWEN30, True, s, "fp8", frozenset({"moe"})) == (14, False)
+    assert host_ops(QWEN30, True, s, "fp8", frozenset({"full_iteration"})) == (0, False)
+
+
+def test_cuda_graph_scopes_parse():
+    from parastrat.errors import UsageError
+    from parastrat.estimate.step import cuda_graph_scopes
+    assert cuda_graph_scopes(None) == frozenset() == cuda_graph_scopes("none")
+    assert cuda_graph_scopes(True) == {"full_iteration"} == cuda_graph_scopes("full")
+    assert cuda_graph_scopes("attn, moe-router") == {"attn", "moe_router"}
+    assert cuda_graph_scopes(("moe_preprocess",)) == {"moe_preprocess"}
+    with pytest.raises(UsageError, match="moe_router"):
+        cuda_graph_scopes("router")
+
+
+def test_host_op_time_by_host_cpu():
+    # TE issue #2053: torch.nn.Linear forward CPU time, 13.48 us (DGX H100, x86) vs 37.08 us
+    # (GB200, Grace)
+    assert efficiency.host_op_time(ps.hardware.get("h100")) == pytest.approx(13.5e-6)
+    assert efficiency.host_op_time(ps.hardware.get("gb200")) == pytest.approx(37e-6)
+
+
+def test_host_exposed_hand_checked():
+    from parastrat.estimate.step import LayerCost, _host_exposed
+    s = ps.Strategy().with_world_size(8)
+    accel = H100.accel
+    # a dense BF16 layer (12 host ops, see above) whose GPU work is 100 us forward, 200 us
+    # backward: host forward 12 x 13.5 = 162 us, backward 2 x 12 x 13.5 = 324 us; the GPU
+    # waits (162 - 100) + (324 - 200) = 186 us
+    c = LayerCost(1e-4, 2e-4, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    host, waited = _host_exposed(LLAMA70, False, s, "bf16", "none", frozenset(), accel, c,
+                                 0.0, 0.0)
+    assert host == pytest.approx(486e-6)
+    assert waited == pytest.approx(186e-6)
+    # with 10x the GPU work the host runs ahead: nothing waits
+    c10 = LayerCost(1e-3, 2e-3, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert _host_exposed(LLAMA70, False, s, "bf16", "none", frozenset(), accel, c10,
+                         0.0, 0.0)[1] == 0.0
+    # an MoE layer pays one more operation after its token-count sync (GPU queue empty)
+    s16 = ps.Strategy(ep=16).with_world_size(16)
+    big = LayerCost(1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    assert _host_exposed(QWEN30, True, s16, "fp8", "none", frozenset(), accel, big,
+                         0.0, 0.0)[1] == pytest.approx(13.5e-6)
+
+
+def test_cuda_graphs_never_slower_and_remove_host_time():
+    cluster = ps.Cluster("gb200", num_devices=8)
+    s = ps.Strategy(ep=8).with_world_size(8)
+    kw = dict(seq_len=4096, global_batch_size=64, precision="mxfp8", recompute="none",
+              moe_dispatcher="flex")
+    eager = estimate_step(QWEN30, s, cluster, **kw)
+    scoped = estimate_step(QWEN30, s, cluster, cuda_graphs="moe_router,moe_preprocess", **kw)
+    full = estimate_step(QWEN30, s, cluster, cuda_graphs=True, **kw)
+    assert full.breakdown["host"] == 0 and full.breakdown["host_exposed"] == 0
+    assert eager.breakdown["host"] > scoped.breakdown["host"] > 0
+    assert full.step_time_s <= scoped.step_time_s <= eager.step_time_s
+    # host waiting is not communication: the exposure share used for ranking excludes it
+    assert eager.exposed_comm_s == pytest.approx(sum(
+        v for k, v in eager.breakdown.items() if k.endswith("_exposed") and k != "host_exposed"))
+
+
+def test_small_micro_batches_are_host_bound_on_grace():
+    """Same layout, micro-batch 1 vs 4 on GB200 (37 us per host op): the host launch time per
+    micro-batch does not shrink with fewer tokens, so micro-batch 1 waits on the host."""
+    cluster = ps.Cluster("gb200", num_devices=8)
+    s = ps.Strategy(ep=8).with_world_size(8)
+    kw = dict(seq_len=4096, global_batch_size=64, precision="mxfp8", recompute="none",
+              moe_dispatcher="flex")
+    one = estimate_step(QWEN30, s, cluster, micro_batch_size=1, **kw)
+    four = estimate_step(QWEN30, s, cluster, micro_batch_size=4, **kw)
+    assert one.breakdown["host"] == pytest.approx(4 * four.breakdown["host"])
+    assert one.breakdown["host_exposed"] > four.breakdown["host_exposed"]
+

@@ -29,6 +29,8 @@ class Violation:
         return f"[{self.rule}] {self.message} -> {self.hint}"
 
     def to_dict(self) -> dict[str, str]:
+        """The finding as a JSON-ready dict (rule, message, hint, severity), as the JSON output of
+        ``parastrat check`` lists it."""
         return {
             "rule": self.rule,
             "message": self.message,

@@ -254,6 +254,8 @@ class Strategy:
 
     @property
     def is_inference(self) -> bool:
+        """True for an xDiT / MindIE-SD inference grid (the order has ``sp`` or ``cfg``), False for
+        a Megatron training grid."""
         return self.kind == "inference"
 
     @property

@@ -91,6 +91,8 @@ class Change:
         return f"{self.path}: {self.old!r} -> {self.new!r}"
 
     def to_dict(self) -> dict[str, Any]:
+        """The change as a JSON-ready dict ``{"path", "old", "new"}`` (a torch dtype becomes its
+        name), for machine-readable reports of what ``apply`` set."""
         return {"path": self.path, "old": _plain(self.old), "new": _plain(self.new)}
 
 

@@ -46,6 +46,8 @@ class Context:
         return int(self.dist.get_global_rank(self.group, group_rank))
 
     def full(self, count: int, value: float) -> Any:
+        """A 1-D tensor of ``count`` elements equal to ``value`` in this context's dtype and device:
+        the ops' buffers and the results :meth:`expect` compares against."""
         return self.torch.full((count,), float(value), dtype=self.dtype, device=self.device)
 
     def expect(self, name: str, got: Any, want: Any, *, reduction: bool = False) -> None:
@@ -101,9 +103,12 @@ class Collective:
         self.result.fill_(-1)
 
     def __call__(self) -> None:  # pragma: no cover - abstract
+        """Issue the collective being timed, once, on the op's buffers (each op implements it)."""
         raise NotImplementedError
 
     def check(self) -> None:  # pragma: no cover - abstract
+        """Raise :class:`BenchCorrectnessError` unless a call made right after :meth:`reset` left
+        the expected values in :attr:`result` (each op implements it)."""
         raise NotImplementedError
 
     @property
@@ -119,6 +124,7 @@ class AllReduce(Collective):
 
     @property
     def result(self) -> Any:
+        """The buffer the all-reduce sums in place."""
         return self.buf
 
     def __init__(self, ctx: Context, nbytes: int):
@@ -128,12 +134,16 @@ class AllReduce(Collective):
         self.nbytes = count * self.buf.element_size()
 
     def reset(self) -> None:
+        """Refill the buffer with rank + 1 (the sum overwrites it, so a checked call needs fresh
+        inputs)."""
         self.buf.fill_(self.ctx.rank + 1)
 
     def __call__(self) -> None:
+        """Sum the buffer in place over the group."""
         self.ctx.dist.all_reduce(self.buf, group=self.ctx.group)
 
     def check(self) -> None:
+        """Check that every element is n(n+1)/2, the sum of rank + 1 over the group's n ranks."""
         n = self.ctx.size
         self.ctx.expect(
             self.name, self.buf, self.ctx.full(self.buf.numel(), n * (n + 1) / 2), reduction=True
@@ -147,6 +157,7 @@ class AllGather(Collective):
 
     @property
     def result(self) -> Any:
+        """The gathered output: n chunks, chunk i from group rank i."""
         return self.out
 
     def __init__(self, ctx: Context, nbytes: int):
@@ -158,9 +169,12 @@ class AllGather(Collective):
         self._fn = _split_op(ctx.dist, "all_gather_single", "all_gather_into_tensor")
 
     def __call__(self) -> None:
+        """Gather every rank's input chunk into the output, in group-rank order."""
         self._fn(self.out, self.inp, group=self.ctx.group)
 
     def check(self) -> None:
+        """Check that output chunk i holds i + 1 throughout, i.e. group rank i's input landed in
+        place i."""
         t, n = self.ctx.torch, self.ctx.size
         want = (t.arange(n, dtype=t.float32) + 1).repeat_interleave(self.inp.numel())
         self.ctx.expect(self.name, self.out, want)
@@ -173,6 +187,7 @@ class ReduceScatter(Collective):
 
     @property
     def result(self) -> Any:
+        """This rank's chunk of the reduced input."""
         return self.out
 
     def __init__(self, ctx: Context, nbytes: int):
@@ -190,9 +205,12 @@ class ReduceScatter(Collective):
         self._fn = _split_op(ctx.dist, "reduce_scatter_single", "reduce_scatter_tensor")
 
     def __call__(self) -> None:
+        """Sum the input over the group and leave chunk r of the sum on group rank r."""
         self._fn(self.out, self.inp, group=self.ctx.group)
 
     def check(self) -> None:
+        """Check that this rank's chunk is n * (r + 1): input chunk r (value r + 1) summed over the
+        n ranks."""
         n = self.ctx.size
         want = self.ctx.full(self.out.numel(), n * (self.ctx.rank + 1))
         self.ctx.expect(self.name, self.out, want, reduction=True)
@@ -205,6 +223,7 @@ class AllToAll(Collective):
 
     @property
     def result(self) -> Any:
+        """The receive buffer: chunk s comes from group rank s."""
         return self.out
 
     def __init__(self, ctx: Context, nbytes: int):
@@ -221,9 +240,12 @@ class AllToAll(Collective):
         self.nbytes = count * self.inp.element_size()
 
     def __call__(self) -> None:
+        """Send input chunk j to group rank j and receive one equal chunk from every rank."""
         self.ctx.dist.all_to_all_single(self.out, self.inp, group=self.ctx.group)
 
     def check(self) -> None:
+        """Check that output chunk s is s * n + r + 1 on rank r: the chunk rank s addressed to this
+        rank, in place s."""
         t, n, r = self.ctx.torch, self.ctx.size, self.ctx.rank
         want = (t.arange(n, dtype=t.float32) * n + r + 1).repeat_interleave(self.out.numel() // n)
         self.ctx.expect(self.name, self.out, want.to(self.ctx.dtype))
@@ -236,6 +258,7 @@ class Broadcast(Collective):
 
     @property
     def result(self) -> Any:
+        """The buffer group rank 0 sends from and every other rank receives into."""
         return self.buf
 
     def __init__(self, ctx: Context, nbytes: int):
@@ -246,12 +269,16 @@ class Broadcast(Collective):
         self._src = ctx.global_rank(0)
 
     def reset(self) -> None:
+        """Give group rank 0 the value n + 1 again and zero every other rank's buffer, so a
+        broadcast that delivers nothing shows."""
         self.buf.fill_(self.ctx.size + 1 if self.ctx.rank == 0 else 0)
 
     def __call__(self) -> None:
+        """Broadcast group rank 0's buffer to every rank of the group."""
         self.ctx.dist.broadcast(self.buf, src=self._src, group=self.ctx.group)
 
     def check(self) -> None:
+        """Check that every rank's buffer holds n + 1, the value group rank 0 sent."""
         self.ctx.expect(self.name, self.buf, self.ctx.full(self.buf.numel(), self.ctx.size + 1))
 
 
@@ -297,6 +324,7 @@ class Ring(_P2P):
         ]
 
     def check(self) -> None:
+        """Check that the receive buffer holds the previous rank's value, ((r - 1) mod n) + 1."""
         c = self.ctx
         prev = (c.rank - 1) % c.size
         c.expect(self.name, self.recv, c.full(self.recv.numel(), prev + 1))
@@ -318,6 +346,8 @@ class SendRecv(_P2P):
         return ops
 
     def check(self) -> None:
+        """Check that every rank but the first received the value of rank r - 1, which is r (the
+        first stage receives nothing)."""
         c = self.ctx
         if c.rank > 0:  # rank 0 receives nothing
             c.expect(self.name, self.recv, c.full(self.recv.numel(), c.rank))

@@ -107,6 +107,8 @@ class Row:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field as a plain dict: one JSON object of :func:`rows_to_json` or one line of
+        :func:`rows_to_csv`, read back by :meth:`from_dict`."""
         return asdict(self)
 
     @classmethod

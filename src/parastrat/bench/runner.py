@@ -301,6 +301,8 @@ class progress_bar:
         self._progress.stop()
 
     def __call__(self, row: Row, done: int, total: int) -> None:
+        """Move the bar to ``done`` of ``total`` and show the row just measured (its group, op and
+        size): the :data:`ProgressFn` call."""
         from .rows import format_bytes
 
         self._progress.update(

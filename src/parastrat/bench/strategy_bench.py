@@ -49,6 +49,8 @@ class Measurement:
 
     @property
     def label(self) -> str:
+        """``kind/op`` (e.g. ``tp/all_reduce``): the measurement's short name, as the progress bar
+        shows its rows."""
         return f"{self.kind}/{self.op}"
 
 

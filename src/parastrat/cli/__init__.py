@@ -27,6 +27,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``parastrat`` argument parser with every subcommand of :data:`SUBCOMMANDS` that exists
+    registered (``tools/gen_cli_docs.py`` renders docs/cli.md from it)."""
     parser = _Parser(
         prog="parastrat",
         description="Choose, check, apply and run distributed parallelism strategies.",

@@ -26,6 +26,8 @@ from ._common import (
 
 
 def register(subparsers: Any) -> None:
+    """Add the ``bench`` subcommand (collective benchmarks and the cost-model calibration fit) to
+    ``subparsers``."""
     p = subparsers.add_parser(
         "bench",
         help="benchmark collectives (nccl-tests bandwidths) and calibrate the cost model",
@@ -105,6 +107,8 @@ def _strategy_requested(args: argparse.Namespace) -> bool:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``parastrat bench``: measure the rows (or ``--load`` them), write, plot or fit them as
+    asked, and print them as a table, JSON or CSV; return the exit status (1 when a rank failed)."""
     from ..bench import fit, load_rows, plot, rows_to_csv, rows_to_json, save
     from ..errors import UsageError
 

@@ -11,6 +11,7 @@ from ._common import add_strategy_flags, console, positive_int, print_json, stra
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``check`` subcommand (validate a strategy for a model and a device count)."""
     p = sub.add_parser(
         "check",
         help="validate a strategy for a model and a device count",
@@ -77,6 +78,8 @@ def load_model(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``parastrat check``: print the derived sizes and every broken rule with its fix (or one
+    JSON document); return 0 when valid, 2 when a rule is broken."""
     strategy = strategy_from_args(args)
     model = load_model(args)
     findings = strategy.check(

@@ -10,6 +10,8 @@ from .plan import add_target_args, build_target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``explain`` subcommand (memory and step-time breakdown of a strategy, or of two with
+    ``--compare``) to ``sub``."""
     p = sub.add_parser(
         "explain",
         help="memory and step-time breakdown of a strategy",
@@ -33,6 +35,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``parastrat explain``: print one strategy's memory and step-time breakdown, or with
+    ``--compare`` what changed between two and why (table or JSON); return 0."""
     from ..planner.compare import compare
     from ..planner.explain import explain_strategy
 

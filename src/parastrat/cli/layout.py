@@ -12,6 +12,7 @@ from ._common import add_strategy_flags, console, positive_int, print_json, stra
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``layout`` subcommand (print the rank grid of a strategy) to ``sub``."""
     p = sub.add_parser(
         "layout",
         help="print the rank grid of a strategy",
@@ -46,6 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``parastrat layout``: print every rank's coordinates and the groups of the requested
+    kinds (or one JSON document), drawing the grid with ``--plot``; return 0."""
     strategy = strategy_from_args(args).with_world_size(args.gpus)
     groups = layout(strategy, args.gpus)
     if args.plot:

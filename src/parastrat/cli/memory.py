@@ -12,6 +12,8 @@ GiB = 1024**3
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``memory`` subcommand (per-rank memory of every pipeline stage against device memory)
+    to ``subparsers``."""
     p = subparsers.add_parser(
         "memory",
         help="per-rank memory per pipeline stage (will it fit?)",
@@ -50,6 +52,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``parastrat memory``: estimate what one rank of each pipeline stage holds and print it
+    against the accelerator's memory (table or JSON, a bar chart with ``--plot``); return 0 whether
+    or not it fits."""
     from ..estimate.memory import estimate_memory
     from ..spec import hardware, models
     from ..spec.model import ModelSpec

@@ -6,6 +6,7 @@ import argparse
 import shlex
 from typing import Any
 
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
@@ -72,7 +73,21 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="overlap_moe_expert_parallel_comm (combined 1F1B)")
     m.add_argument("--moe-shared-expert-overlap", action="store_true",
                    help="moe_shared_expert_overlap: shared experts run during dispatch/combine")
+    add_runtime_args(p)
     p.set_defaults(func=run)
+
+
+def add_runtime_args(p: argparse.ArgumentParser) -> None:
+    """CUDA-graph and TP-overlap switches (Megatron Core defaults: eager, TP overlap on)."""
+    r = p.add_argument_group("runtime switches (Megatron Core defaults: eager, TP overlap on)")
+    r.add_argument("--cuda-graphs", nargs="?", const="full_iteration", default=None,
+                   metavar="SCOPES",
+                   help="price CUDA graphs: no value = the whole iteration, or comma-separated "
+                        "scopes (attn, mlp, moe, moe_router, moe_preprocess, full_iteration); "
+                        "captured blocks cost no host launch time")
+    r.add_argument("--no-tp-comm-overlap", dest="tp_comm_overlap", action="store_const",
+                   const=False, default=None,
+                   help="TP communication not overlapped with GEMMs (tp_comm_overlap=False)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,6 +112,7 @@ def run(args: argparse.Namespace) -> int:
                       progress=progress, moe_dispatcher=args.moe_dispatcher,
                       moe_a2a_overlap=args.moe_a2a_overlap,
                       moe_shared_expert_overlap=args.moe_shared_expert_overlap,
+                      cuda_graphs=args.cuda_graphs, tp_comm_overlap=args.tp_comm_overlap,
                       **pins, **bounds)
     top = result.candidates[: args.top_k]
     if args.plot:
@@ -161,15 +177,16 @@ def torchrun_line(c, cluster, gbs: int) -> str:
 
 def print_table(result, top) -> None:
     GiB = 1024**3
-    t = Table(title=f"{result.model.name} on {result.num_devices} x {result.cluster.accel.name}"
-                    f", seq {result.seq_len}, global batch {result.global_batch_size}, "
-                    f"{result.precision}")
+    # escape user text: a model name like "[my-model]" would otherwise be read as markup
+    t = Table(title=escape(f"{result.model.name} on {result.num_devices} x "
+                           f"{result.cluster.accel.name}, seq {result.seq_len}, global batch "
+                           f"{result.global_batch_size}, {result.precision}"))
     for col in ("#", "strategy", "mbs", "recompute", "tok/s/GPU", "TFLOP/s", "MFU", "step s",
                 "peak GiB"):
         t.add_column(col, overflow="fold")
     for i, c in enumerate(top, 1):
         st = c.step
-        t.add_row(str(i), str(c.strategy), str(c.micro_batch_size), c.recompute,
+        t.add_row(str(i), escape(str(c.strategy)), str(c.micro_batch_size), c.recompute,
                   f"{st.tokens_per_s_per_gpu:,.0f}", f"{st.tflops_per_gpu:.0f}",
                   f"{st.mfu:.1%}", f"{st.step_time_s:.2f}",
                   f"{c.memory.peak_bytes / GiB:.1f}")
@@ -197,7 +214,7 @@ def plot_plan(top, path: str) -> None:
     if not top:
         raise UsageError("nothing to plot")
     keys = ["compute", "recompute", "bubble", "optimizer", "tp_exposed", "cp_exposed",
-            "ep_exposed", "pp_exposed", "dp_exposed"]
+            "ep_exposed", "pp_exposed", "dp_exposed", "host_exposed"]
     fig, ax = plt.subplots(figsize=(10, 0.6 * len(top) + 2))
     labels = [f"#{i + 1} {c.label()}" for i, c in enumerate(top)]
     left = [0.0] * len(top)

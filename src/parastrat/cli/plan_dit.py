@@ -16,6 +16,8 @@ from ._common import console, positive_int, print_json
 
 
 def register(subparsers) -> None:
+    """Add the ``plan-dit`` subcommand (rank Ulysses/ring/CFG/TP splits for DiT inference) to
+    ``subparsers``."""
     p = subparsers.add_parser(
         "plan-dit",
         help="choose Ulysses/ring/CFG/TP for DiT inference (MindIE-SD, xDiT)",
@@ -65,6 +67,8 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``parastrat plan-dit``: rank the splits for the workload and print the ranking with
+    reasons, one JSON document, or the best split's MindIE-SD flags; return 0."""
     from ..planner.dit import label, plan_dit
     from ..spec.cluster import Cluster
 

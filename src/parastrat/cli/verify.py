@@ -24,6 +24,8 @@ from ._common import (
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``verify`` subcommand (check a strategy's process groups numerically) to
+    ``subparsers``."""
     p = subparsers.add_parser(
         "verify",
         help="check a strategy's process groups numerically (local ranks or torchrun)",
@@ -57,6 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``parastrat verify`` on ``--world`` local gloo ranks, or in the world torchrun / Slurm
+    launched; return 0 when every check passes, 1 when one fails (a strategy that does not fit the
+    world raises before anything starts: exit 2)."""
     from ..errors import UsageError
 
     strategy = strategy_from_args(args)

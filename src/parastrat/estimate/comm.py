@@ -58,7 +58,7 @@ class Collective:
     #: :func:`flex_remote_scale`)
     remote_scale: float = 1.0
 
-    def time(self, cluster: "Cluster") -> float:
+    def time(self, cluster: Cluster) -> float:
         """Seconds for all ``count`` repetitions, priced by the cluster's alpha-beta model."""
         if self.count <= 0:
             return 0.0
@@ -71,11 +71,11 @@ class Collective:
                                                   self.remote_scale)
         return self.count * cluster.collective_time(self.op, self.nbytes, n, span)
 
-    def span(self, cluster: "Cluster") -> str:
+    def span(self, cluster: Cluster) -> str:
         return cluster.span(self.group_size, self.stride)
 
 
-def _split_all_to_all(cluster: "Cluster", nbytes: float, n: int, stride: int,
+def _split_all_to_all(cluster: Cluster, nbytes: float, n: int, stride: int,
                       remote_scale: float = 1.0) -> float:
     """An all-to-all whose group spans scale-up domains.
 
@@ -95,7 +95,7 @@ def _split_all_to_all(cluster: "Cluster", nbytes: float, n: int, stride: int,
     return max(inter, intra)
 
 
-def total_time(items: list[Collective], cluster: "Cluster") -> float:
+def total_time(items: list[Collective], cluster: Cluster) -> float:
     """Sum of :meth:`Collective.time` over ``items``."""
     return sum(c.time(cluster) for c in items)
 
@@ -104,7 +104,7 @@ def total_time(items: list[Collective], cluster: "Cluster") -> float:
 # Rank strides of each group (Megatron's RankGenerator: the first name in the order varies
 # fastest; the dense grid has ep = 1, the expert grid reads tp as etp, cp as 1, dp as edp).
 # ---------------------------------------------------------------------------------------------
-def group_strides(strategy: "Strategy", dp: int, edp: int) -> dict[str, int]:
+def group_strides(strategy: Strategy, dp: int, edp: int) -> dict[str, int]:
     """Rank stride of every group kind for a training ``strategy`` (dense and expert grid)."""
     names = strategy.order.split("-")
     dense = {"tp": strategy.tp, "cp": strategy.cp, "ep": 1, "dp": dp, "pp": strategy.pp}
@@ -132,7 +132,7 @@ def group_strides(strategy: "Strategy", dp: int, edp: int) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------------
 # Per layer and micro-batch.
 # ---------------------------------------------------------------------------------------------
-def tp_layer(model: ModelSpec, strategy: "Strategy", tokens: float, moe: bool,
+def tp_layer(model: ModelSpec, strategy: Strategy, tokens: float, moe: bool,
              strides: dict[str, int]) -> list[Collective]:
     """TP (and ETP) collectives of one layer for one micro-batch, forward + backward.
 
@@ -174,7 +174,7 @@ def qkvo_width(model: ModelSpec, tp: int) -> float:
     return 2.0 * heads * model.head_dim + kv_width(model, tp)
 
 
-def cp_layer(model: ModelSpec, strategy: "Strategy", tokens: float,
+def cp_layer(model: ModelSpec, strategy: Strategy, tokens: float,
              strides: dict[str, int]) -> tuple[list[Collective], list[Collective]]:
     """CP collectives of one layer, one micro-batch: (ring p2p, overlappable; Ulysses a2a)."""
     ring: list[Collective] = []
@@ -216,7 +216,7 @@ def flex_remote_scale(num_experts: int, topk: int, domains: int) -> float:
     return min(1.0, remote_domains / remote_experts)
 
 
-def ep_layer(model: ModelSpec, strategy: "Strategy", tokens: float,
+def ep_layer(model: ModelSpec, strategy: Strategy, tokens: float,
              strides: dict[str, int], dispatcher: str = "alltoall",
              scale_up_domain: int | None = None) -> list[Collective]:
     """EP dispatch + combine all-to-all of one MoE layer, one micro-batch, forward + backward.
@@ -236,7 +236,7 @@ def ep_layer(model: ModelSpec, strategy: "Strategy", tokens: float,
                        remote_scale=scale)]
 
 
-def pp_microbatch(model: ModelSpec, strategy: "Strategy", tokens: float,
+def pp_microbatch(model: ModelSpec, strategy: Strategy, tokens: float,
                   strides: dict[str, int]) -> Collective | None:
     """One point-to-point transfer between pipeline stages (activation or its gradient)."""
     if strategy.pp <= 1:
@@ -249,7 +249,7 @@ def pp_microbatch(model: ModelSpec, strategy: "Strategy", tokens: float,
 # ---------------------------------------------------------------------------------------------
 # Per step.
 # ---------------------------------------------------------------------------------------------
-def dp_step(strategy: "Strategy", dense_params: float, expert_params: float, dp: int, edp: int,
+def dp_step(strategy: Strategy, dense_params: float, expert_params: float, dp: int, edp: int,
             strides: dict[str, int], distributed_optimizer: bool = True) -> list[Collective]:
     """Gradient (and parameter) collectives of one step for one rank's local parameters."""
     out: list[Collective] = []

@@ -110,9 +110,13 @@ class TokenSplit:
 
     @property
     def padded(self) -> int:
+        """Image/video tokens after padding (``per_device * sp``): what the sequence-parallel ranks
+        process together."""
         return self.video + self.padding
 
     def to_dict(self) -> dict[str, Any]:
+        """The split as a JSON-ready dict (with ``padded``): the ``tokens`` entry of
+        :meth:`DiTReport.to_dict`."""
         return {
             "video": self.video,
             "text": self.text,
@@ -139,10 +143,15 @@ class DiTMemory:
 
     @property
     def total(self) -> float:
+        """Bytes per device: weights + encoders + activations + other (what :meth:`fits` compares
+        with the capacity)."""
         return self.weights + self.encoders + self.activations + self.other
 
     @property
     def peak_bytes(self) -> float:
+        """The same as :attr:`total` (no pipeline stages here), under the name
+        :class:`~parastrat.estimate.memory.MemoryReport` uses, so code reads either report's peak
+        alike."""
         return self.total
 
     def fits(self, capacity: float | None = None) -> bool:
@@ -150,6 +159,8 @@ class DiTMemory:
         return self.total <= (self.capacity if capacity is None else capacity)
 
     def to_dict(self) -> dict[str, Any]:
+        """The breakdown as a JSON-ready dict, with ``total`` and ``fits`` (against the device's
+        capacity) added."""
         return {
             "weights": self.weights,
             "encoders": self.encoders,
@@ -199,6 +210,8 @@ class DiTReport:
         return (self.strategy.dp or 1) / self.latency_s
 
     def to_dict(self) -> dict[str, Any]:
+        """The whole report as one JSON-ready dict: the ``report`` entry of each candidate in
+        ``parastrat plan-dit --format json``."""
         return {
             "model": self.model,
             "strategy": self.strategy.to_dict(),

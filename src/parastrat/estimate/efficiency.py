@@ -4,7 +4,8 @@ The step-time model (``estimate/step.py``) never divides FLOPs by a datasheet pe
 It asks this module how long a GEMM of a given shape takes on a given device, which is
 
     max(compute, memory) with
-    compute = 2 m n k / (peak(precision) * GEMM_EFF * tile_fill(m, n) * wave_fill * k / (k + K_HALF))
+    compute = 2 m n k / (peak(precision) * GEMM_EFF * tile_fill(m, n) * wave_fill
+                         * k / (k + K_HALF))
     memory  = (operand and result bytes) / (HBM bandwidth * MEM_EFF)
 
 Every constant is physical and documented in ``docs/step-model.md``:
@@ -18,7 +19,10 @@ Every constant is physical and documented in ``docs/step-model.md``:
   main loop (about two 64-deep k-iterations per side of the software pipeline);
 * ``attn_eff``: fused (flash) attention's fraction of the BF16 peak over forward + backward
   (FlashAttention-2/3 and cuDNN published figures);
-* ``mem_eff``: the fraction of HBM bandwidth that fused element-wise kernels reach.
+* ``mem_eff``: the fraction of HBM bandwidth that fused element-wise kernels reach;
+* ``HOST_OP_S``: host (CPU) seconds to issue one eager framework operation (PyTorch dispatch,
+  autograd bookkeeping and one kernel launch), by the host CPU of the accelerator's system
+  (:func:`host_op_time`).
 
 No constant depends on a model or on a row of the calibration tables.  Devices without an entry
 fall back to ``DEFAULT`` (H100-like fractions, which are typical of modern tensor-core parts).
@@ -37,6 +41,20 @@ K_HALF = 64
 SPLIT_K_MIN = 512
 #: Shortest kernel, seconds (launch + ramp; CUDA graphs are not assumed).
 MIN_KERNEL_S = 4e-6
+
+#: Host seconds per eager operation (one PyTorch dispatch + one kernel launch), by host CPU.
+#: Measured CPU time of one ``torch.nn.Linear`` forward (one cuBLAS GEMM) in BF16, hidden 2048,
+#: 8,192 tokens (Transformer Engine issue #2053, "High CPU overhead on Grace systems",
+#: 2025-08): 13.48 us on a DGX H100 (Intel Xeon Platinum 8480C), 37.08 us on GB200 and
+#: 33.17 us on GH200 (Grace, Neoverse V2).  The same table puts TE's own Linear at 2.7x
+#: torch's on Grace (99.66 / 37.08); TE's maintainers report that gap "greatly reduced" since
+#: (TE issue #2126, 2026-01: TE Linear "nearly the same" as torch's), so torch's figure is the
+#: per-operation cost used for the recipes' current software.
+HOST_OP_S = {"x86": 13.5e-6, "grace": 37e-6}
+#: Host CPU family of each accelerator's reference system: DGX A100/H100/H200/B200/B300 use
+#: x86 hosts (the H100 figure above stands for all of them); GB200/GB300 NVL72 use Grace.
+#: Ascend servers (Kunpeng hosts) have no published figure; they get the x86 value.
+HOST_CPU = {"gb200": "grace", "gb300": "grace"}
 
 
 @dataclass(frozen=True)
@@ -132,8 +150,8 @@ def shape_factor(prof: KernelProfile, m: float, n: float, k: float, groups: int 
     Product of three physical losses: partly filled output tiles (m and n rounded up to the
     tile), the last partial wave of tiles over the SMs, and the per-tile prologue/epilogue
     relative to the K loop.  A GEMM with fewer tiles than SMs is split along K (as cuBLAS's
-    split-K / CUTLASS's stream-K do) into slices of at least ``SPLIT_K_MIN``.  ``groups`` GEMMs of that shape run as one grouped kernel (MoE
-    experts), so their tiles share waves.
+    split-K / CUTLASS's stream-K do) into slices of at least ``SPLIT_K_MIN``.  ``groups``
+    GEMMs of that shape run as one grouped kernel (MoE experts), so their tiles share waves.
     """
     if m <= 0 or n <= 0 or k <= 0:
         return 1.0
@@ -185,3 +203,8 @@ def memory_time(accel: Accelerator, nbytes: float, prof: KernelProfile | None = 
         return 0.0
     prof = prof or profile(accel)
     return nbytes / (accel.mem_bandwidth_Bps * prof.mem_eff)
+
+
+def host_op_time(accel: Accelerator) -> float:
+    """Host seconds to issue one eager operation on ``accel``'s system (:data:`HOST_OP_S`)."""
+    return HOST_OP_S[HOST_CPU.get(accel.name, "x86")]

@@ -147,7 +147,8 @@ def mtp_forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
 def forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Forward FLOPs per token of the whole model (layers, logits, MTP)."""
     layers = sum(layer_forward_flops_per_token(model, i, seq_len) for i in range(model.num_layers))
-    return layers + logits_matrix(model).flops_per_token + mtp_forward_flops_per_token(model, seq_len)
+    return (layers + logits_matrix(model).flops_per_token
+            + mtp_forward_flops_per_token(model, seq_len))
 
 
 _MODEL_FLOPS: dict[tuple[ModelSpec, int], float] = {}

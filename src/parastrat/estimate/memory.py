@@ -97,6 +97,8 @@ class StageMemory:
 
     @property
     def total(self) -> float:
+        """Bytes one rank of this stage holds at its peak: weights + gradients + optimizer +
+        activations + other."""
         return self.weights + self.gradients + self.optimizer + self.activations + self.other
 
     @property
@@ -105,6 +107,8 @@ class StageMemory:
         return self.weights + self.gradients + self.optimizer
 
     def to_dict(self) -> dict[str, Any]:
+        """The stage as a JSON-ready dict (with ``total``): one entry of ``stages`` in
+        :meth:`MemoryReport.to_dict`."""
         return {
             "stage": self.stage,
             "layers": self.layers,
@@ -142,6 +146,7 @@ class MemoryReport:
 
     @property
     def peak_bytes(self) -> float:
+        """The worst stage's total bytes per rank: what has to fit in device memory."""
         return max(st.total for st in self.stages)
 
     @property
@@ -164,6 +169,9 @@ class MemoryReport:
         return self.peak_bytes / _capacity(accelerator_or_bytes)
 
     def to_dict(self) -> dict[str, Any]:
+        """The report as a JSON-ready dict (peak, peak stage, every stage): the JSON output of
+        ``parastrat memory`` (plus the device and the verdict), and the ``memory`` entry of the
+        ``explain`` and ``plan`` JSON."""
         return {
             "model": self.model,
             "strategy": self.strategy,

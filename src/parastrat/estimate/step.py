@@ -34,10 +34,17 @@ from ..errors import StrategyError, UsageError
 from ..spec.hardware import Accelerator, canonical_precision
 from ..spec.model import ModelSpec
 from . import comm
-from .efficiency import (KernelProfile, attention_time, gemm_time, memory_time,
-                         profile as kernel_profile)
-from .flops import (Matrix, attention_core_flops_per_token, attention_matrices, is_moe_layer,
-                    logits_matrix, mlp_matrices, model_flops_per_token)
+from .efficiency import KernelProfile, attention_time, gemm_time, host_op_time, memory_time
+from .efficiency import profile as kernel_profile
+from .flops import (
+    Matrix,
+    attention_core_flops_per_token,
+    attention_matrices,
+    is_moe_layer,
+    logits_matrix,
+    mlp_matrices,
+    model_flops_per_token,
+)
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -83,6 +90,129 @@ CP_CORRECTION_BYTES_BWD = 8
 
 RECOMPUTE_MODES = ("none", "selective", "full")
 
+# ---------------------------------------------------------------------------------------------
+# Host (CPU) side: eager kernel launches and the MoE token-count sync
+# ---------------------------------------------------------------------------------------------
+#: Host operations issued per layer and micro-batch in the *forward* pass, per op kind, in
+#: Megatron Core's Transformer Engine layer spec run eagerly (no CUDA graphs).  One operation
+#: = one framework dispatch + one kernel launch, priced at
+#: :func:`parastrat.estimate.efficiency.host_op_time`.  A coarse, explicit count:
+#:
+#: * ``norm`` 1 (TE LayerNormLinear / RMSNorm), ``gemm`` 1 per weight matrix (one per local
+#:   expert for a grouped expert GEMM: TE GroupedLinear issues one cuBLAS GEMM per expert),
+#:   ``fp8_cast`` per GEMM input under FP8 (current scaling: amax + cast-transpose = 2; MXFP8:
+#:   one fused quantize = 1), ``rope`` 2 (Q and K), ``attention`` 1 (fused),
+#:   ``residual`` 1 (fused bias-dropout-add), ``act`` 1, ``collective`` 1 per NCCL launch
+#:   (TP all-gather / reduce-scatter, EP dispatch / combine, CP ring step 3: send/recv,
+#:   partial attention, output correction);
+#: * ``router`` 3 (router GEMM, fused score + top-k of ``moe_router_fusion``, aux loss);
+#:   ``preprocess`` 2 (tokens-per-expert histogram, permutation indices; +1 exchange of the
+#:   counts with EP > 1); ``permute`` 2 (fused permute and unpermute), ``sort`` 2 (sort /
+#:   unsort of the received chunks by local expert, EP > 1).
+HOST_OPS = {"norm": 1, "gemm": 1, "rope": 2, "attention": 1, "residual": 1, "act": 1,
+            "collective": 1, "ring_step": 3, "router": 3, "preprocess": 2, "permute": 2,
+            "sort": 2}
+#: Host operations per GEMM input under FP8 (see :data:`HOST_OPS`).
+FP8_CAST_OPS = {"fp8": 2, "mxfp8": 1}
+#: Backward host operations per forward operation: autograd issues dgrad + wgrad for every
+#: GEMM and one or two kernels per element-wise op.
+HOST_BWD_RATIO = 2.0
+#: CUDA-graph capture scopes (Megatron Core ``cuda_graph_scope`` / ``--cuda-graph-modules``,
+#: plus ``full_iteration``).  A captured block costs one graph launch instead of its
+#: operations; ``moe`` and ``full_iteration`` also remove the MoE token-count sync (they need
+#: static, padded expert shapes).
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")
+
+
+def cuda_graph_scopes(value: Any) -> frozenset[str]:
+    """The CUDA-graph scopes of a ``cuda_graphs`` argument.
+
+    None / False / "none": eager (Megatron Core's default); True / "full": the whole iteration
+    (``full_iteration``); a comma-separated string or an iterable of
+    :data:`CUDA_GRAPH_SCOPES` (e.g. ``"attn,moe_router,moe_preprocess"``).  UsageError names
+    the scopes for anything else.
+    """
+    if value is None or value is False:
+        return frozenset()
+    if value is True:
+        return frozenset({"full_iteration"})
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = {str(v).strip().lower().replace("-", "_") for v in items}
+    names.discard("")
+    if names <= {"none"}:
+        return frozenset()
+    if names == {"full"}:
+        return frozenset({"full_iteration"})
+    bad = sorted(names - set(CUDA_GRAPH_SCOPES))
+    if bad:
+        raise UsageError(f"unknown CUDA-graph scope(s) {', '.join(bad)}; use True/'full' or "
+                         f"any of {', '.join(CUDA_GRAPH_SCOPES)}")
+    return frozenset(names)
+
+
+def host_ops(model: ModelSpec, moe: bool, s: Strategy, precision: str,
+             graphs: frozenset[str] = frozenset()) -> tuple[float, bool]:
+    """(forward host operations, MoE token-count sync) of one layer and micro-batch.
+
+    Counts :data:`HOST_OPS` over the blocks of the layer; a block inside a CUDA-graph scope
+    counts as one graph launch.  The sync: Megatron's dispatchers copy the tokens-per-expert
+    counts to the host (all-to-all split sizes, TE GroupedLinear's ``m_splits``) once per MoE
+    layer in the forward pass, unless the whole MoE block is graphed (``moe`` /
+    ``full_iteration`` with padded expert shapes).  Memoised.
+    """
+    key = ("host", model, moe, s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs)
+    hit = _CACHE.get(key)
+    if hit is None:
+        hit = _CACHE[key] = _host_ops(model, moe, s, precision, graphs)
+    return hit
+
+
+def _host_ops(model: ModelSpec, moe: bool, s: Strategy, precision: str,
+              graphs: frozenset[str]) -> tuple[float, bool]:
+    if "full_iteration" in graphs:
+        return 0.0, False
+    ops = HOST_OPS
+    cast = FP8_CAST_OPS.get(precision, 0)
+    tp_coll = 2 * ops["collective"] if s.tp > 1 else 0
+
+    def gemms(mats: list[Matrix], per_matrix: int = 1) -> float:
+        return len(mats) * per_matrix * (ops["gemm"] + cast)
+
+    attn_mats = attention_matrices(model)
+    norms = 2 if (model.qk_layernorm or model.multi_latent_attention) else 0
+    attn = (ops["norm"] * (1 + norms) + gemms(attn_mats) + ops["rope"] + ops["attention"]
+            + ops["residual"] + tp_coll + ops["ring_step"] * max(s.ring - 1, 0)
+            + (4 * ops["collective"] if s.ulysses > 1 else 0))
+    if "attn" in graphs:
+        attn = 1.0
+    mlp_mats = mlp_matrices(model, moe)
+    if not moe:
+        mlp: float = ops["norm"] + gemms(mlp_mats) + ops["act"] + ops["residual"] + tp_coll
+        if "mlp" in graphs:
+            mlp = 1.0
+        return attn + mlp, False
+    local = max(model.num_experts // s.ep, 1)
+    experts = [m for m in mlp_mats if m.block == "expert"]
+    shared = [m for m in mlp_mats if m.block == "shared"]
+    block: float = (ops["norm"] + ops["residual"] + tp_coll
+                    + len(experts) * (local * ops["gemm"] + cast) + ops["act"]
+                    + ops["permute"])
+    if shared:
+        block += gemms(shared) + ops["act"]
+    if s.ep > 1:
+        block += 2 * ops["collective"] + ops["sort"]
+    if s.etp > 1:
+        block += 2 * ops["collective"]
+    router = float(ops["router"])
+    pre: float = ops["preprocess"] + (ops["collective"] if s.ep > 1 else 0)
+    if "moe" in graphs:
+        return attn + 1.0, False
+    if "moe_router" in graphs:
+        router = 1.0
+    if "moe_preprocess" in graphs:
+        pre = 1.0
+    return attn + block + router + pre, True
+
 
 @dataclass(frozen=True)
 class MoEComm:
@@ -127,8 +257,9 @@ class StepReport:
     ``breakdown`` holds seconds per step on the slowest pipeline stage: ``compute`` (GEMMs,
     attention and memory-bound kernels, forward + backward), ``recompute``, each communication
     kind's total (``tp``, ``cp``, ``ep``, ``pp``, ``dp``) and its exposed part (``tp_exposed``
-    ...), ``bubble`` and ``optimizer``.  ``compute + recompute + bubble + optimizer + every
-    *_exposed`` equals ``step_time_s``.
+    ...), the host (CPU) time of eager kernel launches (``host``) and the part of it the GPU
+    waits for (``host_exposed``), ``bubble`` and ``optimizer``.  ``compute + recompute +
+    bubble + optimizer + every *_exposed`` equals ``step_time_s``.
 
     ``tflops_per_gpu`` counts *model* FLOPs (``3 x forward``: 6 x active parameters x tokens
     plus causal attention counted as half; see :mod:`parastrat.estimate.flops`), so it excludes
@@ -149,8 +280,9 @@ class StepReport:
 
     @property
     def exposed_comm_s(self) -> float:
-        """Communication left on the critical path, seconds per step."""
-        return sum(v for k, v in self.breakdown.items() if k.endswith("_exposed"))
+        """Communication left on the critical path, seconds per step (host time excluded)."""
+        return sum(v for k, v in self.breakdown.items()
+                   if k.endswith("_exposed") and k != "host_exposed")
 
     def to_dict(self) -> dict[str, Any]:
         return {"step_time_s": self.step_time_s,
@@ -235,7 +367,8 @@ def _matrix_times(accel: Accelerator, prof: KernelProfile, mat: Matrix, tokens: 
                   sp: bool, ep: int, etp: int, num_experts: int, precision: str,
                   ) -> tuple[float, float, float, float]:
     """(forward s, backward s, local params, fp8-cast elements per micro-batch) of one matrix."""
-    k_in, n_out = mat.in_dim, mat.out_dim
+    k_in: float = mat.in_dim
+    n_out: float = mat.out_dim
     groups = 1
     params = matrix_params(mat, tp, ep, etp, num_experts)
     if mat.block == "expert":
@@ -410,7 +543,7 @@ class PipelineSplit:
 MTP_LAYOUT_RULES = frozenset({"layers-accounted"})
 
 
-def _mtp_slots(model: ModelSpec, strategy: "Strategy") -> int | None:
+def _mtp_slots(model: ModelSpec, strategy: Strategy) -> int | None:
     """Pipeline slots when the MTP modules count as slots of the last stage, or None."""
     s = strategy
     if (not model.mtp_num_layers or s.pp == 1 or not s.account_for_loss
@@ -423,7 +556,7 @@ def _mtp_slots(model: ModelSpec, strategy: "Strategy") -> int | None:
     return slots if slots % (s.pp * s.vpp) == 0 else None
 
 
-def pipeline_split(model: ModelSpec, strategy: "Strategy") -> PipelineSplit:
+def pipeline_split(model: ModelSpec, strategy: Strategy) -> PipelineSplit:
     """Layers per stage and per model chunk, from :meth:`Strategy.stage_layers`.
 
     The strategy's own split is the one source of truth (even, first/last stage counts, or
@@ -448,7 +581,7 @@ def pipeline_split(model: ModelSpec, strategy: "Strategy") -> PipelineSplit:
     return hit
 
 
-def _pipeline_split(model: ModelSpec, s: "Strategy") -> PipelineSplit:
+def _pipeline_split(model: ModelSpec, s: Strategy) -> PipelineSplit:
     L, p, v = model.num_layers, s.pp, s.vpp
     n = p * v
     slots = _mtp_slots(model, s)
@@ -497,12 +630,12 @@ def _pipeline_split(model: ModelSpec, s: "Strategy") -> PipelineSplit:
     return PipelineSplit(tuple(stage), tuple(moe), tuple(chunks), how, note)
 
 
-def split_waived_rules(model: ModelSpec, strategy: "Strategy") -> frozenset[str]:
+def split_waived_rules(model: ModelSpec, strategy: Strategy) -> frozenset[str]:
     """Rule ids the layer-split approximation of :func:`pipeline_split` stands in for."""
     return MTP_LAYOUT_RULES if _mtp_slots(model, strategy) is not None else frozenset()
 
 
-def stage_layer_counts(model: ModelSpec, strategy: "Strategy") -> tuple[list[int], str]:
+def stage_layer_counts(model: ModelSpec, strategy: Strategy) -> tuple[list[int], str]:
     """(layers per physical stage, how they were split): :func:`pipeline_split` in short."""
     sp = pipeline_split(model, strategy)
     return list(sp.stage_layers), sp.how
@@ -519,13 +652,13 @@ def _exposed(t_comm: float, window: float, overlap: bool) -> float:
     return t_comm - hidden + OVERLAP_SLOWDOWN * hidden
 
 
-def estimate_step(model: ModelSpec, strategy: "Strategy", cluster: "Cluster", *, seq_len: int,
+def estimate_step(model: ModelSpec, strategy: Strategy, cluster: Cluster, *, seq_len: int,
                   global_batch_size: int, micro_batch_size: int = 1, precision: str = "bf16",
                   recompute: str = "selective", distributed_optimizer: bool = True,
                   flash_attention: bool = True, tp_comm_overlap: bool | None = None,
                   overlap_grad_reduce: bool = True, moe_dispatcher: str = "alltoall",
                   moe_a2a_overlap: bool = False, moe_shared_expert_overlap: bool = False,
-                  validate: bool = True) -> StepReport:
+                  cuda_graphs: Any = None, validate: bool = True) -> StepReport:
     """Predict one training step of ``model`` split by ``strategy`` on ``cluster``.
 
     ``strategy.dp`` may be unset: the world is then ``cluster.num_devices``.  With
@@ -540,7 +673,10 @@ def estimate_step(model: ModelSpec, strategy: "Strategy", cluster: "Cluster", *,
     (DP reduce-scatter/all-gather behind backward/forward), ``distributed_optimizer``, and the
     MoE switches of :class:`MoEComm`: ``moe_dispatcher`` ("alltoall" or "flex" for
     DeepEP/HybridEP), ``moe_a2a_overlap`` (``overlap_moe_expert_parallel_comm``, combined
-    1F1B) and ``moe_shared_expert_overlap`` (all off by default, as in Megatron Core).
+    1F1B) and ``moe_shared_expert_overlap`` (all off by default, as in Megatron Core), and
+    ``cuda_graphs`` (:func:`cuda_graph_scopes`: None = eager, Megatron Core's default; True =
+    the whole iteration; or scopes such as ``"attn,moe_router,moe_preprocess"``), which
+    removes the host launch cost of the captured blocks.
     """
     from ..spec.models import get as get_model
 
@@ -555,7 +691,8 @@ def estimate_step(model: ModelSpec, strategy: "Strategy", cluster: "Cluster", *,
     moe_comm = moe_comm_options(moe_dispatcher, moe_a2a_overlap, moe_shared_expert_overlap)
     return _estimate(model, strategy, cluster, seq_len, global_batch_size, micro_batch_size,
                      prec, mode, distributed_optimizer, flash_attention, tp_comm_overlap,
-                     overlap_grad_reduce, moe_comm=moe_comm)
+                     overlap_grad_reduce, moe_comm=moe_comm,
+                     graphs=cuda_graph_scopes(cuda_graphs))
 
 
 def moe_comm_options(dispatcher: str = "alltoall", a2a_overlap: bool = False,
@@ -570,7 +707,7 @@ def moe_comm_options(dispatcher: str = "alltoall", a2a_overlap: bool = False,
     return MoEComm(name, bool(a2a_overlap), bool(shared_expert_overlap))
 
 
-def check_errors(model: ModelSpec, strategy: "Strategy", *, world_size: int, seq_len: int,
+def check_errors(model: ModelSpec, strategy: Strategy, *, world_size: int, seq_len: int,
                  global_batch_size: int, micro_batch_size: int | None = None) -> list[Any]:
     """The hard rules ``strategy`` breaks (:meth:`Strategy.check`), less the layer-split rule
     that :func:`pipeline_split`'s MTP-layout approximation stands in for."""
@@ -585,7 +722,7 @@ def check_errors(model: ModelSpec, strategy: "Strategy", *, world_size: int, seq
     return errors
 
 
-def _validate(model: ModelSpec, strategy: "Strategy", world: int, seq_len: int,
+def _validate(model: ModelSpec, strategy: Strategy, world: int, seq_len: int,
               global_batch_size: int, micro_batch_size: int) -> None:
     errors = check_errors(model, strategy, world_size=world, seq_len=seq_len,
                           global_batch_size=global_batch_size, micro_batch_size=micro_batch_size)
@@ -593,14 +730,16 @@ def _validate(model: ModelSpec, strategy: "Strategy", world: int, seq_len: int,
         raise StrategyError(errors)
 
 
-def _per_layer(model: ModelSpec, s: "Strategy", cluster: "Cluster", tokens: float,
+def _per_layer(model: ModelSpec, s: Strategy, cluster: Cluster, tokens: float,
                seq_len: int, prec: str, mode: str, strides: dict[str, int], tp_overlap: bool,
                flash_attention: bool, memo: dict | None, moe_comm: MoEComm = DEFAULT_MOE_COMM,
-               ) -> tuple[dict[bool, dict[str, float]], dict[bool, Any]]:
+               graphs: frozenset[str] = frozenset(),
+               ) -> tuple[dict[bool, dict[str, float]], dict[bool, LayerCost]]:
     """Per-layer, per-micro-batch seconds (dense and MoE): compute, recompute, each
-    collective and its exposed part."""
+    collective and its exposed part, and the host (CPU) time that the GPU waits for
+    (:func:`_host_exposed`)."""
     accel = cluster.accel
-    kinds: dict[bool, Any] = {False: None, True: None}
+    kinds: dict[bool, LayerCost] = {}
     per: dict[bool, dict[str, float]] = {}
     for moe in (False, True):
         if moe and not model.is_moe:
@@ -609,14 +748,14 @@ def _per_layer(model: ModelSpec, s: "Strategy", cluster: "Cluster", tokens: floa
         if memo is not None:
             mkey = (moe, tokens, s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, strides["tp"],
                     strides["ulysses"], strides["ring"], strides["ep"], strides["etp"], mode,
-                    moe_comm, flash_attention, tp_overlap)
+                    moe_comm, flash_attention, tp_overlap, graphs)
             hit = memo.get(mkey)
             if hit is not None:
                 per[moe], kinds[moe] = hit
                 continue
         c = layer_cost(model, accel, prec, moe, tokens, seq_len, s.tp, s.cp, s.sp, s.ep, s.etp,
                        flash_attention)
-        kinds[moe] = c  # type: ignore[assignment]
+        kinds[moe] = c
         t_tp = comm.total_time(comm.tp_layer(model, s, tokens, moe, strides), cluster)
         ring, a2a = comm.cp_layer(model, s, tokens, strides)
         t_ring, t_a2a = comm.total_time(ring, cluster), comm.total_time(a2a, cluster)
@@ -635,20 +774,52 @@ def _per_layer(model: ModelSpec, s: "Strategy", cluster: "Cluster", tokens: floa
         tp_exp = _exposed(t_tp, c.gemm, tp_overlap)
         ep_exp = _ep_exposed(c, t_ep, moe_comm, mode) if moe else 0.0
         ring_exp = _exposed(t_ring, c.attn, True)
+        host, host_exp = _host_exposed(model, moe, s, prec, mode, graphs, accel, c,
+                                       tp_exp + ring_exp + t_a2a + ep_exp, rec + rec_comm)
         per[moe] = {
             "compute": c.fwd + c.bwd, "recompute": rec + rec_comm,
             "tp": t_tp, "tp_exposed": tp_exp,
             "cp": t_ring + t_a2a, "cp_exposed": ring_exp + t_a2a,
             "ep": t_ep, "ep_exposed": ep_exp,
+            "host": host, "host_exposed": host_exp,
             "fwd": c.fwd, "bwd": c.bwd,
         }
-        if mkey is not None:
+        if mkey is not None and memo is not None:
             memo[mkey] = (per[moe], c)
 
     return per, kinds
 
 
-def _cp_correction(model: ModelSpec, s: "Strategy", tokens: float, accel: Accelerator
+def _host_exposed(model: ModelSpec, moe: bool, s: Strategy, prec: str, mode: str,
+                  graphs: frozenset[str], accel: Accelerator, c: LayerCost,
+                  exposed_comm: float, recompute: float) -> tuple[float, float]:
+    """(host seconds, host seconds the GPU waits for) of one layer and micro-batch.
+
+    The host issues :func:`host_ops` operations forward and :data:`HOST_BWD_RATIO` times as
+    many backward (plus the forward again under full recompute, the attention core under
+    selective), each :func:`host_op_time`.  Kernels run asynchronously, so without a sync a
+    pass costs the longer of its host and GPU times (the GPU's being its compute, exposed
+    communication and recompute; the forward gets a third of the exposed communication, the
+    backward two thirds): the GPU waits ``max(0, host - gpu)``.  The MoE token-count sync
+    (:func:`host_ops`) empties the GPU's queue once per MoE layer forward: the GPU then idles
+    while the host issues the next operation (one more operation's host time).
+    """
+    fp8 = prec if prec in FP8_CAST_OPS and accel.supports(prec) else "bf16"
+    ops_f, sync = host_ops(model, moe, s, fp8, graphs)
+    if not ops_f and not sync:
+        return 0.0, 0.0
+    h_op = host_op_time(accel)
+    rec_ops = ops_f if mode == "full" else (HOST_OPS["attention"] if mode == "selective"
+                                            else 0.0)
+    host_f = ops_f * h_op
+    host_b = (HOST_BWD_RATIO * ops_f + rec_ops) * h_op
+    gpu_f = c.fwd + exposed_comm / 3
+    gpu_b = c.bwd + 2 * exposed_comm / 3 + recompute
+    waited = max(0.0, host_f - gpu_f) + max(0.0, host_b - gpu_b) + (h_op if sync else 0.0)
+    return host_f + host_b, waited
+
+
+def _cp_correction(model: ModelSpec, s: Strategy, tokens: float, accel: Accelerator
                    ) -> tuple[float, float]:
     """(forward s, backward s) of ring attention's per-step output / gradient merging.
 
@@ -668,7 +839,7 @@ def _cp_correction(model: ModelSpec, s: "Strategy", tokens: float, accel: Accele
     return fwd, bwd
 
 
-def _effective_moe_comm(s: "Strategy", mode: str, moe_comm: MoEComm,
+def _effective_moe_comm(s: Strategy, mode: str, moe_comm: MoEComm,
                         notes: list[str] | None) -> MoEComm:
     """``moe_comm`` less the switches Megatron would refuse for this strategy (noted)."""
     a2a, shared = moe_comm.a2a_overlap, moe_comm.shared_expert_overlap
@@ -687,7 +858,7 @@ def _effective_moe_comm(s: "Strategy", mode: str, moe_comm: MoEComm,
     return MoEComm(moe_comm.dispatcher, a2a, shared)
 
 
-def moe_a2a_overlap_ok(s: "Strategy", recompute: str) -> bool:
+def moe_a2a_overlap_ok(s: Strategy, recompute: str) -> bool:
     """Whether Megatron runs combined 1F1B for this strategy: EP > 1, PP = 1 or VPP > 1, and
     no full recompute (``overlap_moe_expert_parallel_comm``'s rules)."""
     return s.ep > 1 and (s.pp == 1 or s.vpp > 1) and recompute != "full"
@@ -719,13 +890,19 @@ def _ep_exposed(c: LayerCost, t_ep: float, moe_comm: MoEComm, mode: str) -> floa
     return t_ep
 
 
-def microbatch_lower_bound(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
+def _dp(s: Strategy) -> int:
+    """The data-parallel degree of a strategy whose world size is set (1 if it is not)."""
+    return s.dp if s.dp is not None else 1
+
+
+def microbatch_lower_bound(model: ModelSpec, s: Strategy, cluster: Cluster, seq_len: int,
                            gbs: int, mbs: int, prec: str, memo: dict | None = None,
-                           moe_comm: MoEComm = DEFAULT_MOE_COMM) -> float:
+                           moe_comm: MoEComm = DEFAULT_MOE_COMM,
+                           graphs: frozenset[str] = frozenset()) -> float:
     """A lower bound of the step time (no recompute, no PP/DP/optimizer terms): the fullest
     stage's layers, compute plus exposed TP/CP/EP communication, times ``m + (p-1)/v``."""
     moe_comm = _effective_moe_comm(s, "none", moe_comm, None)
-    dp = int(s.dp)
+    dp = _dp(s)
     m = gbs // (dp * mbs)
     split = pipeline_split(model, s)
     # VPP variants of one layout share everything but the bubble factor: memoise the fullest
@@ -733,7 +910,7 @@ def microbatch_lower_bound(model: ModelSpec, s: "Strategy", cluster: "Cluster", 
     wkey = None
     if memo is not None:
         wkey = ("lb", s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, s.pp, dp, s.order, mbs,
-                moe_comm, split.stage_layers, split.stage_moe)
+                moe_comm, graphs, split.stage_layers, split.stage_moe)
         hit = memo.get(wkey)
         if hit is not None:
             return hit * (m + (s.pp - 1) / s.vpp)
@@ -742,34 +919,36 @@ def microbatch_lower_bound(model: ModelSpec, s: "Strategy", cluster: "Cluster", 
     strides = comm.group_strides(s, dp, edp)
     tp_overlap = s.sp and s.tp > 1 and cluster.span(s.tp, strides["tp"]) == "intra"
     per, _ = _per_layer(model, s, cluster, tokens, seq_len, prec, "none", strides, tp_overlap,
-                        True, memo, moe_comm)
+                        True, memo, moe_comm, graphs)
     counts, moe_counts = split.stage_layers, split.stage_moe
 
     def mb(key: bool) -> float:
         d = per[key]
-        return d["compute"] + d["tp_exposed"] + d["cp_exposed"] + d["ep_exposed"]
+        return (d["compute"] + d["tp_exposed"] + d["cp_exposed"] + d["ep_exposed"]
+                + d["host_exposed"])
 
     dense_mb = mb(False)
     moe_mb = mb(True) if model.is_moe else 0.0
     worst = max((c - n) * dense_mb + n * moe_mb for c, n in zip(counts, moe_counts))
-    if wkey is not None:
+    if wkey is not None and memo is not None:
         memo[wkey] = worst
     return worst * (m + (s.pp - 1) / s.vpp)
 
 
-def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int, gbs: int,
+def _estimate(model: ModelSpec, s: Strategy, cluster: Cluster, seq_len: int, gbs: int,
               mbs: int, prec: str, mode: str, distributed_optimizer: bool = True,
               flash_attention: bool = True, tp_comm_overlap: bool | None = None,
               overlap_grad_reduce: bool = True, memo: dict | None = None,
-              moe_comm: MoEComm = DEFAULT_MOE_COMM) -> StepReport:
+              moe_comm: MoEComm = DEFAULT_MOE_COMM,
+              graphs: frozenset[str] = frozenset()) -> StepReport:
     """The model itself, without validation (the planner calls this on legal candidates).
 
     ``memo`` (a dict owned by the caller, for one model, cluster, sequence and precision)
     caches per-layer costs across strategies that share TP/CP/EP shapes.
     """
     accel = cluster.accel
-    world = int(s.world_size)
-    dp = int(s.dp)
+    dp = _dp(s)
+    world = s.world_size if s.world_size is not None else s.min_world_size * dp
     edp = world // (s.etp * s.ep * s.pp)
     m = gbs // (dp * mbs)
     if m < 1 or gbs % (dp * mbs):
@@ -792,7 +971,7 @@ def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
 
     moe_comm = _effective_moe_comm(s, mode, moe_comm, notes)
     per, kinds = _per_layer(model, s, cluster, tokens, seq_len, prec, mode, strides,
-                            tp_overlap, flash_attention, memo, moe_comm)
+                            tp_overlap, flash_attention, memo, moe_comm, graphs)
 
     head_t, head_p = _head_cost(model, accel, tokens, s.tp)
     emb_p = model.vocab_size * model.hidden_size / s.tp
@@ -805,21 +984,21 @@ def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
 
     # ---- stages ---------------------------------------------------------------------------
     keys = ("compute", "recompute", "tp", "tp_exposed", "cp", "cp_exposed", "ep", "ep_exposed",
-            "fwd", "bwd")
+            "host", "host_exposed", "fwd", "bwd")
     stages: list[dict[str, float]] = []
     # stages that hold the same layers and neither end of the pipeline cost the same
     signatures: dict[tuple[int, int, bool, bool], int] = {}
     for j in range(p):
         signatures.setdefault((counts[j], moe_counts[j], j == 0, j == p - 1), j)
-    for (n_layers, n_moe, first, last), j in signatures.items():
+    for n_layers, n_moe, first, last in signatures:
         n_dense = n_layers - n_moe
         st = {k: n_dense * per[False][k] + (n_moe * per[True][k] if n_moe else 0.0)
               for k in keys}
-        dense_p = n_dense * kinds[False].dense_params if n_dense else 0.0  # type: ignore[union-attr]
+        dense_p = n_dense * kinds[False].dense_params if n_dense else 0.0
         exp_p = 0.0
         if n_moe:
-            dense_p += n_moe * kinds[True].dense_params  # type: ignore[union-attr]
-            exp_p += n_moe * kinds[True].expert_params  # type: ignore[union-attr]
+            dense_p += n_moe * kinds[True].dense_params
+            exp_p += n_moe * kinds[True].expert_params
         if first:
             dense_p += emb_p
         if last:
@@ -833,11 +1012,11 @@ def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
             if mtp_terms:
                 last_moe = is_moe_layer(model, model.num_layers - 1)
                 kc = kinds[last_moe]
-                dense_p += model.mtp_num_layers * (kc.dense_params  # type: ignore[union-attr]
+                dense_p += model.mtp_num_layers * (kc.dense_params
                                                    + 2 * model.hidden_size ** 2 / s.tp)
-                exp_p += model.mtp_num_layers * kc.expert_params  # type: ignore[union-attr]
+                exp_p += model.mtp_num_layers * kc.expert_params
         st["mb"] = (st["compute"] + st["recompute"] + st["tp_exposed"] + st["cp_exposed"]
-                    + st["ep_exposed"])
+                    + st["ep_exposed"] + st["host_exposed"])
         st["dense_params"] = dense_p
         st["expert_params"] = exp_p
         stages.append(st)
@@ -894,6 +1073,7 @@ def _estimate(model: ModelSpec, s: "Strategy", cluster: "Cluster", seq_len: int,
         "tp": m * st["tp"], "tp_exposed": m * st["tp_exposed"],
         "cp": m * st["cp"], "cp_exposed": m * st["cp_exposed"],
         "ep": m * st["ep"], "ep_exposed": m * st["ep_exposed"],
+        "host": m * st["host"], "host_exposed": m * st["host_exposed"],
         "pp": pp_total, "pp_exposed": pp_exposed,
         "dp": st["dp"], "dp_exposed": st["dp_exposed"],
         "bubble": bubble, "optimizer": st["optimizer"],

@@ -75,8 +75,8 @@ class Comparison:
 
     a: Strategy
     b: Strategy
-    memory: tuple["MemoryReport", "MemoryReport"]
-    step: tuple["StepReport", "StepReport"]
+    memory: tuple[MemoryReport, MemoryReport]
+    step: tuple[StepReport, StepReport]
     changed: dict[str, tuple[Any, Any]]
     cause: str
     notes: list[str] = field(default_factory=list)
@@ -150,13 +150,15 @@ class Comparison:
         return "\n".join(lines)
 
 
-def compare(a: Any, b: Any, *, model: "ModelSpec | str", cluster: "Cluster", seq_len: int,
+def compare(a: Any, b: Any, *, model: ModelSpec | str, cluster: Cluster, seq_len: int,
             global_batch_size: int, micro_batch_size: int | tuple[int, int] = 1,
-            precision: str = "bf16", recompute: str | tuple[str, str] = "selective"
-            ) -> Comparison:
+            precision: str = "bf16", recompute: str | tuple[str, str] = "selective",
+            **step_options: Any) -> Comparison:
     """Price strategies ``a`` and ``b`` for the same model, cluster and batch; say what changed.
 
-    ``micro_batch_size`` and ``recompute`` may be pairs (one for each side).
+    ``micro_batch_size`` and ``recompute`` may be pairs (one for each side).  Other keyword
+    arguments (``moe_dispatcher``, ``cuda_graphs``, ``tp_comm_overlap``, ...) go to
+    :func:`parastrat.estimate_step` for both sides.
     """
     from ..estimate.memory import estimate_memory
     from ..estimate.step import estimate_step
@@ -172,7 +174,7 @@ def compare(a: Any, b: Any, *, model: "ModelSpec | str", cluster: "Cluster", seq
             s = s.with_world_size(cluster.num_devices)
         step = estimate_step(model, s, cluster, seq_len=seq_len,
                              global_batch_size=global_batch_size, micro_batch_size=m,
-                             precision=precision, recompute=r)
+                             precision=precision, recompute=r, **step_options)
         mem = estimate_memory(model, s, seq_len=seq_len, micro_batch_size=m,
                               global_batch_size=global_batch_size, recompute=step.recompute,
                               precision=step.precision)
@@ -189,8 +191,8 @@ def compare(a: Any, b: Any, *, model: "ModelSpec | str", cluster: "Cluster", seq
     return Comparison(sa, sb, (ma, mb), (ta, tb), changed, cause, notes)
 
 
-def _cause(ta: "StepReport", tb: "StepReport", ma: "MemoryReport", mb: "MemoryReport",
-           cluster: "Cluster", changed: dict[str, tuple[Any, Any]]) -> str:
+def _cause(ta: StepReport, tb: StepReport, ma: MemoryReport, mb: MemoryReport,
+           cluster: Cluster, changed: dict[str, tuple[Any, Any]]) -> str:
     from .explain import TERM_NAMES
 
     what = ", ".join(f"{k} {x}->{y}" for k, (x, y) in changed.items()) or "no degree change"

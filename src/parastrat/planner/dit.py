@@ -73,18 +73,23 @@ class DiTCandidate:
 
     @property
     def latency_s(self) -> float:
+        """Seconds for one whole request (from the report): what the latency objective ranks by."""
         return self.report.latency_s
 
     @property
     def per_step_s(self) -> float:
+        """Seconds per denoising step (from the report)."""
         return self.report.per_step_s
 
     @property
     def memory(self) -> DiTMemory:
+        """Bytes per device (the report's :class:`~parastrat.estimate.dit.DiTMemory`)."""
         return self.report.memory
 
     @property
     def requests_per_s(self) -> float:
+        """Requests per second with ``dp`` replicas (from the report): what the throughput objective
+        (``data_parallel=True``) ranks by."""
         return self.report.requests_per_s
 
     def mindiesd_flags(self) -> str:
@@ -95,6 +100,8 @@ class DiTCandidate:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The candidate as a JSON-ready dict (degrees, timings, memory, reasons, MindIE-SD flags
+        and the full report): one entry of :meth:`DiTPlan.to_dict`."""
         s = self.strategy
         return {
             "strategy": {
@@ -131,6 +138,7 @@ class DiTPlan:
 
     @property
     def best(self) -> DiTCandidate:
+        """The top-ranked candidate (``candidates[0]``)."""
         return self.candidates[0]
 
     def explain(self) -> str:
@@ -160,6 +168,7 @@ class DiTPlan:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
+        """The plan as one JSON-ready dict: what ``parastrat plan-dit --format json`` prints."""
         return {
             "model": self.model,
             "accelerator": self.accelerator,

@@ -18,18 +18,19 @@ TERM_NAMES = {
     "optimizer": "optimizer step", "tp_exposed": "exposed TP comm",
     "cp_exposed": "exposed CP comm", "ep_exposed": "exposed EP all-to-all",
     "pp_exposed": "exposed PP send/recv", "dp_exposed": "exposed DP grad/param sync",
+    "host_exposed": "host-bound time (eager kernel launches, MoE token-count sync)",
 }
 GiB = 1024**3
 
 
-def overheads(step: "StepReport") -> list[tuple[str, float]]:
+def overheads(step: StepReport) -> list[tuple[str, float]]:
     """Non-compute terms of a step as (name, seconds), largest first."""
     terms = [(k, v) for k, v in step.breakdown.items()
              if k in TERM_NAMES and k != "compute" and v > 0]
     return sorted(terms, key=lambda kv: -kv[1])
 
 
-def limiter(step: "StepReport") -> str:
+def limiter(step: StepReport) -> str:
     """``"compute-bound (81%); largest overhead: exposed EP all-to-all 12%"``."""
     total = step.step_time_s
     share = step.breakdown.get("compute", 0.0) / total if total else 0.0
@@ -41,7 +42,7 @@ def limiter(step: "StepReport") -> str:
     return head
 
 
-def difference(a: "StepReport", b: "StepReport") -> str:
+def difference(a: StepReport, b: StepReport) -> str:
     """The term that most explains why ``a`` is faster than ``b``."""
     keys = [k for k in TERM_NAMES]
     deltas = sorted(((b.breakdown.get(k, 0.0) - a.breakdown.get(k, 0.0), k) for k in keys),
@@ -57,7 +58,7 @@ def _pipeline_label(s) -> str:
     return " ".join(part for part in str(s).split() if part.startswith(("PP", "CP")))
 
 
-def annotate(ranked: list["Candidate"], cluster: "Cluster") -> None:
+def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
     """Fill each candidate's ``why``: its limiter, memory, and its edge over the next one."""
     from .search import RANK_TIE, exposure_class
 
@@ -88,7 +89,7 @@ def annotate(ranked: list["Candidate"], cluster: "Cluster") -> None:
         c.why = "; ".join(parts)
 
 
-def explain_plan(plan: "Plan") -> str:
+def explain_plan(plan: Plan) -> str:
     """Seed heuristic vs the chosen strategy, term by term, as plain text."""
     best = plan.best
     lines = [f"{plan.model.name} on {plan.num_devices} x {plan.cluster.accel.name}, seq "
@@ -107,7 +108,7 @@ def explain_plan(plan: "Plan") -> str:
         return "\n".join(lines)
     rank = plan.find(heur.strategy)
     if rank is not None:
-        c = plan.candidates[rank]
+        c = plan.ranked[rank] if plan.ranked else plan.candidates[rank]
         lines.append(f"  the planner ranks it #{rank + 1} ({c.label()}, "
                      f"{c.step.tokens_per_s_per_gpu:,.0f} tokens/s/GPU)")
     # price the seed strategy with the best micro-batch / recompute that fits
@@ -130,7 +131,7 @@ def explain_plan(plan: "Plan") -> str:
     return "\n".join(lines)
 
 
-def _price(plan: "Plan", strategy) -> tuple["StepReport", int, str, float] | None:
+def _price(plan: Plan, strategy) -> tuple[StepReport, int, str, float] | None:
     """Best (step, mbs, recompute, peak) of ``strategy`` that fits, or None."""
     from ..estimate.memory import estimate_memory
     from ..estimate.step import _validate, estimate_step
@@ -162,7 +163,7 @@ def _price(plan: "Plan", strategy) -> tuple["StepReport", int, str, float] | Non
     return best
 
 
-def explain_strategy(model, strategy, cluster: "Cluster", *, seq_len: int,
+def explain_strategy(model, strategy, cluster: Cluster, *, seq_len: int,
                      global_batch_size: int, micro_batch_size: int = 1,
                      precision: str = "bf16", recompute: str = "selective") -> str:
     """Memory per stage and the step-time breakdown of one given strategy, as text."""

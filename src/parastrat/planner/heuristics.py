@@ -158,7 +158,7 @@ def seed_strategy(model: ModelSpec, num_devices: int, seq_len: int,
     try:
         strategy = Strategy(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, sp=sp, **split)
         strategy = strategy.with_world_size(num_devices)
-    except Exception as exc:  # noqa: BLE001 - the guide can be unsatisfiable; say so
+    except Exception as exc:
         reasons.append(f"no legal strategy from the guide: {exc}")
         return Heuristic(None, tuple(reasons))
     return Heuristic(strategy, tuple(reasons))

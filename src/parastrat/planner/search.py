@@ -26,16 +26,28 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, StrategyError, UsageError
+from ..estimate.step import (
+    DEFAULT_MOE_COMM,
+    RECOMPUTE_MODES,
+    MoEComm,
+    StepReport,
+    _estimate,
+    check_errors,
+    cuda_graph_scopes,
+    layer_params,
+    microbatch_lower_bound,
+    moe_comm_options,
+    normalize_recompute,
+    pipeline_split,
+)
 from ..spec.hardware import canonical_precision
 from ..spec.model import ModelSpec
 from ..strategy import MEGATRON_ORDER, Strategy, divisors
-from ..estimate.step import (RECOMPUTE_MODES, MoEComm, StepReport, _estimate, check_errors,
-                             layer_params, microbatch_lower_bound, moe_comm_options,
-                             normalize_recompute, pipeline_split)
 from .heuristics import Heuristic, seed_strategy
 
 if TYPE_CHECKING:
@@ -49,8 +61,8 @@ MICRO_BATCH_SIZES = (1, 2, 4, 8)
 #: Fewest tokens per CP rank worth splitting a sequence for.
 MIN_CP_TOKENS = 1024
 #: VPP / layer-split / Ulysses-x-ring variants of one layout (same TP, PP, CP, EP, ETP,
-#: micro-batch, recompute) within this fraction of the layout's best step time are near-equal: one candidate, the
-#: others listed in its ``alternatives``.
+#: micro-batch, recompute) within this fraction of the layout's best step time are near-equal:
+#: one candidate, the others listed in its ``alternatives``.
 VPP_TIE = 0.01
 #: Relative step-time difference below which two candidates are ranked as a tie: the step
 #: model's constants (GEMM / attention efficiencies, overlap slowdown, link bandwidths) are
@@ -76,13 +88,13 @@ class Candidate:
     strategy: Strategy
     micro_batch_size: int
     recompute: str
-    memory: "MemoryReport"
+    memory: MemoryReport
     step: StepReport
     why: str = ""
     notes: tuple[str, ...] = field(default=())
     #: other VPP / layer-split variants of the same layout within :data:`VPP_TIE` (slower
     #: first-found order is not kept: sorted by step time)
-    alternatives: list["Candidate"] = field(default_factory=list)
+    alternatives: list[Candidate] = field(default_factory=list)
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -114,12 +126,16 @@ class Plan:
     """A ranked list of fitting strategies (best first) and how the search went."""
 
     model: ModelSpec
-    cluster: "Cluster"
+    cluster: Cluster
     seq_len: int
     global_batch_size: int
     precision: str
+    #: the ranked candidates, best first, at most ``top_k`` of them
     candidates: list[Candidate]
     heuristic: Heuristic | None = None
+    #: the whole ranking the search kept (at least :data:`KEEP_AT_LEAST` layouts, best first):
+    #: ``candidates`` is its first ``top_k``; :meth:`find` looks here
+    ranked: list[Candidate] = field(default_factory=list)
     #: legal strategies enumerated, (strategy, micro-batch) pairs priced, memory checks
     enumerated: int = 0
     priced: int = 0
@@ -153,7 +169,8 @@ class Plan:
 
     def find(self, strategy: Strategy, *, step_time_s: float | None = None,
              tolerance: float = VPP_TIE) -> int | None:
-        """0-based rank of the first candidate with ``strategy``'s layout, or None.
+        """0-based rank of the first candidate with ``strategy``'s layout in
+        :attr:`ranked` (which ``candidates`` begins), or None.
 
         Matching rule (any micro-batch and recompute mode): TP, PP, CP, EP and ETP equal, and
         VPP equal, or ``strategy``'s VPP among the candidate's near-equal ``alternatives``, or
@@ -161,7 +178,7 @@ class Plan:
         ``tolerance`` of the candidate's step time: a VPP the plan collapsed as a tie.
         """
         key = _layout_degrees(strategy)
-        for i, c in enumerate(self.candidates):
+        for i, c in enumerate(self.ranked or self.candidates):
             if _layout_degrees(c.strategy) != key:
                 continue
             if c.strategy.vpp == strategy.vpp or any(
@@ -362,7 +379,7 @@ def _stage_shapes(model: ModelSpec, pp: int, vpp: int, split: dict[str, Any]
     return hit
 
 
-def _fits(memory: "MemoryReport", cluster: "Cluster", headroom: float | None) -> bool:
+def _fits(memory: MemoryReport, cluster: Cluster, headroom: float | None) -> bool:
     if headroom is None:
         return bool(memory.fits(cluster.accel))
     return bool(memory.fits(cluster.accel, headroom=headroom))
@@ -371,16 +388,17 @@ def _fits(memory: "MemoryReport", cluster: "Cluster", headroom: float | None) ->
 # ---------------------------------------------------------------------------------------------
 # The planner
 # ---------------------------------------------------------------------------------------------
-def plan(model: "ModelSpec | str", cluster: "Cluster", *, seq_len: int, global_batch_size: int,
-         precision: str = "bf16", top_k: int = 5, num_devices: "int | str | None" = None,
+def plan(model: ModelSpec | str, cluster: Cluster, *, seq_len: int, global_batch_size: int,
+         precision: str = "bf16", top_k: int = 5, num_devices: int | str | None = None,
          tp: Any = None, pp: Any = None, vpp: Any = None, cp: Any = None, ep: Any = None,
          etp: Any = None, ulysses: Any = None, micro_batch_size: Any = None,
-         recompute: "str | Iterable[str] | None" = None, max_tp: int | None = None,
+         recompute: str | Iterable[str] | None = None, max_tp: int | None = None,
          max_pp: int | None = None, max_cp: int | None = None, max_ep: int | None = None,
          max_vpp: int | None = None, headroom: float | None = None,
          distributed_optimizer: bool = True, min_cp_tokens: int = MIN_CP_TOKENS,
          moe_dispatcher: str = "alltoall", moe_a2a_overlap: bool = False,
-         moe_shared_expert_overlap: bool = False,
+         moe_shared_expert_overlap: bool = False, cuda_graphs: Any = None,
+         tp_comm_overlap: bool | None = None,
          progress: Callable[[int, int], None] | None = None) -> Plan:
     """Rank every legal strategy for ``model`` on ``cluster`` by predicted throughput.
 
@@ -391,7 +409,13 @@ def plan(model: "ModelSpec | str", cluster: "Cluster", *, seq_len: int, global_b
     full).  ``headroom`` is passed to :meth:`MemoryReport.fits` (its default otherwise).
     ``moe_dispatcher`` / ``moe_a2a_overlap`` / ``moe_shared_expert_overlap`` price every
     candidate with those Megatron MoE switches (see :func:`parastrat.estimate_step`;
-    combined 1F1B applies only where Megatron allows it).
+    combined 1F1B applies only where Megatron allows it); ``cuda_graphs`` (None: eager, as
+    Megatron Core by default; True: the whole iteration; or scopes such as
+    ``"attn,moe_router,moe_preprocess"``) prices every candidate's host launch cost with
+    those blocks captured; ``tp_comm_overlap=False`` turns TP communication overlap off (None:
+    on with SP inside the scale-up domain).
+    ``top_k`` bounds ``Plan.candidates``; ``Plan.ranked`` keeps the wider ranking the search
+    produced (at least :data:`KEEP_AT_LEAST` candidates).
     Raises :class:`UsageError` saying what would work when nothing is legal or fits.
     """
     from ..spec.models import get as get_model
@@ -410,7 +434,8 @@ def plan(model: "ModelSpec | str", cluster: "Cluster", *, seq_len: int, global_b
                   headroom=headroom, distributed_optimizer=distributed_optimizer,
                   min_cp_tokens=min_cp_tokens, progress=progress,
                   moe_comm=moe_comm_options(moe_dispatcher, moe_a2a_overlap,
-                                            moe_shared_expert_overlap))
+                                            moe_shared_expert_overlap),
+                  graphs=cuda_graph_scopes(cuda_graphs), tp_comm_overlap=tp_comm_overlap)
     if num_devices == "smallest":
         return _plan_smallest(model, cluster, **kwargs)
     if num_devices is not None:
@@ -424,12 +449,12 @@ def plan(model: "ModelSpec | str", cluster: "Cluster", *, seq_len: int, global_b
     return result
 
 
-def _plan_smallest(model: ModelSpec, cluster: "Cluster", **kwargs: Any) -> Plan:
+def _plan_smallest(model: ModelSpec, cluster: Cluster, **kwargs: Any) -> Plan:
     """Binary search over device counts for the fewest on which something fits."""
     top = cluster.num_devices
+    node = cluster.devices_per_node
     counts = sorted({2 ** i for i in range(0, top.bit_length()) if 2 ** i <= top}
-                    | {k * cluster.devices_per_node for k in range(1, top // cluster.devices_per_node + 1)
-                       if (k & (k - 1)) == 0}
+                    | {k * node for k in range(1, top // node + 1) if (k & (k - 1)) == 0}
                     | {top})
     lo, hi = 0, len(counts) - 1
     best: Plan | None = None
@@ -446,14 +471,16 @@ def _plan_smallest(model: ModelSpec, cluster: "Cluster", **kwargs: Any) -> Plan:
     return best
 
 
-def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_batch_size: int,
+def _plan_fixed(model: ModelSpec, cluster: Cluster, *, seq_len: int, global_batch_size: int,
                 precision: str, top_k: int, tp: Any, pp: Any, vpp: Any, cp: Any, ep: Any,
                 etp: Any, ulysses: Any, micro_batch_size: Any, recompute: Any,
                 max_tp: int | None, max_pp: int | None, max_cp: int | None,
                 max_ep: int | None, max_vpp: int | None, headroom: float | None,
                 distributed_optimizer: bool, min_cp_tokens: int,
                 progress: Callable[[int, int], None] | None,
-                moe_comm: MoEComm = MoEComm()) -> Plan:
+                moe_comm: MoEComm = DEFAULT_MOE_COMM,
+                graphs: frozenset[str] = frozenset(),
+                tp_comm_overlap: bool | None = None) -> Plan:
     from ..estimate.memory import estimate_memory
 
     start = time.perf_counter()
@@ -488,10 +515,11 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
         if progress and i % 256 == 0:
             progress(i, total)
         for mbs in mbs_opts:
-            if global_batch_size % (s.dp * mbs):
+            dp = s.dp if s.dp is not None else 1
+            if global_batch_size % (dp * mbs):
                 continue
             lb = microbatch_lower_bound(model, s, cluster, seq_len, global_batch_size, mbs,
-                                        prec, memo, moe_comm)
+                                        prec, memo, moe_comm, graphs)
             bounds.append((lb, len(bounds), s, mbs))
     if progress:
         progress(total, total)
@@ -532,7 +560,8 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
                 bounds = []
                 continue
             rep0 = _estimate(model, s, cluster, seq_len, global_batch_size, mbs, prec,
-                             modes[0], distributed_optimizer, memo=memo, moe_comm=moe_comm)
+                             modes[0], distributed_optimizer, memo=memo, moe_comm=moe_comm,
+                             graphs=graphs, tp_comm_overlap=tp_comm_overlap)
             priced += 1
             heapq.heappush(pending, (rep0.step_time_s, n, s, mbs))
             continue
@@ -547,7 +576,8 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
             if not _fits(mem, cluster, headroom):
                 continue
             rep = _estimate(model, s, cluster, seq_len, global_batch_size, mbs, prec, mode,
-                            distributed_optimizer, memo=memo, moe_comm=moe_comm)
+                            distributed_optimizer, memo=memo, moe_comm=moe_comm,
+                            graphs=graphs, tp_comm_overlap=tp_comm_overlap)
             priced += 1
             admit(Candidate(s, mbs, mode, mem, rep, notes=rep.notes))
             break
@@ -562,9 +592,10 @@ def _plan_fixed(model: ModelSpec, cluster: "Cluster", *, seq_len: int, global_ba
     annotate(ranked, cluster)
     heur = seed_strategy(model, world, seq_len, cluster.devices_per_node)
     return Plan(model=model, cluster=cluster, seq_len=seq_len,
-                global_batch_size=global_batch_size, precision=prec, candidates=ranked,
-                heuristic=heur, enumerated=total, priced=priced, memory_checks=checks,
-                bounded=len_bounds, memory_pruned=pruned[0],
+                global_batch_size=global_batch_size, precision=prec,
+                candidates=ranked[:top_k], ranked=ranked, heuristic=heur, enumerated=total,
+                priced=priced, memory_checks=checks, bounded=len_bounds,
+                memory_pruned=pruned[0],
                 elapsed_s=time.perf_counter() - start, num_devices=world)
 
 
@@ -609,7 +640,7 @@ def _modes(recompute: Any) -> list[str]:
     return [m for m in RECOMPUTE_MODES if m in modes]
 
 
-def _nothing_fits_message(model: ModelSpec, cluster: "Cluster", result: Plan,
+def _nothing_fits_message(model: ModelSpec, cluster: Cluster, result: Plan,
                           **kwargs: Any) -> str:
     """Say why nothing came back and what would work instead."""
     world = cluster.num_devices
@@ -617,7 +648,7 @@ def _nothing_fits_message(model: ModelSpec, cluster: "Cluster", result: Plan,
     if result.enumerated == 0 and result.memory_pruned == 0:
         hints = []
         ok_worlds = [w for w in range(max(1, world - 64), world + 65)
-                     if w != world and gbs % w == 0 or (w % 8 == 0 and gbs % 8 == 0
+                     if (w != world and gbs % w == 0) or (w % 8 == 0 and gbs % 8 == 0
                                                          and w != world)]
         near = sorted(ok_worlds, key=lambda w: abs(w - world))[:3]
         if near:

@@ -73,14 +73,18 @@ class VerifyReport:
 
     @property
     def ok(self) -> bool:
+        """True when the run finished without error, ran at least one check, and all passed."""
         return self.error is None and all(c.ok for c in self.checks) and bool(self.checks)
 
     @property
     def failures(self) -> list[Check]:
+        """The checks whose numbers came out wrong."""
         return [c for c in self.checks if not c.ok]
 
     @property
     def axes(self) -> tuple[str, ...]:
+        """The rank-table columns: the inference axes for an xDiT-style grid, else the training
+        ones."""
         return INFERENCE_AXES if self.strategy.is_inference else TRAINING_AXES
 
     def summary(self) -> str:
@@ -96,6 +100,8 @@ class VerifyReport:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The outcome as a JSON-ready dict (every check, every rank's coordinates): what
+        ``parastrat verify --format json`` prints."""
         return {
             "ok": self.ok,
             "strategy": str(self.strategy),

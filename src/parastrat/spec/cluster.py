@@ -123,6 +123,8 @@ class Calibration:
         return cls(ops=ops, source=str(data.get("source", "")))
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form shown above, which :meth:`from_dict` and :func:`load_calibration` read
+        back."""
         return {
             "ops": {
                 op: {span: {"alpha_s": a, "busbw_Bps": b} for span, (a, b) in spans.items()}
@@ -288,6 +290,8 @@ class Cluster:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The cluster as a JSON-ready dict of its resolved constructor arguments (the accelerator
+        by name), so ``Cluster(**d)`` rebuilds it on a preset accelerator."""
         return {
             "accelerator": self._accel.name,
             "num_devices": self.num_devices,

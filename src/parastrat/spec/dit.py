@@ -62,6 +62,7 @@ class LatentShape:
 
     @property
     def tokens(self) -> int:
+        """Image/video tokens of the workload: frames x height x width of the patched latent."""
         return self.frames * self.height * self.width
 
 
@@ -155,6 +156,8 @@ class DiTSpec:
 
     @property
     def kv_dim(self) -> int:
+        """Width of the K (and of the V) projection: KV heads x head_dim (below :attr:`inner_dim`
+        under GQA)."""
         return self.query_groups * self.head_dim
 
     @property
@@ -256,6 +259,9 @@ class DiTSpec:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """The spec as a JSON-ready dict for display: blocks as ``{kind, count}``, derived sizes
+        (layers, parameters, MLP ratio, KV heads) added, ``extra`` left out (not a constructor round
+        trip)."""
         d = asdict(self)
         d.pop("extra")
         d["blocks"] = [{"kind": g.kind, "count": g.count} for g in self.blocks]

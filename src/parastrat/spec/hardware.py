@@ -104,6 +104,8 @@ class Accelerator:
         return canonical_precision(precision) in self.peak_flops
 
     def to_dict(self) -> dict[str, object]:
+        """Every field but ``aliases`` as a JSON-ready dict, to show or save a device;
+        ``Accelerator(**d)`` rebuilds it."""
         return {
             "name": self.name,
             "vendor": self.vendor,

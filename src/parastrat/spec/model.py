@@ -90,10 +90,12 @@ class ModelSpec:
 
     @property
     def head_dim(self) -> int:
+        """Per-head dimension: ``kv_channels``, or hidden_size // num_attention_heads when unset."""
         return self.kv_channels or self.hidden_size // self.num_attention_heads
 
     @property
     def is_moe(self) -> bool:
+        """True when the model has routed experts (``num_moe_experts`` set)."""
         return bool(self.num_moe_experts)
 
     @property
@@ -345,6 +347,7 @@ class ModelSpec:
         return replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
+        """Every field but ``extra`` as a JSON-ready dict; ``ModelSpec(**d)`` rebuilds the spec."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
 
     def __getstate__(self) -> dict[str, Any]:
