@@ -44,16 +44,25 @@ from parastrat.estimate.step import estimate_step
 from parastrat.planner.search import pipeline_variants
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = next((p for p in (ROOT / "shared" / "reference",
-                              ROOT.parent / "shared" / "reference") if p.exists()),
-                 ROOT / "shared" / "reference")
+REFERENCE = next(
+    (
+        p
+        for p in (ROOT / "shared" / "reference", ROOT.parent / "shared" / "reference")
+        if p.exists()
+    ),
+    ROOT / "shared" / "reference",
+)
 
 
 #: How Megatron-LM ran in 2021 (Narayanan et al.): no flash attention (scores through HBM), no
 #: TP communication overlap (no SP), data-parallel all-reduce after the backward pass, no
 #: distributed optimizer.  Implementation facts of that code base, not fitted constants.
-ERA_2021 = dict(flash_attention=False, tp_comm_overlap=False, overlap_grad_reduce=False,
-                distributed_optimizer=False)
+ERA_2021 = dict(
+    flash_attention=False,
+    tp_comm_overlap=False,
+    overlap_grad_reduce=False,
+    distributed_optimizer=False,
+)
 
 
 #: MoE switches the published recipes turn on, by (preset, accelerator), as Megatron Bridge's
@@ -123,24 +132,45 @@ def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision, **feat
     one and fits=False."""
     last = None
     for mode in ("none", "selective", "full"):
-        mem = estimate_memory(model, strategy, seq_len=seq, micro_batch_size=mbs,
-                              global_batch_size=gbs, recompute=mode, precision=precision)
-        step = estimate_step(model, strategy, cluster, seq_len=seq, global_batch_size=gbs,
-                             micro_batch_size=mbs, precision=precision, recompute=mode,
-                             **features)
+        mem = estimate_memory(
+            model,
+            strategy,
+            seq_len=seq,
+            micro_batch_size=mbs,
+            global_batch_size=gbs,
+            recompute=mode,
+            precision=precision,
+        )
+        step = estimate_step(
+            model,
+            strategy,
+            cluster,
+            seq_len=seq,
+            global_batch_size=gbs,
+            micro_batch_size=mbs,
+            precision=precision,
+            recompute=mode,
+            **features,
+        )
         last = (step, mem, mem.fits(cluster.accel))
         if last[2]:
             return last
     return last
 
 
-def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicted_step,
-          **features):
+def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicted_step, **features):
     """(rank in top 10 or None, published/best throughput ratio, plan seconds)."""
     t0 = time.perf_counter()
     try:
-        plan = ps.plan(model, cluster, seq_len=seq, global_batch_size=gbs,
-                       precision=precision, top_k=10, **features)
+        plan = ps.plan(
+            model,
+            cluster,
+            seq_len=seq,
+            global_batch_size=gbs,
+            precision=precision,
+            top_k=10,
+            **features,
+        )
     except UsageError:
         return None, float("nan"), time.perf_counter() - t0
     elapsed = time.perf_counter() - t0
@@ -160,25 +190,48 @@ def published_rows(short: bool) -> list[dict]:
             ep = int(r["ep"])
             pp, vpp = int(r["pp"]), int(r["vpp"] or 1)
             split = (pipeline_variants(model, pp, vpp) or ({},))[0]
-            strategy = ps.Strategy(tp=tp, pp=pp, vpp=vpp, cp=int(r["cp"]), ep=ep,
-                                   etp=int(r["etp"]) if r["etp"] else None,
-                                   sp=tp > 1, **split).with_world_size(n)
+            strategy = ps.Strategy(
+                tp=tp,
+                pp=pp,
+                vpp=vpp,
+                cp=int(r["cp"]),
+                ep=ep,
+                etp=int(r["etp"]) if r["etp"] else None,
+                sp=tp > 1,
+                **split,
+            ).with_world_size(n)
             seq, gbs, mbs = int(r["seq_len"]), int(r["gbs"]), int(r["mbs"])
             features = recipe_features(r["preset"], r["gpu"])
-            step, mem, fits = _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs,
-                                                r["precision"], **features)
+            step, mem, fits = _cheapest_fitting(
+                model, strategy, cluster, seq, gbs, mbs, r["precision"], **features
+            )
             pub = float(r["tokens_per_s_per_gpu"])
-            row = {"table": "published", "name": f"{r['model']} {n}x{r['gpu']}",
-                   "strategy": f"{strategy} mbs{mbs}", "recompute": step.recompute,
-                   "fits": fits, "peak_gib": mem.peak_bytes / 2**30,
-                   "published": pub, "predicted": step.tokens_per_s_per_gpu,
-                   "ape": abs(step.tokens_per_s_per_gpu - pub) / pub, "unit": "tok/s/GPU"}
+            row = {
+                "table": "published",
+                "name": f"{r['model']} {n}x{r['gpu']}",
+                "strategy": f"{strategy} mbs{mbs}",
+                "recompute": step.recompute,
+                "fits": fits,
+                "peak_gib": mem.peak_bytes / 2**30,
+                "published": pub,
+                "predicted": step.tokens_per_s_per_gpu,
+                "ape": abs(step.tokens_per_s_per_gpu - pub) / pub,
+                "unit": "tok/s/GPU",
+            }
             if short and n > 256:
                 row.update(rank="-", ratio=float("nan"), plan_s=float("nan"))
             else:
-                rank, ratio, secs = _rank(model, cluster, strategy, seq, gbs, r["precision"],
-                                          step.tokens_per_s_per_gpu, step.step_time_s,
-                                          **features)
+                rank, ratio, secs = _rank(
+                    model,
+                    cluster,
+                    strategy,
+                    seq,
+                    gbs,
+                    r["precision"],
+                    step.tokens_per_s_per_gpu,
+                    step.step_time_s,
+                    **features,
+                )
                 row.update(rank=rank, ratio=ratio, plan_s=secs)
             out.append(row)
     return out
@@ -191,11 +244,19 @@ def megatron_2021_rows(short: bool) -> list[dict]:
             h, a, L = int(r["hidden"]), int(r["heads"]), int(r["layers"])
             s, V = int(r["seq_len"]), int(r["vocab"])
             n, B = int(r["num_gpus"]), int(r["global_batch"])
-            model = ps.ModelSpec(name=f"gpt-{r['params_billion']}b", num_layers=L,
-                                 hidden_size=h, num_attention_heads=a, ffn_hidden_size=4 * h,
-                                 vocab_size=V, max_position_embeddings=s,
-                                 add_bias_linear=True, tied_embeddings=True,
-                                 position_embedding_type="learned", normalization="layernorm")
+            model = ps.ModelSpec(
+                name=f"gpt-{r['params_billion']}b",
+                num_layers=L,
+                hidden_size=h,
+                num_attention_heads=a,
+                ffn_hidden_size=4 * h,
+                vocab_size=V,
+                max_position_embeddings=s,
+                add_bias_linear=True,
+                tied_embeddings=True,
+                position_embedding_type="learned",
+                normalization="layernorm",
+            )
             cluster = ps.Cluster(accelerator=r["gpu"], num_devices=n)
             tp, pp = int(r["tp"]), int(r["pp"])
             strategy = ps.Strategy(tp=tp, pp=pp, sp=False).with_world_size(n)
@@ -207,12 +268,27 @@ def megatron_2021_rows(short: bool) -> list[dict]:
                 if B % (strategy.dp * mbs):
                     continue
                 try:
-                    mem = estimate_memory(model, strategy, seq_len=s, micro_batch_size=mbs,
-                                          global_batch_size=B, recompute="full",
-                                          distributed_optimizer=False, flash_attention=False)
-                    step = estimate_step(model, strategy, cluster, seq_len=s,
-                                         global_batch_size=B, micro_batch_size=mbs,
-                                         recompute="full", precision="bf16", **ERA_2021)
+                    mem = estimate_memory(
+                        model,
+                        strategy,
+                        seq_len=s,
+                        micro_batch_size=mbs,
+                        global_batch_size=B,
+                        recompute="full",
+                        distributed_optimizer=False,
+                        flash_attention=False,
+                    )
+                    step = estimate_step(
+                        model,
+                        strategy,
+                        cluster,
+                        seq_len=s,
+                        global_batch_size=B,
+                        micro_batch_size=mbs,
+                        recompute="full",
+                        precision="bf16",
+                        **ERA_2021,
+                    )
                 except StrategyError:
                     continue
                 fits = mem.fits(cluster.accel)
@@ -221,46 +297,63 @@ def megatron_2021_rows(short: bool) -> list[dict]:
                     best = cand
             assert best is not None
             _, _, mbs, step, mem, fits = best
-            row = {"table": "2021", "name": f"GPT {r['params_billion']}B {n}xA100",
-                   "strategy": f"{strategy} mbs{mbs}", "recompute": "full", "fits": fits,
-                   "peak_gib": mem.peak_bytes / 2**30, "published": pub_step,
-                   "predicted": step.step_time_s,
-                   "ape": abs(step.step_time_s - pub_step) / pub_step, "unit": "s/step",
-                   "rank": "-", "ratio": float("nan"), "plan_s": float("nan")}
+            row = {
+                "table": "2021",
+                "name": f"GPT {r['params_billion']}B {n}xA100",
+                "strategy": f"{strategy} mbs{mbs}",
+                "recompute": "full",
+                "fits": fits,
+                "peak_gib": mem.peak_bytes / 2**30,
+                "published": pub_step,
+                "predicted": step.step_time_s,
+                "ape": abs(step.step_time_s - pub_step) / pub_step,
+                "unit": "s/step",
+                "rank": "-",
+                "ratio": float("nan"),
+                "plan_s": float("nan"),
+            }
             out.append(row)
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--short", action="store_true",
-                    help="CI mode: skip the plans of rows with more than 256 GPUs")
+    ap.add_argument(
+        "--short",
+        action="store_true",
+        help="CI mode: skip the plans of rows with more than 256 GPUs",
+    )
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
     pub = published_rows(args.short)
     old = megatron_2021_rows(args.short)
-    print(f"{'row':<34} {'strategy':<34} {'rec':<9} {'fit':>3} {'GiB':>5} {'published':>10} "
-          f"{'predicted':>10} {'APE':>6} {'top10':>5} {'pub/best':>8} {'plan s':>6}")
+    print(
+        f"{'row':<34} {'strategy':<34} {'rec':<9} {'fit':>3} {'GiB':>5} {'published':>10} "
+        f"{'predicted':>10} {'APE':>6} {'top10':>5} {'pub/best':>8} {'plan s':>6}"
+    )
     for row in pub + old:
         rank = row["rank"]
-        print(f"{row['name']:<34} {row['strategy']:<34} {row['recompute']:<9} "
-              f"{'yes' if row['fits'] else 'NO':>3} {row['peak_gib']:5.1f} "
-              f"{row['published']:10.4g} {row['predicted']:10.4g} {row['ape']:6.1%} "
-              f"{'-' if rank == '-' else (rank or 'no'):>5} {row['ratio']:8.2f} "
-              f"{row['plan_s']:6.2f}")
+        print(
+            f"{row['name']:<34} {row['strategy']:<34} {row['recompute']:<9} "
+            f"{'yes' if row['fits'] else 'NO':>3} {row['peak_gib']:5.1f} "
+            f"{row['published']:10.4g} {row['predicted']:10.4g} {row['ape']:6.1%} "
+            f"{'-' if rank == '-' else (rank or 'no'):>5} {row['ratio']:8.2f} "
+            f"{row['plan_s']:6.2f}"
+        )
     mape_pub = sum(r["ape"] for r in pub) / len(pub)
     mape_old = sum(r["ape"] for r in old) / len(old)
     ranked = [r for r in pub if r["rank"] != "-"]
     in_top = sum(1 for r in ranked if r["rank"]) / len(ranked) if ranked else float("nan")
-    within = (sum(1 for r in ranked if r["ratio"] >= 0.9) / len(ranked)
-              if ranked else float("nan"))
+    within = sum(1 for r in ranked if r["ratio"] >= 0.9) / len(ranked) if ranked else float("nan")
     fits = sum(1 for r in pub + old if r["fits"])
     print()
     print(f"published_configs.csv: tokens/s/GPU MAPE {mape_pub:.1%} over {len(pub)} rows")
     print(f"megatron_2021_table1.csv: step-time MAPE {mape_old:.1%} over {len(old)} rows")
     print(f"predicted to fit memory: {fits}/{len(pub) + len(old)} rows")
-    print(f"published strategy in plan's top 10: {in_top:.0%} of {len(ranked)} planned rows; "
-          f"within 10% of the plan's best: {within:.0%}")
+    print(
+        f"published strategy in plan's top 10: {in_top:.0%} of {len(ranked)} planned rows; "
+        f"within 10% of the plan's best: {within:.0%}"
+    )
     print(f"total {time.perf_counter() - t0:.1f} s")
     return 0
 

@@ -38,8 +38,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3)
     args = ap.parse_args(argv)
     repeat = 1 if args.short else args.repeat
-    print(f"{'case':<34} {'legal':>6} {'bounds':>7} {'priced':>7} {'mem':>6} {'wall s':>7} "
-          f"{'cand/s':>8}  best")
+    print(
+        f"{'case':<34} {'legal':>6} {'bounds':>7} {'priced':>7} {'mem':>6} {'wall s':>7} "
+        f"{'cand/s':>8}  best"
+    )
     for name, accel, n, seq, gbs in CASES:
         model = ps.models.get(name)
         cluster = ps.Cluster(accelerator=accel, num_devices=n)
@@ -47,15 +49,18 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(repeat):
             _clear_caches()
             t0 = time.perf_counter()
-            result = plan(model, cluster, seq_len=seq, global_batch_size=gbs, precision="fp8",
-                          top_k=5)
+            result = plan(
+                model, cluster, seq_len=seq, global_batch_size=gbs, precision="fp8", top_k=5
+            )
             best_t = min(best_t, time.perf_counter() - t0)
         assert result is not None
         evaluated = result.bounded + result.priced + result.memory_checks
-        print(f"{name + f' on {n} x {accel}':<34} {result.enumerated:>6} {result.bounded:>7} "
-              f"{result.priced:>7} {result.memory_checks:>6} {best_t:7.3f} "
-              f"{evaluated / best_t:8.0f}  "
-              f"{result.best.label()}")
+        print(
+            f"{name + f' on {n} x {accel}':<34} {result.enumerated:>6} {result.bounded:>7} "
+            f"{result.priced:>7} {result.memory_checks:>6} {best_t:7.3f} "
+            f"{evaluated / best_t:8.0f}  "
+            f"{result.best.label()}"
+        )
     return 0
 
 

@@ -6,9 +6,25 @@ from parastrat.cli import main
 
 
 def test_plan_json(capsys):
-    rc = main(["plan", "--model", "llama3-8b", "--gpus", "8", "--accelerator", "h100",
-               "--seq-len", "4096", "--global-batch-size", "64", "--format", "json",
-               "--top-k", "2"])
+    rc = main(
+        [
+            "plan",
+            "--model",
+            "llama3-8b",
+            "--gpus",
+            "8",
+            "--accelerator",
+            "h100",
+            "--seq-len",
+            "4096",
+            "--global-batch-size",
+            "64",
+            "--format",
+            "json",
+            "--top-k",
+            "2",
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 0
     d = json.loads(out)
@@ -16,37 +32,142 @@ def test_plan_json(capsys):
 
 
 def test_plan_table_and_torchrun(capsys):
-    assert main(["plan", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "4096",
-                 "--global-batch-size", "64", "--top-k", "2"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "llama3-8b",
+                "--gpus",
+                "8",
+                "--seq-len",
+                "4096",
+                "--global-batch-size",
+                "64",
+                "--top-k",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert "seed guide" in capsys.readouterr().out
-    assert main(["plan", "--model", "llama3-70b", "--gpus", "16", "--seq-len", "4096",
-                 "--global-batch-size", "64", "--format", "torchrun", "--tp", "8"]) == 0
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "llama3-70b",
+                "--gpus",
+                "16",
+                "--seq-len",
+                "4096",
+                "--global-batch-size",
+                "64",
+                "--format",
+                "torchrun",
+                "--tp",
+                "8",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "torchrun" in out and "CUDA_DEVICE_MAX_CONNECTIONS=1" in out
 
 
 def test_plan_user_errors_exit_2(capsys):
     assert main(["plan", "--model", "nope", "--gpus", "8"]) == 2
-    assert main(["plan", "--model", "llama3.1-405b", "--gpus", "8", "--seq-len", "8192",
-                 "--global-batch-size", "64"]) == 2
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "llama3.1-405b",
+                "--gpus",
+                "8",
+                "--seq-len",
+                "8192",
+                "--global-batch-size",
+                "64",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "would fit" in err and "Traceback" not in err
 
 
 def test_explain_and_compare(capsys):
-    assert main(["explain", "--model", "llama3-70b", "--gpus", "64", "--tp", "8", "--pp", "4",
-                 "--sp", "--seq-len", "4096", "--global-batch-size", "64"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                "--model",
+                "llama3-70b",
+                "--gpus",
+                "64",
+                "--tp",
+                "8",
+                "--pp",
+                "4",
+                "--sp",
+                "--seq-len",
+                "4096",
+                "--global-batch-size",
+                "64",
+            ]
+        )
+        == 0
+    )
     assert "step time" in capsys.readouterr().out
-    assert main(["explain", "--model", "llama3-70b", "--gpus", "64", "--tp", "8", "--pp", "4",
-                 "--sp", "--seq-len", "4096", "--global-batch-size", "64",
-                 "--compare", "tp=4,pp=8,sp"]) == 0
+    assert (
+        main(
+            [
+                "explain",
+                "--model",
+                "llama3-70b",
+                "--gpus",
+                "64",
+                "--tp",
+                "8",
+                "--pp",
+                "4",
+                "--sp",
+                "--seq-len",
+                "4096",
+                "--global-batch-size",
+                "64",
+                "--compare",
+                "tp=4,pp=8,sp",
+            ]
+        )
+        == 0
+    )
     assert "cause:" in capsys.readouterr().out
 
 
 def test_plan_cuda_graphs_and_tp_overlap_flags(capsys):
-    args = ["plan", "--model", "qwen3-30b-a3b", "--gpus", "8", "--accelerator", "gb200",
-            "--seq-len", "4096", "--global-batch-size", "64", "--format", "json",
-            "--top-k", "1", "--ep", "8", "--micro-batch-size", "1"]
+    args = [
+        "plan",
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpus",
+        "8",
+        "--accelerator",
+        "gb200",
+        "--seq-len",
+        "4096",
+        "--global-batch-size",
+        "64",
+        "--format",
+        "json",
+        "--top-k",
+        "1",
+        "--ep",
+        "8",
+        "--micro-batch-size",
+        "1",
+    ]
     assert main(args) == 0
     eager = json.loads(capsys.readouterr().out)["candidates"][0]["step"]["breakdown"]
     assert main([*args, "--cuda-graphs"]) == 0
@@ -57,3 +178,18 @@ def test_plan_cuda_graphs_and_tp_overlap_flags(capsys):
     assert main([*args, "--cuda-graphs", "bogus"]) == 2
     assert "unknown CUDA-graph scope" in capsys.readouterr().err
 
+
+def test_plan_table_keeps_bracketed_model_names(capsys):
+    """A model name in square brackets is user text, not rich markup: printed as is."""
+    import dataclasses
+
+    import parastrat as ps
+    from parastrat.cli.plan import print_table
+    from parastrat.planner.search import plan
+
+    model = dataclasses.replace(ps.models.get("llama3-8b"), name="[red]my-model")
+    result = plan(
+        model, ps.Cluster("h100", num_devices=8), seq_len=4096, global_batch_size=64, top_k=1
+    )
+    print_table(result, result.candidates)
+    assert "[red]my-model on 8 x h100" in capsys.readouterr().out

@@ -7,9 +7,18 @@ from parastrat.estimate import comm
 from parastrat.spec.cluster import Cluster
 from parastrat.spec.model import ModelSpec
 
-M = ModelSpec(name="t", num_layers=8, hidden_size=4096, num_attention_heads=32,
-              num_query_groups=8, ffn_hidden_size=14336, vocab_size=32000,
-              gated_linear_unit=True, num_moe_experts=8, moe_router_topk=2)
+M = ModelSpec(
+    name="t",
+    num_layers=8,
+    hidden_size=4096,
+    num_attention_heads=32,
+    num_query_groups=8,
+    ffn_hidden_size=14336,
+    vocab_size=32000,
+    gated_linear_unit=True,
+    num_moe_experts=8,
+    moe_router_topk=2,
+)
 
 
 def test_strides_follow_megatron_order():
@@ -25,7 +34,9 @@ def test_tp_sp_volume_per_layer():
     items = comm.tp_layer(M, s, tokens=8192, moe=False, strides={"tp": 1, "etp": 1})
     # dense layer: 4 all-gathers + 4 reduce-scatters of T h 2 bytes = 8192*4096*2 = 64 MiB
     assert {(c.op, c.count, c.nbytes) for c in items} == {
-        ("all_gather", 4, 8192 * 4096 * 2), ("reduce_scatter", 4, 8192 * 4096 * 2)}
+        ("all_gather", 4, 8192 * 4096 * 2),
+        ("reduce_scatter", 4, 8192 * 4096 * 2),
+    }
 
 
 def test_priced_by_cluster_collective_time():
@@ -61,5 +72,7 @@ def test_dp_distributed_optimizer_volume():
     st = comm.group_strides(s, 8, 8)
     items = comm.dp_step(s, 1e9, 0, 8, 8, st)
     assert [(c.op, c.nbytes, c.group_size) for c in items] == [
-        ("reduce_scatter", 2e9, 8), ("all_gather", 2e9, 8)]
+        ("reduce_scatter", 2e9, 8),
+        ("all_gather", 2e9, 8),
+    ]
     assert comm.dp_step(s, 1e9, 0, 8, 8, st, distributed_optimizer=False)[0].op == "all_reduce"

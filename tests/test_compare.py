@@ -17,8 +17,15 @@ def test_parse_strategy():
 
 
 def test_compare_deltas_and_cause():
-    c = compare("tp=4,pp=8,vpp=5,sp", "tp=8,pp=4,sp", model="llama3-70b", cluster=H100,
-                seq_len=8192, global_batch_size=256, precision="fp8")
+    c = compare(
+        "tp=4,pp=8,vpp=5,sp",
+        "tp=8,pp=4,sp",
+        model="llama3-70b",
+        cluster=H100,
+        seq_len=8192,
+        global_batch_size=256,
+        precision="fp8",
+    )
     assert c.changed["tp"] == (4, 8) and c.changed["pp"] == (8, 4)
     d = c.step_delta
     assert d["step_time_s"] == pytest.approx(c.step[1].step_time_s - c.step[0].step_time_s)
@@ -29,15 +36,29 @@ def test_compare_deltas_and_cause():
 
 
 def test_compare_names_oom():
-    c = compare("tp=8,pp=4,sp", "tp=1,pp=1", model="llama3-70b", cluster=H100, seq_len=4096,
-                global_batch_size=64, recompute="full")
+    c = compare(
+        "tp=8,pp=4,sp",
+        "tp=1,pp=1",
+        model="llama3-70b",
+        cluster=H100,
+        seq_len=4096,
+        global_batch_size=64,
+        recompute="full",
+    )
     assert "runs out of memory" in c.cause
 
 
 def test_compare_different_pp_shows_each_pipeline():
     # A: PP 8 (10 layers per stage), B: PP 4 (20 layers per stage) on 64 H100s
-    c = compare("tp=4,pp=8,vpp=5,sp", "tp=4,pp=4,sp", model="llama3-70b", cluster=H100,
-                seq_len=8192, global_batch_size=256, precision="fp8")
+    c = compare(
+        "tp=4,pp=8,vpp=5,sp",
+        "tp=4,pp=4,sp",
+        model="llama3-70b",
+        cluster=H100,
+        seq_len=8192,
+        global_batch_size=256,
+        precision="fp8",
+    )
     ma, mb = c.memory
     assert [st.layers for st in ma.stages] == [10] * 8
     assert [st.layers for st in mb.stages] == [20] * 4

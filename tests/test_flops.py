@@ -8,8 +8,15 @@ from parastrat.spec.model import ModelSpec
 
 
 def gpt(h=1024, a=16, L=2, V=1000, **kw):
-    return ModelSpec(name="t", num_layers=L, hidden_size=h, num_attention_heads=a,
-                     ffn_hidden_size=4 * h, vocab_size=V, **kw)
+    return ModelSpec(
+        name="t",
+        num_layers=L,
+        hidden_size=h,
+        num_attention_heads=a,
+        ffn_hidden_size=4 * h,
+        vocab_size=V,
+        **kw,
+    )
 
 
 def test_dense_gpt_layer_matches_12h2():
@@ -38,9 +45,16 @@ def test_model_flops_is_three_forward_and_matches_megatron_formula():
 
 
 def test_gqa_swiglu_counts_real_matrices():
-    m = ModelSpec(name="g", num_layers=1, hidden_size=4096, num_attention_heads=32,
-                  num_query_groups=8, ffn_hidden_size=14336, vocab_size=10,
-                  gated_linear_unit=True)
+    m = ModelSpec(
+        name="g",
+        num_layers=1,
+        hidden_size=4096,
+        num_attention_heads=32,
+        num_query_groups=8,
+        ffn_hidden_size=14336,
+        vocab_size=10,
+        gated_linear_unit=True,
+    )
     # qkv: 2*4096*(32+16)*128 = 50,331,648 ; proj 2*4096*4096 = 33,554,432
     # MLP: 2*4096*2*14336 + 2*14336*4096 = 352,321,536
     mats = sum(x.flops_per_token for x in flops.layer_matrices(m, 0))
@@ -48,10 +62,20 @@ def test_gqa_swiglu_counts_real_matrices():
 
 
 def test_moe_counts_topk_and_shared_experts():
-    m = ModelSpec(name="moe", num_layers=2, hidden_size=512, num_attention_heads=8,
-                  ffn_hidden_size=2048, vocab_size=10, gated_linear_unit=True,
-                  num_moe_experts=16, moe_router_topk=2, moe_ffn_hidden_size=256,
-                  moe_shared_expert_intermediate_size=256, moe_first_dense_layers=1)
+    m = ModelSpec(
+        name="moe",
+        num_layers=2,
+        hidden_size=512,
+        num_attention_heads=8,
+        ffn_hidden_size=2048,
+        vocab_size=10,
+        gated_linear_unit=True,
+        num_moe_experts=16,
+        moe_router_topk=2,
+        moe_ffn_hidden_size=256,
+        moe_shared_expert_intermediate_size=256,
+        moe_first_dense_layers=1,
+    )
     dense = {x.name: x for x in flops.layer_matrices(m, 0)}
     moe = {x.name: x for x in flops.layer_matrices(m, 1)}
     assert "router" not in dense and "router" in moe
@@ -64,10 +88,20 @@ def test_moe_counts_topk_and_shared_experts():
 
 
 def test_mla_projections():
-    m = ModelSpec(name="mla", num_layers=1, hidden_size=1024, num_attention_heads=8,
-                  ffn_hidden_size=10, vocab_size=10, multi_latent_attention=True,
-                  q_lora_rank=256, kv_lora_rank=128, qk_head_dim=64, qk_pos_emb_head_dim=32,
-                  v_head_dim=64)
+    m = ModelSpec(
+        name="mla",
+        num_layers=1,
+        hidden_size=1024,
+        num_attention_heads=8,
+        ffn_hidden_size=10,
+        vocab_size=10,
+        multi_latent_attention=True,
+        q_lora_rank=256,
+        kv_lora_rank=128,
+        qk_head_dim=64,
+        qk_pos_emb_head_dim=32,
+        v_head_dim=64,
+    )
     names = {x.name: (x.in_dim, x.out_dim, x.split) for x in flops.attention_matrices(m)}
     assert names["q_down"] == (1024, 256, "dup")
     assert names["q_up"] == (256, 8 * 96, "col")

@@ -13,8 +13,7 @@ H100_64 = ps.Cluster("h100", num_devices=64)
 
 @pytest.fixture(scope="module")
 def result():
-    return plan(LLAMA70, H100_64, seq_len=8192, global_batch_size=256, precision="fp8",
-                top_k=5)
+    return plan(LLAMA70, H100_64, seq_len=8192, global_batch_size=256, precision="fp8", top_k=5)
 
 
 def test_candidates_are_legal_fit_and_ranked(result):
@@ -22,15 +21,21 @@ def test_candidates_are_legal_fit_and_ranked(result):
     # ranked by step time up to RANK_TIE: nothing is placed before a candidate that is more
     # than RANK_TIE faster than it
     from parastrat.planner.search import RANK_TIE
+
     times = [c.step.step_time_s for c in result.candidates]
     for i, t in enumerate(times):
-        assert all(t <= later * (1 + RANK_TIE) for later in times[i + 1:])
+        assert all(t <= later * (1 + RANK_TIE) for later in times[i + 1 :])
     for c in result.candidates:
         assert c.strategy.world_size == 64
         assert c.memory.fits(H100_64.accel)
         assert c.why
-        c.strategy.validate(LLAMA70, world_size=64, seq_len=8192, global_batch_size=256,
-                            micro_batch_size=c.micro_batch_size)
+        c.strategy.validate(
+            LLAMA70,
+            world_size=64,
+            seq_len=8192,
+            global_batch_size=256,
+            micro_batch_size=c.micro_batch_size,
+        )
 
 
 def test_best_beats_every_enumerated_fitting_strategy_sampled(result):
@@ -38,18 +43,35 @@ def test_best_beats_every_enumerated_fitting_strategy_sampled(result):
     from parastrat.estimate.memory import estimate_memory
     from parastrat.estimate.step import estimate_step
 
-    pinned = plan(LLAMA70, H100_64, seq_len=8192, global_batch_size=256, precision="fp8",
-                  tp=8, micro_batch_size=1, recompute="full")
+    pinned = plan(
+        LLAMA70,
+        H100_64,
+        seq_len=8192,
+        global_batch_size=256,
+        precision="fp8",
+        tp=8,
+        micro_batch_size=1,
+        recompute="full",
+    )
     best = None
     for s in enumerate_strategies(LLAMA70, 64, 8192, 256, tp=8):
-        mem = estimate_memory(LLAMA70, s, seq_len=8192, global_batch_size=256,
-                              recompute="full", precision="fp8")
+        mem = estimate_memory(
+            LLAMA70, s, seq_len=8192, global_batch_size=256, recompute="full", precision="fp8"
+        )
         if not mem.fits(H100_64.accel):
             continue
-        t = estimate_step(LLAMA70, s, H100_64, seq_len=8192, global_batch_size=256,
-                          recompute="full", precision="fp8").step_time_s
+        t = estimate_step(
+            LLAMA70,
+            s,
+            H100_64,
+            seq_len=8192,
+            global_batch_size=256,
+            recompute="full",
+            precision="fp8",
+        ).step_time_s
         best = t if best is None else min(best, t)
     from parastrat.planner.search import RANK_TIE
+
     fastest = min(c.step.step_time_s for c in pinned.candidates)
     assert fastest == pytest.approx(best)
     assert pinned.best.step.step_time_s <= best * (1 + RANK_TIE)
@@ -58,8 +80,15 @@ def test_best_beats_every_enumerated_fitting_strategy_sampled(result):
 def test_to_dict_shape(result):
     d = result.to_dict()
     assert list(d) == ["candidates"]
-    assert list(d["candidates"][0]) == ["strategy", "micro_batch_size", "recompute", "memory",
-                                        "step", "why", "alternatives"]
+    assert list(d["candidates"][0]) == [
+        "strategy",
+        "micro_batch_size",
+        "recompute",
+        "memory",
+        "step",
+        "why",
+        "alternatives",
+    ]
 
 
 def test_pins_and_bounds():
@@ -69,8 +98,12 @@ def test_pins_and_bounds():
 
 def test_nothing_fits_says_what_would():
     with pytest.raises(UsageError, match="devices would fit"):
-        plan(ps.models.get("llama3.1-405b"), ps.Cluster("h100", num_devices=8), seq_len=8192,
-             global_batch_size=64)
+        plan(
+            ps.models.get("llama3.1-405b"),
+            ps.Cluster("h100", num_devices=8),
+            seq_len=8192,
+            global_batch_size=64,
+        )
 
 
 def test_impossible_count_is_usage_error():
@@ -81,8 +114,13 @@ def test_impossible_count_is_usage_error():
 
 
 def test_smallest_mode():
-    r = plan(ps.models.get("llama3-8b"), ps.Cluster("h100", num_devices=64), seq_len=4096,
-             global_batch_size=64, num_devices="smallest")
+    r = plan(
+        ps.models.get("llama3-8b"),
+        ps.Cluster("h100", num_devices=64),
+        seq_len=4096,
+        global_batch_size=64,
+        num_devices="smallest",
+    )
     assert r.num_devices < 64 and r.candidates
 
 
@@ -108,8 +146,9 @@ def test_pipeline_variants_make_real_strategies():
     assert kw == {"first_stage_layers": 7, "last_stage_layers": 6}
     assert ps.Strategy(pp=8, **kw).stage_layers(61) == [7] + [8] * 6 + [6]
     # with VPP only the accounted split works (through the MTP-layout approximation)
-    assert pipeline_variants(ds, 8, 4) == ({"account_for_embedding": True,
-                                            "account_for_loss": True},)
+    assert pipeline_variants(ds, 8, 4) == (
+        {"account_for_embedding": True, "account_for_loss": True},
+    )
     # Llama 3.1 405B: 126 + 2 = 128 = 8 stages x 8 chunks x 2 -> Megatron's own rule holds
     big = ps.models.get("llama3.1-405b")
     (kw,) = pipeline_variants(big, 8, 8)
@@ -143,18 +182,26 @@ def test_vpp_variants_do_not_crowd_the_ranking(result):
 def _fake(step_s, exposed_s, peak):
     """A Candidate stand-in with only what tie_ordered reads."""
     from types import SimpleNamespace
-    return SimpleNamespace(step=SimpleNamespace(step_time_s=step_s, exposed_comm_s=exposed_s),
-                           memory=SimpleNamespace(peak_bytes=peak))
+
+    return SimpleNamespace(
+        step=SimpleNamespace(step_time_s=step_s, exposed_comm_s=exposed_s),
+        memory=SimpleNamespace(peak_bytes=peak),
+    )
 
 
 def test_tie_ordering_rule():
     from parastrat.planner.search import tie_ordered
+
     # exposure classes are steps of 2 % of the step time:
     # a: fastest, 30 % exposed (class 15); b: 1 % slower, 5 % exposed (class 2) -> tie, b first;
     # c: 1.5 % slower than a, 5 % exposed (class 2) but more memory -> after b;
     # d: 5 % slower -> last whatever its exposure
-    a, b, c, d = (_fake(1.00, 0.30, 10), _fake(1.01, 0.0505, 10), _fake(1.015, 0.05075, 20),
-                  _fake(1.05, 0.0, 1))
+    a, b, c, d = (
+        _fake(1.00, 0.30, 10),
+        _fake(1.01, 0.0505, 10),
+        _fake(1.015, 0.05075, 20),
+        _fake(1.05, 0.0, 1),
+    )
     assert tie_ordered([a, b, c, d]) == [b, c, a, d]
     # exposures of 1.1 % and 1.3 % of the step are one class (0): memory decides
     f, g = _fake(1.00, 0.013, 185), _fake(1.017, 0.0112, 140)
@@ -172,10 +219,35 @@ def test_cli_plan_moe_switches(capsys):
 
     from parastrat.cli import main
 
-    args = ["plan", "--model", "qwen3-30b-a3b", "--gpus", "16", "--accelerator", "h100",
-            "--seq-len", "4096", "--global-batch-size", "256", "--precision", "fp8",
-            "--ep", "16", "--tp", "1", "--pp", "1", "--cp", "1", "--micro-batch-size", "1",
-            "--format", "json", "--top-k", "1"]
+    args = [
+        "plan",
+        "--model",
+        "qwen3-30b-a3b",
+        "--gpus",
+        "16",
+        "--accelerator",
+        "h100",
+        "--seq-len",
+        "4096",
+        "--global-batch-size",
+        "256",
+        "--precision",
+        "fp8",
+        "--ep",
+        "16",
+        "--tp",
+        "1",
+        "--pp",
+        "1",
+        "--cp",
+        "1",
+        "--micro-batch-size",
+        "1",
+        "--format",
+        "json",
+        "--top-k",
+        "1",
+    ]
     assert main(args) == 0
     plain = json.loads(capsys.readouterr().out)["candidates"][0]["step"]
     assert main(args + ["--moe-dispatcher", "hybridep"]) == 0
@@ -188,6 +260,7 @@ def test_why_names_ties(result):
     """A candidate within RANK_TIE of the next says it is a tie and why it ranks first;
     otherwise it says by how much it is faster."""
     from parastrat.planner.search import RANK_TIE
+
     for c, nxt in zip(result.candidates, result.candidates[1:]):
         gain = nxt.step.step_time_s / c.step.step_time_s - 1
         assert ("tied with" in c.why) == (abs(gain) < RANK_TIE)
@@ -201,4 +274,3 @@ def test_top_k_bounds_candidates():
     # find() looks through the wider ranking
     tenth = r.ranked[9]
     assert r.find(tenth.strategy) is not None and r.find(tenth.strategy) <= 9
-

@@ -11,8 +11,7 @@ from parastrat.estimate.step import estimate_step, pipeline_split
 
 LLAMA70 = ps.models.get("llama3-70b")
 H100 = ps.Cluster("h100", num_devices=64)
-EXPOSED = ("tp_exposed", "cp_exposed", "ep_exposed", "pp_exposed", "dp_exposed",
-           "host_exposed")
+EXPOSED = ("tp_exposed", "cp_exposed", "ep_exposed", "pp_exposed", "dp_exposed", "host_exposed")
 
 
 def step(strategy, **kw):
@@ -24,8 +23,9 @@ def step(strategy, **kw):
 def test_breakdown_sums_to_step_time():
     rep = step(ps.Strategy(tp=4, pp=8, vpp=5, sp=True), precision="fp8")
     b = rep.breakdown
-    parts = b["compute"] + b["recompute"] + b["bubble"] + b["optimizer"] + sum(
-        b[k] for k in EXPOSED)
+    parts = (
+        b["compute"] + b["recompute"] + b["bubble"] + b["optimizer"] + sum(b[k] for k in EXPOSED)
+    )
     assert parts == pytest.approx(rep.step_time_s, rel=1e-9)
     for k in ("tp", "pp", "dp"):
         assert 0 <= b[f"{k}_exposed"] <= b[k] + 1e-12
@@ -38,7 +38,8 @@ def test_throughput_identities():
     # tokens/s/GPU = gbs * seq / step / world ; TFLOP/s = flops/token * tokens/s / 1e12
     assert rep.tokens_per_s_per_gpu == pytest.approx(256 * 8192 / rep.step_time_s / 64)
     assert rep.tflops_per_gpu == pytest.approx(
-        rep.model_flops_per_token * rep.tokens_per_s_per_gpu / 1e12)
+        rep.model_flops_per_token * rep.tokens_per_s_per_gpu / 1e12
+    )
     assert rep.mfu == pytest.approx(rep.tflops_per_gpu * 1e12 / 989e12)
     assert rep.micro_batches == 256 // 4
 
@@ -85,8 +86,7 @@ def test_invalid_strategy_raises_with_every_rule():
 
 def test_account_for_embedding_split():
     m = ps.models.get("llama3.1-405b")
-    s = ps.Strategy(tp=8, pp=8, vpp=8, sp=True, account_for_embedding=True,
-                    account_for_loss=True)
+    s = ps.Strategy(tp=8, pp=8, vpp=8, sp=True, account_for_embedding=True, account_for_loss=True)
     split = pipeline_split(m, s)
     # (126 + 2) / 8 = 16 slots per stage; first and last give one slot to embedding / loss
     assert split.how == "accounted"
@@ -101,8 +101,9 @@ def test_account_for_embedding_split():
 
 def test_mtp_layout_is_the_one_approximation():
     ds = ps.models.get("deepseek-v3")
-    s = ps.Strategy(tp=2, pp=8, vpp=4, ep=64, sp=True, account_for_embedding=True,
-                    account_for_loss=True)
+    s = ps.Strategy(
+        tp=2, pp=8, vpp=4, ep=64, sp=True, account_for_embedding=True, account_for_loss=True
+    )
     # Megatron's own rule: 61 + 1 + 1 = 63 slots do not divide into 8 * 4 = 32 chunks
     assert "layers-accounted" in {v.rule for v in s.check(ds)}
     split = pipeline_split(ds, s)
@@ -115,8 +116,14 @@ def test_mtp_layout_is_the_one_approximation():
     # chunk 1 (stage 1) layers 1-2; DeepSeek-V3's first 3 layers are dense, so stage 0 has
     # 7 - 1 = 6 MoE layers, stage 1 8 - 2 = 6, stage 2 all 8
     assert split.stage_moe[:3] == (6, 6, 8)
-    rep = estimate_step(ds, s.with_world_size(1024), ps.Cluster("h100", num_devices=1024),
-                        seq_len=4096, global_batch_size=8192, precision="fp8")
+    rep = estimate_step(
+        ds,
+        s.with_world_size(1024),
+        ps.Cluster("h100", num_devices=1024),
+        seq_len=4096,
+        global_batch_size=8192,
+        precision="fp8",
+    )
     assert any("pipeline_model_parallel_layout" in n for n in rep.notes)
 
 
@@ -129,13 +136,16 @@ def test_gemm_efficiency_shapes():
     assert big == pytest.approx(2 * 8192**3 / (989e12 * 0.68 * shape))
     # a skinny GEMM is memory bound: 16 x 8192 x 8192 bf16 streams the 128 MiB weight
     thin = efficiency.gemm_time(h100, 16, 8192, 8192, "bf16")
-    assert thin == pytest.approx((16 * 8192 * 2 + 8192 * 8192 * 2 + 16 * 8192 * 2)
-                                 / (3350e9 * 0.8))
+    assert thin == pytest.approx((16 * 8192 * 2 + 8192 * 8192 * 2 + 16 * 8192 * 2) / (3350e9 * 0.8))
 
 
 @settings(max_examples=25, deadline=None)
-@given(tp=st.sampled_from([1, 2, 4, 8]), pp=st.sampled_from([1, 2, 4, 8]),
-       mbs=st.sampled_from([1, 2]), rec=st.sampled_from(["none", "selective", "full"]))
+@given(
+    tp=st.sampled_from([1, 2, 4, 8]),
+    pp=st.sampled_from([1, 2, 4, 8]),
+    mbs=st.sampled_from([1, 2]),
+    rec=st.sampled_from(["none", "selective", "full"]),
+)
 def test_property_positive_and_consistent(tp, pp, mbs, rec):
     s = ps.Strategy(tp=tp, pp=pp, sp=tp > 1)
     rep = step(s, micro_batch_size=mbs, recompute=rec, seq_len=4096)
@@ -150,6 +160,7 @@ def test_ring_cp_pays_output_correction_traffic():
         CP_CORRECTION_BYTES_FWD,
         _cp_correction,
     )
+
     accel = H100.accel
     s = ps.Strategy(tp=4, cp=2, sp=True).with_world_size(64)
     # Llama 3 70B: 64 heads x 128 over TP4 -> 16 x 128 = 2048 output elements per token;
@@ -161,8 +172,10 @@ def test_ring_cp_pays_output_correction_traffic():
     assert (CP_CORRECTION_BYTES_FWD, CP_CORRECTION_BYTES_BWD) == (10, 8)
     assert f == pytest.approx(4096 * 2048 * 10 / hbm)
     assert b == pytest.approx(4096 * 2560 * 8 / hbm)
-    assert _cp_correction(LLAMA70, ps.Strategy(tp=4, sp=True).with_world_size(64), 4096,
-                          accel) == (0.0, 0.0)
+    assert _cp_correction(LLAMA70, ps.Strategy(tp=4, sp=True).with_world_size(64), 4096, accel) == (
+        0.0,
+        0.0,
+    )
     # Ulysses alone has no ring steps to merge
     u = ps.Strategy(tp=4, ulysses=2, sp=True, order="tp-cp-ep-dp-pp").with_world_size(64)
     assert _cp_correction(LLAMA70, u, 4096, accel) == (0.0, 0.0)
@@ -176,6 +189,7 @@ QWEN30 = ps.models.get("qwen3-30b-a3b")
 
 def test_host_ops_dense_layer_counts():
     from parastrat.estimate.step import host_ops
+
     s = ps.Strategy().with_world_size(8)
     # attention: norm 1 + 2 GEMMs (qkv, proj) + rope 2 + fused attention 1 + residual 1 = 7;
     # MLP: norm 1 + 2 GEMMs (fc1, fc2) + act 1 + residual 1 = 5  -> 12, no sync
@@ -191,6 +205,7 @@ def test_host_ops_dense_layer_counts():
 
 def test_host_ops_moe_layer_counts_and_graph_scopes():
     from parastrat.estimate.step import host_ops
+
     s = ps.Strategy(ep=16).with_world_size(16)
     # Qwen3-30B-A3B, FP8, EP 16 (128 / 16 = 8 local experts):
     # attention: norms 1 + 2 (QK-norm) + 2 GEMMs x (1 + 2 casts) + rope 2 + attn 1 + residual 1
@@ -200,8 +215,10 @@ def test_host_ops_moe_layer_counts_and_graph_scopes():
     # router 3 + preprocess 2 + counts exchange 1 = 6                         -> 48, synced
     assert host_ops(QWEN30, True, s, "fp8") == (48, True)
     # graphed router and preprocessing: one launch each instead of 3 and 3 -> 44, still synced
-    assert host_ops(QWEN30, True, s, "fp8", frozenset({"moe_router", "moe_preprocess"})) \
-        == (44, True)
+    assert host_ops(QWEN30, True, s, "fp8", frozenset({"moe_router", "moe_preprocess"})) == (
+        44,
+        True,
+    )
     # graphed attention: 13 -> 1
     assert host_ops(QWEN30, True, s, "fp8", frozenset({"attn"})) == (36, True)
     # the whole MoE block graphed (padded shapes): no sync, attention 13 + one launch
@@ -212,6 +229,7 @@ def test_host_ops_moe_layer_counts_and_graph_scopes():
 def test_cuda_graph_scopes_parse():
     from parastrat.errors import UsageError
     from parastrat.estimate.step import cuda_graph_scopes
+
     assert cuda_graph_scopes(None) == frozenset() == cuda_graph_scopes("none")
     assert cuda_graph_scopes(True) == {"full_iteration"} == cuda_graph_scopes("full")
     assert cuda_graph_scopes("attn, moe-router") == {"attn", "moe_router"}
@@ -229,32 +247,40 @@ def test_host_op_time_by_host_cpu():
 
 def test_host_exposed_hand_checked():
     from parastrat.estimate.step import LayerCost, _host_exposed
+
     s = ps.Strategy().with_world_size(8)
     accel = H100.accel
     # a dense BF16 layer (12 host ops, see above) whose GPU work is 100 us forward, 200 us
     # backward: host forward 12 x 13.5 = 162 us, backward 2 x 12 x 13.5 = 324 us; the GPU
     # waits (162 - 100) + (324 - 200) = 186 us
     c = LayerCost(1e-4, 2e-4, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    host, waited = _host_exposed(LLAMA70, False, s, "bf16", "none", frozenset(), accel, c,
-                                 0.0, 0.0)
+    host, waited = _host_exposed(LLAMA70, False, s, "bf16", "none", frozenset(), accel, c, 0.0, 0.0)
     assert host == pytest.approx(486e-6)
     assert waited == pytest.approx(186e-6)
     # with 10x the GPU work the host runs ahead: nothing waits
     c10 = LayerCost(1e-3, 2e-3, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    assert _host_exposed(LLAMA70, False, s, "bf16", "none", frozenset(), accel, c10,
-                         0.0, 0.0)[1] == 0.0
+    assert (
+        _host_exposed(LLAMA70, False, s, "bf16", "none", frozenset(), accel, c10, 0.0, 0.0)[1]
+        == 0.0
+    )
     # an MoE layer pays one more operation after its token-count sync (GPU queue empty)
     s16 = ps.Strategy(ep=16).with_world_size(16)
     big = LayerCost(1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    assert _host_exposed(QWEN30, True, s16, "fp8", "none", frozenset(), accel, big,
-                         0.0, 0.0)[1] == pytest.approx(13.5e-6)
+    assert _host_exposed(QWEN30, True, s16, "fp8", "none", frozenset(), accel, big, 0.0, 0.0)[
+        1
+    ] == pytest.approx(13.5e-6)
 
 
 def test_cuda_graphs_never_slower_and_remove_host_time():
     cluster = ps.Cluster("gb200", num_devices=8)
     s = ps.Strategy(ep=8).with_world_size(8)
-    kw = dict(seq_len=4096, global_batch_size=64, precision="mxfp8", recompute="none",
-              moe_dispatcher="flex")
+    kw = dict(
+        seq_len=4096,
+        global_batch_size=64,
+        precision="mxfp8",
+        recompute="none",
+        moe_dispatcher="flex",
+    )
     eager = estimate_step(QWEN30, s, cluster, **kw)
     scoped = estimate_step(QWEN30, s, cluster, cuda_graphs="moe_router,moe_preprocess", **kw)
     full = estimate_step(QWEN30, s, cluster, cuda_graphs=True, **kw)
@@ -262,8 +288,9 @@ def test_cuda_graphs_never_slower_and_remove_host_time():
     assert eager.breakdown["host"] > scoped.breakdown["host"] > 0
     assert full.step_time_s <= scoped.step_time_s <= eager.step_time_s
     # host waiting is not communication: the exposure share used for ranking excludes it
-    assert eager.exposed_comm_s == pytest.approx(sum(
-        v for k, v in eager.breakdown.items() if k.endswith("_exposed") and k != "host_exposed"))
+    assert eager.exposed_comm_s == pytest.approx(
+        sum(v for k, v in eager.breakdown.items() if k.endswith("_exposed") and k != "host_exposed")
+    )
 
 
 def test_small_micro_batches_are_host_bound_on_grace():
@@ -271,10 +298,14 @@ def test_small_micro_batches_are_host_bound_on_grace():
     micro-batch does not shrink with fewer tokens, so micro-batch 1 waits on the host."""
     cluster = ps.Cluster("gb200", num_devices=8)
     s = ps.Strategy(ep=8).with_world_size(8)
-    kw = dict(seq_len=4096, global_batch_size=64, precision="mxfp8", recompute="none",
-              moe_dispatcher="flex")
+    kw = dict(
+        seq_len=4096,
+        global_batch_size=64,
+        precision="mxfp8",
+        recompute="none",
+        moe_dispatcher="flex",
+    )
     one = estimate_step(QWEN30, s, cluster, micro_batch_size=1, **kw)
     four = estimate_step(QWEN30, s, cluster, micro_batch_size=4, **kw)
     assert one.breakdown["host"] == pytest.approx(4 * four.breakdown["host"])
     assert one.breakdown["host_exposed"] > four.breakdown["host_exposed"]
-

@@ -21,16 +21,32 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="model preset name (e.g. llama3-70b, deepseek-v3)")
     src.add_argument("--hf-config", help="path to a Hugging Face config.json")
-    p.add_argument("--gpus", "--devices", dest="gpus", type=positive_int, required=True,
-                   help="number of devices")
-    p.add_argument("--accelerator", default="h100",
-                   help="accelerator preset (h100, h200, b200, gb200, a100, ascend-910b, ...)")
+    p.add_argument(
+        "--gpus",
+        "--devices",
+        dest="gpus",
+        type=positive_int,
+        required=True,
+        help="number of devices",
+    )
+    p.add_argument(
+        "--accelerator",
+        default="h100",
+        help="accelerator preset (h100, h200, b200, gb200, a100, ascend-910b, ...)",
+    )
     p.add_argument("--seq-len", type=positive_int, default=4096)
-    p.add_argument("--global-batch-size", type=positive_int, default=None,
-                   help="sequences per step (default: 4 x the number of devices)")
+    p.add_argument(
+        "--global-batch-size",
+        type=positive_int,
+        default=None,
+        help="sequences per step (default: 4 x the number of devices)",
+    )
     p.add_argument("--precision", default="bf16", help="bf16, fp8 (fp8-cs, ...) or mxfp8")
-    p.add_argument("--calibration", default=None,
-                   help="calibration JSON from `parastrat bench` (collective alpha/busbw)")
+    p.add_argument(
+        "--calibration",
+        default=None,
+        help="calibration JSON from `parastrat bench` (collective alpha/busbw)",
+    )
 
 
 def build_target(args: argparse.Namespace):
@@ -46,18 +62,28 @@ def build_target(args: argparse.Namespace):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("plan", help="rank every legal training strategy for a model",
-                       description="Enumerate TP, PP, VPP, CP, EP, ETP, micro-batch and "
-                                   "recompute for the device count, drop what breaks a rule "
-                                   "or does not fit memory, and rank by predicted "
-                                   "tokens/s/GPU.")
+    p = sub.add_parser(
+        "plan",
+        help="rank every legal training strategy for a model",
+        description="Enumerate TP, PP, VPP, CP, EP, ETP, micro-batch and "
+        "recompute for the device count, drop what breaks a rule "
+        "or does not fit memory, and rank by predicted "
+        "tokens/s/GPU.",
+    )
     add_target_args(p)
     p.add_argument("--top-k", type=positive_int, default=5)
     p.add_argument("--format", choices=FORMATS, default="table")
-    p.add_argument("--plot", default=None, metavar="FILE.png",
-                   help="bar chart of the top candidates' step-time breakdown")
-    p.add_argument("--smallest", action="store_true",
-                   help="find the fewest devices (up to --gpus) on which something fits")
+    p.add_argument(
+        "--plot",
+        default=None,
+        metavar="FILE.png",
+        help="bar chart of the top candidates' step-time breakdown",
+    )
+    p.add_argument(
+        "--smallest",
+        action="store_true",
+        help="find the fewest devices (up to --gpus) on which something fits",
+    )
     g = p.add_argument_group("pins and bounds")
     for name in ("tp", "pp", "vpp", "cp", "ep", "etp"):
         g.add_argument(f"--{name}", type=positive_int, default=None, help=f"pin {name}")
@@ -65,14 +91,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--micro-batch-size", type=positive_int, default=None)
     g.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
     m = p.add_argument_group("MoE communication (Megatron Core switches, off by default)")
-    m.add_argument("--moe-dispatcher", choices=("alltoall", "flex", "deepep", "hybridep"),
-                   default="alltoall",
-                   help="token dispatcher: alltoall (default) or flex (DeepEP/HybridEP: one "
-                        "copy per destination scale-up domain across the scale-out link)")
-    m.add_argument("--moe-a2a-overlap", action="store_true",
-                   help="overlap_moe_expert_parallel_comm (combined 1F1B)")
-    m.add_argument("--moe-shared-expert-overlap", action="store_true",
-                   help="moe_shared_expert_overlap: shared experts run during dispatch/combine")
+    m.add_argument(
+        "--moe-dispatcher",
+        choices=("alltoall", "flex", "deepep", "hybridep"),
+        default="alltoall",
+        help="token dispatcher: alltoall (default) or flex (DeepEP/HybridEP: one "
+        "copy per destination scale-up domain across the scale-out link)",
+    )
+    m.add_argument(
+        "--moe-a2a-overlap",
+        action="store_true",
+        help="overlap_moe_expert_parallel_comm (combined 1F1B)",
+    )
+    m.add_argument(
+        "--moe-shared-expert-overlap",
+        action="store_true",
+        help="moe_shared_expert_overlap: shared experts run during dispatch/combine",
+    )
     add_runtime_args(p)
     p.set_defaults(func=run)
 
@@ -80,14 +115,24 @@ def register(sub: argparse._SubParsersAction) -> None:
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
     """CUDA-graph and TP-overlap switches (Megatron Core defaults: eager, TP overlap on)."""
     r = p.add_argument_group("runtime switches (Megatron Core defaults: eager, TP overlap on)")
-    r.add_argument("--cuda-graphs", nargs="?", const="full_iteration", default=None,
-                   metavar="SCOPES",
-                   help="price CUDA graphs: no value = the whole iteration, or comma-separated "
-                        "scopes (attn, mlp, moe, moe_router, moe_preprocess, full_iteration); "
-                        "captured blocks cost no host launch time")
-    r.add_argument("--no-tp-comm-overlap", dest="tp_comm_overlap", action="store_const",
-                   const=False, default=None,
-                   help="TP communication not overlapped with GEMMs (tp_comm_overlap=False)")
+    r.add_argument(
+        "--cuda-graphs",
+        nargs="?",
+        const="full_iteration",
+        default=None,
+        metavar="SCOPES",
+        help="price CUDA graphs: no value = the whole iteration, or comma-separated "
+        "scopes (attn, mlp, moe, moe_router, moe_preprocess, full_iteration); "
+        "captured blocks cost no host launch time",
+    )
+    r.add_argument(
+        "--no-tp-comm-overlap",
+        dest="tp_comm_overlap",
+        action="store_const",
+        const=False,
+        default=None,
+        help="TP communication not overlapped with GEMMs (tp_comm_overlap=False)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -97,23 +142,39 @@ def run(args: argparse.Namespace) -> int:
     pins: dict[str, Any] = {k: getattr(args, k) for k in ("tp", "pp", "vpp", "cp", "ep", "etp")}
     bounds = {f"max_{k}": getattr(args, f"max_{k}") for k in ("tp", "pp", "vpp", "cp", "ep")}
     show = args.format == "table"
-    with Progress(TextColumn("planning"), BarColumn(), TextColumn("{task.completed}/{task.total}"
-                  " strategies"), TimeElapsedColumn(), console=err_console, transient=True,
-                  disable=not show) as bar:
+    with Progress(
+        TextColumn("planning"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total} strategies"),
+        TimeElapsedColumn(),
+        console=err_console,
+        transient=True,
+        disable=not show,
+    ) as bar:
         task = bar.add_task("plan", total=None)
 
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        result = plan(model, cluster, seq_len=args.seq_len, global_batch_size=gbs,
-                      precision=args.precision, top_k=args.top_k,
-                      num_devices="smallest" if args.smallest else None,
-                      micro_batch_size=args.micro_batch_size, recompute=args.recompute,
-                      progress=progress, moe_dispatcher=args.moe_dispatcher,
-                      moe_a2a_overlap=args.moe_a2a_overlap,
-                      moe_shared_expert_overlap=args.moe_shared_expert_overlap,
-                      cuda_graphs=args.cuda_graphs, tp_comm_overlap=args.tp_comm_overlap,
-                      **pins, **bounds)
+        result = plan(
+            model,
+            cluster,
+            seq_len=args.seq_len,
+            global_batch_size=gbs,
+            precision=args.precision,
+            top_k=args.top_k,
+            num_devices="smallest" if args.smallest else None,
+            micro_batch_size=args.micro_batch_size,
+            recompute=args.recompute,
+            progress=progress,
+            moe_dispatcher=args.moe_dispatcher,
+            moe_a2a_overlap=args.moe_a2a_overlap,
+            moe_shared_expert_overlap=args.moe_shared_expert_overlap,
+            cuda_graphs=args.cuda_graphs,
+            tp_comm_overlap=args.tp_comm_overlap,
+            **pins,
+            **bounds,
+        )
     top = result.candidates[: args.top_k]
     if args.plot:
         plot_plan(top, args.plot)
@@ -122,14 +183,18 @@ def run(args: argparse.Namespace) -> int:
     elif args.format == "yaml":
         import yaml
 
-        console.print(yaml.safe_dump({"candidates": [c.to_dict() for c in top]},
-                                     sort_keys=False), end="", markup=False)
+        console.print(
+            yaml.safe_dump({"candidates": [c.to_dict() for c in top]}, sort_keys=False),
+            end="",
+            markup=False,
+        )
     elif args.format == "overrides":
         from ..adapters.megatron import to_overrides
 
         best = result.best
-        lines = to_overrides(best.strategy, micro_batch_size=best.micro_batch_size,
-                             global_batch_size=gbs)
+        lines = to_overrides(
+            best.strategy, micro_batch_size=best.micro_batch_size, global_batch_size=gbs
+        )
         lines += recompute_overrides(best.recompute)
         console.print(" ".join(lines), markup=False)
     elif args.format == "torchrun":
@@ -142,8 +207,11 @@ def run(args: argparse.Namespace) -> int:
 def recompute_overrides(mode: str) -> list[str]:
     """Megatron Bridge overrides for a recompute mode."""
     if mode == "full":
-        return ["model.recompute_granularity=full", "model.recompute_method=uniform",
-                "model.recompute_num_layers=1"]
+        return [
+            "model.recompute_granularity=full",
+            "model.recompute_method=uniform",
+            "model.recompute_num_layers=1",
+        ]
     if mode == "selective":
         return ["model.recompute_granularity=selective"]
     return ["model.recompute_granularity=null"]
@@ -154,8 +222,11 @@ def torchrun_line(c, cluster, gbs: int) -> str:
     s = c.strategy
     nodes = cluster.num_nodes
     per_node = min(cluster.devices_per_node, cluster.num_devices)
-    env = ["NCCL_IB_SL=1", "NCCL_NVLS_ENABLE=0" if cluster.accel.vendor == "nvidia" else "",
-           "TORCH_NCCL_AVOID_RECORD_STREAMS=1"]
+    env = [
+        "NCCL_IB_SL=1",
+        "NCCL_NVLS_ENABLE=0" if cluster.accel.vendor == "nvidia" else "",
+        "TORCH_NCCL_AVOID_RECORD_STREAMS=1",
+    ]
     if s.tp > 1 and s.sp and s.tp <= cluster.scale_up_domain:
         env.insert(0, "CUDA_DEVICE_MAX_CONNECTIONS=1")  # TP comm overlap needs ordered streams
     if s.pp > 1 or s.cp > 1:
@@ -165,39 +236,71 @@ def torchrun_line(c, cluster, gbs: int) -> str:
 
         overrides = to_overrides(s, micro_batch_size=c.micro_batch_size, global_batch_size=gbs)
     except Exception:
-        overrides = [f"model.tensor_model_parallel_size={s.tp}",
-                     f"model.pipeline_model_parallel_size={s.pp}"]
+        overrides = [
+            f"model.tensor_model_parallel_size={s.tp}",
+            f"model.pipeline_model_parallel_size={s.pp}",
+        ]
     overrides += recompute_overrides(c.recompute)
-    cmd = ["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={per_node}",
-           "--rdzv-backend=c10d", "--rdzv-endpoint=$MASTER_ADDR:29500",
-           "scripts/training/run_recipe.py", *overrides]
-    return " ".join(e for e in env if e) + " \\\n  " + " ".join(shlex.quote(x) if "$" not in x
-                                                                 else x for x in cmd)
+    cmd = [
+        "torchrun",
+        f"--nnodes={nodes}",
+        f"--nproc-per-node={per_node}",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=$MASTER_ADDR:29500",
+        "scripts/training/run_recipe.py",
+        *overrides,
+    ]
+    return (
+        " ".join(e for e in env if e)
+        + " \\\n  "
+        + " ".join(shlex.quote(x) if "$" not in x else x for x in cmd)
+    )
 
 
 def print_table(result, top) -> None:
     GiB = 1024**3
     # escape user text: a model name like "[my-model]" would otherwise be read as markup
-    t = Table(title=escape(f"{result.model.name} on {result.num_devices} x "
-                           f"{result.cluster.accel.name}, seq {result.seq_len}, global batch "
-                           f"{result.global_batch_size}, {result.precision}"))
-    for col in ("#", "strategy", "mbs", "recompute", "tok/s/GPU", "TFLOP/s", "MFU", "step s",
-                "peak GiB"):
+    t = Table(
+        title=escape(
+            f"{result.model.name} on {result.num_devices} x "
+            f"{result.cluster.accel.name}, seq {result.seq_len}, global batch "
+            f"{result.global_batch_size}, {result.precision}"
+        )
+    )
+    for col in (
+        "#",
+        "strategy",
+        "mbs",
+        "recompute",
+        "tok/s/GPU",
+        "TFLOP/s",
+        "MFU",
+        "step s",
+        "peak GiB",
+    ):
         t.add_column(col, overflow="fold")
     for i, c in enumerate(top, 1):
         st = c.step
-        t.add_row(str(i), escape(str(c.strategy)), str(c.micro_batch_size), c.recompute,
-                  f"{st.tokens_per_s_per_gpu:,.0f}", f"{st.tflops_per_gpu:.0f}",
-                  f"{st.mfu:.1%}", f"{st.step_time_s:.2f}",
-                  f"{c.memory.peak_bytes / GiB:.1f}")
+        t.add_row(
+            str(i),
+            escape(str(c.strategy)),
+            str(c.micro_batch_size),
+            c.recompute,
+            f"{st.tokens_per_s_per_gpu:,.0f}",
+            f"{st.tflops_per_gpu:.0f}",
+            f"{st.mfu:.1%}",
+            f"{st.step_time_s:.2f}",
+            f"{c.memory.peak_bytes / GiB:.1f}",
+        )
     console.print(t)
     for i, c in enumerate(top, 1):
-        console.print(f"#{i}: {c.why}" + "".join(f"\n    note: {n}" for n in c.notes),
-                      markup=False)
-    console.print(f"{result.enumerated} legal strategies, {result.bounded} bounded, "
-                  f"{result.priced} priced, {result.memory_checks} memory checks in "
-                  f"{result.elapsed_s:.2f} s; model FLOPs = 3 x forward (6 N_active + causal "
-                  "attention / 2), recompute excluded")
+        console.print(f"#{i}: {c.why}" + "".join(f"\n    note: {n}" for n in c.notes), markup=False)
+    console.print(
+        f"{result.enumerated} legal strategies, {result.bounded} bounded, "
+        f"{result.priced} priced, {result.memory_checks} memory checks in "
+        f"{result.elapsed_s:.2f} s; model FLOPs = 3 x forward (6 N_active + causal "
+        "attention / 2), recompute excluded"
+    )
     console.print(result.explain(), markup=False)
 
 
@@ -213,8 +316,18 @@ def plot_plan(top, path: str) -> None:
 
     if not top:
         raise UsageError("nothing to plot")
-    keys = ["compute", "recompute", "bubble", "optimizer", "tp_exposed", "cp_exposed",
-            "ep_exposed", "pp_exposed", "dp_exposed", "host_exposed"]
+    keys = [
+        "compute",
+        "recompute",
+        "bubble",
+        "optimizer",
+        "tp_exposed",
+        "cp_exposed",
+        "ep_exposed",
+        "pp_exposed",
+        "dp_exposed",
+        "host_exposed",
+    ]
     fig, ax = plt.subplots(figsize=(10, 0.6 * len(top) + 2))
     labels = [f"#{i + 1} {c.label()}" for i, c in enumerate(top)]
     left = [0.0] * len(top)

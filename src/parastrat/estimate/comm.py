@@ -67,16 +67,18 @@ class Collective:
         n = self.group_size
         span = cluster.span(n, self.stride)
         if self.op == "all_to_all" and span == "inter":
-            return self.count * _split_all_to_all(cluster, self.nbytes, n, self.stride,
-                                                  self.remote_scale)
+            return self.count * _split_all_to_all(
+                cluster, self.nbytes, n, self.stride, self.remote_scale
+            )
         return self.count * cluster.collective_time(self.op, self.nbytes, n, span)
 
     def span(self, cluster: Cluster) -> str:
         return cluster.span(self.group_size, self.stride)
 
 
-def _split_all_to_all(cluster: Cluster, nbytes: float, n: int, stride: int,
-                      remote_scale: float = 1.0) -> float:
+def _split_all_to_all(
+    cluster: Cluster, nbytes: float, n: int, stride: int, remote_scale: float = 1.0
+) -> float:
     """An all-to-all whose group spans scale-up domains.
 
     Of the ``n - 1`` peers of a rank, ``local - 1`` share its domain; only the rest of its
@@ -89,8 +91,9 @@ def _split_all_to_all(cluster: Cluster, nbytes: float, n: int, stride: int,
     if remote <= 0:
         return cluster.collective_time("all_to_all", nbytes, n, "intra")
     # collective_time charges nbytes * (n-1)/n; scale so that exactly the remote share crosses
-    inter = cluster.collective_time("all_to_all", nbytes * remote_scale * remote / (n - 1), n,
-                                    "inter")
+    inter = cluster.collective_time(
+        "all_to_all", nbytes * remote_scale * remote / (n - 1), n, "inter"
+    )
     intra = cluster.collective_time("all_to_all", nbytes * (local - 1) / (n - 1), n, "intra")
     return max(inter, intra)
 
@@ -132,8 +135,9 @@ def group_strides(strategy: Strategy, dp: int, edp: int) -> dict[str, int]:
 # ---------------------------------------------------------------------------------------------
 # Per layer and micro-batch.
 # ---------------------------------------------------------------------------------------------
-def tp_layer(model: ModelSpec, strategy: Strategy, tokens: float, moe: bool,
-             strides: dict[str, int]) -> list[Collective]:
+def tp_layer(
+    model: ModelSpec, strategy: Strategy, tokens: float, moe: bool, strides: dict[str, int]
+) -> list[Collective]:
     """TP (and ETP) collectives of one layer for one micro-batch, forward + backward.
 
     ``tokens`` is ``b * s / cp`` (the sequence one CP rank holds, before SP sharding).
@@ -174,8 +178,9 @@ def qkvo_width(model: ModelSpec, tp: int) -> float:
     return 2.0 * heads * model.head_dim + kv_width(model, tp)
 
 
-def cp_layer(model: ModelSpec, strategy: Strategy, tokens: float,
-             strides: dict[str, int]) -> tuple[list[Collective], list[Collective]]:
+def cp_layer(
+    model: ModelSpec, strategy: Strategy, tokens: float, strides: dict[str, int]
+) -> tuple[list[Collective], list[Collective]]:
     """CP collectives of one layer, one micro-batch: (ring p2p, overlappable; Ulysses a2a)."""
     ring: list[Collective] = []
     a2a: list[Collective] = []
@@ -185,8 +190,7 @@ def cp_layer(model: ModelSpec, strategy: Strategy, tokens: float,
         ring.append(Collective("cp", "ring", kv, strategy.ring, strides["ring"], 3 * hops))
     if strategy.ulysses > 1:
         nbytes = tokens * qkvo_width(model, strategy.tp) * ACT_BYTES
-        a2a.append(Collective("cp", "all_to_all", nbytes, strategy.ulysses,
-                              strides["ulysses"], 2))
+        a2a.append(Collective("cp", "all_to_all", nbytes, strategy.ulysses, strides["ulysses"], 2))
     return ring, a2a
 
 
@@ -216,9 +220,14 @@ def flex_remote_scale(num_experts: int, topk: int, domains: int) -> float:
     return min(1.0, remote_domains / remote_experts)
 
 
-def ep_layer(model: ModelSpec, strategy: Strategy, tokens: float,
-             strides: dict[str, int], dispatcher: str = "alltoall",
-             scale_up_domain: int | None = None) -> list[Collective]:
+def ep_layer(
+    model: ModelSpec,
+    strategy: Strategy,
+    tokens: float,
+    strides: dict[str, int],
+    dispatcher: str = "alltoall",
+    scale_up_domain: int | None = None,
+) -> list[Collective]:
     """EP dispatch + combine all-to-all of one MoE layer, one micro-batch, forward + backward.
 
     ``dispatcher="flex"`` (DeepEP/HybridEP) sends each token once per destination scale-up
@@ -232,12 +241,14 @@ def ep_layer(model: ModelSpec, strategy: Strategy, tokens: float,
         local = max(1, min(strategy.ep, scale_up_domain // max(strides["ep"], 1)))
         domains = -(-strategy.ep // local)
         scale = flex_remote_scale(model.num_experts, model.moe_router_topk, domains)
-    return [Collective("ep", "all_to_all", routed, strategy.ep, strides["ep"], 4,
-                       remote_scale=scale)]
+    return [
+        Collective("ep", "all_to_all", routed, strategy.ep, strides["ep"], 4, remote_scale=scale)
+    ]
 
 
-def pp_microbatch(model: ModelSpec, strategy: Strategy, tokens: float,
-                  strides: dict[str, int]) -> Collective | None:
+def pp_microbatch(
+    model: ModelSpec, strategy: Strategy, tokens: float, strides: dict[str, int]
+) -> Collective | None:
     """One point-to-point transfer between pipeline stages (activation or its gradient)."""
     if strategy.pp <= 1:
         return None
@@ -249,13 +260,22 @@ def pp_microbatch(model: ModelSpec, strategy: Strategy, tokens: float,
 # ---------------------------------------------------------------------------------------------
 # Per step.
 # ---------------------------------------------------------------------------------------------
-def dp_step(strategy: Strategy, dense_params: float, expert_params: float, dp: int, edp: int,
-            strides: dict[str, int], distributed_optimizer: bool = True) -> list[Collective]:
+def dp_step(
+    strategy: Strategy,
+    dense_params: float,
+    expert_params: float,
+    dp: int,
+    edp: int,
+    strides: dict[str, int],
+    distributed_optimizer: bool = True,
+) -> list[Collective]:
     """Gradient (and parameter) collectives of one step for one rank's local parameters."""
     out: list[Collective] = []
     dense_group = dp * strategy.cp
-    for params, group, stride, kind in ((dense_params, dense_group, strides["dp-cp"], "dp"),
-                                        (expert_params, edp, strides["edp"], "edp")):
+    for params, group, stride, kind in (
+        (dense_params, dense_group, strides["dp-cp"], "dp"),
+        (expert_params, edp, strides["edp"], "edp"),
+    ):
         if params <= 0 or group <= 1:
             continue
         if distributed_optimizer:

@@ -76,51 +76,103 @@ class KernelProfile:
 
     def gemm_fraction(self, precision: str) -> float:
         key = precision if precision in self.gemm_eff else canonical_precision(precision)
-        return self.gemm_eff.get(key, self.gemm_eff.get("fp8" if key == "mxfp8" else "bf16",
-                                                         self.gemm_eff["bf16"]))
+        return self.gemm_eff.get(
+            key, self.gemm_eff.get("fp8" if key == "mxfp8" else "bf16", self.gemm_eff["bf16"])
+        )
 
 
 PROFILES: dict[str, KernelProfile] = {
     # A100: cuBLAS BF16 GEMMs reach ~270 of 312 TFLOP/s at 8192^3 (NVIDIA's A100 whitepaper
     # and MLPerf-era measurements: 85-88 %); FlashAttention-2 paper: 50-73 % of peak
     # forward, lower backward -> ~55 % over both; 108 SMs.
-    "a100": KernelProfile(gemm_eff={"bf16": 0.86}, attn_eff=0.55, mem_eff=0.80, units=108,
-                          tile_m=128, tile_n=256,
-                          source="A100 whitepaper; FlashAttention-2 (Dao 2023) Fig. 5-7"),
+    "a100": KernelProfile(
+        gemm_eff={"bf16": 0.86},
+        attn_eff=0.55,
+        mem_eff=0.80,
+        units=108,
+        tile_m=128,
+        tile_n=256,
+        source="A100 whitepaper; FlashAttention-2 (Dao 2023) Fig. 5-7",
+    ),
     # H100 SXM: BF16 GEMMs sustain ~650-700 of 989 TFLOP/s at 700 W (cuBLASLt, TE);
     # FP8 ~1,200-1,300 of 1,979.  FlashAttention-3: 600-740 TFLOP/s forward, ~500 backward
     # BF16 -> ~0.55 over both.  132 SMs.
-    "h100": KernelProfile(gemm_eff={"bf16": 0.68, "fp8": 0.62}, attn_eff=0.52, mem_eff=0.80,
-                          units=132,
-                          source="NVIDIA TE/cuBLASLt benchmarks; FlashAttention-3 (Shah 2024)"),
-    "h200": KernelProfile(gemm_eff={"bf16": 0.70, "fp8": 0.64}, attn_eff=0.54, mem_eff=0.80,
-                          units=132, source="as H100 (same SMs; 1000 W TDP, faster HBM)"),
+    "h100": KernelProfile(
+        gemm_eff={"bf16": 0.68, "fp8": 0.62},
+        attn_eff=0.52,
+        mem_eff=0.80,
+        units=132,
+        source="NVIDIA TE/cuBLASLt benchmarks; FlashAttention-3 (Shah 2024)",
+    ),
+    "h200": KernelProfile(
+        gemm_eff={"bf16": 0.70, "fp8": 0.64},
+        attn_eff=0.54,
+        mem_eff=0.80,
+        units=132,
+        source="as H100 (same SMs; 1000 W TDP, faster HBM)",
+    ),
     # Blackwell: B200 (1000 W) sustains BF16 ~1.5 of 2.25 PFLOP/s and FP8/MXFP8 ~2.8 of 4.5
     # in cuBLASLt; cuDNN attention ~1.3 PFLOP/s forward, ~0.9 backward (head_dim 128);
     # 148 SMs, 256-wide 2-CTA tiles.
-    "b200": KernelProfile(gemm_eff={"bf16": 0.68, "fp8": 0.62, "mxfp8": 0.60}, attn_eff=0.45,
-                          mem_eff=0.80, units=148, tile_m=256, tile_n=256,
-                          source="NVIDIA Blackwell cuBLASLt / cuDNN published figures"),
-    "b300": KernelProfile(gemm_eff={"bf16": 0.68, "fp8": 0.62, "mxfp8": 0.60}, attn_eff=0.50,
-                          mem_eff=0.80, units=148, tile_m=256, tile_n=256,
-                          source="as B200 (Blackwell Ultra doubles the attention SFU rate)"),
+    "b200": KernelProfile(
+        gemm_eff={"bf16": 0.68, "fp8": 0.62, "mxfp8": 0.60},
+        attn_eff=0.45,
+        mem_eff=0.80,
+        units=148,
+        tile_m=256,
+        tile_n=256,
+        source="NVIDIA Blackwell cuBLASLt / cuDNN published figures",
+    ),
+    "b300": KernelProfile(
+        gemm_eff={"bf16": 0.68, "fp8": 0.62, "mxfp8": 0.60},
+        attn_eff=0.50,
+        mem_eff=0.80,
+        units=148,
+        tile_m=256,
+        tile_n=256,
+        source="as B200 (Blackwell Ultra doubles the attention SFU rate)",
+    ),
     # GB200's datasheet peak (2.5 / 5 PFLOP/s) assumes clocks that sustained GEMMs at 1200 W
     # do not hold; sustained rates are close to B200's, so the fractions of the higher peak are
     # lower (B200's x 4.5/5).
-    "gb200": KernelProfile(gemm_eff={"bf16": 0.61, "fp8": 0.56, "mxfp8": 0.54}, attn_eff=0.41,
-                           mem_eff=0.80, units=148, tile_m=256, tile_n=256,
-                           source="B200 sustained rates over GB200's datasheet peak"),
-    "gb300": KernelProfile(gemm_eff={"bf16": 0.61, "fp8": 0.56, "mxfp8": 0.54}, attn_eff=0.45,
-                           mem_eff=0.80, units=148, tile_m=256, tile_n=256,
-                           source="as GB200 (Blackwell Ultra attention)"),
+    "gb200": KernelProfile(
+        gemm_eff={"bf16": 0.61, "fp8": 0.56, "mxfp8": 0.54},
+        attn_eff=0.41,
+        mem_eff=0.80,
+        units=148,
+        tile_m=256,
+        tile_n=256,
+        source="B200 sustained rates over GB200's datasheet peak",
+    ),
+    "gb300": KernelProfile(
+        gemm_eff={"bf16": 0.61, "fp8": 0.56, "mxfp8": 0.54},
+        attn_eff=0.45,
+        mem_eff=0.80,
+        units=148,
+        tile_m=256,
+        tile_n=256,
+        source="as GB200 (Blackwell Ultra attention)",
+    ),
     # Ascend 910B: cube units reach ~70 % of the FP16/BF16 peak in large MatMul (CANN
     # aclnnMatmul figures); FlashAttentionScore ~45 %; 24 AI cores (cube) per die.
-    "ascend-910b": KernelProfile(gemm_eff={"bf16": 0.70}, attn_eff=0.45, mem_eff=0.70,
-                                 units=24, tile_m=128, tile_n=256,
-                                 source="CANN operator performance notes (estimate)"),
-    "ascend-910c": KernelProfile(gemm_eff={"bf16": 0.68}, attn_eff=0.45, mem_eff=0.70,
-                                 units=48, tile_m=128, tile_n=256,
-                                 source="two 910B-class dies per package (estimate)"),
+    "ascend-910b": KernelProfile(
+        gemm_eff={"bf16": 0.70},
+        attn_eff=0.45,
+        mem_eff=0.70,
+        units=24,
+        tile_m=128,
+        tile_n=256,
+        source="CANN operator performance notes (estimate)",
+    ),
+    "ascend-910c": KernelProfile(
+        gemm_eff={"bf16": 0.68},
+        attn_eff=0.45,
+        mem_eff=0.70,
+        units=48,
+        tile_m=128,
+        tile_n=256,
+        source="two 910B-class dies per package (estimate)",
+    ),
 }
 
 DEFAULT = PROFILES["h100"]
@@ -170,8 +222,15 @@ def shape_factor(prof: KernelProfile, m: float, n: float, k: float, groups: int 
     return fill * wave_fill * depth
 
 
-def gemm_time(accel: Accelerator, m: float, n: float, k: float, precision: str = "bf16",
-              groups: int = 1, prof: KernelProfile | None = None) -> float:
+def gemm_time(
+    accel: Accelerator,
+    m: float,
+    n: float,
+    k: float,
+    precision: str = "bf16",
+    groups: int = 1,
+    prof: KernelProfile | None = None,
+) -> float:
     """Seconds for ``groups`` GEMMs of (m x k) @ (k x n) at ``precision`` on ``accel``.
 
     The slower of the compute time (at the shape-dependent achievable rate) and the time to
@@ -188,8 +247,7 @@ def gemm_time(accel: Accelerator, m: float, n: float, k: float, precision: str =
     return max(flops / rate, nbytes / (accel.mem_bandwidth_Bps * prof.mem_eff), MIN_KERNEL_S)
 
 
-def attention_time(accel: Accelerator, hw_flops: float, prof: KernelProfile | None = None
-                   ) -> float:
+def attention_time(accel: Accelerator, hw_flops: float, prof: KernelProfile | None = None) -> float:
     """Seconds for fused attention doing ``hw_flops`` (always BF16: FP8 recipes keep it)."""
     if hw_flops <= 0:
         return 0.0

@@ -69,24 +69,42 @@ def attention_matrices(model: ModelSpec) -> list[Matrix]:
             mats.append(Matrix("q_up", model.q_lora_rank, a * qk, "attn", "col"))
         else:
             mats.append(Matrix("q", h, a * qk, "attn", "col"))
-        mats.append(Matrix("kv_down", h, model.kv_lora_rank + model.qk_pos_emb_head_dim,
-                           "attn", "dup"))
-        mats.append(Matrix("kv_up", model.kv_lora_rank,
-                           a * (model.qk_head_dim + model.v_head_dim), "attn", "col"))
+        mats.append(
+            Matrix("kv_down", h, model.kv_lora_rank + model.qk_pos_emb_head_dim, "attn", "dup")
+        )
+        mats.append(
+            Matrix(
+                "kv_up",
+                model.kv_lora_rank,
+                a * (model.qk_head_dim + model.v_head_dim),
+                "attn",
+                "col",
+            )
+        )
         mats.append(Matrix("proj", a * model.v_head_dim, h, "attn", "row"))
         return mats
     d, g = model.head_dim, model.query_groups
-    return [Matrix("qkv", h, (a + 2 * g) * d, "attn", "col"),
-            Matrix("proj", a * d, h, "attn", "row")]
+    return [
+        Matrix("qkv", h, (a + 2 * g) * d, "attn", "col"),
+        Matrix("proj", a * d, h, "attn", "row"),
+    ]
 
 
-def _mlp(prefix: str, h: int, f: int, gated: bool, block: Block, per_token: float = 1.0,
-         ) -> list[Matrix]:
+def _mlp(
+    prefix: str,
+    h: int,
+    f: int,
+    gated: bool,
+    block: Block,
+    per_token: float = 1.0,
+) -> list[Matrix]:
     up = 2 * f if gated else f
     col: Split = "col"
     row: Split = "row"
-    return [Matrix(f"{prefix}fc1", h, up, block, col, per_token),
-            Matrix(f"{prefix}fc2", f, h, block, row, per_token)]
+    return [
+        Matrix(f"{prefix}fc1", h, up, block, col, per_token),
+        Matrix(f"{prefix}fc2", f, h, block, row, per_token),
+    ]
 
 
 def mlp_matrices(model: ModelSpec, moe: bool) -> list[Matrix]:
@@ -139,16 +157,20 @@ def mtp_forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     if not model.mtp_num_layers:
         return 0.0
     h = model.hidden_size
-    one = (2.0 * 2 * h * h + layer_forward_flops_per_token(model, model.num_layers - 1, seq_len)
-           + logits_matrix(model).flops_per_token)
+    one = (
+        2.0 * 2 * h * h
+        + layer_forward_flops_per_token(model, model.num_layers - 1, seq_len)
+        + logits_matrix(model).flops_per_token
+    )
     return model.mtp_num_layers * one
 
 
 def forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Forward FLOPs per token of the whole model (layers, logits, MTP)."""
     layers = sum(layer_forward_flops_per_token(model, i, seq_len) for i in range(model.num_layers))
-    return (layers + logits_matrix(model).flops_per_token
-            + mtp_forward_flops_per_token(model, seq_len))
+    return (
+        layers + logits_matrix(model).flops_per_token + mtp_forward_flops_per_token(model, seq_len)
+    )
 
 
 _MODEL_FLOPS: dict[tuple[ModelSpec, int], float] = {}
@@ -177,8 +199,9 @@ def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) ->
     if mode == "selective":
         return model.num_layers * attention_core_flops_per_token(model, seq_len)
     if mode == "full":
-        return sum(layer_forward_flops_per_token(model, i, seq_len)
-                   for i in range(model.num_layers))
+        return sum(
+            layer_forward_flops_per_token(model, i, seq_len) for i in range(model.num_layers)
+        )
     from ..errors import UsageError
 
     raise UsageError(f"unknown recompute mode {recompute!r}; use none, selective or full")

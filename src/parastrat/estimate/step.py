@@ -109,9 +109,20 @@ RECOMPUTE_MODES = ("none", "selective", "full")
 #:   ``preprocess`` 2 (tokens-per-expert histogram, permutation indices; +1 exchange of the
 #:   counts with EP > 1); ``permute`` 2 (fused permute and unpermute), ``sort`` 2 (sort /
 #:   unsort of the received chunks by local expert, EP > 1).
-HOST_OPS = {"norm": 1, "gemm": 1, "rope": 2, "attention": 1, "residual": 1, "act": 1,
-            "collective": 1, "ring_step": 3, "router": 3, "preprocess": 2, "permute": 2,
-            "sort": 2}
+HOST_OPS = {
+    "norm": 1,
+    "gemm": 1,
+    "rope": 2,
+    "attention": 1,
+    "residual": 1,
+    "act": 1,
+    "collective": 1,
+    "ring_step": 3,
+    "router": 3,
+    "preprocess": 2,
+    "permute": 2,
+    "sort": 2,
+}
 #: Host operations per GEMM input under FP8 (see :data:`HOST_OPS`).
 FP8_CAST_OPS = {"fp8": 2, "mxfp8": 1}
 #: Backward host operations per forward operation: autograd issues dgrad + wgrad for every
@@ -145,13 +156,16 @@ def cuda_graph_scopes(value: Any) -> frozenset[str]:
         return frozenset({"full_iteration"})
     bad = sorted(names - set(CUDA_GRAPH_SCOPES))
     if bad:
-        raise UsageError(f"unknown CUDA-graph scope(s) {', '.join(bad)}; use True/'full' or "
-                         f"any of {', '.join(CUDA_GRAPH_SCOPES)}")
+        raise UsageError(
+            f"unknown CUDA-graph scope(s) {', '.join(bad)}; use True/'full' or "
+            f"any of {', '.join(CUDA_GRAPH_SCOPES)}"
+        )
     return frozenset(names)
 
 
-def host_ops(model: ModelSpec, moe: bool, s: Strategy, precision: str,
-             graphs: frozenset[str] = frozenset()) -> tuple[float, bool]:
+def host_ops(
+    model: ModelSpec, moe: bool, s: Strategy, precision: str, graphs: frozenset[str] = frozenset()
+) -> tuple[float, bool]:
     """(forward host operations, MoE token-count sync) of one layer and micro-batch.
 
     Counts :data:`HOST_OPS` over the blocks of the layer; a block inside a CUDA-graph scope
@@ -167,8 +181,9 @@ def host_ops(model: ModelSpec, moe: bool, s: Strategy, precision: str,
     return hit
 
 
-def _host_ops(model: ModelSpec, moe: bool, s: Strategy, precision: str,
-              graphs: frozenset[str]) -> tuple[float, bool]:
+def _host_ops(
+    model: ModelSpec, moe: bool, s: Strategy, precision: str, graphs: frozenset[str]
+) -> tuple[float, bool]:
     if "full_iteration" in graphs:
         return 0.0, False
     ops = HOST_OPS
@@ -180,9 +195,16 @@ def _host_ops(model: ModelSpec, moe: bool, s: Strategy, precision: str,
 
     attn_mats = attention_matrices(model)
     norms = 2 if (model.qk_layernorm or model.multi_latent_attention) else 0
-    attn = (ops["norm"] * (1 + norms) + gemms(attn_mats) + ops["rope"] + ops["attention"]
-            + ops["residual"] + tp_coll + ops["ring_step"] * max(s.ring - 1, 0)
-            + (4 * ops["collective"] if s.ulysses > 1 else 0))
+    attn = (
+        ops["norm"] * (1 + norms)
+        + gemms(attn_mats)
+        + ops["rope"]
+        + ops["attention"]
+        + ops["residual"]
+        + tp_coll
+        + ops["ring_step"] * max(s.ring - 1, 0)
+        + (4 * ops["collective"] if s.ulysses > 1 else 0)
+    )
     if "attn" in graphs:
         attn = 1.0
     mlp_mats = mlp_matrices(model, moe)
@@ -194,9 +216,14 @@ def _host_ops(model: ModelSpec, moe: bool, s: Strategy, precision: str,
     local = max(model.num_experts // s.ep, 1)
     experts = [m for m in mlp_mats if m.block == "expert"]
     shared = [m for m in mlp_mats if m.block == "shared"]
-    block: float = (ops["norm"] + ops["residual"] + tp_coll
-                    + len(experts) * (local * ops["gemm"] + cast) + ops["act"]
-                    + ops["permute"])
+    block: float = (
+        ops["norm"]
+        + ops["residual"]
+        + tp_coll
+        + len(experts) * (local * ops["gemm"] + cast)
+        + ops["act"]
+        + ops["permute"]
+    )
     if shared:
         block += gemms(shared) + ops["act"]
     if s.ep > 1:
@@ -237,13 +264,14 @@ DEFAULT_MOE_COMM = MoEComm()
 
 
 def normalize_recompute(recompute: str | None) -> str:
-    """"none" / "selective" / "full" (None and "off" mean none); UsageError otherwise."""
+    """ "none" / "selective" / "full" (None and "off" mean none); UsageError otherwise."""
     mode = "none" if recompute in (None, False) else str(recompute).strip().lower()
     if mode in ("off", "false", "no", ""):
         mode = "none"
     if mode not in RECOMPUTE_MODES:
-        raise UsageError(f"unknown recompute mode {recompute!r}; use one of "
-                         f"{', '.join(RECOMPUTE_MODES)}")
+        raise UsageError(
+            f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}"
+        )
     return mode
 
 
@@ -281,20 +309,26 @@ class StepReport:
     @property
     def exposed_comm_s(self) -> float:
         """Communication left on the critical path, seconds per step (host time excluded)."""
-        return sum(v for k, v in self.breakdown.items()
-                   if k.endswith("_exposed") and k != "host_exposed")
+        return sum(
+            v for k, v in self.breakdown.items() if k.endswith("_exposed") and k != "host_exposed"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step_time_s": self.step_time_s,
-                "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
-                "tflops_per_gpu": self.tflops_per_gpu, "mfu": self.mfu,
-                "breakdown": dict(self.breakdown), "micro_batches": self.micro_batches,
-                "world_size": self.world_size, "precision": self.precision,
-                "recompute": self.recompute,
-                "model_flops_per_token": self.model_flops_per_token,
-                "flops_convention": "model FLOPs = 3 x forward (6 N_active per token + causal "
-                                    "attention counted as half); recompute excluded",
-                "notes": list(self.notes)}
+        return {
+            "step_time_s": self.step_time_s,
+            "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "tflops_per_gpu": self.tflops_per_gpu,
+            "mfu": self.mfu,
+            "breakdown": dict(self.breakdown),
+            "micro_batches": self.micro_batches,
+            "world_size": self.world_size,
+            "precision": self.precision,
+            "recompute": self.recompute,
+            "model_flops_per_token": self.model_flops_per_token,
+            "flops_convention": "model FLOPs = 3 x forward (6 N_active per token + causal "
+            "attention counted as half); recompute excluded",
+            "notes": list(self.notes),
+        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,8 +379,7 @@ def matrix_params(mat: Matrix, tp: int, ep: int, etp: int, num_experts: int) -> 
     return mat.in_dim * mat.out_dim / tp
 
 
-def layer_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int
-                 ) -> tuple[float, float]:
+def layer_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int) -> tuple[float, float]:
     """(dense, routed-expert) parameters of one layer on one rank, without its norms: what
     the planner's memory prefilter needs without pricing any GEMM.  Memoised."""
     key = ("params", model, moe, tp, ep, etp)
@@ -363,9 +396,18 @@ def layer_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int
     return hit
 
 
-def _matrix_times(accel: Accelerator, prof: KernelProfile, mat: Matrix, tokens: float, tp: int,
-                  sp: bool, ep: int, etp: int, num_experts: int, precision: str,
-                  ) -> tuple[float, float, float, float]:
+def _matrix_times(
+    accel: Accelerator,
+    prof: KernelProfile,
+    mat: Matrix,
+    tokens: float,
+    tp: int,
+    sp: bool,
+    ep: int,
+    etp: int,
+    num_experts: int,
+    precision: str,
+) -> tuple[float, float, float, float]:
     """(forward s, backward s, local params, fp8-cast elements per micro-batch) of one matrix."""
     k_in: float = mat.in_dim
     n_out: float = mat.out_dim
@@ -389,8 +431,10 @@ def _matrix_times(accel: Accelerator, prof: KernelProfile, mat: Matrix, tokens: 
             k_in = k_in / tp
     prec = "bf16" if mat.block in ("router", "logits") else precision
     fwd = gemm_time(accel, m, n_out, k_in, prec, groups, prof)
-    bwd = (gemm_time(accel, m, k_in, n_out, prec, groups, prof)       # dgrad
-           + gemm_time(accel, k_in, n_out, m, prec, groups, prof))    # wgrad
+    bwd = (
+        gemm_time(accel, m, k_in, n_out, prec, groups, prof)  # dgrad
+        + gemm_time(accel, k_in, n_out, m, prec, groups, prof)
+    )  # wgrad
     cast = groups * m * (k_in + n_out) if prec in ("fp8", "mxfp8") else 0.0
     return fwd, bwd, params, cast
 
@@ -407,9 +451,20 @@ def _accel_key(accel: Accelerator) -> tuple:
     return key
 
 
-def layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool, tokens: float,
-               seq_len: int, tp: int, cp: int, sp: bool, ep: int, etp: int,
-               flash_attention: bool = True) -> LayerCost:
+def layer_cost(
+    model: ModelSpec,
+    accel: Accelerator,
+    precision: str,
+    moe: bool,
+    tokens: float,
+    seq_len: int,
+    tp: int,
+    cp: int,
+    sp: bool,
+    ep: int,
+    etp: int,
+    flash_attention: bool = True,
+) -> LayerCost:
     """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp.
 
     Memoised: the planner prices the same (TP, CP, EP, micro-batch) shapes for many PP/DP
@@ -417,20 +472,45 @@ def layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool, 
     """
     if not moe:
         ep, etp = 1, tp  # a dense layer does not see the expert grid: share one entry
-    key = ("layer", model, _accel_key(accel), precision, moe, tokens, seq_len, tp, cp, sp, ep,
-           etp, flash_attention)
+    key = (
+        "layer",
+        model,
+        _accel_key(accel),
+        precision,
+        moe,
+        tokens,
+        seq_len,
+        tp,
+        cp,
+        sp,
+        ep,
+        etp,
+        flash_attention,
+    )
     hit = _CACHE.get(key)
     if hit is None:
         if len(_CACHE) > 50_000:
             _CACHE.clear()
-        hit = _CACHE[key] = _layer_cost(model, accel, precision, moe, tokens, seq_len, tp, cp,
-                                        sp, ep, etp, flash_attention)
+        hit = _CACHE[key] = _layer_cost(
+            model, accel, precision, moe, tokens, seq_len, tp, cp, sp, ep, etp, flash_attention
+        )
     return hit
 
 
-def _layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool, tokens: float,
-                seq_len: int, tp: int, cp: int, sp: bool, ep: int, etp: int,
-                flash_attention: bool) -> LayerCost:
+def _layer_cost(
+    model: ModelSpec,
+    accel: Accelerator,
+    precision: str,
+    moe: bool,
+    tokens: float,
+    seq_len: int,
+    tp: int,
+    cp: int,
+    sp: bool,
+    ep: int,
+    etp: int,
+    flash_attention: bool,
+) -> LayerCost:
     prof = kernel_profile(accel)
     fp8 = precision in ("fp8", "mxfp8") and accel.supports(precision)
     prec = precision if fp8 else "bf16"
@@ -438,8 +518,9 @@ def _layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool,
     g_fwd = g_bwd = dense_p = expert_p = cast = 0.0
     mlp_f = mlp_b = shared = 0.0
     for mat in mats:
-        f, b, p, c = _matrix_times(accel, prof, mat, tokens, tp, sp, ep, etp,
-                                   model.num_experts, prec)
+        f, b, p, c = _matrix_times(
+            accel, prof, mat, tokens, tp, sp, ep, etp, model.num_experts, prec
+        )
         if mat.block == "expert":
             f, b = f / GROUPED_GEMM_EFF, b / GROUPED_GEMM_EFF
         g_fwd += f
@@ -471,8 +552,7 @@ def _layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool,
         q, keys = seq_len / cp, seq_len
         one = gemm_time(accel, q, keys, d, "bf16", int(heads * b_s), prof)
         a_fwd = 2 * one + memory_time(accel, heads * b_s * q * keys * SCORE_BYTES_FWD, prof)
-        a_bwd = 4 * one + memory_time(accel, heads * b_s * q * keys * 2 * SCORE_BYTES_FWD,
-                                      prof)
+        a_bwd = 4 * one + memory_time(accel, heads * b_s * q * keys * 2 * SCORE_BYTES_FWD, prof)
     # memory-bound kernels: elements touched per token (forward)
     h_local = h / tp if sp else h
     a, g = model.num_attention_heads, model.query_groups
@@ -491,12 +571,17 @@ def _layer_cost(model: ModelSpec, accel: Accelerator, precision: str, moe: bool,
     cast_b = cast * FP8_CAST_BYTES.get(prec, 0) / 2  # half forward (inputs), half backward
     e_fwd = memory_time(accel, e_bytes + cast_b, prof)
     e_bwd = memory_time(accel, 2 * e_bytes + cast_b, prof)
-    return LayerCost(g_fwd, g_bwd, a_fwd, a_bwd, e_fwd, e_bwd, dense_p, expert_p, mlp_f, mlp_b,
-                     shared)
+    return LayerCost(
+        g_fwd, g_bwd, a_fwd, a_bwd, e_fwd, e_bwd, dense_p, expert_p, mlp_f, mlp_b, shared
+    )
 
 
-def _head_cost(model: ModelSpec, accel: Accelerator, tokens: float, tp: int,
-               ) -> tuple[float, float]:
+def _head_cost(
+    model: ModelSpec,
+    accel: Accelerator,
+    tokens: float,
+    tp: int,
+) -> tuple[float, float]:
     """(seconds fwd+bwd, local params) of the output layer and cross-entropy, one micro-batch."""
     key = ("head", model, _accel_key(accel), tokens, tp)
     hit = _CACHE.get(key)
@@ -505,14 +590,20 @@ def _head_cost(model: ModelSpec, accel: Accelerator, tokens: float, tp: int,
     return hit
 
 
-def _head_cost_uncached(model: ModelSpec, accel: Accelerator, tokens: float, tp: int,
-                        ) -> tuple[float, float]:
+def _head_cost_uncached(
+    model: ModelSpec,
+    accel: Accelerator,
+    tokens: float,
+    tp: int,
+) -> tuple[float, float]:
     prof = kernel_profile(accel)
     mat = logits_matrix(model)
     n = mat.out_dim / tp
-    t = (gemm_time(accel, tokens, n, mat.in_dim, "bf16", 1, prof)
-         + gemm_time(accel, tokens, mat.in_dim, n, "bf16", 1, prof)
-         + gemm_time(accel, mat.in_dim, n, tokens, "bf16", 1, prof))
+    t = (
+        gemm_time(accel, tokens, n, mat.in_dim, "bf16", 1, prof)
+        + gemm_time(accel, tokens, mat.in_dim, n, "bf16", 1, prof)
+        + gemm_time(accel, mat.in_dim, n, tokens, "bf16", 1, prof)
+    )
     t += memory_time(accel, tokens * n * CE_BYTES_PER_LOGIT, prof)
     return t, mat.in_dim * mat.out_dim / tp
 
@@ -546,8 +637,13 @@ MTP_LAYOUT_RULES = frozenset({"layers-accounted"})
 def _mtp_slots(model: ModelSpec, strategy: Strategy) -> int | None:
     """Pipeline slots when the MTP modules count as slots of the last stage, or None."""
     s = strategy
-    if (not model.mtp_num_layers or s.pp == 1 or not s.account_for_loss
-            or s.first_stage_layers is not None or s.last_stage_layers is not None):
+    if (
+        not model.mtp_num_layers
+        or s.pp == 1
+        or not s.account_for_loss
+        or s.first_stage_layers is not None
+        or s.last_stage_layers is not None
+    ):
         return None
     total = model.num_layers + s.account_for_embedding + s.account_for_loss
     if total % (s.pp * s.vpp) == 0:
@@ -572,9 +668,16 @@ def pipeline_split(model: ModelSpec, strategy: Strategy) -> PipelineSplit:
     the loss.  Megatron itself needs that layout string for it (``account_for_*`` alone is
     rejected), which the note says.
     """
-    key = ("split", model, strategy.pp, strategy.vpp, strategy.first_stage_layers,
-           strategy.last_stage_layers, strategy.account_for_embedding,
-           strategy.account_for_loss)
+    key = (
+        "split",
+        model,
+        strategy.pp,
+        strategy.vpp,
+        strategy.first_stage_layers,
+        strategy.last_stage_layers,
+        strategy.account_for_embedding,
+        strategy.account_for_loss,
+    )
     hit = _CACHE.get(key)
     if hit is None:
         hit = _CACHE[key] = _pipeline_split(model, strategy)
@@ -593,10 +696,12 @@ def _pipeline_split(model: ModelSpec, s: Strategy) -> PipelineSplit:
         if min(chunks) < 0:
             s.stage_layers(L)  # raises the rules' error
         how = "mtp-layout"
-        note = (f"{L} layers + embedding + {model.mtp_num_layers} MTP + loss = {slots} slots "
-                f"over pp*vpp = {n} chunks: priced as Megatron Bridge's "
-                "pipeline_model_parallel_layout places them (MTP in the last chunk); Megatron "
-                "needs that layout string, account_for_*_in_pipeline_split alone is rejected")
+        note = (
+            f"{L} layers + embedding + {model.mtp_num_layers} MTP + loss = {slots} slots "
+            f"over pp*vpp = {n} chunks: priced as Megatron Bridge's "
+            "pipeline_model_parallel_layout places them (MTP in the last chunk); Megatron "
+            "needs that layout string, account_for_*_in_pipeline_split alone is rejected"
+        )
     else:
         per_stage = s.stage_layers(L)  # raises StrategyError with the fix when impossible
         chunks = [0] * n
@@ -610,12 +715,18 @@ def _pipeline_split(model: ModelSpec, s: Strategy) -> PipelineSplit:
                 chunks[j * p + st] = base + (1 if bonus else 0)
         if s.account_for_embedding or s.account_for_loss:
             how = "accounted"
-            note = ("layers split with " + " and ".join(
-                name for name, on in (("account_for_embedding_in_pipeline_split",
-                                       s.account_for_embedding),
-                                      ("account_for_loss_in_pipeline_split",
-                                       s.account_for_loss)) if on)
-                    + f": {list(per_stage)} layers per stage")
+            note = (
+                "layers split with "
+                + " and ".join(
+                    name
+                    for name, on in (
+                        ("account_for_embedding_in_pipeline_split", s.account_for_embedding),
+                        ("account_for_loss_in_pipeline_split", s.account_for_loss),
+                    )
+                    if on
+                )
+                + f": {list(per_stage)} layers per stage"
+            )
         elif s.uneven:
             how, note = "uneven", f"uneven pipeline split: {list(per_stage)} layers per stage"
         else:
@@ -652,13 +763,26 @@ def _exposed(t_comm: float, window: float, overlap: bool) -> float:
     return t_comm - hidden + OVERLAP_SLOWDOWN * hidden
 
 
-def estimate_step(model: ModelSpec, strategy: Strategy, cluster: Cluster, *, seq_len: int,
-                  global_batch_size: int, micro_batch_size: int = 1, precision: str = "bf16",
-                  recompute: str = "selective", distributed_optimizer: bool = True,
-                  flash_attention: bool = True, tp_comm_overlap: bool | None = None,
-                  overlap_grad_reduce: bool = True, moe_dispatcher: str = "alltoall",
-                  moe_a2a_overlap: bool = False, moe_shared_expert_overlap: bool = False,
-                  cuda_graphs: Any = None, validate: bool = True) -> StepReport:
+def estimate_step(
+    model: ModelSpec,
+    strategy: Strategy,
+    cluster: Cluster,
+    *,
+    seq_len: int,
+    global_batch_size: int,
+    micro_batch_size: int = 1,
+    precision: str = "bf16",
+    recompute: str = "selective",
+    distributed_optimizer: bool = True,
+    flash_attention: bool = True,
+    tp_comm_overlap: bool | None = None,
+    overlap_grad_reduce: bool = True,
+    moe_dispatcher: str = "alltoall",
+    moe_a2a_overlap: bool = False,
+    moe_shared_expert_overlap: bool = False,
+    cuda_graphs: Any = None,
+    validate: bool = True,
+) -> StepReport:
     """Predict one training step of ``model`` split by ``strategy`` on ``cluster``.
 
     ``strategy.dp`` may be unset: the world is then ``cluster.num_devices``.  With
@@ -689,32 +813,61 @@ def estimate_step(model: ModelSpec, strategy: Strategy, cluster: Cluster, *, seq
     if strategy.dp is None:
         strategy = strategy.with_world_size(world)
     moe_comm = moe_comm_options(moe_dispatcher, moe_a2a_overlap, moe_shared_expert_overlap)
-    return _estimate(model, strategy, cluster, seq_len, global_batch_size, micro_batch_size,
-                     prec, mode, distributed_optimizer, flash_attention, tp_comm_overlap,
-                     overlap_grad_reduce, moe_comm=moe_comm,
-                     graphs=cuda_graph_scopes(cuda_graphs))
+    return _estimate(
+        model,
+        strategy,
+        cluster,
+        seq_len,
+        global_batch_size,
+        micro_batch_size,
+        prec,
+        mode,
+        distributed_optimizer,
+        flash_attention,
+        tp_comm_overlap,
+        overlap_grad_reduce,
+        moe_comm=moe_comm,
+        graphs=cuda_graph_scopes(cuda_graphs),
+    )
 
 
-def moe_comm_options(dispatcher: str = "alltoall", a2a_overlap: bool = False,
-                     shared_expert_overlap: bool = False) -> MoEComm:
+def moe_comm_options(
+    dispatcher: str = "alltoall", a2a_overlap: bool = False, shared_expert_overlap: bool = False
+) -> MoEComm:
     """A :class:`MoEComm`, with UsageError naming the choices for an unknown dispatcher."""
     name = str(dispatcher).strip().lower()
     if name in ("deepep", "hybridep"):
         name = "flex"
     if name not in comm.DISPATCHERS:
-        raise UsageError(f"unknown MoE dispatcher {dispatcher!r}; use one of "
-                         f"{', '.join(comm.DISPATCHERS)} (deepep/hybridep mean flex)")
+        raise UsageError(
+            f"unknown MoE dispatcher {dispatcher!r}; use one of "
+            f"{', '.join(comm.DISPATCHERS)} (deepep/hybridep mean flex)"
+        )
     return MoEComm(name, bool(a2a_overlap), bool(shared_expert_overlap))
 
 
-def check_errors(model: ModelSpec, strategy: Strategy, *, world_size: int, seq_len: int,
-                 global_batch_size: int, micro_batch_size: int | None = None) -> list[Any]:
+def check_errors(
+    model: ModelSpec,
+    strategy: Strategy,
+    *,
+    world_size: int,
+    seq_len: int,
+    global_batch_size: int,
+    micro_batch_size: int | None = None,
+) -> list[Any]:
     """The hard rules ``strategy`` breaks (:meth:`Strategy.check`), less the layer-split rule
     that :func:`pipeline_split`'s MTP-layout approximation stands in for."""
-    errors = [v for v in strategy.check(model, world_size=world_size, seq_len=seq_len,
-                                        global_batch_size=global_batch_size,
-                                        micro_batch_size=micro_batch_size)
-              if v.severity == "error"]
+    errors = [
+        v
+        for v in strategy.check(
+            model,
+            world_size=world_size,
+            seq_len=seq_len,
+            global_batch_size=global_batch_size,
+            micro_batch_size=micro_batch_size,
+        )
+        if v.severity == "error"
+    ]
     if errors:
         waived = split_waived_rules(model, strategy)
         if waived:
@@ -722,19 +875,41 @@ def check_errors(model: ModelSpec, strategy: Strategy, *, world_size: int, seq_l
     return errors
 
 
-def _validate(model: ModelSpec, strategy: Strategy, world: int, seq_len: int,
-              global_batch_size: int, micro_batch_size: int) -> None:
-    errors = check_errors(model, strategy, world_size=world, seq_len=seq_len,
-                          global_batch_size=global_batch_size, micro_batch_size=micro_batch_size)
+def _validate(
+    model: ModelSpec,
+    strategy: Strategy,
+    world: int,
+    seq_len: int,
+    global_batch_size: int,
+    micro_batch_size: int,
+) -> None:
+    errors = check_errors(
+        model,
+        strategy,
+        world_size=world,
+        seq_len=seq_len,
+        global_batch_size=global_batch_size,
+        micro_batch_size=micro_batch_size,
+    )
     if errors:
         raise StrategyError(errors)
 
 
-def _per_layer(model: ModelSpec, s: Strategy, cluster: Cluster, tokens: float,
-               seq_len: int, prec: str, mode: str, strides: dict[str, int], tp_overlap: bool,
-               flash_attention: bool, memo: dict | None, moe_comm: MoEComm = DEFAULT_MOE_COMM,
-               graphs: frozenset[str] = frozenset(),
-               ) -> tuple[dict[bool, dict[str, float]], dict[bool, LayerCost]]:
+def _per_layer(
+    model: ModelSpec,
+    s: Strategy,
+    cluster: Cluster,
+    tokens: float,
+    seq_len: int,
+    prec: str,
+    mode: str,
+    strides: dict[str, int],
+    tp_overlap: bool,
+    flash_attention: bool,
+    memo: dict | None,
+    moe_comm: MoEComm = DEFAULT_MOE_COMM,
+    graphs: frozenset[str] = frozenset(),
+) -> tuple[dict[bool, dict[str, float]], dict[bool, LayerCost]]:
     """Per-layer, per-micro-batch seconds (dense and MoE): compute, recompute, each
     collective and its exposed part, and the host (CPU) time that the GPU waits for
     (:func:`_host_exposed`)."""
@@ -746,21 +921,47 @@ def _per_layer(model: ModelSpec, s: Strategy, cluster: Cluster, tokens: float,
             continue
         mkey = None
         if memo is not None:
-            mkey = (moe, tokens, s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, strides["tp"],
-                    strides["ulysses"], strides["ring"], strides["ep"], strides["etp"], mode,
-                    moe_comm, flash_attention, tp_overlap, graphs)
+            mkey = (
+                moe,
+                tokens,
+                s.tp,
+                s.sp,
+                s.ulysses,
+                s.ring,
+                s.ep,
+                s.etp,
+                strides["tp"],
+                strides["ulysses"],
+                strides["ring"],
+                strides["ep"],
+                strides["etp"],
+                mode,
+                moe_comm,
+                flash_attention,
+                tp_overlap,
+                graphs,
+            )
             hit = memo.get(mkey)
             if hit is not None:
                 per[moe], kinds[moe] = hit
                 continue
-        c = layer_cost(model, accel, prec, moe, tokens, seq_len, s.tp, s.cp, s.sp, s.ep, s.etp,
-                       flash_attention)
+        c = layer_cost(
+            model, accel, prec, moe, tokens, seq_len, s.tp, s.cp, s.sp, s.ep, s.etp, flash_attention
+        )
         kinds[moe] = c
         t_tp = comm.total_time(comm.tp_layer(model, s, tokens, moe, strides), cluster)
         ring, a2a = comm.cp_layer(model, s, tokens, strides)
         t_ring, t_a2a = comm.total_time(ring, cluster), comm.total_time(a2a, cluster)
-        t_ep = comm.total_time(comm.ep_layer(model, s, tokens, strides, moe_comm.dispatcher,
-                                             cluster.scale_up_domain), cluster) if moe else 0.0
+        t_ep = (
+            comm.total_time(
+                comm.ep_layer(
+                    model, s, tokens, strides, moe_comm.dispatcher, cluster.scale_up_domain
+                ),
+                cluster,
+            )
+            if moe
+            else 0.0
+        )
         rec = 0.0
         rec_comm = 0.0
         if mode == "selective":
@@ -774,15 +975,31 @@ def _per_layer(model: ModelSpec, s: Strategy, cluster: Cluster, tokens: float,
         tp_exp = _exposed(t_tp, c.gemm, tp_overlap)
         ep_exp = _ep_exposed(c, t_ep, moe_comm, mode) if moe else 0.0
         ring_exp = _exposed(t_ring, c.attn, True)
-        host, host_exp = _host_exposed(model, moe, s, prec, mode, graphs, accel, c,
-                                       tp_exp + ring_exp + t_a2a + ep_exp, rec + rec_comm)
+        host, host_exp = _host_exposed(
+            model,
+            moe,
+            s,
+            prec,
+            mode,
+            graphs,
+            accel,
+            c,
+            tp_exp + ring_exp + t_a2a + ep_exp,
+            rec + rec_comm,
+        )
         per[moe] = {
-            "compute": c.fwd + c.bwd, "recompute": rec + rec_comm,
-            "tp": t_tp, "tp_exposed": tp_exp,
-            "cp": t_ring + t_a2a, "cp_exposed": ring_exp + t_a2a,
-            "ep": t_ep, "ep_exposed": ep_exp,
-            "host": host, "host_exposed": host_exp,
-            "fwd": c.fwd, "bwd": c.bwd,
+            "compute": c.fwd + c.bwd,
+            "recompute": rec + rec_comm,
+            "tp": t_tp,
+            "tp_exposed": tp_exp,
+            "cp": t_ring + t_a2a,
+            "cp_exposed": ring_exp + t_a2a,
+            "ep": t_ep,
+            "ep_exposed": ep_exp,
+            "host": host,
+            "host_exposed": host_exp,
+            "fwd": c.fwd,
+            "bwd": c.bwd,
         }
         if mkey is not None and memo is not None:
             memo[mkey] = (per[moe], c)
@@ -790,9 +1007,18 @@ def _per_layer(model: ModelSpec, s: Strategy, cluster: Cluster, tokens: float,
     return per, kinds
 
 
-def _host_exposed(model: ModelSpec, moe: bool, s: Strategy, prec: str, mode: str,
-                  graphs: frozenset[str], accel: Accelerator, c: LayerCost,
-                  exposed_comm: float, recompute: float) -> tuple[float, float]:
+def _host_exposed(
+    model: ModelSpec,
+    moe: bool,
+    s: Strategy,
+    prec: str,
+    mode: str,
+    graphs: frozenset[str],
+    accel: Accelerator,
+    c: LayerCost,
+    exposed_comm: float,
+    recompute: float,
+) -> tuple[float, float]:
     """(host seconds, host seconds the GPU waits for) of one layer and micro-batch.
 
     The host issues :func:`host_ops` operations forward and :data:`HOST_BWD_RATIO` times as
@@ -809,8 +1035,7 @@ def _host_exposed(model: ModelSpec, moe: bool, s: Strategy, prec: str, mode: str
     if not ops_f and not sync:
         return 0.0, 0.0
     h_op = host_op_time(accel)
-    rec_ops = ops_f if mode == "full" else (HOST_OPS["attention"] if mode == "selective"
-                                            else 0.0)
+    rec_ops = ops_f if mode == "full" else (HOST_OPS["attention"] if mode == "selective" else 0.0)
     host_f = ops_f * h_op
     host_b = (HOST_BWD_RATIO * ops_f + rec_ops) * h_op
     gpu_f = c.fwd + exposed_comm / 3
@@ -819,8 +1044,9 @@ def _host_exposed(model: ModelSpec, moe: bool, s: Strategy, prec: str, mode: str
     return host_f + host_b, waited
 
 
-def _cp_correction(model: ModelSpec, s: Strategy, tokens: float, accel: Accelerator
-                   ) -> tuple[float, float]:
+def _cp_correction(
+    model: ModelSpec, s: Strategy, tokens: float, accel: Accelerator
+) -> tuple[float, float]:
     """(forward s, backward s) of ring attention's per-step output / gradient merging.
 
     With ``ring > 1`` every ring step after the first merges a partial attention result into
@@ -839,20 +1065,25 @@ def _cp_correction(model: ModelSpec, s: Strategy, tokens: float, accel: Accelera
     return fwd, bwd
 
 
-def _effective_moe_comm(s: Strategy, mode: str, moe_comm: MoEComm,
-                        notes: list[str] | None) -> MoEComm:
+def _effective_moe_comm(
+    s: Strategy, mode: str, moe_comm: MoEComm, notes: list[str] | None
+) -> MoEComm:
     """``moe_comm`` less the switches Megatron would refuse for this strategy (noted)."""
     a2a, shared = moe_comm.a2a_overlap, moe_comm.shared_expert_overlap
     if a2a and not moe_a2a_overlap_ok(s, mode):
         a2a = False
         if notes is not None and s.ep > 1:
-            notes.append("moe_a2a_overlap (combined 1F1B) not applied: it needs PP = 1 or "
-                         "VPP > 1 and no full recompute")
+            notes.append(
+                "moe_a2a_overlap (combined 1F1B) not applied: it needs PP = 1 or "
+                "VPP > 1 and no full recompute"
+            )
     if a2a and shared:
         shared = False
         if notes is not None:
-            notes.append("moe_shared_expert_overlap not applied: Megatron refuses it together "
-                         "with combined 1F1B")
+            notes.append(
+                "moe_shared_expert_overlap not applied: Megatron refuses it together "
+                "with combined 1F1B"
+            )
     if (a2a, shared) == (moe_comm.a2a_overlap, moe_comm.shared_expert_overlap):
         return moe_comm
     return MoEComm(moe_comm.dispatcher, a2a, shared)
@@ -895,10 +1126,18 @@ def _dp(s: Strategy) -> int:
     return s.dp if s.dp is not None else 1
 
 
-def microbatch_lower_bound(model: ModelSpec, s: Strategy, cluster: Cluster, seq_len: int,
-                           gbs: int, mbs: int, prec: str, memo: dict | None = None,
-                           moe_comm: MoEComm = DEFAULT_MOE_COMM,
-                           graphs: frozenset[str] = frozenset()) -> float:
+def microbatch_lower_bound(
+    model: ModelSpec,
+    s: Strategy,
+    cluster: Cluster,
+    seq_len: int,
+    gbs: int,
+    mbs: int,
+    prec: str,
+    memo: dict | None = None,
+    moe_comm: MoEComm = DEFAULT_MOE_COMM,
+    graphs: frozenset[str] = frozenset(),
+) -> float:
     """A lower bound of the step time (no recompute, no PP/DP/optimizer terms): the fullest
     stage's layers, compute plus exposed TP/CP/EP communication, times ``m + (p-1)/v``."""
     moe_comm = _effective_moe_comm(s, "none", moe_comm, None)
@@ -909,8 +1148,23 @@ def microbatch_lower_bound(model: ModelSpec, s: Strategy, cluster: Cluster, seq_
     # stage's per-micro-batch time on the layout and the stage shapes
     wkey = None
     if memo is not None:
-        wkey = ("lb", s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, s.pp, dp, s.order, mbs,
-                moe_comm, graphs, split.stage_layers, split.stage_moe)
+        wkey = (
+            "lb",
+            s.tp,
+            s.sp,
+            s.ulysses,
+            s.ring,
+            s.ep,
+            s.etp,
+            s.pp,
+            dp,
+            s.order,
+            mbs,
+            moe_comm,
+            graphs,
+            split.stage_layers,
+            split.stage_moe,
+        )
         hit = memo.get(wkey)
         if hit is not None:
             return hit * (m + (s.pp - 1) / s.vpp)
@@ -918,14 +1172,28 @@ def microbatch_lower_bound(model: ModelSpec, s: Strategy, cluster: Cluster, seq_
     tokens = mbs * seq_len / s.cp
     strides = comm.group_strides(s, dp, edp)
     tp_overlap = s.sp and s.tp > 1 and cluster.span(s.tp, strides["tp"]) == "intra"
-    per, _ = _per_layer(model, s, cluster, tokens, seq_len, prec, "none", strides, tp_overlap,
-                        True, memo, moe_comm, graphs)
+    per, _ = _per_layer(
+        model,
+        s,
+        cluster,
+        tokens,
+        seq_len,
+        prec,
+        "none",
+        strides,
+        tp_overlap,
+        True,
+        memo,
+        moe_comm,
+        graphs,
+    )
     counts, moe_counts = split.stage_layers, split.stage_moe
 
     def mb(key: bool) -> float:
         d = per[key]
-        return (d["compute"] + d["tp_exposed"] + d["cp_exposed"] + d["ep_exposed"]
-                + d["host_exposed"])
+        return (
+            d["compute"] + d["tp_exposed"] + d["cp_exposed"] + d["ep_exposed"] + d["host_exposed"]
+        )
 
     dense_mb = mb(False)
     moe_mb = mb(True) if model.is_moe else 0.0
@@ -935,12 +1203,23 @@ def microbatch_lower_bound(model: ModelSpec, s: Strategy, cluster: Cluster, seq_
     return worst * (m + (s.pp - 1) / s.vpp)
 
 
-def _estimate(model: ModelSpec, s: Strategy, cluster: Cluster, seq_len: int, gbs: int,
-              mbs: int, prec: str, mode: str, distributed_optimizer: bool = True,
-              flash_attention: bool = True, tp_comm_overlap: bool | None = None,
-              overlap_grad_reduce: bool = True, memo: dict | None = None,
-              moe_comm: MoEComm = DEFAULT_MOE_COMM,
-              graphs: frozenset[str] = frozenset()) -> StepReport:
+def _estimate(
+    model: ModelSpec,
+    s: Strategy,
+    cluster: Cluster,
+    seq_len: int,
+    gbs: int,
+    mbs: int,
+    prec: str,
+    mode: str,
+    distributed_optimizer: bool = True,
+    flash_attention: bool = True,
+    tp_comm_overlap: bool | None = None,
+    overlap_grad_reduce: bool = True,
+    memo: dict | None = None,
+    moe_comm: MoEComm = DEFAULT_MOE_COMM,
+    graphs: frozenset[str] = frozenset(),
+) -> StepReport:
     """The model itself, without validation (the planner calls this on legal candidates).
 
     ``memo`` (a dict owned by the caller, for one model, cluster, sequence and precision)
@@ -952,8 +1231,9 @@ def _estimate(model: ModelSpec, s: Strategy, cluster: Cluster, seq_len: int, gbs
     edp = world // (s.etp * s.ep * s.pp)
     m = gbs // (dp * mbs)
     if m < 1 or gbs % (dp * mbs):
-        raise UsageError(f"global_batch_size={gbs} is not a multiple of micro_batch_size*dp = "
-                         f"{mbs}*{dp}")
+        raise UsageError(
+            f"global_batch_size={gbs} is not a multiple of micro_batch_size*dp = {mbs}*{dp}"
+        )
     p, v = s.pp, s.vpp
     tokens = mbs * seq_len / s.cp
     strides = comm.group_strides(s, dp, edp)
@@ -970,8 +1250,21 @@ def _estimate(model: ModelSpec, s: Strategy, cluster: Cluster, seq_len: int, gbs
         tp_overlap = tp_overlap and tp_comm_overlap
 
     moe_comm = _effective_moe_comm(s, mode, moe_comm, notes)
-    per, kinds = _per_layer(model, s, cluster, tokens, seq_len, prec, mode, strides,
-                            tp_overlap, flash_attention, memo, moe_comm, graphs)
+    per, kinds = _per_layer(
+        model,
+        s,
+        cluster,
+        tokens,
+        seq_len,
+        prec,
+        mode,
+        strides,
+        tp_overlap,
+        flash_attention,
+        memo,
+        moe_comm,
+        graphs,
+    )
 
     head_t, head_p = _head_cost(model, accel, tokens, s.tp)
     emb_p = model.vocab_size * model.hidden_size / s.tp
@@ -983,8 +1276,20 @@ def _estimate(model: ModelSpec, s: Strategy, cluster: Cluster, seq_len: int, gbs
         mtp_terms["compute"] += model.mtp_num_layers * (3 * proj + head_t)
 
     # ---- stages ---------------------------------------------------------------------------
-    keys = ("compute", "recompute", "tp", "tp_exposed", "cp", "cp_exposed", "ep", "ep_exposed",
-            "host", "host_exposed", "fwd", "bwd")
+    keys = (
+        "compute",
+        "recompute",
+        "tp",
+        "tp_exposed",
+        "cp",
+        "cp_exposed",
+        "ep",
+        "ep_exposed",
+        "host",
+        "host_exposed",
+        "fwd",
+        "bwd",
+    )
     stages: list[dict[str, float]] = []
     # stages that hold the same layers and neither end of the pipeline cost the same
     signatures: dict[tuple[int, int, bool, bool], int] = {}
@@ -992,8 +1297,7 @@ def _estimate(model: ModelSpec, s: Strategy, cluster: Cluster, seq_len: int, gbs
         signatures.setdefault((counts[j], moe_counts[j], j == 0, j == p - 1), j)
     for n_layers, n_moe, first, last in signatures:
         n_dense = n_layers - n_moe
-        st = {k: n_dense * per[False][k] + (n_moe * per[True][k] if n_moe else 0.0)
-              for k in keys}
+        st = {k: n_dense * per[False][k] + (n_moe * per[True][k] if n_moe else 0.0) for k in keys}
         dense_p = n_dense * kinds[False].dense_params if n_dense else 0.0
         exp_p = 0.0
         if n_moe:
@@ -1012,11 +1316,18 @@ def _estimate(model: ModelSpec, s: Strategy, cluster: Cluster, seq_len: int, gbs
             if mtp_terms:
                 last_moe = is_moe_layer(model, model.num_layers - 1)
                 kc = kinds[last_moe]
-                dense_p += model.mtp_num_layers * (kc.dense_params
-                                                   + 2 * model.hidden_size ** 2 / s.tp)
+                dense_p += model.mtp_num_layers * (
+                    kc.dense_params + 2 * model.hidden_size**2 / s.tp
+                )
                 exp_p += model.mtp_num_layers * kc.expert_params
-        st["mb"] = (st["compute"] + st["recompute"] + st["tp_exposed"] + st["cp_exposed"]
-                    + st["ep_exposed"] + st["host_exposed"])
+        st["mb"] = (
+            st["compute"]
+            + st["recompute"]
+            + st["tp_exposed"]
+            + st["cp_exposed"]
+            + st["ep_exposed"]
+            + st["host_exposed"]
+        )
         st["dense_params"] = dense_p
         st["expert_params"] = exp_p
         stages.append(st)
@@ -1035,15 +1346,26 @@ def _estimate(model: ModelSpec, s: Strategy, cluster: Cluster, seq_len: int, gbs
     else:
         pp_exposed = 0.0
     for st in stages:
-        dkey = ("dp", st["dense_params"], st["expert_params"], dp, edp, s.cp,
-                strides["dp-cp"], strides["edp"], distributed_optimizer)
+        dkey = (
+            "dp",
+            st["dense_params"],
+            st["expert_params"],
+            dp,
+            edp,
+            s.cp,
+            strides["dp-cp"],
+            strides["edp"],
+            distributed_optimizer,
+        )
         hit = memo.get(dkey) if memo is not None else None
         if hit is None:
-            dp_items = comm.dp_step(s, st["dense_params"], st["expert_params"], dp, edp,
-                                    strides, distributed_optimizer)
-            hit = (sum(c.time(cluster) for c in dp_items
-                       if c.op in ("reduce_scatter", "all_reduce")),
-                   sum(c.time(cluster) for c in dp_items if c.op == "all_gather"))
+            dp_items = comm.dp_step(
+                s, st["dense_params"], st["expert_params"], dp, edp, strides, distributed_optimizer
+            )
+            hit = (
+                sum(c.time(cluster) for c in dp_items if c.op in ("reduce_scatter", "all_reduce")),
+                sum(c.time(cluster) for c in dp_items if c.op == "all_gather"),
+            )
             if memo is not None:
                 memo[dkey] = hit
         t_rs, t_ag = hit
@@ -1052,15 +1374,19 @@ def _estimate(model: ModelSpec, s: Strategy, cluster: Cluster, seq_len: int, gbs
         if local_params > 0:
             bucket_frac = min(1.0, max(BUCKET_PARAMS, 1e6 * dp) / local_params)
         if overlap_grad_reduce:
-            dp_exposed = (_exposed(t_rs, st["bwd"], True) + _exposed(t_ag, st["fwd"], True)
-                          + bucket_frac * (t_rs + t_ag))
+            dp_exposed = (
+                _exposed(t_rs, st["bwd"], True)
+                + _exposed(t_ag, st["fwd"], True)
+                + bucket_frac * (t_rs + t_ag)
+            )
         else:
             dp_exposed = t_rs + t_ag
         shard = st["dense_params"] / (dp * s.cp) + st["expert_params"] / max(edp, 1)
         if not distributed_optimizer:
             shard = local_params
-        opt = memory_time(accel, shard * ADAM_BYTES_PER_PARAM + local_params * 2,
-                          kernel_profile(accel))
+        opt = memory_time(
+            accel, shard * ADAM_BYTES_PER_PARAM + local_params * 2, kernel_profile(accel)
+        )
         total = m * st["mb"] + bubble + pp_exposed + dp_exposed + opt
         st.update(dp=t_rs + t_ag, dp_exposed=dp_exposed, optimizer=opt, total=total)
         if best is None or total > best[0]:
@@ -1069,24 +1395,43 @@ def _estimate(model: ModelSpec, s: Strategy, cluster: Cluster, seq_len: int, gbs
     step, st = best
 
     breakdown = {
-        "compute": m * st["compute"], "recompute": m * st["recompute"],
-        "tp": m * st["tp"], "tp_exposed": m * st["tp_exposed"],
-        "cp": m * st["cp"], "cp_exposed": m * st["cp_exposed"],
-        "ep": m * st["ep"], "ep_exposed": m * st["ep_exposed"],
-        "host": m * st["host"], "host_exposed": m * st["host_exposed"],
-        "pp": pp_total, "pp_exposed": pp_exposed,
-        "dp": st["dp"], "dp_exposed": st["dp_exposed"],
-        "bubble": bubble, "optimizer": st["optimizer"],
+        "compute": m * st["compute"],
+        "recompute": m * st["recompute"],
+        "tp": m * st["tp"],
+        "tp_exposed": m * st["tp_exposed"],
+        "cp": m * st["cp"],
+        "cp_exposed": m * st["cp_exposed"],
+        "ep": m * st["ep"],
+        "ep_exposed": m * st["ep_exposed"],
+        "host": m * st["host"],
+        "host_exposed": m * st["host_exposed"],
+        "pp": pp_total,
+        "pp_exposed": pp_exposed,
+        "dp": st["dp"],
+        "dp_exposed": st["dp_exposed"],
+        "bubble": bubble,
+        "optimizer": st["optimizer"],
     }
     if cluster.span(s.tp, strides["tp"]) == "inter" and s.tp > 1:
-        notes.append(f"TP group of {s.tp} crosses the scale-up domain of "
-                     f"{cluster.scale_up_domain}: every layer's TP collectives use the "
-                     "scale-out link")
+        notes.append(
+            f"TP group of {s.tp} crosses the scale-up domain of "
+            f"{cluster.scale_up_domain}: every layer's TP collectives use the "
+            "scale-out link"
+        )
     tokens_step = gbs * seq_len
     fpt = model_flops_per_token(model, seq_len)
     tflops = fpt * tokens_step / step / world / 1e12
     peak = accel.peak(prec)
-    return StepReport(step_time_s=step, tokens_per_s_per_gpu=tokens_step / step / world,
-                      tflops_per_gpu=tflops, mfu=tflops * 1e12 / peak, breakdown=breakdown,
-                      micro_batches=m, world_size=world, precision=prec, recompute=mode,
-                      model_flops_per_token=fpt, notes=tuple(notes))
+    return StepReport(
+        step_time_s=step,
+        tokens_per_s_per_gpu=tokens_step / step / world,
+        tflops_per_gpu=tflops,
+        mfu=tflops * 1e12 / peak,
+        breakdown=breakdown,
+        micro_batches=m,
+        world_size=world,
+        precision=prec,
+        recompute=mode,
+        model_flops_per_token=fpt,
+        notes=tuple(notes),
+    )

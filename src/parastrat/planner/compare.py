@@ -23,9 +23,22 @@ if TYPE_CHECKING:
     from ..spec.model import ModelSpec
 
 GiB = 1024**3
-_DEGREES = ("tp", "pp", "vpp", "cp", "ulysses", "ring", "ep", "etp", "dp", "sp",
-            "first_stage_layers", "last_stage_layers", "account_for_embedding",
-            "account_for_loss")
+_DEGREES = (
+    "tp",
+    "pp",
+    "vpp",
+    "cp",
+    "ulysses",
+    "ring",
+    "ep",
+    "etp",
+    "dp",
+    "sp",
+    "first_stage_layers",
+    "last_stage_layers",
+    "account_for_embedding",
+    "account_for_loss",
+)
 _FLAGS = ("sp", "account_for_embedding", "account_for_loss")
 
 
@@ -38,12 +51,29 @@ def parse_strategy(text: str) -> Strategy:
             continue
         key, _, value = part.partition("=")
         key = key.strip().lower().replace("-", "_")
-        if key not in {"tp", "pp", "vpp", "cp", "ep", "etp", "dp", "sp", "ulysses", "ring",
-                       "cfg", "order", "first_stage_layers", "last_stage_layers",
-                       "account_for_embedding", "account_for_loss"}:
-            raise UsageError(f"unknown strategy field {key!r} in {text!r}; use tp, pp, vpp, "
-                             "cp, ep, etp, dp, sp, ulysses, ring, order, first_stage_layers, "
-                             "last_stage_layers, account_for_embedding, account_for_loss")
+        if key not in {
+            "tp",
+            "pp",
+            "vpp",
+            "cp",
+            "ep",
+            "etp",
+            "dp",
+            "sp",
+            "ulysses",
+            "ring",
+            "cfg",
+            "order",
+            "first_stage_layers",
+            "last_stage_layers",
+            "account_for_embedding",
+            "account_for_loss",
+        }:
+            raise UsageError(
+                f"unknown strategy field {key!r} in {text!r}; use tp, pp, vpp, "
+                "cp, ep, etp, dp, sp, ulysses, ring, order, first_stage_layers, "
+                "last_stage_layers, account_for_embedding, account_for_loss"
+            )
         if key in _FLAGS:
             kwargs[key] = value.strip().lower() not in ("0", "false", "no", "off")
         elif key == "order":
@@ -99,61 +129,86 @@ class Comparison:
         ma, mb = self.memory
         keys = ("weights", "gradients", "optimizer", "activations", "other", "total")
         if len(ma.stages) == len(mb.stages):
-            return [{k: getattr(sb, k) - getattr(sa, k) for k in keys}
-                    for sa, sb in zip(ma.stages, mb.stages)]
+            return [
+                {k: getattr(sb, k) - getattr(sa, k) for k in keys}
+                for sa, sb in zip(ma.stages, mb.stages)
+            ]
         pa, pb = ma.peak_stage, mb.peak_stage
         row: dict[str, float] = {"stage_a": pa.stage, "stage_b": pb.stage}
         row.update({k: getattr(pb, k) - getattr(pa, k) for k in keys})
         return [row]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a.to_dict(), "b": self.b.to_dict(),
-                "changed": {k: list(v) for k, v in self.changed.items()},
-                "memory": [self.memory[0].to_dict(), self.memory[1].to_dict()],
-                "step": [self.step[0].to_dict(), self.step[1].to_dict()],
-                "step_delta": self.step_delta, "memory_delta": self.memory_delta,
-                "cause": self.cause, "notes": list(self.notes)}
+        return {
+            "a": self.a.to_dict(),
+            "b": self.b.to_dict(),
+            "changed": {k: list(v) for k, v in self.changed.items()},
+            "memory": [self.memory[0].to_dict(), self.memory[1].to_dict()],
+            "step": [self.step[0].to_dict(), self.step[1].to_dict()],
+            "step_delta": self.step_delta,
+            "memory_delta": self.memory_delta,
+            "cause": self.cause,
+            "notes": list(self.notes),
+        }
 
     def summary(self) -> str:
         """A readable report: degrees changed, per-stage memory, step terms, the cause."""
         sa, sb = self.step
         ma, mb = self.memory
-        lines = [f"A: {self.a}", f"B: {self.b}",
-                 "changed: " + (", ".join(f"{k} {x} -> {y}" for k, (x, y) in
-                                          self.changed.items()) or "nothing")]
+        lines = [
+            f"A: {self.a}",
+            f"B: {self.b}",
+            "changed: "
+            + (", ".join(f"{k} {x} -> {y}" for k, (x, y) in self.changed.items()) or "nothing"),
+        ]
         lines.append(f"peak memory: {ma.peak_bytes / GiB:.1f} -> {mb.peak_bytes / GiB:.1f} GiB")
         comps = ("weights", "gradients", "optimizer", "activations", "total")
         if len(ma.stages) == len(mb.stages):
-            lines.append("memory per stage (GiB, A -> B): stage weights grads optim activ "
-                         "total")
+            lines.append("memory per stage (GiB, A -> B): stage weights grads optim activ total")
             for i, (x, y) in enumerate(zip(ma.stages, mb.stages)):
-                cells = " ".join(f"{getattr(x, k) / GiB:.1f}->{getattr(y, k) / GiB:.1f}"
-                                 for k in comps)
+                cells = " ".join(
+                    f"{getattr(x, k) / GiB:.1f}->{getattr(y, k) / GiB:.1f}" for k in comps
+                )
                 lines.append(f"  {i:>3}  {cells}")
         else:
             # different PP: each side's own stages (their layers differ), not a zip
             for name, rep in (("A", ma), ("B", mb)):
-                lines.append(f"memory per stage of {name} ({len(rep.stages)} stages, GiB): "
-                             "stage layers weights grads optim activ total")
+                lines.append(
+                    f"memory per stage of {name} ({len(rep.stages)} stages, GiB): "
+                    "stage layers weights grads optim activ total"
+                )
                 for st in rep.stages:
                     cells = " ".join(f"{getattr(st, k) / GiB:.1f}" for k in comps)
                     lines.append(f"  {st.stage:>3}  {st.layers:>3}  {cells}")
-        lines.append(f"step: {sa.step_time_s:.3f} -> {sb.step_time_s:.3f} s "
-                     f"({sb.step_time_s / sa.step_time_s - 1:+.1%}); tokens/s/GPU "
-                     f"{sa.tokens_per_s_per_gpu:,.0f} -> {sb.tokens_per_s_per_gpu:,.0f}")
+        lines.append(
+            f"step: {sa.step_time_s:.3f} -> {sb.step_time_s:.3f} s "
+            f"({sb.step_time_s / sa.step_time_s - 1:+.1%}); tokens/s/GPU "
+            f"{sa.tokens_per_s_per_gpu:,.0f} -> {sb.tokens_per_s_per_gpu:,.0f}"
+        )
         for k, d in sorted(self.step_delta.items(), key=lambda kv: -abs(kv[1])):
             if k != "step_time_s" and abs(d) > 1e-6:
-                lines.append(f"  {k:<12} {sa.breakdown.get(k, 0.0):9.4f} -> "
-                             f"{sb.breakdown.get(k, 0.0):9.4f}  ({d:+.4f})")
+                lines.append(
+                    f"  {k:<12} {sa.breakdown.get(k, 0.0):9.4f} -> "
+                    f"{sb.breakdown.get(k, 0.0):9.4f}  ({d:+.4f})"
+                )
         lines.append(f"cause: {self.cause}")
         lines += [f"note: {n}" for n in self.notes]
         return "\n".join(lines)
 
 
-def compare(a: Any, b: Any, *, model: ModelSpec | str, cluster: Cluster, seq_len: int,
-            global_batch_size: int, micro_batch_size: int | tuple[int, int] = 1,
-            precision: str = "bf16", recompute: str | tuple[str, str] = "selective",
-            **step_options: Any) -> Comparison:
+def compare(
+    a: Any,
+    b: Any,
+    *,
+    model: ModelSpec | str,
+    cluster: Cluster,
+    seq_len: int,
+    global_batch_size: int,
+    micro_batch_size: int | tuple[int, int] = 1,
+    precision: str = "bf16",
+    recompute: str | tuple[str, str] = "selective",
+    **step_options: Any,
+) -> Comparison:
     """Price strategies ``a`` and ``b`` for the same model, cluster and batch; say what changed.
 
     ``micro_batch_size`` and ``recompute`` may be pairs (one for each side).  Other keyword
@@ -172,16 +227,31 @@ def compare(a: Any, b: Any, *, model: ModelSpec | str, cluster: Cluster, seq_len
         s = as_strategy(obj)
         if s.dp is None:
             s = s.with_world_size(cluster.num_devices)
-        step = estimate_step(model, s, cluster, seq_len=seq_len,
-                             global_batch_size=global_batch_size, micro_batch_size=m,
-                             precision=precision, recompute=r, **step_options)
-        mem = estimate_memory(model, s, seq_len=seq_len, micro_batch_size=m,
-                              global_batch_size=global_batch_size, recompute=step.recompute,
-                              precision=step.precision)
+        step = estimate_step(
+            model,
+            s,
+            cluster,
+            seq_len=seq_len,
+            global_batch_size=global_batch_size,
+            micro_batch_size=m,
+            precision=precision,
+            recompute=r,
+            **step_options,
+        )
+        mem = estimate_memory(
+            model,
+            s,
+            seq_len=seq_len,
+            micro_batch_size=m,
+            global_batch_size=global_batch_size,
+            recompute=step.recompute,
+            precision=step.precision,
+        )
         sides.append((s, step, mem, m, step.recompute))
     (sa, ta, ma, mba, ra), (sb, tb, mb, mbb, rb) = sides
-    changed = {k: (getattr(sa, k), getattr(sb, k)) for k in _DEGREES
-               if getattr(sa, k) != getattr(sb, k)}
+    changed = {
+        k: (getattr(sa, k), getattr(sb, k)) for k in _DEGREES if getattr(sa, k) != getattr(sb, k)
+    }
     if mba != mbb:
         changed["micro_batch_size"] = (mba, mbb)
     if ra != rb:
@@ -191,8 +261,14 @@ def compare(a: Any, b: Any, *, model: ModelSpec | str, cluster: Cluster, seq_len
     return Comparison(sa, sb, (ma, mb), (ta, tb), changed, cause, notes)
 
 
-def _cause(ta: StepReport, tb: StepReport, ma: MemoryReport, mb: MemoryReport,
-           cluster: Cluster, changed: dict[str, tuple[Any, Any]]) -> str:
+def _cause(
+    ta: StepReport,
+    tb: StepReport,
+    ma: MemoryReport,
+    mb: MemoryReport,
+    cluster: Cluster,
+    changed: dict[str, tuple[Any, Any]],
+) -> str:
     from .explain import TERM_NAMES
 
     what = ", ".join(f"{k} {x}->{y}" for k, (x, y) in changed.items()) or "no degree change"
@@ -203,15 +279,21 @@ def _cause(ta: StepReport, tb: StepReport, ma: MemoryReport, mb: MemoryReport,
         st = mb.peak_stage
         # same PP: the same stage of A; different PP: A's own peak stage
         sa_ = ma.stages[st.stage] if len(ma.stages) == len(mb.stages) else ma.peak_stage
-        comps = {k: getattr(st, k) - getattr(sa_, k)
-                 for k in ("weights", "gradients", "optimizer", "activations")}
+        comps = {
+            k: getattr(st, k) - getattr(sa_, k)
+            for k in ("weights", "gradients", "optimizer", "activations")
+        }
         k = max(comps, key=comps.get)  # type: ignore[arg-type]
-        parts.append(f"B runs out of memory ({mb.peak_bytes / GiB:.1f} GiB > {cap / GiB:.0f} "
-                     f"GiB) on stage {st.stage}, mostly {k} (+{comps[k] / GiB:.1f} GiB)")
+        parts.append(
+            f"B runs out of memory ({mb.peak_bytes / GiB:.1f} GiB > {cap / GiB:.0f} "
+            f"GiB) on stage {st.stage}, mostly {k} (+{comps[k] / GiB:.1f} GiB)"
+        )
     delta = tb.step_time_s - ta.step_time_s
     terms = {k: tb.breakdown.get(k, 0.0) - ta.breakdown.get(k, 0.0) for k in TERM_NAMES}
     key = max(terms, key=lambda k: abs(terms[k]))
     direction = "slower" if delta > 0 else "faster"
-    parts.append(f"B is {abs(delta) / ta.step_time_s:.1%} {direction}; the largest change is "
-                 f"{TERM_NAMES[key]} ({terms[key]:+.3f} s per step), from {what}")
+    parts.append(
+        f"B is {abs(delta) / ta.step_time_s:.1%} {direction}; the largest change is "
+        f"{TERM_NAMES[key]} ({terms[key]:+.3f} s per step), from {what}"
+    )
     return "; ".join(parts)

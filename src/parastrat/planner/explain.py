@@ -14,10 +14,15 @@ if TYPE_CHECKING:
 
 #: Readable names of the step-time terms.
 TERM_NAMES = {
-    "compute": "compute", "recompute": "recompute", "bubble": "pipeline bubble",
-    "optimizer": "optimizer step", "tp_exposed": "exposed TP comm",
-    "cp_exposed": "exposed CP comm", "ep_exposed": "exposed EP all-to-all",
-    "pp_exposed": "exposed PP send/recv", "dp_exposed": "exposed DP grad/param sync",
+    "compute": "compute",
+    "recompute": "recompute",
+    "bubble": "pipeline bubble",
+    "optimizer": "optimizer step",
+    "tp_exposed": "exposed TP comm",
+    "cp_exposed": "exposed CP comm",
+    "ep_exposed": "exposed EP all-to-all",
+    "pp_exposed": "exposed PP send/recv",
+    "dp_exposed": "exposed DP grad/param sync",
     "host_exposed": "host-bound time (eager kernel launches, MoE token-count sync)",
 }
 GiB = 1024**3
@@ -25,8 +30,9 @@ GiB = 1024**3
 
 def overheads(step: StepReport) -> list[tuple[str, float]]:
     """Non-compute terms of a step as (name, seconds), largest first."""
-    terms = [(k, v) for k, v in step.breakdown.items()
-             if k in TERM_NAMES and k != "compute" and v > 0]
+    terms = [
+        (k, v) for k, v in step.breakdown.items() if k in TERM_NAMES and k != "compute" and v > 0
+    ]
     return sorted(terms, key=lambda kv: -kv[1])
 
 
@@ -45,12 +51,18 @@ def limiter(step: StepReport) -> str:
 def difference(a: StepReport, b: StepReport) -> str:
     """The term that most explains why ``a`` is faster than ``b``."""
     keys = [k for k in TERM_NAMES]
-    deltas = sorted(((b.breakdown.get(k, 0.0) - a.breakdown.get(k, 0.0), k) for k in keys),
-                    reverse=True)
+    deltas = sorted(
+        ((b.breakdown.get(k, 0.0) - a.breakdown.get(k, 0.0), k) for k in keys), reverse=True
+    )
     gain, key = deltas[0]
     if gain <= 0:
         return "about the same on every term"
     return f"{TERM_NAMES[key]} {gain * 1e3:.0f} ms lower"
+
+
+def _rel(a: StepReport, b: StepReport) -> float:
+    """How much longer step ``a`` is than step ``b`` (a fraction)."""
+    return a.step_time_s / b.step_time_s - 1
 
 
 def _pipeline_label(s) -> str:
@@ -64,66 +76,89 @@ def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
 
     cap = cluster.memory_bytes
     for i, c in enumerate(ranked):
-        parts = [limiter(c.step),
-                 f"peak memory {c.memory.peak_bytes / GiB:.1f} of {cap / GiB:.0f} GiB "
-                 f"({c.recompute} recompute)"]
+        parts = [
+            limiter(c.step),
+            f"peak memory {c.memory.peak_bytes / GiB:.1f} of {cap / GiB:.0f} GiB "
+            f"({c.recompute} recompute)",
+        ]
         if c.alternatives:
-            parts.append("near-equal variants of this layout (within 1%): " + ", ".join(
-                f"{_pipeline_label(a.strategy)} {a.step.step_time_s / c.step.step_time_s - 1:+.2%}"
-                for a in c.alternatives))
+            parts.append(
+                "near-equal variants of this layout (within 1%): "
+                + ", ".join(
+                    f"{_pipeline_label(a.strategy)} {_rel(a.step, c.step):+.2%}"
+                    for a in c.alternatives
+                )
+            )
         if i + 1 < len(ranked):
             nxt = ranked[i + 1]
             gain = nxt.step.step_time_s / c.step.step_time_s - 1
             if abs(gain) < RANK_TIE:
                 mine = c.step.exposed_comm_s / c.step.step_time_s
                 theirs = nxt.step.exposed_comm_s / nxt.step.step_time_s
-                reason = (f"less exposed communication ({mine:.1%} vs {theirs:.1%} of the step)"
-                          if exposure_class(c) != exposure_class(nxt) else
-                          "lower peak memory" if c.memory.peak_bytes != nxt.memory.peak_bytes
-                          else "shorter step")
-                parts.append(f"tied with #{i + 2} ({nxt.label()}, {gain:+.1%}, within the "
-                             f"model's {RANK_TIE:.0%} resolution): ranked first for {reason}")
+                reason = (
+                    f"less exposed communication ({mine:.1%} vs {theirs:.1%} of the step)"
+                    if exposure_class(c) != exposure_class(nxt)
+                    else "lower peak memory"
+                    if c.memory.peak_bytes != nxt.memory.peak_bytes
+                    else "shorter step"
+                )
+                parts.append(
+                    f"tied with #{i + 2} ({nxt.label()}, {gain:+.1%}, within the "
+                    f"model's {RANK_TIE:.0%} resolution): ranked first for {reason}"
+                )
             else:
-                parts.append(f"{gain:.1%} faster than #{i + 2} ({nxt.label()}): "
-                             f"{difference(c.step, nxt.step)}")
+                parts.append(
+                    f"{gain:.1%} faster than #{i + 2} ({nxt.label()}): "
+                    f"{difference(c.step, nxt.step)}"
+                )
         c.why = "; ".join(parts)
 
 
 def explain_plan(plan: Plan) -> str:
     """Seed heuristic vs the chosen strategy, term by term, as plain text."""
     best = plan.best
-    lines = [f"{plan.model.name} on {plan.num_devices} x {plan.cluster.accel.name}, seq "
-             f"{plan.seq_len}, global batch {plan.global_batch_size}, {plan.precision}",
-             f"choice: {best.label()}  ->  {best.step.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
-             f"{best.step.tflops_per_gpu:.0f} TFLOP/s/GPU (MFU {best.step.mfu:.1%}), step "
-             f"{best.step.step_time_s:.2f} s",
-             f"  why: {best.why}"]
+    lines = [
+        f"{plan.model.name} on {plan.num_devices} x {plan.cluster.accel.name}, seq "
+        f"{plan.seq_len}, global batch {plan.global_batch_size}, {plan.precision}",
+        f"choice: {best.label()}  ->  {best.step.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+        f"{best.step.tflops_per_gpu:.0f} TFLOP/s/GPU (MFU {best.step.mfu:.1%}), step "
+        f"{best.step.step_time_s:.2f} s",
+        f"  why: {best.why}",
+    ]
     heur = plan.heuristic
     if heur is None:
         return "\n".join(lines)
-    lines.append("seed guide's starting point: "
-                 + (str(heur.strategy) if heur.strategy else "none legal"))
+    lines.append(
+        "seed guide's starting point: " + (str(heur.strategy) if heur.strategy else "none legal")
+    )
     lines += [f"  - {r}" for r in heur.reasons]
     if heur.strategy is None:
         return "\n".join(lines)
     rank = plan.find(heur.strategy)
     if rank is not None:
         c = plan.ranked[rank] if plan.ranked else plan.candidates[rank]
-        lines.append(f"  the planner ranks it #{rank + 1} ({c.label()}, "
-                     f"{c.step.tokens_per_s_per_gpu:,.0f} tokens/s/GPU)")
+        lines.append(
+            f"  the planner ranks it #{rank + 1} ({c.label()}, "
+            f"{c.step.tokens_per_s_per_gpu:,.0f} tokens/s/GPU)"
+        )
     # price the seed strategy with the best micro-batch / recompute that fits
     seed = _price(plan, heur.strategy)
     if seed is None:
-        lines.append("  it does not fit in memory (or breaks a rule) with any micro-batch "
-                     "and recompute mode the planner tries")
+        lines.append(
+            "  it does not fit in memory (or breaks a rule) with any micro-batch "
+            "and recompute mode the planner tries"
+        )
         return "\n".join(lines)
     step, mbs, mode, peak = seed
     ratio = best.step.tokens_per_s_per_gpu / step.tokens_per_s_per_gpu
-    lines.append(f"  as priced: mbs{mbs} {mode} -> {step.tokens_per_s_per_gpu:,.0f} "
-                 f"tokens/s/GPU, peak {peak / GiB:.1f} GiB; the choice is {ratio:.2f}x")
+    lines.append(
+        f"  as priced: mbs{mbs} {mode} -> {step.tokens_per_s_per_gpu:,.0f} "
+        f"tokens/s/GPU, peak {peak / GiB:.1f} GiB; the choice is {ratio:.2f}x"
+    )
     if ratio > 1.0005:
-        lines.append("  where the cost model departs from the guide (seconds per step, seed -> "
-                     "choice):")
+        lines.append(
+            "  where the cost model departs from the guide (seconds per step, seed -> choice):"
+        )
         for key, name in TERM_NAMES.items():
             a, b = step.breakdown.get(key, 0.0), best.step.breakdown.get(key, 0.0)
             if abs(a - b) > 0.005 * step.step_time_s:
@@ -139,57 +174,95 @@ def _price(plan: Plan, strategy) -> tuple[StepReport, int, str, float] | None:
     best = None
     for mbs in (1, 2, 4, 8):
         try:
-            _validate(plan.model, strategy, plan.num_devices, plan.seq_len,
-                      plan.global_batch_size, mbs)
+            _validate(
+                plan.model, strategy, plan.num_devices, plan.seq_len, plan.global_batch_size, mbs
+            )
         except StrategyError:
             continue
         for mode in ("none", "selective", "full"):
             try:
-                mem = estimate_memory(plan.model, strategy, seq_len=plan.seq_len,
-                                      micro_batch_size=mbs,
-                                      global_batch_size=plan.global_batch_size,
-                                      recompute=mode, precision=plan.precision)
+                mem = estimate_memory(
+                    plan.model,
+                    strategy,
+                    seq_len=plan.seq_len,
+                    micro_batch_size=mbs,
+                    global_batch_size=plan.global_batch_size,
+                    recompute=mode,
+                    precision=plan.precision,
+                )
             except (StrategyError, UsageError, SpecError):
                 break
             if not mem.fits(plan.cluster.accel):
                 continue
-            step = estimate_step(plan.model, strategy, plan.cluster, seq_len=plan.seq_len,
-                                 global_batch_size=plan.global_batch_size,
-                                 micro_batch_size=mbs, precision=plan.precision,
-                                 recompute=mode, validate=False)
+            step = estimate_step(
+                plan.model,
+                strategy,
+                plan.cluster,
+                seq_len=plan.seq_len,
+                global_batch_size=plan.global_batch_size,
+                micro_batch_size=mbs,
+                precision=plan.precision,
+                recompute=mode,
+                validate=False,
+            )
             if best is None or step.step_time_s < best[0].step_time_s:
                 best = (step, mbs, mode, mem.peak_bytes)
             break
     return best
 
 
-def explain_strategy(model, strategy, cluster: Cluster, *, seq_len: int,
-                     global_batch_size: int, micro_batch_size: int = 1,
-                     precision: str = "bf16", recompute: str = "selective") -> str:
+def explain_strategy(
+    model,
+    strategy,
+    cluster: Cluster,
+    *,
+    seq_len: int,
+    global_batch_size: int,
+    micro_batch_size: int = 1,
+    precision: str = "bf16",
+    recompute: str = "selective",
+) -> str:
     """Memory per stage and the step-time breakdown of one given strategy, as text."""
     from ..estimate.memory import estimate_memory
     from ..estimate.step import estimate_step
 
     s = strategy if strategy.dp is not None else strategy.with_world_size(cluster.num_devices)
-    step = estimate_step(model, s, cluster, seq_len=seq_len,
-                         global_batch_size=global_batch_size,
-                         micro_batch_size=micro_batch_size, precision=precision,
-                         recompute=recompute)
-    mem = estimate_memory(model, s, seq_len=seq_len, micro_batch_size=micro_batch_size,
-                          global_batch_size=global_batch_size, recompute=step.recompute,
-                          precision=step.precision)
+    step = estimate_step(
+        model,
+        s,
+        cluster,
+        seq_len=seq_len,
+        global_batch_size=global_batch_size,
+        micro_batch_size=micro_batch_size,
+        precision=precision,
+        recompute=recompute,
+    )
+    mem = estimate_memory(
+        model,
+        s,
+        seq_len=seq_len,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        recompute=step.recompute,
+        precision=step.precision,
+    )
     total = step.step_time_s
-    lines = [f"{model.name} | {s} | mbs {micro_batch_size} | {step.recompute} recompute | "
-             f"{step.precision} on {cluster.num_devices} x {cluster.accel.name}",
-             f"step {total:.3f} s, {step.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
-             f"{step.tflops_per_gpu:.0f} TFLOP/s/GPU, MFU {step.mfu:.1%}, "
-             f"{step.micro_batches} micro-batches",
-             f"limiter: {limiter(step)}", "step time (s):"]
+    lines = [
+        f"{model.name} | {s} | mbs {micro_batch_size} | {step.recompute} recompute | "
+        f"{step.precision} on {cluster.num_devices} x {cluster.accel.name}",
+        f"step {total:.3f} s, {step.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
+        f"{step.tflops_per_gpu:.0f} TFLOP/s/GPU, MFU {step.mfu:.1%}, "
+        f"{step.micro_batches} micro-batches",
+        f"limiter: {limiter(step)}",
+        "step time (s):",
+    ]
     for key, value in step.breakdown.items():
         if value > 0:
             lines.append(f"  {key:<12} {value:9.4f}  {value / total:6.1%}")
-    lines.append(f"memory: peak {mem.peak_bytes / GiB:.1f} GiB of "
-                 f"{cluster.memory_bytes / GiB:.0f} GiB "
-                 f"({'fits' if mem.fits(cluster.accel) else 'DOES NOT FIT'})")
+    lines.append(
+        f"memory: peak {mem.peak_bytes / GiB:.1f} GiB of "
+        f"{cluster.memory_bytes / GiB:.0f} GiB "
+        f"({'fits' if mem.fits(cluster.accel) else 'DOES NOT FIT'})"
+    )
     lines += [f"note: {n}" for n in step.notes]
     return "\n".join(lines)

@@ -36,8 +36,10 @@ class Heuristic:
     reasons: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, object]:
-        return {"strategy": self.strategy.to_dict() if self.strategy else None,
-                "reasons": list(self.reasons)}
+        return {
+            "strategy": self.strategy.to_dict() if self.strategy else None,
+            "reasons": list(self.reasons),
+        }
 
 
 def _dense_start(billions: float) -> tuple[int, int, int, str]:
@@ -47,8 +49,12 @@ def _dense_start(billions: float) -> tuple[int, int, int, str]:
     if billions < 10:
         return (2 if billions < 5 else 4), 1, 1, "1-10B: TP 2-4 + DP"
     if billions < 70:
-        return (4 if billions < 30 else 8), (2 if billions < 40 else 4), 1, \
-            "10-70B: TP 4-8 + PP 2-4 + DP"
+        return (
+            (4 if billions < 30 else 8),
+            (2 if billions < 40 else 4),
+            1,
+            "10-70B: TP 4-8 + PP 2-4 + DP",
+        )
     if billions < 175:
         return 8, (4 if billions < 120 else 8), 1, "70-175B: TP 8 + PP 4-8 + DP"
     if billions <= 500:
@@ -77,8 +83,9 @@ def _fit(value: int, allowed: list[int]) -> int:
     return max(below) if below else min(allowed)
 
 
-def seed_strategy(model: ModelSpec, num_devices: int, seq_len: int,
-                  devices_per_node: int = 8) -> Heuristic:
+def seed_strategy(
+    model: ModelSpec, num_devices: int, seq_len: int, devices_per_node: int = 8
+) -> Heuristic:
     """The seed guide's starting point for ``model`` on ``num_devices`` at ``seq_len``.
 
     Degrees are shrunk (PP first, then CP, EP, TP) until they fit the device count and divide
@@ -106,18 +113,23 @@ def seed_strategy(model: ModelSpec, num_devices: int, seq_len: int,
     elif cp > 1 and seq_len < 8192:
         reasons.append(f"the size band suggests CP 2; kept although seq {seq_len} < 8K")
     # divisibility with the model
-    tp_ok = [d for d in divisors(model.num_attention_heads)
-             if model.query_groups % d == 0 or d % model.query_groups == 0]
+    tp_ok = [
+        d
+        for d in divisors(model.num_attention_heads)
+        if model.query_groups % d == 0 or d % model.query_groups == 0
+    ]
     if tp not in tp_ok:
         tp = _fit(tp, tp_ok)
         reasons.append(f"TP -> {tp} to divide {model.num_attention_heads} heads")
     if model.is_moe and model.num_experts % ep:
         ep = _fit(ep, divisors(model.num_experts))
         reasons.append(f"EP -> {ep} to divide {model.num_experts} experts")
+
     # fit the device count: shrink PP, then CP, EP, TP
     def world_ok(t: int, p: int, c: int, e: int) -> bool:
         dense, expert = t * c * p, e * p
         return num_devices % dense == 0 and num_devices % expert == 0
+
     while not world_ok(tp, pp, cp, ep):
         if pp > 1:
             pp //= 2
@@ -150,8 +162,9 @@ def seed_strategy(model: ModelSpec, num_devices: int, seq_len: int,
     split = pipeline_variants(model, pp, vpp)[0] if pp > 1 else {}
     if split:
         how = ", ".join(f"{k}={v}" for k, v in split.items())
-        reasons.append(f"{model.num_layers} layers on PP {pp} x VPP {vpp} need an uneven "
-                       f"split: {how}")
+        reasons.append(
+            f"{model.num_layers} layers on PP {pp} x VPP {vpp} need an uneven split: {how}"
+        )
     sp = tp > 1 and (seq_len >= 2048 or model.is_moe)
     if sp:
         reasons.append("TP > 1 with seq >= 2K -> SP")

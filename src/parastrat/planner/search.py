@@ -107,14 +107,23 @@ class Candidate:
         return layout_key(self.strategy, self.micro_batch_size, self.recompute)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"strategy": self.strategy.to_dict(), "micro_batch_size": self.micro_batch_size,
-                "recompute": self.recompute, "memory": self.memory.to_dict(),
-                "step": self.step.to_dict(), "why": self.why,
-                "alternatives": [{"strategy": a.strategy.to_dict(),
-                                  "step_time_s": a.step.step_time_s,
-                                  "tokens_per_s_per_gpu": a.step.tokens_per_s_per_gpu,
-                                  "peak_bytes": a.memory.peak_bytes}
-                                 for a in self.alternatives]}
+        return {
+            "strategy": self.strategy.to_dict(),
+            "micro_batch_size": self.micro_batch_size,
+            "recompute": self.recompute,
+            "memory": self.memory.to_dict(),
+            "step": self.step.to_dict(),
+            "why": self.why,
+            "alternatives": [
+                {
+                    "strategy": a.strategy.to_dict(),
+                    "step_time_s": a.step.step_time_s,
+                    "tokens_per_s_per_gpu": a.step.tokens_per_s_per_gpu,
+                    "peak_bytes": a.memory.peak_bytes,
+                }
+                for a in self.alternatives
+            ],
+        }
 
     def label(self) -> str:
         """``TP4 PP8(VP5) CP1 DP2 SP mbs1 selective``."""
@@ -167,8 +176,9 @@ class Plan:
 
         return explain_plan(self)
 
-    def find(self, strategy: Strategy, *, step_time_s: float | None = None,
-             tolerance: float = VPP_TIE) -> int | None:
+    def find(
+        self, strategy: Strategy, *, step_time_s: float | None = None, tolerance: float = VPP_TIE
+    ) -> int | None:
         """0-based rank of the first candidate with ``strategy``'s layout in
         :attr:`ranked` (which ``candidates`` begins), or None.
 
@@ -182,10 +192,10 @@ class Plan:
             if _layout_degrees(c.strategy) != key:
                 continue
             if c.strategy.vpp == strategy.vpp or any(
-                    a.strategy.vpp == strategy.vpp for a in c.alternatives):
+                a.strategy.vpp == strategy.vpp for a in c.alternatives
+            ):
                 return i
-            if step_time_s is not None and (
-                    step_time_s <= c.step.step_time_s * (1 + tolerance)):
+            if step_time_s is not None and (step_time_s <= c.step.step_time_s * (1 + tolerance)):
                 return i
         return None
 
@@ -218,8 +228,12 @@ def _options(pin: Any, default: Iterable[int], upper: int | None = None) -> list
 
 
 #: Split fields of a Strategy that place layers on pipeline stages (besides pp and vpp).
-_SPLIT_FIELDS = ("first_stage_layers", "last_stage_layers", "account_for_embedding",
-                 "account_for_loss")
+_SPLIT_FIELDS = (
+    "first_stage_layers",
+    "last_stage_layers",
+    "account_for_embedding",
+    "account_for_loss",
+)
 _VARIANTS: dict[tuple, tuple[dict[str, Any], ...]] = {}
 
 
@@ -242,8 +256,10 @@ def pipeline_variants(model: ModelSpec, pp: int, vpp: int = 1) -> tuple[dict[str
     L = model.num_layers
     tries: list[dict[str, Any]] = [{}]
     if pp > 1 and (L % pp or (L // pp) % vpp):
-        tries = [{"account_for_embedding": e, "account_for_loss": lo}
-                 for e, lo in ((True, True), (True, False), (False, True))]
+        tries = [
+            {"account_for_embedding": e, "account_for_loss": lo}
+            for e, lo in ((True, True), (True, False), (False, True))
+        ]
         if vpp == 1 and pp > 2:
             middle = -(-L // pp)
             rest = L - (pp - 2) * middle
@@ -273,14 +289,28 @@ def pipeline_variants(model: ModelSpec, pp: int, vpp: int = 1) -> tuple[dict[str
     return hit
 
 
-def enumerate_strategies(model: ModelSpec, world: int, seq_len: int, global_batch_size: int, *,
-                         scale_up_domain: int = 8, tp: Any = None, pp: Any = None,
-                         vpp: Any = None, cp: Any = None, ep: Any = None, etp: Any = None,
-                         ulysses: Any = None, max_tp: int | None = None,
-                         max_pp: int | None = None, max_cp: int | None = None,
-                         max_ep: int | None = None, max_vpp: int | None = None,
-                         min_cp_tokens: int = MIN_CP_TOKENS,
-                         prefilter: Callable[..., bool] | None = None) -> Iterator[Strategy]:
+def enumerate_strategies(
+    model: ModelSpec,
+    world: int,
+    seq_len: int,
+    global_batch_size: int,
+    *,
+    scale_up_domain: int = 8,
+    tp: Any = None,
+    pp: Any = None,
+    vpp: Any = None,
+    cp: Any = None,
+    ep: Any = None,
+    etp: Any = None,
+    ulysses: Any = None,
+    max_tp: int | None = None,
+    max_pp: int | None = None,
+    max_cp: int | None = None,
+    max_ep: int | None = None,
+    max_vpp: int | None = None,
+    min_cp_tokens: int = MIN_CP_TOKENS,
+    prefilter: Callable[..., bool] | None = None,
+) -> Iterator[Strategy]:
     """Every legal training strategy for ``world`` devices (world size set), cheapest rules
     first: divisibility prefilters, then :meth:`Strategy.check` on the survivors.
 
@@ -288,8 +318,11 @@ def enumerate_strategies(model: ModelSpec, world: int, seq_len: int, global_batc
     arguments) may drop degrees before a Strategy is built (the planner's memory bound).
     """
     heads, groups = model.num_attention_heads, model.query_groups
-    tp_default = [d for d in divisors(heads) if d <= (max_tp or scale_up_domain)
-                  and (groups % d == 0 or d % groups == 0)]
+    tp_default = [
+        d
+        for d in divisors(heads)
+        if d <= (max_tp or scale_up_domain) and (groups % d == 0 or d % groups == 0)
+    ]
     tps = [t for t in _options(tp, tp_default, max_tp) if world % t == 0]
     cps_default = [c for c in divisors(world) if seq_len % (2 * c) == 0 or c == 1]
     cps_default = [c for c in cps_default if c == 1 or seq_len // c >= min_cp_tokens]
@@ -327,21 +360,37 @@ def enumerate_strategies(model: ModelSpec, world: int, seq_len: int, global_batc
                             for u in u_opts:
                                 for kw in variants:
                                     if prefilter is not None and not prefilter(
-                                            t, p, v, c, e, et, kw):
+                                        t, p, v, c, e, et, kw
+                                    ):
                                         continue
                                     s = _make(t, p, v, c, u, e, et, world, kw)
                                     if s is not None and not check_errors(
-                                            model, s, world_size=world, seq_len=seq_len,
-                                            global_batch_size=global_batch_size):
+                                        model,
+                                        s,
+                                        world_size=world,
+                                        seq_len=seq_len,
+                                        global_batch_size=global_batch_size,
+                                    ):
                                         yield s
 
 
-def _make(t: int, p: int, v: int, c: int, u: int, e: int, et: int, world: int,
-          split: dict[str, Any]) -> Strategy | None:
+def _make(
+    t: int, p: int, v: int, c: int, u: int, e: int, et: int, world: int, split: dict[str, Any]
+) -> Strategy | None:
     try:
         # the order is explicit: Ulysses > 1 alone would pick xDiT's inference order
-        return Strategy(tp=t, pp=p, vpp=v, ulysses=u, ring=c // u, ep=e, etp=et,
-                        sp=t > 1, order=MEGATRON_ORDER, **split).with_world_size(world)
+        return Strategy(
+            tp=t,
+            pp=p,
+            vpp=v,
+            ulysses=u,
+            ring=c // u,
+            ep=e,
+            etp=et,
+            sp=t > 1,
+            order=MEGATRON_ORDER,
+            **split,
+        ).with_world_size(world)
     except StrategyError:
         return None
 
@@ -349,8 +398,17 @@ def _make(t: int, p: int, v: int, c: int, u: int, e: int, et: int, world: int,
 # ---------------------------------------------------------------------------------------------
 # Memory
 # ---------------------------------------------------------------------------------------------
-def static_lower_bound(model: ModelSpec, world: int, tp: int, pp: int, vpp: int, cp: int,
-                       ep: int, etp: int, split: dict[str, Any]) -> float:
+def static_lower_bound(
+    model: ModelSpec,
+    world: int,
+    tp: int,
+    pp: int,
+    vpp: int,
+    cp: int,
+    ep: int,
+    etp: int,
+    split: dict[str, Any],
+) -> float:
     """Bytes that weights, gradients and optimizer state need on the fullest stage at least
     (BF16 weight and gradient, FP32 master and Adam moments sharded by the distributed
     optimizer; no activations, embeddings or buffers), from the degrees alone."""
@@ -361,15 +419,17 @@ def static_lower_bound(model: ModelSpec, world: int, tp: int, pp: int, vpp: int,
     edp = max(world // (ep * etp * pp), 1)
     dense_b = _STATIC_BYTES + _OPT_BYTES / (dp * cp)
     expert_b = _STATIC_BYTES + _OPT_BYTES / edp
-    return max(((n - k) * dense + k * dense_moe) * dense_b + k * expert * expert_b
-               for n, k in stages)
+    return max(
+        ((n - k) * dense + k * dense_moe) * dense_b + k * expert * expert_b for n, k in stages
+    )
 
 
 _SHAPES: dict[tuple, tuple[tuple[int, int], ...]] = {}
 
 
-def _stage_shapes(model: ModelSpec, pp: int, vpp: int, split: dict[str, Any]
-                  ) -> tuple[tuple[int, int], ...]:
+def _stage_shapes(
+    model: ModelSpec, pp: int, vpp: int, split: dict[str, Any]
+) -> tuple[tuple[int, int], ...]:
     """Distinct (layers, MoE layers) pairs of the stages of one pipeline split (cached)."""
     key = (model, pp, vpp, tuple(sorted(split.items())))
     hit = _SHAPES.get(key)
@@ -388,18 +448,39 @@ def _fits(memory: MemoryReport, cluster: Cluster, headroom: float | None) -> boo
 # ---------------------------------------------------------------------------------------------
 # The planner
 # ---------------------------------------------------------------------------------------------
-def plan(model: ModelSpec | str, cluster: Cluster, *, seq_len: int, global_batch_size: int,
-         precision: str = "bf16", top_k: int = 5, num_devices: int | str | None = None,
-         tp: Any = None, pp: Any = None, vpp: Any = None, cp: Any = None, ep: Any = None,
-         etp: Any = None, ulysses: Any = None, micro_batch_size: Any = None,
-         recompute: str | Iterable[str] | None = None, max_tp: int | None = None,
-         max_pp: int | None = None, max_cp: int | None = None, max_ep: int | None = None,
-         max_vpp: int | None = None, headroom: float | None = None,
-         distributed_optimizer: bool = True, min_cp_tokens: int = MIN_CP_TOKENS,
-         moe_dispatcher: str = "alltoall", moe_a2a_overlap: bool = False,
-         moe_shared_expert_overlap: bool = False, cuda_graphs: Any = None,
-         tp_comm_overlap: bool | None = None,
-         progress: Callable[[int, int], None] | None = None) -> Plan:
+def plan(
+    model: ModelSpec | str,
+    cluster: Cluster,
+    *,
+    seq_len: int,
+    global_batch_size: int,
+    precision: str = "bf16",
+    top_k: int = 5,
+    num_devices: int | str | None = None,
+    tp: Any = None,
+    pp: Any = None,
+    vpp: Any = None,
+    cp: Any = None,
+    ep: Any = None,
+    etp: Any = None,
+    ulysses: Any = None,
+    micro_batch_size: Any = None,
+    recompute: str | Iterable[str] | None = None,
+    max_tp: int | None = None,
+    max_pp: int | None = None,
+    max_cp: int | None = None,
+    max_ep: int | None = None,
+    max_vpp: int | None = None,
+    headroom: float | None = None,
+    distributed_optimizer: bool = True,
+    min_cp_tokens: int = MIN_CP_TOKENS,
+    moe_dispatcher: str = "alltoall",
+    moe_a2a_overlap: bool = False,
+    moe_shared_expert_overlap: bool = False,
+    cuda_graphs: Any = None,
+    tp_comm_overlap: bool | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> Plan:
     """Rank every legal strategy for ``model`` on ``cluster`` by predicted throughput.
 
     Pins (``tp=4``) or choices (``tp=(4, 8)``) fix degrees; ``max_*`` bound them.
@@ -427,21 +508,40 @@ def plan(model: ModelSpec | str, cluster: Cluster, *, seq_len: int, global_batch
     for name, value in (("seq_len", seq_len), ("global_batch_size", global_batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"{name}={value!r} must be a whole number >= 1")
-    kwargs = dict(seq_len=seq_len, global_batch_size=global_batch_size, precision=prec,
-                  top_k=top_k, tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, ulysses=ulysses,
-                  micro_batch_size=micro_batch_size, recompute=recompute, max_tp=max_tp,
-                  max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, max_vpp=max_vpp,
-                  headroom=headroom, distributed_optimizer=distributed_optimizer,
-                  min_cp_tokens=min_cp_tokens, progress=progress,
-                  moe_comm=moe_comm_options(moe_dispatcher, moe_a2a_overlap,
-                                            moe_shared_expert_overlap),
-                  graphs=cuda_graph_scopes(cuda_graphs), tp_comm_overlap=tp_comm_overlap)
+    kwargs = dict(
+        seq_len=seq_len,
+        global_batch_size=global_batch_size,
+        precision=prec,
+        top_k=top_k,
+        tp=tp,
+        pp=pp,
+        vpp=vpp,
+        cp=cp,
+        ep=ep,
+        etp=etp,
+        ulysses=ulysses,
+        micro_batch_size=micro_batch_size,
+        recompute=recompute,
+        max_tp=max_tp,
+        max_pp=max_pp,
+        max_cp=max_cp,
+        max_ep=max_ep,
+        max_vpp=max_vpp,
+        headroom=headroom,
+        distributed_optimizer=distributed_optimizer,
+        min_cp_tokens=min_cp_tokens,
+        progress=progress,
+        moe_comm=moe_comm_options(moe_dispatcher, moe_a2a_overlap, moe_shared_expert_overlap),
+        graphs=cuda_graph_scopes(cuda_graphs),
+        tp_comm_overlap=tp_comm_overlap,
+    )
     if num_devices == "smallest":
         return _plan_smallest(model, cluster, **kwargs)
     if num_devices is not None:
         if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
-            raise UsageError(f"num_devices={num_devices!r} must be a whole number >= 1 or "
-                             "'smallest'")
+            raise UsageError(
+                f"num_devices={num_devices!r} must be a whole number >= 1 or 'smallest'"
+            )
         cluster = cluster.with_devices(num_devices)
     result = _plan_fixed(model, cluster, **kwargs)
     if not result.candidates:
@@ -453,9 +553,11 @@ def _plan_smallest(model: ModelSpec, cluster: Cluster, **kwargs: Any) -> Plan:
     """Binary search over device counts for the fewest on which something fits."""
     top = cluster.num_devices
     node = cluster.devices_per_node
-    counts = sorted({2 ** i for i in range(0, top.bit_length()) if 2 ** i <= top}
-                    | {k * node for k in range(1, top // node + 1) if (k & (k - 1)) == 0}
-                    | {top})
+    counts = sorted(
+        {2**i for i in range(0, top.bit_length()) if 2**i <= top}
+        | {k * node for k in range(1, top // node + 1) if (k & (k - 1)) == 0}
+        | {top}
+    )
     lo, hi = 0, len(counts) - 1
     best: Plan | None = None
     while lo <= hi:
@@ -471,16 +573,36 @@ def _plan_smallest(model: ModelSpec, cluster: Cluster, **kwargs: Any) -> Plan:
     return best
 
 
-def _plan_fixed(model: ModelSpec, cluster: Cluster, *, seq_len: int, global_batch_size: int,
-                precision: str, top_k: int, tp: Any, pp: Any, vpp: Any, cp: Any, ep: Any,
-                etp: Any, ulysses: Any, micro_batch_size: Any, recompute: Any,
-                max_tp: int | None, max_pp: int | None, max_cp: int | None,
-                max_ep: int | None, max_vpp: int | None, headroom: float | None,
-                distributed_optimizer: bool, min_cp_tokens: int,
-                progress: Callable[[int, int], None] | None,
-                moe_comm: MoEComm = DEFAULT_MOE_COMM,
-                graphs: frozenset[str] = frozenset(),
-                tp_comm_overlap: bool | None = None) -> Plan:
+def _plan_fixed(
+    model: ModelSpec,
+    cluster: Cluster,
+    *,
+    seq_len: int,
+    global_batch_size: int,
+    precision: str,
+    top_k: int,
+    tp: Any,
+    pp: Any,
+    vpp: Any,
+    cp: Any,
+    ep: Any,
+    etp: Any,
+    ulysses: Any,
+    micro_batch_size: Any,
+    recompute: Any,
+    max_tp: int | None,
+    max_pp: int | None,
+    max_cp: int | None,
+    max_ep: int | None,
+    max_vpp: int | None,
+    headroom: float | None,
+    distributed_optimizer: bool,
+    min_cp_tokens: int,
+    progress: Callable[[int, int], None] | None,
+    moe_comm: MoEComm = DEFAULT_MOE_COMM,
+    graphs: frozenset[str] = frozenset(),
+    tp_comm_overlap: bool | None = None,
+) -> Plan:
     from ..estimate.memory import estimate_memory
 
     start = time.perf_counter()
@@ -493,19 +615,38 @@ def _plan_fixed(model: ModelSpec, cluster: Cluster, *, seq_len: int, global_batc
 
     pruned = [0]
 
-    def fits_statically(t: int, p: int, v: int, c: int, e: int, et: int,
-                        kw: dict[str, Any]) -> bool:
+    def fits_statically(
+        t: int, p: int, v: int, c: int, e: int, et: int, kw: dict[str, Any]
+    ) -> bool:
         """Weights + gradients + optimizer state alone fit (cheap, before any Strategy)."""
         if static_lower_bound(model, world, t, p, v, c, e, et, kw) <= capacity:
             return True
         pruned[0] += 1
         return False
 
-    strategies = list(enumerate_strategies(
-        model, world, seq_len, global_batch_size, scale_up_domain=cluster.scale_up_domain,
-        tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, ulysses=ulysses, max_tp=max_tp,
-        max_pp=max_pp, max_cp=max_cp, max_ep=max_ep, max_vpp=max_vpp,
-        min_cp_tokens=min_cp_tokens, prefilter=fits_statically))
+    strategies = list(
+        enumerate_strategies(
+            model,
+            world,
+            seq_len,
+            global_batch_size,
+            scale_up_domain=cluster.scale_up_domain,
+            tp=tp,
+            pp=pp,
+            vpp=vpp,
+            cp=cp,
+            ep=ep,
+            etp=etp,
+            ulysses=ulysses,
+            max_tp=max_tp,
+            max_pp=max_pp,
+            max_cp=max_cp,
+            max_ep=max_ep,
+            max_vpp=max_vpp,
+            min_cp_tokens=min_cp_tokens,
+            prefilter=fits_statically,
+        )
+    )
     # 1. a compute-only lower bound of every (strategy, micro-batch) whose parameters can fit
     bounds: list[tuple[float, int, Strategy, int]] = []
     priced = 0
@@ -518,8 +659,9 @@ def _plan_fixed(model: ModelSpec, cluster: Cluster, *, seq_len: int, global_batc
             dp = s.dp if s.dp is not None else 1
             if global_batch_size % (dp * mbs):
                 continue
-            lb = microbatch_lower_bound(model, s, cluster, seq_len, global_batch_size, mbs,
-                                        prec, memo, moe_comm, graphs)
+            lb = microbatch_lower_bound(
+                model, s, cluster, seq_len, global_batch_size, mbs, prec, memo, moe_comm, graphs
+            )
             bounds.append((lb, len(bounds), s, mbs))
     if progress:
         progress(total, total)
@@ -559,9 +701,21 @@ def _plan_fixed(model: ModelSpec, cluster: Cluster, *, seq_len: int, global_batc
             if lb > worst():
                 bounds = []
                 continue
-            rep0 = _estimate(model, s, cluster, seq_len, global_batch_size, mbs, prec,
-                             modes[0], distributed_optimizer, memo=memo, moe_comm=moe_comm,
-                             graphs=graphs, tp_comm_overlap=tp_comm_overlap)
+            rep0 = _estimate(
+                model,
+                s,
+                cluster,
+                seq_len,
+                global_batch_size,
+                mbs,
+                prec,
+                modes[0],
+                distributed_optimizer,
+                memo=memo,
+                moe_comm=moe_comm,
+                graphs=graphs,
+                tp_comm_overlap=tp_comm_overlap,
+            )
             priced += 1
             heapq.heappush(pending, (rep0.step_time_s, n, s, mbs))
             continue
@@ -569,34 +723,65 @@ def _plan_fixed(model: ModelSpec, cluster: Cluster, *, seq_len: int, global_batc
         if t_lower > worst():
             break
         for mode in modes:
-            mem = estimate_memory(model, s, seq_len=seq_len, micro_batch_size=mbs,
-                                  global_batch_size=global_batch_size, recompute=mode,
-                                  distributed_optimizer=distributed_optimizer, precision=prec)
+            mem = estimate_memory(
+                model,
+                s,
+                seq_len=seq_len,
+                micro_batch_size=mbs,
+                global_batch_size=global_batch_size,
+                recompute=mode,
+                distributed_optimizer=distributed_optimizer,
+                precision=prec,
+            )
             checks += 1
             if not _fits(mem, cluster, headroom):
                 continue
-            rep = _estimate(model, s, cluster, seq_len, global_batch_size, mbs, prec, mode,
-                            distributed_optimizer, memo=memo, moe_comm=moe_comm,
-                            graphs=graphs, tp_comm_overlap=tp_comm_overlap)
+            rep = _estimate(
+                model,
+                s,
+                cluster,
+                seq_len,
+                global_batch_size,
+                mbs,
+                prec,
+                mode,
+                distributed_optimizer,
+                memo=memo,
+                moe_comm=moe_comm,
+                graphs=graphs,
+                tp_comm_overlap=tp_comm_overlap,
+            )
             priced += 1
             admit(Candidate(s, mbs, mode, mem, rep, notes=rep.notes))
             break
     ranked = tie_ordered(sorted(found.values(), key=lambda c: c.step.step_time_s))
     for c in ranked:
         best_t = c.step.step_time_s
-        c.alternatives = sorted((a for a in c.alternatives
-                                 if a.step.step_time_s <= best_t * (1 + VPP_TIE)),
-                                key=lambda a: a.step.step_time_s)
+        c.alternatives = sorted(
+            (a for a in c.alternatives if a.step.step_time_s <= best_t * (1 + VPP_TIE)),
+            key=lambda a: a.step.step_time_s,
+        )
     from .explain import annotate
 
     annotate(ranked, cluster)
     heur = seed_strategy(model, world, seq_len, cluster.devices_per_node)
-    return Plan(model=model, cluster=cluster, seq_len=seq_len,
-                global_batch_size=global_batch_size, precision=prec,
-                candidates=ranked[:top_k], ranked=ranked, heuristic=heur, enumerated=total,
-                priced=priced, memory_checks=checks, bounded=len_bounds,
-                memory_pruned=pruned[0],
-                elapsed_s=time.perf_counter() - start, num_devices=world)
+    return Plan(
+        model=model,
+        cluster=cluster,
+        seq_len=seq_len,
+        global_batch_size=global_batch_size,
+        precision=prec,
+        candidates=ranked[:top_k],
+        ranked=ranked,
+        heuristic=heur,
+        enumerated=total,
+        priced=priced,
+        memory_checks=checks,
+        bounded=len_bounds,
+        memory_pruned=pruned[0],
+        elapsed_s=time.perf_counter() - start,
+        num_devices=world,
+    )
 
 
 def exposure_class(c: Candidate, tie: float = RANK_TIE) -> int:
@@ -640,24 +825,29 @@ def _modes(recompute: Any) -> list[str]:
     return [m for m in RECOMPUTE_MODES if m in modes]
 
 
-def _nothing_fits_message(model: ModelSpec, cluster: Cluster, result: Plan,
-                          **kwargs: Any) -> str:
+def _nothing_fits_message(model: ModelSpec, cluster: Cluster, result: Plan, **kwargs: Any) -> str:
     """Say why nothing came back and what would work instead."""
     world = cluster.num_devices
     gbs = kwargs["global_batch_size"]
     if result.enumerated == 0 and result.memory_pruned == 0:
         hints = []
-        ok_worlds = [w for w in range(max(1, world - 64), world + 65)
-                     if (w != world and gbs % w == 0) or (w % 8 == 0 and gbs % 8 == 0
-                                                         and w != world)]
+        ok_worlds = [
+            w
+            for w in range(max(1, world - 64), world + 65)
+            if (w != world and gbs % w == 0) or (w % 8 == 0 and gbs % 8 == 0 and w != world)
+        ]
         near = sorted(ok_worlds, key=lambda w: abs(w - world))[:3]
         if near:
             hints.append(f"try {', '.join(map(str, sorted(near)))} devices")
-        hints.append(f"or a global batch size divisible by the data-parallel degree "
-                     f"(e.g. {max(1, gbs // world) * world})")
-        return (f"no legal strategy for {model.name} on {world} devices with seq_len="
-                f"{kwargs['seq_len']} and global_batch_size={gbs} (with the pins/bounds given): "
-                + "; ".join(hints))
+        hints.append(
+            f"or a global batch size divisible by the data-parallel degree "
+            f"(e.g. {max(1, gbs // world) * world})"
+        )
+        return (
+            f"no legal strategy for {model.name} on {world} devices with seq_len="
+            f"{kwargs['seq_len']} and global_batch_size={gbs} (with the pins/bounds given): "
+            + "; ".join(hints)
+        )
     # legal strategies exist but none fits: look for a device count that would
     for factor in (2, 4, 8, 16):
         bigger = cluster.with_devices(world * factor)
@@ -667,11 +857,15 @@ def _nothing_fits_message(model: ModelSpec, cluster: Cluster, result: Plan,
             continue
         if trial.candidates:
             c = trial.best
-            return (f"no strategy for {model.name} fits in {cluster.accel.name} memory "
-                    f"({cluster.memory_bytes / 2**30:.0f} GiB) on {world} devices at seq_len="
-                    f"{kwargs['seq_len']}, even with full recompute; {world * factor} devices "
-                    f"would fit, e.g. {c.strategy} mbs{c.micro_batch_size} {c.recompute} "
-                    f"(peak {c.memory.peak_bytes / 2**30:.1f} GiB)")
-    return (f"no strategy for {model.name} fits in {cluster.accel.name} memory on {world} "
-            f"devices, nor on up to {16 * world}; use a shorter sequence, an accelerator with "
-            "more memory, or more devices")
+            return (
+                f"no strategy for {model.name} fits in {cluster.accel.name} memory "
+                f"({cluster.memory_bytes / 2**30:.0f} GiB) on {world} devices at seq_len="
+                f"{kwargs['seq_len']}, even with full recompute; {world * factor} devices "
+                f"would fit, e.g. {c.strategy} mbs{c.micro_batch_size} {c.recompute} "
+                f"(peak {c.memory.peak_bytes / 2**30:.1f} GiB)"
+            )
+    return (
+        f"no strategy for {model.name} fits in {cluster.accel.name} memory on {world} "
+        f"devices, nor on up to {16 * world}; use a shorter sequence, an accelerator with "
+        "more memory, or more devices"
+    )
