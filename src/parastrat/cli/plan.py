@@ -62,6 +62,7 @@ def build_target(args: argparse.Namespace):
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``parastrat plan`` subcommand (model, cluster, workload, pins and output)."""
     p = sub.add_parser(
         "plan",
         help="rank every legal training strategy for a model",
@@ -136,6 +137,7 @@ def add_runtime_args(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    """Run ``parastrat plan``: rank the strategies and print them; 0, or 2 when nothing fits."""
     from ..planner.search import plan
 
     model, cluster, gbs = build_target(args)
@@ -258,6 +260,7 @@ def torchrun_line(c, cluster, gbs: int) -> str:
 
 
 def print_table(result, top) -> None:
+    """Print the top candidates of a plan as a rich table, one row per layout."""
     GiB = 1024**3
     # escape user text: a model name like "[my-model]" would otherwise be read as markup
     t = Table(

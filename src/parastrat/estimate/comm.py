@@ -73,6 +73,7 @@ class Collective:
         return self.count * cluster.collective_time(self.op, self.nbytes, n, span)
 
     def span(self, cluster: Cluster) -> str:
+        """ "intra" or "inter": which link class this group crosses on ``cluster``."""
         return cluster.span(self.group_size, self.stride)
 
 

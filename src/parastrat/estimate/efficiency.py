@@ -75,6 +75,7 @@ class KernelProfile:
     source: str = ""
 
     def gemm_fraction(self, precision: str) -> float:
+        """Achievable fraction of peak for large GEMMs at ``precision`` (FP8 falls back to BF16)."""
         key = precision if precision in self.gemm_eff else canonical_precision(precision)
         return self.gemm_eff.get(
             key, self.gemm_eff.get("fp8" if key == "mxfp8" else "bf16", self.gemm_eff["bf16"])

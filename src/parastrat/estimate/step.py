@@ -314,6 +314,7 @@ class StepReport:
         )
 
     def to_dict(self) -> dict[str, Any]:
+        """Every figure and the breakdown as plain numbers, for JSON output."""
         return {
             "step_time_s": self.step_time_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
@@ -354,18 +355,22 @@ class LayerCost:
 
     @property
     def fwd(self) -> float:
+        """Forward seconds: GEMMs, attention and memory-bound kernels."""
         return self.gemm_fwd + self.attn_fwd + self.elem_fwd
 
     @property
     def bwd(self) -> float:
+        """Backward seconds: GEMMs, attention and memory-bound kernels."""
         return self.gemm_bwd + self.attn_bwd + self.elem_bwd
 
     @property
     def gemm(self) -> float:
+        """GEMM seconds, forward and backward."""
         return self.gemm_fwd + self.gemm_bwd
 
     @property
     def attn(self) -> float:
+        """Attention seconds, forward and backward."""
         return self.attn_fwd + self.attn_bwd
 
 

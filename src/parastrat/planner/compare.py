@@ -139,6 +139,7 @@ class Comparison:
         return [row]
 
     def to_dict(self) -> dict[str, Any]:
+        """Both sides and every delta, for ``parastrat explain --compare --format json``."""
         return {
             "a": self.a.to_dict(),
             "b": self.b.to_dict(),

@@ -36,6 +36,7 @@ class Heuristic:
     reasons: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, object]:
+        """The starting point and its reasons, for ``parastrat plan --format json``."""
         return {
             "strategy": self.strategy.to_dict() if self.strategy else None,
             "reasons": list(self.reasons),

@@ -98,6 +98,7 @@ class Candidate:
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
+        """Predicted training throughput of this candidate."""
         return self.step.tokens_per_s_per_gpu
 
     @property
@@ -107,6 +108,7 @@ class Candidate:
         return layout_key(self.strategy, self.micro_batch_size, self.recompute)
 
     def to_dict(self) -> dict[str, Any]:
+        """One entry of ``{"candidates": [...]}`` in ``parastrat plan --format json``."""
         return {
             "strategy": self.strategy.to_dict(),
             "micro_batch_size": self.micro_batch_size,
@@ -157,6 +159,7 @@ class Plan:
 
     @property
     def best(self) -> Candidate:
+        """The first-ranked candidate."""
         return self.candidates[0]
 
     @property
