@@ -1,7 +1,9 @@
 """parastrat.layout against the real oracles: Megatron Core's RankGenerator (and its
 hierarchical CP groups) and yunchang's Ulysses/ring groups.
 
-Run many more examples with ``PARASTRAT_THOROUGH=1 pytest tests/test_layout.py``.
+By default each property draws up to 1,500 random valid strategies (fewer for the slower
+ones); ``PARASTRAT_THOROUGH=1 pytest tests/test_layout.py --hypothesis-show-statistics``
+checks ten times as many and prints how many passed.
 """
 
 from __future__ import annotations
@@ -16,7 +18,12 @@ from parastrat.layout import KINDS, coordinates, grid_groups
 
 from .strategies import inference_strategies, training_strategies
 
-N_EXAMPLES = int(os.environ.get("PARASTRAT_LAYOUT_EXAMPLES", "1500"))
+#: Random strategies per property test; PARASTRAT_THOROUGH=1 checks ten times more.
+N_EXAMPLES = int(
+    os.environ.get(
+        "PARASTRAT_LAYOUT_EXAMPLES", "15000" if os.environ.get("PARASTRAT_THOROUGH") else "1500"
+    )
+)
 
 parallel_state = pytest.importorskip("megatron.core.parallel_state")
 
@@ -72,7 +79,7 @@ def test_training_layout_equals_megatron_rank_generator(case):
     assert ours["sp"] == ours["cp"]
 
 
-@settings(max_examples=200)
+@settings(max_examples=N_EXAMPLES // 7)
 @given(training_strategies(max_world=256, hierarchical=True))
 def test_ulysses_ring_split_equals_megatron_hierarchical_cp(case):
     assume(case is not None)
@@ -117,7 +124,7 @@ def test_inference_layout_equals_yunchang(case):
     assert sorted(ours["ring"]) == sorted(ring)
 
 
-@settings(max_examples=300)
+@settings(max_examples=N_EXAMPLES // 5)
 @given(inference_strategies())
 def test_inference_groups_partition_the_world(case):
     assume(case is not None)
