@@ -26,7 +26,6 @@ Without a model, every (group, op) sweeps the given sizes.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -141,16 +140,6 @@ def measurements(
     return out
 
 
-def _my_group(dist: Any, groups: Sequence[Sequence[int]], rank: int) -> Any:
-    """Create every group of one kind (all ranks must, in the same order); return this rank's."""
-    mine = None
-    for ranks in groups:
-        g = dist.new_group(list(ranks))
-        if rank in ranks:
-            mine = g
-    return mine
-
-
 def run_strategy(
     strategy: Any,
     *,
@@ -172,6 +161,7 @@ def run_strategy(
     """
     from .._deps import require
     from ..layout import layout
+    from ..runtime.groups import new_groups
     from .runner import run
 
     dist = require("torch.distributed")
@@ -190,7 +180,7 @@ def run_strategy(
     groups: dict[str, Any] = {}
     for m in todo:
         if m.kind not in groups:
-            groups[m.kind] = _my_group(dist, grid[m.kind], rank)
+            groups[m.kind] = new_groups(grid[m.kind], rank)
     total = sum(len(m.sizes) for m in todo)
     rows: list[Row] = []
     for m in todo:

@@ -106,6 +106,26 @@ def add_strategy_flags(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def add_model_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
+    """Add ``--model NAME | --hf-config PATH``, the two ways to name a training model."""
+    src = parser.add_mutually_exclusive_group(required=required)
+    src.add_argument("--model", help="model preset name (e.g. llama3-70b, deepseek-v3)")
+    src.add_argument("--hf-config", help="path to a local Hugging Face config.json")
+
+
+def load_model(args: argparse.Namespace):
+    """The model named by ``--model`` or ``--hf-config`` (None when neither was given)."""
+    if getattr(args, "hf_config", None):
+        from ..spec.model import ModelSpec
+
+        return ModelSpec.from_hf_config(args.hf_config)
+    if getattr(args, "model", None):
+        from ..spec import models
+
+        return models.get(args.model)
+    return None
+
+
 def strategy_from_args(args: argparse.Namespace):
     """Build the :class:`~parastrat.Strategy` the strategy flags describe."""
     from ..strategy import Strategy

@@ -7,7 +7,15 @@ import argparse
 from rich.markup import escape
 from rich.table import Table
 
-from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
+from ._common import (
+    add_model_args,
+    add_strategy_flags,
+    console,
+    load_model,
+    positive_int,
+    print_json,
+    strategy_from_args,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -19,9 +27,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "derived DP, expert DP and minimum world size, and every "
         "broken rule with its fix.  Exit 0 when valid, 2 otherwise.",
     )
-    src = p.add_mutually_exclusive_group()
-    src.add_argument("--model", help="model preset name (see `parastrat plan --help`)")
-    src.add_argument("--hf-config", help="path to a Hugging Face config.json")
+    add_model_args(p, required=False)
     p.add_argument(
         "--gpus",
         "--devices",
@@ -62,19 +68,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_strategy_flags(p)
     p.set_defaults(func=run)
-
-
-def load_model(args: argparse.Namespace):
-    """The model named by ``--model`` or ``--hf-config`` (None when neither is given)."""
-    if getattr(args, "hf_config", None):
-        from ..spec.model import ModelSpec
-
-        return ModelSpec.from_hf_config(args.hf_config)
-    if getattr(args, "model", None):
-        from ..spec import models
-
-        return models.get(args.model)
-    return None
 
 
 def run(args: argparse.Namespace) -> int:

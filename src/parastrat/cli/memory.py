@@ -6,7 +6,15 @@ import argparse
 
 from rich.markup import escape
 
-from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
+from ._common import (
+    add_model_args,
+    add_strategy_flags,
+    console,
+    load_model,
+    positive_int,
+    print_json,
+    strategy_from_args,
+)
 
 GiB = 1024**3
 
@@ -20,9 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Estimate weights, gradients, optimizer state, activations and the "
         "allowance for context/buffers per rank of every pipeline stage.",
     )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="model preset name (see parastrat.models.names())")
-    src.add_argument("--hf-config", help="path to a local Hugging Face config.json")
+    add_model_args(p)
     p.add_argument("--gpus", type=positive_int, required=True, help="world size")
     add_strategy_flags(p)
     p.add_argument("--seq-len", type=positive_int, required=True, help="sequence length")
@@ -56,10 +62,9 @@ def run(args: argparse.Namespace) -> int:
     against the accelerator's memory (table or JSON, a bar chart with ``--plot``); return 0 whether
     or not it fits."""
     from ..estimate.memory import estimate_memory
-    from ..spec import hardware, models
-    from ..spec.model import ModelSpec
+    from ..spec import hardware
 
-    model = ModelSpec.from_hf_config(args.hf_config) if args.hf_config else models.get(args.model)
+    model = load_model(args)
     accel = hardware.get(args.accelerator)
     strategy = strategy_from_args(args).with_world_size(args.gpus)
     report = estimate_memory(

@@ -11,16 +11,14 @@ from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from ..errors import UsageError
-from ._common import console, err_console, positive_int, print_json
+from ._common import add_model_args, console, err_console, load_model, positive_int, print_json
 
 FORMATS = ("table", "json", "yaml", "overrides", "torchrun")
 
 
 def add_target_args(p: argparse.ArgumentParser) -> None:
     """Model, device count, accelerator, workload and calibration arguments (plan, explain)."""
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--model", help="model preset name (e.g. llama3-70b, deepseek-v3)")
-    src.add_argument("--hf-config", help="path to a Hugging Face config.json")
+    add_model_args(p)
     p.add_argument(
         "--gpus",
         "--devices",
@@ -52,7 +50,6 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
 def build_target(args: argparse.Namespace):
     """(model, cluster, global batch) from :func:`add_target_args`' arguments."""
     from ..spec.cluster import Cluster, load_calibration
-    from .check import load_model
 
     model = load_model(args)
     cal = load_calibration(args.calibration) if args.calibration else None

@@ -10,7 +10,7 @@ or Megatron configs (read with :func:`parastrat.adapters.megatron.from_config`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
@@ -23,22 +23,8 @@ if TYPE_CHECKING:
     from ..spec.model import ModelSpec
 
 GiB = 1024**3
-_DEGREES = (
-    "tp",
-    "pp",
-    "vpp",
-    "cp",
-    "ulysses",
-    "ring",
-    "ep",
-    "etp",
-    "dp",
-    "sp",
-    "first_stage_layers",
-    "last_stage_layers",
-    "account_for_embedding",
-    "account_for_loss",
-)
+#: Every field a Strategy takes (one source of truth: the dataclass itself).
+_FIELDS = tuple(f.name for f in fields(Strategy))
 _FLAGS = ("sp", "account_for_embedding", "account_for_loss")
 
 
@@ -51,28 +37,9 @@ def parse_strategy(text: str) -> Strategy:
             continue
         key, _, value = part.partition("=")
         key = key.strip().lower().replace("-", "_")
-        if key not in {
-            "tp",
-            "pp",
-            "vpp",
-            "cp",
-            "ep",
-            "etp",
-            "dp",
-            "sp",
-            "ulysses",
-            "ring",
-            "cfg",
-            "order",
-            "first_stage_layers",
-            "last_stage_layers",
-            "account_for_embedding",
-            "account_for_loss",
-        }:
+        if key not in _FIELDS:
             raise UsageError(
-                f"unknown strategy field {key!r} in {text!r}; use tp, pp, vpp, "
-                "cp, ep, etp, dp, sp, ulysses, ring, order, first_stage_layers, "
-                "last_stage_layers, account_for_embedding, account_for_loss"
+                f"unknown strategy field {key!r} in {text!r}; use {', '.join(_FIELDS)}"
             )
         if key in _FLAGS:
             kwargs[key] = value.strip().lower() not in ("0", "false", "no", "off")
@@ -251,7 +218,7 @@ def compare(
         sides.append((s, step, mem, m, step.recompute))
     (sa, ta, ma, mba, ra), (sb, tb, mb, mbb, rb) = sides
     changed = {
-        k: (getattr(sa, k), getattr(sb, k)) for k in _DEGREES if getattr(sa, k) != getattr(sb, k)
+        k: (getattr(sa, k), getattr(sb, k)) for k in _FIELDS if getattr(sa, k) != getattr(sb, k)
     }
     if mba != mbb:
         changed["micro_batch_size"] = (mba, mbb)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -207,10 +207,18 @@ def _my_group(groups: list[list[int]], rank: int) -> list[int]:
     raise RuntimeError(f"rank {rank} is in no group of the layout")  # layout covers every rank
 
 
-def _new_groups(
-    all_groups: list[list[int]], rank: int, td: timedelta | None, created: list[Any]
+def new_groups(
+    all_groups: Sequence[Sequence[int]],
+    rank: int,
+    td: timedelta | None = None,
+    created: list[Any] | None = None,
 ) -> Any:
-    """Create every group of one kind (all ranks, same order); return this rank's."""
+    """Create every group of one kind and return this rank's.
+
+    ``torch.distributed.new_group`` is collective: every rank must create every group, in the
+    same order, even the ones it is not in.  The groups this rank joins are appended to
+    ``created`` (for teardown) when given.
+    """
     import torch.distributed as dist
 
     mine = None
@@ -218,7 +226,8 @@ def _new_groups(
         pg = dist.new_group(ranks=list(g), timeout=td)
         if rank in g:
             mine = pg
-            created.append(pg)
+            if created is not None:
+                created.append(pg)
     return mine
 
 
@@ -239,7 +248,7 @@ def _fill_by_new_group(
         if part in by_partition:
             pgs[kind] = pgs[by_partition[part]]
         else:
-            pgs[kind] = _new_groups(grid[kind], rank, td, created)
+            pgs[kind] = new_groups(grid[kind], rank, td, created)
             by_partition[part] = kind
 
 
