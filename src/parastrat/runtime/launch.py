@@ -21,6 +21,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import UsageError
+
 #: Seconds to keep collecting failures after the first one, so the root cause (often a rank
 #: that died) is reported rather than a peer that merely lost its connection to it.
 _GRACE_S = 1.0
@@ -88,7 +90,7 @@ def spawn_local(
     killed before it is raised.
     """
     if not isinstance(world_size, int) or world_size < 1:
-        raise ValueError(f"world_size must be a positive integer, got {world_size!r}")
+        raise UsageError(f"world_size must be a positive integer, got {world_size!r}")
     try:
         payload = pickle.dumps((fn, tuple(args)))
     except Exception as exc:
