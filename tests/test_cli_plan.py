@@ -193,3 +193,29 @@ def test_plan_table_keeps_bracketed_model_names(capsys):
     )
     print_table(result, result.candidates)
     assert "[red]my-model on 8 x h100" in capsys.readouterr().out
+
+
+def test_explain_takes_the_runtime_switches(capsys):
+    # The same strategy priced eagerly and with CUDA graphs: the graphs remove host launch time,
+    # so the step cannot get slower (and the switch must reach the step model).
+    from parastrat.cli import main
+
+    base = [
+        "explain",
+        "--model",
+        "llama3-8b",
+        "--gpus",
+        "8",
+        "--accelerator",
+        "h100",
+        "--tp",
+        "2",
+        "--sp",
+        "--format",
+        "json",
+    ]
+    assert main(base) == 0
+    eager = json.loads(capsys.readouterr().out)["step"]["step_time_s"]
+    assert main([*base, "--cuda-graphs"]) == 0
+    graphs = json.loads(capsys.readouterr().out)["step"]["step_time_s"]
+    assert graphs <= eager

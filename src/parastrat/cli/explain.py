@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
-from .plan import add_target_args, build_target
+from .plan import add_runtime_args, add_target_args, build_target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -29,7 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
         metavar="STRATEGY",
         help='second strategy, e.g. "tp=4,pp=2,vpp=5,sp"',
     )
-    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.add_argument(
+        "--format", choices=("table", "json"), default="table", help="text, or one JSON document"
+    )
+    add_runtime_args(p)
     add_strategy_flags(p)
     p.set_defaults(func=run)
 
@@ -42,6 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, cluster, gbs = build_target(args)
     strategy = strategy_from_args(args)
+    switches = {"cuda_graphs": args.cuda_graphs, "tp_comm_overlap": args.tp_comm_overlap}
     if args.compare:
         cmp = compare(
             strategy,
@@ -53,6 +57,7 @@ def run(args: argparse.Namespace) -> int:
             micro_batch_size=args.micro_batch_size,
             precision=args.precision,
             recompute=args.recompute,
+            **switches,
         )
         if args.format == "json":
             print_json(cmp.to_dict())
@@ -73,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
             micro_batch_size=args.micro_batch_size,
             precision=args.precision,
             recompute=args.recompute,
+            **switches,
         )
         mem = estimate_memory(
             model,
@@ -102,6 +108,7 @@ def run(args: argparse.Namespace) -> int:
             micro_batch_size=args.micro_batch_size,
             precision=args.precision,
             recompute=args.recompute,
+            **switches,
         ),
         markup=False,
     )

@@ -3,7 +3,7 @@ from the seed guide's starting point."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, StrategyError, UsageError
 
@@ -221,8 +221,13 @@ def explain_strategy(
     micro_batch_size: int = 1,
     precision: str = "bf16",
     recompute: str = "selective",
+    **step_options: Any,
 ) -> str:
-    """Memory per stage and the step-time breakdown of one given strategy, as text."""
+    """Memory per stage and the step-time breakdown of one given strategy, as text.
+
+    ``step_options`` (``cuda_graphs``, ``tp_comm_overlap``, MoE switches) go to
+    :func:`~parastrat.estimate.step.estimate_step`.
+    """
     from ..estimate.memory import estimate_memory
     from ..estimate.step import estimate_step
 
@@ -236,6 +241,7 @@ def explain_strategy(
         micro_batch_size=micro_batch_size,
         precision=precision,
         recompute=recompute,
+        **step_options,
     )
     mem = estimate_memory(
         model,
