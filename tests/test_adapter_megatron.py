@@ -523,3 +523,27 @@ def test_apply_writes_pipeline_accounting_and_round_trips():
     mg.apply(cfg, s, framework_check=False)
     assert cfg.account_for_embedding_in_pipeline_split and cfg.account_for_loss_in_pipeline_split
     assert mg.from_config(cfg) == s
+
+
+def test_launch_env_and_command():
+    s = Strategy(tp=8, pp=4, vpp=5, sp=True)
+    env = mg.launch_env(s, vendor="nvidia", scale_up_domain=8)
+    # TP 8 with SP inside an 8-GPU NVLink domain: TP overlap needs ordered kernel issue.
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" in env and "NCCL_P2P_NET_CHUNKSIZE=2097152" in env
+    # TP across the domain: no TP overlap, so no CUDA_DEVICE_MAX_CONNECTIONS.
+    assert "CUDA_DEVICE_MAX_CONNECTIONS=1" not in mg.launch_env(
+        Strategy(tp=16, sp=True), scale_up_domain=8
+    )
+    argv = mg.launch_command(
+        s, recipe="r", nproc_per_node=8, nnodes=4, recompute="full", rdzv_endpoint="host:29500"
+    )
+    assert argv[:5] == [
+        "torchrun",
+        "--nproc_per_node=8",
+        "--nnodes=4",
+        "--rdzv-backend=c10d",
+        "--rdzv-endpoint=host:29500",
+    ]
+    assert argv[5:8] == ["scripts/training/run_recipe.py", "--recipe", "r"]
+    assert "model.recompute_granularity=full" in argv
+    assert mg.default_recipe("llama3.1-405b") == "llama3_1_405b_pretrain_config"

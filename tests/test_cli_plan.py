@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from parastrat.cli import main
 
 
@@ -219,3 +221,56 @@ def test_explain_takes_the_runtime_switches(capsys):
     assert main([*base, "--cuda-graphs"]) == 0
     graphs = json.loads(capsys.readouterr().out)["step"]["step_time_s"]
     assert graphs <= eager
+
+
+def test_torchrun_format_names_the_recipe_and_rendezvous(capsys):
+    from parastrat.cli import main
+
+    args = [
+        "plan",
+        "--model",
+        "llama3-70b",
+        "--gpus",
+        "64",
+        "--accelerator",
+        "h100",
+        "--seq-len",
+        "8192",
+        "--global-batch-size",
+        "256",
+        "--format",
+        "torchrun",
+    ]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    # 64 H100s = 8 nodes of 8: a c10d rendezvous and Bridge's run_recipe.py with a recipe.
+    assert "--nnodes=8" in out and "--rdzv-backend=c10d" in out
+    assert "--recipe llama3_70b_pretrain_config" in out
+    assert main([*args, "--recipe", "my_recipe"]) == 0
+    assert "--recipe my_recipe" in capsys.readouterr().out
+
+
+def test_plan_plot_draws_throughput_against_memory(tmp_path):
+    pytest.importorskip("matplotlib")
+    from parastrat.cli import main
+
+    out = tmp_path / "plan.png"
+    assert (
+        main(
+            [
+                "plan",
+                "--model",
+                "llama3-8b",
+                "--gpus",
+                "8",
+                "--accelerator",
+                "h100",
+                "--seq-len",
+                "4096",
+                "--plot",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    assert out.stat().st_size > 10_000

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._deps import require
+from .errors import UsageError
 from .layout import coordinates
 
 if TYPE_CHECKING:
@@ -95,5 +96,78 @@ def plot_layout(
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+#: Step-time terms drawn for the top candidates (the breakdown keys of StepReport).
+PLAN_TERMS = (
+    "compute",
+    "recompute",
+    "bubble",
+    "optimizer",
+    "tp_exposed",
+    "cp_exposed",
+    "ep_exposed",
+    "pp_exposed",
+    "dp_exposed",
+    "host_exposed",
+)
+
+
+def plot_plan(plan: Any, path: str | Path, *, device_bytes: float | None = None) -> Path:
+    """Draw a training plan to ``path``.
+
+    Left: every ranked candidate's predicted tokens/s/GPU against its peak memory per GPU, the
+    chosen one marked, the device memory as a line.  Right: the top candidates' step time,
+    term by term (compute, bubble, exposed communication, ...).
+    """
+    require("matplotlib", "plot", "needed for --plot")
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ranked = list(getattr(plan, "ranked", None) or plan.candidates)
+    top = list(plan.candidates)
+    if not ranked:
+        raise UsageError("the plan has no candidates to plot")
+    gib = 2**30
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 0.45 * len(top) + 4))
+    ax.scatter(
+        [c.memory.peak_bytes / gib for c in ranked],
+        [c.step.tokens_per_s_per_gpu for c in ranked],
+        s=18,
+        alpha=0.6,
+        label="candidates",
+    )
+    best = plan.best
+    ax.scatter(
+        [best.memory.peak_bytes / gib],
+        [best.step.tokens_per_s_per_gpu],
+        marker="*",
+        s=260,
+        color="red",
+        label=f"choice: {best.strategy}",
+    )
+    if device_bytes:
+        ax.axvline(device_bytes / gib, color="grey", linestyle="--", label="device memory")
+    ax.set_xlabel("peak memory per GPU (GiB)")
+    ax.set_ylabel("predicted tokens/s/GPU")
+    ax.legend(fontsize=7, loc="lower left")
+    labels = [f"#{i + 1} {c.strategy} mbs{c.micro_batch_size}" for i, c in enumerate(top)]
+    left = [0.0] * len(top)
+    for term in PLAN_TERMS:
+        vals = [c.step.breakdown.get(term, 0.0) for c in top]
+        if any(vals):
+            bx.barh(labels, vals, left=left, label=term)
+            left = [a + b for a, b in zip(left, vals)]
+    bx.invert_yaxis()
+    bx.tick_params(axis="y", labelsize=7)
+    bx.set_xlabel("seconds per step")
+    bx.legend(fontsize=7, loc="lower right")
+    fig.tight_layout()
+    out = Path(path)
+    fig.savefig(out, dpi=110)
     plt.close(fig)
     return out

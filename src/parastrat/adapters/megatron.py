@@ -620,6 +620,38 @@ def to_overrides(
     return out
 
 
+def recompute_overrides(mode: str) -> list[str]:
+    """Megatron Bridge overrides for a recompute mode ("none", "selective" or "full")."""
+    if mode == "full":
+        return [
+            "model.recompute_granularity=full",
+            "model.recompute_method=uniform",
+            "model.recompute_num_layers=1",
+        ]
+    if mode == "selective":
+        return ["model.recompute_granularity=selective"]
+    return ["model.recompute_granularity=null"]
+
+
+def launch_env(s: Strategy, *, vendor: str = "nvidia", scale_up_domain: int = 8) -> list[str]:
+    """Environment variables the strategy wants at launch (``NAME=value`` strings).
+
+    ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when TP (with SP) stays in the NVLink domain, where
+    Megatron overlaps TP communication with GEMMs and needs kernels issued in order;
+    ``NCCL_P2P_NET_CHUNKSIZE`` larger for pipeline and context-parallel p2p across nodes;
+    ``NCCL_NVLS_ENABLE=0`` on NVIDIA (NVLink SHARP buffers cost memory Megatron does not use).
+    """
+    env = []
+    if vendor == "nvidia" and s.tp > 1 and s.sp and s.tp <= scale_up_domain:
+        env.append("CUDA_DEVICE_MAX_CONNECTIONS=1")
+    env += ["NCCL_IB_SL=1", "TORCH_NCCL_AVOID_RECORD_STREAMS=1"]
+    if vendor == "nvidia":
+        env.append("NCCL_NVLS_ENABLE=0")
+    if s.pp > 1 or s.cp > 1:
+        env.append("NCCL_P2P_NET_CHUNKSIZE=2097152")
+    return env
+
+
 def launch_command(
     s: Strategy,
     *,
@@ -628,16 +660,33 @@ def launch_command(
     nnodes: int = 1,
     micro_batch_size: int | None = None,
     global_batch_size: int | None = None,
+    recompute: str | None = None,
+    rdzv_endpoint: str | None = None,
     script: str = "scripts/training/run_recipe.py",
 ) -> list[str]:
-    """``torchrun ... run_recipe.py --recipe NAME <overrides>`` as an argv list."""
+    """``torchrun ... run_recipe.py --recipe NAME <overrides>`` as an argv list.
+
+    With ``rdzv_endpoint`` (e.g. ``"$MASTER_ADDR:29500"``) the c10d rendezvous flags a
+    multi-node launch needs are added; ``recompute`` adds its overrides.
+    """
     argv = ["torchrun", f"--nproc_per_node={nproc_per_node}"]
     if nnodes > 1:
         argv.append(f"--nnodes={nnodes}")
+    if rdzv_endpoint:
+        argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}"]
     argv += [script, "--recipe", recipe]
-    return argv + to_overrides(
-        s, micro_batch_size=micro_batch_size, global_batch_size=global_batch_size
-    )
+    argv += to_overrides(s, micro_batch_size=micro_batch_size, global_batch_size=global_batch_size)
+    if recompute is not None:
+        argv += recompute_overrides(recompute)
+    return argv
+
+
+def default_recipe(model_name: str) -> str:
+    """A guess at the Bridge recipe for a preset (``llama3-70b`` -> ``llama3_70b_pretrain_config``).
+
+    Bridge names its recipe functions after the model; pass the real one with ``--recipe``.
+    """
+    return model_name.replace(".", "_").replace("-", "_") + "_pretrain_config"
 
 
 # ---------------------------------------------------------------------------------------------

@@ -10,7 +10,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..errors import UsageError
 from ._common import add_model_args, console, err_console, load_model, positive_int, print_json
 
 FORMATS = ("table", "json", "yaml", "overrides", "torchrun")
@@ -70,12 +69,24 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_target_args(p)
     p.add_argument("--top-k", type=positive_int, default=5)
-    p.add_argument("--format", choices=FORMATS, default="table")
+    p.add_argument(
+        "--format",
+        choices=FORMATS,
+        default="table",
+        help="table; json/yaml (the candidates); overrides (Megatron Bridge's run_recipe.py); "
+        "torchrun (the launch command and its environment)",
+    )
+    p.add_argument(
+        "--recipe",
+        default=None,
+        help="Megatron Bridge recipe for --format torchrun (default: <model>_pretrain_config)",
+    )
     p.add_argument(
         "--plot",
         default=None,
         metavar="FILE.png",
-        help="bar chart of the top candidates' step-time breakdown",
+        help="draw every ranked candidate's throughput against its peak memory (the choice "
+        "marked) and the top candidates' step-time terms",
     )
     p.add_argument(
         "--smallest",
@@ -176,7 +187,9 @@ def run(args: argparse.Namespace) -> int:
         )
     top = result.candidates[: args.top_k]
     if args.plot:
-        plot_plan(top, args.plot)
+        from ..viz import plot_plan
+
+        plot_plan(result, args.plot, device_bytes=cluster.accel.memory_bytes)
     if args.format == "json":
         print_json({"candidates": [c.to_dict() for c in top]})
     elif args.format == "yaml":
@@ -188,7 +201,7 @@ def run(args: argparse.Namespace) -> int:
             markup=False,
         )
     elif args.format == "overrides":
-        from ..adapters.megatron import to_overrides
+        from ..adapters.megatron import recompute_overrides, to_overrides
 
         best = result.best
         lines = to_overrides(
@@ -197,63 +210,33 @@ def run(args: argparse.Namespace) -> int:
         lines += recompute_overrides(best.recompute)
         console.print(" ".join(lines), markup=False)
     elif args.format == "torchrun":
-        console.print(torchrun_line(result.best, cluster, gbs), markup=False)
+        from ..adapters.megatron import default_recipe
+
+        recipe = args.recipe or default_recipe(model.name)
+        console.print(torchrun_line(result.best, cluster, gbs, recipe), markup=False)
     else:
         print_table(result, top)
     return 0
 
 
-def recompute_overrides(mode: str) -> list[str]:
-    """Megatron Bridge overrides for a recompute mode."""
-    if mode == "full":
-        return [
-            "model.recompute_granularity=full",
-            "model.recompute_method=uniform",
-            "model.recompute_num_layers=1",
-        ]
-    if mode == "selective":
-        return ["model.recompute_granularity=selective"]
-    return ["model.recompute_granularity=null"]
-
-
-def torchrun_line(c, cluster, gbs: int) -> str:
+def torchrun_line(c, cluster, gbs: int, recipe: str) -> str:
     """Environment and a torchrun command that launch the chosen strategy with Bridge."""
-    s = c.strategy
-    nodes = cluster.num_nodes
-    per_node = min(cluster.devices_per_node, cluster.num_devices)
-    env = [
-        "NCCL_IB_SL=1",
-        "NCCL_NVLS_ENABLE=0" if cluster.accel.vendor == "nvidia" else "",
-        "TORCH_NCCL_AVOID_RECORD_STREAMS=1",
-    ]
-    if s.tp > 1 and s.sp and s.tp <= cluster.scale_up_domain:
-        env.insert(0, "CUDA_DEVICE_MAX_CONNECTIONS=1")  # TP comm overlap needs ordered streams
-    if s.pp > 1 or s.cp > 1:
-        env.append("NCCL_P2P_NET_CHUNKSIZE=2097152")
-    try:
-        from ..adapters.megatron import to_overrides
+    from ..adapters.megatron import launch_command, launch_env
 
-        overrides = to_overrides(s, micro_batch_size=c.micro_batch_size, global_batch_size=gbs)
-    except Exception:
-        overrides = [
-            f"model.tensor_model_parallel_size={s.tp}",
-            f"model.pipeline_model_parallel_size={s.pp}",
-        ]
-    overrides += recompute_overrides(c.recompute)
-    cmd = [
-        "torchrun",
-        f"--nnodes={nodes}",
-        f"--nproc-per-node={per_node}",
-        "--rdzv-backend=c10d",
-        "--rdzv-endpoint=$MASTER_ADDR:29500",
-        "scripts/training/run_recipe.py",
-        *overrides,
-    ]
-    return (
-        " ".join(e for e in env if e)
-        + " \\\n  "
-        + " ".join(shlex.quote(x) if "$" not in x else x for x in cmd)
+    s = c.strategy
+    env = launch_env(s, vendor=cluster.accel.vendor, scale_up_domain=cluster.scale_up_domain)
+    argv = launch_command(
+        s,
+        recipe=recipe,
+        nproc_per_node=min(cluster.devices_per_node, cluster.num_devices),
+        nnodes=cluster.num_nodes,
+        micro_batch_size=c.micro_batch_size,
+        global_batch_size=gbs,
+        recompute=c.recompute,
+        rdzv_endpoint="$MASTER_ADDR:29500" if cluster.num_nodes > 1 else None,
     )
+    cmd = " ".join(x if "$" in x else shlex.quote(x) for x in argv)
+    return " ".join(env) + " \\\n  " + cmd
 
 
 def print_table(result, top) -> None:
@@ -302,43 +285,3 @@ def print_table(result, top) -> None:
         "attention / 2), recompute excluded"
     )
     console.print(result.explain(), markup=False)
-
-
-def plot_plan(top, path: str) -> None:
-    """Stacked bars of the candidates' step-time terms (matplotlib, lazily)."""
-    from .._deps import require
-
-    require("matplotlib", "plot")
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    if not top:
-        raise UsageError("nothing to plot")
-    keys = [
-        "compute",
-        "recompute",
-        "bubble",
-        "optimizer",
-        "tp_exposed",
-        "cp_exposed",
-        "ep_exposed",
-        "pp_exposed",
-        "dp_exposed",
-        "host_exposed",
-    ]
-    fig, ax = plt.subplots(figsize=(10, 0.6 * len(top) + 2))
-    labels = [f"#{i + 1} {c.label()}" for i, c in enumerate(top)]
-    left = [0.0] * len(top)
-    for k in keys:
-        vals = [c.step.breakdown.get(k, 0.0) for c in top]
-        if any(vals):
-            ax.barh(labels, vals, left=left, label=k)
-            left = [a + b for a, b in zip(left, vals)]
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds per step")
-    ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
