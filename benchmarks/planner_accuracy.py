@@ -10,7 +10,8 @@ H100, GB200) and ``megatron_2021_table1.csv`` (Narayanan et al. 2021, A100):
 * its rank in ``plan``'s top 10 and the ratio of its predicted throughput to the plan's best.
   Matching rule (``Plan.find``): TP, PP, CP, EP, ETP equal (micro-batch and recompute free),
   and VPP equal, or among the candidate's near-equal VPP alternatives, or the published
-  strategy's own predicted step within 1 % (``VPP_TIE``) of that candidate's;
+  strategy's own predicted step within 2 % (``VPP_TIE``, the model's resolution) of that
+  candidate's;
 * the mean absolute percentage errors and the share of rows meeting the ranking targets.
 
 Layer counts that do not divide over PP x VPP get the split the recipes use

@@ -67,6 +67,55 @@ def test_ep_volume_and_cp_ring_volume():
     assert not a2a and ring[0].nbytes == 1024 * 2048 * 2 and ring[0].count == 9
 
 
+def test_dedup_scale_hand_checked():
+    # 4 experts in 2 groups of 2, top-2: both in one group with probability C(2,2)/C(4,2) *
+    # 2 groups = 1/3, so a token touches 1 * 1/3 + 2 * 2/3 = 5/3 groups against 2 copies
+    assert comm.expected_groups_hit(4, 2, 2) == pytest.approx(5 / 3)
+    assert comm.dedup_scale(4, 2, 2) == pytest.approx(5 / 6)
+    # one expert per group (EP = number of experts): nothing to de-duplicate
+    assert comm.dedup_scale(8, 2, 8) == 1.0
+    # Qwen3-30B-A3B (128 experts, top-8) over 8 ranks: 1 - prod (112-i)/(128-i) of 8
+    miss = 1.0
+    for i in range(8):
+        miss *= (112 - i) / (128 - i)
+    assert comm.dedup_scale(128, 8, 8) == pytest.approx(8 * (1 - miss) / 8)
+    assert comm.flex_remote_scale(128, 8, 8) == comm.dedup_scale(128, 8, 8)
+
+
+def test_flex_dispatcher_sends_once_per_rank_inside_a_domain():
+    """DeepEP/HybridEP inside one NVLink domain: one copy per destination rank, not per
+    routed expert (Megatron's alltoall permutes one row per expert)."""
+    cl = Cluster("h100", num_devices=8)
+    model = ModelSpec(
+        name="fine",
+        num_layers=4,
+        hidden_size=2048,
+        num_attention_heads=16,
+        ffn_hidden_size=768,
+        vocab_size=32000,
+        gated_linear_unit=True,
+        num_moe_experts=128,
+        moe_router_topk=8,
+    )
+    s = Strategy(ep=8).with_world_size(8)
+    (plain,) = comm.ep_layer(model, s, tokens=4096, strides={"ep": 1})
+    (flex,) = comm.ep_layer(model, s, 4096, {"ep": 1}, "flex", cl.scale_up_domain)
+    assert flex.local_scale == pytest.approx(comm.dedup_scale(128, 8, 8))
+    assert flex.remote_scale == 1.0  # one domain: nothing crosses the NIC
+    expect = 4 * cl.collective_time("all_to_all", plain.nbytes * flex.local_scale, 8, "intra")
+    assert flex.time(cl) == pytest.approx(expect)
+    assert flex.time(cl) < plain.time(cl)
+    # across two H100 nodes (EP 16): per-domain copies on the NIC, per-rank on NVLink
+    s16 = Strategy(ep=16).with_world_size(16)
+    cl16 = Cluster("h100", num_devices=16)
+    (f16,) = comm.ep_layer(model, s16, 4096, {"ep": 1}, "flex", cl16.scale_up_domain)
+    assert f16.remote_scale == pytest.approx(comm.dedup_scale(128, 8, 2))
+    assert f16.local_scale == pytest.approx(comm.dedup_scale(128, 8, 16))
+    inter = cl16.collective_time("all_to_all", f16.nbytes * f16.remote_scale * 8 / 15, 16, "inter")
+    intra = cl16.collective_time("all_to_all", f16.nbytes * f16.local_scale * 7 / 15, 16, "intra")
+    assert f16.time(cl16) == pytest.approx(4 * max(inter, intra))
+
+
 def test_dp_distributed_optimizer_volume():
     s = Strategy(tp=8).with_world_size(64)
     st = comm.group_strides(s, 8, 8)

@@ -104,8 +104,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--moe-dispatcher",
         choices=("alltoall", "flex", "deepep", "hybridep"),
         default="alltoall",
-        help="token dispatcher: alltoall (default) or flex (DeepEP/HybridEP: one "
-        "copy per destination scale-up domain across the scale-out link)",
+        help="token dispatcher: alltoall (default: one copy per routed expert) or flex "
+        "(DeepEP/HybridEP: one copy per destination rank inside a scale-up domain, per "
+        "destination domain across the scale-out link)",
     )
     m.add_argument(
         "--moe-a2a-overlap",

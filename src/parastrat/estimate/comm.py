@@ -57,6 +57,9 @@ class Collective:
     #: peer (< 1 when a dispatcher sends a token once per destination domain, see
     #: :func:`flex_remote_scale`)
     remote_scale: float = 1.0
+    #: all-to-all only: bytes between ranks of one scale-up domain, relative to one copy per
+    #: routed expert (< 1 when a dispatcher sends a token once per destination rank)
+    local_scale: float = 1.0
 
     def time(self, cluster: Cluster) -> float:
         """Seconds for all ``count`` repetitions, priced by the cluster's alpha-beta model."""
@@ -68,9 +71,10 @@ class Collective:
         span = cluster.span(n, self.stride)
         if self.op == "all_to_all" and span == "inter":
             return self.count * _split_all_to_all(
-                cluster, self.nbytes, n, self.stride, self.remote_scale
+                cluster, self.nbytes, n, self.stride, self.remote_scale, self.local_scale
             )
-        return self.count * cluster.collective_time(self.op, self.nbytes, n, span)
+        nbytes = self.nbytes * self.local_scale if self.op == "all_to_all" else self.nbytes
+        return self.count * cluster.collective_time(self.op, nbytes, n, span)
 
     def span(self, cluster: Cluster) -> str:
         """ "intra" or "inter": which link class this group crosses on ``cluster``."""
@@ -78,7 +82,12 @@ class Collective:
 
 
 def _split_all_to_all(
-    cluster: Cluster, nbytes: float, n: int, stride: int, remote_scale: float = 1.0
+    cluster: Cluster,
+    nbytes: float,
+    n: int,
+    stride: int,
+    remote_scale: float = 1.0,
+    local_scale: float = 1.0,
 ) -> float:
     """An all-to-all whose group spans scale-up domains.
 
@@ -86,6 +95,7 @@ def _split_all_to_all(
     data crosses the scale-out link (NCCL sends each peer's slice directly), while the local
     slices move over NVLink/HCCS at the same time.  Both parts are priced by
     ``collective_time`` with the bytes that really take that link: the slower one wins.
+    ``remote_scale`` / ``local_scale`` scale the two parts for a de-duplicating dispatcher.
     """
     local = max(1, min(n, cluster.scale_up_domain // max(stride, 1)))
     remote = n - local
@@ -95,7 +105,9 @@ def _split_all_to_all(
     inter = cluster.collective_time(
         "all_to_all", nbytes * remote_scale * remote / (n - 1), n, "inter"
     )
-    intra = cluster.collective_time("all_to_all", nbytes * (local - 1) / (n - 1), n, "intra")
+    intra = cluster.collective_time(
+        "all_to_all", nbytes * local_scale * (local - 1) / (n - 1), n, "intra"
+    )
     return max(inter, intra)
 
 
@@ -195,10 +207,35 @@ def cp_layer(
     return ring, a2a
 
 
-#: MoE token dispatchers: Megatron's ``alltoall`` sends one copy of a token per routed expert;
-#: ``flex`` (DeepEP / HybridEP) sends it once per destination scale-up domain and forwards it
-#: to the experts there over NVLink/HCCS.
+#: MoE token dispatchers: Megatron's ``alltoall`` permutes a token into one row per routed
+#: expert before the all-to-all, so it sends one copy per expert; ``flex`` (DeepEP / HybridEP)
+#: sends it once per destination rank inside a scale-up domain (DeepEP's dispatch layout marks
+#: ``is_token_in_rank``; the receiver permutes to its local experts) and once per destination
+#: scale-up domain across the scale-out link (RDMA to one rank there, then NVLink forwarding).
 DISPATCHERS = ("alltoall", "flex")
+
+
+def expected_groups_hit(num_experts: int, topk: int, groups: int) -> float:
+    """Expected number of ``groups`` (equal blocks of ``num_experts / groups`` experts, e.g.
+    the experts of one rank or of one scale-up domain) that a token's ``topk`` distinct experts
+    fall in, with uniform routing: ``G (1 - C(E - E/G, k) / C(E, k))``."""
+    from math import comb
+
+    E, k, G = num_experts, topk, groups
+    if G <= 1 or E < G or k < 1:
+        return float(min(max(G, 1), max(k, 1)))
+    per_group = E // G
+    miss = comb(E - per_group, k) / comb(E, k) if E - per_group >= k else 0.0
+    return G * (1.0 - miss)
+
+
+def dedup_scale(num_experts: int, topk: int, groups: int) -> float:
+    """Bytes of a once-per-group dispatch relative to once-per-expert (``groups`` equal blocks
+    of experts, uniform routing): :func:`expected_groups_hit` over ``topk``.  By symmetry the
+    same ratio holds for the copies that go to other groups."""
+    if groups <= 1 or num_experts < groups or topk < 1:
+        return 1.0
+    return min(1.0, expected_groups_hit(num_experts, topk, groups) / topk)
 
 
 def flex_remote_scale(num_experts: int, topk: int, domains: int) -> float:
@@ -209,16 +246,7 @@ def flex_remote_scale(num_experts: int, topk: int, domains: int) -> float:
     remote domains, against ``k (D - 1) / D`` remote experts (DeepEP's normal kernels send
     one RDMA copy per node, then forward over NVLink; DeepSeek-V3 report, section 3.2.2).
     """
-    from math import comb
-
-    E, k, D = num_experts, topk, domains
-    if D <= 1 or E < D or k < 1:
-        return 1.0
-    per_domain = E // D
-    miss = comb(E - per_domain, k) / comb(E, k) if E - per_domain >= k else 0.0
-    remote_domains = (D - 1) * (1.0 - miss)
-    remote_experts = k * (D - 1) / D
-    return min(1.0, remote_domains / remote_experts)
+    return dedup_scale(num_experts, topk, domains)
 
 
 def ep_layer(
@@ -231,19 +259,31 @@ def ep_layer(
 ) -> list[Collective]:
     """EP dispatch + combine all-to-all of one MoE layer, one micro-batch, forward + backward.
 
-    ``dispatcher="flex"`` (DeepEP/HybridEP) sends each token once per destination scale-up
-    domain (``scale_up_domain`` ranks) instead of once per expert: fewer scale-out bytes.
+    ``dispatcher="flex"`` (DeepEP/HybridEP) sends each token once per destination rank inside
+    a scale-up domain (``scale_up_domain`` ranks) and once per destination domain across the
+    scale-out link, instead of once per routed expert: fewer bytes on both links.
     """
     if strategy.ep <= 1:
         return []
     routed = tokens / strategy.tp * model.moe_router_topk * model.hidden_size * ACT_BYTES
-    scale = 1.0
-    if dispatcher == "flex" and scale_up_domain:
-        local = max(1, min(strategy.ep, scale_up_domain // max(strides["ep"], 1)))
-        domains = -(-strategy.ep // local)
-        scale = flex_remote_scale(model.num_experts, model.moe_router_topk, domains)
+    remote = local = 1.0
+    if dispatcher == "flex":
+        E, k = model.num_experts, model.moe_router_topk
+        local = dedup_scale(E, k, strategy.ep)
+        if scale_up_domain:
+            per_domain = max(1, min(strategy.ep, scale_up_domain // max(strides["ep"], 1)))
+            remote = flex_remote_scale(E, k, -(-strategy.ep // per_domain))
     return [
-        Collective("ep", "all_to_all", routed, strategy.ep, strides["ep"], 4, remote_scale=scale)
+        Collective(
+            "ep",
+            "all_to_all",
+            routed,
+            strategy.ep,
+            strides["ep"],
+            4,
+            remote_scale=remote,
+            local_scale=local,
+        )
     ]
 
 

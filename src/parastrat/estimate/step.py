@@ -246,8 +246,9 @@ class MoEComm:
     """How a recipe runs the expert-parallel all-to-all (Megatron Core / Bridge switches).
 
     ``dispatcher``: "alltoall" (Megatron's default: one copy per routed expert) or "flex"
-    (``moe_token_dispatcher_type="flex"`` with DeepEP/HybridEP: one copy per destination
-    scale-up domain across the scale-out link, :func:`parastrat.estimate.comm.flex_remote_scale`).
+    (``moe_token_dispatcher_type="flex"`` with DeepEP/HybridEP: one copy per destination rank
+    inside a scale-up domain and per destination domain across the scale-out link,
+    :func:`parastrat.estimate.comm.dedup_scale`).
     ``a2a_overlap``: ``overlap_moe_expert_parallel_comm`` ("combined 1F1B"): the forward of one
     micro-batch runs beside the backward of another, each all-to-all phase under a compute
     phase of the other micro-batch (needs EP > 1, PP = 1 or VPP > 1, no full recompute).

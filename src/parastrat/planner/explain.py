@@ -72,7 +72,7 @@ def _pipeline_label(s) -> str:
 
 def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
     """Fill each candidate's ``why``: its limiter, memory, and its edge over the next one."""
-    from .search import RANK_TIE, exposure_class
+    from .search import RANK_TIE, VPP_TIE, exposure_class
 
     cap = cluster.memory_bytes
     for i, c in enumerate(ranked):
@@ -83,7 +83,7 @@ def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
         ]
         if c.alternatives:
             parts.append(
-                "near-equal variants of this layout (within 1%): "
+                f"near-equal variants of this layout (within {VPP_TIE:.0%}): "
                 + ", ".join(
                     f"{_pipeline_label(a.strategy)} {_rel(a.step, c.step):+.2%}"
                     for a in c.alternatives

@@ -60,10 +60,6 @@ KEEP_AT_LEAST = 10
 MICRO_BATCH_SIZES = (1, 2, 4, 8)
 #: Fewest tokens per CP rank worth splitting a sequence for.
 MIN_CP_TOKENS = 1024
-#: VPP / layer-split / Ulysses-x-ring variants of one layout (same TP, PP, CP, EP, ETP,
-#: micro-batch, recompute) within this fraction of the layout's best step time are near-equal:
-#: one candidate, the others listed in its ``alternatives``.
-VPP_TIE = 0.01
 #: Relative step-time difference below which two candidates are ranked as a tie: the step
 #: model's constants (GEMM / attention efficiencies, overlap slowdown, link bandwidths) are
 #: quoted to two significant figures, so a 1-2 % difference between two layouts is within
@@ -71,6 +67,11 @@ VPP_TIE = 0.01
 #: less exposed communication (less sensitive to network contention and jitter), then the
 #: one with more memory headroom (:func:`tie_ordered`).
 RANK_TIE = 0.02
+#: VPP / layer-split / Ulysses-x-ring variants of one layout (same TP, PP, CP, EP, ETP,
+#: micro-batch, recompute) within this fraction of the layout's best step time are near-equal:
+#: one candidate, the others listed in its ``alternatives``.  The same resolution as
+#: :data:`RANK_TIE` (one figure for "the model cannot tell these apart").
+VPP_TIE = RANK_TIE
 #: Lower bound of bytes per local parameter (BF16 weight + BF16 gradient) plus
 #: 12 / shard bytes of FP32 master weights and Adam moments (distributed optimizer).
 _STATIC_BYTES, _OPT_BYTES = 4.0, 12.0
