@@ -179,13 +179,14 @@ def test_vpp_variants_do_not_crowd_the_ranking(result):
             assert result.find(alt.strategy) == result.candidates.index(c)
 
 
-def _fake(step_s, exposed_s, peak):
+def _fake(step_s, exposed_s, peak, tp=1, pp=1, cp=1, ep=1, etp=1):
     """A Candidate stand-in with only what tie_ordered reads."""
     from types import SimpleNamespace
 
     return SimpleNamespace(
         step=SimpleNamespace(step_time_s=step_s, exposed_comm_s=exposed_s),
         memory=SimpleNamespace(peak_bytes=peak),
+        strategy=SimpleNamespace(tp=tp, pp=pp, cp=cp, ep=ep, etp=etp),
     )
 
 
@@ -209,6 +210,13 @@ def test_tie_ordering_rule():
     # 1.00 vs 1.03: not a tie, the faster stays first whatever its exposure
     e = _fake(1.03, 0.0, 1)
     assert tie_ordered([a, e]) == [a, e]
+    # within the tie, less model parallelism first (TP x CP x PP 8 vs 16), whatever the
+    # exposure and memory; then EP x ETP (8 vs 16) at equal TP x CP x PP
+    h = _fake(1.00, 0.0, 10, tp=4, pp=4)
+    k = _fake(1.015, 0.20, 50, tp=2, pp=4)
+    assert tie_ordered([h, k]) == [k, h]
+    m, n = _fake(1.00, 0.0, 10, ep=16), _fake(1.01, 0.10, 60, ep=8)
+    assert tie_ordered([m, n]) == [n, m]
 
 
 def test_cli_plan_moe_switches(capsys):

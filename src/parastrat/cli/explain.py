@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
-from .plan import add_runtime_args, add_target_args, build_target
+from .plan import add_moe_args, add_runtime_args, add_target_args, build_target, step_switches
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -32,6 +32,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--format", choices=("table", "json"), default="table", help="text, or one JSON document"
     )
+    add_moe_args(p)
     add_runtime_args(p)
     add_strategy_flags(p)
     p.set_defaults(func=run)
@@ -45,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, cluster, gbs = build_target(args)
     strategy = strategy_from_args(args)
-    switches = {"cuda_graphs": args.cuda_graphs, "tp_comm_overlap": args.tp_comm_overlap}
+    switches = step_switches(args)
     if args.compare:
         cmp = compare(
             strategy,

@@ -99,6 +99,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         g.add_argument(f"--max-{name}", type=positive_int, default=None, help=f"bound {name}")
     g.add_argument("--micro-batch-size", type=positive_int, default=None)
     g.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
+    add_moe_args(p)
+    add_runtime_args(p)
+    p.set_defaults(func=run)
+
+
+def add_moe_args(p: argparse.ArgumentParser) -> None:
+    """MoE communication switches (Megatron Core's, off by default)."""
     m = p.add_argument_group("MoE communication (Megatron Core switches, off by default)")
     m.add_argument(
         "--moe-dispatcher",
@@ -118,8 +125,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="moe_shared_expert_overlap: shared experts run during dispatch/combine",
     )
-    add_runtime_args(p)
-    p.set_defaults(func=run)
+
+
+def step_switches(args: argparse.Namespace) -> dict:
+    """The implementation switches of ``args`` as ``estimate_step`` / ``plan`` keywords."""
+    return {
+        "moe_dispatcher": args.moe_dispatcher,
+        "moe_a2a_overlap": args.moe_a2a_overlap,
+        "moe_shared_expert_overlap": args.moe_shared_expert_overlap,
+        "cuda_graphs": args.cuda_graphs,
+        "tp_comm_overlap": args.tp_comm_overlap,
+    }
 
 
 def add_runtime_args(p: argparse.ArgumentParser) -> None:
@@ -178,11 +194,7 @@ def run(args: argparse.Namespace) -> int:
             micro_batch_size=args.micro_batch_size,
             recompute=args.recompute,
             progress=progress,
-            moe_dispatcher=args.moe_dispatcher,
-            moe_a2a_overlap=args.moe_a2a_overlap,
-            moe_shared_expert_overlap=args.moe_shared_expert_overlap,
-            cuda_graphs=args.cuda_graphs,
-            tp_comm_overlap=args.tp_comm_overlap,
+            **step_switches(args),
             **pins,
             **bounds,
         )

@@ -72,7 +72,7 @@ def _pipeline_label(s) -> str:
 
 def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
     """Fill each candidate's ``why``: its limiter, memory, and its edge over the next one."""
-    from .search import RANK_TIE, VPP_TIE, exposure_class
+    from .search import RANK_TIE, VPP_TIE, exposure_class, model_parallel_sizes
 
     cap = cluster.memory_bytes
     for i, c in enumerate(ranked):
@@ -95,13 +95,20 @@ def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
             if abs(gain) < RANK_TIE:
                 mine = c.step.exposed_comm_s / c.step.step_time_s
                 theirs = nxt.step.exposed_comm_s / nxt.step.step_time_s
-                reason = (
-                    f"less exposed communication ({mine:.1%} vs {theirs:.1%} of the step)"
-                    if exposure_class(c) != exposure_class(nxt)
-                    else "lower peak memory"
-                    if c.memory.peak_bytes != nxt.memory.peak_bytes
-                    else "shorter step"
-                )
+                mp, nmp = model_parallel_sizes(c), model_parallel_sizes(nxt)
+                if mp < nmp:
+                    reason = (
+                        f"less model parallelism (TPxCPxPP {mp[0]} vs {nmp[0]}, EPxETP "
+                        f"{mp[1]} vs {nmp[1]}: more devices on data parallelism)"
+                    )
+                elif mp == nmp and exposure_class(c) < exposure_class(nxt):
+                    reason = f"less exposed communication ({mine:.1%} vs {theirs:.1%} of the step)"
+                elif mp == nmp and c.memory.peak_bytes < nxt.memory.peak_bytes:
+                    reason = "lower peak memory"
+                elif gain >= 0:
+                    reason = "shorter step"
+                else:
+                    reason = "the tie rule among the candidates ahead of it"
                 parts.append(
                     f"tied with #{i + 2} ({nxt.label()}, {gain:+.1%}, within the "
                     f"model's {RANK_TIE:.0%} resolution): ranked first for {reason}"

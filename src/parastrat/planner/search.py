@@ -64,8 +64,8 @@ MIN_CP_TOKENS = 1024
 #: model's constants (GEMM / attention efficiencies, overlap slowdown, link bandwidths) are
 #: quoted to two significant figures, so a 1-2 % difference between two layouts is within
 #: their rounding and is not a prediction.  Among tied candidates the plan prefers the one with
-#: less exposed communication (less sensitive to network contention and jitter), then the
-#: one with more memory headroom (:func:`tie_ordered`).
+#: less model parallelism, then less exposed communication (less sensitive to network
+#: contention and jitter), then more memory headroom (:func:`tie_ordered`).
 RANK_TIE = 0.02
 #: VPP / layer-split / Ulysses-x-ring variants of one layout (same TP, PP, CP, EP, ETP,
 #: micro-batch, recompute) within this fraction of the layout's best step time are near-equal:
@@ -794,19 +794,29 @@ def exposure_class(c: Candidate, tie: float = RANK_TIE) -> int:
     return int(c.step.exposed_comm_s / c.step.step_time_s / tie)
 
 
+def model_parallel_sizes(c: Candidate) -> tuple[int, int]:
+    """(TP x CP x PP, EP x ETP) of a candidate: how far it splits the model rather than the
+    batch."""
+    s = c.strategy
+    return (s.tp * s.cp * s.pp, s.ep * s.etp)
+
+
 def tie_key(c: Candidate) -> tuple:
-    """How tied candidates are ordered: exposure class, then peak memory, then step time."""
-    return (exposure_class(c), c.memory.peak_bytes, c.step.step_time_s)
+    """How tied candidates are ordered: least model parallelism (:func:`model_parallel_sizes`),
+    then exposure class, then peak memory, then step time."""
+    return (*model_parallel_sizes(c), exposure_class(c), c.memory.peak_bytes, c.step.step_time_s)
 
 
 def tie_ordered(candidates: list[Candidate], tie: float = RANK_TIE) -> list[Candidate]:
     """``candidates`` (sorted by step time) re-ordered so that near-ties are decided by
-    robustness rather than by differences below the model's resolution.
+    practice and robustness rather than by differences below the model's resolution.
 
     Repeatedly take, among the remaining candidates within ``tie`` of the fastest remaining
-    one, the one with the smallest exposed-communication share of its step (in classes of
-    ``RANK_TIE``: :func:`exposure_class`), then the lowest peak memory, then the shortest
-    step.  No candidate is ever placed before one that is more
+    one, the one that splits the model least (TP x CP x PP, then EP x ETP: the Megatron Core
+    MoE report's first guideline, "keep TP, EP, PP and CP as small as possible while avoiding
+    OOM; maximise data parallelism"), then the one with the smallest exposed-communication
+    share of its step (in classes of ``RANK_TIE``: :func:`exposure_class`), then the lowest
+    peak memory, then the shortest step.  No candidate is ever placed before one that is more
     than ``tie`` faster than it.
     """
     rest = list(candidates)
