@@ -82,6 +82,25 @@ def test_dedup_scale_hand_checked():
     assert comm.flex_remote_scale(128, 8, 8) == comm.dedup_scale(128, 8, 8)
 
 
+def test_group_limited_routing_hand_checked():
+    # 4 experts in 2 routing groups of 2, one group per token, top-2: both experts come from
+    # the drawn group, so exactly one of the 2 blocks (= routing groups) is hit
+    assert comm.expected_groups_hit(4, 2, 2, routing_groups=2, group_topk=1) == 1.0
+    # 8 experts, 2 routing groups of 4, one drawn; blocks of 2 (4 blocks, 2 per group): the two
+    # experts share a block with probability 2/6, so 1/3 * 1 + 2/3 * 2 = 5/3 blocks
+    assert comm.expected_groups_hit(8, 2, 4, routing_groups=2, group_topk=1) == pytest.approx(5 / 3)
+    # drawing every group is no limit at all
+    assert comm.expected_groups_hit(256, 8, 8, 8, 8) == comm.expected_groups_hit(256, 8, 8)
+    # DeepSeek-V3 on 8 nodes (EP 64): 4 of 8 node-sized groups, 8 experts among their 128:
+    # 4 (1 - C(96, 8) / C(128, 8)) nodes instead of 8 (1 - C(224, 8) / C(256, 8))
+    from math import comb
+
+    limited = 4 * (1 - comb(96, 8) / comb(128, 8))
+    assert comm.expected_groups_hit(256, 8, 8, 8, 4) == pytest.approx(limited)
+    assert comm.flex_remote_scale(256, 8, 8, 8, 4) == pytest.approx(limited / 8)
+    assert limited < comm.expected_groups_hit(256, 8, 8)
+
+
 def test_flex_dispatcher_sends_once_per_rank_inside_a_domain():
     """DeepEP/HybridEP inside one NVLink domain: one copy per destination rank, not per
     routed expert (Megatron's alltoall permutes one row per expert)."""

@@ -33,6 +33,8 @@ SHAPE_FIELDS = (
     "tied_embeddings",
     "num_experts",
     "moe_router_topk",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
     "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size",
     "moe_first_dense_layers",
@@ -75,6 +77,8 @@ def test_details_of_moe_and_mla_fields():
     # n_shared_experts (1) x moe_intermediate_size (2048); num_key_value_heads ignored under MLA
     assert ds.moe_shared_expert_intermediate_size == 2048
     assert ds.num_query_groups is None and ds.qk_pos_emb_head_dim == 64
+    # n_group 8 / topk_group 4: node-limited routing
+    assert (ds.moe_router_num_groups, ds.moe_router_group_topk) == (8, 4)
     oss = ps.ModelSpec.from_hf_config(DATA / "gpt-oss-120b.json")
     assert oss.add_bias_linear and oss.moe_ffn_hidden_size == 2880 and oss.moe_router_topk == 4
     assert ps.ModelSpec.from_hf_config(DATA / "qwen3-8b.json").qk_layernorm

@@ -130,6 +130,14 @@ def test_direct_construction_defaults_to_plain_gpt():
         (dict(num_moe_experts=4, moe_router_topk=8), "moe_router_topk"),
         (dict(num_moe_experts=4, moe_first_dense_layers=2), "moe_first_dense_layers"),
         (dict(position_embedding_type="alibi"), "position_embedding_type"),
+        (dict(num_moe_experts=8, moe_router_num_groups=3, moe_router_group_topk=1), "groups"),
+        (dict(num_moe_experts=8, moe_router_num_groups=4, moe_router_group_topk=5), "group_topk"),
+        (dict(num_moe_experts=8, moe_router_num_groups=4), "go together"),
+        # top-2 from at most 1 of 8 groups of 1 expert: impossible
+        (
+            dict(num_moe_experts=8, moe_router_num_groups=8, moe_router_group_topk=1),
+            "moe_router_topk",
+        ),
     ],
 )
 def test_nonsense_raises_spec_error_naming_field(changes, field):

@@ -215,38 +215,83 @@ def cp_layer(
 DISPATCHERS = ("alltoall", "flex")
 
 
-def expected_groups_hit(num_experts: int, topk: int, groups: int) -> float:
-    """Expected number of ``groups`` (equal blocks of ``num_experts / groups`` experts, e.g.
-    the experts of one rank or of one scale-up domain) that a token's ``topk`` distinct experts
-    fall in, with uniform routing: ``G (1 - C(E - E/G, k) / C(E, k))``."""
+def expected_groups_hit(
+    num_experts: int,
+    topk: int,
+    groups: int,
+    routing_groups: int | None = None,
+    group_topk: int | None = None,
+) -> float:
+    """Expected number of ``groups`` (equal contiguous blocks of ``num_experts / groups``
+    experts, e.g. the experts of one rank or of one scale-up domain) that a token's ``topk``
+    distinct experts fall in, with uniform routing: ``G (1 - C(E - E/G, k) / C(E, k))``.
+
+    With group-limited routing (``routing_groups`` R equal contiguous expert groups, at most
+    ``group_topk`` T of them per token: DeepSeek's ``n_group`` / ``topk_group``) the token
+    draws T of the R routing groups, then its ``k`` experts among their ``T E / R`` experts.
+    A block that holds ``m`` whole routing groups is hit with probability
+    ``sum_c P(c of its m groups drawn) (1 - C((T - c) E/R, k) / C(T E/R, k))``; a block inside
+    one routing group with ``(T/R) (1 - C(T E/R - E/G, k) / C(T E/R, k))``.  Blocks that do
+    not line up with the routing groups are priced as uniform routing.
+    """
     from math import comb
 
     E, k, G = num_experts, topk, groups
     if G <= 1 or E < G or k < 1:
         return float(min(max(G, 1), max(k, 1)))
-    per_group = E // G
-    miss = comb(E - per_group, k) / comb(E, k) if E - per_group >= k else 0.0
+    per_block = E // G
+    R, T = routing_groups or 0, group_topk or 0
+    if R > 1 and 0 < T < R and E % R == 0 and (G % R == 0 or R % G == 0):
+        per_group = E // R
+        pool = T * per_group
+        if G % R == 0:  # blocks inside one routing group
+            miss = comb(pool - per_block, k) / comb(pool, k) if pool - per_block >= k else 0.0
+            return G * (T / R) * (1.0 - miss)
+        m = R // G  # routing groups per block
+        hit = 0.0
+        for c in range(1, min(m, T) + 1):
+            drawn = comb(m, c) * comb(R - m, T - c) / comb(R, T)
+            rest = pool - c * per_group
+            miss = comb(rest, k) / comb(pool, k) if rest >= k else 0.0
+            hit += drawn * (1.0 - miss)
+        return G * hit
+    miss = comb(E - per_block, k) / comb(E, k) if E - per_block >= k else 0.0
     return G * (1.0 - miss)
 
 
-def dedup_scale(num_experts: int, topk: int, groups: int) -> float:
+def dedup_scale(
+    num_experts: int,
+    topk: int,
+    groups: int,
+    routing_groups: int | None = None,
+    group_topk: int | None = None,
+) -> float:
     """Bytes of a once-per-group dispatch relative to once-per-expert (``groups`` equal blocks
-    of experts, uniform routing): :func:`expected_groups_hit` over ``topk``.  By symmetry the
-    same ratio holds for the copies that go to other groups."""
+    of experts): :func:`expected_groups_hit` over ``topk``.  By symmetry the same ratio holds
+    for the copies that go to other groups."""
     if groups <= 1 or num_experts < groups or topk < 1:
         return 1.0
-    return min(1.0, expected_groups_hit(num_experts, topk, groups) / topk)
+    hit = expected_groups_hit(num_experts, topk, groups, routing_groups, group_topk)
+    return min(1.0, hit / topk)
 
 
-def flex_remote_scale(num_experts: int, topk: int, domains: int) -> float:
+def flex_remote_scale(
+    num_experts: int,
+    topk: int,
+    domains: int,
+    routing_groups: int | None = None,
+    group_topk: int | None = None,
+) -> float:
     """Scale-out bytes of a once-per-domain dispatch relative to once-per-expert.
 
     With ``num_experts`` spread evenly over ``domains`` scale-up domains and uniform routing,
     a token's ``topk`` experts touch on average ``(D - 1)(1 - C(E - E/D, k) / C(E, k))``
     remote domains, against ``k (D - 1) / D`` remote experts (DeepEP's normal kernels send
     one RDMA copy per node, then forward over NVLink; DeepSeek-V3 report, section 3.2.2).
+    Group-limited routing lowers it further when the routing groups line up with the domains
+    (DeepSeek-V3's node-limited routing: at most 4 nodes per token).
     """
-    return dedup_scale(num_experts, topk, domains)
+    return dedup_scale(num_experts, topk, domains, routing_groups, group_topk)
 
 
 def ep_layer(
@@ -269,10 +314,11 @@ def ep_layer(
     remote = local = 1.0
     if dispatcher == "flex":
         E, k = model.num_experts, model.moe_router_topk
-        local = dedup_scale(E, k, strategy.ep)
+        limit = (model.moe_router_num_groups, model.moe_router_group_topk)
+        local = dedup_scale(E, k, strategy.ep, *limit)
         if scale_up_domain:
             per_domain = max(1, min(strategy.ep, scale_up_domain // max(strides["ep"], 1)))
-            remote = flex_remote_scale(E, k, -(-strategy.ep // per_domain))
+            remote = flex_remote_scale(E, k, -(-strategy.ep // per_domain), *limit)
     return [
         Collective(
             "ep",

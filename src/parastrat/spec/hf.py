@@ -26,6 +26,8 @@ size``
 ``moe_layer_freq`` /            ``moe_layer_freq``
 ``decoder_sparse_step``
 ``num_nextn_predict_layers``    ``mtp_num_layers``
+``n_group`` / ``topk_group``    ``moe_router_num_groups`` / ``moe_router_group_topk``
+                                (when ``n_group`` > 1)
 ==============================  ==========================================
 """
 
@@ -200,6 +202,12 @@ def spec_from_hf_config(
             while lead in dense_only:
                 lead += 1
             first_dense = max(first_dense, lead)
+        groups = opt("n_group", "moe_router_num_groups", default=None)
+        if groups is not None and whole("n_group", groups) > 1:
+            fields["moe_router_num_groups"] = whole("n_group", groups)
+            fields["moe_router_group_topk"] = whole(
+                "topk_group", need("topk_group", "moe_router_group_topk")
+            )
         fields.update(
             num_moe_experts=experts,
             moe_router_topk=topk,

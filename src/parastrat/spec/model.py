@@ -69,6 +69,12 @@ class ModelSpec:
     moe_first_dense_layers: int = 0
     #: Every n-th layer (after the dense ones) is MoE; 1 means all of them.
     moe_layer_freq: int = 1
+    #: Group-limited routing (DeepSeek's ``n_group`` / ``topk_group``, Megatron's
+    #: ``moe_router_num_groups`` / ``moe_router_group_topk``): the experts form this many equal
+    #: contiguous groups and a token's experts come from at most ``moe_router_group_topk`` of
+    #: them.  None: no limit.
+    moe_router_num_groups: int | None = None
+    moe_router_group_topk: int | None = None
     # --- multi-head latent attention (DeepSeek-V2/V3, Kimi K2) -------------------------------
     multi_latent_attention: bool = False
     q_lora_rank: int | None = None
@@ -140,6 +146,8 @@ class ModelSpec:
             "num_moe_experts",
             "moe_ffn_hidden_size",
             "q_lora_rank",
+            "moe_router_num_groups",
+            "moe_router_group_topk",
         ):
             v = getattr(self, f)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
@@ -183,6 +191,7 @@ class ModelSpec:
                     "moe_router_topk",
                     f"{self.moe_router_topk} exceeds num_moe_experts={self.num_moe_experts}",
                 )
+            self._check_router_groups(bad)
             if self.moe_first_dense_layers >= self.num_layers:
                 raise bad(
                     "moe_first_dense_layers",
@@ -195,6 +204,28 @@ class ModelSpec:
             raise bad(
                 "kv_lora_rank",
                 "multi-latent attention needs kv_lora_rank, qk_head_dim and v_head_dim >= 1",
+            )
+
+    def _check_router_groups(self, bad: Any) -> None:
+        """Group-limited routing must split the experts evenly and leave room for top-k."""
+        groups, pick = self.moe_router_num_groups, self.moe_router_group_topk
+        if not groups and not pick:
+            return
+        if not groups or not pick:
+            raise bad(
+                "moe_router_num_groups",
+                "and moe_router_group_topk go together (set both, or neither)",
+            )
+        experts = self.num_experts
+        if experts % groups:
+            raise bad("moe_router_num_groups", f"{groups} must divide num_moe_experts={experts}")
+        if pick > groups:
+            raise bad("moe_router_group_topk", f"{pick} exceeds moe_router_num_groups={groups}")
+        if self.moe_router_topk > pick * (experts // groups):
+            raise bad(
+                "moe_router_topk",
+                f"{self.moe_router_topk} exceeds the {pick} x {experts // groups} experts "
+                "that group-limited routing leaves",
             )
 
     # ---- parameter counts ----------------------------------------------------------------

@@ -248,8 +248,9 @@ register(
 )
 
 # ---- DeepSeek / Kimi (MLA + fine-grained MoE with shared experts) -------------------------
-# deepseek-ai/DeepSeek-V2 config.json (160 routed + 2 shared experts of 1536, top-6, first layer
-# dense with FFN 12288, MLA q_lora 1536 / kv_lora 512 / rope 64); paper: 236B total, 21B active.
+# deepseek-ai/DeepSeek-V2 config.json (160 routed + 2 shared experts of 1536, top-6 from at most
+# 3 of 8 expert groups, first layer dense with FFN 12288, MLA q_lora 1536 / kv_lora 512 / rope
+# 64); paper: 236B total, 21B active.
 register(
     _nodrop(
         name="deepseek-v2",
@@ -265,6 +266,8 @@ register(
         max_position_embeddings=163840,
         num_moe_experts=160,
         moe_router_topk=6,
+        moe_router_num_groups=8,
+        moe_router_group_topk=3,
         moe_ffn_hidden_size=1536,
         moe_shared_expert_intermediate_size=2 * 1536,
         moe_first_dense_layers=1,
@@ -277,7 +280,8 @@ register(
         source="deepseek-ai/DeepSeek-V2 config.json; DeepSeek-V2 paper: 236B/21B",
     )
 )
-# deepseek-ai/DeepSeek-V3 config.json (256 routed + 1 shared of 2048, top-8, first 3 layers
+# deepseek-ai/DeepSeek-V3 config.json (256 routed + 1 shared of 2048, top-8 from at most 4 of 8
+# expert groups (n_group / topk_group: node-limited routing, V3 report 2.1.2), first 3 layers
 # dense with FFN 18432, 1 MTP module); V3 report: 671B total (+14B MTP), 37B active.
 register(
     _nodrop(
@@ -294,6 +298,8 @@ register(
         max_position_embeddings=163840,
         num_moe_experts=256,
         moe_router_topk=8,
+        moe_router_num_groups=8,
+        moe_router_group_topk=4,
         moe_ffn_hidden_size=2048,
         moe_shared_expert_intermediate_size=2048,
         moe_first_dense_layers=3,
