@@ -34,6 +34,27 @@ def test_causal_attention_counted_half():
     assert flops.attention_core_flops_per_token(m, 2048, causal=False) == 2 * 4_194_304
 
 
+def test_sliding_window_caps_the_keys():
+    # window 128 over 4096 causal positions: the first 128 queries see 1..128 keys, the rest
+    # 128: mean = 128 - 128^2 / (2 * 4096) = 126 (dropping the +-1/2 terms, as s/2 does)
+    assert flops.causal_keys(4096, 128) == 126
+    assert flops.causal_keys(4096, None) == flops.causal_keys(4096, 8192) == 2048
+    # alternating windowed / full layers (GPT-OSS style, Megatron's window_attn_skip_freq=2:
+    # 1-based layer numbers divisible by 2 are full): layer 0 windowed, layer 1 full
+    m = gpt(L=4, sliding_window=128, window_attn_skip_freq=2)
+    assert [m.is_window_layer(i) for i in range(4)] == [True, False, True, False]
+    assert m.num_window_layers == 2
+    full = flops.attention_core_flops_per_token(m, 4096)  # 2 * 16 * 128 * 2048
+    win = 2.0 * 16 * 128 * 126
+    assert full == 2 * 16 * 128 * 2048
+    assert flops.layer_attention_core_flops_per_token(m, 0, 4096) == win
+    assert flops.mean_attention_core_flops_per_token(m, 4096) == (full + win) / 2
+    # selective recompute repeats each layer's own attention core
+    assert flops.recompute_flops_per_token(m, 4096, "selective") == 2 * full + 2 * win
+    # no skip frequency: every layer is windowed
+    assert gpt(L=3, sliding_window=64).num_window_layers == 3
+
+
 def test_model_flops_is_three_forward_and_matches_megatron_formula():
     m = gpt(h=1024, a=16, L=2, V=1000)
     s = 2048

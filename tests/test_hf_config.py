@@ -35,6 +35,8 @@ SHAPE_FIELDS = (
     "moe_router_topk",
     "moe_router_num_groups",
     "moe_router_group_topk",
+    "sliding_window",
+    "window_attn_skip_freq",
     "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size",
     "moe_first_dense_layers",
@@ -82,6 +84,21 @@ def test_details_of_moe_and_mla_fields():
     oss = ps.ModelSpec.from_hf_config(DATA / "gpt-oss-120b.json")
     assert oss.add_bias_linear and oss.moe_ffn_hidden_size == 2880 and oss.moe_router_topk == 4
     assert ps.ModelSpec.from_hf_config(DATA / "qwen3-8b.json").qk_layernorm
+    # GPT-OSS: 128-token window on the layers layer_types marks "sliding_attention", which
+    # alternate starting with the first (full attention on every 2nd layer)
+    assert (oss.sliding_window, oss.window_attn_skip_freq, oss.num_window_layers) == (128, 2, 18)
+    # Qwen3 has a sliding_window field with use_sliding_window false: no window
+    assert ps.ModelSpec.from_hf_config(DATA / "qwen3-8b.json").sliding_window is None
+
+
+def test_irregular_layer_types_named():
+    d = json.loads((DATA / "gpt-oss-120b.json").read_text())
+    d["layer_types"][4] = "full_attention"  # breaks the every-2nd-layer pattern
+    with pytest.raises(SpecError, match="layer_types"):
+        ps.ModelSpec.from_hf_config(d)
+    d["layer_types"] = d["layer_types"][:3]
+    with pytest.raises(SpecError, match="layer_types"):
+        ps.ModelSpec.from_hf_config(d)
 
 
 def test_folder_dict_and_name(tmp_path):

@@ -13,6 +13,8 @@ are ``3 x forward`` (forward, backward-data, backward-weight), where the forward
   (logits) layer, and the multi-token-prediction layers when the model has them;
 * the attention core ``Q K^T`` and ``A V`` with **causal masking counted as half**
   (FlashAttention skips the masked blocks): ``2 * 2 * heads * head_dim * s / 2`` per token;
+  a sliding-window layer (window ``w < s``) attends ``w - w^2 / (2 s)`` keys per query on
+  average instead of ``s / 2``;
 * nothing for the input embedding (a look-up), norms, activations or softmax.
 
 This is "6 x active parameters x tokens + attention", the convention of Megatron-LM's
@@ -130,22 +132,46 @@ def logits_matrix(model: ModelSpec) -> Matrix:
     return Matrix("logits", model.hidden_size, model.vocab_size, "logits", "col")
 
 
-def attention_core_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = True) -> float:
-    """Forward FLOPs of ``Q K^T`` and ``A V`` per token; causal masking counts as half."""
+def causal_keys(seq_len: float, window: int | None = None) -> float:
+    """Keys a query attends on average under a causal mask: ``s / 2``, or with a sliding
+    window ``w < s``: ``w - w^2 / (2 s)`` (the first ``w`` queries see fewer)."""
+    if window and window < seq_len:
+        return window - window * window / (2.0 * seq_len)
+    return seq_len / 2.0
+
+
+def attention_core_flops_per_token(
+    model: ModelSpec, seq_len: int, causal: bool = True, window: int | None = None
+) -> float:
+    """Forward FLOPs of ``Q K^T`` and ``A V`` per token; causal masking counts as half, a
+    sliding ``window`` (keys per query) caps the keys (:func:`causal_keys`)."""
     a = model.num_attention_heads
     if model.multi_latent_attention:
         d_qk = model.qk_head_dim + model.qk_pos_emb_head_dim
         d_v = model.v_head_dim
     else:
         d_qk = d_v = model.head_dim
-    keys = seq_len / 2 if causal else seq_len
+    keys = causal_keys(seq_len, window) if causal else min(seq_len, window or seq_len)
     return 2.0 * a * (d_qk + d_v) * keys
+
+
+def layer_attention_core_flops_per_token(model: ModelSpec, index: int, seq_len: int) -> float:
+    """:func:`attention_core_flops_per_token` of layer ``index`` (windowed or full)."""
+    window = model.sliding_window if model.is_window_layer(index) else None
+    return attention_core_flops_per_token(model, seq_len, window=window)
+
+
+def mean_attention_core_flops_per_token(model: ModelSpec, seq_len: int) -> float:
+    """The attention core's forward FLOPs per token averaged over the layers (what one
+    "typical" layer costs when windowed and full layers alternate)."""
+    n = model.num_layers
+    return sum(layer_attention_core_flops_per_token(model, i, seq_len) for i in range(n)) / n
 
 
 def layer_forward_flops_per_token(model: ModelSpec, index: int, seq_len: int) -> float:
     """Forward FLOPs per token of one transformer layer (matrices + attention core)."""
     mats = sum(m.flops_per_token for m in layer_matrices(model, index))
-    return mats + attention_core_flops_per_token(model, seq_len)
+    return mats + layer_attention_core_flops_per_token(model, index, seq_len)
 
 
 def mtp_forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
@@ -197,7 +223,9 @@ def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) ->
     if mode in ("none", "off", "false", ""):
         return 0.0
     if mode == "selective":
-        return model.num_layers * attention_core_flops_per_token(model, seq_len)
+        return sum(
+            layer_attention_core_flops_per_token(model, i, seq_len) for i in range(model.num_layers)
+        )
     if mode == "full":
         return sum(
             layer_forward_flops_per_token(model, i, seq_len) for i in range(model.num_layers)

@@ -38,10 +38,10 @@ from .efficiency import KernelProfile, attention_time, gemm_time, host_op_time, 
 from .efficiency import profile as kernel_profile
 from .flops import (
     Matrix,
-    attention_core_flops_per_token,
     attention_matrices,
     is_moe_layer,
     logits_matrix,
+    mean_attention_core_flops_per_token,
     mlp_matrices,
     model_flops_per_token,
 )
@@ -545,7 +545,7 @@ def _layer_cost(
     norms = 2 * h + (2 * model.head_dim if getattr(model, "qk_layernorm", False) else 0)
     dense_p += norms
     # attention core: heads split by TP, keys halved by the causal mask
-    core = attention_core_flops_per_token(model, seq_len) * tokens / tp
+    core = mean_attention_core_flops_per_token(model, seq_len) * tokens / tp
     if flash_attention:
         a_fwd = attention_time(accel, core, prof)
         a_bwd = attention_time(accel, ATTN_BWD_RATIO * core, prof)

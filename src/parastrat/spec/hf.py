@@ -28,6 +28,8 @@ size``
 ``num_nextn_predict_layers``    ``mtp_num_layers``
 ``n_group`` / ``topk_group``    ``moe_router_num_groups`` / ``moe_router_group_topk``
                                 (when ``n_group`` > 1)
+``sliding_window``,             ``sliding_window``, ``window_attn_skip_freq``
+``layer_types``                 (the period of full-attention layers)
 ==============================  ==========================================
 """
 
@@ -145,6 +147,7 @@ def spec_from_hf_config(
         make_vocab_size_divisible_by=128,
         source=f"Hugging Face config {where}",
     )
+    fields.update(_sliding_window(cfg, layers, where, whole))
     bias = bool(opt("attention_bias", default=False))
     fields["add_qkv_bias"] = bias or model_type in _QKV_BIAS
     # GPT-OSS also puts biases on the output projection and the experts.
@@ -223,6 +226,34 @@ def spec_from_hf_config(
         return ModelSpec(**fields)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
+
+
+def _sliding_window(cfg: Mapping[str, Any], layers: int, where: str, whole: Any) -> dict:
+    """``sliding_window`` / ``window_attn_skip_freq`` from a config: a window applies when
+    ``sliding_window`` is set and ``use_sliding_window`` is not False; ``layer_types``
+    (GPT-OSS, Gemma 3) says which layers use it and must repeat with one full-attention layer
+    every n-th layer (Megatron's ``window_attn_skip_freq``)."""
+    window = cfg.get("sliding_window")
+    if window is None or cfg.get("use_sliding_window") is False:
+        return {}
+    window = whole("sliding_window", window)
+    types = cfg.get("layer_types")
+    if not types:
+        return {"sliding_window": window}
+    if not isinstance(types, list) or len(types) != layers:
+        raise SpecError(f"{where}: field 'layer_types' must list one entry per layer ({layers})")
+    windowed = [t == "sliding_attention" for t in types]
+    if not any(windowed):
+        return {}
+    if all(windowed):
+        return {"sliding_window": window}
+    freq = windowed.index(False) + 1
+    if any(w != ((i + 1) % freq != 0) for i, w in enumerate(windowed)):
+        raise SpecError(
+            f"{where}: field 'layer_types' is not one full-attention layer every n-th layer; "
+            "build the ModelSpec by hand with sliding_window and window_attn_skip_freq"
+        )
+    return {"sliding_window": window, "window_attn_skip_freq": freq}
 
 
 def _default_name(raw: Mapping[str, Any], where: str, model_type: str) -> str:

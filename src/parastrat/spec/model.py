@@ -56,6 +56,12 @@ class ModelSpec:
     attention_dropout: float = 0.1
     #: "layernorm" (weight + bias) or "rmsnorm" (weight only).
     normalization: str = "layernorm"
+    #: Sliding-window attention: the keys a query sees, itself included (HF ``sliding_window``;
+    #: Megatron's ``window_size = (sliding_window - 1, 0)``).  None: full attention.
+    sliding_window: int | None = None
+    #: With a window, every n-th layer (1-based) keeps full attention (Megatron's
+    #: ``window_attn_skip_freq``; GPT-OSS: 2, alternating).  None: every layer is windowed.
+    window_attn_skip_freq: int | None = None
     # --- mixture of experts -------------------------------------------------------------
     #: Routed experts per MoE layer; None (or 0) for a dense model.
     num_moe_experts: int | None = None
@@ -109,6 +115,20 @@ class ModelSpec:
         """Routed experts per MoE layer (0 for a dense model)."""
         return self.num_moe_experts or 0
 
+    def is_window_layer(self, index: int) -> bool:
+        """True when layer ``index`` (0-based) uses sliding-window attention (Megatron's
+        ``is_layer_window_attention`` rule: 1-based layer numbers divisible by
+        ``window_attn_skip_freq`` keep full attention)."""
+        if not self.sliding_window:
+            return False
+        freq = self.window_attn_skip_freq
+        return not freq or (index + 1) % freq != 0
+
+    @property
+    def num_window_layers(self) -> int:
+        """How many layers use sliding-window attention."""
+        return sum(1 for i in range(self.num_layers) if self.is_window_layer(i))
+
     @property
     def num_moe_layers(self) -> int:
         """How many of the layers carry routed experts."""
@@ -148,6 +168,8 @@ class ModelSpec:
             "q_lora_rank",
             "moe_router_num_groups",
             "moe_router_group_topk",
+            "sliding_window",
+            "window_attn_skip_freq",
         ):
             v = getattr(self, f)
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):

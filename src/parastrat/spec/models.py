@@ -379,7 +379,8 @@ register(
 
 # ---- GPT-OSS -------------------------------------------------------------------------------
 # openai/gpt-oss-120b config.json (36 layers, 2880 hidden, 64 heads x 64, 8 KV heads, 128 experts
-# of 2880, top-4, biases on attention and experts, attention sinks); model card: 116.8B total,
+# of 2880, top-4, biases on attention and experts, attention sinks, a 128-token sliding window
+# on every other layer, `layer_types`); model card: 116.8B total,
 # 5.1B active (OpenAI's active count leaves out the input embedding, 0.58B).
 register(
     _nodrop(
@@ -398,6 +399,8 @@ register(
         max_position_embeddings=131072,
         add_bias_linear=True,
         add_qkv_bias=True,
+        sliding_window=128,
+        window_attn_skip_freq=2,
         num_moe_experts=128,
         moe_router_topk=4,
         moe_ffn_hidden_size=2880,
