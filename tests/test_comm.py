@@ -79,7 +79,6 @@ def test_dedup_scale_hand_checked():
     for i in range(8):
         miss *= (112 - i) / (128 - i)
     assert comm.dedup_scale(128, 8, 8) == pytest.approx(8 * (1 - miss) / 8)
-    assert comm.flex_remote_scale(128, 8, 8) == comm.dedup_scale(128, 8, 8)
 
 
 def test_group_limited_routing_hand_checked():
@@ -97,7 +96,7 @@ def test_group_limited_routing_hand_checked():
 
     limited = 4 * (1 - comb(96, 8) / comb(128, 8))
     assert comm.expected_groups_hit(256, 8, 8, 8, 4) == pytest.approx(limited)
-    assert comm.flex_remote_scale(256, 8, 8, 8, 4) == pytest.approx(limited / 8)
+    assert comm.dedup_scale(256, 8, 8, 8, 4) == pytest.approx(limited / 8)
     assert limited < comm.expected_groups_hit(256, 8, 8)
 
 

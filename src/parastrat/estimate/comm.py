@@ -55,7 +55,7 @@ class Collective:
     count: float = 1.0
     #: all-to-all only: bytes that cross the scale-out link, relative to one copy per remote
     #: peer (< 1 when a dispatcher sends a token once per destination domain, see
-    #: :func:`flex_remote_scale`)
+    #: :func:`dedup_scale`)
     remote_scale: float = 1.0
     #: all-to-all only: bytes between ranks of one scale-up domain, relative to one copy per
     #: routed expert (< 1 when a dispatcher sends a token once per destination rank)
@@ -268,30 +268,16 @@ def dedup_scale(
 ) -> float:
     """Bytes of a once-per-group dispatch relative to once-per-expert (``groups`` equal blocks
     of experts): :func:`expected_groups_hit` over ``topk``.  By symmetry the same ratio holds
-    for the copies that go to other groups."""
+    for the copies that go to other groups.
+
+    With ranks as the groups it is the NVLink saving of DeepEP/HybridEP's once-per-rank
+    dispatch; with scale-up domains, the NIC saving of their once-per-node RDMA copy
+    (DeepSeek-V3 report, section 3.2.2), lower still under node-limited routing.
+    """
     if groups <= 1 or num_experts < groups or topk < 1:
         return 1.0
     hit = expected_groups_hit(num_experts, topk, groups, routing_groups, group_topk)
     return min(1.0, hit / topk)
-
-
-def flex_remote_scale(
-    num_experts: int,
-    topk: int,
-    domains: int,
-    routing_groups: int | None = None,
-    group_topk: int | None = None,
-) -> float:
-    """Scale-out bytes of a once-per-domain dispatch relative to once-per-expert.
-
-    With ``num_experts`` spread evenly over ``domains`` scale-up domains and uniform routing,
-    a token's ``topk`` experts touch on average ``(D - 1)(1 - C(E - E/D, k) / C(E, k))``
-    remote domains, against ``k (D - 1) / D`` remote experts (DeepEP's normal kernels send
-    one RDMA copy per node, then forward over NVLink; DeepSeek-V3 report, section 3.2.2).
-    Group-limited routing lowers it further when the routing groups line up with the domains
-    (DeepSeek-V3's node-limited routing: at most 4 nodes per token).
-    """
-    return dedup_scale(num_experts, topk, domains, routing_groups, group_topk)
 
 
 def ep_layer(
@@ -318,7 +304,7 @@ def ep_layer(
         local = dedup_scale(E, k, strategy.ep, *limit)
         if scale_up_domain:
             per_domain = max(1, min(strategy.ep, scale_up_domain // max(strides["ep"], 1)))
-            remote = flex_remote_scale(E, k, -(-strategy.ep // per_domain), *limit)
+            remote = dedup_scale(E, k, -(-strategy.ep // per_domain), *limit)
     return [
         Collective(
             "ep",
