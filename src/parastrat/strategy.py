@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 from math import gcd
 from typing import Any
 
@@ -49,8 +50,10 @@ def fmt_set(values: list[int], limit: int = 8) -> str:
     return "{" + ", ".join(map(str, values)) + "}"
 
 
+@lru_cache(maxsize=256)
 def order_kind(order: str) -> str:
-    """ "training" for a Megatron-style order, "inference" for an xDiT-style one."""
+    """ "training" for a Megatron-style order, "inference" for an xDiT-style one (memoised: the
+    planner asks for every candidate)."""
     names = set(order.split("-"))
     return "inference" if names & {"sp", "cfg"} else "training"
 

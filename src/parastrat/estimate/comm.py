@@ -26,6 +26,7 @@ tokens of one micro-batch on a CP rank and ``B`` bytes per activation element (B
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING
 
 from ..spec.model import ModelSpec
@@ -121,10 +122,21 @@ def total_time(items: list[Collective], cluster: Cluster) -> float:
 # fastest; the dense grid has ep = 1, the expert grid reads tp as etp, cp as 1, dp as edp).
 # ---------------------------------------------------------------------------------------------
 def group_strides(strategy: Strategy, dp: int, edp: int) -> dict[str, int]:
-    """Rank stride of every group kind for a training ``strategy`` (dense and expert grid)."""
-    names = strategy.order.split("-")
-    dense = {"tp": strategy.tp, "cp": strategy.cp, "ep": 1, "dp": dp, "pp": strategy.pp}
-    expert = {"tp": strategy.etp, "cp": 1, "ep": strategy.ep, "dp": edp, "pp": strategy.pp}
+    """Rank stride of every group kind for a training ``strategy`` (dense and expert grid).
+
+    A fresh dict of :func:`_group_strides` (memoised on the degrees: the planner asks for
+    thousands of candidates that share a few grids)."""
+    s = strategy
+    return dict(_group_strides(s.order, s.tp, s.cp, s.ep, s.etp, s.pp, s.ulysses, dp, edp))
+
+
+@lru_cache(maxsize=4096)
+def _group_strides(
+    order: str, tp: int, cp: int, ep: int, etp: int, pp: int, ulysses: int, dp: int, edp: int
+) -> tuple[tuple[str, int], ...]:
+    names = order.split("-")
+    dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
+    expert = {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": pp}
 
     def stride(sizes: dict[str, int], name: str) -> int:
         out = 1
@@ -139,10 +151,10 @@ def group_strides(strategy: Strategy, dp: int, edp: int) -> dict[str, int]:
     out["ep"] = stride(expert, "ep")
     out["edp"] = stride(expert, "dp")
     # dp-cp (the gradient group of dense parameters): the lower of the two strides
-    out["dp-cp"] = min(out["cp"], out["dp"]) if strategy.cp > 1 else out["dp"]
+    out["dp-cp"] = min(out["cp"], out["dp"]) if cp > 1 else out["dp"]
     out["ulysses"] = out["cp"]
-    out["ring"] = out["cp"] * strategy.ulysses
-    return out
+    out["ring"] = out["cp"] * ulysses
+    return tuple(out.items())
 
 
 # ---------------------------------------------------------------------------------------------

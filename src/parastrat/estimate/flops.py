@@ -164,6 +164,8 @@ def layer_attention_core_flops_per_token(model: ModelSpec, index: int, seq_len: 
 def mean_attention_core_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """The attention core's forward FLOPs per token averaged over the layers (what one
     "typical" layer costs when windowed and full layers alternate)."""
+    if not model.sliding_window:
+        return attention_core_flops_per_token(model, seq_len)
     n = model.num_layers
     return sum(layer_attention_core_flops_per_token(model, i, seq_len) for i in range(n)) / n
 
