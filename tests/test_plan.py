@@ -269,9 +269,18 @@ def test_why_names_ties(result):
     otherwise it says by how much it is faster."""
     from parastrat.planner.search import RANK_TIE
 
-    for c, nxt in zip(result.candidates, result.candidates[1:]):
+    from parastrat.planner.search import model_parallel_sizes
+
+    for c, nxt in zip(result.ranked, result.ranked[1:]):
         gain = nxt.step.step_time_s / c.step.step_time_s - 1
         assert ("tied with" in c.why) == (abs(gain) < RANK_TIE)
+        # the reason given is true of the pair
+        if "less model parallelism" in c.why:
+            assert model_parallel_sizes(c) < model_parallel_sizes(nxt)
+        if "for lower peak memory" in c.why:
+            assert c.memory.peak_bytes < nxt.memory.peak_bytes
+        if "for shorter step" in c.why:
+            assert gain >= 0
 
 
 def test_top_k_bounds_candidates():

@@ -97,10 +97,13 @@ def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
                 theirs = nxt.step.exposed_comm_s / nxt.step.step_time_s
                 mp, nmp = model_parallel_sizes(c), model_parallel_sizes(nxt)
                 if mp < nmp:
-                    reason = (
-                        f"less model parallelism (TPxCPxPP {mp[0]} vs {nmp[0]}, EPxETP "
-                        f"{mp[1]} vs {nmp[1]}: more devices on data parallelism)"
+                    which = (
+                        f"TPxCPxPP {mp[0]} vs {nmp[0]}"
+                        if mp[0] != nmp[0]
+                        else f"EPxETP {mp[1]} vs {nmp[1]}"
                     )
+                    reason = f"less model parallelism ({which}: more devices on data parallelism)"
+
                 elif mp == nmp and exposure_class(c) < exposure_class(nxt):
                     reason = f"less exposed communication ({mine:.1%} vs {theirs:.1%} of the step)"
                 elif mp == nmp and c.memory.peak_bytes < nxt.memory.peak_bytes:
