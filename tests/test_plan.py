@@ -267,9 +267,7 @@ def test_cli_plan_moe_switches(capsys):
 def test_why_names_ties(result):
     """A candidate within RANK_TIE of the next says it is a tie and why it ranks first;
     otherwise it says by how much it is faster."""
-    from parastrat.planner.search import RANK_TIE
-
-    from parastrat.planner.search import model_parallel_sizes
+    from parastrat.planner.search import RANK_TIE, model_parallel_sizes
 
     for c, nxt in zip(result.ranked, result.ranked[1:]):
         gain = nxt.step.step_time_s / c.step.step_time_s - 1
