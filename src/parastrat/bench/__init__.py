@@ -7,7 +7,9 @@ each result, and returns :class:`Row` s with nccl-tests' bandwidth definitions;
 ``run_strategy(strategy, ...)`` (``run_strategy_local`` on spawned ranks) times each
 collective on the group of the strategy that uses it; ``plot(rows, "busbw.png")`` draws busbw
 against message size;
-``fit(rows)`` turns measurements into the calibration ``Cluster.calibrate`` accepts.
+``fit(rows)`` turns measurements into the calibration ``Cluster.calibrate`` accepts;
+``measure_gemm`` / ``measure_copy`` time a large GEMM and an HBM copy on one device and
+``kernel_calibration`` turns them into that calibration's ``kernels`` section.
 
 Importing this package imports neither torch nor matplotlib; running and plotting do.
 """
@@ -15,6 +17,7 @@ Importing this package imports neither torch nor matplotlib; running and plottin
 from __future__ import annotations
 
 from .calibrate import fit, load, save
+from .kernels import kernel_calibration, measure_copy, measure_gemm
 from .plot import plot_busbw as plot
 from .rows import (
     OPS,
@@ -35,8 +38,11 @@ __all__ = [
     "Row",
     "fit",
     "format_bytes",
+    "kernel_calibration",
     "load",
     "load_rows",
+    "measure_copy",
+    "measure_gemm",
     "measurements",
     "parse_sizes",
     "plot",

@@ -5,6 +5,8 @@ a torchrun environment is given); under torchrun (WORLD_SIZE set, no --world) ev
 rank runs the sweep on the device's backend and rank 0 prints.  Strategy flags (or --model)
 switch to a strategy-aware run: each collective on the group of the strategy that uses it.
 ``--load FILE`` re-reads rows written earlier, to print, plot or fit them without running.
+``--kernels --accelerator NAME`` measures GEMM rates and HBM copy bandwidth on this process's
+device instead, as fractions of the preset's peaks (the ``kernels`` section of a calibration).
 """
 
 from __future__ import annotations
@@ -91,6 +93,31 @@ def register(subparsers: Any) -> None:
         default=600.0,
         help="seconds before local ranks are killed (default 600)",
     )
+    k = p.add_argument_group(
+        "kernel rates (instead of collectives): GEMM FLOP/s per precision and HBM copy "
+        "bandwidth on this process's device, as fractions of an accelerator preset"
+    )
+    k.add_argument(
+        "--kernels",
+        action="store_true",
+        help="measure kernel rates; with --fit FILE.json add them to that calibration",
+    )
+    k.add_argument(
+        "--accelerator",
+        default=None,
+        help="the preset whose peaks the rates are divided by (required with --kernels)",
+    )
+    k.add_argument(
+        "--precisions",
+        default="bf16",
+        help="GEMM precisions to measure, comma-separated: bf16, fp8 (default bf16)",
+    )
+    k.add_argument(
+        "--gemm-size",
+        type=positive_int,
+        default=None,
+        help="GEMM size M = N = K (default 8192)",
+    )
     g = p.add_argument_group("strategy-aware run")
     g.add_argument("--model", default=None, help="model preset: message sizes from its shape")
     g.add_argument(
@@ -112,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
     from ..bench import fit, load_rows, plot, rows_to_csv, rows_to_json, save
     from ..errors import UsageError
 
+    if args.kernels:
+        return _run_kernels(args)
     if args.load:
         rows = load_rows(args.load)
     else:
@@ -143,6 +172,72 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write(rows_to_csv(rows))
     else:
         _print_table(rows)
+    return 0
+
+
+def _run_kernels(args: argparse.Namespace) -> int:
+    """``parastrat bench --kernels``: measure GEMM rates and copy bandwidth on this device,
+    print them against the preset's peaks, and merge them into ``--fit FILE`` if given."""
+    import json
+
+    from rich.table import Table
+
+    from ..bench import format_bytes, save
+    from ..bench.kernels import (
+        COPY_BYTES,
+        GEMM_SIZE,
+        kernel_calibration,
+        measure_copy,
+        measure_gemm,
+    )
+    from ..errors import UsageError
+    from ..spec.hardware import get as get_accelerator
+
+    if not args.accelerator:
+        raise UsageError("--kernels needs --accelerator NAME (the preset whose peaks to divide by)")
+    accel = get_accelerator(args.accelerator)
+    size = args.gemm_size or GEMM_SIZE
+    iters, warmup = args.iters, max(args.warmup, 0)
+    gemm = {
+        p.strip(): measure_gemm(p.strip(), size=size, iters=iters, warmup=warmup)
+        for p in args.precisions.split(",")
+        if p.strip()
+    }
+    copy_bytes = min(COPY_BYTES, max(2, 2 * size * size * 2))
+    copy = measure_copy(nbytes=copy_bytes, iters=iters, warmup=warmup)
+    cal = kernel_calibration(accel.name, gemm, copy)
+    table = Table(title=f"kernel rates against {accel.name}'s peaks")
+    for col in ("kernel", "measured", "peak", "fraction"):
+        table.add_column(col, justify="right" if col != "kernel" else "left")
+    for p, flops in gemm.items():
+        peak = accel.peak(p)
+        table.add_row(
+            f"GEMM {size}^3 {p}",
+            f"{flops / 1e12:.1f} TFLOP/s",
+            f"{peak / 1e12:.0f} TFLOP/s",
+            f"{flops / peak:.3f}",
+        )
+    table.add_row(
+        f"copy {format_bytes(copy_bytes)}",
+        f"{copy / 1e9:.0f} GB/s",
+        f"{accel.mem_bandwidth_Bps / 1e9:.0f} GB/s",
+        f"{copy / accel.mem_bandwidth_Bps:.3f}",
+    )
+    console.print(table)
+    if args.format == "json":
+        print_json(cal)
+    if args.fit:
+        path = Path(args.fit)
+        merged: dict[str, Any] = {}
+        if path.exists():
+            try:
+                merged = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, json.JSONDecodeError) as exc:
+                raise UsageError(f"cannot read {path} to add the kernel rates: {exc}") from None
+        merged["kernels"] = cal["kernels"]
+        merged["source"] = "; ".join(x for x in (merged.get("source"), cal["source"]) if x)
+        save(merged, path)
+        err_console.print(f"wrote the kernel constants to {path}")
     return 0
 
 

@@ -30,7 +30,7 @@ fall back to ``DEFAULT`` (H100-like fractions, which are typical of modern tenso
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil
 
 from ..spec.hardware import Accelerator, canonical_precision
@@ -193,8 +193,24 @@ def _peak(accel: Accelerator, key: str) -> float:
 
 
 def profile(accel: Accelerator) -> KernelProfile:
-    """The kernel profile of ``accel`` (by preset name; H100-like fractions otherwise)."""
-    return PROFILES.get(accel.name, DEFAULT)
+    """The kernel profile of ``accel`` (by preset name; H100-like fractions otherwise), with
+    the measured constants of ``accel.kernels`` (a calibration's ``kernels`` section) in place
+    of the defaults."""
+    base = PROFILES.get(accel.name, DEFAULT)
+    kern = accel.kernels
+    if not kern:
+        return base
+    hit = accel.__dict__.get("_kernel_profile")
+    if hit is None:
+        hit = replace(
+            base,
+            gemm_eff={**base.gemm_eff, **kern.get("gemm_eff", {})},
+            attn_eff=kern.get("attn_eff", base.attn_eff),
+            mem_eff=kern.get("mem_eff", base.mem_eff),
+            source=f"{base.source}; measured: {', '.join(sorted(kern))}",
+        )
+        accel.__dict__["_kernel_profile"] = hit  # frozen dataclass: cache on the instance
+    return hit
 
 
 def shape_factor(prof: KernelProfile, m: float, n: float, k: float, groups: int = 1) -> float:
@@ -265,5 +281,7 @@ def memory_time(accel: Accelerator, nbytes: float, prof: KernelProfile | None = 
 
 
 def host_op_time(accel: Accelerator) -> float:
-    """Host seconds to issue one eager operation on ``accel``'s system (:data:`HOST_OP_S`)."""
-    return HOST_OP_S[HOST_CPU.get(accel.name, "x86")]
+    """Host seconds to issue one eager operation on ``accel``'s system: the measured
+    ``host_op_s`` of ``accel.kernels`` when calibrated, else :data:`HOST_OP_S` by host CPU."""
+    measured = accel.kernels.get("host_op_s") if accel.kernels else None
+    return float(measured) if measured else HOST_OP_S[HOST_CPU.get(accel.name, "x86")]

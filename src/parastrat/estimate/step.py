@@ -452,7 +452,16 @@ def _accel_key(accel: Accelerator) -> tuple:
     """A hashable identity of an accelerator (its dict of peaks makes it unhashable)."""
     key = accel.__dict__.get("_step_key")
     if key is None:
-        key = (accel.name, accel.mem_bandwidth_Bps, tuple(sorted(accel.peak_flops.items())))
+        kern = tuple(
+            (k, tuple(sorted(v.items())) if isinstance(v, dict) else v)
+            for k, v in sorted(accel.kernels.items())
+        )
+        key = (
+            accel.name,
+            accel.mem_bandwidth_Bps,
+            tuple(sorted(accel.peak_flops.items())),
+            kern,
+        )
         accel.__dict__["_step_key"] = key  # frozen dataclass: cache on the instance
     return key
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import SpecError
-from .hardware import Accelerator
+from .hardware import Accelerator, canonical_precision
 from .hardware import get as get_accelerator
 
 #: Collectives the cost model knows.  "ring" is one hop of a ring exchange (each rank sends S
@@ -77,16 +77,26 @@ def latency_steps(op: str, n: int) -> int:
 
 @dataclass(frozen=True)
 class Calibration:
-    """Measured ``(alpha_s, busbw_Bps)`` per collective and link class.
+    """Measured ``(alpha_s, busbw_Bps)`` per collective and link class, and optionally
+    measured kernel constants of the device.
 
-    JSON form (what ``parastrat.bench.fit`` writes)::
+    JSON form (what ``parastrat.bench.fit`` and ``parastrat.bench.kernel_calibration``
+    write; either section may be absent)::
 
         {"ops": {"all_reduce": {"intra": {"alpha_s": 4e-6, "busbw_Bps": 3.6e11}, ...}, ...},
+         "kernels": {"gemm_eff": {"bf16": 0.71, "fp8": 0.63}, "attn_eff": 0.5,
+                     "mem_eff": 0.85, "host_op_s": 1.2e-5},
          "source": "bench on 2 x DGX H100, 2026-01-01"}
+
+    ``kernels`` (:data:`KERNEL_KEYS`) replace the step model's per-device defaults
+    (``parastrat.estimate.efficiency``): the fraction of the dense peak a large GEMM
+    sustains per precision, fused attention's fraction of the BF16 peak, the fraction of HBM
+    bandwidth element-wise kernels reach, and the host seconds per eager operation.
     """
 
     ops: Mapping[str, Mapping[str, tuple[float, float]]]
     source: str = ""
+    kernels: Mapping[str, Any] = field(default_factory=dict)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | Calibration) -> Calibration:
@@ -120,7 +130,8 @@ class Calibration:
                         f"busbw_Bps > 0, got {alpha}, {bw}"
                     )
                 ops.setdefault(op, {})[span] = (alpha, bw)
-        return cls(ops=ops, source=str(data.get("source", "")))
+        kernels = _kernel_constants(data.get("kernels") or {})
+        return cls(ops=ops, source=str(data.get("source", "")), kernels=kernels)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form shown above, which :meth:`from_dict` and :func:`load_calibration` read
@@ -130,8 +141,53 @@ class Calibration:
                 op: {span: {"alpha_s": a, "busbw_Bps": b} for span, (a, b) in spans.items()}
                 for op, spans in self.ops.items()
             },
+            **({"kernels": dict(self.kernels)} if self.kernels else {}),
             "source": self.source,
         }
+
+
+#: Kernel constants a calibration may set, with what each is and its allowed range.
+KERNEL_KEYS = {
+    "gemm_eff": "fraction of the dense peak a large GEMM sustains, per precision: (0, 1]",
+    "attn_eff": "fused attention's fraction of the BF16 peak, forward + backward: (0, 1]",
+    "mem_eff": "fraction of HBM bandwidth element-wise kernels reach: (0, 1]",
+    "host_op_s": "host seconds per eager operation (dispatch + launch): (0, 0.01]",
+}
+
+
+def _kernel_constants(data: Any) -> dict[str, Any]:
+    """Validate a calibration's ``kernels`` section (:data:`KERNEL_KEYS`); SpecError names
+    the bad entry and the allowed range."""
+    if not isinstance(data, Mapping):
+        raise SpecError("calibration kernels must be a mapping of " + ", ".join(KERNEL_KEYS))
+    out: dict[str, Any] = {}
+
+    def fraction(where: str, value: Any, top: float = 1.0) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= top:
+            raise SpecError(f"calibration {where} must be a number in (0, {top:g}], got {value!r}")
+        return float(value)
+
+    for key, value in data.items():
+        if key not in KERNEL_KEYS:
+            raise SpecError(
+                f"calibration kernels.{key} is not a kernel constant; use one of "
+                + ", ".join(KERNEL_KEYS)
+            )
+        if key == "gemm_eff":
+            if not isinstance(value, Mapping) or not value:
+                raise SpecError(
+                    "calibration kernels.gemm_eff must map precisions to fractions, "
+                    'e.g. {"bf16": 0.7}'
+                )
+            out[key] = {
+                canonical_precision(p): fraction(f"kernels.gemm_eff.{p}", v)
+                for p, v in value.items()
+            }
+        elif key == "host_op_s":
+            out[key] = fraction("kernels.host_op_s", value, 0.01)
+        else:
+            out[key] = fraction(f"kernels.{key}", value)
+    return out
 
 
 def load_calibration(path: str | Path) -> Calibration:
@@ -198,6 +254,9 @@ class Cluster:
             value = resolved[name]
             if not isinstance(value, (int, float)) or value <= 0:
                 raise SpecError(f"Cluster.{name} must be > 0 bytes/s, got {value!r}")
+        cal = resolved["calibration"]
+        if cal is not None and cal.kernels:
+            accel = replace(accel, kernels=dict(cal.kernels))
         object.__setattr__(self, "_accel", accel)
         for name, value in resolved.items():
             object.__setattr__(self, name, value)
@@ -265,7 +324,8 @@ class Cluster:
 
     # ---- copies --------------------------------------------------------------------------
     def calibrate(self, calibration: Calibration | Mapping[str, Any]) -> Cluster:
-        """A copy whose collectives use the measured ``calibration``."""
+        """A copy whose collectives (and, with a ``kernels`` section, whose kernel constants)
+        use the measured ``calibration``."""
         return replace(self, calibration=Calibration.from_dict(calibration))
 
     def with_devices(self, num_devices: int) -> Cluster:

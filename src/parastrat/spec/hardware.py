@@ -21,6 +21,7 @@ Every number comes from a vendor datasheet (named in ``source``); where a figure
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import SpecError
 
@@ -88,6 +89,11 @@ class Accelerator:
     scale_up_peak_Bps: float = 0.0
     #: Other names this preset answers to (matched case-insensitively).
     aliases: tuple[str, ...] = field(default=(), compare=False)
+    #: Measured kernel constants that replace the step model's defaults for this device
+    #: (``gemm_eff`` per precision, ``attn_eff``, ``mem_eff``, ``host_op_s``; see
+    #: :data:`parastrat.spec.cluster.KERNEL_KEYS`).  Set by a :class:`~parastrat.Cluster`
+    #: whose calibration has a ``kernels`` section; empty for the presets.
+    kernels: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def peak(self, precision: str = "bf16") -> float:
         """Dense peak FLOP/s at ``precision``; fp8/mxfp8 fall back to bf16 where unsupported."""
@@ -120,6 +126,7 @@ class Accelerator:
             "intra_latency_s": self.intra_latency_s,
             "inter_latency_s": self.inter_latency_s,
             "source": self.source,
+            **({"kernels": dict(self.kernels)} if self.kernels else {}),
         }
 
 
