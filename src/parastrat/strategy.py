@@ -16,7 +16,7 @@ Two conventions share the one value:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from functools import lru_cache
 from math import gcd
 from typing import Any
@@ -343,7 +343,12 @@ class Strategy:
         problems = world_violations(self, world_size)
         if problems:
             raise StrategyError(problems)
-        return replace(self, dp=world_size // self.model_parallel_size)
+        # Every field but dp is already validated and world_violations has just checked the
+        # world: copy without running __init__'s checks again (the planner builds thousands).
+        copy = object.__new__(Strategy)
+        copy.__dict__.update(self.__dict__)
+        object.__setattr__(copy, "dp", world_size // self.model_parallel_size)
+        return copy
 
     # ---- rules --------------------------------------------------------------------------
     def check(
