@@ -66,13 +66,11 @@ def run(args: argparse.Namespace) -> int:
             console.print(cmp.summary(), markup=False)
         return 0
     if args.format == "json":
-        from ..estimate.memory import estimate_memory
-        from ..estimate.step import estimate_step
+        from ..planner.compare import price_strategy
 
-        s = strategy.with_world_size(cluster.num_devices)
-        step = estimate_step(
+        s, step, mem = price_strategy(
             model,
-            s,
+            strategy,
             cluster,
             seq_len=args.seq_len,
             global_batch_size=gbs,
@@ -80,15 +78,6 @@ def run(args: argparse.Namespace) -> int:
             precision=args.precision,
             recompute=args.recompute,
             **switches,
-        )
-        mem = estimate_memory(
-            model,
-            s,
-            seq_len=args.seq_len,
-            micro_batch_size=args.micro_batch_size,
-            global_batch_size=gbs,
-            recompute=step.recompute,
-            precision=step.precision,
         )
         print_json(
             {

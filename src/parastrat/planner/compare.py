@@ -164,6 +164,48 @@ class Comparison:
         return "\n".join(lines)
 
 
+def price_strategy(
+    model: ModelSpec,
+    strategy: Strategy,
+    cluster: Cluster,
+    *,
+    seq_len: int,
+    global_batch_size: int,
+    micro_batch_size: int = 1,
+    precision: str = "bf16",
+    recompute: str = "selective",
+    **step_options: Any,
+) -> tuple[Strategy, StepReport, MemoryReport]:
+    """(strategy with its world size, step, memory) of one strategy on ``cluster``: the step
+    priced with ``step_options`` (:func:`parastrat.estimate_step`'s switches) and the memory
+    with the recompute mode and precision the step resolved, so the two always agree."""
+    from ..estimate.memory import estimate_memory
+    from ..estimate.step import estimate_step
+
+    s = strategy if strategy.dp is not None else strategy.with_world_size(cluster.num_devices)
+    step = estimate_step(
+        model,
+        s,
+        cluster,
+        seq_len=seq_len,
+        global_batch_size=global_batch_size,
+        micro_batch_size=micro_batch_size,
+        precision=precision,
+        recompute=recompute,
+        **step_options,
+    )
+    mem = estimate_memory(
+        model,
+        s,
+        seq_len=seq_len,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        recompute=step.recompute,
+        precision=step.precision,
+    )
+    return s, step, mem
+
+
 def compare(
     a: Any,
     b: Any,
@@ -183,8 +225,6 @@ def compare(
     arguments (``moe_dispatcher``, ``cuda_graphs``, ``tp_comm_overlap``, ...) go to
     :func:`parastrat.estimate_step` for both sides.
     """
-    from ..estimate.memory import estimate_memory
-    from ..estimate.step import estimate_step
     from ..spec.models import get as get_model
 
     model = get_model(model)
@@ -192,12 +232,9 @@ def compare(
     rec = recompute if isinstance(recompute, tuple) else (recompute,) * 2
     sides = []
     for obj, m, r in ((a, mbs[0], rec[0]), (b, mbs[1], rec[1])):
-        s = as_strategy(obj)
-        if s.dp is None:
-            s = s.with_world_size(cluster.num_devices)
-        step = estimate_step(
+        s, step, mem = price_strategy(
             model,
-            s,
+            as_strategy(obj),
             cluster,
             seq_len=seq_len,
             global_batch_size=global_batch_size,
@@ -205,15 +242,6 @@ def compare(
             precision=precision,
             recompute=r,
             **step_options,
-        )
-        mem = estimate_memory(
-            model,
-            s,
-            seq_len=seq_len,
-            micro_batch_size=m,
-            global_batch_size=global_batch_size,
-            recompute=step.recompute,
-            precision=step.precision,
         )
         sides.append((s, step, mem, m, step.recompute))
     (sa, ta, ma, mba, ra), (sb, tb, mb, mbb, rb) = sides

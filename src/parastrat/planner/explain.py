@@ -238,13 +238,11 @@ def explain_strategy(
     ``step_options`` (``cuda_graphs``, ``tp_comm_overlap``, MoE switches) go to
     :func:`~parastrat.estimate.step.estimate_step`.
     """
-    from ..estimate.memory import estimate_memory
-    from ..estimate.step import estimate_step
+    from .compare import price_strategy
 
-    s = strategy if strategy.dp is not None else strategy.with_world_size(cluster.num_devices)
-    step = estimate_step(
+    s, step, mem = price_strategy(
         model,
-        s,
+        strategy,
         cluster,
         seq_len=seq_len,
         global_batch_size=global_batch_size,
@@ -252,15 +250,6 @@ def explain_strategy(
         precision=precision,
         recompute=recompute,
         **step_options,
-    )
-    mem = estimate_memory(
-        model,
-        s,
-        seq_len=seq_len,
-        micro_batch_size=micro_batch_size,
-        global_batch_size=global_batch_size,
-        recompute=step.recompute,
-        precision=step.precision,
     )
     total = step.step_time_s
     lines = [
