@@ -203,7 +203,8 @@ def _run_kernels(args: argparse.Namespace) -> int:
         for p in args.precisions.split(",")
         if p.strip()
     }
-    copy_bytes = min(COPY_BYTES, max(2, 2 * size * size * 2))
+    # the 1 GiB copy, or one the size of a GEMM operand pair when a small GEMM is asked for
+    copy_bytes = COPY_BYTES if args.gemm_size is None else min(COPY_BYTES, 4 * size * size)
     copy = measure_copy(nbytes=copy_bytes, iters=iters, warmup=warmup)
     cal = kernel_calibration(accel.name, gemm, copy)
     table = Table(title=f"kernel rates against {accel.name}'s peaks")
