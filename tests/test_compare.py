@@ -77,3 +77,14 @@ def test_parse_strategy_split_flags():
     s = parse_strategy("tp=8,pp=8,vpp=8,sp,account_for_embedding,account_for_loss")
     assert s.account_for_embedding and s.account_for_loss
     assert s.stage_layers(126) == [15] + [16] * 6 + [15]  # (126 + 2) / 8 = 16 slots a stage
+
+
+def test_compare_prices_memory_with_the_step_switches():
+    """A switch both models read (distributed optimizer off: full optimizer state on every
+    rank) must change the memory compare reports, not only the step."""
+    kw = dict(model="llama3-70b", cluster=H100, seq_len=8192, global_batch_size=256)
+    on = compare("tp=4,pp=8,vpp=5,sp", "tp=8,pp=4,sp", **kw)
+    off = compare("tp=4,pp=8,vpp=5,sp", "tp=8,pp=4,sp", distributed_optimizer=False, **kw)
+    assert off.memory[0].peak_bytes > on.memory[0].peak_bytes
+    with pytest.raises(UsageError, match="pair"):
+        compare("tp=4,pp=8,sp", "tp=8,pp=4,sp", micro_batch_size=(1,), **kw)

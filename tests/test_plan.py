@@ -289,3 +289,17 @@ def test_top_k_bounds_candidates():
     # find() looks through the wider ranking
     tenth = r.ranked[9]
     assert r.find(tenth.strategy) is not None and r.find(tenth.strategy) <= 9
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [dict(tp=0), dict(pp=0), dict(ep=0), dict(micro_batch_size=0), dict(tp=[]), dict(max_tp=0)],
+)
+def test_bad_pins_are_usage_errors_naming_the_argument(bad):
+    from parastrat.errors import UsageError
+
+    (name,) = bad
+    with pytest.raises(UsageError, match=name):
+        plan(LLAMA70, H100_64, seq_len=8192, global_batch_size=256, **bad)
+    with pytest.raises(UsageError, match="recompute"):
+        plan(LLAMA70, H100_64, seq_len=8192, global_batch_size=256, recompute=[])

@@ -215,26 +215,40 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     return hit
 
 
+#: Activation recompute modes: none, Megatron's selective (core attention) and full (every
+#: layer, uniform, one layer per checkpoint).
+RECOMPUTE_MODES = ("none", "selective", "full")
+
+
+def normalize_recompute(recompute: str | None) -> str:
+    """ "none" / "selective" / "full" (None, False and "off" mean none; any case); UsageError
+    naming the modes otherwise.  The one parser of a recompute mode."""
+    mode = "none" if recompute in (None, False) else str(recompute).strip().lower()
+    if mode in ("off", "false", "no", ""):
+        mode = "none"
+    if mode not in RECOMPUTE_MODES:
+        from ..errors import UsageError
+
+        raise UsageError(
+            f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}"
+        )
+    return mode
+
+
 def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:
     """Extra forward FLOPs per token that recomputation adds (hardware minus model FLOPs).
 
     ``none``: 0.  ``selective`` (Megatron's core-attention recompute): the attention core's
     forward again.  ``full``: every layer's forward again (not the logits).
     """
-    mode = recompute.lower()
-    if mode in ("none", "off", "false", ""):
+    mode = normalize_recompute(recompute)
+    if mode == "none":
         return 0.0
     if mode == "selective":
         return sum(
             layer_attention_core_flops_per_token(model, i, seq_len) for i in range(model.num_layers)
         )
-    if mode == "full":
-        return sum(
-            layer_forward_flops_per_token(model, i, seq_len) for i in range(model.num_layers)
-        )
-    from ..errors import UsageError
-
-    raise UsageError(f"unknown recompute mode {recompute!r}; use none, selective or full")
+    return sum(layer_forward_flops_per_token(model, i, seq_len) for i in range(model.num_layers))
 
 
 def active_params(model: ModelSpec) -> float:

@@ -55,13 +55,13 @@ from ..spec.hardware import get as get_accelerator
 from ..spec.hardware import names as accelerator_names
 from ..spec.model import ModelSpec
 from ..strategy import Strategy
+from .flops import normalize_recompute
 
 GiB = 1024**3
 #: CUDA/NPU context + communicator buffers + workspaces, per rank (see the module docstring).
 OTHER_FIXED_BYTES = int(2.5 * GiB)
 #: Allocator fragmentation, as a fraction of the activation bytes.
 FRAGMENTATION = 0.05
-RECOMPUTE_MODES = ("none", "selective", "full")
 
 #: Bytes per parameter: bf16 weight, fp32 main gradient, fp32 master + Adam m and v.
 WEIGHT_BYTES = 2.0
@@ -413,10 +413,7 @@ def estimate_memory(
     for name, value in (("seq_len", seq_len), ("micro_batch_size", micro_batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"{name} must be a whole number >= 1, got {value!r}")
-    if recompute not in RECOMPUTE_MODES:
-        raise UsageError(
-            f"recompute must be one of {', '.join(RECOMPUTE_MODES)}, got {recompute!r}"
-        )
+    recompute = normalize_recompute(recompute)
     prec = canonical_precision(precision)
     notes: list[str] = []
     C = _consts(model)

@@ -44,6 +44,7 @@ from .flops import (
     mean_attention_core_flops_per_token,
     mlp_matrices,
     model_flops_per_token,
+    normalize_recompute,
 )
 
 if TYPE_CHECKING:
@@ -88,7 +89,6 @@ CE_BYTES_PER_LOGIT = 12
 CP_CORRECTION_BYTES_FWD = 10
 CP_CORRECTION_BYTES_BWD = 8
 
-RECOMPUTE_MODES = ("none", "selective", "full")
 
 # ---------------------------------------------------------------------------------------------
 # Host (CPU) side: eager kernel launches and the MoE token-count sync
@@ -147,6 +147,11 @@ def cuda_graph_scopes(value: Any) -> frozenset[str]:
         return frozenset()
     if value is True:
         return frozenset({"full_iteration"})
+    if not isinstance(value, str) and not hasattr(value, "__iter__"):
+        raise UsageError(
+            f"cuda_graphs={value!r}: use True/'full', None, or scopes such as "
+            f"'attn,moe_router' from {', '.join(CUDA_GRAPH_SCOPES)}"
+        )
     items = value.split(",") if isinstance(value, str) else list(value)
     names = {str(v).strip().lower().replace("-", "_") for v in items}
     names.discard("")
@@ -262,18 +267,6 @@ class MoEComm:
 
 
 DEFAULT_MOE_COMM = MoEComm()
-
-
-def normalize_recompute(recompute: str | None) -> str:
-    """ "none" / "selective" / "full" (None and "off" mean none); UsageError otherwise."""
-    mode = "none" if recompute in (None, False) else str(recompute).strip().lower()
-    if mode in ("off", "false", "no", ""):
-        mode = "none"
-    if mode not in RECOMPUTE_MODES:
-        raise UsageError(
-            f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}"
-        )
-    return mode
 
 
 # ---------------------------------------------------------------------------------------------

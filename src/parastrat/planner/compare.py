@@ -178,7 +178,8 @@ def price_strategy(
 ) -> tuple[Strategy, StepReport, MemoryReport]:
     """(strategy with its world size, step, memory) of one strategy on ``cluster``: the step
     priced with ``step_options`` (:func:`parastrat.estimate_step`'s switches) and the memory
-    with the recompute mode and precision the step resolved, so the two always agree."""
+    with the recompute mode and precision the step resolved and the switches both models read
+    (``distributed_optimizer``, ``flash_attention``), so the two always agree."""
     from ..estimate.memory import estimate_memory
     from ..estimate.step import estimate_step
 
@@ -202,8 +203,13 @@ def price_strategy(
         global_batch_size=global_batch_size,
         recompute=step.recompute,
         precision=step.precision,
+        **{k: step_options[k] for k in _SHARED_SWITCHES if k in step_options},
     )
     return s, step, mem
+
+
+#: Switches both :func:`parastrat.estimate_step` and :func:`parastrat.estimate_memory` take.
+_SHARED_SWITCHES = ("distributed_optimizer", "flash_attention")
 
 
 def compare(
@@ -230,6 +236,9 @@ def compare(
     model = get_model(model)
     mbs = micro_batch_size if isinstance(micro_batch_size, tuple) else (micro_batch_size,) * 2
     rec = recompute if isinstance(recompute, tuple) else (recompute,) * 2
+    for name, pair in (("micro_batch_size", mbs), ("recompute", rec)):
+        if len(pair) != 2:
+            raise UsageError(f"{name}={pair!r}: give one value, or a pair (a's, b's)")
     sides = []
     for obj, m, r in ((a, mbs[0], rec[0]), (b, mbs[1], rec[1])):
         s, step, mem = price_strategy(

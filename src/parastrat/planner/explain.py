@@ -177,7 +177,8 @@ def explain_plan(plan: Plan) -> str:
 
 
 def _price(plan: Plan, strategy) -> tuple[StepReport, int, str, float] | None:
-    """Best (step, mbs, recompute, peak) of ``strategy`` that fits, or None."""
+    """Best (step, mbs, recompute, peak) of ``strategy`` that fits, or None, priced with the
+    plan's own switches (``plan.step_options``) so the seed and the choice compare alike."""
     from ..estimate.memory import estimate_memory
     from ..estimate.step import _validate, estimate_step
 
@@ -199,6 +200,7 @@ def _price(plan: Plan, strategy) -> tuple[StepReport, int, str, float] | None:
                     global_batch_size=plan.global_batch_size,
                     recompute=mode,
                     precision=plan.precision,
+                    distributed_optimizer=plan.step_options.get("distributed_optimizer", True),
                 )
             except (StrategyError, UsageError, SpecError):
                 break
@@ -214,6 +216,7 @@ def _price(plan: Plan, strategy) -> tuple[StepReport, int, str, float] | None:
                 precision=plan.precision,
                 recompute=mode,
                 validate=False,
+                **plan.step_options,
             )
             if best is None or step.step_time_s < best[0].step_time_s:
                 best = (step, mbs, mode, mem.peak_bytes)

@@ -31,9 +31,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, StrategyError, UsageError
+from ..estimate.flops import RECOMPUTE_MODES, normalize_recompute
 from ..estimate.step import (
     DEFAULT_MOE_COMM,
-    RECOMPUTE_MODES,
     MoEComm,
     StepReport,
     _estimate,
@@ -42,7 +42,6 @@ from ..estimate.step import (
     layer_params,
     microbatch_lower_bound,
     moe_comm_options,
-    normalize_recompute,
     pipeline_split,
 )
 from ..spec.hardware import canonical_precision
@@ -157,6 +156,9 @@ class Plan:
     memory_pruned: int = 0
     elapsed_s: float = 0.0
     num_devices: int = 0
+    #: the implementation switches every candidate was priced with, as
+    #: :func:`parastrat.estimate_step` keyword arguments (to price other strategies alike)
+    step_options: dict[str, Any] = field(default_factory=dict)
 
     @property
     def best(self) -> Candidate:
@@ -218,6 +220,20 @@ def layout_key(s: Strategy, micro_batch_size: int, recompute: str) -> tuple:
 # ---------------------------------------------------------------------------------------------
 # Enumeration
 # ---------------------------------------------------------------------------------------------
+def _check_pin(name: str, value: Any) -> None:
+    """A pin or bound of :func:`plan` is None, a whole number >= 1, or (pins) a non-empty
+    collection of them; UsageError naming the argument otherwise."""
+    if value is None:
+        return
+    values = [value] if isinstance(value, int) or not hasattr(value, "__iter__") else list(value)
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+        raise UsageError(
+            f"{name}={value!r} must be a whole number >= 1"
+            + ("" if name.startswith("max_") else " or a non-empty collection of them")
+            + f", e.g. {name}=2"
+        )
+
+
 def _options(pin: Any, default: Iterable[int], upper: int | None = None) -> list[int]:
     """Allowed values of one degree: the pin (an int or a collection) or the defaults, bounded."""
     if pin is None:
@@ -512,6 +528,11 @@ def plan(
     for name, value in (("seq_len", seq_len), ("global_batch_size", global_batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise UsageError(f"{name}={value!r} must be a whole number >= 1")
+    pins = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, ulysses=ulysses)
+    pins.update(micro_batch_size=micro_batch_size, max_tp=max_tp, max_pp=max_pp)
+    pins.update(max_cp=max_cp, max_ep=max_ep, max_vpp=max_vpp)
+    for name, value in pins.items():
+        _check_pin(name, value)
     kwargs = dict(
         seq_len=seq_len,
         global_batch_size=global_batch_size,
@@ -785,6 +806,14 @@ def _plan_fixed(
         memory_pruned=pruned[0],
         elapsed_s=time.perf_counter() - start,
         num_devices=world,
+        step_options=dict(
+            distributed_optimizer=distributed_optimizer,
+            moe_dispatcher=moe_comm.dispatcher,
+            moe_a2a_overlap=moe_comm.a2a_overlap,
+            moe_shared_expert_overlap=moe_comm.shared_expert_overlap,
+            cuda_graphs=sorted(graphs) or None,
+            tp_comm_overlap=tp_comm_overlap,
+        ),
     )
 
 
@@ -836,6 +865,8 @@ def _modes(recompute: Any) -> list[str]:
     if isinstance(recompute, str):
         return [normalize_recompute(recompute)]
     modes = [normalize_recompute(r) for r in recompute]
+    if not modes:
+        raise UsageError(f"recompute={recompute!r} names no mode; use any of {RECOMPUTE_MODES}")
     return [m for m in RECOMPUTE_MODES if m in modes]
 
 
