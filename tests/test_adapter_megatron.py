@@ -547,3 +547,13 @@ def test_launch_env_and_command():
     assert argv[5:8] == ["scripts/training/run_recipe.py", "--recipe", "r"]
     assert "model.recompute_granularity=full" in argv
     assert mg.default_recipe("llama3.1-405b") == "llama3_1_405b_pretrain_config"
+
+
+def test_recompute_overrides_names_the_modes():
+    from parastrat.adapters.megatron import recompute_overrides
+    from parastrat.errors import UsageError
+
+    assert recompute_overrides("Full")[0] == "model.recompute_granularity=full"
+    assert recompute_overrides("off") == ["model.recompute_granularity=null"]
+    with pytest.raises(UsageError, match="selective"):
+        recompute_overrides("ful")  # a typo must not silently turn recompute off

@@ -67,6 +67,10 @@ def test_kernel_calibration_divides_by_the_preset_peaks():
     assert cal["kernels"]["mem_eff"] == pytest.approx(0.8)
     with pytest.raises(UsageError, match="h100"):
         kernel_calibration("h100", {"bf16": 2000e12})  # above the dense peak: wrong preset
+    with pytest.raises(UsageError, match="nothing measured"):
+        kernel_calibration("h100", {})
+    with pytest.raises(UsageError, match="bf16"):
+        kernel_calibration("h100", {"bf16": "fast"})
 
 
 def test_cpu_measurements_run_and_fp8_is_refused_on_cpu():

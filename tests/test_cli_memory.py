@@ -66,6 +66,11 @@ def test_hf_config_and_plot(tmp_path, capsys):
     )
     doc = json.loads(capsys.readouterr().out)
     assert doc["model"] == "mixtral-8x7b" and png.stat().st_size > 1000
+    # a picture path in a folder that does not exist: a usage error, no traceback
+    missing = str(tmp_path / "no-such-folder" / "mem.png")
+    argv = ["memory", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "4096"]
+    assert main([*argv, "--plot", missing]) == 2
+    assert "cannot write the picture" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -135,6 +135,10 @@ def test_missing_field_named(drop, field):
         ({"hidden_size": 4000, "num_attention_heads": 48}, "hidden_size"),
         ({"num_experts_per_tok": 16}, "moe_router_topk"),
         ({"vocab_size": "many"}, "vocab_size"),
+        ({"hidden_dropout": "x"}, "hidden_dropout"),
+        ({"num_hidden_layers": float("nan")}, "num_hidden_layers"),
+        ({"tie_word_embeddings": "false"}, "tie_word_embeddings"),
+        ({"mlp_only_layers": 1}, "mlp_only_layers"),
     ],
 )
 def test_nonsense_field_named(change, field):

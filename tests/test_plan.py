@@ -303,3 +303,15 @@ def test_bad_pins_are_usage_errors_naming_the_argument(bad):
         plan(LLAMA70, H100_64, seq_len=8192, global_batch_size=256, **bad)
     with pytest.raises(UsageError, match="recompute"):
         plan(LLAMA70, H100_64, seq_len=8192, global_batch_size=256, recompute=[])
+
+
+def test_max_etp_bounds_expert_tensor_parallelism():
+    from parastrat.planner.search import enumerate_strategies
+
+    qwen = ps.models.get("qwen3-30b-a3b")
+    kw = dict(scale_up_domain=8)
+    free = list(enumerate_strategies(qwen, 16, 4096, 1024, **kw))
+    bounded = list(enumerate_strategies(qwen, 16, 4096, 1024, max_etp=1, **kw))
+    assert any(s.etp > 1 for s in free)  # EP with TP offers ETP = TP too
+    assert bounded and all(s.etp == 1 for s in bounded)
+    assert len(bounded) < len(free)

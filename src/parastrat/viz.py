@@ -13,6 +13,22 @@ if TYPE_CHECKING:
     from .strategy import Strategy
 
 
+def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> Path:
+    """Write a matplotlib figure to ``path`` and close it; UsageError (not a traceback) when
+    the file cannot be written (a missing folder, no permission)."""
+    out = Path(path)
+    try:
+        fig.savefig(out, dpi=dpi)
+    except OSError as exc:
+        raise UsageError(
+            f"cannot write the picture to {out}: {exc.strerror or exc}; give a path in an "
+            "existing, writable folder"
+        ) from None
+    finally:
+        require("matplotlib.pyplot", "plot").close(fig)
+    return out
+
+
 def layout_grid(
     strategy: Strategy, world_size: int
 ) -> tuple[list[str], list[str], list[list[int]]]:
@@ -94,10 +110,7 @@ def plot_layout(
         fontsize=9,
     )
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path, dpi=120)
 
 
 #: Step-time terms drawn for the top candidates (the breakdown keys of StepReport).
@@ -167,7 +180,4 @@ def plot_plan(plan: Any, path: str | Path, *, device_bytes: float | None = None)
     bx.set_xlabel("seconds per step")
     bx.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return save_figure(fig, path, dpi=110)

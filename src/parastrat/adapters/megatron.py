@@ -621,7 +621,11 @@ def to_overrides(
 
 
 def recompute_overrides(mode: str) -> list[str]:
-    """Megatron Bridge overrides for a recompute mode ("none", "selective" or "full")."""
+    """Megatron Bridge overrides for a recompute mode ("none", "selective" or "full"; UsageError
+    naming them for anything else)."""
+    from ..estimate.flops import normalize_recompute
+
+    mode = normalize_recompute(mode)
     if mode == "full":
         return [
             "model.recompute_granularity=full",

@@ -138,12 +138,14 @@ def kernel_calibration(
     device that is not the preset): UsageError says so rather than writing a fraction > 1.
     """
     accel = get_accelerator(accelerator)
+    if not gemm_flops and copy_Bps is None:
+        raise UsageError("nothing measured: give at least one GEMM rate or a copy bandwidth")
     kernels: dict[str, Any] = {}
     eff: dict[str, float] = {}
     for precision, flops in gemm_flops.items():
         key = canonical_precision(precision)
         peak = accel.peak(key)
-        if not flops > 0:
+        if isinstance(flops, bool) or not isinstance(flops, (int, float)) or not flops > 0:
             raise UsageError(f"measured {precision} GEMM rate must be > 0, got {flops!r}")
         if flops > peak:
             raise UsageError(
@@ -155,7 +157,7 @@ def kernel_calibration(
     if eff:
         kernels["gemm_eff"] = eff
     if copy_Bps is not None:
-        if not 0 < copy_Bps <= accel.mem_bandwidth_Bps:
+        if not isinstance(copy_Bps, (int, float)) or not 0 < copy_Bps <= accel.mem_bandwidth_Bps:
             raise UsageError(
                 f"measured copy bandwidth {copy_Bps / 1e9:.0f} GB/s is outside (0, "
                 f"{accel.mem_bandwidth_Bps / 1e9:.0f}] GB/s of {accel.name}"

@@ -143,6 +143,8 @@ def run(args: argparse.Namespace) -> int:
         return _run_kernels(args)
     if args.load:
         rows = load_rows(args.load)
+        if not rows:
+            raise UsageError(f"{args.load} holds no benchmark rows; write some with --output")
     else:
         if args.warmup < 0:
             raise UsageError(f"--warmup must be >= 0, got {args.warmup}")

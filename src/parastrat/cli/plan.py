@@ -167,7 +167,7 @@ def run(args: argparse.Namespace) -> int:
 
     model, cluster, gbs = build_target(args)
     pins: dict[str, Any] = {k: getattr(args, k) for k in ("tp", "pp", "vpp", "cp", "ep", "etp")}
-    bounds = {f"max_{k}": getattr(args, f"max_{k}") for k in ("tp", "pp", "vpp", "cp", "ep")}
+    bounds = {f"max_{k}": getattr(args, f"max_{k}") for k in ("tp", "pp", "vpp", "cp", "ep", "etp")}
     show = args.format == "table"
     with Progress(
         TextColumn("planning"),

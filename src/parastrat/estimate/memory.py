@@ -244,8 +244,9 @@ class MemoryReport:
         )
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
-        fig.savefig(path, dpi=120)
-        plt.close(fig)
+        from ..viz import save_figure
+
+        save_figure(fig, path, dpi=120)
         return path
 
 

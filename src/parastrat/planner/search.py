@@ -327,6 +327,7 @@ def enumerate_strategies(
     max_pp: int | None = None,
     max_cp: int | None = None,
     max_ep: int | None = None,
+    max_etp: int | None = None,
     max_vpp: int | None = None,
     min_cp_tokens: int = MIN_CP_TOKENS,
     prefilter: Callable[..., bool] | None = None,
@@ -374,7 +375,7 @@ def enumerate_strategies(
                         etps = [1] if e > 1 else [t]
                         if e > 1 and t > 1:
                             etps.append(t)
-                        for et in _options(etp, etps):
+                        for et in _options(etp, etps, max_etp):
                             if world % (e * et * p):
                                 continue
                             for u in u_opts:
@@ -490,6 +491,7 @@ def plan(
     max_pp: int | None = None,
     max_cp: int | None = None,
     max_ep: int | None = None,
+    max_etp: int | None = None,
     max_vpp: int | None = None,
     headroom: float | None = None,
     distributed_optimizer: bool = True,
@@ -530,7 +532,7 @@ def plan(
             raise UsageError(f"{name}={value!r} must be a whole number >= 1")
     pins = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, ulysses=ulysses)
     pins.update(micro_batch_size=micro_batch_size, max_tp=max_tp, max_pp=max_pp)
-    pins.update(max_cp=max_cp, max_ep=max_ep, max_vpp=max_vpp)
+    pins.update(max_cp=max_cp, max_ep=max_ep, max_etp=max_etp, max_vpp=max_vpp)
     for name, value in pins.items():
         _check_pin(name, value)
     kwargs = dict(
@@ -551,6 +553,7 @@ def plan(
         max_pp=max_pp,
         max_cp=max_cp,
         max_ep=max_ep,
+        max_etp=max_etp,
         max_vpp=max_vpp,
         headroom=headroom,
         distributed_optimizer=distributed_optimizer,
@@ -619,6 +622,7 @@ def _plan_fixed(
     max_pp: int | None,
     max_cp: int | None,
     max_ep: int | None,
+    max_etp: int | None,
     max_vpp: int | None,
     headroom: float | None,
     distributed_optimizer: bool,
@@ -667,6 +671,7 @@ def _plan_fixed(
             max_pp=max_pp,
             max_cp=max_cp,
             max_ep=max_ep,
+            max_etp=max_etp,
             max_vpp=max_vpp,
             min_cp_tokens=min_cp_tokens,
             prefilter=fits_statically,

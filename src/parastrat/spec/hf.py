@@ -36,6 +36,7 @@ size``
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -111,6 +112,7 @@ def spec_from_hf_config(
         if (
             isinstance(value, bool)
             or not isinstance(value, (int, float))
+            or not math.isfinite(value)
             or value != int(value)
             or value < minimum
         ):
@@ -118,6 +120,18 @@ def spec_from_hf_config(
                 f"{where}: field {key!r} must be a whole number >= {minimum}, got {value!r}"
             )
         return int(value)
+
+    def fraction(key: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise SpecError(
+                f"{where}: field {key!r} must be a probability in [0, 1), got {value!r}"
+            )
+        return float(value)
+
+    def flag(key: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise SpecError(f"{where}: field {key!r} must be true or false, got {value!r}")
+        return value
 
     layers = whole("num_hidden_layers", need("num_hidden_layers", "n_layer", "num_layers"))
     hidden = whole("hidden_size", need("hidden_size", "n_embd", "d_model"))
@@ -134,7 +148,9 @@ def spec_from_hf_config(
         ffn_hidden_size=ffn,
         vocab_size=vocab,
         gated_linear_unit=model_type not in _UNGATED,
-        tied_embeddings=bool(opt("tie_word_embeddings", default=model_type in _UNGATED)),
+        tied_embeddings=flag(
+            "tie_word_embeddings", opt("tie_word_embeddings", default=model_type in _UNGATED)
+        ),
         position_embedding_type="learned" if model_type in ("gpt2", "gpt_bigcode") else "rope",
         max_position_embeddings=whole(
             "max_position_embeddings",
@@ -142,13 +158,17 @@ def spec_from_hf_config(
         ),
         normalization="layernorm" if model_type in _LAYERNORM else "rmsnorm",
         qk_layernorm=model_type in _QK_NORM,
-        hidden_dropout=float(opt("hidden_dropout", "resid_pdrop", default=0.0)),
-        attention_dropout=float(opt("attention_dropout", "attn_pdrop", default=0.0)),
+        hidden_dropout=fraction(
+            "hidden_dropout", opt("hidden_dropout", "resid_pdrop", default=0.0)
+        ),
+        attention_dropout=fraction(
+            "attention_dropout", opt("attention_dropout", "attn_pdrop", default=0.0)
+        ),
         make_vocab_size_divisible_by=128,
         source=f"Hugging Face config {where}",
     )
     fields.update(_sliding_window(cfg, layers, where, whole))
-    bias = bool(opt("attention_bias", default=False))
+    bias = flag("attention_bias", opt("attention_bias", default=False))
     fields["add_qkv_bias"] = bias or model_type in _QKV_BIAS
     # GPT-OSS also puts biases on the output projection and the experts.
     fields["add_bias_linear"] = bias and model_type == "gpt_oss"
@@ -199,6 +219,8 @@ def spec_from_hf_config(
         first_dense = whole("first_k_dense_replace", opt("first_k_dense_replace", default=0), 0)
         freq = whole("moe_layer_freq", opt("moe_layer_freq", "decoder_sparse_step", default=1))
         dense_only = opt("mlp_only_layers", default=[]) or []
+        if not isinstance(dense_only, list):
+            raise SpecError(f"{where}: field 'mlp_only_layers' must be a list of layer indices")
         if dense_only:
             # Qwen-MoE's list of dense layers: count the leading run as dense layers.
             lead = 0
