@@ -54,7 +54,7 @@ def main(argv: list[str] | None = None) -> int:
             )
             best_t = min(best_t, time.perf_counter() - t0)
         assert result is not None
-        evaluated = result.bounded + result.priced + result.memory_checks
+        evaluated = result.evaluations
         print(
             f"{name + f' on {n} x {accel}':<34} {result.enumerated:>6} {result.bounded:>7} "
             f"{result.priced:>7} {result.memory_checks:>6} {best_t:7.3f} "

@@ -33,12 +33,3 @@ def require(module: str, extra: str | None = None, why: str = "") -> ModuleType:
         name = extra or EXTRA_FOR.get(module) or EXTRA_FOR.get(top) or top
         err = MissingExtraError(module, name, why or str(exc))
         raise err from exc
-
-
-def available(module: str) -> bool:
-    """True when ``module`` can be imported (imports it)."""
-    try:
-        importlib.import_module(module)
-    except Exception:
-        return False
-    return True

@@ -77,10 +77,6 @@ class Collective:
         nbytes = self.nbytes * self.local_scale if self.op == "all_to_all" else self.nbytes
         return self.count * cluster.collective_time(self.op, nbytes, n, span)
 
-    def span(self, cluster: Cluster) -> str:
-        """ "intra" or "inter": which link class this group crosses on ``cluster``."""
-        return cluster.span(self.group_size, self.stride)
-
 
 def _split_all_to_all(
     cluster: Cluster,

@@ -199,12 +199,6 @@ class DiTReport:
     warnings: list[str] = field(default_factory=list)
 
     @property
-    def replica_devices(self) -> int:
-        """Devices that serve one request: tp * ulysses * ring * cfg."""
-        s = self.strategy
-        return s.tp * s.ulysses * s.ring * s.cfg
-
-    @property
     def requests_per_s(self) -> float:
         """Throughput with ``dp`` replicas each serving its own request."""
         return (self.strategy.dp or 1) / self.latency_s
@@ -363,7 +357,7 @@ def estimate_dit(
     warnings: list[str] = []
 
     # ---- strategy rules (one source of truth: Strategy.check) -----------------------------
-    replica = s.tp * s.ulysses * s.ring * s.cfg * s.pp
+    replica = s.model_parallel_size
     devices = replica * (s.dp or 1)
     problems = [v for v in s.check(model, world_size=devices) if v.severity == "error"]
     if s.pp > 1:

@@ -249,13 +249,3 @@ def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) ->
             layer_attention_core_flops_per_token(model, i, seq_len) for i in range(model.num_layers)
         )
     return sum(layer_forward_flops_per_token(model, i, seq_len) for i in range(model.num_layers))
-
-
-def active_params(model: ModelSpec) -> float:
-    """Parameters a token passes through (no input embedding, no MTP): FLOP bookkeeping only.
-
-    ``ModelSpec.num_active_params`` is the spec's own count; this one is ``matrix FLOPs / 2``
-    and is what the ``6 N`` in the convention means.
-    """
-    mats = sum(m.flops_per_token for i in range(model.num_layers) for m in layer_matrices(model, i))
-    return (mats + logits_matrix(model).flops_per_token) / 2.0

@@ -101,11 +101,6 @@ class StageMemory:
         activations + other."""
         return self.weights + self.gradients + self.optimizer + self.activations + self.other
 
-    @property
-    def weights_and_optimizer(self) -> float:
-        """Weights + gradients + optimizer state (the static part)."""
-        return self.weights + self.gradients + self.optimizer
-
     def to_dict(self) -> dict[str, Any]:
         """The stage as a JSON-ready dict (with ``total``): one entry of ``stages`` in
         :meth:`MemoryReport.to_dict`."""
@@ -163,10 +158,6 @@ class MemoryReport:
         fragmentation; ``headroom`` is an extra safety margin on top of it.
         """
         return self.peak_bytes <= _capacity(accelerator_or_bytes) * (1.0 - headroom)
-
-    def utilisation(self, accelerator_or_bytes: Accelerator | str | int | float) -> float:
-        """Peak as a fraction of the device memory."""
-        return self.peak_bytes / _capacity(accelerator_or_bytes)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as a JSON-ready dict (peak, peak stage, every stage): the JSON output of

@@ -754,12 +754,6 @@ def split_waived_rules(model: ModelSpec, strategy: Strategy) -> frozenset[str]:
     return MTP_LAYOUT_RULES if _mtp_slots(model, strategy) is not None else frozenset()
 
 
-def stage_layer_counts(model: ModelSpec, strategy: Strategy) -> tuple[list[int], str]:
-    """(layers per physical stage, how they were split): :func:`pipeline_split` in short."""
-    sp = pipeline_split(model, strategy)
-    return list(sp.stage_layers), sp.how
-
-
 # ---------------------------------------------------------------------------------------------
 # The model
 # ---------------------------------------------------------------------------------------------

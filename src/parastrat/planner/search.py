@@ -75,8 +75,6 @@ VPP_TIE = RANK_TIE
 #: 12 / shard bytes of FP32 master weights and Adam moments (distributed optimizer).
 _STATIC_BYTES, _OPT_BYTES = 4.0, 12.0
 
-Degree = "int | Iterable[int] | None"
-
 
 # ---------------------------------------------------------------------------------------------
 # Results
@@ -166,10 +164,10 @@ class Plan:
         return self.candidates[0]
 
     @property
-    def candidates_per_s(self) -> float:
-        """Candidate evaluations (lower bounds, step pricings, memory checks) per second."""
-        n = self.bounded + self.priced + self.memory_checks
-        return n / self.elapsed_s if self.elapsed_s else 0.0
+    def evaluations(self) -> int:
+        """Candidate evaluations the search made: lower bounds, step pricings, memory checks
+        (what "candidates per second" counts)."""
+        return self.bounded + self.priced + self.memory_checks
 
     def to_dict(self) -> dict[str, Any]:
         """``{"candidates": [...]}``, each with strategy, micro_batch_size, recompute,
