@@ -203,3 +203,11 @@ def test_coordinates():
         "ring": 0,
         "cfg": 0,
     }
+    # the whole table in one pass: rank 5 of TP2 PP2 DP2 is tp 1, dp 0, pp 1 (ranks 4-7 are
+    # the second pipeline stage: tp pairs (4, 5), (6, 7)); every rank has every axis
+    from parastrat.layout import COORDINATE_KINDS, all_coordinates
+
+    table = all_coordinates(s, 8)
+    assert table[5] == coordinates(s, 8, 5)
+    assert all(set(c) == set(COORDINATE_KINDS) for c in table)
+    assert [c["pp"] for c in table] == [0, 0, 0, 0, 1, 1, 1, 1]

@@ -160,16 +160,25 @@ def _inference_layout(s: Strategy, dp: int) -> dict[str, Groups]:
     }
 
 
+#: The axes of a rank's coordinates (the group kinds that partition the world).
+COORDINATE_KINDS = ("tp", "cp", "dp", "pp", "ep", "etp", "edp", "ulysses", "ring", "cfg")
+
+
+def all_coordinates(strategy: Strategy, world_size: int) -> list[dict[str, int]]:
+    """Every rank's position along each axis (:data:`COORDINATE_KINDS`) of the strategy's
+    grids, indexed by rank: one :func:`layout`, read once (rank tables of any size)."""
+    groups = layout(strategy, world_size)
+    out: list[dict[str, int]] = [{} for _ in range(world_size)]
+    for kind in COORDINATE_KINDS:
+        for g in groups[kind]:
+            for index, rank in enumerate(g):
+                out[rank].setdefault(kind, index)
+    return out
+
+
 def coordinates(strategy: Strategy, world_size: int, rank: int) -> dict[str, int]:
     """A rank's position along each axis (tp, cp, dp, pp, ep, ... ) of the strategy's grids.
 
     Used for the rank tables ``parastrat verify`` and ``parastrat layout`` print.
     """
-    groups = layout(strategy, world_size)
-    out: dict[str, int] = {}
-    for kind in ("tp", "cp", "dp", "pp", "ep", "etp", "edp", "ulysses", "ring", "cfg"):
-        for g in groups[kind]:
-            if rank in g:
-                out[kind] = g.index(rank)
-                break
-    return out
+    return all_coordinates(strategy, world_size)[rank]

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._deps import require
 from .errors import UsageError
-from .layout import coordinates
+from .layout import all_coordinates
 
 if TYPE_CHECKING:
     from .strategy import Strategy
@@ -39,7 +39,7 @@ def layout_grid(
     (ring, ulysses, tp).  Every rank appears exactly once.
     """
     s = strategy.with_world_size(world_size)
-    coords = [coordinates(s, world_size, r) for r in range(world_size)]
+    coords = all_coordinates(s, world_size)
     row_axes: tuple[str, ...]
     col_axes: tuple[str, ...]
     if s.is_inference:

@@ -7,7 +7,7 @@ import argparse
 from rich.markup import escape
 from rich.table import Table
 
-from ..layout import KINDS, coordinates, layout
+from ..layout import KINDS, all_coordinates, layout
 from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
 
 
@@ -67,8 +67,7 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("rank", justify="right")
     for a in axes:
         table.add_column(a, justify="right")
-    for rank in range(args.gpus):
-        c = coordinates(strategy, args.gpus, rank)
+    for rank, c in enumerate(all_coordinates(strategy, args.gpus)):
         table.add_row(str(rank), *(str(c.get(a, 0)) for a in axes))
     console.print(table)
     for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
