@@ -182,3 +182,12 @@ def test_bad_inputs():
         plan_dit("flux.1-dev", c, height=1024, width=1024, steps=28, devices=16)
     with pytest.raises(UsageError):
         plan_dit("flux.1-dev", c, height=1024, width=1024, steps=28, top_k=0)
+
+
+def test_tiny_image_plans_with_tp_not_sequence_ranks():
+    """FLUX at 32x32 has 4 image tokens: Ulysses/ring beyond 4 ranks is refused by the
+    `sp-exceeds-tokens` rule, but TP does not split the sequence and stays allowed (the
+    planner used to count TP as sequence ranks and refuse everything)."""
+    r = plan_dit("flux.1-dev", ps.Cluster("h100", num_devices=8), height=32, width=32, steps=28)
+    assert all(c.strategy.ulysses * c.strategy.ring <= 4 for c in r.candidates)
+    assert any(c.strategy.tp > 1 for c in r.candidates)

@@ -258,12 +258,6 @@ def plan_dit(
     reasons: dict[tuple[int, int, int, int], str] = {}
     for tp, u, r, cfg, dp in _splits(n, guidance, data_parallel):
         key = (tp, u, r, cfg)
-        if tp * u * r > video:
-            rejected["more sequence ranks than tokens"] = (
-                rejected.get("more sequence ranks than tokens", 0) + 1
-            )
-            reasons[key] = f"{u * r} sequence ranks for {video} tokens"
-            continue
         if not allow_cross_node and tp * u > domain:
             rejected["TP/Ulysses across nodes"] = rejected.get("TP/Ulysses across nodes", 0) + 1
             reasons[key] = (
