@@ -16,10 +16,15 @@ formulas are in ``shared/reference/formulas.md``, "Communication per layer"), wi
   all-reduce of ``s' b h`` when sequence parallelism is off (what Megatron does then);
 - EP: all-to-all dispatch of ``s' b h topk / tp`` per rank;
 - Ulysses: all-to-all of ``s' b h / tp`` per rank (one of q, k, v, out);
-- ring (CP): one hop of a K and V block, ``2 s' b (kv_heads * head_dim) / tp``;
+- ring (CP): one hop of a K and V block, ``s' b kv_width(tp)`` (``comm.kv_width``: GQA groups
+  or MLA dimensions per TP rank);
 - PP: send/recv of ``s' b h`` (divided by tp with SP);
-- DP: reduce-scatter of one fp32 gradient bucket: Megatron's default bucket of
-  ``max(40e6, 1e6 * dp)`` parameters, capped at the parameters one rank holds.
+- DP: reduce-scatter of one FP32 gradient bucket (:data:`BUCKET_GRAD_BYTES`): Megatron's
+  default bucket of ``max(40e6, 1e6 * dp)`` parameters (``estimate.step.BUCKET_PARAMS``),
+  capped at the parameters one rank holds.
+
+The activation, routed-token, K/V and pipeline byte counts are the step model's own
+(:mod:`parastrat.estimate.comm`), so a benchmark times the messages the cost model prices.
 
 Without a model, every (group, op) sweeps the given sizes.
 """
@@ -32,9 +37,11 @@ from typing import Any
 from ..errors import UsageError
 from .rows import Row, parse_sizes
 
-#: Bytes of one activation element (bf16/fp16) and of one fp32 gradient.
-ACT_BYTES = 2
-GRAD_BYTES = 4
+#: Bytes per gradient element of the swept DP bucket: FP32, Megatron's main-gradient buffer
+#: reduced with ``grad_reduce_in_fp32`` (Bridge's ``bf16_mixed`` default).  The step model
+#: prices the BF16 reduction the MoE performance recipes set (``comm.GRAD_BYTES``); a sweep
+#: of the larger message bounds both.
+BUCKET_GRAD_BYTES = 4
 
 
 @dataclass(frozen=True)
@@ -54,26 +61,31 @@ class Measurement:
 
 
 def _model_sizes(strategy: Any, model: Any, seq_len: int, micro_batch_size: int) -> dict[str, int]:
-    """Message bytes per role, from the model shape (see the module docstring)."""
+    """Message bytes per role, from the model shape: the volumes the step model prices
+    (:mod:`parastrat.estimate.comm`, one source of truth; see the module docstring)."""
+    from ..estimate import comm
+    from ..estimate.step import BUCKET_PARAMS
+
     s = strategy
     if seq_len % s.cp:
         raise UsageError(
             f"seq_len={seq_len} is not divisible by cp={s.cp}; use a multiple of {s.cp}"
         )
     tokens = seq_len // s.cp * micro_batch_size
-    h = model.hidden_size
-    act = tokens * h * ACT_BYTES
-    kv_width = model.query_groups * model.head_dim
+    one = {"tp": 1, "etp": 1, "ep": 1, "ring": 1, "ulysses": 1, "pp": 1}  # sizes only
+    act = tokens * model.hidden_size * comm.ACT_BYTES
+    ep = comm.ep_layer(model, s, tokens, one) if model.is_moe else []
+    ring = tokens * comm.kv_width(model, s.tp) * comm.ACT_BYTES
+    pp = comm.pp_microbatch(model, s, tokens, one)
     params_per_rank = model.num_params / (s.tp * s.pp)
-    dp = (s.dp or 1) * s.cp
-    bucket = min(max(40_000_000, 1_000_000 * dp), params_per_rank)
+    bucket = min(max(BUCKET_PARAMS, 1e6 * (s.dp or 1) * s.cp), params_per_rank)
     return {
         "tp": act,
-        "ep": act * (model.moe_router_topk if model.is_moe else 1) // s.tp,
+        "ep": int(ep[0].nbytes) if ep else act // s.tp,
         "ulysses": act // s.tp,
-        "ring": 2 * tokens * kv_width * ACT_BYTES // s.tp,
-        "pp": act // s.tp if s.sp else act,
-        "dp": int(bucket) * GRAD_BYTES,
+        "ring": int(ring),
+        "pp": int(pp.nbytes) if pp is not None else act,
+        "dp": int(bucket) * BUCKET_GRAD_BYTES,
     }
 
 
