@@ -30,7 +30,7 @@ from ..errors import UsageError
 from ..spec.cluster import Calibration
 from ..spec.hardware import canonical_precision
 from ..spec.hardware import get as get_accelerator
-from .timing import Clock, synchronize
+from .timing import measure
 
 #: Matrix size of the GEMM measurement: 8192^3, the "large GEMM" the defaults are quoted at.
 GEMM_SIZE = 8192
@@ -49,13 +49,7 @@ def _device(torch: Any, device: Any) -> Any:
 
 
 def _median_seconds(torch: Any, device: Any, fn: Any, iters: int, warmup: int) -> float:
-    clock = Clock(torch, device)
-    times = []
-    for i in range(warmup + iters):
-        synchronize(torch, device)
-        t = clock.time(fn)
-        if i >= warmup:
-            times.append(t)
+    times = measure(fn, torch=torch, dist=None, device=device, iters=iters, warmup=warmup)
     return statistics.median(times)
 
 

@@ -73,13 +73,15 @@ def measure(
     """This rank's seconds for each of ``iters`` timed calls of ``fn`` after ``warmup`` untimed.
 
     ``barrier_group`` is the group that meets before each call (the world for strategy runs,
-    where every group of a kind runs at once, as in training).
+    where every group of a kind runs at once, as in training); ``dist=None`` times a kernel of
+    this process alone (no barrier).
     """
     clock = Clock(torch, device)
     times: list[float] = []
     for i in range(warmup + iters):
         synchronize(torch, device)
-        dist.barrier(group=barrier_group)
+        if dist is not None:
+            dist.barrier(group=barrier_group)
         elapsed = clock.time(fn)
         if i >= warmup:
             times.append(elapsed)

@@ -254,7 +254,8 @@ def torchrun_line(c, cluster, gbs: int, recipe: str) -> str:
 
 def print_table(result, top) -> None:
     """Print the top candidates of a plan as a rich table, one row per layout."""
-    GiB = 1024**3
+    from ..spec.hardware import GiB
+
     # escape user text: a model name like "[my-model]" would otherwise be read as markup
     t = Table(
         title=escape(

@@ -12,6 +12,7 @@ import argparse
 from rich.markup import escape
 from rich.table import Table
 
+from ..spec.hardware import GiB
 from ._common import console, positive_int, print_json
 
 
@@ -110,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
             label(c.strategy),
             f"{c.latency_s:.3g}",
             f"{c.per_step_s:.3g}",
-            f"{c.memory.total / 2**30:.1f}",
+            f"{c.memory.total / GiB:.1f}",
             "\n".join(c.reasons),
         )
     console.print(table)

@@ -36,11 +36,9 @@ from ..errors import SpecError, StrategyError, Violation
 from ..spec.cluster import Cluster
 from ..spec.dit import DiTSpec, ceil_div
 from ..spec.dit import get as get_dit
-from ..spec.hardware import Accelerator
+from ..spec.hardware import Accelerator, GiB
 from ..strategy import XDIT_ORDER, Strategy
 from . import efficiency
-
-GiB = 1024**3
 
 #: Forward-only fused attention's fraction of the dense BF16 peak, per accelerator, for the
 #: kernels DiT serving stacks use (FlashAttention-2 in xDiT/yunchang and diffusers; CANN

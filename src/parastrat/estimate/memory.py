@@ -50,14 +50,13 @@ from typing import Any, cast
 
 from ..errors import SpecError, StrategyError, UsageError
 from ..rules import batch_violations
-from ..spec.hardware import Accelerator, canonical_precision
+from ..spec.hardware import Accelerator, GiB, canonical_precision
 from ..spec.hardware import get as get_accelerator
 from ..spec.hardware import names as accelerator_names
 from ..spec.model import ModelSpec
 from ..strategy import Strategy
 from .flops import normalize_recompute
 
-GiB = 1024**3
 #: CUDA/NPU context + communicator buffers + workspaces, per rank (see the module docstring).
 OTHER_FIXED_BYTES = int(2.5 * GiB)
 #: Allocator fragmentation, as a fraction of the activation bytes.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..spec.hardware import GiB
 from ..strategy import Strategy
 
 if TYPE_CHECKING:
@@ -22,7 +23,6 @@ if TYPE_CHECKING:
     from ..spec.cluster import Cluster
     from ..spec.model import ModelSpec
 
-GiB = 1024**3
 #: Every field a Strategy takes (one source of truth: the dataclass itself).
 _FIELDS = tuple(f.name for f in fields(Strategy))
 _FLAGS = ("sp", "account_for_embedding", "account_for_loss")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, StrategyError, UsageError
+from ..spec.hardware import GiB
 
 if TYPE_CHECKING:
     from ..estimate.step import StepReport
@@ -25,7 +26,6 @@ TERM_NAMES = {
     "dp_exposed": "exposed DP grad/param sync",
     "host_exposed": "host-bound time (eager kernel launches, MoE token-count sync)",
 }
-GiB = 1024**3
 
 
 def overheads(step: StepReport) -> list[tuple[str, float]]:

@@ -44,7 +44,7 @@ from ..estimate.step import (
     moe_comm_options,
     pipeline_split,
 )
-from ..spec.hardware import canonical_precision
+from ..spec.hardware import GiB, canonical_precision
 from ..spec.model import ModelSpec
 from ..strategy import MEGATRON_ORDER, Strategy, divisors
 from .heuristics import Heuristic, seed_strategy
@@ -907,10 +907,10 @@ def _nothing_fits_message(model: ModelSpec, cluster: Cluster, result: Plan, **kw
             c = trial.best
             return (
                 f"no strategy for {model.name} fits in {cluster.accel.name} memory "
-                f"({cluster.memory_bytes / 2**30:.0f} GiB) on {world} devices at seq_len="
+                f"({cluster.memory_bytes / GiB:.0f} GiB) on {world} devices at seq_len="
                 f"{kwargs['seq_len']}, even with full recompute; {world * factor} devices "
                 f"would fit, e.g. {c.strategy} mbs{c.micro_batch_size} {c.recompute} "
-                f"(peak {c.memory.peak_bytes / 2**30:.1f} GiB)"
+                f"(peak {c.memory.peak_bytes / GiB:.1f} GiB)"
             )
     return (
         f"no strategy for {model.name} fits in {cluster.accel.name} memory on {world} "
