@@ -261,3 +261,15 @@ def test_explicit_dp_must_fit_the_expert_grid():
     assert e.value.rules == ["world-expert"]
     s = Strategy(dp=2, ep=2)
     assert (s.world_size, s.expert_dp) == (2, 1)
+
+
+def test_unknown_fields_and_non_mappings_are_strategy_errors():
+    with pytest.raises(StrategyError) as e:
+        Strategy(tp=2).replace(foo=1)
+    assert e.value.rules == ["unknown-field"]
+    with pytest.raises(StrategyError) as e:
+        Strategy.from_dict([1])  # type: ignore[arg-type]
+    assert e.value.rules == ["strategy-type"]
+    # the dict round trip still ignores derived keys
+    s = Strategy(tp=2, pp=2).with_world_size(8)
+    assert Strategy.from_dict(s.to_dict()) == s

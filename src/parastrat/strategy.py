@@ -76,6 +76,24 @@ def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
     return None
 
 
+#: Keys :meth:`Strategy.to_dict` adds that are computed, not set.
+_DERIVED_KEYS = frozenset({"min_world_size", "world_size", "expert_dp", "kind"})
+
+
+def _reject_unknown_fields(values: Mapping[str, Any]) -> None:
+    """StrategyError ``unknown-field`` naming keys that are not Strategy fields."""
+    known = {f.name for f in fields(Strategy)}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise StrategyError(
+            Violation(
+                "unknown-field",
+                f"unknown strategy field(s): {', '.join(map(str, unknown))}",
+                f"use only {', '.join(sorted(known))}",
+            )
+        )
+
+
 @dataclass(frozen=True, init=False)
 class Strategy:
     """How one job is split over devices: every parallel degree and the rank order.
@@ -330,6 +348,7 @@ class Strategy:
         etp_was_default = self.etp == (1 if self.ep > 1 else self.tp)
         if ("tp" in changes or "ep" in changes) and "etp" not in changes and etp_was_default:
             d["etp"] = None
+        _reject_unknown_fields(changes)
         d.update(changes)
         return Strategy(**d)
 
@@ -458,17 +477,16 @@ class Strategy:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Strategy:
         """Inverse of :meth:`to_dict` (derived keys are ignored; unknown keys are an error)."""
-        known = {f.name for f in fields(cls)}
-        derived = {"min_world_size", "world_size", "expert_dp", "kind"}
-        unknown = sorted(set(d) - known - derived)
-        if unknown:
+        if not isinstance(d, Mapping):
             raise StrategyError(
                 Violation(
-                    "unknown-field",
-                    f"unknown strategy field(s): {', '.join(unknown)}",
-                    f"use only {', '.join(sorted(known))}",
+                    "strategy-type",
+                    f"a strategy dict is a mapping of degrees, got {type(d).__name__}",
+                    'pass e.g. {"tp": 4, "pp": 2}',
                 )
             )
+        known = {f.name for f in fields(cls)}
+        _reject_unknown_fields({k: v for k, v in d.items() if k not in _DERIVED_KEYS})
         return cls(**{k: v for k, v in d.items() if k in known})
 
     def __str__(self) -> str:
