@@ -156,6 +156,15 @@ def is_model_parallel_config(cfg: Any) -> bool:
     )
 
 
+def _check_strategy(s: Any) -> None:
+    """TypeError naming the type when ``s`` is not a :class:`~parastrat.Strategy`."""
+    if not isinstance(s, Strategy):
+        raise TypeError(
+            f"expected a parastrat.Strategy, got {type(s).__name__}; build one with "
+            "parastrat.Strategy(tp=..., pp=...) or parastrat.planner.compare.parse_strategy"
+        )
+
+
 def _target(cfg: Any) -> _Target:
     if is_bridge_container(cfg):
         return _Target(
@@ -411,8 +420,7 @@ def _plan(
     micro_batch_size: int | None,
     framework_check: bool,
 ) -> tuple[_Target, list[_Write]]:
-    if not isinstance(s, Strategy):
-        raise TypeError(f"expected a parastrat.Strategy, got {type(s).__name__}")
+    _check_strategy(s)
     t = _target(cfg)
     problems = _adapter_violations(t, s)
     if not s.is_inference:
@@ -607,6 +615,7 @@ def to_overrides(
     ``params_dtype`` when pp > 1, and a string override on an unset field would stay a string.
     With batch sizes, ``train.micro_batch_size``/``train.global_batch_size`` are added.
     """
+    _check_strategy(s)
     t = _Target(None, None, None, None, "model.")
     problems = _adapter_violations(t, s)
     if problems:

@@ -6,6 +6,7 @@ import argparse
 
 from rich.markup import escape
 
+from ..estimate.flops import RECOMPUTE_MODES
 from ._common import (
     add_model_args,
     add_strategy_flags,
@@ -39,7 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="gives the number of micro-batches (default: pipeline full)",
     )
-    p.add_argument("--recompute", choices=("none", "selective", "full"), default="selective")
+    p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="selective")
     p.add_argument("--precision", default="bf16", help="bf16, fp8 or mxfp8")
     p.add_argument(
         "--no-distributed-optimizer",

@@ -10,6 +10,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..estimate.comm import DISPATCHERS, FLEX_BACKENDS
+from ..estimate.flops import RECOMPUTE_MODES
 from ._common import add_model_args, console, err_console, load_model, positive_int, print_json
 
 FORMATS = ("table", "json", "yaml", "overrides", "torchrun")
@@ -98,7 +100,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         g.add_argument(f"--{name}", type=positive_int, default=None, help=f"pin {name}")
         g.add_argument(f"--max-{name}", type=positive_int, default=None, help=f"bound {name}")
     g.add_argument("--micro-batch-size", type=positive_int, default=None)
-    g.add_argument("--recompute", choices=("none", "selective", "full"), default=None)
+    g.add_argument("--recompute", choices=RECOMPUTE_MODES, default=None)
     add_moe_args(p)
     add_runtime_args(p)
     p.set_defaults(func=run)
@@ -109,7 +111,7 @@ def add_moe_args(p: argparse.ArgumentParser) -> None:
     m = p.add_argument_group("MoE communication (Megatron Core switches, off by default)")
     m.add_argument(
         "--moe-dispatcher",
-        choices=("alltoall", "flex", "deepep", "hybridep"),
+        choices=(*DISPATCHERS, *FLEX_BACKENDS),
         default="alltoall",
         help="token dispatcher: alltoall (default: one copy per routed expert) or flex "
         "(DeepEP/HybridEP: one copy per destination rank inside a scale-up domain, per "

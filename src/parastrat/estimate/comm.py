@@ -221,6 +221,9 @@ def cp_layer(
 #: ``is_token_in_rank``; the receiver permutes to its local experts) and once per destination
 #: scale-up domain across the scale-out link (RDMA to one rank there, then NVLink forwarding).
 DISPATCHERS = ("alltoall", "flex")
+#: Backends of the flex dispatcher, accepted as its names (Megatron's
+#: ``moe_flex_dispatcher_backend``).
+FLEX_BACKENDS = ("deepep", "hybridep")
 
 
 def expected_groups_hit(

@@ -838,7 +838,7 @@ def moe_comm_options(
 ) -> MoEComm:
     """A :class:`MoEComm`, with UsageError naming the choices for an unknown dispatcher."""
     name = str(dispatcher).strip().lower()
-    if name in ("deepep", "hybridep"):
+    if name in comm.FLEX_BACKENDS:
         name = "flex"
     if name not in comm.DISPATCHERS:
         raise UsageError(

@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from .._deps import require
 from ..layout import KINDS
 from ..strategy import Strategy
 
@@ -131,7 +132,7 @@ def verify(
     seconds; a broken or stuck link raises RuntimeError naming the check, the group and the
     rank.  Returns the whole world's report on every rank.
     """
-    import torch.distributed as dist
+    dist = require("torch.distributed", why="verifying process groups")
 
     from .groups import initialize
 
@@ -219,9 +220,7 @@ class _Runner:
     """The checks of one rank, each collective bounded by the timeout."""
 
     def __init__(self, groups: Any, timeout_s: float, on_step: StepHook | None):
-        import torch
-
-        self.torch = torch
+        self.torch = require("torch", why="verifying process groups")
         self.g = groups
         self.rank = groups.rank
         self.device = groups.device
