@@ -149,3 +149,17 @@ def test_format_bytes():
         "3GB",
     ]
     assert parse_size(format_bytes(64 * 1024**2)) == 64 * 1024**2
+
+
+def test_bad_sizes_rows_and_files_are_usage_errors(tmp_path):
+    from parastrat.bench.rows import Row, load_rows, parse_sizes
+    from parastrat.errors import UsageError
+
+    assert parse_sizes(4096) == [4096]
+    for bad in (0, -5):
+        with pytest.raises(UsageError, match="size"):
+            parse_sizes(bad)
+    with pytest.raises(UsageError, match="cannot read"):
+        load_rows(str(tmp_path))  # a folder, not a file
+    with pytest.raises(UsageError, match="JSON object"):
+        Row.from_dict([1])  # type: ignore[arg-type]

@@ -100,3 +100,12 @@ def test_run_strategy_times_each_op_on_the_strategys_groups():
         ("pp", "send_recv", 2),
     ]
     assert all(r.dtype == "bfloat16" and r.time_s > 0 for r in rows)
+
+
+def test_a_strategy_with_its_own_dp_must_match_the_world():
+    from parastrat.errors import UsageError
+
+    # TP2 DP2 spans 4 ranks: measuring it on 8 would build groups the strategy does not have
+    with pytest.raises(UsageError, match="4 ranks"):
+        measurements(Strategy(tp=2, dp=2), 8)
+    assert measurements(Strategy(tp=2, dp=2), 4)

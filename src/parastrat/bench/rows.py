@@ -114,6 +114,10 @@ class Row:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Row:
         """Read a row back from its dict (unknown keys ignored, missing optional ones default)."""
+        if not isinstance(data, dict):
+            raise UsageError(
+                f"a benchmark row is a JSON object, got {type(data).__name__}: {data!r}"
+            )
         names = {f.name for f in fields(cls)}
         missing = [
             f.name for f in fields(cls) if f.name not in data and f.name not in ("group", "span")
@@ -150,7 +154,7 @@ def parse_sizes(spec: str | int | Iterable[str | int]) -> list[int]:
     factor F, default 2: ``"1KB:64MB:x4"`` is 1 KiB, 4 KiB, ... up to 64 MiB) or a mix of both.
     Returns sorted unique byte counts."""
     if isinstance(spec, int):
-        return [spec]
+        return [parse_size(str(spec))]
     tokens: list[str | int] = (
         [t for t in str(spec).split(",") if t.strip()] if isinstance(spec, str) else list(spec)
     )
@@ -214,6 +218,8 @@ def load_rows(path: str) -> list[Row]:
             return rows_from_json(json.load(fh))
     except FileNotFoundError:
         raise UsageError(f"benchmark file {path!r} does not exist") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read benchmark file {path!r}: {exc.strerror or exc}") from None
     except json.JSONDecodeError as exc:
         raise UsageError(f"benchmark file {path!r} is not JSON: {exc}") from None
 

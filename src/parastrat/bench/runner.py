@@ -252,7 +252,7 @@ def run_local(
     """
     from ..runtime.launch import spawn_local
 
-    if not isinstance(world, int) or world < 1:
+    if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise UsageError(f"world must be a whole number >= 1, got {world!r}")
     if "sizes" in kwargs:  # parse here, so a typo fails before any process starts
         kwargs["sizes"] = parse_sizes(kwargs["sizes"])

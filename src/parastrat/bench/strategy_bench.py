@@ -106,6 +106,11 @@ def measurements(
     """
     from ..spec.models import get as get_model
 
+    if strategy.dp is not None and strategy.world_size != world_size:
+        raise UsageError(
+            f"{strategy} spans {strategy.world_size} ranks, not world_size={world_size}; drop "
+            f"dp or run on {strategy.world_size} ranks"
+        )
     s = strategy.with_world_size(world_size) if strategy.dp is None else strategy
     if model is not None:
         model = get_model(model)

@@ -89,7 +89,7 @@ def spawn_local(
     raises, exits or is killed, or when the run exceeds ``timeout_s`` seconds; every child is
     killed before it is raised.
     """
-    if not isinstance(world_size, int) or world_size < 1:
+    if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise UsageError(f"world_size must be a positive integer, got {world_size!r}")
     try:
         payload = pickle.dumps((fn, tuple(args)))
