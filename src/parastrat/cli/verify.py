@@ -86,19 +86,13 @@ def run(args: argparse.Namespace) -> int:
 def _run_launched(strategy, args: argparse.Namespace) -> int:
     """Every launched rank runs the checks; rank 0 prints."""
     from ..runtime.backend import detect_env
-    from ..runtime.verify import VerifyReport, verify
+    from ..runtime.verify import verify
 
     env = detect_env()
     strategy.with_world_size(env.world_size)  # exit 2 on every rank, before any group
     try:
         report = verify(strategy, backend=args.backend, timeout_s=args.timeout)
     except RuntimeError as exc:
-        report = VerifyReport(
-            strategy=strategy.with_world_size(env.world_size),
-            world_size=env.world_size,
-            error=str(exc),
-            failed_rank=env.rank,
-        )
         err_console.print(f"[bold red]rank {env.rank}:[/] {escape(str(exc))}")
         return 1
     if env.rank != 0:
