@@ -267,6 +267,23 @@ def check_workload(model: DiTSpec, *, height: int, width: int, frames: int, step
     model.latent_shape(height, width, frames)
 
 
+def resolve_guidance(model: DiTSpec, guidance: bool | None) -> bool:
+    """Whether the run uses classifier-free guidance (two branches per step).
+
+    ``None`` follows the model: guidance-distilled models (the guidance scale is an input
+    embedding: FLUX.1-dev/schnell, HunyuanVideo) run one branch, the others two.  ``True`` /
+    ``False`` override; anything else is a :class:`SpecError`.
+    """
+    if guidance is None:
+        return not model.guidance_distilled
+    if not isinstance(guidance, bool):
+        raise SpecError(
+            f"guidance={guidance!r} must be True, False or None (None follows the model: "
+            f"{model.name} {'is' if model.guidance_distilled else 'is not'} guidance-distilled)"
+        )
+    return guidance
+
+
 def _precision(precision: str) -> int:
     try:
         return BYTES[precision.lower()]
@@ -331,7 +348,7 @@ def estimate_dit(
     width: int,
     frames: int = 1,
     steps: int,
-    guidance: bool = True,
+    guidance: bool | None = None,
     precision: str = "bf16",
     vae_parallel: bool = False,
     text_encoder_on_device: bool = True,
@@ -339,8 +356,10 @@ def estimate_dit(
 ) -> DiTReport:
     """Latency, memory and its breakdown for one generation of ``model`` under ``strategy``.
 
-    ``strategy`` holds ``ulysses``, ``ring``, ``cfg`` (2 needs ``guidance``), ``tp`` and
-    optionally ``dp`` (replicas for throughput).  Raises :class:`SpecError` for a workload the
+    ``strategy`` holds ``ulysses``, ``ring``, ``cfg`` (2 needs guidance), ``tp`` and
+    optionally ``dp`` (replicas for throughput).  ``guidance=None`` (the default) follows the
+    model: classifier-free guidance (two branches per step) unless the model is
+    guidance-distilled (FLUX.1, HunyuanVideo: one branch); ``True``/``False`` override.  Raises :class:`SpecError` for a workload the
     VAE/patch cannot split or ``steps < 1``, :class:`StrategyError` for a strategy the model or
     cluster cannot take (heads vs Ulysses/TP, more devices than the cluster has, more
     sequence ranks than tokens); padding is reported in ``.warnings``.
@@ -349,6 +368,8 @@ def estimate_dit(
     if not isinstance(cluster, Cluster):
         raise SpecError(f"cluster must be a parastrat.Cluster, got {type(cluster).__name__}")
     check_workload(model, height=height, width=width, frames=frames, steps=steps)
+    explicit_guidance = guidance is not None
+    guidance = resolve_guidance(model, guidance)
     nbytes = _precision(precision)
     s = as_inference(strategy)
     accel = cluster.accel
@@ -367,11 +388,18 @@ def estimate_dit(
             )
         )
     if s.cfg > 1 and not guidance:
+        why = (
+            "guidance=False"
+            if explicit_guidance
+            else f"{model.name} is guidance-distilled and guidance=None follows the model"
+        )
         problems.append(
             Violation(
                 "cfg-without-guidance",
-                f"cfg={s.cfg} but guidance is off: there is one branch to run",
-                "use cfg=1, or turn guidance on (guidance scale > 1)",
+                f"cfg={s.cfg} but the run has one branch per step ({why}): CFG parallelism has "
+                "nothing to split",
+                "use cfg=1, or guidance=True to price true classifier-free guidance "
+                "(two branches per step)",
             )
         )
     if devices > cluster.num_devices:
@@ -431,7 +459,7 @@ def estimate_dit(
         warnings.append(
             f"guidance: {model.name} is guidance-distilled (its default pipeline "
             "runs one branch per step); guidance=True prices true CFG with two "
-            "branches -- pass guidance=False for the default pipeline"
+            "branches -- leave guidance=None to follow the model"
         )
 
     # ---- per-step compute, per device ------------------------------------------------------
