@@ -359,7 +359,8 @@ def estimate_dit(
     ``strategy`` holds ``ulysses``, ``ring``, ``cfg`` (2 needs guidance), ``tp`` and
     optionally ``dp`` (replicas for throughput).  ``guidance=None`` (the default) follows the
     model: classifier-free guidance (two branches per step) unless the model is
-    guidance-distilled (FLUX.1, HunyuanVideo: one branch); ``True``/``False`` override.  Raises :class:`SpecError` for a workload the
+    guidance-distilled (FLUX.1, HunyuanVideo: one branch); ``True``/``False`` override.
+    Raises :class:`SpecError` for a workload the
     VAE/patch cannot split or ``steps < 1``, :class:`StrategyError` for a strategy the model or
     cluster cannot take (heads vs Ulysses/TP, more devices than the cluster has, more
     sequence ranks than tokens); padding is reported in ``.warnings``.

@@ -242,7 +242,8 @@ def plan_dit(
     ``data_parallel=True`` also tries replicas (``dp``) that serve separate requests and
     ranks by requests per second; otherwise all devices serve one request and the ranking is
     by latency.  ``guidance=None`` follows the model (one branch for guidance-distilled
-    models, so no CFG split is proposed); ``True``/``False`` override.  Raises :class:`SpecError` for a workload the model cannot take and
+    models, so no CFG split is proposed); ``True``/``False`` override.
+    Raises :class:`SpecError` for a workload the model cannot take and
     :class:`UsageError` when no split is legal or fits, saying what would.
     """
     model = get_dit(model)
