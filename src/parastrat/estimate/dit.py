@@ -39,6 +39,7 @@ from ..spec.dit import get as get_dit
 from ..spec.hardware import Accelerator, GiB
 from ..strategy import XDIT_ORDER, Strategy
 from . import efficiency
+from .dit_serial import SerialParts, scheduler_time, text_encode_times, vae_decode
 
 #: Forward-only fused attention's fraction of the dense BF16 peak, per accelerator, for the
 #: kernels DiT serving stacks use (FlashAttention-2 in xDiT/yunchang and diffusers; CANN
@@ -48,17 +49,31 @@ from . import efficiency
 #: (no TMA/WGMMA), i.e. ~0.35.  Devices not listed use their kernel profile's ``attn_eff``.
 ATTN_FWD_EFF: dict[str, float] = {"a100": 0.70, "h100": 0.35, "h200": 0.36}
 
-#: Fraction of the dense peak a VAE decoder's 3x3(x3) convolutions reach (cuDNN / CANN
-#: implicit-GEMM convolutions over 128-512 channels with group norms in between): an estimate,
-#: see docs/dit-model.md.
-VAE_CONV_EFF = 0.30
-
-#: Element-wise passes over hidden-width vectors per token per block (eager kernels each read
-#: and write their tensor): two norms, two modulations, two gated residual adds, Q/K norms,
-#: RoPE on Q and K, attention-output gate -> ~12; and over MLP-width vectors: the activation
-#: (read + write) and its bias -> 2.
-ELEMENTWISE_PASSES_H = 12
+#: Element-wise passes (one read or one write of a hidden-width vector per token) per block
+#: and stream, by execution mode.  Eager (diffusers 0.35 block forwards, counted): modulated
+#: LayerNorm (norm, scale, shift: 6), layout copies of Q/K/V (6), RMSNorm of Q and K in fp32
+#: (upcast, square, mean, scale, downcast: ~14 each -> 28), RoPE on Q and K in fp32 (~10 each
+#: -> 20), concatenation/split of text and image (4), two gated residual adds (10), second
+#: modulated norm (6) -> ~80.  Compiled (torch.compile / Inductor fuses each chain of pointwise
+#: ops between two matmuls into one kernel that reads its inputs and writes its outputs once):
+#: norm+modulate (2), QK-norm+RoPE+layout of Q, K, V (6), gate+residual+norm+modulate (5),
+#: gate+residual (3) -> ~16.
+ELEMENTWISE_PASSES_H = {False: 80, True: 16}
+#: Read+write pairs over the MLP hidden per token: the activation and the bias add (2), in
+#: either mode (Inductor does not fuse into cuBLAS GEMM epilogues by default).
 ELEMENTWISE_PASSES_F = 2
+
+#: Eager operations (host dispatch + kernel launch) per block, counted from diffusers 0.35
+#: forwards: FLUX/HunyuanVideo dual-stream block ~93 (per stream: AdaLN 6, Q/K/V 3, RMSNorm of
+#: Q and K 16, RoPE 8, out 1, gates/residuals 4, norm2 3, MLP 3; joint cat/SDPA 5), single-stream
+#: ~48, Wan cross-attention block ~76, CogVideoX block ~57.  Compiled, the host issues the
+#: GEMMs, the attention and one fused kernel per pointwise chain (:data:`FUSED_CHAINS`).
+HOST_OPS = {"double": 93, "single": 48, "cross": 76, "joint": 57}
+FUSED_CHAINS = {"double": 10, "single": 5, "cross": 8, "joint": 6}
+#: Extra eager operations per attention for Ulysses (4 all-to-alls with their reshapes and
+#: contiguous copies) and per ring hop (send, receive, attention, ~9 merge kernels).
+ULYSSES_OPS = 12
+RING_HOP_OPS = 12
 
 #: Live activation tensors per token while one block runs (inference keeps nothing for a
 #: backward pass): hidden-width residual, normed, modulated, attention output, text stream and
@@ -195,6 +210,9 @@ class DiTReport:
     hidden: dict[str, float]
     tokens: TokenSplit
     warnings: list[str] = field(default_factory=list)
+    #: The serial parts in detail (:class:`~parastrat.estimate.dit_serial.SerialParts`).
+    serial: dict[str, Any] = field(default_factory=dict)
+    compiled: bool = False
 
     @property
     def requests_per_s(self) -> float:
@@ -223,6 +241,8 @@ class DiTReport:
             "hidden": dict(self.hidden),
             "tokens": self.tokens.to_dict(),
             "warnings": list(self.warnings),
+            "serial": dict(self.serial),
+            "compiled": self.compiled,
         }
 
 
@@ -328,6 +348,19 @@ def _block_gemms(
     return [g for g in out if g[0] > 0]
 
 
+def _host_ops(model: DiTSpec, kind: str, compiled: bool, U: int, R: int, tp: int) -> float:
+    """Host-issued operations of one block (eager: every op; compiled: GEMMs, attention and
+    one kernel per fused pointwise chain), plus the sequence-parallel extras."""
+    if compiled:
+        ops = float(len(_block_gemms(model, kind, 1.0, 1.0, tp)) + 1 + FUSED_CHAINS[kind])
+    else:
+        ops = float(HOST_OPS[kind])
+    ops += (ULYSSES_OPS if U > 1 else 0) + RING_HOP_OPS * (R - 1)
+    if tp > 1:
+        ops += len(_tp_allreduces(kind, 1.0, 1.0))
+    return ops
+
+
 def _tp_allreduces(kind: str, img: float, txt: float) -> list[float]:
     """Tokens in each TP all-reduce of one block (one per row-split matrix output)."""
     if kind == "double":
@@ -353,6 +386,8 @@ def estimate_dit(
     vae_parallel: bool = False,
     text_encoder_on_device: bool = True,
     attention_eff: float | None = None,
+    compiled: bool = False,
+    vae_tiling: bool | None = None,
 ) -> DiTReport:
     """Latency, memory and its breakdown for one generation of ``model`` under ``strategy``.
 
@@ -360,6 +395,9 @@ def estimate_dit(
     optionally ``dp`` (replicas for throughput).  ``guidance=None`` (the default) follows the
     model: classifier-free guidance (two branches per step) unless the model is
     guidance-distilled (FLUX.1, HunyuanVideo: one branch); ``True``/``False`` override.
+    ``compiled=True`` prices the transformer under torch.compile (fused element-wise chains,
+    fewer host launches); ``vae_tiling`` forces tiled VAE decoding on/off (None: the VAE's
+    default).  The serial parts (text encoders, scheduler, VAE decode) are in ``.serial``.
     Raises :class:`SpecError` for a workload the
     VAE/patch cannot split or ``steps < 1``, :class:`StrategyError` for a strategy the model or
     cluster cannot take (heads vs Ulysses/TP, more devices than the cluster has, more
@@ -492,6 +530,7 @@ def estimate_dit(
         0.0,
     )
     ring_hidden = ring_uncovered = ring_total = 0.0
+    host_ops = 0.0
     span_u = cluster.span(U, stride=tp)
     span_r = cluster.span(R, stride=tp * U)
     span_tp = cluster.span(tp, stride=1)
@@ -517,7 +556,7 @@ def estimate_dit(
             * nbytes
             * (img + (txt if kind != "cross" else 0))
             * (
-                ELEMENTWISE_PASSES_H * model.hidden_size
+                ELEMENTWISE_PASSES_H[compiled] / 2 * model.hidden_size
                 + ELEMENTWISE_PASSES_F * model.ffn_hidden_size / tp
             )
         )
@@ -557,6 +596,7 @@ def estimate_dit(
         t["ring_kv_exchange"] += n * exposed
         t["ring_merge"] += n * merge
         t["tp_all_reduce"] += n * ar
+        host_ops += n * _host_ops(model, kind, compiled, U, R, tp)
 
     # per step: gather the sequence shards (and the CFG branches) of the prediction
     latent_bytes = model.latent_elements(height, width, frames) * nbytes
@@ -572,18 +612,39 @@ def estimate_dit(
         if s.cfg > 1
         else 0.0
     )
-    per_step = sum(t.values()) + sp_gather + cfg_gather
-
-    # ---- outside the loop -------------------------------------------------------------------
-    text_flops = 2.0 * model.text_encoder_params * text * branches
-    text_s = text_flops / (peak * prof.gemm_fraction(precision)) if text_flops else 0.0
-    vae_flops = model.vae_decode_flops_per_pixel * height * width * frames
+    # ---- serial parts: scheduler per step; text encoders and the VAE once ------------------
+    sched = scheduler_time(model, cluster, model.latent_elements(height, width, frames), guidance)
+    gpu_step = sum(t.values()) + sp_gather + cfg_gather + sched
+    # the host issues every kernel; when it is slower than the device, the step waits for it
+    host_step = host_ops * efficiency.host_op_time(accel)
+    host_wait = max(0.0, host_step - gpu_step)
+    per_step = gpu_step + host_wait
+    encoders_s = text_encode_times(model, cluster, prompts=branches)
+    text_s = sum(encoders_s.values())
     vae_devices = (tp * sp * s.cfg) if vae_parallel else 1
-    vae_s = vae_flops / (peak * VAE_CONV_EFF * vae_devices)
+    vae_s, vae_detail = vae_decode(
+        model,
+        cluster,
+        height=height,
+        width=width,
+        frames=frames,
+        devices=vae_devices,
+        tiled=vae_tiling,
+        nbytes=nbytes,
+    )
+    serial = SerialParts(
+        text_encode_s=text_s,
+        text_encoders=encoders_s,
+        scheduler_s=steps * sched,
+        vae_decode_s=vae_s,
+        vae=vae_detail,
+    )
 
     breakdown = {k: steps * v for k, v in t.items()}
     breakdown["sp_gather"] = steps * sp_gather
     breakdown["cfg_gather"] = steps * cfg_gather
+    breakdown["host_wait"] = steps * host_wait
+    breakdown["scheduler"] = steps * sched
     breakdown["text_encode"] = text_s
     breakdown["vae_decode"] = vae_s
     latency = steps * per_step + text_s + vae_s
@@ -603,7 +664,7 @@ def estimate_dit(
 
     # ---- memory per device ---------------------------------------------------------------------
     block_params = sum(g.count * model.block_params(g.kind) for g in model.blocks)
-    weights = (block_params / tp + model.embedder_params) * nbytes
+    weights = model.experts * (block_params / tp + model.embedder_params) * nbytes
     encoders = model.text_encoder_params * 2 if text_encoder_on_device else 0.0
     f, q, kv = model.ffn_hidden_size, model.inner_dim, model.kv_dim
     act_tokens = img + txt
@@ -644,4 +705,6 @@ def estimate_dit(
         hidden=hidden,
         tokens=tokens,
         warnings=warnings,
+        serial=serial.to_dict(),
+        compiled=compiled,
     )

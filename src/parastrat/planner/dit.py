@@ -59,6 +59,8 @@ _LABELS = {
     "tp_all_reduce": "TP all-reduces",
     "sp_gather": "sequence gather",
     "cfg_gather": "CFG gather",
+    "host_wait": "host launch overhead",
+    "scheduler": "scheduler steps",
     "text_encode": "text encoding",
     "vae_decode": "VAE decode",
 }
