@@ -46,8 +46,22 @@ from .dit_serial import SerialParts, scheduler_time, text_encode_times, vae_deco
 #: FlashAttentionScore on Ascend).  FlashAttention-2 paper (Dao 2023, Fig. 5): ~70 % of A100
 #: peak forward at head dim 128, non-causal, long sequences.  FlashAttention-3 paper (Shah et
 #: al. 2024, Fig. 4-5): FlashAttention-2 reaches ~330-370 of 989 TFLOP/s forward on H100
-#: (no TMA/WGMMA), i.e. ~0.35.  Devices not listed use their kernel profile's ``attn_eff``.
-ATTN_FWD_EFF: dict[str, float] = {"a100": 0.70, "h100": 0.35, "h200": 0.36}
+#: (no TMA/WGMMA: its mma.sync path, not the peak, is the limit), i.e. ~0.35.  Parts whose
+#: tensor peak sits below that mma.sync limit keep the Ampere-class fraction: A800 (an A100),
+#: H20 (a Hopper cut to 148 TFLOP/s), and Ada (L40/L40S/L20/RTX 4090, sm_89, the same
+#: mma.sync kernels as Ampere).  Devices not listed use their kernel profile's ``attn_eff``.
+ATTN_FWD_EFF: dict[str, float] = {
+    "a100": 0.70,
+    "a800": 0.70,
+    "h100": 0.35,
+    "h800": 0.35,
+    "h200": 0.36,
+    "h20": 0.70,
+    "l40": 0.70,
+    "l40s": 0.70,
+    "l20": 0.70,
+    "rtx-4090": 0.70,
+}
 
 #: Element-wise passes (one read or one write of a hidden-width vector per token) per block
 #: and stream, by execution mode.  Eager (diffusers 0.35 block forwards, counted): modulated

@@ -282,6 +282,8 @@ WAN22_VAE = VAEDecoder(
 #: Mochi-1 VAE: decoder_block_out_channels (128, 256, 512, 768), layers_per_block
 #: (3, 3, 4, 6, 3), temporal_expansions (1, 2, 3), spatial_expansions (2, 2, 2) by linear
 #: depth-to-space projections, causal 3x3x3 convs, 12 latent channels, no decoder attention.
+#: Its tiling applies only where a pipeline calls ``enable_vae_tiling`` (ParaAttention's
+#: run_mochi.py does).
 MOCHI_VAE = VAEDecoder(
     name="mochi-vae",
     latent_channels=12,
@@ -295,8 +297,10 @@ MOCHI_VAE = VAEDecoder(
     up_kind="linear",
     mid_resnets=3,
     mid_attention="none",
+    tiling=Tiling(tile=256, stride=192),
     source="genmo/mochi-1-preview vae/config.json (AutoencoderKLMochi: decoder_block_out_channels "
-    "[128,256,512,768], layers_per_block [3,3,4,6,3], temporal_expansions [1,2,3])",
+    "[128,256,512,768], layers_per_block [3,3,4,6,3], temporal_expansions [1,2,3]); "
+    "enable_tiling: 256 px tiles, stride 192 (diffusers 0.35)",
 )
 
 __all__ = [
