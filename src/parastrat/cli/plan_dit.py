@@ -26,11 +26,18 @@ def register(subparsers) -> None:
         description="Rank every legal split of the devices into Ulysses, ring, CFG and TP "
         "degrees for one diffusion-transformer generation.",
     )
-    p.add_argument(
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument(
         "--model",
-        required=True,
-        help="DiT preset (flux.1-dev, wan2.1-t2v-1.3b, wan2.1-t2v-14b, "
-        "hunyuanvideo, sd3.5-large, cogvideox1.5-5b, qwen-image)",
+        help="DiT preset (flux.1-dev, flux.1-schnell, sd3-medium, sd3.5-large, wan2.1-t2v-1.3b, "
+        "wan2.1-t2v-14b, wan2.2-t2v-a14b, wan2.2-ti2v-5b, hunyuanvideo, cogvideox-2b, "
+        "cogvideox-5b, cogvideox1.5-5b, mochi-1, qwen-image)",
+    )
+    src.add_argument(
+        "--config",
+        metavar="PATH",
+        help="a diffusers transformer config.json (or its folder) instead of a preset: Flux, "
+        "SD3, Wan, HunyuanVideo, CogVideoX, Qwen-Image, Mochi transformer classes",
     )
     p.add_argument("--devices", type=positive_int, required=True, help="devices to use")
     p.add_argument("--accelerator", required=True, help="e.g. h100, ascend-910b")
@@ -75,6 +82,12 @@ def register(subparsers) -> None:
         action="store_true",
         help="do not count the text encoder in device memory",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="the transformer runs under torch.compile (fused element-wise kernels, "
+        "fewer launches)",
+    )
     p.add_argument("--format", choices=("table", "json", "mindiesd"), default="table")
     p.set_defaults(func=run)
 
@@ -104,10 +117,12 @@ def cli_terms(message: str) -> str:
 def _plan(args: argparse.Namespace):
     from ..planner.dit import plan_dit
     from ..spec.cluster import Cluster
+    from ..spec.dit import DiTSpec
 
     cluster = Cluster(accelerator=args.accelerator, num_devices=args.devices)
+    model = DiTSpec.from_diffusers_config(args.config) if args.config else args.model
     return plan_dit(
-        args.model,
+        model,
         cluster,
         height=args.height,
         width=args.width,
@@ -119,6 +134,7 @@ def _plan(args: argparse.Namespace):
         allow_cross_node=args.allow_cross_node,
         vae_parallel=args.vae_parallel,
         text_encoder_on_device=not args.offload_text_encoder,
+        compiled=args.compile,
     )
 
 

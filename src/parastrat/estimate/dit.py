@@ -341,8 +341,10 @@ def _block_gemms(
     qkv = (q + 2 * kv) / tp
     out: list[tuple[float, float, float]] = []
     if kind == "double":
-        for m in (img, txt):
-            out += [(m, qkv, h), (m, h, q / tp), (m, f / tp, h), (m, h, f / tp)]
+        out += [(img, qkv, h), (img, h, q / tp), (img, f / tp, h), (img, h, f / tp)]
+        c = model.text_width  # the text stream's own width (Mochi: 1536)
+        fc = f * c / h
+        out += [(txt, qkv, c), (txt, c, q / tp), (txt, fc / tp, c), (txt, c, fc / tp)]
     elif kind == "single":
         m = img + txt
         out += [(m, qkv + f / tp, h), (m, h, (q + f) / tp)]

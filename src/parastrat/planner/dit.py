@@ -238,12 +238,14 @@ def plan_dit(
     vae_parallel: bool = False,
     text_encoder_on_device: bool = True,
     precision: str = "bf16",
+    compiled: bool = False,
 ) -> DiTPlan:
     """Rank every legal Ulysses/ring/CFG/TP split of ``devices`` (default: the cluster's).
 
     ``data_parallel=True`` also tries replicas (``dp``) that serve separate requests and
     ranks by requests per second; otherwise all devices serve one request and the ranking is
-    by latency.  ``guidance=None`` follows the model (one branch for guidance-distilled
+    by latency.  ``compiled=True`` prices the transformer under torch.compile.
+    ``guidance=None`` follows the model (one branch for guidance-distilled
     models, so no CFG split is proposed); ``True``/``False`` override.
     Raises :class:`SpecError` for a workload the model cannot take and
     :class:`UsageError` when no split is legal or fits, saying what would.
@@ -293,6 +295,7 @@ def plan_dit(
                 precision=precision,
                 vae_parallel=vae_parallel,
                 text_encoder_on_device=text_encoder_on_device,
+                compiled=compiled,
             )
         except StrategyError as exc:
             rule = exc.violations[0].rule
@@ -315,6 +318,7 @@ def plan_dit(
         "steps": steps,
         "guidance": guidance,
         "guidance_from": "argument" if explicit_guidance is not None else "model",
+        "compiled": compiled,
         "video_tokens": video,
         "text_tokens": model.text_tokens,
     }

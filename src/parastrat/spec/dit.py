@@ -113,6 +113,9 @@ class DiTSpec:
     #: Transformer copies the pipeline keeps (Wan2.2 A14B: a high-noise and a low-noise expert,
     #: one used per step): weights in memory are multiplied, compute is not.
     experts: int = 1
+    #: Width of the text stream in dual-stream blocks (None: hidden_size).  Mochi's is 1536
+    #: against 3072 for the video stream; its MLP scales with it.
+    context_dim: int | None = None
     #: Guidance-distilled (FLUX.1-dev, HunyuanVideo): the guidance scale is an input embedding,
     #: the default pipeline runs one branch per step, and CFG parallelism has nothing to split.
     guidance_distilled: bool = False
@@ -151,6 +154,15 @@ class DiTSpec:
                 f"{self.num_attention_heads} attention heads"
             )
 
+    @classmethod
+    def from_diffusers_config(cls, path: Any, *, name: str | None = None) -> DiTSpec:
+        """A DiTSpec from a local diffusers transformer ``config.json`` (file, folder, or dict):
+        Flux, SD3, Wan, HunyuanVideo, CogVideoX, Qwen-Image and Mochi transformer classes (see
+        :mod:`parastrat.spec.dit_config`).  Bad files raise :class:`SpecError` naming the field."""
+        from .dit_config import dit_from_diffusers_config
+
+        return dit_from_diffusers_config(path, name=name)
+
     # ---- derived shape -------------------------------------------------------------------
     @property
     def num_layers(self) -> int:
@@ -179,6 +191,11 @@ class DiTSpec:
         return self.query_groups * self.head_dim
 
     @property
+    def text_width(self) -> int:
+        """Width of the text stream of a dual-stream block (``context_dim`` or hidden_size)."""
+        return self.context_dim or self.hidden_size
+
+    @property
     def text_in_sequence(self) -> bool:
         """Whether text tokens join the self-attention sequence (all kinds but ``cross``)."""
         return any(g.kind != "cross" for g in self.blocks)
@@ -189,8 +206,10 @@ class DiTSpec:
         mod = self.adaln_dim or h
         attn = h * q + 2 * h * kv + q * h  # Q, K, V, out
         mlp = 2 * h * f
-        if kind == "double":
-            return 2 * (attn + mlp + 6 * mod * h)  # two streams, adaLN-Zero (6 vectors) each
+        if kind == "double":  # two streams, adaLN-Zero (6 vectors) each
+            c = self.text_width
+            text = c * q + 2 * c * kv + q * c + 2 * c * (f * c // h) + 6 * mod * c
+            return attn + mlp + 6 * mod * h + text
         if kind == "single":
             return attn + mlp + 3 * mod * h  # fused in/out matrices; 3 modulation vectors
         if kind == "cross":
@@ -552,6 +571,7 @@ register(
         # SwiGLU of inner width 8192 (4 x 3072 x 2/3): three 3072x8192 matrices = the weights
         # and FLOPs of a plain MLP of width 12288.
         ffn_hidden_size=12288,
+        context_dim=1536,
         text_tokens=256,
         vae_spatial=8,
         vae_temporal=6,
@@ -562,8 +582,8 @@ register(
         vae=MOCHI_VAE,
         is_video=True,
         source="genmo/mochi-1-preview transformer/config.json (MochiTransformer3DModel: 48 "
-        "layers, 24x128 heads, patch 2, SwiGLU, max_sequence_length 256; the text stream is "
-        "1536 wide -- priced at the video width, an over-count of the 256 text rows); "
+        "layers, 24x128 heads, patch 2, SwiGLU, max_sequence_length 256, pooled_projection_dim "
+        "1536 = the text stream's width); "
         "VAE 6x8x8, 12 channels",
     )
 )
@@ -604,9 +624,15 @@ def get(name: str | DiTSpec) -> DiTSpec:
     try:
         return _PRESETS[key]
     except KeyError:
-        close = [n for n in names() if key and (key in n or n.split("-")[0] in key)]
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise SpecError(f"unknown DiT model {name!r}{hint}; known: {', '.join(names())}") from None
+        import difflib
+
+        close = difflib.get_close_matches(key, names(), n=3, cutoff=0.6)
+        close += [n for n in names() if key and n not in close and (key in n)]
+        hint = f" (did you mean {', '.join(close[:3])}?)" if close else ""
+        raise SpecError(
+            f"unknown DiT model {name!r}{hint}; known: {', '.join(names())} (or read a diffusers "
+            "transformer config with DiTSpec.from_diffusers_config(path) / plan-dit --config)"
+        ) from None
 
 
 def ceil_div(a: int, b: int) -> int:
