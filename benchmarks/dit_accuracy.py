@@ -10,7 +10,8 @@ row's own degrees, and prints (docs/accuracy-dit.md quotes this output):
    predicted speed-up over the row's own single-GPU row (same model, size, device and
    compile mode) and its error;
 2. latency MAPE, the speed-up errors, the rows skipped and why;
-3. HunyuanVideo 1280x720x129, 50 steps on 1/2/4/8 H100 (xDiT) and its 8-GPU speed-up;
+3. the MAPE per model and device; HunyuanVideo 1280x720x129, 50 steps on 1/2/4/8 H100 and
+   H20 (xDiT) and the 8-GPU speed-ups;
 4. the orderings the data shows: on NVLink Ulysses ahead of ring at equal degree, on PCIe
    L40 ring ahead, CFG the best two-device split when guidance is on.
 
@@ -64,8 +65,11 @@ DEVICES = {
 #: so the December 2024 table cannot have run 64; 28 (the default of diffusers' first Mochi
 #: pipeline, as of FLUX) is used.
 MOCHI = dict(height=480, width=848, frames=79, steps=28)
-#: xDiT docs/performance/hunyuanvideo.md, H100, Ulysses, seconds.
-HUNYUAN_H100 = {1: 1904.08, 2: 925.04, 4: 514.08, 8: 337.58}
+#: xDiT docs/performance/hunyuanvideo.md, Ulysses, seconds (H100 and H20 tables).
+HUNYUAN = {
+    "h100": {1: 1904.08, 2: 925.04, 4: 514.08, 8: 337.58},
+    "h20": {1: 6639.0, 2: 3401.0, 4: 1763.0, 8: 941.0},
+}
 
 
 @dataclass
@@ -180,16 +184,33 @@ def evaluate() -> dict[str, Any]:
 
 
 def hunyuan() -> dict[str, Any]:
-    """xDiT's HunyuanVideo 720p x 129 frames, 50 steps on H100 with Ulysses."""
+    """xDiT's HunyuanVideo 720p x 129 frames, 50 steps on H100 and H20 with Ulysses."""
     kw = dict(height=720, width=1280, frames=129, steps=50)
-    out = {}
-    for n, measured in HUNYUAN_H100.items():
-        s = ps.Strategy(ulysses=n, order=X)
-        rep = estimate_dit("hunyuanvideo", s, ps.Cluster("h100", num_devices=n), **kw)
-        out[n] = {"measured": measured, "predicted": rep.latency_s, "serial": rep.serial}
-    pred = out[1]["predicted"] / out[8]["predicted"]
-    meas = HUNYUAN_H100[1] / HUNYUAN_H100[8]
-    return {"rows": out, "predicted_speedup": pred, "measured_speedup": meas}
+    out: dict[str, Any] = {}
+    for device, table in HUNYUAN.items():
+        rows = {}
+        for n, measured in table.items():
+            s = ps.Strategy(ulysses=n, order=X)
+            rep = estimate_dit("hunyuanvideo", s, ps.Cluster(device, num_devices=n), **kw)
+            rows[n] = {
+                "measured": measured,
+                "predicted": rep.latency_s,
+                "vae_decode_s": rep.breakdown["vae_decode"],
+            }
+        out[device] = {
+            "rows": rows,
+            "predicted_speedup": rows[1]["predicted"] / rows[8]["predicted"],
+            "measured_speedup": table[1] / table[8],
+        }
+    return out
+
+
+def by_group(rows: list[dict[str, Any]]) -> dict[str, float]:
+    """Latency MAPE per (model, device)."""
+    groups: dict[str, list[float]] = {}
+    for e in rows:
+        groups.setdefault(f"{e['model']} on {e['device']}", []).append(abs(e["error"]))
+    return {k: sum(v) / len(v) for k, v in groups.items()}
 
 
 def _split(model: str, device: str, kw: dict[str, Any], **deg: int) -> float:
@@ -284,18 +305,21 @@ def main() -> int:
         f"speed-up vs own single-GPU row: {res['speedup_within']}/{res['speedup_rows']} rows "
         f"within {100 * TARGET:.0f} %, largest error {100 * res['speedup_max_error']:.1f} %"
     )
-    print("HunyuanVideo 1280x720x129, 50 steps, H100, Ulysses (xDiT):")
-    for k, v in hy["rows"].items():
-        e = v["predicted"] / v["measured"] - 1
+    for group, mape in by_group(res["rows"]).items():
+        print(f"  {group:24} MAPE {100 * mape:5.1f} %")
+    for device, h in hy.items():
+        print(f"HunyuanVideo 1280x720x129, 50 steps, {device}, Ulysses (xDiT):")
+        for k, v in h["rows"].items():
+            e = v["predicted"] / v["measured"] - 1
+            print(
+                f"  {k} GPU: measured {v['measured']:.0f} s, predicted {v['predicted']:.0f} s "
+                f"({100 * e:+.1f} %; VAE decode {v['vae_decode_s']:.0f} s)"
+            )
+        err = h["predicted_speedup"] / h["measured_speedup"] - 1
         print(
-            f"  {k} GPU: measured {v['measured']:.0f} s, predicted {v['predicted']:.0f} s "
-            f"({100 * e:+.1f} %)"
+            f"  8-GPU speed-up: measured {h['measured_speedup']:.2f}x, "
+            f"predicted {h['predicted_speedup']:.2f}x ({100 * err:+.1f} %)"
         )
-    err = hy["predicted_speedup"] / hy["measured_speedup"] - 1
-    print(
-        f"  8-GPU speed-up: measured {hy['measured_speedup']:.2f}x, "
-        f"predicted {hy['predicted_speedup']:.2f}x ({100 * err:+.1f} %)"
-    )
     print("orderings:")
     for text, ok, detail in orders:
         print(f"  [{'holds' if ok else 'FAILS'}] {text} ({detail})")

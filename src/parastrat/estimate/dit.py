@@ -325,9 +325,16 @@ def _precision(precision: str) -> int:
         raise SpecError(f"unknown precision {precision!r}; known: {', '.join(BYTES)}") from None
 
 
-def attention_efficiency(accel: Accelerator) -> float:
-    """Forward flash-attention efficiency used for ``accel`` (see :data:`ATTN_FWD_EFF`)."""
-    return ATTN_FWD_EFF.get(accel.name, efficiency.profile(accel).attn_eff)
+#: FlashAttention-2's forward rate at head dim 64 relative to head dim 128 (Dao 2023, Fig. 5,
+#: A100, non-causal, 16K tokens: ~196 against ~224 TFLOP/s): half the work per loaded K/V tile.
+HEAD_DIM_64_FACTOR = 0.87
+
+
+def attention_efficiency(accel: Accelerator, head_dim: int = 128) -> float:
+    """Forward flash-attention efficiency used for ``accel`` (see :data:`ATTN_FWD_EFF`), at
+    ``head_dim`` (64 and below run at :data:`HEAD_DIM_64_FACTOR` of the head-dim-128 rate)."""
+    base = ATTN_FWD_EFF.get(accel.name, efficiency.profile(accel).attn_eff)
+    return base * (HEAD_DIM_64_FACTOR if head_dim <= 64 else 1.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -522,7 +529,11 @@ def estimate_dit(
     batch = branches // s.cfg  # branches each device runs per step (1 or 2)
     tp, U, R = s.tp, s.ulysses, s.ring
     prof = efficiency.profile(accel)
-    a_eff = attention_eff if attention_eff is not None else attention_efficiency(accel)
+    a_eff = (
+        attention_eff
+        if attention_eff is not None
+        else attention_efficiency(accel, model.head_dim)
+    )
     if not 0 < a_eff <= 1:
         raise SpecError(f"attention_eff={a_eff!r} must be in (0, 1]")
     peak = accel.peak("bf16")
