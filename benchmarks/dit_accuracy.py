@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import re
 import sys
@@ -31,7 +32,9 @@ from typing import Any
 
 import parastrat as ps
 from parastrat.errors import SpecError, StrategyError
+from parastrat.estimate import dit as dit_est
 from parastrat.estimate.dit import estimate_dit
+from parastrat.spec import dit
 
 DATA = Path(__file__).parent / "data" / "dit_measured.csv"
 X = "tp-sp-pp-cfg-dp"
@@ -100,6 +103,18 @@ def _workload(r: dict[str, str], model: str) -> dict[str, Any]:
     return dict(height=h, width=w, frames=_int(r["frames"]), steps=_int(r["steps"]))
 
 
+#: Model variants for the ablation (``--short`` skips it): what each mechanism contributes.
+ABLATIONS = ("full model", "no serial parts", "no host launch overhead")
+_ABLATE = {"mode": "full model"}
+
+
+def _model(name: str) -> Any:
+    spec = dit.get(name)
+    if _ABLATE["mode"] == "no serial parts":
+        return dataclasses.replace(spec, vae=None, text_encoders=(), text_encoder_params=1.0)
+    return spec
+
+
 def price(r: dict[str, str]) -> Row | str:
     """Price one CSV row, or say why it is skipped."""
     model = MODELS.get(r["model"])
@@ -120,7 +135,8 @@ def price(r: dict[str, str]) -> Row | str:
     kw = _workload(r, model)
     s = ps.Strategy(ulysses=u, ring=ring, cfg=cfg, order=X)
     try:
-        rep = estimate_dit(model, s, ps.Cluster(device, num_devices=n), compiled=compiled, **kw)
+        cluster = ps.Cluster(device, num_devices=n)
+        rep = estimate_dit(_model(model), s, cluster, compiled=compiled, **kw)
     except (SpecError, StrategyError) as exc:
         return f"refused: {exc}"
     per_step = r["latency_scope"].startswith("seconds per diffusion step")
@@ -162,6 +178,7 @@ def evaluate() -> dict[str, Any]:
             "gpus": x.n,
             "split": x.label,
             "compiled": x.compiled,
+            "row_key": x.group[2],
             "measured": x.measured,
             "predicted": x.predicted,
             "error": err,
@@ -183,6 +200,29 @@ def evaluate() -> dict[str, Any]:
     }
 
 
+def ablation() -> dict[str, dict[str, float]]:
+    """MAPE and speed-up rows within target with each mechanism switched off."""
+    out = {}
+    saved = dict(dit_est.HOST_OPS), dict(dit_est.FUSED_CHAINS)
+    try:
+        for mode in ABLATIONS:
+            _ABLATE["mode"] = mode
+            if mode == "no host launch overhead":
+                for table in (dit_est.HOST_OPS, dit_est.FUSED_CHAINS):
+                    table.update(dict.fromkeys(table, -1000))
+            res = evaluate()
+            out[mode] = {
+                "mape": res["mape"],
+                "speedup_within": res["speedup_within"],
+                "speedup_rows": res["speedup_rows"],
+            }
+    finally:
+        _ABLATE["mode"] = "full model"
+        dit_est.HOST_OPS.update(saved[0])
+        dit_est.FUSED_CHAINS.update(saved[1])
+    return out
+
+
 def hunyuan() -> dict[str, Any]:
     """xDiT's HunyuanVideo 720p x 129 frames, 50 steps on H100 and H20 with Ulysses."""
     kw = dict(height=720, width=1280, frames=129, steps=50)
@@ -202,6 +242,43 @@ def hunyuan() -> dict[str, Any]:
             "predicted_speedup": rows[1]["predicted"] / rows[8]["predicted"],
             "measured_speedup": table[1] / table[8],
         }
+    return out
+
+
+#: xDiT docs/performance/flux.md: FLUX.1-dev, 1024px, 28 steps, one H100: eager and
+#: torch.compile seconds.
+FLUX_DEV_H100 = {False: 6.71, True: 4.30}
+
+
+def compile_gain(rows: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
+    """(label, measured, predicted) eager/compiled time ratio for every row pair that differs
+    only in torch.compile, plus xDiT's FLUX.1-dev on one H100."""
+    eager = {
+        (e["model"], e["device"], e["gpus"], e["split"], e["row_key"]): e
+        for e in rows
+        if not e["compiled"]
+    }
+    out = []
+    for e in rows:
+        twin = eager.get((e["model"], e["device"], e["gpus"], e["split"], e["row_key"]))
+        if e["compiled"] and twin is not None:
+            label = f"{e['row']} {e['model']} {e['device']} {e['split']}"
+            out.append(
+                (label, twin["measured"] / e["measured"], twin["predicted"] / e["predicted"])
+            )
+    kw = dict(height=1024, width=1024, steps=28)
+    c = ps.Cluster("h100", num_devices=1)
+    pred = {
+        comp: estimate_dit("flux.1-dev", ps.Strategy(order=X), c, compiled=comp, **kw).latency_s
+        for comp in (False, True)
+    }
+    out.append(
+        (
+            "xDiT FLUX.1-dev 1024px 28 steps, 1 H100",
+            FLUX_DEV_H100[False] / FLUX_DEV_H100[True],
+            pred[False] / pred[True],
+        )
+    )
     return out
 
 
@@ -320,6 +397,16 @@ def main() -> int:
             f"  8-GPU speed-up: measured {h['measured_speedup']:.2f}x, "
             f"predicted {h['predicted_speedup']:.2f}x ({100 * err:+.1f} %)"
         )
+    print("torch.compile: eager / compiled time, measured vs predicted:")
+    for label, meas, pred in compile_gain(res["rows"]):
+        print(f"  {label:44} {meas:5.2f}x vs {pred:5.2f}x")
+    if not args.short:
+        print("ablation (each mechanism off; all else equal):")
+        for mode, a in ablation().items():
+            print(
+                f"  {mode:26} MAPE {100 * a['mape']:5.1f} %, speed-up rows within "
+                f"{100 * TARGET:.0f} %: {a['speedup_within']}/{a['speedup_rows']}"
+            )
     print("orderings:")
     for text, ok, detail in orders:
         print(f"  [{'holds' if ok else 'FAILS'}] {text} ({detail})")
