@@ -530,9 +530,7 @@ def estimate_dit(
     tp, U, R = s.tp, s.ulysses, s.ring
     prof = efficiency.profile(accel)
     a_eff = (
-        attention_eff
-        if attention_eff is not None
-        else attention_efficiency(accel, model.head_dim)
+        attention_eff if attention_eff is not None else attention_efficiency(accel, model.head_dim)
     )
     if not 0 < a_eff <= 1:
         raise SpecError(f"attention_eff={a_eff!r} must be in (0, 1]")
