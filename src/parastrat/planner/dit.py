@@ -104,8 +104,10 @@ class DiTCandidate:
     def mindiesd_flags(self) -> str:
         """The launch flags MindIE-SD's examples take for this strategy."""
         s = self.strategy
+        vae = " --vae_parallel" if self.report.serial.get("vae", {}).get("devices", 1) > 1 else ""
         return (
             f"--ulysses_size {s.ulysses} --ring_size {s.ring} --cfg_size {s.cfg} --tp_size {s.tp}"
+            + vae
         )
 
     def to_dict(self) -> dict[str, Any]:

@@ -340,7 +340,10 @@ def dit_from_diffusers_config(
             f"{where}: '_class_name' {shown} is not a diffusers transformer parastrat reads; "
             f"known: {', '.join(READERS)}"
         )
-    label = name if name is not None else (Path(where).parent.name if where != "<dict>" else cls)
+    if name is None and where != "<dict>":
+        folder = Path(where).parent
+        name = folder.parent.name if folder.name == "transformer" else folder.name
+    label = name if name is not None else cls
     if not isinstance(label, str) or not label.strip():
         label = cls
     try:
