@@ -1,6 +1,7 @@
 """FSDP cost model: memory identities, monotonic sharding, ring-formula times, source facts."""
 
 import ast
+import itertools
 import math
 from pathlib import Path
 
@@ -16,8 +17,8 @@ from parastrat.estimate.fsdp import (
     MEGATRON_AG_PREFETCH_ELEMENTS,
     ByteSizes,
     LayerWork,
-    Sharding,
     ShardGroups,
+    Sharding,
     fsdp_layer_collectives,
     fsdp_layer_comm,
     fsdp_layer_memory,
@@ -123,11 +124,11 @@ def test_more_sharding_never_more_kept_memory(unit, layers, shard, prefetch):
         for lvl in LEVELS
     ]
     totals = [k.weights + k.gradients + k.optimizer for k in kept]
-    assert all(a >= b - 1e-6 * a for a, b in zip(totals, totals[1:]))
+    assert all(a >= b - 1e-6 * a for a, b in itertools.pairwise(totals))
     # with the working set too, once a stage has at least 2 x the units in flight
     if layers >= 2 * (1 + prefetch) and shard >= 2:
         full = [k.total for k in kept]
-        assert all(a >= b - 1e-6 * a for a, b in zip(full, full[1:]))
+        assert all(a >= b - 1e-6 * a for a, b in itertools.pairwise(full))
     # a larger shard group never keeps more
     wider = fsdp_stage_memory([unit] * layers, Sharding(LEVELS[-1], 2 * shard, prefetch=prefetch))
     assert wider.total <= kept[-1].total * (1 + 1e-12)
