@@ -12,6 +12,11 @@ transformer layers and the embedding / output layer on the end stages.
     python benchmarks/fsdp_memory_picture.py                 # table + docs/img/fsdp_memory.png
     python benchmarks/fsdp_memory_picture.py --no-plot       # table only
     python benchmarks/fsdp_memory_picture.py --model llama3-8b --gpus 8 --tp 1 --pp 1
+
+``--time`` also prints each level's FSDP communication per step on the stage with the most
+parameters (every collective, and the part on the critical path), with each layer's compute
+window from :func:`parastrat.estimate_step` (its per-layer compute, one third forward, two
+thirds backward), next to the step model's own DP figures for the same strategy.
 """
 
 from __future__ import annotations
@@ -22,7 +27,15 @@ import tempfile
 from pathlib import Path
 
 import parastrat as ps
-from parastrat.estimate.fsdp import LEVELS, ShardedStage, Sharding, fsdp_stage_memory
+from parastrat.estimate.fsdp import (
+    LEVELS,
+    LayerWork,
+    ShardedStage,
+    ShardGroups,
+    Sharding,
+    fsdp_stage_comm,
+    fsdp_stage_memory,
+)
 from parastrat.spec.hardware import get as get_accelerator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -78,6 +91,36 @@ def print_table(report: ps.MemoryReport, rows: dict[str, list[ShardedStage]]) ->
                 f"{mem.optimizer / GiB:8.2f} {mem.working.total / GiB:8.2f} {rest / GiB:8.2f} "
                 f"{(mem.total + rest) / GiB:8.2f}"
             )
+
+
+def print_time(args, report: ps.MemoryReport) -> None:
+    model = ps.models.get(args.model)
+    strategy = ps.Strategy(tp=args.tp, pp=args.pp, sp=args.tp > 1).with_world_size(args.gpus)
+    cluster = ps.Cluster(args.device, args.gpus)
+    step = ps.estimate_step(
+        model, strategy, cluster, seq_len=args.seq_len, global_batch_size=args.global_batch_size
+    )
+    m = step.micro_batches
+    units = layer_params(model, report, args.tp)
+    big = max(range(len(units)), key=lambda i: sum(units[i]))
+    layer_s = step.breakdown["compute"] / m / report.stages[big].layers
+    work = [LayerWork(p, layer_s / 3, 2 * layer_s / 3) for p in units[big]]
+    print(
+        f"\nFSDP communication per step, stage {big} ({len(work)} units, {m} micro-batches, "
+        f"layer compute {layer_s * 1e3:.1f} ms per micro-batch) on {args.gpus} {args.device}"
+    )
+    print(f"{'level':<19} {'span':>6} {'total s':>8} {'exposed s':>10}")
+    for level in LEVELS:
+        sh = Sharding(level, dp_shard=strategy.dp or 1)
+        groups = ShardGroups.dense(sh, tp=args.tp)
+        t = fsdp_stage_comm(work, sh, groups, cluster, micro_batches=m)
+        span = cluster.span(groups.shard, groups.shard_stride)
+        print(f"{level:<19} {span:>6} {t.total:8.3f} {t.exposed:10.3f}")
+    b = step.breakdown
+    print(
+        f"step model today (distributed optimizer): dp {b['dp']:.3f} s, exposed "
+        f"{b['dp_exposed']:.3f} s; step {step.step_time_s:.2f} s"
+    )
 
 
 def plot(report, rows, device: str, out: Path) -> None:
@@ -139,9 +182,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="h100")
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "fsdp_memory.png")
     ap.add_argument("--no-plot", action="store_true")
+    ap.add_argument("--time", action="store_true", help="also print FSDP communication times")
     args = ap.parse_args(argv)
     report, rows = stage_rows(args)
     print_table(report, rows)
+    if args.time:
+        print_time(args, report)
     if not args.no_plot:
         plot(report, rows, args.device, args.out)
         print(f"wrote {args.out}")
