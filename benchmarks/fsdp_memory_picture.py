@@ -57,7 +57,9 @@ def layer_params(model: ps.ModelSpec, report, tp: int) -> list[list[float]]:
         if extra < -1e-6 * st.params:
             raise SystemExit(f"stage {st.stage}: layers exceed the stage's parameters")
         if extra > 1e-6 * st.params:
-            units.append(extra)
+            # one stage with an untied input embedding and output layer: two equal units
+            both = st.has_embedding and st.has_output and not model.tied_embeddings
+            units += [extra / 2, extra / 2] if both else [extra]
         out.append(units)
     return out
 
