@@ -17,6 +17,9 @@ transformer layers and the embedding / output layer on the end stages.
 parameters (every collective, and the part on the critical path), with each layer's compute
 window from :func:`parastrat.estimate_step` (its per-layer compute, one third forward, two
 thirds backward), next to the step model's own DP figures for the same strategy.
+``--ablation`` prints, for full sharding on that stage, what each mechanism changes: Megatron's
+prefetch budget without the double buffer, keeping gathered weights for the backward
+(torchtitan under PP), HSDP with the shard group inside one scale-up domain, and no overlap.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from parastrat.estimate.fsdp import (
     Sharding,
     fsdp_stage_comm,
     fsdp_stage_memory,
+    megatron_prefetch_depth,
 )
 from parastrat.spec.hardware import get as get_accelerator
 
@@ -96,17 +100,9 @@ def print_table(report: ps.MemoryReport, rows: dict[str, list[ShardedStage]]) ->
 
 
 def print_time(args, report: ps.MemoryReport) -> None:
-    model = ps.models.get(args.model)
-    strategy = ps.Strategy(tp=args.tp, pp=args.pp, sp=args.tp > 1).with_world_size(args.gpus)
-    cluster = ps.Cluster(args.device, args.gpus)
-    step = ps.estimate_step(
-        model, strategy, cluster, seq_len=args.seq_len, global_batch_size=args.global_batch_size
-    )
+    strategy, cluster, step, big, work = _stage_work(args, report)
     m = step.micro_batches
-    units = layer_params(model, report, args.tp)
-    big = max(range(len(units)), key=lambda i: sum(units[i]))
-    layer_s = step.breakdown["compute"] / m / report.stages[big].layers
-    work = [LayerWork(p, layer_s / 3, 2 * layer_s / 3) for p in units[big]]
+    layer_s = work[0].fwd_s * 3
     print(
         f"\nFSDP communication per step, stage {big} ({len(work)} units, {m} micro-batches, "
         f"layer compute {layer_s * 1e3:.1f} ms per micro-batch) on {args.gpus} {args.device}"
@@ -123,6 +119,56 @@ def print_time(args, report: ps.MemoryReport) -> None:
         f"step model today (distributed optimizer): dp {b['dp']:.3f} s, exposed "
         f"{b['dp_exposed']:.3f} s; step {step.step_time_s:.2f} s"
     )
+
+
+def _stage_work(args, report):
+    model = ps.models.get(args.model)
+    strategy = ps.Strategy(tp=args.tp, pp=args.pp, sp=args.tp > 1).with_world_size(args.gpus)
+    cluster = ps.Cluster(args.device, args.gpus)
+    step = ps.estimate_step(
+        model, strategy, cluster, seq_len=args.seq_len, global_batch_size=args.global_batch_size
+    )
+    units = layer_params(model, report, args.tp)
+    big = max(range(len(units)), key=lambda i: sum(units[i]))
+    layer_s = step.breakdown["compute"] / step.micro_batches / report.stages[big].layers
+    work = [LayerWork(p, layer_s / 3, 2 * layer_s / 3) for p in units[big]]
+    return strategy, cluster, step, big, work
+
+
+def print_ablation(args, report: ps.MemoryReport) -> None:
+    strategy, cluster, step, big, work = _stage_work(args, report)
+    dp, m = strategy.dp or 1, step.micro_batches
+    unit = sorted(w.params for w in work)[len(work) // 2]  # a transformer layer
+    rest = report.stages[big].activations + report.stages[big].other
+    inside = max(1, cluster.scale_up_domain // (args.tp * strategy.cp))
+    variants = [
+        ("FSDP, double buffer (prefetch 1)", Sharding(LEVELS[-1], dp), True),
+        (
+            "FSDP, Megatron prefetch budget",
+            Sharding(LEVELS[-1], dp, prefetch=megatron_prefetch_depth(unit, False)),
+            True,
+        ),
+        (
+            "FSDP, keep gathered for backward",
+            Sharding(LEVELS[-1], dp, reshard_after_forward=False),
+            True,
+        ),
+        ("FSDP, no overlap", Sharding(LEVELS[-1], dp), False),
+    ]
+    if 1 < inside < dp and dp % inside == 0:
+        variants.insert(
+            1, (f"HSDP {inside} x {dp // inside}", Sharding(LEVELS[-1], inside, dp // inside), True)
+        )
+    print(f"\nablation, stage {big}, optim_grads_params, {m} micro-batches")
+    print(f"{'variant':<36} {'span':>6} {'GiB':>7} {'total s':>8} {'exposed s':>10}")
+    for name, sh, overlap in variants:
+        mem = fsdp_stage_memory([w.params for w in work], sh)
+        groups = ShardGroups.dense(sh, tp=args.tp)
+        ws = work if overlap else [LayerWork(w.params, 0.0, 0.0) for w in work]
+        t = fsdp_stage_comm(ws, sh, groups, cluster, micro_batches=m)
+        span = cluster.span(groups.shard, groups.shard_stride)
+        gib = (mem.total + rest) / GiB
+        print(f"{name:<36} {span:>6} {gib:7.2f} {t.total:8.3f} {t.exposed:10.3f}")
 
 
 def plot(report, rows, device: str, out: Path) -> None:
@@ -185,11 +231,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "docs" / "img" / "fsdp_memory.png")
     ap.add_argument("--no-plot", action="store_true")
     ap.add_argument("--time", action="store_true", help="also print FSDP communication times")
+    ap.add_argument("--ablation", action="store_true", help="also print the mechanism ablation")
     args = ap.parse_args(argv)
     report, rows = stage_rows(args)
     print_table(report, rows)
     if args.time:
         print_time(args, report)
+    if args.ablation:
+        print_ablation(args, report)
     if not args.no_plot:
         plot(report, rows, args.device, args.out)
         print(f"wrote {args.out}")
