@@ -322,3 +322,21 @@ def test_torchtitan_bytes_reduce_in_fp32():
     assert tt.reduce == pytest.approx(ring("reduce_scatter", 4 * p, 8, "intra"))
     lay = fsdp_layer_memory(p, sh.level, 8, sizes=ByteSizes.torchtitan())
     assert lay.total == pytest.approx(16 * p / 8)
+
+
+@pytest.mark.parametrize("level, dist_opt", [("no_shard", False), ("optim", True)])
+def test_unsharded_gradient_levels_price_as_todays_dp_step(level, dist_opt):
+    """One stage of L equal layers: the per-layer collectives of no_shard / optim move the same
+    bytes as comm.dp_step's one collective per stage; only the latency terms differ (L - 1 more
+    alphas per collective kind)."""
+    s = ps.Strategy(tp=2).with_world_size(16)  # dp 8, stride 2: crosses the 8-GPU domain
+    strides = comm.group_strides(s, dp=8, edp=8)
+    layers, p = 32, 2e8
+    today = comm.dp_step(s, layers * p, 0.0, 8, 8, strides, distributed_optimizer=dist_opt)
+    sh = Sharding(level, dp_shard=8)
+    groups = ShardGroups.dense(sh, tp=2)
+    assert groups.shard_stride == strides["dp-cp"]
+    got = fsdp_stage_comm([LayerWork(p, 0, 0)] * layers, sh, groups, H100)
+    alpha, _ = H100.link("inter")
+    extra = sum((layers - 1) * alpha * latency_steps(c.op, c.group_size) for c in today)
+    assert got.total == pytest.approx(sum(c.time(H100) for c in today) + extra, rel=1e-9)
