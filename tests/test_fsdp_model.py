@@ -156,6 +156,7 @@ def test_from_strategy_without_fsdp_fields_is_todays_dp():
     s = ps.Strategy(tp=4).with_world_size(32)
     sh = Sharding.from_strategy(s)
     assert (sh.level, sh.dp_shard, sh.dp_replicate) == ("no_shard", 8, 1)
+    assert Sharding.from_strategy(s, distributed_optimizer=True).level == "optim"
 
 
 def test_levels_are_megatron_fsdp_sharding_strategies():

@@ -169,13 +169,19 @@ class Sharding:
         return min(layers, 1 + self.prefetch)
 
     @classmethod
-    def from_strategy(cls, strategy: Any, prefetch: int = 1) -> Sharding:
+    def from_strategy(
+        cls, strategy: Any, *, distributed_optimizer: bool = False, prefetch: int = 1
+    ) -> Sharding:
         """The sharding a strategy asks for: its ``fsdp``, ``dp_shard``, ``dp_replicate``
-        (torchtitan names), or, on a strategy without them, no sharding over its whole ``dp``."""
+        (torchtitan names).  A strategy without ``fsdp`` keeps today's accounting: the
+        distributed optimizer is ``"optim"`` over the whole ``dp``, without it ``"no_shard"``."""
         dp = getattr(strategy, "dp", None) or 1
         replicate = getattr(strategy, "dp_replicate", None) or 1
         shard = getattr(strategy, "dp_shard", None) or max(1, dp // replicate)
-        return cls(getattr(strategy, "fsdp", None), shard, replicate, prefetch)
+        level = getattr(strategy, "fsdp", None)
+        if level is None:
+            level = "optim" if distributed_optimizer else "no_shard"
+        return cls(level, shard, replicate, prefetch)
 
 
 def megatron_prefetch_depth(unit_params: float, double_buffer: bool = True) -> int:
