@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..spec.model import ModelSpec
 from ..strategy import Strategy, divisors
+from .variants import pipeline_variants
 
 #: The skill's named MoE rows: preset name -> (TP, PP, EP).
 MOE_TABLE: dict[str, tuple[int, int, int]] = {
@@ -144,8 +145,6 @@ def seed_strategy(
             break
     else:
         pass
-    from .search import pipeline_variants  # the planner's split rules, one source
-
     if pp > 1 and not pipeline_variants(model, pp, 1):
         ok = [d for d in divisors(model.num_layers) if d <= pp]
         new_pp = max(ok) if ok else 1
