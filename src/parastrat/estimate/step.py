@@ -278,6 +278,12 @@ class StepReport:
     recompute: str
     model_flops_per_token: float
     notes: tuple[str, ...] = field(default=())
+    #: the slowest pipeline stage (which ``breakdown`` describes) and the parameters one of its
+    #: ranks holds, dense and routed-expert (:mod:`parastrat.estimate.layers`' records, the
+    #: same the memory estimate reads)
+    stage: int = 0
+    stage_params: float = 0.0
+    stage_expert_params: float = 0.0
 
     @property
     def exposed_comm_s(self) -> float:
@@ -302,6 +308,9 @@ class StepReport:
             "flops_convention": "model FLOPs = 3 x forward (6 N_active per token + causal "
             "attention counted as half); recompute excluded",
             "notes": list(self.notes),
+            "stage": self.stage,
+            "stage_params": self.stage_params,
+            "stage_expert_params": self.stage_expert_params,
         }
 
 
@@ -771,7 +780,7 @@ class StepModel:
                 f"{self._cluster.scale_up_domain}: every layer's TP collectives use the "
                 "scale-out link"
             )
-        return self._report(step, _breakdown(m, st, pp), m, world, mode, notes)
+        return self._report(step, st, _breakdown(m, st, pp), m, world, mode, notes)
 
     def _stages(
         self, s: Strategy, split: PipelineSplit, per: dict[bool, dict[str, float]], tokens: float
@@ -808,6 +817,8 @@ class StepModel:
                 + st["ep_exposed"]
                 + st["host_exposed"]
             )
+            st.update(stage=j, dense_params=blocks[j].dense_params)
+            st["expert_params"] = blocks[j].expert_params
             out.append((st, blocks[j]))
         return out
 
@@ -898,6 +909,7 @@ class StepModel:
     def _report(
         self,
         step: float,
+        st: dict[str, float],
         breakdown: dict[str, float],
         m: int,
         world: int,
@@ -921,6 +933,9 @@ class StepModel:
             recompute=mode,
             model_flops_per_token=fpt,
             notes=tuple(notes),
+            stage=int(st["stage"]),
+            stage_params=st["dense_params"] + st["expert_params"],
+            stage_expert_params=st["expert_params"],
         )
 
 
