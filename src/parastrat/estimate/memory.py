@@ -52,6 +52,7 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any, cast
 
+from .._deps import require
 from ..errors import SpecError, StrategyError, UsageError
 from ..rules import batch_violations
 from ..spec.hardware import Accelerator, GiB
@@ -60,6 +61,7 @@ from ..spec.hardware import names as accelerator_names
 from ..spec.model import ModelSpec
 from ..spec.workload import Switches, Workload, resolve
 from ..strategy import Strategy
+from ..viz import save_figure
 from .layers import (
     FP8_EXTRA_BYTES,
     GRAD_BYTES,
@@ -228,8 +230,6 @@ class MemoryReport:
 
         Needs matplotlib (``pip install "parastrat[plot]"``); returns ``path``.
         """
-        from .._deps import require
-
         mpl = require("matplotlib", "plot", "needed for --plot")
         mpl.use("Agg")
         plt = require("matplotlib.pyplot", "plot")
@@ -255,8 +255,6 @@ class MemoryReport:
         )
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
-        from ..viz import save_figure
-
         save_figure(fig, path, dpi=120)
         return path
 

@@ -433,21 +433,7 @@ def layer_cost(
         if mat.block == "shared":
             shared += f + b
     h = model.hidden_size
-    # attention core: heads split by TP, keys halved by the causal mask
-    core = mean_attention_core_flops_per_token(model, seq_len) * tokens / tp
-    if flash_attention:
-        a_fwd = attention_time(accel, core, prof)
-        a_bwd = attention_time(accel, ATTN_BWD_RATIO * core, prof)
-    else:
-        # unfused: Q K^T and A V as batched GEMMs over every key (no causal skipping) and the
-        # score matrix through HBM (scale-mask-softmax, dropout)
-        heads = max(model.num_attention_heads // tp, 1)
-        d = model.head_dim
-        b_s = tokens / max(seq_len / cp, 1)  # sequences in the micro-batch
-        q, keys = seq_len / cp, seq_len
-        one = gemm_time(accel, q, keys, d, "bf16", int(heads * b_s), prof)
-        a_fwd = 2 * one + memory_time(accel, heads * b_s * q * keys * SCORE_BYTES_FWD, prof)
-        a_bwd = 4 * one + memory_time(accel, heads * b_s * q * keys * 2 * SCORE_BYTES_FWD, prof)
+    a_fwd, a_bwd = _attention_times(model, accel, prof, tokens, seq_len, tp, cp, flash_attention)
     # memory-bound kernels: elements touched per token (forward)
     h_local = h / tp if sp else h
     a, g = model.num_attention_heads, model.query_groups
@@ -480,6 +466,33 @@ def layer_cost(
         mlp_b,
         shared,
     )
+
+
+def _attention_times(
+    model: ModelSpec,
+    accel: Accelerator,
+    prof: KernelProfile,
+    tokens: float,
+    seq_len: int,
+    tp: int,
+    cp: int,
+    flash_attention: bool,
+) -> tuple[float, float]:
+    """(forward s, backward s) of the attention core of one layer and micro-batch."""
+    # attention core: heads split by TP, keys halved by the causal mask
+    core = mean_attention_core_flops_per_token(model, seq_len) * tokens / tp
+    if flash_attention:
+        return attention_time(accel, core, prof), attention_time(accel, ATTN_BWD_RATIO * core, prof)
+    # unfused: Q K^T and A V as batched GEMMs over every key (no causal skipping) and the
+    # score matrix through HBM (scale-mask-softmax, dropout)
+    heads = max(model.num_attention_heads // tp, 1)
+    d = model.head_dim
+    b_s = tokens / max(seq_len / cp, 1)  # sequences in the micro-batch
+    q, keys = seq_len / cp, seq_len
+    one = gemm_time(accel, q, keys, d, "bf16", int(heads * b_s), prof)
+    a_fwd = 2 * one + memory_time(accel, heads * b_s * q * keys * SCORE_BYTES_FWD, prof)
+    a_bwd = 4 * one + memory_time(accel, heads * b_s * q * keys * 2 * SCORE_BYTES_FWD, prof)
+    return a_fwd, a_bwd
 
 
 def head_cost(

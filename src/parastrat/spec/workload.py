@@ -25,9 +25,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import SpecError, UsageError
 from .hardware import canonical_precision
 from .model import ModelSpec
+from .models import get as get_model
 
 #: Activation recompute modes: none, Megatron's selective (core attention) and full (every
 #: layer, uniform, one layer per checkpoint).
@@ -153,12 +154,8 @@ class Workload:
 
     def __post_init__(self) -> None:
         if isinstance(self.model, str):
-            from .models import get as get_model
-
             object.__setattr__(self, "model", get_model(self.model))
         elif not isinstance(self.model, ModelSpec):
-            from ..errors import SpecError
-
             raise SpecError(
                 f"a workload needs a ModelSpec or a preset name, got "
                 f"{type(self.model).__name__} (use parastrat.models.get(name))"
