@@ -114,17 +114,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def add_moe_args(p: argparse.ArgumentParser) -> None:
-    """Every implementation switch flag (:func:`add_switch_args`; the name is kept for the
-    subcommands that called it before the switches were one group)."""
-    add_switch_args(p)
-
-
-def step_switches(args: argparse.Namespace) -> dict:
-    """The implementation switches of ``args`` as ``estimate_step`` / ``plan`` keywords."""
-    return switches_from_args(args, searched=True).to_kwargs()
-
-
 def run(args: argparse.Namespace) -> int:
     """Run ``parastrat plan``: rank the strategies and print them; 0, or 2 when nothing fits."""
     from ..planner.search import plan

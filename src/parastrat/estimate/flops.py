@@ -208,6 +208,11 @@ def forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
 _MODEL_FLOPS: dict[tuple[ModelSpec, int], float] = {}
 
 
+def clear_caches() -> None:
+    """Empty the model-FLOPs memo."""
+    _MODEL_FLOPS.clear()
+
+
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Training model FLOPs per token: 3 x forward (the MFU convention in the module doc)."""
     key = (model, seq_len)

@@ -365,3 +365,10 @@ def try_split(
         return pipeline_split(model, Strategy(pp=pp, vpp=vpp, **dict(split)))
     except StrategyError:
         return None
+
+
+def clear_caches() -> None:
+    """Empty this module's memos (records, stage sums, pipeline splits)."""
+    for fn in (layer_record, embedding_record, output_record, mtp_record, stage_params, try_split):
+        fn.cache_clear()
+    _SPLITS.clear()

@@ -1103,17 +1103,8 @@ def clear_caches() -> None:
     """Empty the module-level memos (host operations, layer records, pipeline splits, model
     FLOPs); a :class:`StepModel`'s own memo goes with it."""
     _host_ops.cache_clear()
-    for fn in (
-        layers.layer_record,
-        layers.embedding_record,
-        layers.output_record,
-        layers.mtp_record,
-        layers.stage_params,
-        layers.try_split,
-    ):
-        fn.cache_clear()
-    layers._SPLITS.clear()
-    flops._MODEL_FLOPS.clear()
+    layers.clear_caches()
+    flops.clear_caches()
 
 
 def _host_exposed(
