@@ -32,6 +32,7 @@ from ..spec.model import ModelSpec
 # the recompute vocabulary lives with the switches (re-exported here for its old importers)
 from ..spec.workload import RECOMPUTE_MODES as RECOMPUTE_MODES
 from ..spec.workload import normalize_recompute as normalize_recompute
+from .memo import per_model
 
 #: How tensor parallelism cuts a matrix: ``col`` splits the output features, ``row`` the input
 #: features, ``dup`` keeps it whole on every TP rank (MLA down-projections, the router).
@@ -205,23 +206,10 @@ def forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     )
 
 
-_MODEL_FLOPS: dict[tuple[ModelSpec, int], float] = {}
-
-
-def clear_caches() -> None:
-    """Empty the model-FLOPs memo."""
-    _MODEL_FLOPS.clear()
-
-
+@per_model
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Training model FLOPs per token: 3 x forward (the MFU convention in the module doc)."""
-    key = (model, seq_len)
-    hit = _MODEL_FLOPS.get(key)
-    if hit is None:
-        if len(_MODEL_FLOPS) > 4096:
-            _MODEL_FLOPS.clear()
-        hit = _MODEL_FLOPS[key] = 3.0 * forward_flops_per_token(model, seq_len)
-    return hit
+    return 3.0 * forward_flops_per_token(model, seq_len)
 
 
 def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:

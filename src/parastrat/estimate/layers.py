@@ -29,13 +29,13 @@ and with MTP the MTP modules plus the copy of the embedding MTP uses on the last
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
 from ..errors import StrategyError
 from ..spec.model import ModelSpec
 from ..strategy import Strategy
 from .flops import Matrix, attention_matrices, is_moe_layer, logits_matrix, mlp_matrices
+from .memo import model_memo, per_model
 
 #: Bytes per parameter: bf16 weight, fp32 main gradient (Megatron Bridge's ``bf16_mixed``
 #: keeps the gradient buffer in FP32: ``grad_reduce_in_fp32``), fp32 master + Adam m and v.
@@ -123,7 +123,7 @@ class Block:
 EMPTY = Block("empty", 0.0)
 
 
-@lru_cache(maxsize=4096)
+@per_model
 def layer_record(model: ModelSpec, moe: bool, tp: int, ep: int = 1, etp: int = 1) -> Block:
     """One transformer layer (MoE when ``moe``) on a rank of the (TP, EP, ETP) grid."""
     p = model.param_breakdown
@@ -139,7 +139,7 @@ def layer_record(model: ModelSpec, moe: bool, tp: int, ep: int = 1, etp: int = 1
     return Block("moe", dense, experts, linear, mats)
 
 
-@lru_cache(maxsize=1024)
+@per_model
 def embedding_record(model: ModelSpec, tp: int) -> Block:
     """The input embedding (padded vocabulary split by TP, learned positions whole)."""
     h = model.hidden_size
@@ -147,7 +147,7 @@ def embedding_record(model: ModelSpec, tp: int) -> Block:
     return Block("embedding", model.padded_vocab_size(tp) * h / tp + pos)
 
 
-@lru_cache(maxsize=1024)
+@per_model
 def output_record(model: ModelSpec, tp: int, with_logits: bool) -> Block:
     """The final norm, and the output layer when ``with_logits`` (untied, or a tied copy on
     the last stage of a pipeline)."""
@@ -159,7 +159,7 @@ def output_record(model: ModelSpec, tp: int, with_logits: bool) -> Block:
     return Block("output", norm + logits, 0.0, 0.0, (mat,))
 
 
-@lru_cache(maxsize=1024)
+@per_model
 def mtp_record(model: ModelSpec, tp: int, ep: int = 1, etp: int = 1) -> Block:
     """One multi-token-prediction module: the ``[h; h] -> h`` projection, its norms (enorm,
     hnorm, final) and one transformer layer of the kind of the model's last layer (what the
@@ -178,7 +178,7 @@ def mtp_record(model: ModelSpec, tp: int, ep: int = 1, etp: int = 1) -> Block:
     )
 
 
-@lru_cache(maxsize=8192)
+@per_model
 def stage_params(
     model: ModelSpec,
     tp: int,
@@ -269,7 +269,7 @@ def pipeline_split(model: ModelSpec, strategy: Strategy) -> PipelineSplit:
     """
     s = strategy
     key = (
-        model,
+        "pipeline_split",
         s.pp,
         s.vpp,
         s.first_stage_layers,
@@ -277,16 +277,11 @@ def pipeline_split(model: ModelSpec, strategy: Strategy) -> PipelineSplit:
         s.account_for_embedding,
         s.account_for_loss,
     )
-    hit = _SPLITS.get(key)
+    memo = model_memo(model)  # the model's own memo, keyed by every field the split reads
+    hit = memo.get(key)
     if hit is None:
-        if len(_SPLITS) > 8192:
-            _SPLITS.clear()
-        hit = _SPLITS[key] = _split(model, s)
+        hit = memo[key] = _split(model, s)
     return hit
-
-
-#: :func:`pipeline_split`'s memo, keyed by the model and every field of the strategy it reads.
-_SPLITS: dict[tuple, PipelineSplit] = {}
 
 
 def _split(model: ModelSpec, s: Strategy) -> PipelineSplit:
@@ -355,7 +350,7 @@ def split_waived_rules(model: ModelSpec, strategy: Strategy) -> frozenset[str]:
     return MTP_LAYOUT_RULES if _mtp_slots(model, strategy) is not None else frozenset()
 
 
-@lru_cache(maxsize=4096)
+@per_model
 def try_split(
     model: ModelSpec, pp: int, vpp: int, split: tuple[tuple[str, Any], ...] = ()
 ) -> PipelineSplit | None:
@@ -365,10 +360,3 @@ def try_split(
         return pipeline_split(model, Strategy(pp=pp, vpp=vpp, **dict(split)))
     except StrategyError:
         return None
-
-
-def clear_caches() -> None:
-    """Empty this module's memos (records, stage sums, pipeline splits)."""
-    for fn in (layer_record, embedding_record, output_record, mtp_record, stage_params, try_split):
-        fn.cache_clear()
-    _SPLITS.clear()

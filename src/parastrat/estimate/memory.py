@@ -49,7 +49,6 @@ activations per micro-batch); one call costs tens of microseconds
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any, cast
 
 from .._deps import require
@@ -73,6 +72,7 @@ from .layers import (
     pipeline_split,
     stage_params,
 )
+from .memo import per_model
 
 #: CUDA/NPU context + communicator buffers + workspaces, per rank (see the module docstring).
 OTHER_FIXED_BYTES = int(2.5 * GiB)
@@ -291,7 +291,7 @@ class Activations:
     hidden: float
 
 
-@lru_cache(maxsize=4096)
+@per_model
 def activations(
     model: ModelSpec,
     tp: int,
@@ -473,10 +473,8 @@ def memory_of(
         OTHER_FIXED_BYTES if other_bytes is None else float(other_bytes),
         FRAGMENTATION if fragmentation is None else float(fragmentation),
     )
-    stages = [
-        _stage(model, s, j, split, blocks[j], acts, m, workload, switches, alloc)
-        for j in range(s.pp)
-    ]
+    shapes = _StageShape(model, s, m, workload, switches, alloc)
+    stages = [shapes.stage(j, split, blocks[j], acts) for j in range(s.pp)]
     if not switches.distributed_optimizer:
         notes.append(
             "without the distributed optimizer every rank keeps the full 12 B/param "
@@ -509,63 +507,70 @@ def _microbatches(workload: Workload, s: Strategy, notes: list[str]) -> int | No
     return gbs // (b * dp)
 
 
-def _stage(
-    model: ModelSpec,
-    s: Strategy,
-    st: int,
-    split: PipelineSplit,
-    block: Block,
-    acts: Activations,
-    m: int | None,
-    workload: Workload,
-    switches: Switches,
-    alloc: tuple[float, float],
-) -> StageMemory:
-    """What one rank of pipeline stage ``st`` holds: the stage's parameter record, and the
-    activations of the micro-batches (or model chunks) in flight at its peak."""
-    p, v, dp = s.pp, s.vpp, cast(int, s.dp)
-    n_layers, n_moe = split.stage_layers[st], split.stage_moe[st]
-    first, last = st == 0, st == p - 1
-    dense_shard = float(dp * s.cp) if switches.distributed_optimizer else 1.0
-    expert_shard = float(s.expert_dp or 1) if switches.distributed_optimizer else 1.0
-    if v > 1:
-        in_flight = v * p + p - 1 - 2 * st
-        if m is not None:
-            in_flight = min(in_flight, m * v)
-        per_unit = 1.0 / v  # one chunk = 1/v of the stage's layers
-    else:
-        in_flight = p - st if m is None else min(p - st, m)
-        per_unit = 1.0
-    full = switches.mode == "full"
-    if full:
-        one_layer = acts.moe if n_moe else acts.dense
-        stored = in_flight * per_unit * n_layers * acts.layer_input + (
-            one_layer if n_layers else 0.0
+class _StageShape:
+    """What every stage of one estimate shares (pipeline shape, optimizer shards, FP8 bytes,
+    allowance), so that :meth:`stage` computes only what differs per stage."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        s: Strategy,
+        m: int | None,
+        workload: Workload,
+        switches: Switches,
+        alloc: tuple[float, float],
+    ) -> None:
+        dist = switches.distributed_optimizer
+        self.p, self.v, self.m = s.pp, s.vpp, m
+        self.dense_shard = float(cast(int, s.dp) * s.cp) if dist else 1.0
+        self.expert_shard = float(s.expert_dp or 1) if dist else 1.0
+        self.fp8x = fp8_extra_bytes(workload.precision, switches.fp8_param_gather)
+        self.full = switches.mode == "full"
+        self.mtp, self.moe_model = model.mtp_num_layers, model.is_moe
+        self.fixed, self.frag = alloc
+
+    def in_flight(self, st: int) -> tuple[int, float]:
+        """(micro-batches or model chunks in flight at stage ``st``'s peak, layers' share per
+        unit): 1F1B holds ``min(p - s, m)``; interleaved ``min(v m, v p + p - 1 - 2 s)``."""
+        p, v, m = self.p, self.v, self.m
+        if v > 1:
+            n = v * p + p - 1 - 2 * st
+            return (n if m is None else min(n, m * v)), 1.0 / v
+        return (p - st if m is None else min(p - st, m)), 1.0
+
+    def stage(self, st: int, split: PipelineSplit, block: Block, acts: Activations) -> StageMemory:
+        """What one rank of pipeline stage ``st`` holds: the stage's parameter record, and the
+        activations of the micro-batches (or model chunks) in flight at its peak."""
+        n_layers, n_moe = split.stage_layers[st], split.stage_moe[st]
+        first, last = st == 0, st == self.p - 1
+        in_flight, per_unit = self.in_flight(st)
+        if self.full:
+            one_layer = acts.moe if n_moe else acts.dense
+            stored = in_flight * per_unit * n_layers * acts.layer_input + (
+                one_layer if n_layers else 0.0
+            )
+        else:
+            stored = in_flight * per_unit * ((n_layers - n_moe) * acts.dense + n_moe * acts.moe)
+        if first:
+            stored += (min(self.p, self.m) if self.m is not None else self.p) * acts.embedding
+        if last:
+            stored += acts.final
+            if self.mtp:
+                mtp_act = (acts.moe if self.moe_model else acts.dense) + 4 * acts.hidden
+                per_mtp = acts.layer_input if self.full else mtp_act
+                stored += self.mtp * (per_mtp + acts.logits)
+        return StageMemory(
+            stage=st,
+            layers=n_layers,
+            moe_layers=n_moe,
+            weights=block.weight_bytes(self.fp8x),
+            gradients=block.gradient_bytes(),
+            optimizer=block.optimizer_bytes(self.dense_shard, self.expert_shard),
+            activations=stored,
+            other=self.fixed + self.frag * stored,
+            in_flight=in_flight,
+            params=block.params,
+            expert_params=block.expert_params,
+            has_embedding=first,
+            has_output=last,
         )
-    else:
-        stored = in_flight * per_unit * ((n_layers - n_moe) * acts.dense + n_moe * acts.moe)
-    if first:
-        stored += (min(p, m) if m is not None else p) * acts.embedding
-    if last:
-        stored += acts.final
-        if model.mtp_num_layers:
-            mtp_act = (acts.moe if model.is_moe else acts.dense) + 4 * acts.hidden
-            per_mtp = acts.layer_input if full else mtp_act
-            stored += model.mtp_num_layers * (per_mtp + acts.logits)
-    fixed, frag = alloc
-    fp8x = fp8_extra_bytes(workload.precision, switches.fp8_param_gather)
-    return StageMemory(
-        stage=st,
-        layers=n_layers,
-        moe_layers=n_moe,
-        weights=block.weight_bytes(fp8x),
-        gradients=block.gradient_bytes(),
-        optimizer=block.optimizer_bytes(dense_shard, expert_shard),
-        activations=stored,
-        other=fixed + frag * stored,
-        in_flight=in_flight,
-        params=block.params,
-        expert_params=block.expert_params,
-        has_embedding=first,
-        has_output=last,
-    )

@@ -28,7 +28,6 @@ documented in ``docs/step-model.md``; none is fitted to a model or a published r
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StrategyError, UsageError
@@ -38,7 +37,7 @@ from ..spec.workload import CUDA_GRAPH_SCOPES as CUDA_GRAPH_SCOPES
 from ..spec.workload import Switches, Workload, normalize_recompute, resolve
 from ..spec.workload import cuda_graph_scopes as cuda_graph_scopes
 from ..spec.workload import moe_dispatcher as _moe_dispatcher
-from . import comm, flops, layers
+from . import comm, memo
 from .efficiency import KernelProfile, attention_time, gemm_time, host_op_time, memory_time
 from .efficiency import profile as kernel_profile
 from .flops import (
@@ -58,6 +57,7 @@ from .layers import (
     split_waived_rules,
     stage_params,
 )
+from .memo import per_model
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -156,7 +156,7 @@ def host_ops(
     return _host_ops(model, moe, s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs)
 
 
-@lru_cache(maxsize=4096)
+@per_model
 def _host_ops(
     model: ModelSpec,
     moe: bool,
@@ -1100,11 +1100,10 @@ def validate_strategy(
 
 
 def clear_caches() -> None:
-    """Empty the module-level memos (host operations, layer records, pipeline splits, model
-    FLOPs); a :class:`StepModel`'s own memo goes with it."""
-    _host_ops.cache_clear()
-    layers.clear_caches()
-    flops.clear_caches()
+    """Empty the per-model memos (:mod:`parastrat.estimate.memo`: host operations, layer
+    records, pipeline splits, activations, model FLOPs, the planner's bounds and pipeline
+    variants); a :class:`StepModel`'s own memo goes with the object."""
+    memo.clear()
 
 
 def _host_exposed(

@@ -32,12 +32,12 @@ import heapq
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, StrategyError, UsageError
 from ..estimate.layers import stage_params, try_split
-from ..estimate.memory import MemoryReport, activations, memory_of
+from ..estimate.memo import per_model
+from ..estimate.memory import MemoryReport, memory_of
 from ..estimate.step import StepModel, check_errors
 from ..estimate.step import clear_caches as clear_step_caches
 from ..spec.hardware import GiB
@@ -250,7 +250,7 @@ def static_lower_bound(
     return _static_bound(model, world, tp, pp, vpp, cp, ep, etp, key, distributed_optimizer)
 
 
-@lru_cache(maxsize=16384)
+@per_model
 def _static_bound(
     model: ModelSpec,
     world: int,
@@ -278,10 +278,7 @@ def _static_bound(
 def clear_caches() -> None:
     """Empty every memo the planner and the estimates keep between plans (for timing a plan
     from a cold start)."""
-    _static_bound.cache_clear()
-    pipeline_variants.cache_clear()
     clear_step_caches()
-    activations.cache_clear()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
 from typing import Any
 
 from ..estimate.layers import try_split
+from ..estimate.memo import per_model
 from ..spec.model import ModelSpec
 
 
-@lru_cache(maxsize=4096)
+@per_model
 def pipeline_variants(model: ModelSpec, pp: int, vpp: int = 1) -> tuple[dict[str, Any], ...]:
     """The ways to put ``model``'s layers on ``pp`` stages x ``vpp`` chunks, as Strategy
     keyword arguments (``first_stage_layers``, ``last_stage_layers``, ``account_for_*``).

@@ -392,7 +392,25 @@ def resolve(
         if "seq_len" not in wl:
             raise UsageError(f"{who} needs seq_len (tokens per sequence), e.g. seq_len=4096")
         workload = Workload(model=model, **wl)
-    return workload, switches if switches is not None else Switches(**sw)
+    return workload, switches if switches is not None else _switches(sw)
+
+
+#: Switches built from keywords, by their values (frozen, so one instance serves every call).
+_SWITCHES: dict[tuple, Switches] = {}
+
+
+def _switches(given: dict[str, Any]) -> Switches:
+    """``Switches(**given)``, shared between calls with the same (hashable) values."""
+    try:
+        key = tuple(sorted(given.items()))
+        hit = _SWITCHES.get(key)
+    except TypeError:  # an unhashable value (a list of CUDA-graph scopes): build it
+        return Switches(**given)
+    if hit is None:
+        if len(_SWITCHES) > 1024:
+            _SWITCHES.clear()
+        hit = _SWITCHES[key] = Switches(**given)
+    return hit
 
 
 def _only_one(a: Workload | None, b: Workload, who: str) -> Workload:
