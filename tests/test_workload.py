@@ -156,3 +156,26 @@ def test_a_memo_cannot_serve_another_workload():
     plan(LLAMA8, H100_8, seq_len=2048, global_batch_size=64, micro_batch_size=2, top_k=1)
     again = estimate_step(LLAMA8, s, H100_8, seq_len=4096, global_batch_size=64)
     assert again.step_time_s == fresh.step_time_s
+
+
+def test_cli_switch_flags_change_what_is_priced(capsys):
+    """--no-flash-attention, --no-overlap-grad-reduce and --no-distributed-optimizer reach the
+    step and memory models through the typed values, as the library's keywords do."""
+    import json
+
+    from parastrat.cli import main
+
+    base = ["explain", "--model", "llama3-8b", "--gpus", "8", "--tp", "2", "--sp"]
+    base += ["--seq-len", "4096", "--global-batch-size", "64", "--format", "json"]
+    assert main(base) == 0
+    plain = json.loads(capsys.readouterr().out)
+    flags = ["--no-flash-attention", "--no-overlap-grad-reduce", "--no-distributed-optimizer"]
+    assert main([*base, *flags]) == 0
+    off = json.loads(capsys.readouterr().out)
+    s = ps.Strategy(tp=2, sp=True).with_world_size(8)
+    kw = dict(seq_len=4096, global_batch_size=64, flash_attention=False)
+    kw.update(overlap_grad_reduce=False, distributed_optimizer=False)
+    assert off["step"]["step_time_s"] == estimate_step(LLAMA8, s, H100_8, **kw).step_time_s
+    assert off["step"]["step_time_s"] > plain["step"]["step_time_s"]
+    assert off["memory"]["peak_bytes"] > plain["memory"]["peak_bytes"]
+    assert not off["memory"]["distributed_optimizer"]
