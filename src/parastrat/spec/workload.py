@@ -402,7 +402,8 @@ _SWITCHES: dict[tuple, Switches] = {}
 def _switches(given: dict[str, Any]) -> Switches:
     """``Switches(**given)``, shared between calls with the same (hashable) values."""
     try:
-        key = tuple(sorted(given.items()))
+        # the type too: 0 == False would otherwise find a False's instance and skip the check
+        key = tuple((k, type(v), v) for k, v in sorted(given.items()))
         hit = _SWITCHES.get(key)
     except TypeError:  # an unhashable value (a list of CUDA-graph scopes): build it
         return Switches(**given)
