@@ -108,8 +108,21 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name in ("tp", "pp", "vpp", "cp", "ep", "etp"):
         g.add_argument(f"--{name}", type=positive_int, default=None, help=f"pin {name}")
         g.add_argument(f"--max-{name}", type=positive_int, default=None, help=f"bound {name}")
+    g.add_argument("--ulysses", type=positive_int, default=None, help="pin the Ulysses part of CP")
     g.add_argument("--micro-batch-size", type=positive_int, default=None)
     g.add_argument("--recompute", choices=RECOMPUTE_MODES, default=None)
+    g.add_argument(
+        "--headroom",
+        type=float,
+        default=None,
+        help="extra memory margin, a fraction of device memory (e.g. 0.1)",
+    )
+    g.add_argument(
+        "--min-cp-tokens",
+        type=positive_int,
+        default=None,
+        help="fewest tokens per CP rank worth splitting a sequence for (default 1024)",
+    )
     add_switch_args(p)
     p.set_defaults(func=run)
 
