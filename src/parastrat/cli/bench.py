@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
+
 from ._common import (
     add_strategy_flags,
     console,
@@ -136,8 +138,10 @@ def _strategy_requested(args: argparse.Namespace) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Run ``parastrat bench``: measure the rows (or ``--load`` them), write, plot or fit them as
     asked, and print them as a table, JSON or CSV; return the exit status (1 when a rank failed)."""
+    from .._io import write_text
     from ..bench import fit, load_rows, plot, rows_to_csv, rows_to_json, save
     from ..errors import UsageError
+    from ..viz import figure_path
 
     if args.kernels:
         return _run_kernels(args)
@@ -159,15 +163,14 @@ def run(args: argparse.Namespace) -> int:
             args.format == "table" and Path(args.output).suffix.lower() == ".csv"
         )
         text = rows_to_csv(rows) if as_csv else _json_text(rows_to_json(rows))
-        Path(args.output).write_text(text, encoding="utf-8")
-        err_console.print(f"wrote {len(rows)} rows to {args.output}")
+        out = write_text(args.output, text, what="benchmark rows")
+        err_console.print(f"wrote {len(rows)} rows to {escape(str(out))}")
     if args.plot:
         plot(rows, args.plot)
-        err_console.print(f"wrote the plot to {args.plot}")
+        err_console.print(f"wrote the plot to {escape(str(figure_path(args.plot)))}")
     if args.fit:
         cal = fit(rows)
-        save(cal, args.fit)
-        _print_fit(cal, args.fit)
+        _print_fit(cal, str(save(cal, args.fit)))
     if args.format == "json":
         print_json(rows_to_json(rows))
     elif args.format == "csv":
@@ -180,8 +183,6 @@ def run(args: argparse.Namespace) -> int:
 def _run_kernels(args: argparse.Namespace) -> int:
     """``parastrat bench --kernels``: measure GEMM rates and copy bandwidth on this device,
     print them against the preset's peaks, and merge them into ``--fit FILE`` if given."""
-    import json
-
     from rich.table import Table
 
     from ..bench import format_bytes, save
@@ -230,17 +231,18 @@ def _run_kernels(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(cal)
     if args.fit:
+        from .._io import read_json
+
         path = Path(args.fit)
         merged: dict[str, Any] = {}
         if path.exists():
-            try:
-                merged = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                raise UsageError(f"cannot read {path} to add the kernel rates: {exc}") from None
+            merged = read_json(path, what="calibration file (to add the kernel rates to)")
+            if not isinstance(merged, dict):
+                raise UsageError(f"{path} is not a calibration (a JSON object); give another file")
         merged["kernels"] = cal["kernels"]
         merged["source"] = "; ".join(x for x in (merged.get("source"), cal["source"]) if x)
-        save(merged, path)
-        err_console.print(f"wrote the kernel constants to {path}")
+        written = save(merged, path)
+        err_console.print(f"wrote the kernel constants to {escape(str(written))}")
     return 0
 
 
@@ -370,7 +372,7 @@ def _print_table(rows: list[Any]) -> None:
 
 
 def _print_fit(cal: dict[str, Any], path: str) -> None:
-    err_console.print(f"calibration written to {path} ({cal['source']}):")
+    err_console.print(f"calibration written to {escape(path)} ({escape(cal['source'])}):")
     for op, spans in cal["ops"].items():
         for span, vals in spans.items():
             q = cal.get("fit", {}).get(op, {}).get(span, {})

@@ -8,7 +8,14 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..layout import KINDS, all_coordinates, layout
-from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
+from ._common import (
+    add_strategy_flags,
+    console,
+    err_console,
+    positive_int,
+    print_json,
+    strategy_from_args,
+)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -54,7 +61,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from ..viz import plot_layout
 
-        plot_layout(strategy, args.gpus, args.plot, devices_per_node=args.devices_per_node)
+        written = plot_layout(
+            strategy, args.gpus, args.plot, devices_per_node=args.devices_per_node
+        )
+        err_console.print(f"wrote the plot to {written}", markup=False)
     if args.format == "json":
         print_json({"strategy": strategy.to_dict(), "groups": groups})
         return 0

@@ -79,21 +79,25 @@ def run(args: argparse.Namespace) -> int:
         distributed_optimizer=not args.no_distributed_optimizer,
     )
     fits = report.fits(accel)
+    plot_path = None
     if args.plot:
+        from ..viz import figure_path
+
         report.plot(args.plot, accel)
+        plot_path = str(figure_path(args.plot))
     if args.format == "json":
         doc = report.to_dict()
         doc.update(
             accelerator=accel.name,
             device_memory_bytes=accel.memory_bytes,
             fits=fits,
-            plot=args.plot,
+            plot=plot_path,
         )
         print_json(doc)
         return 0
     _print_table(report, accel, fits)
-    if args.plot:
-        console.print(f"plot written to {args.plot}")
+    if plot_path:
+        console.print(f"plot written to {plot_path}", markup=False)
     return 0
 
 

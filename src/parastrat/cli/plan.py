@@ -204,7 +204,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from ..viz import plot_plan
 
-        plot_plan(result, args.plot, device_bytes=cluster.accel.memory_bytes)
+        written = plot_plan(result, args.plot, device_bytes=cluster.accel.memory_bytes)
+        err_console.print(f"wrote the plot to {written}", markup=False)
     if args.format == "json":
         print_json({"candidates": [c.to_dict() for c in top]})
     elif args.format == "yaml":

@@ -14,14 +14,13 @@ with ``(alpha, busbw)`` per link class ("intra": inside one NVLink/HCCS scale-up
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import SpecError, UsageError
 from .hardware import Accelerator, canonical_precision
 from .hardware import get as get_accelerator
 
@@ -116,14 +115,14 @@ class Calibration:
             for span, vals in spans.items():
                 if span not in SPANS:
                     raise SpecError(f"calibration ops.{op}.{span}: span must be one of {SPANS}")
-                try:
-                    alpha = float(vals["alpha_s"])
-                    bw = float(vals["busbw_Bps"])
-                except (KeyError, TypeError, ValueError):
+                if not isinstance(vals, Mapping) or not all(
+                    _is_finite_number(vals.get(k)) for k in ("alpha_s", "busbw_Bps")
+                ):
                     raise SpecError(
-                        f"calibration ops.{op}.{span} needs numeric 'alpha_s' and "
-                        f"'busbw_Bps', got {vals!r}"
-                    ) from None
+                        f"calibration ops.{op}.{span} needs finite numbers 'alpha_s' and "
+                        f"'busbw_Bps' (not strings, booleans, NaN or Infinity), got {vals!r}"
+                    )
+                alpha, bw = float(vals["alpha_s"]), float(vals["busbw_Bps"])
                 if alpha < 0 or bw <= 0:
                     raise SpecError(
                         f"calibration ops.{op}.{span}: alpha_s must be >= 0 and "
@@ -146,6 +145,16 @@ class Calibration:
         }
 
 
+def _is_finite_number(value: Any) -> bool:
+    """A JSON number (int or float, not bool) that is finite as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer beyond the float range
+        return False
+
+
 #: Kernel constants a calibration may set, with what each is and its allowed range.
 KERNEL_KEYS = {
     "gemm_eff": "fraction of the dense peak a large GEMM sustains, per precision: (0, 1]",
@@ -163,7 +172,7 @@ def _kernel_constants(data: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
     def fraction(where: str, value: Any, top: float = 1.0) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= top:
+        if not _is_finite_number(value) or not 0 < value <= top:
             raise SpecError(f"calibration {where} must be a number in (0, {top:g}], got {value!r}")
         return float(value)
 
@@ -192,14 +201,15 @@ def _kernel_constants(data: Any) -> dict[str, Any]:
 
 def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration JSON file (see :class:`Calibration`)."""
-    p = Path(path)
+    from .._io import read_json
+
     try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise SpecError(f"cannot read calibration file {p}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"calibration file {p} is not valid JSON: {exc}") from None
-    return Calibration.from_dict(data)
+        data = read_json(path, what="calibration file")
+        return Calibration.from_dict(data)
+    except UsageError as exc:  # the file could not be read: a SpecError, as before
+        raise SpecError(str(exc)) from None
+    except SpecError as exc:
+        raise SpecError(f"calibration file {Path(path)}: {exc}") from None
 
 
 @dataclass(frozen=True, init=False)
