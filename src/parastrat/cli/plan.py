@@ -224,7 +224,7 @@ def run(args: argparse.Namespace) -> int:
             best.strategy, micro_batch_size=best.micro_batch_size, global_batch_size=gbs
         )
         lines += recompute_overrides(best.recompute)
-        console.print(" ".join(lines), markup=False)
+        console.print(shell_join(lines), markup=False)
     elif args.format == "torchrun":
         from ..adapters.megatron import default_recipe
 
@@ -249,10 +249,42 @@ def torchrun_line(c, cluster, gbs: int, recipe: str) -> str:
         micro_batch_size=c.micro_batch_size,
         global_batch_size=gbs,
         recompute=c.recompute,
-        rdzv_endpoint="$MASTER_ADDR:29500" if cluster.num_nodes > 1 else None,
+        rdzv_endpoint=RDZV_ENDPOINT if cluster.num_nodes > 1 else None,
     )
-    cmd = " ".join(x if "$" in x else shlex.quote(x) for x in argv)
-    return " ".join(env) + " \\\n  " + cmd
+    return " ".join(env_words(env)) + " \\\n  " + shell_join(argv)
+
+
+#: The rendezvous endpoint a multi-node torchrun line uses: the one shell expansion parastrat
+#: prints on purpose (every other word is quoted).
+RDZV_ENDPOINT = "$MASTER_ADDR:29500"
+
+
+def shell_word(word: str) -> str:
+    """``word`` as one shell word that the shell reads back unchanged (``shlex.quote``), except
+    the ``--rdzv-endpoint`` value parastrat itself writes, which expands ``$MASTER_ADDR``
+    inside double quotes and nothing else.  A recipe or model name like ``r$(id>x)`` is quoted,
+    so pasting the printed line never runs it."""
+    ours = f"--rdzv-endpoint={RDZV_ENDPOINT}"
+    if word == ours:
+        return f'--rdzv-endpoint="{RDZV_ENDPOINT}"'
+    return shlex.quote(word)
+
+
+def shell_join(words: list[str]) -> str:
+    """Words joined for a shell, each through :func:`shell_word`."""
+    return " ".join(shell_word(w) for w in words)
+
+
+def env_words(env: list[str]) -> list[str]:
+    """``NAME=value`` assignments with the value quoted (the name is checked to be a variable
+    name, so ``NAME=`` stays an assignment for the shell)."""
+    out = []
+    for item in env:
+        name, _, value = item.partition("=")
+        if not name.isidentifier():
+            raise ValueError(f"not an environment variable assignment: {item!r}")
+        out.append(f"{name}={shlex.quote(value)}")
+    return out
 
 
 def print_table(result, top) -> None:
