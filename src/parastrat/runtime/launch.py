@@ -118,7 +118,7 @@ def spawn_local(
             parent_end, child_end = ctx.Pipe(duplex=False)
             p = ctx.Process(
                 target=_child_main,
-                args=(child_end, payload, rank, world_size, env, backend, timeout_s),
+                args=(child_end, payload, rank, world_size, env, backend, timeout_s, os.getpid()),
                 name=f"parastrat-rank{rank}",
                 daemon=True,
             )
@@ -224,6 +224,43 @@ def _kill_all(procs: list) -> None:
             p.join(2.0)
 
 
+#: Seconds between the orphan watchdog's checks that the parent is still there.
+_WATCH_S = 0.5
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this process end when ``parent_pid`` (the process that spawned it) ends, however it
+    ends (SIGTERM, SIGKILL, SIGHUP, a crash): no rank outlives ``bench`` or ``verify``.
+
+    On Linux the kernel does it: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (prctl(2)).  Everywhere
+    a daemon thread also checks every :data:`_WATCH_S` seconds that the parent is still the
+    parent (a re-parented orphan sees another ``getppid()``) and exits the process if not.
+    """
+    import signal
+    import sys
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            pr_set_pdeathsig = 1
+            libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog below still works
+    if os.getppid() != parent_pid:  # the parent died before we got here
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(_WATCH_S)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parastrat-orphan-watchdog", daemon=True).start()
+
+
 def _child_main(
     conn,
     payload: bytes,
@@ -232,8 +269,10 @@ def _child_main(
     env: dict[str, str],
     backend: str | None,
     timeout_s: float,
+    parent_pid: int,
 ) -> None:
     """Entry point of one spawned rank: set the environment, run ``fn``, report the outcome."""
+    die_with_parent(parent_pid)
     os.environ.update(env)
     # torchrun's default: one intra-op thread per rank, so N ranks do not oversubscribe the CPU
     os.environ.setdefault("OMP_NUM_THREADS", "1")
