@@ -30,6 +30,12 @@ from ..spec.cluster import bus_factor
 #: the cost model prices (``spec/cluster.py``), so every measurement can calibrate it.
 OPS: tuple[str, ...] = tuple(_COST_MODEL_OPS)
 
+#: Most message sizes one sweep takes (nccl-tests' 1 B to 16 GiB by x2 is 35), and the largest
+#: message (1 TiB, above any device's memory): ``--sizes 1:1GB:x1.00001`` (two million sizes)
+#: is refused instead of running for days (docs/troubleshooting.md, "Bounds").
+MAX_SIZES = 64
+MAX_MESSAGE_BYTES = 2**40
+
 #: Point-to-point ops: they need at least two ranks.
 P2P_OPS = frozenset({"ring", "send_recv"})
 
@@ -146,6 +152,11 @@ def parse_size(text: str) -> int:
     value = float(m.group(1)) * _UNITS[unit]
     if value < 1:
         raise UsageError(f"message size {text!r} is below one byte")
+    if value > MAX_MESSAGE_BYTES:
+        raise UsageError(
+            f"message size {text!r} is above {format_bytes(MAX_MESSAGE_BYTES)}, more than any "
+            "device holds"
+        )
     return int(value)
 
 
@@ -177,14 +188,22 @@ def parse_sizes(spec: str | int | Iterable[str | int]) -> list[int]:
             factor = float(factor_txt)
         except ValueError:
             factor = 0.0
-        if factor <= 1:
+        if not 1 < factor < math.inf:
             raise UsageError(f"the step of size range {tok!r} must be a factor above 1, e.g. x2")
         if hi < lo:
             raise UsageError(f"size range {tok!r} ends below its start")
+        count = int(math.log(hi / lo) / math.log(factor) + 1e-9) + 1
+        if count + len(out) > MAX_SIZES:
+            raise UsageError(
+                f"size range {tok!r} holds {count:,} sizes; a sweep takes at most {MAX_SIZES} "
+                "(use a larger step, e.g. x2)"
+            )
         size = float(lo)
         while size <= hi * (1 + 1e-9):
             out.add(int(size))
             size *= factor
+    if len(out) > MAX_SIZES:
+        raise UsageError(f"{len(out)} message sizes given; a sweep takes at most {MAX_SIZES}")
     return sorted(out)
 
 

@@ -23,6 +23,9 @@ from ._common import (
     add_strategy_flags,
     console,
     err_console,
+    finite_seconds,
+    local_world,
+    nonnegative_int,
     positive_int,
     print_json,
     strategy_from_args,
@@ -40,7 +43,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--world",
-        type=positive_int,
+        type=local_world,
         default=None,
         help="spawn this many local gloo ranks (default 2, or the torchrun world)",
     )
@@ -57,7 +60,9 @@ def register(subparsers: Any) -> None:
         "(K/M/G = 1024^n; default 4KB:64MB:x4, or from --model)",
     )
     p.add_argument("--iters", type=positive_int, default=20, help="timed iterations per size")
-    p.add_argument("--warmup", type=int, default=5, help="untimed iterations first (default 5)")
+    p.add_argument(
+        "--warmup", type=nonnegative_int, default=5, help="untimed iterations first (default 5)"
+    )
     p.add_argument(
         "--dtype",
         default=None,
@@ -91,7 +96,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=finite_seconds,
         default=600.0,
         help="seconds before local ranks are killed (default 600)",
     )

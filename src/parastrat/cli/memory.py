@@ -11,9 +11,11 @@ from ._common import (
     add_model_args,
     add_strategy_flags,
     console,
+    device_count,
     load_model,
     positive_int,
     print_json,
+    seq_len,
     strategy_from_args,
 )
 
@@ -30,9 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "allowance for context/buffers per rank of every pipeline stage.",
     )
     add_model_args(p)
-    p.add_argument("--gpus", type=positive_int, required=True, help="world size")
+    p.add_argument("--gpus", type=device_count, required=True, help="world size")
     add_strategy_flags(p)
-    p.add_argument("--seq-len", type=positive_int, required=True, help="sequence length")
+    p.add_argument("--seq-len", type=seq_len, required=True, help="sequence length")
     p.add_argument("--micro-batch-size", type=positive_int, default=1)
     p.add_argument(
         "--global-batch-size",

@@ -12,7 +12,16 @@ from rich.table import Table
 
 from ..estimate.comm import DISPATCHERS, FLEX_BACKENDS
 from ..estimate.flops import RECOMPUTE_MODES
-from ._common import add_model_args, console, err_console, load_model, positive_int, print_json
+from ._common import (
+    add_model_args,
+    console,
+    device_count,
+    err_console,
+    load_model,
+    positive_int,
+    print_json,
+    seq_len,
+)
 
 FORMATS = ("table", "json", "yaml", "overrides", "torchrun")
 
@@ -24,7 +33,7 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
         "--gpus",
         "--devices",
         dest="gpus",
-        type=positive_int,
+        type=device_count,
         required=True,
         help="number of devices",
     )
@@ -33,7 +42,7 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
         default="h100",
         help="accelerator preset (h100, h200, b200, gb200, a100, ascend-910b, ...)",
     )
-    p.add_argument("--seq-len", type=positive_int, default=4096)
+    p.add_argument("--seq-len", type=seq_len, default=4096)
     p.add_argument(
         "--global-batch-size",
         type=positive_int,

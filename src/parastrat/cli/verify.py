@@ -17,7 +17,8 @@ from ._common import (
     add_strategy_flags,
     console,
     err_console,
-    positive_int,
+    finite_seconds,
+    local_world,
     print_json,
     strategy_from_args,
 )
@@ -36,14 +37,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--world",
-        type=positive_int,
+        type=local_world,
         default=None,
         help="spawn this many local gloo ranks (omit under torchrun)",
     )
     add_strategy_flags(p)
     p.add_argument(
         "--timeout",
-        type=float,
+        type=finite_seconds,
         default=30.0,
         metavar="S",
         help="seconds each collective may take before it counts as broken (30)",

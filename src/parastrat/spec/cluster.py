@@ -26,6 +26,11 @@ from .hardware import get as get_accelerator
 
 #: Collectives the cost model knows.  "ring" is one hop of a ring exchange (each rank sends S
 #: bytes to its neighbour; callers multiply by the hops), "send_recv" one point-to-point send.
+#: Most devices a Cluster may hold: 2^20, above the largest announced training clusters
+#: (~200,000 accelerators) and low enough that planning stays seconds, not minutes
+#: (docs/troubleshooting.md, "Bounds").
+MAX_DEVICES = 2**20
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ring", "send_recv", "broadcast")
 SPANS = ("intra", "inter")
 
@@ -260,10 +265,18 @@ class Cluster:
             value = resolved[name]
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"Cluster.{name} must be a whole number >= 1, got {value!r}")
+            if value > MAX_DEVICES:
+                raise SpecError(
+                    f"Cluster.{name} = {value:,} is above {MAX_DEVICES:,}, parastrat's bound on "
+                    "devices (no cluster built so far comes near; see 'Bounds' in "
+                    "docs/troubleshooting.md)"
+                )
         for name in ("scale_up_bw_Bps", "scale_out_bw_Bps"):
             value = resolved[name]
-            if not isinstance(value, (int, float)) or value <= 0:
-                raise SpecError(f"Cluster.{name} must be > 0 bytes/s, got {value!r}")
+            if not _is_finite_number(value) or value <= 0:
+                raise SpecError(
+                    f"Cluster.{name} must be a finite number > 0 bytes/s, got {value!r}"
+                )
         cal = resolved["calibration"]
         if cal is not None and cal.kernels:
             accel = replace(accel, kernels=dict(cal.kernels))

@@ -217,8 +217,9 @@ def spec_from_hf_config(
             raise SpecError(f"{where}: field 'mlp_only_layers' must be a list of layer indices")
         if dense_only:
             # Qwen-MoE's list of dense layers: count the leading run as dense layers.
+            dense_set = {i for i in dense_only if isinstance(i, int) and not isinstance(i, bool)}
             lead = 0
-            while lead in dense_only:
+            while lead in dense_set:
                 lead += 1
             first_dense = max(first_dense, lead)
         groups = opt("n_group", "moe_router_num_groups", default=None)
