@@ -118,7 +118,7 @@ def read_text(path: str | os.PathLike[str], *, what: str = "file") -> str:
     except FileNotFoundError:
         raise UsageError(f"cannot read {what} {p}: it does not exist") from None
     except IsADirectoryError:
-        raise UsageError(f"{what} {p} is a folder; give the file inside it") from None
+        raise UsageError(f"cannot read {what} {p}: it is a folder; give a file") from None
     except OSError as exc:
         raise UsageError(f"cannot read {what} {p}: {_why(exc)}") from None
     if len(raw) > MAX_INPUT_BYTES:
