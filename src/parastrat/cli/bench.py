@@ -12,7 +12,6 @@ device instead, as fractions of the preset's peaks (the ``kernels`` section of a
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -274,8 +273,12 @@ def _measure(args: argparse.Namespace) -> list[Any] | None:
         kwargs.update(
             sizes=args.sizes or DEFAULT_SIZES, dtype=args.dtype or "float32", span=args.span
         )
-    torchrun = args.world is None and "WORLD_SIZE" in os.environ and "RANK" in os.environ
-    if torchrun:
+    from ..runtime.backend import detect_env
+
+    _check_dtype(args.dtype)
+    # a missing or contradicting launcher variable is exit 2 here, before anything starts
+    launched = args.world is None and detect_env().source != "single"
+    if launched:
         from ..runtime.backend import init_distributed
 
         init_distributed("auto", timeout=args.timeout)
@@ -308,6 +311,16 @@ def _measure(args: argparse.Namespace) -> list[Any] | None:
             f"[bold red]benchmark failed:[/] rank {exc.rank}: {exc.reason.splitlines()[0]}"
         )
         return []
+
+
+def _check_dtype(dtype: str | None) -> None:
+    """``--dtype`` must name a benchmarked dtype: checked before any rank starts."""
+    from ..bench.runner import _DTYPES
+    from ..errors import UsageError
+
+    if dtype is not None and dtype.lower() not in _DTYPES:
+        names = ", ".join(sorted(set(_DTYPES.values())))
+        raise UsageError(f"unknown --dtype {dtype!r}; use {names}")
 
 
 def _filter_ops(rows: list[Any], ops: str | None) -> list[Any]:

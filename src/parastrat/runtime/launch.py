@@ -175,7 +175,9 @@ def _collect(procs: list, conns: list, timeout_s: float) -> list[Any]:
         if failures and fail_deadline is None:
             fail_deadline = time.monotonic() + _GRACE_S
     if failures:
-        first = min(died) if died else min(failures)
+        silent = _silent_culprits(procs, pending, failures) if not died else {}
+        failures.update(silent)
+        first = min(died) if died else min(silent) if silent else min(failures)
         raise RankFailure(first, failures[first], failures)
     if pending:
         reason = f"timed out after {timeout_s:g} s (ranks still running: {sorted(pending)})"
@@ -183,6 +185,42 @@ def _collect(procs: list, conns: list, timeout_s: float) -> list[Any]:
             min(pending), reason, {r: f"timed out after {timeout_s:g} s" for r in pending}
         )
     return [results[r] for r in range(world)]
+
+
+def _process_state(pid: int | None) -> str:
+    """The one-letter state of a process from /proc (Linux): "T" stopped, "Z" zombie, ...;
+    "" where it cannot be read."""
+    if pid is None:
+        return ""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _silent_culprits(procs: list, pending: set[int], failures: dict[int, str]) -> dict[int, str]:
+    """Ranks to blame among those that never answered, when the ranks that did answer only
+    report waiting on them: a stopped process (SIGSTOP, Ctrl-Z) always; a silent live one when
+    every reported failure is a timeout.  {rank: reason}."""
+    stopped = {r for r in pending if _process_state(procs[r].pid) in ("T", "t")}
+    if stopped:
+        return {
+            r: "the process is stopped (SIGSTOP or Ctrl-Z) and did not answer; its peers "
+            "timed out waiting for it"
+            for r in stopped
+        }
+    timeouts = all(
+        any(w in reason.lower() for w in ("timed out", "timeout", "clients joined"))
+        for reason in failures.values()
+    )
+    if pending and timeouts:
+        return {
+            r: "did not answer: its peers timed out waiting for it (hung, or blocked outside "
+            "the collectives)"
+            for r in pending
+        }
+    return {}
 
 
 def _read(conn) -> _Outcome | None:
@@ -286,8 +324,12 @@ def _child_main(
         value = fn(rank, world_size, *args)
         outcome = _Outcome(ok=True, value=value)
     except BaseException as exc:
+        from .backend import torch_message
+
         outcome = _Outcome(
-            ok=False, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
+            ok=False,
+            error=f"{type(exc).__name__}: {torch_message(exc)}",
+            traceback=traceback.format_exc(),
         )
     try:
         conn.send(outcome)
