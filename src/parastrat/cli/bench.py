@@ -170,7 +170,9 @@ def run(args: argparse.Namespace) -> int:
         out = write_text(args.output, text, what="benchmark rows")
         err_console.print(f"wrote {len(rows)} rows to {escape(str(out))}")
     if args.plot:
-        plot(rows, args.plot)
+        from .._deps import require
+
+        require("matplotlib.pyplot", "plot").close(plot(rows, args.plot))
         err_console.print(f"wrote the plot to {escape(str(figure_path(args.plot)))}")
     if args.fit:
         cal = fit(rows)
