@@ -19,7 +19,17 @@ from .._version import __version__
 from ._common import USER_ERRORS, err_console, report_user_error
 
 #: Subcommand modules, in the order ``--help`` lists them.  A module that is absent is skipped.
-SUBCOMMANDS = ("check", "layout", "memory", "plan", "explain", "plan_dit", "bench", "verify")
+SUBCOMMANDS = (
+    "models",
+    "check",
+    "layout",
+    "memory",
+    "plan",
+    "explain",
+    "plan_dit",
+    "bench",
+    "verify",
+)
 
 
 class _Parser(argparse.ArgumentParser):

@@ -38,6 +38,12 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
         help="number of devices",
     )
     p.add_argument(
+        "--devices-per-node",
+        type=device_count,
+        default=None,
+        help="devices per node (default: the accelerator preset's, e.g. 8 for h100)",
+    )
+    p.add_argument(
         "--accelerator",
         default="h100",
         help="accelerator preset (h100, h200, b200, gb200, a100, ascend-910b, ...)",
@@ -63,7 +69,12 @@ def build_target(args: argparse.Namespace):
 
     model = load_model(args)
     cal = load_calibration(args.calibration) if args.calibration else None
-    cluster = Cluster(accelerator=args.accelerator, num_devices=args.gpus, calibration=cal)
+    cluster = Cluster(
+        accelerator=args.accelerator,
+        num_devices=args.gpus,
+        devices_per_node=args.devices_per_node,
+        calibration=cal,
+    )
     gbs = args.global_batch_size or 4 * args.gpus
     return model, cluster, gbs
 
