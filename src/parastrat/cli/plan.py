@@ -205,7 +205,8 @@ def run(args: argparse.Namespace) -> int:
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        result = plan(
+        result = _diagnosed(
+            plan,
             model,
             cluster,
             seq_len=args.seq_len,
@@ -253,6 +254,23 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(result, top)
     return 0
+
+
+def _diagnosed(plan_fn, model, *args: Any, **kwargs: Any):
+    """``plan_fn(model, ...)``; when nothing is legal because a pin breaks a rule on every
+    device count (tp=3 with 64 heads), the StrategyError naming that rule instead of the
+    device-count suggestions (:mod:`parastrat.planner.diagnose`)."""
+    from ..errors import StrategyError, UsageError
+    from ..planner.diagnose import PIN_NAMES, pinned_violations
+
+    try:
+        return plan_fn(model, *args, **kwargs)
+    except UsageError:
+        pins = {k: kwargs.get(k) for k in PIN_NAMES}
+        found = pinned_violations(model, pins, seq_len=kwargs.get("seq_len"))
+        if found:
+            raise StrategyError(found) from None
+        raise
 
 
 def torchrun_line(c, cluster, gbs: int, recipe: str) -> str:
