@@ -191,6 +191,7 @@ def plot_plan(plan: Any, path: str | Path, *, device_bytes: float | None = None)
     bx.invert_yaxis()
     bx.tick_params(axis="y", labelsize=7)
     bx.set_xlabel("seconds per step")
-    bx.legend(fontsize=7, loc="lower right")
+    # below the axes, never over a bar
+    bx.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, frameon=False)
     fig.tight_layout()
     return save_figure(fig, path, dpi=110)

@@ -325,6 +325,47 @@ def env_words(env: list[str]) -> list[str]:
     return out
 
 
+def ranking_reason(c, nxt, model) -> str:
+    """Why ``c`` is ranked above ``nxt``, by the criterion the planner used: a shorter step
+    beyond the model's resolution, else the tie-break that decided (less model parallelism,
+    less exposed communication, less memory; :func:`parastrat.planner.search.tie_key`)."""
+    from ..planner.search import RANK_TIE, exposure_class, model_parallel_sizes
+
+    a, b = c.step.step_time_s, nxt.step.step_time_s
+    if b > a * (1 + RANK_TIE):
+        return f"faster by {b / a - 1:.1%}"
+    (mp_a, ep_a), (mp_b, ep_b) = model_parallel_sizes(c), model_parallel_sizes(nxt)
+    if mp_a != mp_b:
+        return f"tie: TPxCPxPP {mp_a} < {mp_b}"
+    if ep_a != ep_b:
+        if getattr(model, "is_moe", False):
+            return f"tie: EPxETP {ep_a} < {ep_b}"
+        return f"tie: TP {c.strategy.tp} < {nxt.strategy.tp}"
+    if exposure_class(c) != exposure_class(nxt):
+        return "tie: less exposed comm"
+    if c.memory.peak_bytes != nxt.memory.peak_bytes:
+        return "tie: less memory"
+    return "tie: shorter step"
+
+
+def shared_notes(top) -> list[tuple[str, str]]:
+    """Each distinct note of the shown candidates once, with the rows it applies to
+    (``"#1-#5"``, ``"#2, #4"``), in first-seen order."""
+    rows: dict[str, list[int]] = {}
+    for i, c in enumerate(top, 1):
+        for n in c.notes:
+            rows.setdefault(n, [])
+            if i not in rows[n]:
+                rows[n].append(i)
+
+    def span(idx: list[int]) -> str:
+        if len(idx) > 1 and idx == list(range(idx[0], idx[-1] + 1)):
+            return f"#{idx[0]}-#{idx[-1]}"
+        return ", ".join(f"#{i}" for i in idx)
+
+    return [(n, span(idx)) for n, idx in rows.items()]
+
+
 def print_table(result, top) -> None:
     """Print the top candidates of a plan as a rich table, one row per layout."""
     from ..spec.hardware import GiB
@@ -347,10 +388,13 @@ def print_table(result, top) -> None:
         "MFU",
         "step s",
         "peak GiB",
+        "over next",
     ):
         t.add_column(col, overflow="fold")
+    ranked = list(getattr(result, "ranked", None) or top)
     for i, c in enumerate(top, 1):
         st = c.step
+        nxt = ranked[i] if i < len(ranked) else None
         t.add_row(
             str(i),
             escape(str(c.strategy)),
@@ -361,10 +405,13 @@ def print_table(result, top) -> None:
             f"{st.mfu:.1%}",
             f"{st.step_time_s:.2f}",
             f"{c.memory.peak_bytes / GiB:.1f}",
+            escape(ranking_reason(c, nxt, result.model)) if nxt is not None else "",
         )
     console.print(t)
     for i, c in enumerate(top, 1):
-        console.print(f"#{i}: {c.why}" + "".join(f"\n    note: {n}" for n in c.notes), markup=False)
+        console.print(f"#{i}: {c.why}", markup=False)
+    for note, rows in shared_notes(top):
+        console.print(f"note ({rows}): {note}", markup=False)
     console.print(
         f"{result.enumerated} legal strategies, {result.bounded} bounded, "
         f"{result.priced} priced, {result.memory_checks} memory checks in "
