@@ -58,3 +58,18 @@ def test_initialize_outside_a_launcher_says_how_to_launch(monkeypatch):
     with pytest.raises(UsageError, match="torchrun") as err:
         ps.Strategy(tp=2).initialize()
     assert "parastrat verify --world" in str(err.value)
+
+
+def test_one_recompute_default_across_plan_explain_and_memory(capsys):
+    """plan prices a strategy whose activations fit without recompute; explain and memory,
+    given that strategy, price the same mode by default (none, Megatron Core's default)."""
+    base = ["--model", "llama3-8b", "--gpus", "8"]
+    assert main(["plan", *base, "--tp", "2", "--top-k", "1", "--format", "json"]) == 0
+    best = json.loads(capsys.readouterr().out)["candidates"][0]
+    assert best["recompute"] == "none"
+    flags = ["--tp", "2", "--sp", "--micro-batch-size", str(best["micro_batch_size"])]
+    assert main(["explain", *base, *flags, "--format", "json"]) == 0
+    explained = json.loads(capsys.readouterr().out)
+    assert explained["memory"]["recompute"] == "none"
+    assert main(["memory", *base, "--seq-len", "4096", *flags, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recompute"] == "none"

@@ -35,6 +35,15 @@ def _width(stream) -> int | None:
 console = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
 err_console = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
+#: The recompute mode explain and memory price when --recompute is not given: none, Megatron
+#: Core's default (``recompute_granularity=None``) and what ``plan`` shows for a strategy whose
+#: activations fit; ``plan`` itself searches every mode unless --recompute pins one.
+DEFAULT_RECOMPUTE = "none"
+RECOMPUTE_HELP = (
+    "activation recompute: none (default, as Megatron Core and as plan shows a strategy whose "
+    "activations fit), selective (attention core) or full"
+)
+
 STRATEGY_FLAGS = ("tp", "pp", "vpp", "cp", "ep", "etp", "ulysses", "ring", "cfg")
 
 

@@ -6,7 +6,15 @@ from __future__ import annotations
 import argparse
 
 from ..estimate.flops import RECOMPUTE_MODES
-from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
+from ._common import (
+    DEFAULT_RECOMPUTE,
+    RECOMPUTE_HELP,
+    add_strategy_flags,
+    console,
+    positive_int,
+    print_json,
+    strategy_from_args,
+)
 from .plan import add_moe_args, add_runtime_args, add_target_args, build_target, step_switches
 
 
@@ -23,7 +31,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_target_args(p)
     p.add_argument("--micro-batch-size", type=positive_int, default=1)
-    p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="selective")
+    p.add_argument(
+        "--recompute",
+        choices=RECOMPUTE_MODES,
+        default=DEFAULT_RECOMPUTE,
+        help=RECOMPUTE_HELP,
+    )
     p.add_argument(
         "--compare",
         default=None,

@@ -8,6 +8,8 @@ from rich.markup import escape
 
 from ..estimate.flops import RECOMPUTE_MODES
 from ._common import (
+    DEFAULT_RECOMPUTE,
+    RECOMPUTE_HELP,
     add_model_args,
     add_strategy_flags,
     console,
@@ -42,7 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="gives the number of micro-batches (default: pipeline full)",
     )
-    p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="selective")
+    p.add_argument(
+        "--recompute",
+        choices=RECOMPUTE_MODES,
+        default=DEFAULT_RECOMPUTE,
+        help=RECOMPUTE_HELP,
+    )
     p.add_argument("--precision", default="bf16", help="bf16, fp8 or mxfp8")
     p.add_argument(
         "--no-distributed-optimizer",
