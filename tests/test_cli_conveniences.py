@@ -73,3 +73,40 @@ def test_one_recompute_default_across_plan_explain_and_memory(capsys):
     assert explained["memory"]["recompute"] == "none"
     assert main(["memory", *base, "--seq-len", "4096", *flags, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["recompute"] == "none"
+
+
+def test_plans_fit_what_the_device_exposes_and_headroom_is_kept(capsys):
+    usable = 81_559 * 2**20  # nvidia-smi's total on an H100 80GB
+    base = ["plan", "--model", "llama3-70b", "--gpus", "64", "--top-k", "5", "--format", "json"]
+    assert main(base) == 0
+    peaks = [c["memory"]["peak_bytes"] for c in json.loads(capsys.readouterr().out)["candidates"]]
+    assert max(peaks) <= usable
+    assert main([*base, "--headroom", "0.3"]) == 0
+    peaks = [c["memory"]["peak_bytes"] for c in json.loads(capsys.readouterr().out)["candidates"]]
+    assert max(peaks) <= 0.7 * usable
+    with pytest.raises(SystemExit, match="2"):
+        main(["plan", "--model", "llama3-8b", "--gpus", "8", "--headroom", "nan"])
+
+
+def test_memory_headroom_turns_a_tight_fit_into_no(capsys):
+    argv = [
+        "memory",
+        "--model",
+        "llama3-70b",
+        "--gpus",
+        "64",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--seq-len",
+        "4096",
+        "--format",
+        "json",
+    ]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fits"] and doc["device_memory_bytes"] == 81_559 * 2**20
+    share = doc["peak_bytes"] / doc["device_memory_bytes"]
+    assert main([*argv, "--headroom", f"{1 - share + 0.01:.3f}"]) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is False

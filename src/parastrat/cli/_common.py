@@ -99,6 +99,24 @@ def seq_len(text: str) -> int:
     return whole_number(text, 1, MAX_SEQ_LEN, note)
 
 
+def headroom_fraction(text: str) -> float:
+    """argparse type: a memory headroom, a fraction of device memory in [0, 0.5)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a fraction, e.g. 0.05, got {text!r}") from None
+    if not math.isfinite(value) or not 0 <= value < 0.5:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 0.5), got {text!r}")
+    return value
+
+
+HEADROOM_HELP = (
+    "keep this fraction of device memory free on top of the estimate's allowance for the CUDA "
+    "context, communicator buffers and fragmentation (e.g. 0.05; default 0)"
+)
+
 #: Most ranks ``--world N`` spawns on this machine (each is a Python process with torch).
 MAX_LOCAL_RANKS = 256
 

@@ -9,11 +9,13 @@ from rich.markup import escape
 from ..estimate.flops import RECOMPUTE_MODES
 from ._common import (
     DEFAULT_RECOMPUTE,
+    HEADROOM_HELP,
     RECOMPUTE_HELP,
     add_model_args,
     add_strategy_flags,
     console,
     device_count,
+    headroom_fraction,
     load_model,
     positive_int,
     print_json,
@@ -57,6 +59,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="keep the full optimizer state on every rank",
     )
     p.add_argument("--accelerator", default="h100", help="device for the memory line")
+    p.add_argument("--headroom", type=headroom_fraction, default=None, help=HEADROOM_HELP)
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument(
         "--plot",
@@ -72,10 +75,11 @@ def run(args: argparse.Namespace) -> int:
     against the accelerator's memory (table or JSON, a bar chart with ``--plot``); return 0 whether
     or not it fits."""
     from ..estimate.memory import estimate_memory
-    from ..spec import hardware
+    from ..spec.cluster import Cluster
 
     model = load_model(args)
-    accel = hardware.get(args.accelerator)
+    # the memory the device exposes (Cluster: usable_memory_bytes where measured), as plan uses
+    accel = Cluster(args.accelerator, num_devices=args.gpus).accel
     strategy = strategy_from_args(args).with_world_size(args.gpus)
     report = estimate_memory(
         model,
@@ -87,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         precision=args.precision,
         distributed_optimizer=not args.no_distributed_optimizer,
     )
-    fits = report.fits(accel)
+    fits = report.fits(accel, headroom=args.headroom or 0.0)
     plot_path = None
     if args.plot:
         from ..viz import figure_path
@@ -153,7 +157,7 @@ def _print_table(report, accel, fits: bool) -> None:
     verdict = "[green]fits[/]" if fits else "[red]does not fit[/]"
     console.print(
         f"peak {report.peak_bytes / GiB:.2f} GiB (stage {report.peak_stage.stage}) "
-        f"of {cap:.0f} GiB on {accel.name}: {verdict}  (GiB; 'other' = context, "
+        f"of {cap:.1f} GiB on {accel.name}: {verdict}  (GiB; 'other' = context, "
         f"communication buffers and fragmentation allowance)"
     )
     for note in report.notes:

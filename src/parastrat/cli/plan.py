@@ -13,10 +13,12 @@ from rich.table import Table
 from ..estimate.comm import DISPATCHERS, FLEX_BACKENDS
 from ..estimate.flops import RECOMPUTE_MODES
 from ._common import (
+    HEADROOM_HELP,
     add_model_args,
     console,
     device_count,
     err_console,
+    headroom_fraction,
     load_model,
     positive_int,
     print_json,
@@ -120,6 +122,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         g.add_argument(f"--{name}", type=positive_int, default=None, help=f"pin {name}")
         g.add_argument(f"--max-{name}", type=positive_int, default=None, help=f"bound {name}")
     g.add_argument("--micro-batch-size", type=positive_int, default=None)
+    g.add_argument("--headroom", type=headroom_fraction, default=None, help=HEADROOM_HELP)
     g.add_argument("--recompute", choices=RECOMPUTE_MODES, default=None)
     add_moe_args(p)
     add_runtime_args(p)
@@ -216,6 +219,7 @@ def run(args: argparse.Namespace) -> int:
             num_devices="smallest" if args.smallest else None,
             micro_batch_size=args.micro_batch_size,
             recompute=args.recompute,
+            headroom=args.headroom,
             progress=progress,
             **step_switches(args),
             **pins,

@@ -280,6 +280,10 @@ class Cluster:
         cal = resolved["calibration"]
         if cal is not None and cal.kernels:
             accel = replace(accel, kernels=dict(cal.kernels))
+        usable = getattr(accel, "usable_memory_bytes", None)
+        if usable and usable < accel.memory_bytes:
+            # plan against what the device exposes (an "80 GB" H100: 79.6 GiB), not the label
+            accel = replace(accel, memory_bytes=usable)
         object.__setattr__(self, "_accel", accel)
         for name, value in resolved.items():
             object.__setattr__(self, name, value)
