@@ -21,6 +21,7 @@ and unchanged on a GPU or Ascend node (the backend follows the device: nccl / hc
 from __future__ import annotations
 
 import argparse
+import sys
 import warnings
 
 import parastrat as ps
@@ -166,12 +167,38 @@ def main() -> None:
     parser.add_argument("--pp", type=int, default=None, help="pin the pipeline degree")
     args = parser.parse_args()
     pins = {k: v for k, v in (("tp", args.tp), ("pp", args.pp)) if v}
-    if args.local:
-        from parastrat.runtime import spawn_local
+    from parastrat.runtime.backend import LAUNCH_HINT
+    from parastrat.runtime.launch import RankFailure
 
-        spawn_local(main_rank, args.local, args=(pins,), backend=None, timeout_s=300)
-    else:
-        main_rank(pins=pins)
+    try:
+        check_pins(pins, args.local)
+        if args.local:
+            from parastrat.runtime import spawn_local
+
+            spawn_local(main_rank, args.local, args=(pins,), backend=None, timeout_s=300)
+        else:
+            main_rank(pins=pins)
+    except (ps.StrategyError, ps.errors.UsageError, ps.errors.SpecError) as exc:
+        alone = not args.local and "world size 1 " in str(exc)
+        print(
+            f"error: {exc}" + (f"\n(one process: {LAUNCH_HINT})" if alone else ""), file=sys.stderr
+        )
+        sys.exit(2)
+    except RankFailure as exc:
+        print(f"error: rank {exc.rank} failed: {exc.reason.splitlines()[0]}", file=sys.stderr)
+        sys.exit(1)
+
+
+def check_pins(pins: dict, local: int | None) -> None:
+    """The pinned degrees against the tiny model and the world, before any rank starts: a
+    clear error (which rule, which fix) instead of a traceback on every rank."""
+    from parastrat.runtime.backend import detect_env
+
+    world = local or detect_env().world_size
+    strategy = ps.Strategy(tp=pins.get("tp", 1), pp=pins.get("pp", 1))
+    broken = [v for v in strategy.check(tiny_model(), world_size=world) if v.severity == "error"]
+    if broken:
+        raise ps.StrategyError(broken)
 
 
 if __name__ == "__main__":

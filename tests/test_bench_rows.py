@@ -11,11 +11,11 @@ import subprocess
 import sys
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from parastrat.bench import OPS, Row, parse_sizes, rows_from_json, rows_to_csv, rows_to_json
-from parastrat.bench.rows import format_bytes, parse_size, summarize
+from parastrat.bench.rows import MAX_MESSAGE_BYTES, format_bytes, parse_size, summarize
 from parastrat.errors import UsageError
 from parastrat.spec.cluster import bus_factor
 
@@ -64,6 +64,7 @@ def test_parse_sizes_rejects_bad_input_with_a_usage_error(bad):
 @given(lo=st.integers(1, 1 << 20), span=st.integers(0, 12), factor=st.sampled_from([2, 3, 4, 8]))
 def test_size_range_is_geometric_and_stays_inside(lo, span, factor):
     hi = lo * factor**span
+    assume(hi <= MAX_MESSAGE_BYTES)  # larger messages are refused (test_bounds.py)
     sizes = parse_sizes(f"{lo}:{hi}:x{factor}")
     assert sizes[0] == lo and sizes[-1] <= hi
     assert len(sizes) == span + 1

@@ -1,5 +1,6 @@
 """Cluster: defaults from the accelerator, spans, and THE collective price."""
 
+import dataclasses
 import json
 import math
 
@@ -14,7 +15,10 @@ from parastrat.spec.cluster import Calibration, bus_factor, latency_steps, load_
 
 def test_defaults_come_from_the_preset():
     c = ps.Cluster(accelerator="h100", num_devices=64)
-    assert c.accel is ps.hardware.get("h100")
+    preset = ps.hardware.get("h100")
+    # the preset, planned against the memory the device exposes (81,559 MiB, not 80 GiB)
+    assert c.accel == dataclasses.replace(preset, memory_bytes=preset.usable_memory_bytes)
+    assert c.memory_bytes == 81_559 * 2**20
     assert (c.devices_per_node, c.scale_up_domain, c.num_nodes) == (8, 8, 8)
     assert c.scale_out_bw_Bps == 50e9
     gb = ps.Cluster(accelerator="GB200", num_devices=144)

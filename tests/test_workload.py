@@ -173,8 +173,8 @@ def test_cli_switch_flags_change_what_is_priced(capsys):
     assert main([*base, *flags]) == 0
     off = json.loads(capsys.readouterr().out)
     s = ps.Strategy(tp=2, sp=True).with_world_size(8)
-    kw = dict(seq_len=4096, global_batch_size=64, flash_attention=False)
-    kw.update(overlap_grad_reduce=False, distributed_optimizer=False)
+    kw = dict(seq_len=4096, global_batch_size=64, flash_attention=False, recompute="none")
+    kw.update(overlap_grad_reduce=False, distributed_optimizer=False)  # the CLI's defaults
     assert off["step"]["step_time_s"] == estimate_step(LLAMA8, s, H100_8, **kw).step_time_s
     assert off["step"]["step_time_s"] > plain["step"]["step_time_s"]
     assert off["memory"]["peak_bytes"] > plain["memory"]["peak_bytes"]

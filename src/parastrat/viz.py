@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._deps import require
+from ._io import write_bytes
 from .errors import UsageError
 from .layout import all_coordinates
 
@@ -13,20 +14,32 @@ if TYPE_CHECKING:
     from .strategy import Strategy
 
 
-def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> Path:
-    """Write a matplotlib figure to ``path`` and close it; UsageError (not a traceback) when
-    the file cannot be written (a missing folder, no permission)."""
+#: Picture formats a path may end with; a path without one gets ``.png``.
+FIGURE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
+
+
+def figure_path(path: str | Path) -> Path:
+    """The file a picture asked for at ``path`` is written to: ``path`` itself when it ends
+    with a picture format, else ``path`` + ``.png`` (so the path reported is the path written)."""
     out = Path(path)
+    if out.suffix.lower().lstrip(".") in FIGURE_FORMATS:
+        return out
+    return out.with_name(out.name + ".png")
+
+
+def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> Path:
+    """Write a matplotlib figure to :func:`figure_path` (``path``) whole or not at all and close
+    it; returns the path written.  UsageError (not a traceback) when the file cannot be written
+    (a missing folder, no permission, a full disk); a previous file stays as it was."""
+    import io
+
+    out = figure_path(path)
+    buf = io.BytesIO()
     try:
-        fig.savefig(out, dpi=dpi)
-    except OSError as exc:
-        raise UsageError(
-            f"cannot write the picture to {out}: {exc.strerror or exc}; give a path in an "
-            "existing, writable folder"
-        ) from None
+        fig.savefig(buf, dpi=dpi, format=out.suffix.lower().lstrip("."))
     finally:
         require("matplotlib.pyplot", "plot").close(fig)
-    return out
+    return write_bytes(out, buf.getvalue(), what="picture")
 
 
 def layout_grid(
@@ -178,6 +191,7 @@ def plot_plan(plan: Any, path: str | Path, *, device_bytes: float | None = None)
     bx.invert_yaxis()
     bx.tick_params(axis="y", labelsize=7)
     bx.set_xlabel("seconds per step")
-    bx.legend(fontsize=7, loc="lower right")
+    # below the axes, never over a bar
+    bx.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.12), ncol=4, frameon=False)
     fig.tight_layout()
     return save_figure(fig, path, dpi=110)

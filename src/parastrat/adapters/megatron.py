@@ -230,6 +230,19 @@ def _adapter_violations(t: _Target, s: Strategy) -> list[Violation]:
             )
         )
         return out
+    for name in ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups"):
+        value = getattr(t.model, name, None)
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, int) or value < 1
+        ):
+            out.append(
+                Violation(
+                    "megatron-config-field",
+                    f"{type(t.model).__name__}.{name} is {value!r}, not a whole number >= 1, so "
+                    "the rules that depend on it cannot be checked",
+                    f"set {name} to a whole number (e.g. {name}=32, not '32')",
+                )
+            )
     if t.is_container and s.order not in (MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER):
         out.append(
             Violation(
@@ -516,16 +529,32 @@ def apply(
     try:
         for w in writes:
             if w.changes:
+                done.append(w)  # before the write: a setter that fails half-way is undone too
                 setattr(w.obj, w.attr, w.new)
-                done.append(w)
-    except Exception:
-        for w in reversed(done):  # all or nothing
-            setattr(w.obj, w.attr, w.old)
+    except BaseException:  # KeyboardInterrupt too: all or nothing
+        _roll_back(done)
         raise
     changes = [Change(w.path, w.old, w.new) for w in done]
     for c in changes:
         log.info("parastrat.apply: %s", c)
     return (cfg, changes) if report else cfg
+
+
+def _roll_back(done: Sequence[_Write]) -> None:
+    """Restore every attempted write, newest first; a restore that raises does not stop the
+    others (``object.__setattr__`` is tried for it), and one that cannot be done at all is
+    reported after every other field is restored."""
+    stuck: list[str] = []
+    for w in reversed(done):
+        try:
+            setattr(w.obj, w.attr, w.old)
+        except BaseException:
+            try:
+                object.__setattr__(w.obj, w.attr, w.old)
+            except BaseException:
+                stuck.append(w.path)
+    if stuck:
+        log.error("parastrat.apply could not restore %s after a failed write", ", ".join(stuck))
 
 
 def from_config(cfg: Any, *, world_size: int | None = None) -> Strategy:

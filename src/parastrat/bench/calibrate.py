@@ -24,7 +24,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from .._io import read_json, write_text
+from ..errors import SpecError, UsageError
 from ..spec.cluster import Calibration, bus_factor, latency_steps
 from .rows import Row, rows_from_json
 
@@ -116,21 +117,18 @@ def fit(rows: Iterable[Row | dict[str, Any]], *, source: str | None = None) -> d
 
 
 def save(calibration: dict[str, Any], path: str | Path) -> Path:
-    """Write a calibration (from :func:`fit`) as JSON; returns the path."""
+    """Write a calibration (from :func:`fit`) as JSON, whole or not at all (a previous file
+    stays intact on any failure); returns the path written."""
     Calibration.from_dict(calibration)
-    p = Path(path)
-    p.write_text(json.dumps(calibration, indent=2) + "\n", encoding="utf-8")
-    return p
+    text = json.dumps(calibration, indent=2, allow_nan=False) + "\n"
+    return write_text(path, text, what="calibration")
 
 
 def load(path: str | Path) -> dict[str, Any]:
     """Read a calibration JSON file written by :func:`save` (validated by the cost model)."""
-    p = Path(path)
+    data = read_json(path, what="calibration file")
     try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise UsageError(f"cannot read calibration file {p}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"calibration file {p} is not JSON: {exc}") from None
-    Calibration.from_dict(data)
+        Calibration.from_dict(data)
+    except SpecError as exc:
+        raise UsageError(f"calibration file {Path(path)}: {exc}") from None
     return data

@@ -61,5 +61,13 @@ def plot_busbw(
     ax.legend(fontsize="small")
     fig.tight_layout()
     if path is not None:
-        fig.savefig(str(path), dpi=120)
+        import io
+
+        from .._io import write_bytes
+        from ..viz import figure_path
+
+        out = figure_path(path)
+        buf = io.BytesIO()
+        fig.savefig(buf, dpi=120, format=out.suffix.lower().lstrip("."))
+        write_bytes(out, buf.getvalue(), what="plot")
     return fig

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 import re
 from collections.abc import Iterable, Sequence
@@ -29,6 +28,12 @@ from ..spec.cluster import bus_factor
 #: The collectives parastrat benchmarks, in the order a full sweep runs them: exactly the ones
 #: the cost model prices (``spec/cluster.py``), so every measurement can calibrate it.
 OPS: tuple[str, ...] = tuple(_COST_MODEL_OPS)
+
+#: Most message sizes one sweep takes (nccl-tests' 1 B to 16 GiB by x2 is 35), and the largest
+#: message (1 TiB, above any device's memory): ``--sizes 1:1GB:x1.00001`` (two million sizes)
+#: is refused instead of running for days (docs/troubleshooting.md, "Bounds").
+MAX_SIZES = 64
+MAX_MESSAGE_BYTES = 2**40
 
 #: Point-to-point ops: they need at least two ranks.
 P2P_OPS = frozenset({"ring", "send_recv"})
@@ -124,7 +129,46 @@ class Row:
         ]
         if missing:
             raise UsageError(f"benchmark row lacks field(s) {', '.join(missing)}: {data!r}")
-        return cls(**{k: v for k, v in data.items() if k in names})
+        values = {k: v for k, v in data.items() if k in names}
+        for f in fields(cls):
+            if f.name in values:
+                _check_field(f.name, values[f.name], data)
+        return cls(**values)
+
+
+#: Row fields that are whole numbers >= 1, finite numbers >= 0, and text.
+_WHOLE = ("bytes", "world", "iters")
+_TEXT = ("op", "backend", "dtype", "group", "span")
+
+
+def _check_field(name: str, value: Any, row: Any) -> None:
+    """UsageError naming the field when a row's value has the wrong type or range (a string
+    ``"2"`` for ``world``, a negative size, NaN times): rows must be what bench wrote."""
+    if name in _TEXT:
+        ok = isinstance(value, str) and bool(value)
+        if ok and name == "op":
+            ok = value in OPS
+            want = f"one of {', '.join(OPS)}"
+        elif ok and name == "span":
+            ok = value in ("intra", "inter")
+            want = "intra or inter"
+        else:
+            want = "a non-empty string"
+    elif name in _WHOLE:
+        ok = isinstance(value, int) and not isinstance(value, bool) and value >= 1
+        want = "a whole number >= 1"
+        if ok and name == "bytes" and value > MAX_MESSAGE_BYTES:
+            ok, want = False, f"at most {MAX_MESSAGE_BYTES} bytes"
+    else:
+        ok = (
+            isinstance(value, (int, float))
+            and not isinstance(value, bool)
+            and math.isfinite(value)
+            and value >= 0
+        )
+        want = "a finite number >= 0"
+    if not ok:
+        raise UsageError(f"benchmark row field {name!r} must be {want}, got {value!r}: {row!r}")
 
 
 def summarize(times_s: Sequence[float]) -> tuple[float, float, float]:
@@ -146,6 +190,11 @@ def parse_size(text: str) -> int:
     value = float(m.group(1)) * _UNITS[unit]
     if value < 1:
         raise UsageError(f"message size {text!r} is below one byte")
+    if value > MAX_MESSAGE_BYTES:
+        raise UsageError(
+            f"message size {text!r} is above {format_bytes(MAX_MESSAGE_BYTES)}, more than any "
+            "device holds"
+        )
     return int(value)
 
 
@@ -177,14 +226,22 @@ def parse_sizes(spec: str | int | Iterable[str | int]) -> list[int]:
             factor = float(factor_txt)
         except ValueError:
             factor = 0.0
-        if factor <= 1:
+        if not 1 < factor < math.inf:
             raise UsageError(f"the step of size range {tok!r} must be a factor above 1, e.g. x2")
         if hi < lo:
             raise UsageError(f"size range {tok!r} ends below its start")
+        count = int(math.log(hi / lo) / math.log(factor) + 1e-9) + 1
+        if count + len(out) > MAX_SIZES:
+            raise UsageError(
+                f"size range {tok!r} holds {count:,} sizes; a sweep takes at most {MAX_SIZES} "
+                "(use a larger step, e.g. x2)"
+            )
         size = float(lo)
         while size <= hi * (1 + 1e-9):
             out.add(int(size))
             size *= factor
+    if len(out) > MAX_SIZES:
+        raise UsageError(f"{len(out)} message sizes given; a sweep takes at most {MAX_SIZES}")
     return sorted(out)
 
 
@@ -213,15 +270,13 @@ def rows_from_json(data: Any) -> list[Row]:
 
 def load_rows(path: str) -> list[Row]:
     """Rows from a JSON file written by ``parastrat bench --format json --output FILE``."""
+    from .._io import read_json
+
+    data = read_json(path, what="benchmark file")
     try:
-        with open(path, encoding="utf-8") as fh:
-            return rows_from_json(json.load(fh))
-    except FileNotFoundError:
-        raise UsageError(f"benchmark file {path!r} does not exist") from None
-    except OSError as exc:
-        raise UsageError(f"cannot read benchmark file {path!r}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise UsageError(f"benchmark file {path!r} is not JSON: {exc}") from None
+        return rows_from_json(data)
+    except UsageError as exc:
+        raise UsageError(f"benchmark file {path}: {exc}") from None
 
 
 def rows_to_csv(rows: Iterable[Row]) -> str:

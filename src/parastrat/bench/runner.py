@@ -271,9 +271,20 @@ def _local_worker(rank: int, world: int, kwargs: dict[str, Any], show_progress: 
 
 
 class progress_bar:
-    """A rich progress bar on stderr, usable as a :data:`ProgressFn` (stdout stays JSON-clean)."""
+    """A rich progress bar on stderr, usable as a :data:`ProgressFn` (stdout stays JSON-clean).
+
+    When stderr is not a terminal (a pipe, a log file, a batch job) a bar would draw nothing, so
+    one plain line per measured row is written instead: logs keep the progress."""
 
     def __init__(self, description: str = "benchmarking"):
+        import sys
+        import time
+
+        self._lines = not sys.stderr.isatty()
+        self._t0 = time.monotonic()
+        self._description = description
+        if self._lines:
+            return
         from rich.console import Console
         from rich.progress import (
             BarColumn,
@@ -294,17 +305,29 @@ class progress_bar:
         self._task = self._progress.add_task(description, total=None)
 
     def __enter__(self) -> progress_bar:
-        self._progress.start()
+        if not self._lines:
+            self._progress.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
-        self._progress.stop()
+        if not self._lines:
+            self._progress.stop()
 
     def __call__(self, row: Row, done: int, total: int) -> None:
         """Move the bar to ``done`` of ``total`` and show the row just measured (its group, op and
         size): the :data:`ProgressFn` call."""
         from .rows import format_bytes
 
+        if self._lines:
+            import sys
+            import time
+
+            sys.stderr.write(
+                f"{self._description}: {done}/{total} {row.group}/{row.op} "
+                f"{format_bytes(row.bytes)} ({time.monotonic() - self._t0:.1f} s)\n"
+            )
+            sys.stderr.flush()
+            return
         self._progress.update(
             self._task,
             completed=done,

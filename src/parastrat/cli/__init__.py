@@ -19,7 +19,17 @@ from .._version import __version__
 from ._common import USER_ERRORS, err_console, report_user_error
 
 #: Subcommand modules, in the order ``--help`` lists them.  A module that is absent is skipped.
-SUBCOMMANDS = ("check", "layout", "memory", "plan", "explain", "plan_dit", "bench", "verify")
+SUBCOMMANDS = (
+    "models",
+    "check",
+    "layout",
+    "memory",
+    "plan",
+    "explain",
+    "plan_dit",
+    "bench",
+    "verify",
+)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -46,8 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _file_size_limit_is_an_error() -> None:
+    """Under ``ulimit -f`` a write past the limit raises SIGXFSZ, whose default action kills
+    the process; ignored, the write fails with EFBIG instead and becomes a clean UsageError
+    (the atomic writer leaves the previous file intact either way)."""
+    import signal
+    import threading
+
+    if hasattr(signal, "SIGXFSZ") and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit status."""
+    _file_size_limit_is_an_error()
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):

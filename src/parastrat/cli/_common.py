@@ -35,17 +35,108 @@ def _width(stream) -> int | None:
 console = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
 err_console = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
+#: The recompute mode explain and memory price when --recompute is not given: none, Megatron
+#: Core's default (``recompute_granularity=None``) and what ``plan`` shows for a strategy whose
+#: activations fit; ``plan`` itself searches every mode unless --recompute pins one.
+DEFAULT_RECOMPUTE = "none"
+RECOMPUTE_HELP = (
+    "activation recompute: none (default, as Megatron Core and as plan shows a strategy whose "
+    "activations fit), selective (attention core) or full"
+)
+
 STRATEGY_FLAGS = ("tp", "pp", "vpp", "cp", "ep", "etp", "ulysses", "ring", "cfg")
 
 
+#: Largest whole number a flag takes (the int32 range every framework's config fields share).
+MAX_FLAG_INT = 2**31 - 1
+
+
+def whole_number(
+    text: str, minimum: int = 0, maximum: int = MAX_FLAG_INT, bound_note: str = ""
+) -> int:
+    """A whole number written in ASCII digits only, in ``[minimum, maximum]``: ``int()`` alone
+    would also take ``'1_000'``, ``' 8 '``, ``'+8'`` and other scripts' digits (``'٨'``)."""
+    if not (isinstance(text, str) and text.isascii() and text.isdigit()):
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number in digits 0-9, got {text!r}"
+        ) from None
+    if len(text) > 12 or int(text) > maximum:
+        raise argparse.ArgumentTypeError(
+            f"expected a number <= {maximum:,}, got {text}{bound_note}"
+        )
+    value = int(text)
+    if value < minimum:
+        raise argparse.ArgumentTypeError(f"expected a number >= {minimum}, got {value}")
+    return value
+
+
 def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1, with a readable message otherwise."""
+    """argparse type: a whole number >= 1 (ASCII digits, at most :data:`MAX_FLAG_INT`)."""
+    return whole_number(text, 1)
+
+
+def nonnegative_int(text: str) -> int:
+    """argparse type: a whole number >= 0 (ASCII digits, at most :data:`MAX_FLAG_INT`)."""
+    return whole_number(text, 0)
+
+
+def device_count(text: str) -> int:
+    """argparse type: a device count, 1 to :data:`~parastrat.spec.cluster.MAX_DEVICES`."""
+    from ..spec.cluster import MAX_DEVICES
+
+    note = " (parastrat's bound on devices, above any cluster built so far; see 'Bounds' in "
+    return whole_number(text, 1, MAX_DEVICES, note + "docs/troubleshooting.md)")
+
+
+#: Longest sequence a flag takes: 2^27 tokens (128 Mi), beyond the longest context trained so
+#: far (10 Mi tokens).
+MAX_SEQ_LEN = 2**27
+
+
+def seq_len(text: str) -> int:
+    """argparse type: a sequence length, 1 to :data:`MAX_SEQ_LEN` tokens."""
+    note = " (parastrat's bound on sequence length; see 'Bounds' in docs/troubleshooting.md)"
+    return whole_number(text, 1, MAX_SEQ_LEN, note)
+
+
+def headroom_fraction(text: str) -> float:
+    """argparse type: a memory headroom, a fraction of device memory in [0, 0.5)."""
+    import math
+
     try:
-        value = int(text)
+        value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"expected a fraction, e.g. 0.05, got {text!r}") from None
+    if not math.isfinite(value) or not 0 <= value < 0.5:
+        raise argparse.ArgumentTypeError(f"expected a fraction in [0, 0.5), got {text!r}")
+    return value
+
+
+HEADROOM_HELP = (
+    "keep this fraction of device memory free on top of the estimate's allowance for the CUDA "
+    "context, communicator buffers and fragmentation (e.g. 0.05; default 0)"
+)
+
+#: Most ranks ``--world N`` spawns on this machine (each is a Python process with torch).
+MAX_LOCAL_RANKS = 256
+
+
+def local_world(text: str) -> int:
+    """argparse type: how many local ranks to spawn, 1 to :data:`MAX_LOCAL_RANKS`."""
+    note = " (local ranks on this machine; beyond that launch with torchrun on several hosts)"
+    return whole_number(text, 1, MAX_LOCAL_RANKS, note)
+
+
+def finite_seconds(text: str) -> float:
+    """argparse type: a timeout in seconds, a finite number > 0 (not nan, inf, 0 or -1)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, e.g. 600, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
     return value
 
 

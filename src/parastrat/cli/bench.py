@@ -12,15 +12,19 @@ device instead, as fractions of the preset's peaks (the ``kernels`` section of a
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Any
+
+from rich.markup import escape
 
 from ._common import (
     add_strategy_flags,
     console,
     err_console,
+    finite_seconds,
+    local_world,
+    nonnegative_int,
     positive_int,
     print_json,
     strategy_from_args,
@@ -38,7 +42,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--world",
-        type=positive_int,
+        type=local_world,
         default=None,
         help="spawn this many local gloo ranks (default 2, or the torchrun world)",
     )
@@ -55,7 +59,9 @@ def register(subparsers: Any) -> None:
         "(K/M/G = 1024^n; default 4KB:64MB:x4, or from --model)",
     )
     p.add_argument("--iters", type=positive_int, default=20, help="timed iterations per size")
-    p.add_argument("--warmup", type=int, default=5, help="untimed iterations first (default 5)")
+    p.add_argument(
+        "--warmup", type=nonnegative_int, default=5, help="untimed iterations first (default 5)"
+    )
     p.add_argument(
         "--dtype",
         default=None,
@@ -89,7 +95,7 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument(
         "--timeout",
-        type=float,
+        type=finite_seconds,
         default=600.0,
         help="seconds before local ranks are killed (default 600)",
     )
@@ -136,8 +142,10 @@ def _strategy_requested(args: argparse.Namespace) -> bool:
 def run(args: argparse.Namespace) -> int:
     """Run ``parastrat bench``: measure the rows (or ``--load`` them), write, plot or fit them as
     asked, and print them as a table, JSON or CSV; return the exit status (1 when a rank failed)."""
+    from .._io import write_text
     from ..bench import fit, load_rows, plot, rows_to_csv, rows_to_json, save
     from ..errors import UsageError
+    from ..viz import figure_path
 
     if args.kernels:
         return _run_kernels(args)
@@ -159,15 +167,16 @@ def run(args: argparse.Namespace) -> int:
             args.format == "table" and Path(args.output).suffix.lower() == ".csv"
         )
         text = rows_to_csv(rows) if as_csv else _json_text(rows_to_json(rows))
-        Path(args.output).write_text(text, encoding="utf-8")
-        err_console.print(f"wrote {len(rows)} rows to {args.output}")
+        out = write_text(args.output, text, what="benchmark rows")
+        err_console.print(f"wrote {len(rows)} rows to {escape(str(out))}")
     if args.plot:
-        plot(rows, args.plot)
-        err_console.print(f"wrote the plot to {args.plot}")
+        from .._deps import require
+
+        require("matplotlib.pyplot", "plot").close(plot(rows, args.plot))
+        err_console.print(f"wrote the plot to {escape(str(figure_path(args.plot)))}")
     if args.fit:
         cal = fit(rows)
-        save(cal, args.fit)
-        _print_fit(cal, args.fit)
+        _print_fit(cal, str(save(cal, args.fit)))
     if args.format == "json":
         print_json(rows_to_json(rows))
     elif args.format == "csv":
@@ -180,8 +189,6 @@ def run(args: argparse.Namespace) -> int:
 def _run_kernels(args: argparse.Namespace) -> int:
     """``parastrat bench --kernels``: measure GEMM rates and copy bandwidth on this device,
     print them against the preset's peaks, and merge them into ``--fit FILE`` if given."""
-    import json
-
     from rich.table import Table
 
     from ..bench import format_bytes, save
@@ -230,17 +237,18 @@ def _run_kernels(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(cal)
     if args.fit:
+        from .._io import read_json
+
         path = Path(args.fit)
         merged: dict[str, Any] = {}
         if path.exists():
-            try:
-                merged = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, json.JSONDecodeError) as exc:
-                raise UsageError(f"cannot read {path} to add the kernel rates: {exc}") from None
+            merged = read_json(path, what="calibration file (to add the kernel rates to)")
+            if not isinstance(merged, dict):
+                raise UsageError(f"{path} is not a calibration (a JSON object); give another file")
         merged["kernels"] = cal["kernels"]
         merged["source"] = "; ".join(x for x in (merged.get("source"), cal["source"]) if x)
-        save(merged, path)
-        err_console.print(f"wrote the kernel constants to {path}")
+        written = save(merged, path)
+        err_console.print(f"wrote the kernel constants to {escape(str(written))}")
     return 0
 
 
@@ -267,8 +275,12 @@ def _measure(args: argparse.Namespace) -> list[Any] | None:
         kwargs.update(
             sizes=args.sizes or DEFAULT_SIZES, dtype=args.dtype or "float32", span=args.span
         )
-    torchrun = args.world is None and "WORLD_SIZE" in os.environ and "RANK" in os.environ
-    if torchrun:
+    from ..runtime.backend import detect_env
+
+    _check_dtype(args.dtype)
+    # a missing or contradicting launcher variable is exit 2 here, before anything starts
+    launched = args.world is None and detect_env().source != "single"
+    if launched:
         from ..runtime.backend import init_distributed
 
         init_distributed("auto", timeout=args.timeout)
@@ -301,6 +313,16 @@ def _measure(args: argparse.Namespace) -> list[Any] | None:
             f"[bold red]benchmark failed:[/] rank {exc.rank}: {exc.reason.splitlines()[0]}"
         )
         return []
+
+
+def _check_dtype(dtype: str | None) -> None:
+    """``--dtype`` must name a benchmarked dtype: checked before any rank starts."""
+    from ..bench.runner import _DTYPES
+    from ..errors import UsageError
+
+    if dtype is not None and dtype.lower() not in _DTYPES:
+        names = ", ".join(sorted(set(_DTYPES.values())))
+        raise UsageError(f"unknown --dtype {dtype!r}; use {names}")
 
 
 def _filter_ops(rows: list[Any], ops: str | None) -> list[Any]:
@@ -370,7 +392,7 @@ def _print_table(rows: list[Any]) -> None:
 
 
 def _print_fit(cal: dict[str, Any], path: str) -> None:
-    err_console.print(f"calibration written to {path} ({cal['source']}):")
+    err_console.print(f"calibration written to {escape(path)} ({escape(cal['source'])}):")
     for op, spans in cal["ops"].items():
         for span, vals in spans.items():
             q = cal.get("fit", {}).get(op, {}).get(span, {})

@@ -11,6 +11,7 @@ from ._common import (
     add_model_args,
     add_strategy_flags,
     console,
+    device_count,
     load_model,
     positive_int,
     print_json,
@@ -32,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--gpus",
         "--devices",
         dest="gpus",
-        type=positive_int,
+        type=device_count,
         required=True,
         help="number of devices (world size)",
     )

@@ -7,6 +7,8 @@ import argparse
 
 from ..spec.workload import RECOMPUTE_MODES
 from ._common import (
+    DEFAULT_RECOMPUTE,
+    RECOMPUTE_HELP,
     add_strategy_flags,
     add_switch_args,
     console,
@@ -32,7 +34,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     add_target_args(p)
     p.add_argument("--micro-batch-size", type=positive_int, default=1)
-    p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="selective")
+    p.add_argument(
+        "--recompute",
+        choices=RECOMPUTE_MODES,
+        default=DEFAULT_RECOMPUTE,
+        help=RECOMPUTE_HELP,
+    )
     p.add_argument(
         "--compare",
         default=None,

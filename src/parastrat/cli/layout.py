@@ -8,7 +8,30 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..layout import KINDS, all_coordinates, layout
-from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
+from ._common import (
+    add_strategy_flags,
+    console,
+    err_console,
+    positive_int,
+    print_json,
+    strategy_from_args,
+    whole_number,
+)
+
+#: Largest world ``layout`` lists rank by rank (about 2 s as JSON); a bigger listing is no
+#: use to read, and a million ranks took minutes and gigabytes.
+MAX_LAYOUT_RANKS = 65_536
+
+#: Ranks the table shows; the rest are counted (``--format json`` lists every one).
+TABLE_RANKS = 1024
+
+
+def _layout_world(text: str) -> int:
+    note = (
+        " (layout lists every rank; check a bigger world with `parastrat check`, which does "
+        "not list them)"
+    )
+    return whole_number(text, 1, MAX_LAYOUT_RANKS, note)
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -20,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the groups of each kind, as Megatron Core / xDiT build them.",
     )
     p.add_argument(
-        "--gpus", "--world", dest="gpus", type=positive_int, required=True, help="world size"
+        "--gpus", "--world", dest="gpus", type=_layout_world, required=True, help="world size"
     )
     p.add_argument(
         "--kinds",
@@ -54,7 +77,10 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from ..viz import plot_layout
 
-        plot_layout(strategy, args.gpus, args.plot, devices_per_node=args.devices_per_node)
+        written = plot_layout(
+            strategy, args.gpus, args.plot, devices_per_node=args.devices_per_node
+        )
+        err_console.print(f"wrote the plot to {written}", markup=False)
     if args.format == "json":
         print_json({"strategy": strategy.to_dict(), "groups": groups})
         return 0
@@ -67,9 +93,14 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("rank", justify="right")
     for a in axes:
         table.add_column(a, justify="right")
-    for rank, c in enumerate(all_coordinates(strategy, args.gpus)):
+    coords = all_coordinates(strategy, args.gpus)
+    for rank, c in enumerate(coords[:TABLE_RANKS]):
         table.add_row(str(rank), *(str(c.get(a, 0)) for a in axes))
     console.print(table)
+    if len(coords) > TABLE_RANKS:
+        console.print(
+            f"... {len(coords) - TABLE_RANKS:,} more ranks (--format json lists every one)"
+        )
     for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
         if kind not in groups:
             from ..errors import UsageError

@@ -8,13 +8,19 @@ from rich.markup import escape
 
 from ..spec.workload import RECOMPUTE_MODES
 from ._common import (
+    DEFAULT_RECOMPUTE,
+    HEADROOM_HELP,
+    RECOMPUTE_HELP,
     add_model_args,
     add_strategy_flags,
     add_switch_args,
     console,
+    device_count,
+    headroom_fraction,
     load_model,
     positive_int,
     print_json,
+    seq_len,
     strategy_from_args,
     switches_from_args,
     workload_from_args,
@@ -33,9 +39,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "allowance for context/buffers per rank of every pipeline stage.",
     )
     add_model_args(p)
-    p.add_argument("--gpus", type=positive_int, required=True, help="world size")
+    p.add_argument("--gpus", type=device_count, required=True, help="world size")
     add_strategy_flags(p)
-    p.add_argument("--seq-len", type=positive_int, required=True, help="sequence length")
+    p.add_argument("--seq-len", type=seq_len, required=True, help="sequence length")
     p.add_argument("--micro-batch-size", type=positive_int, default=1)
     p.add_argument(
         "--global-batch-size",
@@ -43,10 +49,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=None,
         help="gives the number of micro-batches (default: pipeline full)",
     )
-    p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="selective")
+    p.add_argument(
+        "--recompute",
+        choices=RECOMPUTE_MODES,
+        default=DEFAULT_RECOMPUTE,
+        help=RECOMPUTE_HELP,
+    )
     p.add_argument("--precision", default="bf16", help="bf16, fp8 or mxfp8")
     add_switch_args(p, step=False)
     p.add_argument("--accelerator", default="h100", help="device for the memory line")
+    p.add_argument("--headroom", type=headroom_fraction, default=None, help=HEADROOM_HELP)
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument(
         "--plot",
@@ -62,29 +74,34 @@ def run(args: argparse.Namespace) -> int:
     against the accelerator's memory (table or JSON, a bar chart with ``--plot``); return 0 whether
     or not it fits."""
     from ..estimate.memory import estimate_memory
-    from ..spec import hardware
+    from ..spec.cluster import Cluster
 
     model = load_model(args)
-    accel = hardware.get(args.accelerator)
+    # the memory the device exposes (Cluster: usable_memory_bytes where measured), as plan uses
+    accel = Cluster(args.accelerator, num_devices=args.gpus).accel
     strategy = strategy_from_args(args).with_world_size(args.gpus)
     workload = workload_from_args(args, model, args.global_batch_size)
     report = estimate_memory(workload, strategy, switches_from_args(args))
-    fits = report.fits(accel)
+    fits = report.fits(accel, headroom=args.headroom or 0.0)
+    plot_path = None
     if args.plot:
+        from ..viz import figure_path
+
         report.plot(args.plot, accel)
+        plot_path = str(figure_path(args.plot))
     if args.format == "json":
         doc = report.to_dict()
         doc.update(
             accelerator=accel.name,
             device_memory_bytes=accel.memory_bytes,
             fits=fits,
-            plot=args.plot,
+            plot=plot_path,
         )
         print_json(doc)
         return 0
     _print_table(report, accel, fits)
-    if args.plot:
-        console.print(f"plot written to {args.plot}")
+    if plot_path:
+        console.print(f"plot written to {plot_path}", markup=False)
     return 0
 
 
@@ -131,7 +148,7 @@ def _print_table(report, accel, fits: bool) -> None:
     verdict = "[green]fits[/]" if fits else "[red]does not fit[/]"
     console.print(
         f"peak {report.peak_bytes / GiB:.2f} GiB (stage {report.peak_stage.stage}) "
-        f"of {cap:.0f} GiB on {accel.name}: {verdict}  (GiB; 'other' = context, "
+        f"of {cap:.1f} GiB on {accel.name}: {verdict}  (GiB; 'other' = context, "
         f"communication buffers and fragmentation allowance)"
     )
     for note in report.notes:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+from typing import Any
 
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
@@ -11,14 +12,18 @@ from rich.table import Table
 
 from ..spec.workload import RECOMPUTE_MODES
 from ._common import (
+    HEADROOM_HELP,
     add_model_args,
     add_switch_args,
     console,
+    device_count,
     err_console,
+    headroom_fraction,
     load_model,
     positive_int,
     print_json,
     search_from_args,
+    seq_len,
     switches_from_args,
     workload_from_args,
 )
@@ -33,16 +38,22 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
         "--gpus",
         "--devices",
         dest="gpus",
-        type=positive_int,
+        type=device_count,
         required=True,
         help="number of devices",
+    )
+    p.add_argument(
+        "--devices-per-node",
+        type=device_count,
+        default=None,
+        help="devices per node (default: the accelerator preset's, e.g. 8 for h100)",
     )
     p.add_argument(
         "--accelerator",
         default="h100",
         help="accelerator preset (h100, h200, b200, gb200, a100, ascend-910b, ...)",
     )
-    p.add_argument("--seq-len", type=positive_int, default=4096)
+    p.add_argument("--seq-len", type=seq_len, default=4096)
     p.add_argument(
         "--global-batch-size",
         type=positive_int,
@@ -63,7 +74,12 @@ def build_target(args: argparse.Namespace):
 
     model = load_model(args)
     cal = load_calibration(args.calibration) if args.calibration else None
-    cluster = Cluster(accelerator=args.accelerator, num_devices=args.gpus, calibration=cal)
+    cluster = Cluster(
+        accelerator=args.accelerator,
+        num_devices=args.gpus,
+        devices_per_node=args.devices_per_node,
+        calibration=cal,
+    )
     gbs = args.global_batch_size or 4 * args.gpus
     return model, cluster, gbs
 
@@ -110,13 +126,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         g.add_argument(f"--max-{name}", type=positive_int, default=None, help=f"bound {name}")
     g.add_argument("--ulysses", type=positive_int, default=None, help="pin the Ulysses part of CP")
     g.add_argument("--micro-batch-size", type=positive_int, default=None)
+    g.add_argument("--headroom", type=headroom_fraction, default=None, help=HEADROOM_HELP)
     g.add_argument("--recompute", choices=RECOMPUTE_MODES, default=None)
-    g.add_argument(
-        "--headroom",
-        type=float,
-        default=None,
-        help="extra memory margin, a fraction of device memory (e.g. 0.1)",
-    )
     g.add_argument(
         "--min-cp-tokens",
         type=positive_int,
@@ -150,7 +161,8 @@ def run(args: argparse.Namespace) -> int:
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        result = plan(
+        result = _diagnosed(
+            plan,
             workload,
             cluster,
             switches,
@@ -163,7 +175,8 @@ def run(args: argparse.Namespace) -> int:
     if args.plot:
         from ..viz import plot_plan
 
-        plot_plan(result, args.plot, device_bytes=cluster.accel.memory_bytes)
+        written = plot_plan(result, args.plot, device_bytes=cluster.accel.memory_bytes)
+        err_console.print(f"wrote the plot to {written}", markup=False)
     if args.format == "json":
         print_json({"candidates": [c.to_dict() for c in top]})
     elif args.format == "yaml":
@@ -182,7 +195,7 @@ def run(args: argparse.Namespace) -> int:
             best.strategy, micro_batch_size=best.micro_batch_size, global_batch_size=gbs
         )
         lines += recompute_overrides(best.recompute)
-        console.print(" ".join(lines), markup=False)
+        console.print(shell_join(lines), markup=False)
     elif args.format == "torchrun":
         from ..adapters.megatron import default_recipe
 
@@ -191,6 +204,26 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(result, top)
     return 0
+
+
+def _diagnosed(plan_fn, workload, cluster, switches, space, **kwargs: Any):
+    """``plan_fn(workload, cluster, switches, space, ...)``; when nothing is legal because a pin
+    breaks a rule on every device count (tp=3 with 64 heads), the StrategyError naming that rule
+    instead of the device-count suggestions (:mod:`parastrat.planner.diagnose`)."""
+    from ..errors import StrategyError, UsageError
+    from ..planner.diagnose import PIN_NAMES, pinned_violations
+
+    try:
+        return plan_fn(workload, cluster, switches, space, **kwargs)
+    except UsageError:
+        pins = {}
+        for k in PIN_NAMES:
+            v = getattr(space, k)
+            pins[k] = v[0] if v is not None and len(v) == 1 else None
+        found = pinned_violations(workload.model, pins, seq_len=workload.seq_len)
+        if found:
+            raise StrategyError(found) from None
+        raise
 
 
 def torchrun_line(c, cluster, gbs: int, recipe: str) -> str:
@@ -207,10 +240,83 @@ def torchrun_line(c, cluster, gbs: int, recipe: str) -> str:
         micro_batch_size=c.micro_batch_size,
         global_batch_size=gbs,
         recompute=c.recompute,
-        rdzv_endpoint="$MASTER_ADDR:29500" if cluster.num_nodes > 1 else None,
+        rdzv_endpoint=RDZV_ENDPOINT if cluster.num_nodes > 1 else None,
     )
-    cmd = " ".join(x if "$" in x else shlex.quote(x) for x in argv)
-    return " ".join(env) + " \\\n  " + cmd
+    return " ".join(env_words(env)) + " \\\n  " + shell_join(argv)
+
+
+#: The rendezvous endpoint a multi-node torchrun line uses: the one shell expansion parastrat
+#: prints on purpose (every other word is quoted).
+RDZV_ENDPOINT = "$MASTER_ADDR:29500"
+
+
+def shell_word(word: str) -> str:
+    """``word`` as one shell word that the shell reads back unchanged (``shlex.quote``), except
+    the ``--rdzv-endpoint`` value parastrat itself writes, which expands ``$MASTER_ADDR``
+    inside double quotes and nothing else.  A recipe or model name like ``r$(id>x)`` is quoted,
+    so pasting the printed line never runs it."""
+    ours = f"--rdzv-endpoint={RDZV_ENDPOINT}"
+    if word == ours:
+        return f'--rdzv-endpoint="{RDZV_ENDPOINT}"'
+    return shlex.quote(word)
+
+
+def shell_join(words: list[str]) -> str:
+    """Words joined for a shell, each through :func:`shell_word`."""
+    return " ".join(shell_word(w) for w in words)
+
+
+def env_words(env: list[str]) -> list[str]:
+    """``NAME=value`` assignments with the value quoted (the name is checked to be a variable
+    name, so ``NAME=`` stays an assignment for the shell)."""
+    out = []
+    for item in env:
+        name, _, value = item.partition("=")
+        if not name.isidentifier():
+            raise ValueError(f"not an environment variable assignment: {item!r}")
+        out.append(f"{name}={shlex.quote(value)}")
+    return out
+
+
+def ranking_reason(c, nxt, model) -> str:
+    """Why ``c`` is ranked above ``nxt``, by the criterion the planner used: a shorter step
+    beyond the model's resolution, else the tie-break that decided (less model parallelism,
+    less exposed communication, less memory; :func:`parastrat.planner.search.tie_key`)."""
+    from ..planner.search import RANK_TIE, exposure_class, model_parallel_sizes
+
+    a, b = c.step.step_time_s, nxt.step.step_time_s
+    if b > a * (1 + RANK_TIE):
+        return f"faster by {b / a - 1:.1%}"
+    (mp_a, ep_a), (mp_b, ep_b) = model_parallel_sizes(c), model_parallel_sizes(nxt)
+    if mp_a != mp_b:
+        return f"tie: TPxCPxPP {mp_a} < {mp_b}"
+    if ep_a != ep_b:
+        if getattr(model, "is_moe", False):
+            return f"tie: EPxETP {ep_a} < {ep_b}"
+        return f"tie: TP {c.strategy.tp} < {nxt.strategy.tp}"
+    if exposure_class(c) != exposure_class(nxt):
+        return "tie: less exposed comm"
+    if c.memory.peak_bytes != nxt.memory.peak_bytes:
+        return "tie: less memory"
+    return "tie: shorter step"
+
+
+def shared_notes(top) -> list[tuple[str, str]]:
+    """Each distinct note of the shown candidates once, with the rows it applies to
+    (``"#1-#5"``, ``"#2, #4"``), in first-seen order."""
+    rows: dict[str, list[int]] = {}
+    for i, c in enumerate(top, 1):
+        for n in c.notes:
+            rows.setdefault(n, [])
+            if i not in rows[n]:
+                rows[n].append(i)
+
+    def span(idx: list[int]) -> str:
+        if len(idx) > 1 and idx == list(range(idx[0], idx[-1] + 1)):
+            return f"#{idx[0]}-#{idx[-1]}"
+        return ", ".join(f"#{i}" for i in idx)
+
+    return [(n, span(idx)) for n, idx in rows.items()]
 
 
 def print_table(result, top) -> None:
@@ -235,10 +341,13 @@ def print_table(result, top) -> None:
         "MFU",
         "step s",
         "peak GiB",
+        "over next",
     ):
         t.add_column(col, overflow="fold")
+    ranked = list(getattr(result, "ranked", None) or top)
     for i, c in enumerate(top, 1):
         st = c.step
+        nxt = ranked[i] if i < len(ranked) else None
         t.add_row(
             str(i),
             escape(str(c.strategy)),
@@ -249,10 +358,13 @@ def print_table(result, top) -> None:
             f"{st.mfu:.1%}",
             f"{st.step_time_s:.2f}",
             f"{c.memory.peak_bytes / GiB:.1f}",
+            escape(ranking_reason(c, nxt, result.model)) if nxt is not None else "",
         )
     console.print(t)
     for i, c in enumerate(top, 1):
-        console.print(f"#{i}: {c.why}" + "".join(f"\n    note: {n}" for n in c.notes), markup=False)
+        console.print(f"#{i}: {c.why}", markup=False)
+    for note, rows in shared_notes(top):
+        console.print(f"note ({rows}): {note}", markup=False)
     console.print(
         f"{result.enumerated} legal strategies, {result.bounded} bounded, "
         f"{result.priced} priced, {result.memory_checks} memory checks in "

@@ -9,7 +9,6 @@ rank and exits 1.  A strategy that does not fit the world exits 2 with the fix.
 from __future__ import annotations
 
 import argparse
-import os
 
 from rich.markup import escape
 
@@ -17,7 +16,8 @@ from ._common import (
     add_strategy_flags,
     console,
     err_console,
-    positive_int,
+    finite_seconds,
+    local_world,
     print_json,
     strategy_from_args,
 )
@@ -36,14 +36,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--world",
-        type=positive_int,
+        type=local_world,
         default=None,
         help="spawn this many local gloo ranks (omit under torchrun)",
     )
     add_strategy_flags(p)
     p.add_argument(
         "--timeout",
-        type=float,
+        type=finite_seconds,
         default=30.0,
         metavar="S",
         help="seconds each collective may take before it counts as broken (30)",
@@ -63,24 +63,41 @@ def run(args: argparse.Namespace) -> int:
     launched; return 0 when every check passes, 1 when one fails (a strategy that does not fit the
     world raises before anything starts: exit 2)."""
     from ..errors import UsageError
+    from ..runtime.backend import detect_env
 
     strategy = strategy_from_args(args)
-    if args.timeout <= 0:
-        raise UsageError(f"--timeout must be positive, got {args.timeout:g}")
     if args.world is None:
-        if "WORLD_SIZE" not in os.environ and "SLURM_NTASKS" not in os.environ:
-            raise UsageError(
-                "give --world N to spawn N local ranks, or launch under torchrun "
-                "(e.g. torchrun --nproc-per-node 8 -m parastrat verify --tp 2)"
-            )
+        env = detect_env()  # a missing or contradicting launcher variable: exit 2 here
+        if env.source == "single":
+            raise UsageError(HOW_TO_LAUNCH)
+        _need_two(env.world_size, f"{env.source} launched")
         return _run_launched(strategy, args)
+    _need_two(args.world, "--world")
     strategy.with_world_size(args.world)  # a wrong world is exit 2 before anything starts
     if args.format == "table":
         err_console.print(f"verifying {strategy} on {args.world} local gloo ranks ...")
-    from ..runtime.verify import verify_local
+    from ..runtime.verify import print_step, verify_local
 
-    report = verify_local(strategy, args.world, args.timeout)
+    report = verify_local(strategy, args.world, args.timeout, on_step=print_step)
     return _show(report, args.format)
+
+
+#: How to run verify (and anything that starts process groups): what a user sees when no
+#: launcher environment is present.
+HOW_TO_LAUNCH = (
+    "give --world N to spawn N local ranks, or launch under torchrun "
+    "(e.g. torchrun --nproc-per-node 8 -m parastrat verify --tp 2) or srun"
+)  # the library's form of this hint: parastrat.runtime.backend.LAUNCH_HINT
+
+
+def _need_two(world: int, where: str) -> None:
+    from ..errors import UsageError
+
+    if world < 2:
+        raise UsageError(
+            f"a world of {world} rank ({where}) has no process group to check; "
+            "verify needs 2 or more ranks (e.g. --world 2)"
+        )
 
 
 def _run_launched(strategy, args: argparse.Namespace) -> int:

@@ -19,6 +19,14 @@ from datetime import timedelta
 
 from ..errors import UsageError
 
+#: How to start a multi-rank world: what a user sees when a strategy needs more ranks than the
+#: one process that was started without a launcher.
+LAUNCH_HINT = (
+    "launch one process per rank with torchrun (e.g. torchrun --nproc-per-node 8 "
+    "train.py) or srun, or try it on local CPU ranks first: parastrat verify --world N "
+    "[strategy flags]"
+)
+
 #: Backends this module knows how to prepare a device for.
 BACKENDS = ("nccl", "hccl", "gloo")
 
@@ -116,16 +124,33 @@ def detect_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:
     """
     env = os.environ if environ is None else environ
     port = _int(env, "MASTER_PORT", DEFAULT_PORT)
-    if "RANK" in env and "WORLD_SIZE" in env:
+    if not 1 <= port <= 65535:
+        raise UsageError(f"MASTER_PORT={port} is not a TCP port; use one in 1-65535, e.g. 29500")
+    if "RANK" in env or "WORLD_SIZE" in env:
+        launched = _launched(env, "RANK", "WORLD_SIZE", "torchrun")
+        local_rank = _int(env, "LOCAL_RANK", 0)
+        local_world = env.get("LOCAL_WORLD_SIZE")
+        if local_world and local_rank >= _int(env, "LOCAL_WORLD_SIZE"):
+            raise UsageError(
+                f"LOCAL_RANK={local_rank} contradicts LOCAL_WORLD_SIZE={local_world}: a local "
+                "rank counts from 0 to LOCAL_WORLD_SIZE - 1"
+            )
+        if launched[1] > 1 and not env.get("MASTER_ADDR"):
+            raise UsageError(
+                f"RANK and WORLD_SIZE={launched[1]} are set but MASTER_ADDR is not: every rank "
+                "needs the address of rank 0 (torchrun sets it; by hand, export MASTER_ADDR and "
+                "MASTER_PORT)"
+            )
         return LaunchEnv(
-            rank=_int(env, "RANK"),
-            world_size=_int(env, "WORLD_SIZE"),
-            local_rank=_int(env, "LOCAL_RANK", 0),
+            rank=launched[0],
+            world_size=launched[1],
+            local_rank=local_rank,
             master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
             master_port=port,
             source="torchrun",
         )
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+    if "SLURM_PROCID" in env or "SLURM_NTASKS" in env:
+        _launched(env, "SLURM_PROCID", "SLURM_NTASKS", "srun")
         addr = env.get("MASTER_ADDR")
         if not addr:
             nodelist = env.get("SLURM_NODELIST") or env.get("SLURM_JOB_NODELIST") or ""
@@ -149,16 +174,35 @@ def detect_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:
     )
 
 
+def _launched(env: Mapping[str, str], rank_key: str, world_key: str, how: str) -> tuple[int, int]:
+    """(rank, world size) from a launcher's pair of variables, both set and consistent; a
+    UsageError says which variable is missing or contradicts which."""
+    for have, lack in ((rank_key, world_key), (world_key, rank_key)):
+        if have in env and lack not in env:
+            raise UsageError(
+                f"{have}={env[have]} is set but {lack} is not: a launcher sets both (run under "
+                f"{how}, or unset {have} to run as one process)"
+            )
+    rank, world = _int(env, rank_key), _int(env, world_key)
+    if world < 1:
+        raise UsageError(f"{world_key}={world} must be at least 1")
+    if rank >= world:
+        raise UsageError(
+            f"{rank_key}={rank} contradicts {world_key}={world}: ranks count from 0 to "
+            f"{world_key} - 1"
+        )
+    return rank, world
+
+
 def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:
     raw = env.get(key)
     if raw is None or raw == "":
         if default is None:
             raise UsageError(f"environment variable {key} is not set")
         return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise UsageError(f"environment variable {key}={raw!r} is not an integer") from None
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 9:
+        raise UsageError(f"environment variable {key}={raw!r} is not a whole number (0-9 digits)")
+    return int(raw)
 
 
 def npu_available() -> bool:
@@ -259,11 +303,47 @@ def init_distributed(
         url = f"tcp://127.0.0.1:{free_port()}"
     else:
         url = env.init_method
-    store = _prefixed_store(url, env, td)
-    dist.init_process_group(
-        backend=name, store=store, rank=env.rank, world_size=env.world_size, **kwargs
-    )
+    try:
+        store = _prefixed_store(url, env, td)
+        dist.init_process_group(
+            backend=name, store=store, rank=env.rank, world_size=env.world_size, **kwargs
+        )
+    except RuntimeError as exc:  # torch's DistStoreError / DistNetworkError and kin
+        raise _rendezvous_error(exc, env, td) from None
     return Started(backend=name, started=True, env=env)
+
+
+def torch_message(exc: BaseException) -> str:
+    """The first meaningful line of a torch error, without the C++ frames and "Exception
+    raised from ..." trailer torch appends (users see the message, not c10 internals)."""
+    text = str(exc)
+    for marker in ("\nException raised from", "Exception raised from ", "\nframe #"):
+        text = text.split(marker, 1)[0]
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _rendezvous_error(exc: BaseException, env: LaunchEnv, td: timedelta | None) -> UsageError:
+    """A UsageError that says what went wrong meeting the other ranks, and what to check."""
+    msg = torch_message(exc)
+    where = f"{env.master_addr}:{env.master_port}"
+    low = msg.lower()
+    if "address already in use" in low or "eaddrinuse" in low:
+        return UsageError(
+            f"rank {env.rank}: MASTER_PORT {env.master_port} is already in use on "
+            f"{env.master_addr} ({msg}); choose a free port (export MASTER_PORT=...)"
+        )
+    if "timeout" in low or "timed out" in low:
+        waited = f" after {td.total_seconds():g} s" if td is not None else ""
+        return UsageError(
+            f"rank {env.rank}: the other ranks of the {env.world_size}-rank world did not join at "
+            f"{where}{waited} ({msg}); start every rank (torchrun starts them for you) with "
+            "the same MASTER_ADDR/MASTER_PORT, or lower --timeout to fail sooner"
+        )
+    return UsageError(
+        f"rank {env.rank}: could not meet the other ranks at {where} ({msg}); check "
+        "MASTER_ADDR/MASTER_PORT and that every rank was started"
+    )
 
 
 #: Rendezvous stores kept for the life of the process, one per (url, rank, world), and how

@@ -134,6 +134,13 @@ def initialize(
     dist = require("torch.distributed")
     td = as_timedelta(timeout)
     world = dist.get_world_size() if dist.is_initialized() else _env_world()
+    if world == 1 and not dist.is_initialized() and strategy.min_world_size > 1:
+        from .backend import LAUNCH_HINT
+
+        raise UsageError(
+            f"{strategy} needs at least {strategy.min_world_size} ranks, but this is one "
+            f"process started without a launcher (no RANK/WORLD_SIZE): {LAUNCH_HINT}"
+        )
     # the check comes first: a strategy that does not fit must not leave half-made groups
     sized = strategy.with_world_size(world)
     if not sized.is_inference:

@@ -118,7 +118,7 @@ def spawn_local(
             parent_end, child_end = ctx.Pipe(duplex=False)
             p = ctx.Process(
                 target=_child_main,
-                args=(child_end, payload, rank, world_size, env, backend, timeout_s),
+                args=(child_end, payload, rank, world_size, env, backend, timeout_s, os.getpid()),
                 name=f"parastrat-rank{rank}",
                 daemon=True,
             )
@@ -175,7 +175,9 @@ def _collect(procs: list, conns: list, timeout_s: float) -> list[Any]:
         if failures and fail_deadline is None:
             fail_deadline = time.monotonic() + _GRACE_S
     if failures:
-        first = min(died) if died else min(failures)
+        silent = _silent_culprits(procs, pending, failures) if not died else {}
+        failures.update(silent)
+        first = min(died) if died else min(silent) if silent else min(failures)
         raise RankFailure(first, failures[first], failures)
     if pending:
         reason = f"timed out after {timeout_s:g} s (ranks still running: {sorted(pending)})"
@@ -183,6 +185,42 @@ def _collect(procs: list, conns: list, timeout_s: float) -> list[Any]:
             min(pending), reason, {r: f"timed out after {timeout_s:g} s" for r in pending}
         )
     return [results[r] for r in range(world)]
+
+
+def _process_state(pid: int | None) -> str:
+    """The one-letter state of a process from /proc (Linux): "T" stopped, "Z" zombie, ...;
+    "" where it cannot be read."""
+    if pid is None:
+        return ""
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as fh:
+            return fh.read().rsplit(")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _silent_culprits(procs: list, pending: set[int], failures: dict[int, str]) -> dict[int, str]:
+    """Ranks to blame among those that never answered, when the ranks that did answer only
+    report waiting on them: a stopped process (SIGSTOP, Ctrl-Z) always; a silent live one when
+    every reported failure is a timeout.  {rank: reason}."""
+    stopped = {r for r in pending if _process_state(procs[r].pid) in ("T", "t")}
+    if stopped:
+        return {
+            r: "the process is stopped (SIGSTOP or Ctrl-Z) and did not answer; its peers "
+            "timed out waiting for it"
+            for r in stopped
+        }
+    timeouts = all(
+        any(w in reason.lower() for w in ("timed out", "timeout", "clients joined"))
+        for reason in failures.values()
+    )
+    if pending and timeouts:
+        return {
+            r: "did not answer: its peers timed out waiting for it (hung, or blocked outside "
+            "the collectives)"
+            for r in pending
+        }
+    return {}
 
 
 def _read(conn) -> _Outcome | None:
@@ -224,6 +262,43 @@ def _kill_all(procs: list) -> None:
             p.join(2.0)
 
 
+#: Seconds between the orphan watchdog's checks that the parent is still there.
+_WATCH_S = 0.5
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Make this process end when ``parent_pid`` (the process that spawned it) ends, however it
+    ends (SIGTERM, SIGKILL, SIGHUP, a crash): no rank outlives ``bench`` or ``verify``.
+
+    On Linux the kernel does it: ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` (prctl(2)).  Everywhere
+    a daemon thread also checks every :data:`_WATCH_S` seconds that the parent is still the
+    parent (a re-parented orphan sees another ``getppid()``) and exits the process if not.
+    """
+    import signal
+    import sys
+    import threading
+
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            pr_set_pdeathsig = 1
+            libc.prctl(pr_set_pdeathsig, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog below still works
+    if os.getppid() != parent_pid:  # the parent died before we got here
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(_WATCH_S)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, name="parastrat-orphan-watchdog", daemon=True).start()
+
+
 def _child_main(
     conn,
     payload: bytes,
@@ -232,8 +307,10 @@ def _child_main(
     env: dict[str, str],
     backend: str | None,
     timeout_s: float,
+    parent_pid: int,
 ) -> None:
     """Entry point of one spawned rank: set the environment, run ``fn``, report the outcome."""
+    die_with_parent(parent_pid)
     os.environ.update(env)
     # torchrun's default: one intra-op thread per rank, so N ranks do not oversubscribe the CPU
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -247,8 +324,12 @@ def _child_main(
         value = fn(rank, world_size, *args)
         outcome = _Outcome(ok=True, value=value)
     except BaseException as exc:
+        from .backend import torch_message
+
         outcome = _Outcome(
-            ok=False, error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc()
+            ok=False,
+            error=f"{type(exc).__name__}: {torch_message(exc)}",
+            traceback=traceback.format_exc(),
         )
     try:
         conn.send(outcome)

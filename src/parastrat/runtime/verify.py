@@ -92,6 +92,11 @@ class VerifyReport:
         """One line (or a few) saying what passed or what failed where."""
         if self.error is not None:
             return f"verify FAILED on rank {self.failed_rank}: {self.error}"
+        if not self.checks:
+            return (
+                f"verify checked nothing: every group of {self.strategy} on {self.world_size} "
+                "rank(s) has a single rank; verify a world of 2 or more ranks"
+            )
         if self.failures:
             return "verify FAILED:\n" + "\n".join(f"  {c}" for c in self.failures)
         names = sorted({c.name for c in self.checks})
@@ -202,6 +207,16 @@ def verify_local(
     report = results[0]
     report.seconds = time.monotonic() - t0
     return report
+
+
+def print_step(name: str, rank: int) -> None:
+    """A :data:`StepHook` for progress: rank 0 writes one line per check to stderr (plain
+    lines, so logs keep them when stderr is not a terminal)."""
+    if rank == 0:
+        import sys
+
+        sys.stderr.write(f"verify: {name} ...\n")
+        sys.stderr.flush()
 
 
 def _verify_rank(

@@ -14,19 +14,23 @@ with ``(alpha, busbw)`` per link class ("intra": inside one NVLink/HCCS scale-up
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError
+from ..errors import SpecError, UsageError
 from .hardware import Accelerator, canonical_precision
 from .hardware import get as get_accelerator
 
 #: Collectives the cost model knows.  "ring" is one hop of a ring exchange (each rank sends S
 #: bytes to its neighbour; callers multiply by the hops), "send_recv" one point-to-point send.
+#: Most devices a Cluster may hold: 2^20, above the largest announced training clusters
+#: (~200,000 accelerators) and low enough that planning stays seconds, not minutes
+#: (docs/troubleshooting.md, "Bounds").
+MAX_DEVICES = 2**20
+
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ring", "send_recv", "broadcast")
 SPANS = ("intra", "inter")
 
@@ -116,14 +120,14 @@ class Calibration:
             for span, vals in spans.items():
                 if span not in SPANS:
                     raise SpecError(f"calibration ops.{op}.{span}: span must be one of {SPANS}")
-                try:
-                    alpha = float(vals["alpha_s"])
-                    bw = float(vals["busbw_Bps"])
-                except (KeyError, TypeError, ValueError):
+                if not isinstance(vals, Mapping) or not all(
+                    _is_finite_number(vals.get(k)) for k in ("alpha_s", "busbw_Bps")
+                ):
                     raise SpecError(
-                        f"calibration ops.{op}.{span} needs numeric 'alpha_s' and "
-                        f"'busbw_Bps', got {vals!r}"
-                    ) from None
+                        f"calibration ops.{op}.{span} needs finite numbers 'alpha_s' and "
+                        f"'busbw_Bps' (not strings, booleans, NaN or Infinity), got {vals!r}"
+                    )
+                alpha, bw = float(vals["alpha_s"]), float(vals["busbw_Bps"])
                 if alpha < 0 or bw <= 0:
                     raise SpecError(
                         f"calibration ops.{op}.{span}: alpha_s must be >= 0 and "
@@ -146,6 +150,16 @@ class Calibration:
         }
 
 
+def _is_finite_number(value: Any) -> bool:
+    """A JSON number (int or float, not bool) that is finite as a float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an integer beyond the float range
+        return False
+
+
 #: Kernel constants a calibration may set, with what each is and its allowed range.
 KERNEL_KEYS = {
     "gemm_eff": "fraction of the dense peak a large GEMM sustains, per precision: (0, 1]",
@@ -163,7 +177,7 @@ def _kernel_constants(data: Any) -> dict[str, Any]:
     out: dict[str, Any] = {}
 
     def fraction(where: str, value: Any, top: float = 1.0) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= top:
+        if not _is_finite_number(value) or not 0 < value <= top:
             raise SpecError(f"calibration {where} must be a number in (0, {top:g}], got {value!r}")
         return float(value)
 
@@ -192,14 +206,15 @@ def _kernel_constants(data: Any) -> dict[str, Any]:
 
 def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration JSON file (see :class:`Calibration`)."""
-    p = Path(path)
+    from .._io import read_json
+
     try:
-        data = json.loads(p.read_text())
-    except OSError as exc:
-        raise SpecError(f"cannot read calibration file {p}: {exc.strerror or exc}") from None
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"calibration file {p} is not valid JSON: {exc}") from None
-    return Calibration.from_dict(data)
+        data = read_json(path, what="calibration file")
+        return Calibration.from_dict(data)
+    except UsageError as exc:  # the file could not be read: a SpecError, as before
+        raise SpecError(str(exc)) from None
+    except SpecError as exc:
+        raise SpecError(f"calibration file {Path(path)}: {exc}") from None
 
 
 @dataclass(frozen=True, init=False)
@@ -250,13 +265,25 @@ class Cluster:
             value = resolved[name]
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise SpecError(f"Cluster.{name} must be a whole number >= 1, got {value!r}")
+            if value > MAX_DEVICES:
+                raise SpecError(
+                    f"Cluster.{name} = {value:,} is above {MAX_DEVICES:,}, parastrat's bound on "
+                    "devices (no cluster built so far comes near; see 'Bounds' in "
+                    "docs/troubleshooting.md)"
+                )
         for name in ("scale_up_bw_Bps", "scale_out_bw_Bps"):
             value = resolved[name]
-            if not isinstance(value, (int, float)) or value <= 0:
-                raise SpecError(f"Cluster.{name} must be > 0 bytes/s, got {value!r}")
+            if not _is_finite_number(value) or value <= 0:
+                raise SpecError(
+                    f"Cluster.{name} must be a finite number > 0 bytes/s, got {value!r}"
+                )
         cal = resolved["calibration"]
         if cal is not None and cal.kernels:
             accel = replace(accel, kernels=dict(cal.kernels))
+        usable = getattr(accel, "usable_memory_bytes", None)
+        if usable and usable < accel.memory_bytes:
+            # plan against what the device exposes (an "80 GB" H100: 79.6 GiB), not the label
+            accel = replace(accel, memory_bytes=usable)
         object.__setattr__(self, "_accel", accel)
         for name, value in resolved.items():
             object.__setattr__(self, name, value)

@@ -3,9 +3,9 @@
 Every number comes from a vendor datasheet (named in ``source``); where a figure is an
 *achievable* one rather than a peak it says so.  Conventions:
 
-* ``memory_bytes``: the nominal HBM capacity read as GiB (NVIDIA's "80 GB" H100 shows
-  81,559 MiB in ``nvidia-smi``; torch reports ~0.5 % less than the value here because of the
-  driver's reservation, which the memory estimator's ``.other`` allowance covers).
+* ``memory_bytes``: the nominal HBM capacity read as GiB; ``usable_memory_bytes`` what the
+  device really exposes where measured (NVIDIA's "80 GB" H100 shows 81,559 MiB = 79.6 GiB in
+  ``nvidia-smi``), which is what a :class:`~parastrat.Cluster` plans against.
 * ``peak_flops``: *dense* (not 2:4 sparse) tensor-core FLOP/s per device, keyed by precision
   ("bf16", "fp8", "mxfp8"); a precision the device lacks falls back to bf16 in :meth:`peak`.
 * ``scale_up_bw_Bps``: *achievable* all-reduce bus bandwidth per device inside one scale-up
@@ -26,6 +26,7 @@ from typing import Any
 from ..errors import SpecError
 
 GiB = 1024**3
+MiB = 1024**2
 TFLOPS = 1e12
 GBps = 1e9
 
@@ -89,6 +90,13 @@ class Accelerator:
     scale_up_peak_Bps: float = 0.0
     #: Other names this preset answers to (matched case-insensitively).
     aliases: tuple[str, ...] = field(default=(), compare=False)
+    #: Memory the device exposes to CUDA (``nvidia-smi``'s "Total", the same number as
+    #: ``torch.cuda.mem_get_info()[1]``), where it differs from the nominal capacity: an
+    #: "80 GB" H100 exposes 81,559 MiB = 79.6 GiB, not 80 GiB.  None: not measured, nominal
+    #: used.  A :class:`~parastrat.Cluster` plans against this number; the CUDA context, NCCL
+    #: buffers and allocator fragmentation that live inside it are the memory estimator's
+    #: ``other`` allowance (``estimate/memory.py``, docs/memory-model.md).
+    usable_memory_bytes: int | None = None
     #: Measured kernel constants that replace the step model's defaults for this device
     #: (``gemm_eff`` per precision, ``attn_eff``, ``mem_eff``, ``host_op_s``; see
     #: :data:`parastrat.spec.cluster.KERNEL_KEYS`).  Set by a :class:`~parastrat.Cluster`
@@ -175,6 +183,7 @@ register(
         name="a100",
         vendor="nvidia",
         memory_bytes=80 * GiB,
+        usable_memory_bytes=81_920 * MiB,  # nvidia-smi on A100-SXM4-80GB: 81920MiB
         peak_flops={"bf16": 312 * TFLOPS},
         mem_bandwidth_Bps=2039 * GBps,
         scale_up_domain=8,
@@ -198,6 +207,7 @@ register(
         name="h100",
         vendor="nvidia",
         memory_bytes=80 * GiB,
+        usable_memory_bytes=81_559 * MiB,  # nvidia-smi on H100 80GB HBM3: 81559MiB
         peak_flops={"bf16": 989 * TFLOPS, "fp8": 1979 * TFLOPS},
         mem_bandwidth_Bps=3350 * GBps,
         scale_up_domain=8,
@@ -219,6 +229,7 @@ register(
         name="h200",
         vendor="nvidia",
         memory_bytes=141 * GiB,
+        usable_memory_bytes=143_771 * MiB,  # nvidia-smi on H200 141GB HBM3e: 143771MiB
         peak_flops={"bf16": 989 * TFLOPS, "fp8": 1979 * TFLOPS},
         mem_bandwidth_Bps=4800 * GBps,
         scale_up_domain=8,

@@ -35,13 +35,14 @@ size``
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError
+from .._io import read_json
+from .._text import printable
+from ..errors import SpecError, UsageError
 from .model import ModelSpec
 
 #: Families whose MLP is *not* gated (HF Llama-likes always use gate/up/down).
@@ -67,16 +68,9 @@ def _read(path: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     if p.is_dir():
         p = p / "config.json"
     try:
-        text = p.read_text()
-    except OSError as exc:
-        raise SpecError(
-            f"cannot read Hugging Face config {p}: {exc.strerror or exc} "
-            "(pass a local config.json or the folder holding it)"
-        ) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(f"{p} is not valid JSON: {exc}") from None
+        data = read_json(p, what="Hugging Face config")
+    except UsageError as exc:
+        raise SpecError(f"{exc} (pass a local config.json or the folder holding it)") from None
     if not isinstance(data, dict):
         raise SpecError(f"{p} must hold a JSON object, got {type(data).__name__}")
     return data, str(p)
@@ -223,8 +217,9 @@ def spec_from_hf_config(
             raise SpecError(f"{where}: field 'mlp_only_layers' must be a list of layer indices")
         if dense_only:
             # Qwen-MoE's list of dense layers: count the leading run as dense layers.
+            dense_set = {i for i in dense_only if isinstance(i, int) and not isinstance(i, bool)}
             lead = 0
-            while lead in dense_only:
+            while lead in dense_set:
                 lead += 1
             first_dense = max(first_dense, lead)
         groups = opt("n_group", "moe_router_num_groups", default=None)
@@ -280,8 +275,11 @@ def _sliding_window(cfg: Mapping[str, Any], layers: int, where: str, whole: Any)
 
 def _default_name(raw: Mapping[str, Any], where: str, model_type: str) -> str:
     name = raw.get("_name_or_path")
-    if isinstance(name, str) and name:
-        return name.rstrip("/").split("/")[-1]
+    if isinstance(name, str):
+        # a name to print and to build a recipe name from: no terminal escapes
+        name = printable(name).strip().rstrip("/").split("/")[-1]
+        if name:
+            return name
     if where != "<dict>":
         p = Path(where)
         stem = p.parent.name if p.name == "config.json" else p.stem

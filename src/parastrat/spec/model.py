@@ -15,6 +15,32 @@ from typing import Any
 
 from ..errors import SpecError
 
+#: Upper bounds on a model's shape: far above any model built so far (largest known: 126
+#: layers, hidden 25,600, 128 heads, FFN 53,248, vocabulary 262,144, 10M positions, 384
+#: experts), low enough that an absurd config (10^9 layers) is refused at once instead of
+#: costing minutes and gigabytes before it fails (docs/troubleshooting.md, "Bounds").
+MODEL_BOUNDS: dict[str, int] = {
+    "num_layers": 4096,
+    "hidden_size": 2**18,
+    "num_attention_heads": 2**14,
+    "ffn_hidden_size": 2**20,
+    "vocab_size": 2**24,
+    "max_position_embeddings": 2**30,
+    "num_query_groups": 2**14,
+    "kv_channels": 2**14,
+    "num_moe_experts": 2**16,
+    "moe_ffn_hidden_size": 2**20,
+    "moe_shared_expert_intermediate_size": 2**22,
+    "moe_router_topk": 2**16,
+    "mtp_num_layers": 4096,
+    "moe_first_dense_layers": 4096,
+    "q_lora_rank": 2**18,
+    "kv_lora_rank": 2**18,
+    "qk_head_dim": 2**14,
+    "qk_pos_emb_head_dim": 2**14,
+    "v_head_dim": 2**14,
+}
+
 POSITION_EMBEDDINGS = ("learned", "rope", "none")
 NORMALIZATIONS = ("layernorm", "rmsnorm")
 
@@ -186,6 +212,14 @@ class ModelSpec:
             v = getattr(self, f)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise bad(f, f"must be a whole number >= 0, got {v!r}")
+        for f, top in MODEL_BOUNDS.items():
+            v = getattr(self, f)
+            if v is not None and v > top:
+                raise bad(
+                    f,
+                    f"{v:,} is above {top:,}, parastrat's bound for it (no model built so far "
+                    "comes near; see 'Bounds' in docs/troubleshooting.md)",
+                )
         h, a = self.hidden_size, self.num_attention_heads
         if not self.kv_channels and not self.multi_latent_attention and h % a:
             raise bad(

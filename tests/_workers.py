@@ -1,0 +1,22 @@
+"""Module-level functions for spawned-rank tests (they must be importable by the children)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+
+def sleep_and_record_pid(rank: int, world: int, folder: str) -> None:
+    """Write this rank's pid to ``folder/rank<r>.pid``, then sleep far longer than any test."""
+    (Path(folder) / f"rank{rank}.pid").write_text(str(os.getpid()))
+    time.sleep(300)
+
+
+def stop_rank_one(name: str, rank: int) -> None:
+    """A verify step hook that stops rank 1 (SIGSTOP) at its first check, as a user's Ctrl-Z
+    or a debugger would."""
+    import signal
+
+    if rank == 1:
+        os.kill(os.getpid(), signal.SIGSTOP)

@@ -1,0 +1,112 @@
+"""Everyday conveniences and first-run errors: ``parastrat models``, ``--devices-per-node``,
+the torchrun example's pins, and Strategy.initialize() outside a launcher."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from parastrat.cli import main
+from parastrat.spec import models
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_models_lists_every_preset_with_sizes(capsys):
+    assert main(["models", "--format", "json"]) == 0
+    listed = {m["name"]: m for m in json.loads(capsys.readouterr().out)}
+    assert set(listed) == set(models.names())
+    dsv3 = listed["deepseek-v3"]
+    assert dsv3["num_experts"] == 256 and 660e9 < dsv3["params"] < 690e9
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    assert "llama3-70b" in out and "--hf-config" in out
+
+
+def test_devices_per_node_reaches_the_launch_line(capsys):
+    argv = ["plan", "--model", "llama3-8b", "--gpus", "16", "--format", "torchrun"]
+    assert main([*argv, "--devices-per-node", "4"]) == 0
+    assert "--nproc_per_node=4 --nnodes=4" in capsys.readouterr().out
+
+
+def test_example_with_an_impossible_pin_says_why(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "torchrun_training.py"), "--tp", "3"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    assert "heads-tp" in done.stderr and "torchrun" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_initialize_outside_a_launcher_says_how_to_launch(monkeypatch):
+    pytest.importorskip("torch")
+    import parastrat as ps
+    from parastrat.errors import UsageError
+
+    for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(key, raising=False)
+    with pytest.raises(UsageError, match="torchrun") as err:
+        ps.Strategy(tp=2).initialize()
+    assert "parastrat verify --world" in str(err.value)
+
+
+def test_one_recompute_default_across_plan_explain_and_memory(capsys):
+    """plan prices a strategy whose activations fit without recompute; explain and memory,
+    given that strategy, price the same mode by default (none, Megatron Core's default)."""
+    base = ["--model", "llama3-8b", "--gpus", "8"]
+    assert main(["plan", *base, "--tp", "2", "--top-k", "1", "--format", "json"]) == 0
+    best = json.loads(capsys.readouterr().out)["candidates"][0]
+    assert best["recompute"] == "none"
+    flags = ["--tp", "2", "--sp", "--micro-batch-size", str(best["micro_batch_size"])]
+    assert main(["explain", *base, *flags, "--format", "json"]) == 0
+    explained = json.loads(capsys.readouterr().out)
+    assert explained["memory"]["recompute"] == "none"
+    assert main(["memory", *base, "--seq-len", "4096", *flags, "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["recompute"] == "none"
+
+
+def test_plans_fit_what_the_device_exposes_and_headroom_is_kept(capsys):
+    usable = 81_559 * 2**20  # nvidia-smi's total on an H100 80GB
+    base = ["plan", "--model", "llama3-70b", "--gpus", "64", "--top-k", "5", "--format", "json"]
+    assert main(base) == 0
+    peaks = [c["memory"]["peak_bytes"] for c in json.loads(capsys.readouterr().out)["candidates"]]
+    assert max(peaks) <= usable
+    assert main([*base, "--headroom", "0.3"]) == 0
+    peaks = [c["memory"]["peak_bytes"] for c in json.loads(capsys.readouterr().out)["candidates"]]
+    assert max(peaks) <= 0.7 * usable
+    with pytest.raises(SystemExit, match="2"):
+        main(["plan", "--model", "llama3-8b", "--gpus", "8", "--headroom", "nan"])
+
+
+def test_memory_headroom_turns_a_tight_fit_into_no(capsys):
+    argv = [
+        "memory",
+        "--model",
+        "llama3-70b",
+        "--gpus",
+        "64",
+        "--tp",
+        "8",
+        "--pp",
+        "4",
+        "--seq-len",
+        "4096",
+        "--format",
+        "json",
+    ]
+    assert main(argv) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["fits"] and doc["device_memory_bytes"] == 81_559 * 2**20
+    share = doc["peak_bytes"] / doc["device_memory_bytes"]
+    assert main([*argv, "--headroom", f"{1 - share + 0.01:.3f}"]) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is False
