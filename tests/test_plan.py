@@ -315,3 +315,51 @@ def test_max_etp_bounds_expert_tensor_parallelism():
     assert any(s.etp > 1 for s in free)  # EP with TP offers ETP = TP too
     assert bounded and all(s.etp == 1 for s in bounded)
     assert len(bounded) < len(free)
+
+
+def test_print_plan_is_one_short_line():
+    p = ps.plan(
+        ps.models.get("llama3-8b"),
+        ps.Cluster("h100", num_devices=8),
+        seq_len=4096,
+        global_batch_size=64,
+    )
+    text = repr(p)
+    assert text.startswith("Plan(llama3-8b on 8 x h100: best ") and len(text) < 300
+    assert str(p.best.strategy) in text
+
+
+def test_dense_models_have_no_expert_tie_size():
+    from parastrat.planner.ranking import model_parallel_sizes
+
+    p = ps.plan(
+        ps.models.get("llama3-70b"),
+        ps.Cluster("h100", num_devices=64),
+        seq_len=8192,
+        global_batch_size=256,
+    )
+    assert all(model_parallel_sizes(c)[1] == 1 for c in p.ranked)
+    assert "EPxETP" not in "".join(c.why for c in p.ranked)
+
+
+def test_nothing_legal_hints_are_reachable():
+    """The suggested device counts suit the pinned TP x PP, and the batch suggestion is never
+    the batch already given."""
+    from parastrat.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
+        ps.plan(
+            ps.models.get("llama3-70b"),
+            ps.Cluster("h100", num_devices=60),
+            seq_len=8192,
+            global_batch_size=256,
+            tp=8,
+            pp=4,
+        )
+    msg = str(err.value)
+    assert "e.g. 256)" not in msg
+    import re
+
+    tried = re.search(r"try ([\d, ]+) devices", msg)
+    assert tried, msg
+    assert all(int(w) % 32 == 0 for w in tried.group(1).split(", "))

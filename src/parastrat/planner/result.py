@@ -117,6 +117,21 @@ class Plan:
         """The first-ranked candidate."""
         return self.candidates[0]
 
+    def __repr__(self) -> str:
+        """One line: model, devices, the best strategy and how many were ranked (the
+        candidates themselves are in :attr:`candidates`; ``print`` of a whole plan stays short)."""
+        best = (
+            f"{self.best.strategy} mbs{self.best.micro_batch_size} {self.best.recompute}, "
+            f"{self.best.tokens_per_s_per_gpu:,.0f} tokens/s/GPU"
+            if self.candidates
+            else "nothing fits"
+        )
+        return (
+            f"Plan({self.model.name} on {self.num_devices or self.cluster.num_devices} x "
+            f"{self.cluster.accel.name}: best {best}; {len(self.candidates)} candidates, "
+            f"{len(self.ranked)} ranked)"
+        )
+
     @property
     def evaluations(self) -> int:
         """Candidate evaluations the search made: lower bounds, step pricings, memory checks

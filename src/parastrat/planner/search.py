@@ -40,6 +40,7 @@ from ..estimate.memo import per_model
 from ..estimate.memory import MemoryReport, memory_of
 from ..estimate.step import StepModel, check_errors
 from ..estimate.step import clear_caches as clear_step_caches
+from ..spec.cluster import MAX_DEVICES
 from ..spec.hardware import GiB
 from ..spec.model import ModelSpec
 from ..spec.workload import MICRO_BATCH_SIZES as MICRO_BATCH_SIZES
@@ -584,6 +585,16 @@ def _plan_smallest(
     return best
 
 
+def _pinned_step(space: SearchSpace) -> int:
+    """The smallest world step the pinned degrees allow (TP x CP x PP when all are pinned)."""
+    step = 1
+    for name in ("tp", "cp", "pp"):
+        choices = getattr(space, name)
+        if choices is not None and len(choices) == 1:
+            step *= choices[0]
+    return step
+
+
 def _nothing_fits_message(
     cluster: Cluster, wl: Workload, sw: Switches, space: SearchSpace, result: Plan
 ) -> str:
@@ -592,18 +603,20 @@ def _nothing_fits_message(
     gbs = wl.needs_global_batch("plan")
     if result.enumerated == 0 and result.memory_pruned == 0:
         hints = []
+        step = _pinned_step(space)
         ok_worlds = [
             w
-            for w in range(max(1, world - 64), world + 65)
-            if (w != world and gbs % w == 0) or (w % 8 == 0 and gbs % 8 == 0 and w != world)
+            for w in range(max(step, world - 64 - (world - 64) % step), world + 65, step)
+            if w != world and ((gbs % w == 0) or (w % 8 == 0 and gbs % 8 == 0))
         ]
         near = sorted(ok_worlds, key=lambda w: abs(w - world))[:3]
         if near:
             hints.append(f"try {', '.join(map(str, sorted(near)))} devices")
-        hints.append(
-            f"or a global batch size divisible by the data-parallel degree "
-            f"(e.g. {max(1, gbs // world) * world})"
-        )
+        suggested = max(1, gbs // world) * world
+        if suggested != gbs:
+            hints.append(
+                f"or a global batch size divisible by the data-parallel degree (e.g. {suggested})"
+            )
         return (
             f"no legal strategy for {model.name} on {world} devices with seq_len="
             f"{wl.seq_len} and global_batch_size={gbs} (with the pins/bounds given): "
@@ -611,6 +624,8 @@ def _nothing_fits_message(
         )
     # legal strategies exist but none fits: look for a device count that would
     for factor in (2, 4, 8, 16):
+        if world * factor > MAX_DEVICES:
+            break
         try:
             trial = Search(cluster.with_devices(world * factor), wl, sw, space, top_k=1).run()
         except (StrategyError, SpecError, UsageError):
