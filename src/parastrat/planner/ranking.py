@@ -52,7 +52,7 @@ def model_parallel_sizes(c: Candidate) -> tuple[int, int]:
     """(TP x CP x PP, EP x ETP) of a candidate: how far it splits the model rather than the
     batch.  A dense model has no expert grid (its ETP only mirrors TP): its second size is 1."""
     s = c.strategy
-    moe = s.ep > 1 or c.step.stage_expert_params > 0
+    moe = s.ep > 1 or getattr(c.step, "stage_expert_params", 0) > 0
     return (s.tp * s.cp * s.pp, s.ep * s.etp if moe else 1)
 
 
