@@ -13,7 +13,7 @@ import importlib
 from typing import Any
 
 from ._version import __version__
-from .errors import MissingExtraError, StrategyError, Violation
+from .errors import MissingExtraError, SpecError, StrategyError, UsageError, Violation
 from .layout import layout
 from .strategy import Strategy
 
@@ -50,6 +50,8 @@ __all__ = [
     "__version__",
     "Strategy",
     "StrategyError",
+    "SpecError",
+    "UsageError",
     "Violation",
     "MissingExtraError",
     "layout",

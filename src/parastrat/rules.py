@@ -14,8 +14,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from .checks import divisors, fmt_set, is_count, lcm
 from .errors import Violation
-from .strategy import divisors, fmt_set, lcm
+from .grid import expert_dp, training_grid
 
 if TYPE_CHECKING:
     from .strategy import Strategy
@@ -128,15 +129,6 @@ def _fitting_worlds(s: Strategy, world: int) -> str:
     return " or ".join(str(w) for w in options)
 
 
-def _pp_stride(order: str, sizes: dict[str, int]) -> int:
-    stride = 1
-    for name in order.split("-"):
-        if name == "pp":
-            return stride
-        stride *= sizes.get(name, 1)
-    return stride
-
-
 def world_violations(s: Strategy, world: int) -> list[Violation]:
     """Does the world size fit the grids (dense and expert, or the inference grid)?"""
     out: list[Violation] = []
@@ -181,10 +173,9 @@ def world_violations(s: Strategy, world: int) -> list[Violation]:
                 )
             )
         if not out and s.pp > 1:
-            dp, edp = world // dense, world // expert
-            dense_sizes = {"tp": s.tp, "cp": s.cp, "ep": 1, "dp": dp, "pp": s.pp}
-            expert_sizes = {"tp": s.etp, "cp": 1, "ep": s.ep, "dp": edp, "pp": s.pp}
-            if _pp_stride(s.order, dense_sizes) != _pp_stride(s.order, expert_sizes):
+            dp, edp = world // dense, expert_dp(world, s.etp, s.ep, s.pp)
+            grid = training_grid(s.order, s.tp, s.cp, s.ep, s.etp, s.pp, world, s.ulysses)
+            if grid.stride("pp") != grid.view("expert").stride("pp"):
                 out.append(
                     _err(
                         "pp-groups-differ",
@@ -408,9 +399,7 @@ def batch_violations(
         ("global_batch_size", global_batch_size),
         ("micro_batch_size", micro_batch_size),
     ):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
+        if value is not None and not is_count(value):
             out.append(
                 _err(
                     f"{label.replace('_', '-')}-positive",
@@ -538,7 +527,7 @@ def check(
     world = world_size if world_size is not None else s.world_size
     world_ok = False
     if world_size is not None:
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        if not is_count(world_size):
             out.append(
                 _err(
                     "world-size-positive",
@@ -556,7 +545,7 @@ def check(
     if model is not None:
         out += model_violations(s, model)
     if seq_len is not None:
-        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        if not is_count(seq_len):
             out.append(
                 _err(
                     "seq-len-positive",

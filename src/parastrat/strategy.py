@@ -18,10 +18,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from math import gcd
 from typing import Any
 
+from . import rules
+from .checks import divisors, fmt_set, is_int, lcm
 from .errors import StrategyError, Violation
+from .grid import expert_dp as _expert_dp
+
+__all__ = [
+    "MEGATRON_ORDER",
+    "MEGATRON_TP_PP_DP_ORDER",
+    "XDIT_ORDER",
+    "Strategy",
+    "as_strategy",
+    "divisors",
+    "fmt_set",
+    "lcm",
+    "order_kind",
+]
 
 #: Megatron Core's default rank order (first name varies fastest).
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
@@ -29,25 +43,6 @@ MEGATRON_ORDER = "tp-cp-ep-dp-pp"
 MEGATRON_TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
 #: xDiT's order for diffusion inference (sp = ulysses * ring).
 XDIT_ORDER = "tp-sp-pp-cfg-dp"
-
-
-def lcm(a: int, b: int) -> int:
-    """Least common multiple of two positive integers."""
-    return a * b // gcd(a, b)
-
-
-def divisors(n: int) -> list[int]:
-    """All positive divisors of ``n`` in increasing order (used in hints)."""
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-def fmt_set(values: list[int], limit: int = 8) -> str:
-    """``{1, 2, 4, 8}`` for hints, shortened when long."""
-    if len(values) > limit:
-        values = values[:limit]
-        return "{" + ", ".join(map(str, values)) + ", ...}"
-    return "{" + ", ".join(map(str, values)) + "}"
 
 
 @lru_cache(maxsize=256)
@@ -61,7 +56,7 @@ def order_kind(order: str) -> str:
 def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         return Violation(
             f"{name}-type",
             f"{name}={value!r} is a {type(value).__name__}, not a whole number",
@@ -74,6 +69,20 @@ def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
             f"use {name}=1 to disable {name.upper()}",
         )
     return None
+
+
+def as_strategy(value: Any, where: str) -> Strategy:
+    """``value`` when it is a :class:`Strategy`; else StrategyError ``strategy-type`` naming
+    ``where`` and the type received (the one error every API raises for a non-Strategy)."""
+    if isinstance(value, Strategy):
+        return value
+    raise StrategyError(
+        Violation(
+            "strategy-type",
+            f"{where} takes a parastrat.Strategy, got {type(value).__name__}",
+            "build one with parastrat.Strategy(tp=..., pp=...) or Strategy.from_dict(d)",
+        )
+    )
 
 
 #: Keys :meth:`Strategy.to_dict` adds that are computed, not set.
@@ -256,14 +265,10 @@ class Strategy:
         ):
             object.__setattr__(self, name, resolved)
 
-        from .rules import structural_violations  # rules import Strategy lazily; no cycle
-
-        problems = structural_violations(self)
+        problems = rules.structural_violations(self)
         if not problems and dp is not None:
             # An explicit dp fixes the world: it must fit the expert grid too.
-            from .rules import world_violations
-
-            problems = world_violations(self, self.model_parallel_size * dp)
+            problems = rules.world_violations(self, self.model_parallel_size * dp)
         if problems:
             raise StrategyError(problems)
 
@@ -317,9 +322,7 @@ class Strategy:
         world = self.world_size
         if world is None:
             return None
-        if self.is_inference:
-            return world // (self.etp * self.ep * self.pp)
-        return world // (self.etp * self.ep * self.pp)
+        return _expert_dp(world, self.etp, self.ep, self.pp)
 
     @property
     def cp_comm_type(self) -> str:
@@ -354,12 +357,10 @@ class Strategy:
 
     def with_world_size(self, world_size: int) -> Strategy:
         """A copy with ``dp`` filled in for ``world_size``; StrategyError when it does not fit."""
-        from .rules import world_violations
-
         bad = _bad_int("world_size", world_size, allow_none=False)
         if bad:
             raise StrategyError(bad)
-        problems = world_violations(self, world_size)
+        problems = rules.world_violations(self, world_size)
         if problems:
             raise StrategyError(problems)
         # Every field but dp is already validated and world_violations has just checked the
@@ -381,9 +382,7 @@ class Strategy:
         devices_per_node: int | None = None,
     ) -> list[Violation]:
         """Every hard rule broken (severity "error") and soft rule bent ("warning")."""
-        from .rules import check
-
-        return check(
+        return rules.check(
             self,
             model,
             world_size=world_size,
@@ -428,9 +427,7 @@ class Strategy:
         middle stages share the rest evenly (Megatron's uneven pipeline split).  Raises
         StrategyError when the layers cannot be split that way.
         """
-        from .rules import layer_split_violations
-
-        problems = layer_split_violations(self, num_layers)
+        problems = rules.layer_split_violations(self, num_layers)
         if problems:
             raise StrategyError(problems)
         p = self.pp

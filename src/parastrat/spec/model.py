@@ -13,7 +13,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ..checks import is_count
 from ..errors import SpecError
+from .hf import spec_from_hf_config
 
 POSITION_EMBEDDINGS = ("learned", "rope", "none")
 NORMALIZATIONS = ("layernorm", "rmsnorm")
@@ -158,7 +160,7 @@ class ModelSpec:
             "moe_layer_freq",
         ):
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_count(v):
                 raise bad(f, f"must be a whole number >= 1, got {v!r}")
         for f in (
             "num_query_groups",
@@ -172,7 +174,7 @@ class ModelSpec:
             "window_attn_skip_freq",
         ):
             v = getattr(self, f)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            if v is not None and not is_count(v, 0):
                 raise bad(f, f"must be None or a whole number >= 1, got {v!r}")
         for f in (
             "moe_shared_expert_intermediate_size",
@@ -184,7 +186,7 @@ class ModelSpec:
             "v_head_dim",
         ):
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            if not is_count(v, 0):
                 raise bad(f, f"must be a whole number >= 0, got {v!r}")
         h, a = self.hidden_size, self.num_attention_heads
         if not self.kv_channels and not self.multi_latent_attention and h % a:
@@ -391,9 +393,7 @@ class ModelSpec:
         (and Kimi K2), GPT-OSS, OLMoE and Nemotron configs are understood; a missing or
         nonsensical field raises :class:`~parastrat.errors.SpecError` naming it.
         """
-        from .hf import spec_from_hf_config
-
-        return spec_from_hf_config(path, name=name)
+        return spec_from_hf_config(path, name=name, spec_type=cls)
 
     def with_(self, **changes: Any) -> ModelSpec:
         """A copy with some fields changed."""
