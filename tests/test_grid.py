@@ -7,6 +7,8 @@ neighbours in the groups the layout lists (one grid, read two ways).
 
 from __future__ import annotations
 
+from itertools import pairwise
+
 import pytest
 from hypothesis import assume, given, settings
 
@@ -64,7 +66,7 @@ def test_priced_strides_are_the_layout_neighbour_distances(case):
     for kind, stride in strides.items():
         first = groups[kind][0]
         if len(first) > 1:
-            assert stride == min(b - a for a, b in zip(first, first[1:])), kind
+            assert stride == min(b - a for a, b in pairwise(first)), kind
 
 
 def test_strategy_grid_matches_strategy_degrees():
