@@ -13,7 +13,14 @@ import importlib
 from typing import Any
 
 from ._version import __version__
-from .errors import MissingExtraError, SpecError, StrategyError, UsageError, Violation
+from .errors import (
+    MissingExtraError,
+    SpecError,
+    StrategyError,
+    StrategyTypeError,
+    UsageError,
+    Violation,
+)
 from .layout import layout
 from .strategy import Strategy
 
@@ -51,6 +58,7 @@ __all__ = [
     "Strategy",
     "StrategyError",
     "SpecError",
+    "StrategyTypeError",
     "UsageError",
     "Violation",
     "MissingExtraError",

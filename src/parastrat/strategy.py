@@ -22,7 +22,7 @@ from typing import Any
 
 from . import rules
 from .checks import divisors, fmt_set, is_int, lcm
-from .errors import StrategyError, Violation
+from .errors import StrategyError, StrategyTypeError, Violation
 from .grid import expert_dp as _expert_dp
 
 __all__ = [
@@ -72,11 +72,12 @@ def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
 
 
 def as_strategy(value: Any, where: str) -> Strategy:
-    """``value`` when it is a :class:`Strategy`; else StrategyError ``strategy-type`` naming
-    ``where`` and the type received (the one error every API raises for a non-Strategy)."""
+    """``value`` when it is a :class:`Strategy`; else :class:`StrategyTypeError` (rule
+    ``strategy-type``) naming ``where`` and the type received: the one error every API raises
+    for a non-Strategy."""
     if isinstance(value, Strategy):
         return value
-    raise StrategyError(
+    raise StrategyTypeError(
         Violation(
             "strategy-type",
             f"{where} takes a parastrat.Strategy, got {type(value).__name__}",
