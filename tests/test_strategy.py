@@ -277,12 +277,12 @@ def test_unknown_fields_and_non_mappings_are_strategy_errors():
 
 def test_non_strategy_arguments_raise_one_error_type():
     from parastrat.errors import StrategyTypeError
-    from parastrat.strategy import as_strategy
+    from parastrat.strategy import require_strategy
 
     s = Strategy(tp=2)
-    assert as_strategy(s, "apply()") is s
+    assert require_strategy(s, "apply()") is s
     with pytest.raises(StrategyTypeError) as e:
-        as_strategy({"tp": 2}, "apply()")
+        require_strategy({"tp": 2}, "apply()")
     assert e.value.rules == ["strategy-type"]
     assert "apply() takes a parastrat.Strategy, got dict" in str(e.value)
     assert isinstance(e.value, TypeError) and isinstance(e.value, StrategyError)

@@ -214,5 +214,4 @@ def strategy_grid(s: Strategy, world: int) -> RankGrid:
     if s.is_inference:
         dp = world // (s.tp * s.cp * s.pp * s.cfg)
         return inference_grid(s.order, s.tp, s.ulysses, s.ring, s.pp, s.cfg, dp)
-    replicate = getattr(s, "dp_replicate", None) or 1
-    return training_grid(s.order, s.tp, s.cp, s.ep, s.etp, s.pp, world, s.ulysses, replicate)
+    return training_grid(s.order, s.tp, s.cp, s.ep, s.etp, s.pp, world, s.ulysses, s.dp_replicate)

@@ -30,11 +30,11 @@ __all__ = [
     "MEGATRON_TP_PP_DP_ORDER",
     "XDIT_ORDER",
     "Strategy",
-    "as_strategy",
     "divisors",
     "fmt_set",
     "lcm",
     "order_kind",
+    "require_strategy",
 ]
 
 #: Megatron Core's default rank order (first name varies fastest).
@@ -66,12 +66,14 @@ def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
         return Violation(
             f"{name}-positive",
             f"{name}={value} must be >= 1",
-            f"use {name}=1 to disable {name.upper()}",
+            "use dp_shard=-1 (the rest of dp) or a degree >= 1"
+            if name == "dp_shard"
+            else f"use {name}=1 to disable {name.upper()}",
         )
     return None
 
 
-def as_strategy(value: Any, where: str) -> Strategy:
+def require_strategy(value: Any, where: str) -> Strategy:
     """``value`` when it is a :class:`Strategy`; else :class:`StrategyTypeError` (rule
     ``strategy-type``) naming ``where`` and the type received: the one error every API raises
     for a non-Strategy."""
@@ -118,6 +120,13 @@ class Strategy:
     ``account_for_loss`` count the input embedding / the output layer and loss as one layer
     of the first / last stage (Megatron's ``account_for_*_in_pipeline_split``), which is how
     recipes put Qwen3-235B's 94 layers on PP 8 with VPP 3 (94 + 2 = 8 * 3 * 4).
+
+    Data-parallel sharding (training): ``dp_shard`` x ``dp_replicate`` = ``dp`` with
+    torchtitan's degree names (``dp_replicate`` unset means 1; ``dp_shard`` unset or ``-1``
+    takes the rest of dp, like torchtitan's ``data_parallel_shard_degree=-1``), and ``fsdp``
+    names what is sharded over each dp_shard x cp group with Megatron's names: ``None`` (today's
+    behaviour: plain DDP / distributed optimizer), ``"optim"``, ``"optim_grads"`` or
+    ``"optim_grads_params"``.  See ``docs/fsdp.md``.
     """
 
     tp: int
@@ -136,6 +145,9 @@ class Strategy:
     last_stage_layers: int | None
     account_for_embedding: bool
     account_for_loss: bool
+    dp_shard: int | None
+    dp_replicate: int
+    fsdp: str | None
 
     def __init__(
         self,
@@ -155,8 +167,13 @@ class Strategy:
         last_stage_layers: int | None = None,
         account_for_embedding: bool = False,
         account_for_loss: bool = False,
+        dp_shard: int | None = None,
+        dp_replicate: int | None = None,
+        fsdp: str | None = None,
     ):
         vpp = 1 if vpp is None else vpp
+        dp_shard = None if dp_shard == -1 else dp_shard  # torchtitan's "the rest of dp"
+        dp_replicate = 1 if dp_replicate is None else dp_replicate
         problems: list[Violation] = []
         for name, value, none_ok in (
             ("tp", tp, False),
@@ -171,6 +188,8 @@ class Strategy:
             ("cfg", cfg, False),
             ("first_stage_layers", first_stage_layers, True),
             ("last_stage_layers", last_stage_layers, True),
+            ("dp_shard", dp_shard, True),
+            ("dp_replicate", dp_replicate, False),
         ):
             bad = _bad_int(name, value, allow_none=none_ok)
             if bad:
@@ -211,6 +230,7 @@ class Strategy:
                     f"e.g. order={MEGATRON_ORDER!r}",
                 )
             )
+        problems += rules.fsdp_value_violations(fsdp)
         if problems:
             raise StrategyError(problems)
 
@@ -245,6 +265,8 @@ class Strategy:
         if order is None:
             order = XDIT_ORDER if (ulysses > 1 or cfg > 1) else MEGATRON_ORDER
         order = order.lower().strip()
+        if dp is None and dp_shard is not None:
+            dp = dp_shard * dp_replicate  # torchtitan: dp_shard * dp_replicate is the dp degree
 
         for name, resolved in (
             ("tp", tp),
@@ -263,6 +285,9 @@ class Strategy:
             ("last_stage_layers", last_stage_layers),
             ("account_for_embedding", account_for_embedding),
             ("account_for_loss", account_for_loss),
+            ("dp_shard", dp_shard),
+            ("dp_replicate", dp_replicate),
+            ("fsdp", fsdp),
         ):
             object.__setattr__(self, name, resolved)
 
@@ -324,6 +349,14 @@ class Strategy:
         if world is None:
             return None
         return _expert_dp(world, self.etp, self.ep, self.pp)
+
+    @property
+    def dp_shard_degree(self) -> int | None:
+        """Ranks of the data-parallel shard axis, ``dp / dp_replicate`` (``dp_shard`` when
+        set); None until dp is known.  FSDP shards over ``dp_shard_degree * cp`` ranks."""
+        if self.dp is None:
+            return self.dp_shard
+        return self.dp // self.dp_replicate
 
     @property
     def cp_comm_type(self) -> str:
@@ -512,6 +545,10 @@ class Strategy:
                 parts.append(f"EP{self.ep} ETP{self.etp}")
         if self.dp is not None:
             parts.append(f"DP{self.dp}")
+        if self.dp_shard is not None or self.dp_replicate > 1:
+            parts.append(f"S{self.dp_shard_degree or '-'}xR{self.dp_replicate}")
+        if self.fsdp is not None:
+            parts.append(f"FSDP:{self.fsdp}")
         if self.sp:
             parts.append("SP")
         if self.order not in (MEGATRON_ORDER, XDIT_ORDER):

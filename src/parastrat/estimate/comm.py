@@ -140,11 +140,7 @@ def group_strides(strategy: Strategy, dp: int, edp: int | None = None) -> dict[s
     replicas (its dense, expert, sequence and FSDP views; ``edp`` follows from the grid and is
     accepted for older callers).  A fresh dict; the grids behind it are memoised."""
     s = strategy
-    return dict(
-        _strides(
-            s.order, s.tp, s.cp, s.ep, s.etp, s.pp, s.ulysses, dp, getattr(s, "dp_replicate", 1)
-        )
-    )
+    return dict(_strides(s.order, s.tp, s.cp, s.ep, s.etp, s.pp, s.ulysses, dp, s.dp_replicate))
 
 
 @lru_cache(maxsize=4096)
