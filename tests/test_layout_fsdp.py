@@ -17,34 +17,11 @@
 
 from __future__ import annotations
 
-import os
-import sys
-import types
 import warnings
 
 import pytest
 
 from parastrat import Strategy, layout
-
-torch = pytest.importorskip("torch")
-dist = pytest.importorskip("torch.distributed")
-fake_pg = pytest.importorskip("torch.testing._internal.distributed.fake_pg")
-
-
-@pytest.fixture
-def fake_world():
-    """``start(world)`` initializes torch.distributed on the fake backend; torn down after."""
-    if dist.is_initialized():
-        pytest.skip("torch.distributed already initialized in this process")
-
-    def start(world: int) -> None:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-        dist.init_process_group("fake", store=fake_pg.FakeStore(), rank=0, world_size=world)
-
-    yield start
-    if dist.is_initialized():
-        dist.destroy_process_group()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -125,25 +102,6 @@ def test_without_replicas_the_shard_group_is_megatrons_dp_cp_group(fake_world, m
 # ---------------------------------------------------------------------------------------------
 # torchtitan
 # ---------------------------------------------------------------------------------------------
-@pytest.fixture
-def parallel_dims(monkeypatch):
-    """torchtitan's ParallelDims class, imported from its source file (see the module doc)."""
-    tt = pytest.importorskip("torchtitan")
-    root = os.path.dirname(tt.__file__)
-    before = set(sys.modules)
-    package = types.ModuleType("torchtitan.config")
-    package.__path__ = [os.path.join(root, "config")]  # skip its __init__ (needs tyro)
-    monkeypatch.setitem(sys.modules, "torchtitan.config", package)
-    if "spmd_types" not in sys.modules:
-        monkeypatch.setitem(sys.modules, "spmd_types", types.ModuleType("spmd_types"))
-    from torchtitan.distributed.parallel_dims import ParallelDims
-
-    yield ParallelDims
-    for name in set(sys.modules) - before:
-        if name.startswith("torchtitan"):
-            del sys.modules[name]
-
-
 def mesh_groups(mesh, names: tuple[str, ...]) -> list[list[int]]:
     """Groups of ranks along ``names`` (flattened, last fastest) of a DeviceMesh."""
     t = mesh.mesh
