@@ -67,35 +67,35 @@ SINGLE_STAGE_SCHEDULES = frozenset({"1f1b", "gpipe"})
 LOOPED_SCHEDULE = "Interleaved1F1B"
 
 
-def _v(rule: str, message: str, hint: str) -> Violation:
-    return Violation(f"torchtitan-{rule}", message, hint)
-
-
 def violations(s: Strategy, world_size: int | None = None) -> list[Violation]:
     """Every reason torchtitan cannot run ``s`` (on ``world_size`` ranks when given)."""
     out: list[Violation] = []
     if s.is_inference:
-        return [_v("inference", f"{s} is an inference strategy", "use a training strategy")]
+        return [
+            Violation(
+                "torchtitan-inference", f"{s} is an inference strategy", "use a training strategy"
+            )
+        ]
     if s.order != MEGATRON_ORDER:
         out.append(
-            _v(
-                "order",
+            Violation(
+                "torchtitan-order",
                 f"order {s.order!r}: torchtitan's mesh is pp, dp_replicate, dp_shard, cp, tp",
                 f"use order={MEGATRON_ORDER!r}",
             )
         )
     if s.ulysses > 1:
         out.append(
-            _v(
-                "ulysses",
+            Violation(
+                "torchtitan-ulysses",
                 f"ulysses={s.ulysses}: torchtitan's context parallelism is ring attention",
                 f"use ring={s.cp} (cp={s.cp}) without Ulysses",
             )
         )
     if s.etp != (1 if s.ep > 1 else s.tp):
         out.append(
-            _v(
-                "etp",
+            Violation(
+                "torchtitan-etp",
                 f"etp={s.etp}: torchtitan has no expert tensor parallel degree (experts use "
                 "no TP with EP, and the dense TP without)",
                 f"use etp={1 if s.ep > 1 else s.tp} (the default)",
@@ -103,16 +103,16 @@ def violations(s: Strategy, world_size: int | None = None) -> list[Violation]:
         )
     if s.fsdp == "optim":
         out.append(
-            _v(
-                "fsdp-level",
+            Violation(
+                "torchtitan-fsdp-level",
                 "fsdp='optim': torchtitan's FSDP2 shards parameters and gradients too",
                 "use fsdp='optim_grads' or 'optim_grads_params'",
             )
         )
     if s.first_stage_layers is not None or s.last_stage_layers is not None:
         out.append(
-            _v(
-                "uneven",
+            Violation(
+                "torchtitan-uneven",
                 "first/last stage layer counts: torchtitan balances stages with "
                 "first/last_stage_less_layers",
                 "use account_for_embedding/account_for_loss instead",
@@ -133,8 +133,8 @@ def _world_violations(s: Strategy, world_size: int | None) -> list[Violation]:
     shard = (placed.dp_shard_degree or 1) * s.cp
     if s.fsdp is None and shard > 1:
         out.append(
-            _v(
-                "needs-fsdp",
+            Violation(
+                "torchtitan-needs-fsdp",
                 f"dp_shard*cp = {shard}: torchtitan shards parameters, gradients and optimizer "
                 "state over it (FSDP2), which fsdp=None does not describe",
                 "set fsdp='optim_grads_params'"
@@ -180,8 +180,8 @@ def _layers_per_stage(s: Strategy, num_layers: int | None, problems: list[Violat
     violation when the layers are unknown or do not split)."""
     if num_layers is None:
         problems.append(
-            _v(
-                "vpp-layers",
+            Violation(
+                "torchtitan-vpp-layers",
                 f"vpp={s.vpp}: torchtitan needs pipeline_parallel_layers_per_stage, which "
                 "follows from the model's layer count",
                 "pass num_layers=<the model's transformer layers>",
@@ -192,8 +192,8 @@ def _layers_per_stage(s: Strategy, num_layers: int | None, problems: list[Violat
     stages = s.pp * s.vpp
     if total % stages:
         problems.append(
-            _v(
-                "vpp-layers",
+            Violation(
+                "torchtitan-vpp-layers",
                 f"{total} layers (with embedding/loss accounting) do not split into "
                 f"pp*vpp = {stages} virtual stages",
                 "choose pp and vpp whose product divides the layers",
