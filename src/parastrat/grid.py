@@ -43,6 +43,13 @@ class RankGrid:
     def __post_init__(self) -> None:
         if len(self.names) != len(self.sizes) or len(set(self.names)) != len(self.names):
             raise ValueError(f"grid axes {self.names} and sizes {self.sizes} do not match")
+        strides, acc = [], 1
+        for n in self.sizes:
+            strides.append(acc)
+            acc *= n
+        # derived tables, set once (the planner reads strides of thousands of grids)
+        object.__setattr__(self, "_stride_table", tuple(strides))
+        object.__setattr__(self, "_positions", {n: i for i, n in enumerate(self.names)})
 
     @classmethod
     def from_order(
@@ -71,6 +78,8 @@ class RankGrid:
         """Rank distance between neighbours of a group: for one axis, the product of the faster
         axes' sizes; for several (``"dp-cp"``), the smallest stride among those longer than 1
         (the first named axis's when all have length 1)."""
+        if isinstance(axes, str) and "-" not in axes:
+            return self._strides()[self._index(axes)]
         wanted = _axis_list(axes)
         strides = self._strides()
         longer = [strides[self._index(a)] for a in wanted if self.size(a) > 1]
@@ -118,16 +127,12 @@ class RankGrid:
     # ---- helpers -------------------------------------------------------------------------
     def _index(self, axis: str) -> int:
         try:
-            return self.names.index(axis)
-        except ValueError:
+            return self._positions[axis]  # type: ignore[attr-defined]
+        except KeyError:
             raise ValueError(f"no axis {axis!r} in grid {'-'.join(self.names)}") from None
 
-    def _strides(self) -> list[int]:
-        out, acc = [], 1
-        for n in self.sizes:
-            out.append(acc)
-            acc *= n
-        return out
+    def _strides(self) -> tuple[int, ...]:
+        return self._stride_table  # type: ignore[attr-defined]
 
 
 def _axis_list(axes: str | Sequence[str]) -> list[str]:
@@ -164,7 +169,7 @@ def expert_dp(world: int, etp: int, ep: int, pp: int) -> int:
     return world // (etp * ep * pp)
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1 << 16)
 def training_grid(
     order: str,
     tp: int,
@@ -191,10 +196,8 @@ def training_grid(
     )
     sequence = dense.split("cp", (("ulysses", ulysses), ("ring", cp // ulysses)))
     fsdp = dense.split("dp", (("dp_shard", dp // dp_replicate), ("dp_replicate", dp_replicate)))
-    return (
-        dense.register_view("expert", expert)
-        .register_view("sequence", sequence)
-        .register_view("fsdp", fsdp)
+    return RankGrid(
+        dense.names, dense.sizes, (("expert", expert), ("sequence", sequence), ("fsdp", fsdp))
     )
 
 

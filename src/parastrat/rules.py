@@ -149,7 +149,9 @@ def fsdp_structural_violations(s: Strategy) -> list[Violation]:
     refuses Bridge's ``use_tp_pp_dp_mapping`` order (``ConfigContainer.validate``)."""
     out: list[Violation] = []
     sharded = s.fsdp is not None or s.dp_shard is not None or s.dp_replicate > 1
-    if s.is_inference and sharded:
+    if not sharded:
+        return out
+    if s.is_inference:
         out.append(
             _err(
                 "fsdp-inference",
@@ -278,9 +280,12 @@ def world_violations(s: Strategy, world: int) -> list[Violation]:
             )
         if not out:
             out += fsdp_world_violations(s, world // dense, expert_dp(world, s.etp, s.ep, s.pp))
-        if not out and s.pp > 1:
+        # pp last: both grids give it stride world/pp, nothing to compare
+        if not out and s.pp > 1 and not s.order.endswith("-pp"):
             dp, edp = world // dense, expert_dp(world, s.etp, s.ep, s.pp)
-            grid = training_grid(s.order, s.tp, s.cp, s.ep, s.etp, s.pp, world, s.ulysses)
+            grid = training_grid(
+                s.order, s.tp, s.cp, s.ep, s.etp, s.pp, world, s.ulysses, s.dp_replicate
+            )
             if grid.stride("pp") != grid.view("expert").stride("pp"):
                 out.append(
                     _err(

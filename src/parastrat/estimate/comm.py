@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
-from ..grid import training_grid
+from ..grid import RankGrid, training_grid
 from ..spec.model import ModelSpec
 
 if TYPE_CHECKING:
@@ -143,16 +143,13 @@ def group_strides(strategy: Strategy, dp: int, edp: int | None = None) -> dict[s
     return dict(_strides(s.order, s.tp, s.cp, s.ep, s.etp, s.pp, s.ulysses, dp, s.dp_replicate))
 
 
-@lru_cache(maxsize=4096)
+@lru_cache(maxsize=1 << 16)
 def _strides(
     order: str, tp: int, cp: int, ep: int, etp: int, pp: int, uly: int, dp: int, rep: int
 ) -> tuple[tuple[str, int], ...]:
-    world = tp * cp * pp * dp
-    grid = training_grid(order, tp, cp, ep, etp, pp, world, uly, rep)
-    return tuple(
-        (kind, (grid if view is None else grid.view(view)).stride(axes))
-        for kind, (view, axes) in _STRIDE_AXES.items()
-    )
+    grid = training_grid(order, tp, cp, ep, etp, pp, tp * cp * pp * dp, uly, rep)
+    views: dict[str | None, RankGrid] = {None: grid, **dict(grid.views)}
+    return tuple((kind, views[view].stride(axes)) for kind, (view, axes) in _STRIDE_AXES.items())
 
 
 # ---------------------------------------------------------------------------------------------
