@@ -23,9 +23,24 @@ if TYPE_CHECKING:
     from .strategy import Strategy
 
 TRAINING_ORDER_NAMES = ("tp", "cp", "ep", "dp", "pp")
-#: What Megatron FSDP can shard (``ddp.data_parallel_sharding_strategy``; ZeRO-1, -2, -3);
-#: ``None`` is today's behaviour (DDP or the distributed optimizer).
-FSDP_LEVELS = ("optim", "optim_grads", "optim_grads_params")
+#: Megatron FSDP's sharding levels (``ddp.data_parallel_sharding_strategy``), least first:
+#: DDP, ZeRO-1, -2, -3.  A Strategy stores ``"no_shard"`` as ``None`` (today's behaviour: DDP or
+#: the distributed optimizer).
+FSDP_LEVELS = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+#: Other names for the levels (ZeRO stages, FSDP wording), so an error can name the Megatron one.
+FSDP_ALIASES = {
+    "none": "no_shard",
+    "ddp": "no_shard",
+    "zero1": "optim",
+    "zero-1": "optim",
+    "zero2": "optim_grads",
+    "zero-2": "optim_grads",
+    "zero3": "optim_grads_params",
+    "zero-3": "optim_grads_params",
+    "full": "optim_grads_params",
+    "fsdp": "optim_grads_params",
+    "full_shard": "optim_grads_params",
+}
 #: Bridge's ``use_tp_pp_dp_mapping`` order, which Megatron FSDP refuses.
 _TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
 INFERENCE_ORDER_NAMES = ("tp", "sp", "pp", "cfg", "dp")
@@ -132,14 +147,15 @@ def fsdp_value_violations(fsdp: Any) -> list[Violation]:
     """Is ``fsdp`` one of Megatron's sharding levels (or None)?"""
     if fsdp is None or (isinstance(fsdp, str) and fsdp in FSDP_LEVELS):
         return []
-    hint = "use fsdp=None (no sharding) or one of " + ", ".join(repr(x) for x in FSDP_LEVELS)
-    if fsdp == "no_shard":
-        hint = "use fsdp=None: Megatron's 'no_shard' is plain data parallelism"
+    alias = FSDP_ALIASES.get(fsdp.strip().lower()) if isinstance(fsdp, str) else None
     return [
         _err(
             "fsdp-unknown",
             f"fsdp={fsdp!r} is not a Megatron FSDP sharding level",
-            hint,
+            f"use fsdp={alias!r}"
+            if alias
+            else "use fsdp=None (no sharding) or one of "
+            + ", ".join(repr(x) for x in FSDP_LEVELS[1:]),
         )
     ]
 

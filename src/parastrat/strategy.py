@@ -126,9 +126,9 @@ class Strategy:
     Data-parallel sharding (training): ``dp_shard`` x ``dp_replicate`` = ``dp`` with
     torchtitan's degree names (``dp_replicate`` unset means 1; ``dp_shard`` unset or ``-1``
     takes the rest of dp, like torchtitan's ``data_parallel_shard_degree=-1``), and ``fsdp``
-    names what is sharded over each dp_shard x cp group with Megatron's names: ``None`` (today's
-    behaviour: plain DDP / distributed optimizer), ``"optim"``, ``"optim_grads"`` or
-    ``"optim_grads_params"``.  See ``docs/fsdp.md``.
+    names what is sharded over each dp_shard x cp group with Megatron's names: ``None`` (or
+    ``"no_shard"``: today's behaviour, plain DDP / distributed optimizer), ``"optim"``,
+    ``"optim_grads"`` or ``"optim_grads_params"``.  See ``docs/fsdp.md``.
     """
 
     tp: int
@@ -176,6 +176,7 @@ class Strategy:
         vpp = 1 if vpp is None else vpp
         dp_shard = None if dp_shard == -1 else dp_shard  # torchtitan's "the rest of dp"
         dp_replicate = 1 if dp_replicate is None else dp_replicate
+        fsdp = None if fsdp == "no_shard" else fsdp  # Megatron's name for no sharding
         problems: list[Violation] = []
         for name, value, none_ok in (
             ("tp", tp, False),
