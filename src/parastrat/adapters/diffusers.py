@@ -88,7 +88,7 @@ def _diffusers() -> Any:
             "diffusers",
             "diffusers",
             f"diffusers {getattr(mod, '__version__', '?')} has no "
-            "ContextParallelConfig (needs >= 0.35)",
+            "ContextParallelConfig (needs >= 0.36)",
         )
     return mod
 
@@ -154,6 +154,7 @@ def to_parallel_config(s: Strategy, model: Any = None, *, world_size: int | None
         raise MissingExtraError(
             "diffusers",
             "diffusers",
-            f"diffusers {getattr(mod, '__version__', '?')} has no TensorParallelConfig",
+            f"diffusers {getattr(mod, '__version__', '?')} has no TensorParallelConfig "
+            "(needs >= 0.40)",
         )
     return mod.ParallelConfig(tensor_parallel_config=tp_cls(tp_degree=s.tp))

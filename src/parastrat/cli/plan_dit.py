@@ -12,6 +12,7 @@ import argparse
 from rich.markup import escape
 from rich.table import Table
 
+from ..errors import SpecError, StrategyError, UsageError
 from ..spec.hardware import GiB
 from ._common import console, positive_int, print_json
 
@@ -25,11 +26,18 @@ def register(subparsers) -> None:
         description="Rank every legal split of the devices into Ulysses, ring, CFG and TP "
         "degrees for one diffusion-transformer generation.",
     )
-    p.add_argument(
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument(
         "--model",
-        required=True,
-        help="DiT preset (flux.1-dev, wan2.1-t2v-1.3b, wan2.1-t2v-14b, "
-        "hunyuanvideo, sd3.5-large, cogvideox1.5-5b, qwen-image)",
+        help="DiT preset (flux.1-dev, flux.1-schnell, sd3-medium, sd3.5-large, wan2.1-t2v-1.3b, "
+        "wan2.1-t2v-14b, wan2.2-t2v-a14b, wan2.2-ti2v-5b, hunyuanvideo, cogvideox-2b, "
+        "cogvideox-5b, cogvideox1.5-5b, mochi-1, qwen-image)",
+    )
+    src.add_argument(
+        "--config",
+        metavar="PATH",
+        help="a diffusers transformer config.json (or its folder) instead of a preset: Flux, "
+        "SD3, Wan, HunyuanVideo, CogVideoX, Qwen-Image, Mochi transformer classes",
     )
     p.add_argument("--devices", type=positive_int, required=True, help="devices to use")
     p.add_argument("--accelerator", required=True, help="e.g. h100, ascend-910b")
@@ -37,10 +45,21 @@ def register(subparsers) -> None:
     p.add_argument("--width", type=positive_int, required=True, help="output width, pixels")
     p.add_argument("--frames", type=positive_int, default=1, help="output frames (video)")
     p.add_argument("--steps", type=int, required=True, help="denoising steps")
-    p.add_argument(
+    g = p.add_mutually_exclusive_group()
+    g.add_argument(
+        "--guidance",
+        dest="guidance",
+        action="store_const",
+        const=True,
+        help="classifier-free guidance: two branches per step (CFG parallelism possible); "
+        "default: follow the model (guidance-distilled FLUX.1/HunyuanVideo run one branch)",
+    )
+    g.add_argument(
         "--no-guidance",
-        action="store_true",
-        help="one branch per step (guidance-distilled models, guidance scale 1)",
+        dest="guidance",
+        action="store_const",
+        const=False,
+        help="one branch per step (guidance scale 1); default: follow the model",
     )
     p.add_argument("--top-k", type=positive_int, default=5, help="candidates to show")
     p.add_argument(
@@ -63,31 +82,72 @@ def register(subparsers) -> None:
         action="store_true",
         help="do not count the text encoder in device memory",
     )
+    p.add_argument(
+        "--compile",
+        action="store_true",
+        help="the transformer runs under torch.compile (fused element-wise kernels, "
+        "fewer launches)",
+    )
     p.add_argument("--format", choices=("table", "json", "mindiesd"), default="table")
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run ``parastrat plan-dit``: rank the splits for the workload and print the ranking with
-    reasons, one JSON document, or the best split's MindIE-SD flags; return 0."""
-    from ..planner.dit import label, plan_dit
+#: Python argument spellings in library messages -> the flag that sets them here.
+CLI_TERMS = {
+    "leave guidance=None": "omit --guidance",
+    "guidance=None": "no --guidance/--no-guidance flag",
+    "guidance=True": "--guidance",
+    "guidance=False": "--no-guidance",
+    "vae_parallel=True": "--vae-parallel",
+    "text_encoder_on_device=False": "--offload-text-encoder",
+    "allow_cross_node=True": "--allow-cross-node",
+    "data_parallel=True": "--data-parallel",
+    "compiled=True": "--compile",
+    "compiled=False": "no --compile",
+}
+
+
+def cli_terms(message: str) -> str:
+    """``message`` with the Python argument names it mentions replaced by this command's flags."""
+    for arg, flag in CLI_TERMS.items():
+        message = message.replace(arg, flag)
+    return message
+
+
+def _plan(args: argparse.Namespace):
+    from ..planner.dit import plan_dit
     from ..spec.cluster import Cluster
+    from ..spec.dit import DiTSpec
 
     cluster = Cluster(accelerator=args.accelerator, num_devices=args.devices)
-    plan = plan_dit(
-        args.model,
+    model = DiTSpec.from_diffusers_config(args.config) if args.config else args.model
+    return plan_dit(
+        model,
         cluster,
         height=args.height,
         width=args.width,
         frames=args.frames,
         steps=args.steps,
-        guidance=not args.no_guidance,
+        guidance=args.guidance,
         top_k=args.top_k,
         data_parallel=args.data_parallel,
         allow_cross_node=args.allow_cross_node,
         vae_parallel=args.vae_parallel,
         text_encoder_on_device=not args.offload_text_encoder,
+        compiled=args.compile,
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``parastrat plan-dit``: rank the splits for the workload and print the ranking with
+    reasons, one JSON document, or the best split's MindIE-SD flags; return 0.  Messages name
+    this command's flags (``--no-guidance``), not the Python arguments."""
+    from ..planner.dit import label
+
+    try:
+        plan = _plan(args)
+    except (SpecError, StrategyError, UsageError) as exc:
+        raise UsageError(cli_terms(str(exc))) from None
     if args.format == "json":
         print_json(plan.to_dict())
         return 0
@@ -98,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
     table = Table(
         title=f"{plan.model} on {plan.devices} x {plan.accelerator}: "
         f"{w['width']}x{w['height']}x{w['frames']}, {w['steps']} steps, "
-        f"guidance {'on' if w['guidance'] else 'off'} "
+        f"guidance {'on' if w['guidance'] else 'off'}"
+        f"{' (model default)' if w.get('guidance_from') == 'model' else ''} "
         f"({w['video_tokens']} + {w['text_tokens']} tokens)"
     )
     for col in ("#", "strategy", "latency s", "s/step", "GiB/dev", "why"):
@@ -118,6 +179,6 @@ def run(args: argparse.Namespace) -> int:
     for a in plan.advice:
         console.print(f"MindIE-SD advice -- {escape(a)}")
     for wmsg in plan.best.report.warnings:
-        console.print(f"[yellow]warning:[/] {escape(wmsg)}")
+        console.print(f"[yellow]warning:[/] {escape(cli_terms(wmsg))}")
     console.print(f"launch: {plan.best.mindiesd_flags()}")
     return 0

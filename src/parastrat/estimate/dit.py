@@ -39,26 +39,55 @@ from ..spec.dit import get as get_dit
 from ..spec.hardware import Accelerator, GiB
 from ..strategy import XDIT_ORDER, Strategy
 from . import efficiency
+from .dit_serial import SerialParts, scheduler_time, text_encode_times, vae_decode
 
 #: Forward-only fused attention's fraction of the dense BF16 peak, per accelerator, for the
 #: kernels DiT serving stacks use (FlashAttention-2 in xDiT/yunchang and diffusers; CANN
 #: FlashAttentionScore on Ascend).  FlashAttention-2 paper (Dao 2023, Fig. 5): ~70 % of A100
 #: peak forward at head dim 128, non-causal, long sequences.  FlashAttention-3 paper (Shah et
 #: al. 2024, Fig. 4-5): FlashAttention-2 reaches ~330-370 of 989 TFLOP/s forward on H100
-#: (no TMA/WGMMA), i.e. ~0.35.  Devices not listed use their kernel profile's ``attn_eff``.
-ATTN_FWD_EFF: dict[str, float] = {"a100": 0.70, "h100": 0.35, "h200": 0.36}
+#: (no TMA/WGMMA: its mma.sync path, not the peak, is the limit), i.e. ~0.35.  Parts whose
+#: tensor peak sits below that mma.sync limit keep the Ampere-class fraction: A800 (an A100),
+#: H20 (a Hopper cut to 148 TFLOP/s), and Ada (L40/L40S/L20/RTX 4090, sm_89, the same
+#: mma.sync kernels as Ampere).  Devices not listed use their kernel profile's ``attn_eff``.
+ATTN_FWD_EFF: dict[str, float] = {
+    "a100": 0.70,
+    "a800": 0.70,
+    "h100": 0.35,
+    "h800": 0.35,
+    "h200": 0.36,
+    "h20": 0.70,
+    "l40": 0.70,
+    "l40s": 0.70,
+    "l20": 0.70,
+    "rtx-4090": 0.70,
+}
 
-#: Fraction of the dense peak a VAE decoder's 3x3(x3) convolutions reach (cuDNN / CANN
-#: implicit-GEMM convolutions over 128-512 channels with group norms in between): an estimate,
-#: see docs/dit-model.md.
-VAE_CONV_EFF = 0.30
-
-#: Element-wise passes over hidden-width vectors per token per block (eager kernels each read
-#: and write their tensor): two norms, two modulations, two gated residual adds, Q/K norms,
-#: RoPE on Q and K, attention-output gate -> ~12; and over MLP-width vectors: the activation
-#: (read + write) and its bias -> 2.
-ELEMENTWISE_PASSES_H = 12
+#: Element-wise passes (one read or one write of a hidden-width vector per token) per block
+#: and stream, by execution mode.  Eager (diffusers 0.35 block forwards, counted): modulated
+#: LayerNorm (norm, scale, shift: 6), layout copies of Q/K/V (6), RMSNorm of Q and K in fp32
+#: (upcast, square, mean, scale, downcast: ~14 each -> 28), RoPE on Q and K in fp32 (~10 each
+#: -> 20), concatenation/split of text and image (4), two gated residual adds (10), second
+#: modulated norm (6) -> ~80.  Compiled (torch.compile / Inductor fuses each chain of pointwise
+#: ops between two matmuls into one kernel that reads its inputs and writes its outputs once):
+#: norm+modulate (2), QK-norm+RoPE+layout of Q, K, V (6), gate+residual+norm+modulate (5),
+#: gate+residual (3) -> ~16.
+ELEMENTWISE_PASSES_H = {False: 80, True: 16}
+#: Read+write pairs over the MLP hidden per token: the activation and the bias add (2), in
+#: either mode (Inductor does not fuse into cuBLAS GEMM epilogues by default).
 ELEMENTWISE_PASSES_F = 2
+
+#: Eager operations (host dispatch + kernel launch) per block, counted from diffusers 0.35
+#: forwards: FLUX/HunyuanVideo dual-stream block ~93 (per stream: AdaLN 6, Q/K/V 3, RMSNorm of
+#: Q and K 16, RoPE 8, out 1, gates/residuals 4, norm2 3, MLP 3; joint cat/SDPA 5), single-stream
+#: ~48, Wan cross-attention block ~76, CogVideoX block ~57.  Compiled, the host issues the
+#: GEMMs, the attention and one fused kernel per pointwise chain (:data:`FUSED_CHAINS`).
+HOST_OPS = {"double": 93, "single": 48, "cross": 76, "joint": 57}
+FUSED_CHAINS = {"double": 10, "single": 5, "cross": 8, "joint": 6}
+#: Extra eager operations per attention for Ulysses (4 all-to-alls with their reshapes and
+#: contiguous copies) and per ring hop (send, receive, attention, ~9 merge kernels).
+ULYSSES_OPS = 12
+RING_HOP_OPS = 12
 
 #: Live activation tensors per token while one block runs (inference keeps nothing for a
 #: backward pass): hidden-width residual, normed, modulated, attention output, text stream and
@@ -195,6 +224,9 @@ class DiTReport:
     hidden: dict[str, float]
     tokens: TokenSplit
     warnings: list[str] = field(default_factory=list)
+    #: The serial parts in detail (:class:`~parastrat.estimate.dit_serial.SerialParts`).
+    serial: dict[str, Any] = field(default_factory=dict)
+    compiled: bool = False
 
     @property
     def requests_per_s(self) -> float:
@@ -223,6 +255,8 @@ class DiTReport:
             "hidden": dict(self.hidden),
             "tokens": self.tokens.to_dict(),
             "warnings": list(self.warnings),
+            "serial": dict(self.serial),
+            "compiled": self.compiled,
         }
 
 
@@ -267,6 +301,23 @@ def check_workload(model: DiTSpec, *, height: int, width: int, frames: int, step
     model.latent_shape(height, width, frames)
 
 
+def resolve_guidance(model: DiTSpec, guidance: bool | None) -> bool:
+    """Whether the run uses classifier-free guidance (two branches per step).
+
+    ``None`` follows the model: guidance-distilled models (the guidance scale is an input
+    embedding: FLUX.1-dev/schnell, HunyuanVideo) run one branch, the others two.  ``True`` /
+    ``False`` override; anything else is a :class:`SpecError`.
+    """
+    if guidance is None:
+        return not model.guidance_distilled
+    if not isinstance(guidance, bool):
+        raise SpecError(
+            f"guidance={guidance!r} must be True, False or None (None follows the model: "
+            f"{model.name} {'is' if model.guidance_distilled else 'is not'} guidance-distilled)"
+        )
+    return guidance
+
+
 def _precision(precision: str) -> int:
     try:
         return BYTES[precision.lower()]
@@ -274,9 +325,16 @@ def _precision(precision: str) -> int:
         raise SpecError(f"unknown precision {precision!r}; known: {', '.join(BYTES)}") from None
 
 
-def attention_efficiency(accel: Accelerator) -> float:
-    """Forward flash-attention efficiency used for ``accel`` (see :data:`ATTN_FWD_EFF`)."""
-    return ATTN_FWD_EFF.get(accel.name, efficiency.profile(accel).attn_eff)
+#: FlashAttention-2's forward rate at head dim 64 relative to head dim 128 (Dao 2023, Fig. 5,
+#: A100, non-causal, 16K tokens: ~196 against ~224 TFLOP/s): half the work per loaded K/V tile.
+HEAD_DIM_64_FACTOR = 0.87
+
+
+def attention_efficiency(accel: Accelerator, head_dim: int = 128) -> float:
+    """Forward flash-attention efficiency used for ``accel`` (see :data:`ATTN_FWD_EFF`), at
+    ``head_dim`` (64 and below run at :data:`HEAD_DIM_64_FACTOR` of the head-dim-128 rate)."""
+    base = ATTN_FWD_EFF.get(accel.name, efficiency.profile(accel).attn_eff)
+    return base * (HEAD_DIM_64_FACTOR if head_dim <= 64 else 1.0)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,8 +348,10 @@ def _block_gemms(
     qkv = (q + 2 * kv) / tp
     out: list[tuple[float, float, float]] = []
     if kind == "double":
-        for m in (img, txt):
-            out += [(m, qkv, h), (m, h, q / tp), (m, f / tp, h), (m, h, f / tp)]
+        out += [(img, qkv, h), (img, h, q / tp), (img, f / tp, h), (img, h, f / tp)]
+        c = model.text_width  # the text stream's own width (Mochi: 1536)
+        fc = f * c / h
+        out += [(txt, qkv, c), (txt, c, q / tp), (txt, fc / tp, c), (txt, c, fc / tp)]
     elif kind == "single":
         m = img + txt
         out += [(m, qkv + f / tp, h), (m, h, (q + f) / tp)]
@@ -309,6 +369,19 @@ def _block_gemms(
         m = img + txt
         out += [(m, qkv, h), (m, h, q / tp), (m, f / tp, h), (m, h, f / tp)]
     return [g for g in out if g[0] > 0]
+
+
+def _host_ops(model: DiTSpec, kind: str, compiled: bool, U: int, R: int, tp: int) -> float:
+    """Host-issued operations of one block (eager: every op; compiled: GEMMs, attention and
+    one kernel per fused pointwise chain), plus the sequence-parallel extras."""
+    if compiled:
+        ops = float(len(_block_gemms(model, kind, 1.0, 1.0, tp)) + 1 + FUSED_CHAINS[kind])
+    else:
+        ops = float(HOST_OPS[kind])
+    ops += (ULYSSES_OPS if U > 1 else 0) + RING_HOP_OPS * (R - 1)
+    if tp > 1:
+        ops += len(_tp_allreduces(kind, 1.0, 1.0))
+    return ops
 
 
 def _tp_allreduces(kind: str, img: float, txt: float) -> list[float]:
@@ -331,16 +404,24 @@ def estimate_dit(
     width: int,
     frames: int = 1,
     steps: int,
-    guidance: bool = True,
+    guidance: bool | None = None,
     precision: str = "bf16",
     vae_parallel: bool = False,
     text_encoder_on_device: bool = True,
     attention_eff: float | None = None,
+    compiled: bool = False,
+    vae_tiling: bool | None = None,
 ) -> DiTReport:
     """Latency, memory and its breakdown for one generation of ``model`` under ``strategy``.
 
-    ``strategy`` holds ``ulysses``, ``ring``, ``cfg`` (2 needs ``guidance``), ``tp`` and
-    optionally ``dp`` (replicas for throughput).  Raises :class:`SpecError` for a workload the
+    ``strategy`` holds ``ulysses``, ``ring``, ``cfg`` (2 needs guidance), ``tp`` and
+    optionally ``dp`` (replicas for throughput).  ``guidance=None`` (the default) follows the
+    model: classifier-free guidance (two branches per step) unless the model is
+    guidance-distilled (FLUX.1, HunyuanVideo: one branch); ``True``/``False`` override.
+    ``compiled=True`` prices the transformer under torch.compile (fused element-wise chains,
+    fewer host launches); ``vae_tiling`` forces tiled VAE decoding on/off (None: the VAE's
+    default).  The serial parts (text encoders, scheduler, VAE decode) are in ``.serial``.
+    Raises :class:`SpecError` for a workload the
     VAE/patch cannot split or ``steps < 1``, :class:`StrategyError` for a strategy the model or
     cluster cannot take (heads vs Ulysses/TP, more devices than the cluster has, more
     sequence ranks than tokens); padding is reported in ``.warnings``.
@@ -349,6 +430,8 @@ def estimate_dit(
     if not isinstance(cluster, Cluster):
         raise SpecError(f"cluster must be a parastrat.Cluster, got {type(cluster).__name__}")
     check_workload(model, height=height, width=width, frames=frames, steps=steps)
+    explicit_guidance = guidance is not None
+    guidance = resolve_guidance(model, guidance)
     nbytes = _precision(precision)
     s = as_inference(strategy)
     accel = cluster.accel
@@ -367,11 +450,18 @@ def estimate_dit(
             )
         )
     if s.cfg > 1 and not guidance:
+        why = (
+            "guidance=False"
+            if explicit_guidance
+            else f"{model.name} is guidance-distilled and guidance=None follows the model"
+        )
         problems.append(
             Violation(
                 "cfg-without-guidance",
-                f"cfg={s.cfg} but guidance is off: there is one branch to run",
-                "use cfg=1, or turn guidance on (guidance scale > 1)",
+                f"cfg={s.cfg} but the run has one branch per step ({why}): CFG parallelism has "
+                "nothing to split",
+                "use cfg=1, or guidance=True to price true classifier-free guidance "
+                "(two branches per step)",
             )
         )
     if devices > cluster.num_devices:
@@ -431,7 +521,7 @@ def estimate_dit(
         warnings.append(
             f"guidance: {model.name} is guidance-distilled (its default pipeline "
             "runs one branch per step); guidance=True prices true CFG with two "
-            "branches -- pass guidance=False for the default pipeline"
+            "branches -- leave guidance=None to follow the model"
         )
 
     # ---- per-step compute, per device ------------------------------------------------------
@@ -439,7 +529,9 @@ def estimate_dit(
     batch = branches // s.cfg  # branches each device runs per step (1 or 2)
     tp, U, R = s.tp, s.ulysses, s.ring
     prof = efficiency.profile(accel)
-    a_eff = attention_eff if attention_eff is not None else attention_efficiency(accel)
+    a_eff = (
+        attention_eff if attention_eff is not None else attention_efficiency(accel, model.head_dim)
+    )
     if not 0 < a_eff <= 1:
         raise SpecError(f"attention_eff={a_eff!r} must be in (0, 1]")
     peak = accel.peak("bf16")
@@ -463,6 +555,7 @@ def estimate_dit(
         0.0,
     )
     ring_hidden = ring_uncovered = ring_total = 0.0
+    host_ops = 0.0
     span_u = cluster.span(U, stride=tp)
     span_r = cluster.span(R, stride=tp * U)
     span_tp = cluster.span(tp, stride=1)
@@ -488,7 +581,7 @@ def estimate_dit(
             * nbytes
             * (img + (txt if kind != "cross" else 0))
             * (
-                ELEMENTWISE_PASSES_H * model.hidden_size
+                ELEMENTWISE_PASSES_H[compiled] / 2 * model.hidden_size
                 + ELEMENTWISE_PASSES_F * model.ffn_hidden_size / tp
             )
         )
@@ -528,6 +621,7 @@ def estimate_dit(
         t["ring_kv_exchange"] += n * exposed
         t["ring_merge"] += n * merge
         t["tp_all_reduce"] += n * ar
+        host_ops += n * _host_ops(model, kind, compiled, U, R, tp)
 
     # per step: gather the sequence shards (and the CFG branches) of the prediction
     latent_bytes = model.latent_elements(height, width, frames) * nbytes
@@ -543,18 +637,39 @@ def estimate_dit(
         if s.cfg > 1
         else 0.0
     )
-    per_step = sum(t.values()) + sp_gather + cfg_gather
-
-    # ---- outside the loop -------------------------------------------------------------------
-    text_flops = 2.0 * model.text_encoder_params * text * branches
-    text_s = text_flops / (peak * prof.gemm_fraction(precision)) if text_flops else 0.0
-    vae_flops = model.vae_decode_flops_per_pixel * height * width * frames
+    # ---- serial parts: scheduler per step; text encoders and the VAE once ------------------
+    sched = scheduler_time(model, cluster, model.latent_elements(height, width, frames), guidance)
+    gpu_step = sum(t.values()) + sp_gather + cfg_gather + sched
+    # the host issues every kernel; when it is slower than the device, the step waits for it
+    host_step = host_ops * efficiency.host_op_time(accel)
+    host_wait = max(0.0, host_step - gpu_step)
+    per_step = gpu_step + host_wait
+    encoders_s = text_encode_times(model, cluster, prompts=branches)
+    text_s = sum(encoders_s.values())
     vae_devices = (tp * sp * s.cfg) if vae_parallel else 1
-    vae_s = vae_flops / (peak * VAE_CONV_EFF * vae_devices)
+    vae_s, vae_detail = vae_decode(
+        model,
+        cluster,
+        height=height,
+        width=width,
+        frames=frames,
+        devices=vae_devices,
+        tiled=vae_tiling,
+        nbytes=nbytes,
+    )
+    serial = SerialParts(
+        text_encode_s=text_s,
+        text_encoders=encoders_s,
+        scheduler_s=steps * sched,
+        vae_decode_s=vae_s,
+        vae=vae_detail,
+    )
 
     breakdown = {k: steps * v for k, v in t.items()}
     breakdown["sp_gather"] = steps * sp_gather
     breakdown["cfg_gather"] = steps * cfg_gather
+    breakdown["host_wait"] = steps * host_wait
+    breakdown["scheduler"] = steps * sched
     breakdown["text_encode"] = text_s
     breakdown["vae_decode"] = vae_s
     latency = steps * per_step + text_s + vae_s
@@ -574,7 +689,7 @@ def estimate_dit(
 
     # ---- memory per device ---------------------------------------------------------------------
     block_params = sum(g.count * model.block_params(g.kind) for g in model.blocks)
-    weights = (block_params / tp + model.embedder_params) * nbytes
+    weights = model.experts * (block_params / tp + model.embedder_params) * nbytes
     encoders = model.text_encoder_params * 2 if text_encoder_on_device else 0.0
     f, q, kv = model.ffn_hidden_size, model.inner_dim, model.kv_dim
     act_tokens = img + txt
@@ -615,4 +730,6 @@ def estimate_dit(
         hidden=hidden,
         tokens=tokens,
         warnings=warnings,
+        serial=serial.to_dict(),
+        compiled=compiled,
     )

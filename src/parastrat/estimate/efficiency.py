@@ -176,6 +176,25 @@ PROFILES: dict[str, KernelProfile] = {
     ),
 }
 
+# ---- DiT serving parts (issue 16): variants of the parts above, and Ada (sm_89) PCIe cards --
+# A800 / H800 are the A100 / H100 with fewer NVLink links: same SMs, same kernels.  H20 is a
+# Hopper whose tensor rate is cut to 148 TFLOP/s: the H100 fractions apply.  Ada (L40, L40S,
+# L20, RTX 4090) runs mma.sync kernels like Ampere; cuBLAS FP16 GEMMs reach 105-115 of the
+# L20's 119.5 TFLOP/s (DefTruth/CUDA-Learn-Notes hgemm benchmark) -> 0.88; SMs: L40/L40S
+# 142, L20 92, RTX 4090 128 (NVIDIA datasheets).
+PROFILES["a800"] = replace(PROFILES["a100"], source="as A100 (same die, fewer NVLinks)")
+PROFILES["h800"] = replace(PROFILES["h100"], source="as H100 (same die, fewer NVLinks)")
+PROFILES["h20"] = replace(PROFILES["h100"], source="as H100 (Hopper SMs at a lower tensor rate)")
+for _name, _units in (("l40", 142), ("l40s", 142), ("l20", 92), ("rtx-4090", 128)):
+    PROFILES[_name] = KernelProfile(
+        gemm_eff={"bf16": 0.88, "fp8": 0.80},
+        attn_eff=0.55,
+        mem_eff=0.80,
+        units=_units,
+        source="Ada: cuBLAS HGEMM at 88-96 % of the L20 peak (CUDA-Learn-Notes); "
+        "FlashAttention-2 fractions as Ampere",
+    )
+
 DEFAULT = PROFILES["h100"]
 
 

@@ -21,7 +21,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import SpecError, StrategyError, UsageError
-from ..estimate.dit import DiTMemory, DiTReport, GiB, check_workload, estimate_dit
+from ..estimate.dit import (
+    DiTMemory,
+    DiTReport,
+    GiB,
+    check_workload,
+    estimate_dit,
+    resolve_guidance,
+)
 from ..spec.cluster import Cluster
 from ..spec.dit import DiTSpec
 from ..spec.dit import get as get_dit
@@ -52,6 +59,8 @@ _LABELS = {
     "tp_all_reduce": "TP all-reduces",
     "sp_gather": "sequence gather",
     "cfg_gather": "CFG gather",
+    "host_wait": "host launch overhead",
+    "scheduler": "scheduler steps",
     "text_encode": "text encoding",
     "vae_decode": "VAE decode",
 }
@@ -95,8 +104,10 @@ class DiTCandidate:
     def mindiesd_flags(self) -> str:
         """The launch flags MindIE-SD's examples take for this strategy."""
         s = self.strategy
+        vae = " --vae_parallel" if self.report.serial.get("vae", {}).get("devices", 1) > 1 else ""
         return (
             f"--ulysses_size {s.ulysses} --ring_size {s.ring} --cfg_size {s.cfg} --tp_size {s.tp}"
+            + vae
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -148,7 +159,9 @@ class DiTPlan:
             (
                 f"{self.model} on {self.devices} x {self.accelerator}: {w['width']}x"
                 f"{w['height']}, {w['frames']} frame(s), {w['steps']} steps, guidance "
-                f"{'on' if w['guidance'] else 'off'}; {w['video_tokens']} image/video tokens"
+                f"{'on' if w['guidance'] else 'off'}"
+                f"{' (the model default)' if w.get('guidance_from') == 'model' else ''}; "
+                f"{w['video_tokens']} image/video tokens"
                 f" + {w['text_tokens']} text tokens"
             )
         ]
@@ -219,7 +232,7 @@ def plan_dit(
     width: int,
     frames: int = 1,
     steps: int,
-    guidance: bool = True,
+    guidance: bool | None = None,
     top_k: int = 5,
     devices: int | None = None,
     data_parallel: bool = False,
@@ -227,18 +240,24 @@ def plan_dit(
     vae_parallel: bool = False,
     text_encoder_on_device: bool = True,
     precision: str = "bf16",
+    compiled: bool = False,
 ) -> DiTPlan:
     """Rank every legal Ulysses/ring/CFG/TP split of ``devices`` (default: the cluster's).
 
     ``data_parallel=True`` also tries replicas (``dp``) that serve separate requests and
     ranks by requests per second; otherwise all devices serve one request and the ranking is
-    by latency.  Raises :class:`SpecError` for a workload the model cannot take and
+    by latency.  ``compiled=True`` prices the transformer under torch.compile.
+    ``guidance=None`` follows the model (one branch for guidance-distilled
+    models, so no CFG split is proposed); ``True``/``False`` override.
+    Raises :class:`SpecError` for a workload the model cannot take and
     :class:`UsageError` when no split is legal or fits, saying what would.
     """
     model = get_dit(model)
     if not isinstance(cluster, Cluster):
         raise SpecError(f"cluster must be a parastrat.Cluster, got {type(cluster).__name__}")
     check_workload(model, height=height, width=width, frames=frames, steps=steps)
+    explicit_guidance = guidance
+    guidance = resolve_guidance(model, guidance)
     n = cluster.num_devices if devices is None else devices
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UsageError(f"devices={n!r} must be a whole number >= 1")
@@ -274,10 +293,11 @@ def plan_dit(
                 width=width,
                 frames=frames,
                 steps=steps,
-                guidance=guidance,
+                guidance=explicit_guidance,
                 precision=precision,
                 vae_parallel=vae_parallel,
                 text_encoder_on_device=text_encoder_on_device,
+                compiled=compiled,
             )
         except StrategyError as exc:
             rule = exc.violations[0].rule
@@ -299,6 +319,8 @@ def plan_dit(
         "frames": frames,
         "steps": steps,
         "guidance": guidance,
+        "guidance_from": "argument" if explicit_guidance is not None else "model",
+        "compiled": compiled,
         "video_tokens": video,
         "text_tokens": model.text_tokens,
     }

@@ -27,6 +27,16 @@ from typing import Any
 
 from ..checks import is_count
 from ..errors import SpecError
+from .text_encoder import (
+    CLIP_G,
+    CLIP_L,
+    LLAVA_LLAMA3_8B,
+    QWEN25_VL_7B,
+    T5_XXL,
+    UMT5_XXL,
+    TextEncoder,
+)
+from .vae import COGVIDEOX_VAE, HUNYUAN_VAE, KL_2D, MOCHI_VAE, WAN21_VAE, WAN22_VAE, VAEDecoder
 
 #: Block kinds a DiT is built from (see the module docstring).
 BLOCK_KINDS = ("double", "single", "cross", "joint")
@@ -92,13 +102,21 @@ class DiTSpec:
     #: Input width of the per-block adaLN modulation linear (None: hidden_size).  CogVideoX
     #: modulates from a 512-wide time embedding.
     adaln_dim: int | None = None
-    #: Text-encoder parameters kept on the device (T5-XXL, umT5, LLaVA, Qwen2.5-VL ...).
+    #: Text-encoder parameters kept on the device (T5-XXL, umT5, LLaVA, Qwen2.5-VL ...);
+    #: 0 means the sum over :attr:`text_encoders`.
     text_encoder_params: float = 0.0
     #: Parameters outside the blocks (patch/text/time embedders, final layer): replicated.
     embedder_params: float = 0.0
-    #: Forward FLOPs of the VAE decoder per output pixel (per frame), from its layer layout;
-    #: see docs/dit-model.md for the derivation.
-    vae_decode_flops_per_pixel: float = 0.0
+    #: The text encoders the pipeline runs once per prompt (serial, on one device).
+    text_encoders: tuple[TextEncoder, ...] = ()
+    #: The VAE decoder the pipeline runs after the loop (None: not priced).
+    vae: VAEDecoder | None = None
+    #: Transformer copies the pipeline keeps (Wan2.2 A14B: a high-noise and a low-noise expert,
+    #: one used per step): weights in memory are multiplied, compute is not.
+    experts: int = 1
+    #: Width of the text stream in dual-stream blocks (None: hidden_size).  Mochi's is 1536
+    #: against 3072 for the video stream; its MLP scales with it.
+    context_dim: int | None = None
     #: Guidance-distilled (FLUX.1-dev, HunyuanVideo): the guidance scale is an input embedding,
     #: the default pipeline runs one branch per step, and CFG parallelism has nothing to split.
     guidance_distilled: bool = False
@@ -127,12 +145,24 @@ class DiTSpec:
             )
         if not self.blocks:
             raise SpecError(f"DiTSpec {self.name!r}: needs at least one block group")
+        if not self.text_encoder_params and self.text_encoders:
+            total = sum(e.params for e in self.text_encoders)
+            object.__setattr__(self, "text_encoder_params", total)
         groups = self.query_groups
         if self.num_attention_heads % groups:
             raise SpecError(
                 f"DiTSpec {self.name!r}: {groups} KV heads do not divide "
                 f"{self.num_attention_heads} attention heads"
             )
+
+    @classmethod
+    def from_diffusers_config(cls, path: Any, *, name: str | None = None) -> DiTSpec:
+        """A DiTSpec from a local diffusers transformer ``config.json`` (file, folder, or dict):
+        Flux, SD3, Wan, HunyuanVideo, CogVideoX, Qwen-Image and Mochi transformer classes (see
+        :mod:`parastrat.spec.dit_config`).  Bad files raise :class:`SpecError` naming the field."""
+        from .dit_config import dit_from_diffusers_config
+
+        return dit_from_diffusers_config(path, name=name)
 
     # ---- derived shape -------------------------------------------------------------------
     @property
@@ -162,6 +192,11 @@ class DiTSpec:
         return self.query_groups * self.head_dim
 
     @property
+    def text_width(self) -> int:
+        """Width of the text stream of a dual-stream block (``context_dim`` or hidden_size)."""
+        return self.context_dim or self.hidden_size
+
+    @property
     def text_in_sequence(self) -> bool:
         """Whether text tokens join the self-attention sequence (all kinds but ``cross``)."""
         return any(g.kind != "cross" for g in self.blocks)
@@ -172,8 +207,10 @@ class DiTSpec:
         mod = self.adaln_dim or h
         attn = h * q + 2 * h * kv + q * h  # Q, K, V, out
         mlp = 2 * h * f
-        if kind == "double":
-            return 2 * (attn + mlp + 6 * mod * h)  # two streams, adaLN-Zero (6 vectors) each
+        if kind == "double":  # two streams, adaLN-Zero (6 vectors) each
+            c = self.text_width
+            text = c * q + 2 * c * kv + q * c + 2 * c * (f * c // h) + 6 * mod * c
+            return attn + mlp + 6 * mod * h + text
         if kind == "single":
             return attn + mlp + 3 * mod * h  # fused in/out matrices; 3 modulation vectors
         if kind == "cross":
@@ -265,6 +302,8 @@ class DiTSpec:
         trip)."""
         d = asdict(self)
         d.pop("extra")
+        d["text_encoders"] = [e.name for e in self.text_encoders]
+        d["vae"] = self.vae.name if self.vae else None
         d["blocks"] = [{"kind": g.kind, "count": g.count} for g in self.blocks]
         d.update(
             num_layers=self.num_layers,
@@ -277,15 +316,9 @@ class DiTSpec:
 
 # ---------------------------------------------------------------------------------------------
 # Presets.  Shapes from each model's transformer config (diffusers class defaults checked
-# against the published config.json); text-encoder sizes from their model cards.
-# VAE decoder FLOPs per output pixel: docs/dit-model.md derives ~9.3e6 for the 2D SD/FLUX VAE
-# decoder (channels 512,512,256,128; three 3x3 convs per resnet) and ~2.3e7 for 3D causal video
-# decoders with the same channels (27-tap convs, two temporal upsamplings); Wan's VAE is
-# narrower (384,384,192,96: x0.56).
+# against the published config.json); text encoders and VAE decoders from spec/text_encoder.py
+# and spec/vae.py (their published architectures).
 # ---------------------------------------------------------------------------------------------
-_T5_XXL = 4.76e9
-_CLIP_L = 0.123e9
-
 _PRESETS: dict[str, DiTSpec] = {}
 
 
@@ -295,69 +328,116 @@ def register(spec: DiTSpec) -> DiTSpec:
     return spec
 
 
-register(
-    DiTSpec(
-        name="flux.1-dev",
+def _flux(name: str, text: int, source: str) -> DiTSpec:
+    return DiTSpec(
+        name=name,
         blocks=(BlockGroup("double", 19), BlockGroup("single", 38)),
         hidden_size=3072,
         num_attention_heads=24,
         head_dim=128,
         ffn_hidden_size=12288,
-        text_tokens=512,
-        vae_spatial=8,
-        patch_size=2,
+        text_tokens=text,
         latent_channels=16,
-        text_encoder_params=_T5_XXL + _CLIP_L,
+        text_encoders=(CLIP_L, T5_XXL.with_tokens(text)),
         embedder_params=0.07e9,
-        vae_decode_flops_per_pixel=9.3e6,
+        vae=KL_2D,
         guidance_distilled=True,
-        source="black-forest-labs/FLUX.1-dev transformer/config.json (19 double + 38 single "
-        "blocks, 24x128 heads); FluxPipeline max_sequence_length=512; 16-channel 8x VAE, "
-        "2x2 packing",
+        source=source,
+    )
+
+
+register(
+    _flux(
+        "flux.1-dev",
+        512,
+        "black-forest-labs/FLUX.1-dev transformer/config.json (19 double + 38 single blocks, "
+        "24x128 heads, guidance_embeds true); FluxPipeline max_sequence_length=512; 16-channel "
+        "8x VAE, 2x2 packing",
+    )
+)
+register(
+    _flux(
+        "flux.1-schnell",
+        256,
+        "black-forest-labs/FLUX.1-schnell transformer/config.json (19 double + 38 single blocks, "
+        "24x128 heads; timestep-distilled, run without CFG); max_sequence_length 256 for schnell",
     )
 )
 
-register(
-    DiTSpec(
-        name="wan2.1-t2v-1.3b",
-        blocks=(BlockGroup("cross", 30),),
-        hidden_size=1536,
-        num_attention_heads=12,
+
+def _wan(name: str, dim: int, ffn: int, heads: int, layers: int, **kw: Any) -> DiTSpec:
+    kw.setdefault("vae", WAN21_VAE)
+    kw.setdefault("vae_spatial", 8)
+    return DiTSpec(
+        name=name,
+        blocks=(BlockGroup("cross", layers),),
+        hidden_size=dim,
+        num_attention_heads=heads,
         head_dim=128,
-        ffn_hidden_size=8960,
+        ffn_hidden_size=ffn,
         text_tokens=512,
-        vae_spatial=8,
         vae_temporal=4,
         patch_size=2,
-        latent_channels=16,
-        text_encoder_params=5.68e9,
-        embedder_params=0.03e9,
-        vae_decode_flops_per_pixel=1.3e7,
+        text_encoders=(UMT5_XXL,),
         is_video=True,
+        **kw,
+    )
+
+
+register(
+    _wan(
+        "wan2.1-t2v-1.3b",
+        1536,
+        8960,
+        12,
+        30,
+        latent_channels=16,
+        embedder_params=0.03e9,
         source="Wan-AI/Wan2.1-T2V-1.3B config.json (dim 1536, ffn 8960, 12 heads, 30 layers, "
         "patch (1,2,2), text_len 512); Wan-VAE stride (4,8,8), z_dim 16; umT5-XXL encoder",
     )
 )
-
 register(
-    DiTSpec(
-        name="wan2.1-t2v-14b",
-        blocks=(BlockGroup("cross", 40),),
-        hidden_size=5120,
-        num_attention_heads=40,
-        head_dim=128,
-        ffn_hidden_size=13824,
-        text_tokens=512,
-        vae_spatial=8,
-        vae_temporal=4,
-        patch_size=2,
+    _wan(
+        "wan2.1-t2v-14b",
+        5120,
+        13824,
+        40,
+        40,
         latent_channels=16,
-        text_encoder_params=5.68e9,
         embedder_params=0.1e9,
-        vae_decode_flops_per_pixel=1.3e7,
-        is_video=True,
         source="Wan-AI/Wan2.1-T2V-14B config.json (dim 5120, ffn 13824, 40 heads, 40 layers, "
         "patch (1,2,2), text_len 512); Wan-VAE stride (4,8,8), z_dim 16",
+    )
+)
+register(
+    _wan(
+        "wan2.2-t2v-a14b",
+        5120,
+        13824,
+        40,
+        40,
+        latent_channels=16,
+        embedder_params=0.1e9,
+        experts=2,
+        source="Wan-AI/Wan2.2-T2V-A14B high_noise_model/ and low_noise_model/config.json (each "
+        "dim 5120, ffn 13824, 40 heads, 40 layers; one expert per step by the boundary "
+        "timestep); Wan2.1 VAE",
+    )
+)
+register(
+    _wan(
+        "wan2.2-ti2v-5b",
+        3072,
+        14336,
+        24,
+        30,
+        latent_channels=48,
+        vae_spatial=16,
+        embedder_params=0.05e9,
+        vae=WAN22_VAE,
+        source="Wan-AI/Wan2.2-TI2V-5B config.json (dim 3072, ffn 14336, 24 heads, 30 layers, "
+        "in_dim 48, patch (1,2,2)); Wan2.2 VAE 4x16x16, z_dim 48",
     )
 )
 
@@ -374,14 +454,14 @@ register(
         vae_temporal=4,
         patch_size=2,
         latent_channels=16,
-        text_encoder_params=7.5e9 + _CLIP_L,
+        text_encoders=(LLAVA_LLAMA3_8B, CLIP_L),
         embedder_params=0.35e9,
-        vae_decode_flops_per_pixel=2.3e7,
+        vae=HUNYUAN_VAE,
         guidance_distilled=True,
         is_video=True,
         source="tencent/HunyuanVideo (arXiv 2412.03603; diffusers HunyuanVideoTransformer3DModel: "
-        "20 dual + 40 single blocks, 24x128 heads, mlp_ratio 4, patch 2/1, text_len 256); "
-        "3D causal VAE 4x8x8, 16 channels; LLaVA-LLaMA-3-8B + CLIP-L text encoders",
+        "20 dual + 40 single blocks, 24x128 heads, mlp_ratio 4, patch 2/1, text_len 256, "
+        "guidance_embeds true); 3D causal VAE 4x8x8, 16 channels; LLaVA-LLaMA-3-8B + CLIP-L",
     )
 )
 
@@ -394,39 +474,118 @@ register(
         head_dim=64,
         ffn_hidden_size=9728,
         text_tokens=333,
-        vae_spatial=8,
-        patch_size=2,
         latent_channels=16,
-        text_encoder_params=_T5_XXL + _CLIP_L + 0.695e9,
+        text_encoders=(CLIP_L, CLIP_G, T5_XXL.with_tokens(256)),
         embedder_params=0.06e9,
-        vae_decode_flops_per_pixel=9.3e6,
+        vae=KL_2D,
         source="stabilityai/stable-diffusion-3.5-large transformer/config.json (38 joint blocks, "
         "38x64 heads); text = 77 CLIP + 256 T5 tokens; 16-channel 8x VAE, patch 2",
+    )
+)
+register(
+    DiTSpec(
+        name="sd3-medium",
+        blocks=(BlockGroup("double", 24),),
+        hidden_size=1536,
+        num_attention_heads=24,
+        head_dim=64,
+        ffn_hidden_size=6144,
+        text_tokens=333,
+        latent_channels=16,
+        text_encoders=(CLIP_L, CLIP_G, T5_XXL.with_tokens(256)),
+        embedder_params=0.03e9,
+        vae=KL_2D,
+        source="stabilityai/stable-diffusion-3-medium-diffusers transformer/config.json "
+        "(SD3Transformer2DModel: num_layers 24, 24x64 heads, patch 2, joint_attention_dim 4096); "
+        "text = 77 CLIP + 256 T5 tokens (StableDiffusion3Pipeline max_sequence_length 256)",
+    )
+)
+
+
+def _cogvideox(name: str, layers: int, heads: int, patch_t: int, text: int, **kw: Any) -> DiTSpec:
+    return DiTSpec(
+        name=name,
+        blocks=(BlockGroup("joint", layers),),
+        hidden_size=heads * 64,
+        num_attention_heads=heads,
+        head_dim=64,
+        ffn_hidden_size=4 * heads * 64,
+        text_tokens=text,
+        vae_spatial=8,
+        vae_temporal=4,
+        patch_size=2,
+        patch_size_t=patch_t,
+        latent_channels=16,
+        adaln_dim=512,
+        text_encoders=(T5_XXL.with_tokens(text),),
+        vae=COGVIDEOX_VAE,
+        is_video=True,
+        **kw,
+    )
+
+
+register(
+    _cogvideox(
+        "cogvideox-2b",
+        30,
+        30,
+        1,
+        226,
+        embedder_params=0.02e9,
+        source="THUDM/CogVideoX-2b transformer/config.json (30 layers, 30x64 heads, patch 2, "
+        "max_text_seq_length 226, time_embed_dim 512); VAE 4x8x8, 16 channels",
+    )
+)
+register(
+    _cogvideox(
+        "cogvideox-5b",
+        42,
+        48,
+        1,
+        226,
+        embedder_params=0.03e9,
+        source="THUDM/CogVideoX-5b transformer/config.json (42 layers, 48x64 heads, patch 2, "
+        "max_text_seq_length 226, time_embed_dim 512); VAE 4x8x8, 16 channels",
+    )
+)
+register(
+    _cogvideox(
+        "cogvideox1.5-5b",
+        42,
+        48,
+        2,
+        224,
+        embedder_params=0.03e9,
+        source="THUDM/CogVideoX1.5-5B transformer/config.json (42 layers, 48x64 heads, "
+        "patch_size 2, patch_size_t 2, max_text_seq_length 224, time_embed_dim 512); "
+        "VAE 4x8x8, 16 channels; the pipeline pads odd latent frame counts by one",
     )
 )
 
 register(
     DiTSpec(
-        name="cogvideox1.5-5b",
-        blocks=(BlockGroup("joint", 42),),
+        name="mochi-1",
+        blocks=(BlockGroup("double", 48),),
         hidden_size=3072,
-        num_attention_heads=48,
-        head_dim=64,
+        num_attention_heads=24,
+        head_dim=128,
+        # SwiGLU of inner width 8192 (4 x 3072 x 2/3): three 3072x8192 matrices = the weights
+        # and FLOPs of a plain MLP of width 12288.
         ffn_hidden_size=12288,
-        text_tokens=224,
+        context_dim=1536,
+        text_tokens=256,
         vae_spatial=8,
-        vae_temporal=4,
+        vae_temporal=6,
         patch_size=2,
-        patch_size_t=2,
-        latent_channels=16,
-        adaln_dim=512,
-        text_encoder_params=_T5_XXL,
-        embedder_params=0.03e9,
-        vae_decode_flops_per_pixel=2.3e7,
+        latent_channels=12,
+        text_encoders=(T5_XXL.with_tokens(256),),
+        embedder_params=0.1e9,
+        vae=MOCHI_VAE,
         is_video=True,
-        source="THUDM/CogVideoX1.5-5B transformer/config.json (42 layers, 48x64 heads, "
-        "patch_size 2, patch_size_t 2, max_text_seq_length 224, time_embed_dim 512); "
-        "VAE 4x8x8, 16 channels; the pipeline pads odd latent frame counts by one",
+        source="genmo/mochi-1-preview transformer/config.json (MochiTransformer3DModel: 48 "
+        "layers, 24x128 heads, patch 2, SwiGLU, max_sequence_length 256, pooled_projection_dim "
+        "1536 = the text stream's width); "
+        "VAE 6x8x8, 12 channels",
     )
 )
 
@@ -439,12 +598,11 @@ register(
         head_dim=128,
         ffn_hidden_size=12288,
         text_tokens=512,
-        vae_spatial=8,
-        patch_size=2,
         latent_channels=16,
+        text_encoders=(QWEN25_VL_7B,),
         text_encoder_params=8.3e9,
         embedder_params=0.03e9,
-        vae_decode_flops_per_pixel=1.3e7,
+        vae=WAN21_VAE,
         source="Qwen/Qwen-Image transformer/config.json (60 MMDiT blocks, 24x128 heads, patch 2); "
         "text from Qwen2.5-VL-7B, up to max_sequence_length 512 tokens (an upper bound: "
         "prompts are not padded); Wan-style VAE, 8x, 16 channels",
@@ -467,9 +625,15 @@ def get(name: str | DiTSpec) -> DiTSpec:
     try:
         return _PRESETS[key]
     except KeyError:
-        close = [n for n in names() if key and (key in n or n.split("-")[0] in key)]
-        hint = f" (did you mean {', '.join(close)}?)" if close else ""
-        raise SpecError(f"unknown DiT model {name!r}{hint}; known: {', '.join(names())}") from None
+        import difflib
+
+        close = difflib.get_close_matches(key, names(), n=3, cutoff=0.6)
+        close += [n for n in names() if key and n not in close and (key in n)]
+        hint = f" (did you mean {', '.join(close[:3])}?)" if close else ""
+        raise SpecError(
+            f"unknown DiT model {name!r}{hint}; known: {', '.join(names())} (or read a diffusers "
+            "transformer config with DiTSpec.from_diffusers_config(path) / plan-dit --config)"
+        ) from None
 
 
 def ceil_div(a: int, b: int) -> int:

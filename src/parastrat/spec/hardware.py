@@ -377,3 +377,160 @@ register(
         aliases=("910c", "ascend910c", "atlas-800t-a3"),
     )
 )
+
+# ---- DiT serving parts: H20, H800/A800 and PCIe machines (issue 16) --------------------------
+# PCIe servers have no NVLink: peers talk through the PCIe switch under one CPU socket, and
+# across sockets through the host bridge (UPI/QPI), where NCCL does not use P2P by default
+# (NCCL_P2P_LEVEL's default stops below SYS) and stages through host memory instead.  A typical
+# 8-GPU PCIe Gen4 server has 4 GPUs per socket: the "scale-up domain" here is those 4 (peer
+# traffic over the switch at the achievable Gen4 x16 rate), the "scale-out" rate is the
+# cross-socket path.  PCIe Gen4 x16: 32 GB/s per direction raw, ~26 GB/s after encoding and
+# TLP overhead; NCCL all-reduce bus bandwidth over a Gen4 switch ~20 GB/s; through host memory
+# across sockets ~10 GB/s (nccl-tests on PCIe Gen4 servers; NVIDIA NCCL docs on P2P levels).
+_PCIE4_SWITCH_BW = 20 * GBps
+_PCIE4_HOST_BW = 10 * GBps
+
+# L40 (PCIe, 48GB). NVIDIA L40 datasheet: BF16/FP16 tensor 181.05 TFLOPS dense (362.1 sparse)
+# with FP32 accumulate, FP8 362 dense; 48 GB GDDR6 at 864 GB/s; PCIe Gen4 x16; no NVLink.
+register(
+    Accelerator(
+        name="l40",
+        vendor="nvidia",
+        memory_bytes=48 * GiB,
+        peak_flops={"bf16": 181 * TFLOPS, "fp8": 362 * TFLOPS},
+        mem_bandwidth_Bps=864 * GBps,
+        scale_up_domain=4,
+        scale_up_bw_Bps=_PCIE4_SWITCH_BW,
+        scale_up_peak_Bps=32 * GBps,
+        scale_out_bw_Bps=_PCIE4_HOST_BW,
+        devices_per_node=8,
+        intra_latency_s=10e-6,
+        inter_latency_s=15e-6,
+        source="NVIDIA L40 datasheet (PCIe Gen4 x16, no NVLink); 8-GPU PCIe server, 4 per socket",
+        aliases=("l40-pcie", "l40-48gb"),
+    )
+)
+# L40S. NVIDIA L40S datasheet: BF16 362.05 TFLOPS dense (733 sparse), FP8 733 dense; 48 GB
+# GDDR6 at 864 GB/s; PCIe Gen4 x16; no NVLink.
+register(
+    Accelerator(
+        name="l40s",
+        vendor="nvidia",
+        memory_bytes=48 * GiB,
+        peak_flops={"bf16": 362 * TFLOPS, "fp8": 733 * TFLOPS},
+        mem_bandwidth_Bps=864 * GBps,
+        scale_up_domain=4,
+        scale_up_bw_Bps=_PCIE4_SWITCH_BW,
+        scale_up_peak_Bps=32 * GBps,
+        scale_out_bw_Bps=_PCIE4_HOST_BW,
+        devices_per_node=8,
+        intra_latency_s=10e-6,
+        inter_latency_s=15e-6,
+        source="NVIDIA L40S datasheet (PCIe Gen4 x16, no NVLink)",
+        aliases=("l40s-pcie",),
+    )
+)
+# L20. NVIDIA L20 product brief: BF16 119.5 TFLOPS dense (239 sparse), FP8 239 dense; 48 GB
+# GDDR6 at 864 GB/s; PCIe Gen4 x16; no NVLink.
+register(
+    Accelerator(
+        name="l20",
+        vendor="nvidia",
+        memory_bytes=48 * GiB,
+        peak_flops={"bf16": 119.5 * TFLOPS, "fp8": 239 * TFLOPS},
+        mem_bandwidth_Bps=864 * GBps,
+        scale_up_domain=4,
+        scale_up_bw_Bps=_PCIE4_SWITCH_BW,
+        scale_up_peak_Bps=32 * GBps,
+        scale_out_bw_Bps=_PCIE4_HOST_BW,
+        devices_per_node=8,
+        intra_latency_s=10e-6,
+        inter_latency_s=15e-6,
+        source="NVIDIA L20 product brief (PCIe Gen4 x16, no NVLink)",
+        aliases=("l20-pcie",),
+    )
+)
+# GeForce RTX 4090. NVIDIA Ada Lovelace architecture whitepaper (RTX 4090): FP16/BF16 tensor
+# with FP32 accumulate 165.2 TFLOPS dense, FP8 with FP32 accumulate 330.3 dense; 24 GB GDDR6X
+# at 1,008 GB/s; PCIe Gen4 x16.  GeForce drivers do not enable peer-to-peer: every transfer
+# between GPUs stages through host memory, under one socket or not.
+register(
+    Accelerator(
+        name="rtx-4090",
+        vendor="nvidia",
+        memory_bytes=24 * GiB,
+        peak_flops={"bf16": 165.2 * TFLOPS, "fp8": 330.3 * TFLOPS},
+        mem_bandwidth_Bps=1008 * GBps,
+        scale_up_domain=8,
+        scale_up_bw_Bps=_PCIE4_HOST_BW,
+        scale_up_peak_Bps=32 * GBps,
+        scale_out_bw_Bps=_PCIE4_HOST_BW,
+        devices_per_node=8,
+        intra_latency_s=15e-6,
+        inter_latency_s=15e-6,
+        source="NVIDIA Ada Lovelace whitepaper (RTX 4090); no P2P on GeForce (host-staged)",
+        aliases=("4090", "rtx4090", "geforce-rtx-4090"),
+    )
+)
+# H20 (HGX H20, 96GB). NVIDIA H20 product brief: BF16 148 TFLOPS dense, FP8 296 dense; 96 GB
+# HBM3 at 4.0 TB/s; NVLink 900 GB/s bidirectional (450 each way) in 8-GPU HGX boards; 400 Gb/s
+# NIC per GPU.  Collectives reach the H100's achievable NVLink4 rate.
+register(
+    Accelerator(
+        name="h20",
+        vendor="nvidia",
+        memory_bytes=96 * GiB,
+        peak_flops={"bf16": 148 * TFLOPS, "fp8": 296 * TFLOPS},
+        mem_bandwidth_Bps=4000 * GBps,
+        scale_up_domain=8,
+        scale_up_bw_Bps=370 * GBps,
+        scale_up_peak_Bps=450 * GBps,
+        scale_out_bw_Bps=50 * GBps,
+        devices_per_node=8,
+        intra_latency_s=2.5e-6,
+        inter_latency_s=6e-6,
+        source="NVIDIA H20 product brief (HGX, NVLink 900 GB/s, HBM3 96GB 4.0 TB/s)",
+        aliases=("h20-96gb", "hgx-h20"),
+    )
+)
+# H800 SXM5 80GB: the H100 SXM5 with NVLink cut to 400 GB/s bidirectional (8 links, 200 each
+# way); compute and HBM3 as H100 (NVIDIA H800 product brief).  Achievable all-reduce busbw at
+# ~80 % of the link: 160 GB/s.  8x 400 Gb/s NICs in the HGX H800 servers.
+register(
+    Accelerator(
+        name="h800",
+        vendor="nvidia",
+        memory_bytes=80 * GiB,
+        peak_flops={"bf16": 989 * TFLOPS, "fp8": 1979 * TFLOPS},
+        mem_bandwidth_Bps=3350 * GBps,
+        scale_up_domain=8,
+        scale_up_bw_Bps=160 * GBps,
+        scale_up_peak_Bps=200 * GBps,
+        scale_out_bw_Bps=50 * GBps,
+        devices_per_node=8,
+        intra_latency_s=2.5e-6,
+        inter_latency_s=6e-6,
+        source="NVIDIA H800 SXM5 product brief (NVLink 400 GB/s bidirectional)",
+        aliases=("h800-sxm", "h800-80gb"),
+    )
+)
+# A800 SXM4 80GB: the A100 SXM4 with NVLink cut to 400 GB/s bidirectional (200 each way);
+# compute and HBM2e as A100 (NVIDIA A800 product brief).  Achievable busbw ~155 GB/s.
+register(
+    Accelerator(
+        name="a800",
+        vendor="nvidia",
+        memory_bytes=80 * GiB,
+        peak_flops={"bf16": 312 * TFLOPS},
+        mem_bandwidth_Bps=2039 * GBps,
+        scale_up_domain=8,
+        scale_up_bw_Bps=155 * GBps,
+        scale_up_peak_Bps=200 * GBps,
+        scale_out_bw_Bps=25 * GBps,
+        devices_per_node=8,
+        intra_latency_s=3e-6,
+        inter_latency_s=8e-6,
+        source="NVIDIA A800 SXM4 product brief (NVLink 400 GB/s bidirectional)",
+        aliases=("a800-sxm", "a800-80gb"),
+    )
+)

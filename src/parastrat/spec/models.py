@@ -45,10 +45,24 @@ def get(name: str | ModelSpec) -> ModelSpec:
     try:
         return _PRESETS[_norm(name)]
     except KeyError:
+        pass
+    import difflib
+
+    from . import dit
+
+    key = _norm(name)
+    if key in dit.names():
         raise SpecError(
-            f"unknown model {name!r}; known: {', '.join(names())} "
-            "(or load one with ModelSpec.from_hf_config(path))"
-        ) from None
+            f"{name!r} is a diffusion-transformer (DiT) preset, not a language model: use "
+            f"parastrat.spec.dit.get({key!r}) / parastrat.plan_dit, or `parastrat plan-dit "
+            f"--model {key}`"
+        )
+    near = difflib.get_close_matches(key, names() + dit.names(), n=3, cutoff=0.6)
+    hint = f" (did you mean {', '.join(near)}?)" if near else ""
+    raise SpecError(
+        f"unknown model {name!r}{hint}; known: {', '.join(names())}; DiT presets (plan-dit): "
+        f"{', '.join(dit.names())} (or load one with ModelSpec.from_hf_config(path))"
+    )
 
 
 def _nodrop(**fields: object) -> ModelSpec:

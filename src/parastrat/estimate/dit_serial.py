@@ -1,0 +1,134 @@
+"""The serial parts of a diffusion generation: text encoding, the scheduler, the VAE decode.
+
+They run outside the sharded transformer, so more devices do not shorten them (except the VAE
+decode when a parallel VAE splits it):
+
+* **Text encoders** (:class:`~parastrat.spec.text_encoder.TextEncoder`): once per prompt, twice
+  with classifier-free guidance (the negative prompt), on one device: the slower of the FLOPs
+  at the device's GEMM rate and streaming the weights once through HBM.
+* **Scheduler step** (FlowMatchEuler / DPM-Solver, once per denoising step): a few fp32
+  passes over the latent (:data:`SCHEDULER_PASSES`) plus the CFG combination of the two
+  predictions, and their host-side launches.
+* **VAE decode** (:class:`~parastrat.spec.vae.VAEDecoder`): convolution FLOPs at
+  :data:`VAE_CONV_EFF` of the peak plus the element-wise traffic at HBM speed, times the work
+  a tiled decode repeats in its overlaps.  A patch-parallel decode (xDiT's DistVAE, MindIE-SD
+  ``--vae_parallel``) splits the frame's height over ``n`` devices: FLOPs and traffic divide by
+  ``n``; each convolution then exchanges one boundary row with each neighbour and each group
+  norm all-reduces its statistics.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..spec.cluster import Cluster
+from ..spec.dit import DiTSpec
+from . import efficiency
+
+#: Fraction of the dense peak the VAE decoder's convolutions reach.  cuDNN implicit-GEMM
+#: convolutions over 128-512 channels reach about half of the tensor-core peak in channels-last
+#: layout; diffusers runs its VAEs channels-first (NCHW / NCDHW), which costs layout transposes
+#: or slower kernels -- SGLang measured 1.6-1.7x faster video-VAE decodes on H100 from
+#: switching Conv3d to channels-last (sgl-project/sglang PR 23200) -> ~0.30.
+VAE_CONV_EFF = 0.30
+
+#: fp32 passes over the latent per scheduler step: FlowMatchEuler's step upcasts the sample and
+#: the prediction (2 reads, 2 writes), forms ``sample + dt * pred`` (2 reads, 1 write) and casts
+#: back (1 read, 1 write) -> ~9; CFG's ``uncond + s * (cond - uncond)`` adds 3 reads, 2 writes.
+SCHEDULER_PASSES = 9
+CFG_COMBINE_PASSES = 5
+#: Eager operations per step outside the transformer (scheduler step, CFG combination, timestep
+#: embedding inputs, latent concatenation for the batch of two): ~20 launches.
+SCHEDULER_OPS = 20
+
+
+@dataclass(frozen=True)
+class SerialParts:
+    """Seconds of each serial part of one generation and what set them."""
+
+    text_encode_s: float
+    text_encoders: dict[str, float]
+    scheduler_s: float
+    vae_decode_s: float
+    vae: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: each part in seconds, with the per-encoder and VAE details."""
+        return {
+            "text_encode_s": self.text_encode_s,
+            "text_encoders": dict(self.text_encoders),
+            "scheduler_s": self.scheduler_s,
+            "vae_decode_s": self.vae_decode_s,
+            "vae": dict(self.vae),
+        }
+
+
+def text_encode_times(model: DiTSpec, cluster: Cluster, prompts: int) -> dict[str, float]:
+    """Seconds per text encoder for ``prompts`` prompts (2 with CFG: the negative prompt)."""
+    accel = cluster.accel
+    prof = efficiency.profile(accel)
+    rate = accel.peak("bf16") * prof.gemm_fraction("bf16")
+    out: dict[str, float] = {}
+    for enc in model.text_encoders:
+        compute = enc.flops / rate
+        stream = efficiency.memory_time(accel, enc.weight_bytes(), prof)
+        out[enc.name] = prompts * max(compute, stream)
+    return out
+
+
+def scheduler_time(model: DiTSpec, cluster: Cluster, latent_elements: int, cfg: bool) -> float:
+    """Seconds of one scheduler step (and the CFG combination when guidance is on)."""
+    accel = cluster.accel
+    passes = SCHEDULER_PASSES + (CFG_COMBINE_PASSES if cfg else 0)
+    gpu = efficiency.memory_time(accel, passes * 4.0 * latent_elements)
+    return gpu + SCHEDULER_OPS * efficiency.host_op_time(accel)
+
+
+def vae_decode(
+    model: DiTSpec,
+    cluster: Cluster,
+    *,
+    height: int,
+    width: int,
+    frames: int,
+    devices: int = 1,
+    tiled: bool | None = None,
+    nbytes: int = 2,
+) -> tuple[float, dict[str, Any]]:
+    """Seconds of the VAE decode on ``devices`` (patch-parallel when > 1) and its details.
+
+    ``tiled=None`` follows the VAE's default (frame-wise/tiled decoding where the VAE has a
+    tiling and the output is larger than one tile); ``True``/``False`` force it.
+    """
+    vae = model.vae
+    if vae is None:
+        return 0.0, {"vae": None}
+    accel = cluster.accel
+    prof = efficiency.profile(accel)
+    shape = model.latent_shape(height, width, frames)
+    lh, lw = height // vae.spatial_factor, width // vae.spatial_factor
+    work = vae.work(shape.latent_frames, lh, lw, nbytes=nbytes)
+    use_tiles = vae.tiling is not None if tiled is None else tiled
+    factor = vae.tile_factor(frames, height, width) if use_tiles else 1.0
+    n = max(1, int(devices))
+    conv_s = factor * work.conv_flops / (accel.peak("bf16") * VAE_CONV_EFF * n)
+    act_s = factor * efficiency.memory_time(accel, work.act_bytes / n, prof)
+    halo_s = norm_s = 0.0
+    if n > 1:
+        span = cluster.span(n)
+        halo_s = cluster.collective_time("send_recv", work.halo_bytes, 2, span)
+        norm_s = work.norms * cluster.collective_time("all_reduce", 2 * 32 * 4.0, n, span)
+    total = conv_s + act_s + halo_s + norm_s
+    detail = {
+        "vae": vae.name,
+        "conv_flops": work.conv_flops * factor,
+        "act_bytes": work.act_bytes * factor,
+        "tile_factor": factor,
+        "devices": n,
+        "conv_s": conv_s,
+        "activation_s": act_s,
+        "halo_s": halo_s,
+        "norm_allreduce_s": norm_s,
+    }
+    return total, detail
