@@ -75,3 +75,26 @@ def test_strategy_grid_matches_strategy_degrees():
     assert g.world == 32
     assert g.size("dp") == 4
     assert g.view("expert").size("edp") == s.with_world_size(32).expert_dp == 4
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "world"),
+    [
+        (dict(tp=2, cp=2, dp_replicate=2), 16),
+        (dict(tp=4, pp=2, dp_replicate=4), 64),
+        (dict(tp=8, dp_shard=4), 32),
+        (dict(tp=2, pp=2, dp_replicate=2, order="tp-cp-ep-pp-dp"), 16),
+    ],
+)
+def test_fsdp_model_groups_come_from_the_grid(kwargs, world):
+    from parastrat.estimate.fsdp import ShardGroups, Sharding
+
+    s = Strategy(**kwargs).with_world_size(world)
+    dp = s.dp or 1
+    groups = ShardGroups.of_strategy(s, dp)
+    g = layout(s, world)
+    assert groups.shard == len(g["dp_shard-cp"][0])
+    assert groups.replicate == len(g["dp_replicate"][0])
+    if s.order == "tp-cp-ep-dp-pp":  # the FSDP model's default-order shortcut agrees
+        sharding = Sharding.from_strategy(s, distributed_optimizer=True)
+        assert ShardGroups.dense(sharding, tp=s.tp, cp=s.cp) == groups
