@@ -98,3 +98,13 @@ def test_fsdp_model_groups_come_from_the_grid(kwargs, world):
     if s.order == "tp-cp-ep-dp-pp":  # the FSDP model's default-order shortcut agrees
         sharding = Sharding.from_strategy(s, distributed_optimizer=True)
         assert ShardGroups.dense(sharding, tp=s.tp, cp=s.cp) == groups
+
+
+def test_grid_is_an_immutable_value():
+    import copy
+    import pickle
+
+    g = training_grid("tp-cp-ep-dp-pp", 2, 1, 1, 2, 1, 8)
+    assert pickle.loads(pickle.dumps(g)) == g and hash(copy.deepcopy(g)) == hash(g)
+    with pytest.raises(AttributeError):
+        g.sizes = (8,)  # type: ignore[misc]

@@ -22,7 +22,6 @@ run time, so every layer can use it.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
@@ -32,24 +31,60 @@ if TYPE_CHECKING:
 Groups = list[list[int]]
 
 
-@dataclass(frozen=True)
 class RankGrid:
-    """Named axes over ``range(world)``, first axis fastest, plus named views of the same ranks."""
+    """Named axes over ``range(world)``, first axis fastest, plus named views of the same ranks.
 
+    An immutable value (equal and hashable by ``names``, ``sizes`` and ``views``); slotted and
+    built without a dataclass's per-field machinery, because the planner builds a few grids for
+    each of thousands of candidates.
+    """
+
+    __slots__ = ("_positions", "_stride_table", "names", "sizes", "views")
     names: tuple[str, ...]
     sizes: tuple[int, ...]
-    views: tuple[tuple[str, RankGrid], ...] = ()
+    views: tuple[tuple[str, RankGrid], ...]
+    _positions: dict[str, int]
+    _stride_table: tuple[int, ...]
 
-    def __post_init__(self) -> None:
-        if len(self.names) != len(self.sizes) or len(set(self.names)) != len(self.names):
-            raise ValueError(f"grid axes {self.names} and sizes {self.sizes} do not match")
+    def __init__(
+        self,
+        names: tuple[str, ...],
+        sizes: tuple[int, ...],
+        views: tuple[tuple[str, RankGrid], ...] = (),
+    ) -> None:
+        names, sizes = tuple(names), tuple(sizes)
+        positions = {n: i for i, n in enumerate(names)}
+        if len(names) != len(sizes) or len(positions) != len(names):
+            raise ValueError(f"grid axes {names} and sizes {sizes} do not match")
         strides, acc = [], 1
-        for n in self.sizes:
+        for n in sizes:
             strides.append(acc)
             acc *= n
-        # derived tables, set once (the planner reads strides of thousands of grids)
-        object.__setattr__(self, "_stride_table", tuple(strides))
-        object.__setattr__(self, "_positions", {n: i for i, n in enumerate(self.names)})
+        set_ = object.__setattr__
+        set_(self, "names", names)
+        set_(self, "sizes", sizes)
+        set_(self, "views", tuple(views))
+        set_(self, "_stride_table", tuple(strides))
+        set_(self, "_positions", positions)
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise AttributeError("RankGrid is immutable")
+
+    def __reduce__(self) -> tuple[type[RankGrid], tuple]:
+        return (RankGrid, (self.names, self.sizes, self.views))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, RankGrid):
+            return NotImplemented
+        return (self.names, self.sizes, self.views) == (other.names, other.sizes, other.views)
+
+    def __hash__(self) -> int:
+        return hash((self.names, self.sizes, self.views))
+
+    def __repr__(self) -> str:
+        axes = ", ".join(f"{n}={k}" for n, k in zip(self.names, self.sizes))
+        views = f", views={[k for k, _ in self.views]}" if self.views else ""
+        return f"RankGrid({axes}{views})"
 
     @classmethod
     def from_order(
@@ -127,12 +162,12 @@ class RankGrid:
     # ---- helpers -------------------------------------------------------------------------
     def _index(self, axis: str) -> int:
         try:
-            return self._positions[axis]  # type: ignore[attr-defined]
+            return self._positions[axis]
         except KeyError:
             raise ValueError(f"no axis {axis!r} in grid {'-'.join(self.names)}") from None
 
     def _strides(self) -> tuple[int, ...]:
-        return self._stride_table  # type: ignore[attr-defined]
+        return self._stride_table
 
 
 def _axis_list(axes: str | Sequence[str]) -> list[str]:
