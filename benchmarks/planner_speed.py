@@ -17,19 +17,13 @@ import sys
 import time
 
 import parastrat as ps
-from parastrat.estimate import flops, step
-from parastrat.planner.search import plan
+from parastrat.planner.search import clear_caches, plan
 
 CASES = (
     ("deepseek-v3", "h100", 1024, 4096, 8192),
     ("llama3.1-405b", "h100", 16384, 8192, 2048),
     ("llama3-70b", "h100", 64, 8192, 256),
 )
-
-
-def _clear_caches() -> None:
-    step._CACHE.clear()
-    flops._MODEL_FLOPS.clear()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -47,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
         cluster = ps.Cluster(accelerator=accel, num_devices=n)
         best_t, result = float("inf"), None
         for _ in range(repeat):
-            _clear_caches()
+            clear_caches()
             t0 = time.perf_counter()
             result = plan(
                 model, cluster, seq_len=seq, global_batch_size=gbs, precision="fp8", top_k=5

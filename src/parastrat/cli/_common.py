@@ -177,6 +177,104 @@ def strategy_from_args(args: argparse.Namespace):
     )
 
 
+# ---- the typed values a command runs with ------------------------------------------------------
+def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> None:
+    """Every implementation switch (:class:`~parastrat.spec.workload.Switches`) as a flag whose
+    destination is the field's name; unset flags keep the field's default.  ``step=False``:
+    only the switches the memory estimate reads (flash attention, distributed optimizer, FP8
+    parameter gather)."""
+    from ..spec.workload import CUDA_GRAPH_SCOPES, DISPATCHERS, FLEX_BACKENDS
+
+    g = parser.add_argument_group(
+        "implementation switches (Megatron Core / Bridge defaults: flash attention, TP and DP "
+        "overlap, distributed optimizer on; CUDA graphs and MoE overlaps off)"
+    )
+
+    def off(flag: str, dest: str, text: str) -> None:
+        g.add_argument(flag, dest=dest, action="store_const", const=False, default=None, help=text)
+
+    off("--no-flash-attention", "flash_attention", "unfused attention: scores through HBM")
+    off("--no-distributed-optimizer", "distributed_optimizer", "full optimizer state per rank")
+    g.add_argument(
+        "--fp8-param-gather",
+        dest="fp8_param_gather",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="FP8 primary weights (default: as Bridge's FP8 recipes, on)",
+    )
+    if not step:
+        return
+    off("--no-tp-comm-overlap", "tp_comm_overlap", "TP communication not overlapped with GEMMs")
+    off("--no-overlap-grad-reduce", "overlap_grad_reduce", "DP gradient sync after the backward")
+    g.add_argument(
+        "--cuda-graphs",
+        nargs="?",
+        const="full_iteration",
+        default=None,
+        metavar="SCOPES",
+        help="price CUDA graphs: no value = the whole iteration, or comma-separated scopes ("
+        + ", ".join(CUDA_GRAPH_SCOPES)
+        + "); captured blocks cost no host launch time",
+    )
+    g.add_argument(
+        "--moe-dispatcher",
+        choices=(*DISPATCHERS, *FLEX_BACKENDS),
+        default=None,
+        help="token dispatcher: alltoall (default: one copy per routed expert) or flex "
+        "(DeepEP/HybridEP: one copy per destination rank inside a scale-up domain, per "
+        "destination domain across the scale-out link)",
+    )
+    g.add_argument(
+        "--moe-a2a-overlap",
+        action="store_const",
+        const=True,
+        default=None,
+        help="overlap_moe_expert_parallel_comm (combined 1F1B)",
+    )
+    g.add_argument(
+        "--moe-shared-expert-overlap",
+        action="store_const",
+        const=True,
+        default=None,
+        help="moe_shared_expert_overlap: shared experts run during dispatch/combine",
+    )
+
+
+def switches_from_args(args: argparse.Namespace, *, searched: bool = False):
+    """The :class:`~parastrat.spec.workload.Switches` of the parsed flags (``searched``: the
+    recompute mode is the planner's to choose, not a switch)."""
+    from ..spec.workload import SWITCH_FIELDS, Switches
+
+    given = {k: getattr(args, k, None) for k in SWITCH_FIELDS}
+    if searched:
+        given.pop("recompute")
+    return Switches(**{k: v for k, v in given.items() if v is not None})
+
+
+def workload_from_args(
+    args: argparse.Namespace, model, global_batch_size: int | None, *, searched: bool = False
+):
+    """The :class:`~parastrat.spec.workload.Workload` of the parsed flags (``searched``: the
+    micro-batch size is the planner's to choose)."""
+    from ..spec.workload import Workload
+
+    return Workload(
+        model=model,
+        seq_len=args.seq_len,
+        global_batch_size=global_batch_size,
+        micro_batch_size=None if searched else getattr(args, "micro_batch_size", None),
+        precision=args.precision,
+    )
+
+
+def search_from_args(args: argparse.Namespace):
+    """The planner's :class:`~parastrat.spec.workload.SearchSpace` of the parsed flags."""
+    from ..spec.workload import SEARCH_FIELDS, SearchSpace
+
+    given = {k: getattr(args, k, None) for k in SEARCH_FIELDS}
+    return SearchSpace(**{k: v for k, v in given.items() if v is not None})
+
+
 def print_json(obj: Any) -> None:
     """Print one JSON document on stdout (nothing else may be printed with --format json)."""
     sys.stdout.write(json.dumps(obj, indent=2, default=_json_default) + "\n")

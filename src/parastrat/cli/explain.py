@@ -5,9 +5,18 @@ from __future__ import annotations
 
 import argparse
 
-from ..estimate.flops import RECOMPUTE_MODES
-from ._common import add_strategy_flags, console, positive_int, print_json, strategy_from_args
-from .plan import add_moe_args, add_runtime_args, add_target_args, build_target, step_switches
+from ..spec.workload import RECOMPUTE_MODES
+from ._common import (
+    add_strategy_flags,
+    add_switch_args,
+    console,
+    positive_int,
+    print_json,
+    strategy_from_args,
+    switches_from_args,
+    workload_from_args,
+)
+from .plan import add_target_args, build_target
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -33,8 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--format", choices=("table", "json"), default="table", help="text, or one JSON document"
     )
-    add_moe_args(p)
-    add_runtime_args(p)
+    add_switch_args(p)
     add_strategy_flags(p)
     p.set_defaults(func=run)
 
@@ -44,42 +52,21 @@ def run(args: argparse.Namespace) -> int:
     ``--compare`` what changed between two and why (table or JSON); return 0."""
     from ..planner.compare import compare
     from ..planner.explain import explain_strategy
+    from ..planner.price import price
 
     model, cluster, gbs = build_target(args)
+    workload = workload_from_args(args, model, gbs)
+    switches = switches_from_args(args)
     strategy = strategy_from_args(args)
-    switches = step_switches(args)
     if args.compare:
-        cmp = compare(
-            strategy,
-            args.compare,
-            model=model,
-            cluster=cluster,
-            seq_len=args.seq_len,
-            global_batch_size=gbs,
-            micro_batch_size=args.micro_batch_size,
-            precision=args.precision,
-            recompute=args.recompute,
-            **switches,
-        )
+        cmp = compare(strategy, args.compare, cluster=cluster, workload=workload, switches=switches)
         if args.format == "json":
             print_json(cmp.to_dict())
         else:
             console.print(cmp.summary(), markup=False)
         return 0
     if args.format == "json":
-        from ..planner.compare import price_strategy
-
-        s, step, mem = price_strategy(
-            model,
-            strategy,
-            cluster,
-            seq_len=args.seq_len,
-            global_batch_size=gbs,
-            micro_batch_size=args.micro_batch_size,
-            precision=args.precision,
-            recompute=args.recompute,
-            **switches,
-        )
+        s, step, mem = price(workload, strategy, cluster, switches)
         print_json(
             {
                 "strategy": s.to_dict(),
@@ -89,18 +76,5 @@ def run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    console.print(
-        explain_strategy(
-            model,
-            strategy,
-            cluster,
-            seq_len=args.seq_len,
-            global_batch_size=gbs,
-            micro_batch_size=args.micro_batch_size,
-            precision=args.precision,
-            recompute=args.recompute,
-            **switches,
-        ),
-        markup=False,
-    )
+    console.print(explain_strategy(workload, strategy, cluster, switches), markup=False)
     return 0

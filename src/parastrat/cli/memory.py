@@ -6,15 +6,18 @@ import argparse
 
 from rich.markup import escape
 
-from ..estimate.flops import RECOMPUTE_MODES
+from ..spec.workload import RECOMPUTE_MODES
 from ._common import (
     add_model_args,
     add_strategy_flags,
+    add_switch_args,
     console,
     load_model,
     positive_int,
     print_json,
     strategy_from_args,
+    switches_from_args,
+    workload_from_args,
 )
 
 GiB = 1024**3
@@ -42,11 +45,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--recompute", choices=RECOMPUTE_MODES, default="selective")
     p.add_argument("--precision", default="bf16", help="bf16, fp8 or mxfp8")
-    p.add_argument(
-        "--no-distributed-optimizer",
-        action="store_true",
-        help="keep the full optimizer state on every rank",
-    )
+    add_switch_args(p, step=False)
     p.add_argument("--accelerator", default="h100", help="device for the memory line")
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.add_argument(
@@ -68,16 +67,8 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args)
     accel = hardware.get(args.accelerator)
     strategy = strategy_from_args(args).with_world_size(args.gpus)
-    report = estimate_memory(
-        model,
-        strategy,
-        seq_len=args.seq_len,
-        micro_batch_size=args.micro_batch_size,
-        global_batch_size=args.global_batch_size,
-        recompute=args.recompute,
-        precision=args.precision,
-        distributed_optimizer=not args.no_distributed_optimizer,
-    )
+    workload = workload_from_args(args, model, args.global_batch_size)
+    report = estimate_memory(workload, strategy, switches_from_args(args))
     fits = report.fits(accel)
     if args.plot:
         report.plot(args.plot, accel)

@@ -4,15 +4,24 @@ from __future__ import annotations
 
 import argparse
 import shlex
-from typing import Any
 
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from ..estimate.comm import DISPATCHERS, FLEX_BACKENDS
-from ..estimate.flops import RECOMPUTE_MODES
-from ._common import add_model_args, console, err_console, load_model, positive_int, print_json
+from ..spec.workload import RECOMPUTE_MODES
+from ._common import (
+    add_model_args,
+    add_switch_args,
+    console,
+    err_console,
+    load_model,
+    positive_int,
+    print_json,
+    search_from_args,
+    switches_from_args,
+    workload_from_args,
+)
 
 FORMATS = ("table", "json", "yaml", "overrides", "torchrun")
 
@@ -99,68 +108,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     for name in ("tp", "pp", "vpp", "cp", "ep", "etp"):
         g.add_argument(f"--{name}", type=positive_int, default=None, help=f"pin {name}")
         g.add_argument(f"--max-{name}", type=positive_int, default=None, help=f"bound {name}")
+    g.add_argument("--ulysses", type=positive_int, default=None, help="pin the Ulysses part of CP")
     g.add_argument("--micro-batch-size", type=positive_int, default=None)
     g.add_argument("--recompute", choices=RECOMPUTE_MODES, default=None)
-    add_moe_args(p)
-    add_runtime_args(p)
+    g.add_argument(
+        "--headroom",
+        type=float,
+        default=None,
+        help="extra memory margin, a fraction of device memory (e.g. 0.1)",
+    )
+    g.add_argument(
+        "--min-cp-tokens",
+        type=positive_int,
+        default=None,
+        help="fewest tokens per CP rank worth splitting a sequence for (default 1024)",
+    )
+    add_switch_args(p)
     p.set_defaults(func=run)
-
-
-def add_moe_args(p: argparse.ArgumentParser) -> None:
-    """MoE communication switches (Megatron Core's, off by default)."""
-    m = p.add_argument_group("MoE communication (Megatron Core switches, off by default)")
-    m.add_argument(
-        "--moe-dispatcher",
-        choices=(*DISPATCHERS, *FLEX_BACKENDS),
-        default="alltoall",
-        help="token dispatcher: alltoall (default: one copy per routed expert) or flex "
-        "(DeepEP/HybridEP: one copy per destination rank inside a scale-up domain, per "
-        "destination domain across the scale-out link)",
-    )
-    m.add_argument(
-        "--moe-a2a-overlap",
-        action="store_true",
-        help="overlap_moe_expert_parallel_comm (combined 1F1B)",
-    )
-    m.add_argument(
-        "--moe-shared-expert-overlap",
-        action="store_true",
-        help="moe_shared_expert_overlap: shared experts run during dispatch/combine",
-    )
-
-
-def step_switches(args: argparse.Namespace) -> dict:
-    """The implementation switches of ``args`` as ``estimate_step`` / ``plan`` keywords."""
-    return {
-        "moe_dispatcher": args.moe_dispatcher,
-        "moe_a2a_overlap": args.moe_a2a_overlap,
-        "moe_shared_expert_overlap": args.moe_shared_expert_overlap,
-        "cuda_graphs": args.cuda_graphs,
-        "tp_comm_overlap": args.tp_comm_overlap,
-    }
-
-
-def add_runtime_args(p: argparse.ArgumentParser) -> None:
-    """CUDA-graph and TP-overlap switches (Megatron Core defaults: eager, TP overlap on)."""
-    r = p.add_argument_group("runtime switches (Megatron Core defaults: eager, TP overlap on)")
-    r.add_argument(
-        "--cuda-graphs",
-        nargs="?",
-        const="full_iteration",
-        default=None,
-        metavar="SCOPES",
-        help="price CUDA graphs: no value = the whole iteration, or comma-separated "
-        "scopes (attn, mlp, moe, moe_router, moe_preprocess, full_iteration); "
-        "captured blocks cost no host launch time",
-    )
-    r.add_argument(
-        "--no-tp-comm-overlap",
-        dest="tp_comm_overlap",
-        action="store_const",
-        const=False,
-        default=None,
-        help="TP communication not overlapped with GEMMs (tp_comm_overlap=False)",
-    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -168,8 +132,9 @@ def run(args: argparse.Namespace) -> int:
     from ..planner.search import plan
 
     model, cluster, gbs = build_target(args)
-    pins: dict[str, Any] = {k: getattr(args, k) for k in ("tp", "pp", "vpp", "cp", "ep", "etp")}
-    bounds = {f"max_{k}": getattr(args, f"max_{k}") for k in ("tp", "pp", "vpp", "cp", "ep", "etp")}
+    workload = workload_from_args(args, model, gbs, searched=True)
+    switches = switches_from_args(args, searched=True)
+    space = search_from_args(args)
     show = args.format == "table"
     with Progress(
         TextColumn("planning"),
@@ -186,19 +151,13 @@ def run(args: argparse.Namespace) -> int:
             bar.update(task, completed=done, total=total)
 
         result = plan(
-            model,
+            workload,
             cluster,
-            seq_len=args.seq_len,
-            global_batch_size=gbs,
-            precision=args.precision,
+            switches,
+            space,
             top_k=args.top_k,
             num_devices="smallest" if args.smallest else None,
-            micro_batch_size=args.micro_batch_size,
-            recompute=args.recompute,
             progress=progress,
-            **step_switches(args),
-            **pins,
-            **bounds,
         )
     top = result.candidates[: args.top_k]
     if args.plot:

@@ -29,6 +29,11 @@ from typing import Literal
 
 from ..spec.model import ModelSpec
 
+# the recompute vocabulary lives with the switches (re-exported here for its old importers)
+from ..spec.workload import RECOMPUTE_MODES as RECOMPUTE_MODES
+from ..spec.workload import normalize_recompute as normalize_recompute
+from .memo import per_model
+
 #: How tensor parallelism cuts a matrix: ``col`` splits the output features, ``row`` the input
 #: features, ``dup`` keeps it whole on every TP rank (MLA down-projections, the router).
 Split = Literal["col", "row", "dup"]
@@ -201,38 +206,10 @@ def forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     )
 
 
-_MODEL_FLOPS: dict[tuple[ModelSpec, int], float] = {}
-
-
+@per_model
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """Training model FLOPs per token: 3 x forward (the MFU convention in the module doc)."""
-    key = (model, seq_len)
-    hit = _MODEL_FLOPS.get(key)
-    if hit is None:
-        if len(_MODEL_FLOPS) > 4096:
-            _MODEL_FLOPS.clear()
-        hit = _MODEL_FLOPS[key] = 3.0 * forward_flops_per_token(model, seq_len)
-    return hit
-
-
-#: Activation recompute modes: none, Megatron's selective (core attention) and full (every
-#: layer, uniform, one layer per checkpoint).
-RECOMPUTE_MODES = ("none", "selective", "full")
-
-
-def normalize_recompute(recompute: str | None) -> str:
-    """ "none" / "selective" / "full" (None, False and "off" mean none; any case); UsageError
-    naming the modes otherwise.  The one parser of a recompute mode."""
-    mode = "none" if recompute in (None, False) else str(recompute).strip().lower()
-    if mode in ("off", "false", "no", ""):
-        mode = "none"
-    if mode not in RECOMPUTE_MODES:
-        from ..errors import UsageError
-
-        raise UsageError(
-            f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}"
-        )
-    return mode
+    return 3.0 * forward_flops_per_token(model, seq_len)
 
 
 def recompute_flops_per_token(model: ModelSpec, seq_len: int, recompute: str) -> float:

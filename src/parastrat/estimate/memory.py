@@ -8,6 +8,8 @@ Weights, gradients, optimizer (bytes per parameter held by the rank)
     bf16 weight 2, fp32 main gradient 4, fp32 master + Adam m, v 12.  With the distributed
     optimizer the 12 are sharded over ``dp * cp`` for dense parameters and over the expert
     data-parallel group ``world / (etp * ep * pp)`` for routed experts: ``6 + 12 / shard``.
+    The parameters each rank holds are :mod:`parastrat.estimate.layers`' records (the one
+    parameter accounting, which the step-time model reads too).
     FP8/MXFP8 keep all of that and add cached low-precision copies of the linear weights
     (row-wise + column-wise, 1 byte each; MXFP8 adds its 1/32 scales).
 
@@ -30,7 +32,7 @@ Pipeline
     logits (fp32, ``4 V / t`` bytes per token) and MTP modules on the last (tied embeddings
     keep a copy on both ends when ``p > 1``).  Layers per stage are the strategy's own split
     (``Strategy.stage_layers``, shared with the step model through
-    ``estimate.step.pipeline_split``).  Recompute: "none" and "selective" keep every
+    ``estimate.layers.pipeline_split``).  Recompute: "none" and "selective" keep every
     tensor above except the attention scores (removed by selective recompute or flash
     attention); "full" keeps only each layer's input plus one layer's working set.
 
@@ -39,8 +41,9 @@ Other (``StageMemory.other``)
     workspaces and allocator fragmentation.  Default :data:`OTHER_FIXED_BYTES` (2.5 GiB) per
     rank plus :data:`FRAGMENTATION` (5 %) of the activations; both are keyword arguments.
 
-The hot path is plain float arithmetic with per-model constants cached on the spec; one call
-costs tens of microseconds (``benchmarks/memory_speed.py``).
+The hot path is plain float arithmetic on memoised per-shape records (parameters per stage,
+activations per micro-batch); one call costs tens of microseconds
+(``benchmarks/memory_speed.py``).
 """
 
 from __future__ import annotations
@@ -48,27 +51,47 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, cast
 
+from .._deps import require
 from ..errors import SpecError, StrategyError, UsageError
 from ..rules import batch_violations
-from ..spec.hardware import Accelerator, GiB, canonical_precision
+from ..spec.hardware import Accelerator, GiB
 from ..spec.hardware import get as get_accelerator
 from ..spec.hardware import names as accelerator_names
 from ..spec.model import ModelSpec
+from ..spec.workload import Switches, Workload, resolve
 from ..strategy import Strategy
-from .flops import normalize_recompute
+from ..viz import save_figure
+from .layers import (
+    FP8_EXTRA_BYTES,
+    GRAD_BYTES,
+    OPTIM_BYTES,
+    WEIGHT_BYTES,
+    Block,
+    PipelineSplit,
+    fp8_extra_bytes,
+    pipeline_split,
+    stage_params,
+)
+from .memo import per_model
 
 #: CUDA/NPU context + communicator buffers + workspaces, per rank (see the module docstring).
 OTHER_FIXED_BYTES = int(2.5 * GiB)
 #: Allocator fragmentation, as a fraction of the activation bytes.
 FRAGMENTATION = 0.05
-
-#: Bytes per parameter: bf16 weight, fp32 main gradient, fp32 master + Adam m and v.
-WEIGHT_BYTES = 2.0
-GRAD_BYTES = 4.0
-OPTIM_BYTES = 12.0
-#: Extra bytes per *linear-layer* parameter under FP8: row-wise and column-wise 1-byte copies
-#: (MXFP8 adds one 1-byte scale per 32 values to each).
-FP8_EXTRA_BYTES = {"bf16": 0.0, "fp8": 2.0, "mxfp8": 2.0 + 2.0 / 32}
+#: Public names; the bytes per parameter come from :mod:`parastrat.estimate.layers`, the one
+#: parameter accounting.
+__all__ = [
+    "FP8_EXTRA_BYTES",
+    "FRAGMENTATION",
+    "GRAD_BYTES",
+    "OPTIM_BYTES",
+    "OTHER_FIXED_BYTES",
+    "WEIGHT_BYTES",
+    "MemoryReport",
+    "StageMemory",
+    "estimate_memory",
+    "memory_of",
+]
 
 
 @dataclass(frozen=True)
@@ -207,8 +230,6 @@ class MemoryReport:
 
         Needs matplotlib (``pip install "parastrat[plot]"``); returns ``path``.
         """
-        from .._deps import require
-
         mpl = require("matplotlib", "plot", "needed for --plot")
         mpl.use("Agg")
         plt = require("matplotlib.pyplot", "plot")
@@ -234,8 +255,6 @@ class MemoryReport:
         )
         ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
         fig.tight_layout()
-        from ..viz import save_figure
-
         save_figure(fig, path, dpi=120)
         return path
 
@@ -252,134 +271,131 @@ def _capacity(x: Accelerator | str | int | float) -> float:
     )
 
 
-# ---- per-model constants (computed once per spec, cached on it) -----------------------------
-class _Consts:
-    """Shape numbers the hot path needs, read once from a ModelSpec."""
+# ---- activations per token of one micro-batch, per layer kind -------------------------------
+@dataclass(frozen=True)
+class Activations:
+    """Activation bytes one rank keeps for one micro-batch (the per-token formulas of the
+    module docstring times the micro-batch's tokens on the rank).
 
-    __slots__ = (
-        "E",
-        "L",
-        "a",
-        "adrop",
-        "attn_rep",
-        "attn_shard",
-        "d",
-        "dense_mlp",
-        "divisible",
-        "expert",
-        "f",
-        "fe",
-        "final_norm",
-        "fs",
-        "g",
-        "gated",
-        "h",
-        "hdrop",
-        "k",
-        "kvl",
-        "learned_pos",
-        "lin_dense",
-        "lin_expert",
-        "lin_moe_shared",
-        "max_pos",
-        "mla",
-        "moe",
-        "mtp",
-        "mtp_params",
-        "norms",
-        "qk",
-        "qknorm",
-        "ql",
-        "rope",
-        "router",
-        "shared",
-        "splits",
-        "tied",
-        "vd",
-        "vocab",
-    )
-
-    def __init__(self, m: ModelSpec):
-        p = m.param_breakdown
-        self.L, self.h, self.a = m.num_layers, m.hidden_size, m.num_attention_heads
-        self.g, self.d = m.query_groups, m.head_dim
-        self.f, self.gated = m.ffn_hidden_size, m.gated_linear_unit
-        self.E, self.k, self.moe = m.num_experts, m.moe_router_topk, m.is_moe
-        self.fe = m.moe_ffn_hidden_size or m.ffn_hidden_size
-        self.fs = m.moe_shared_expert_intermediate_size
-        self.mla = m.multi_latent_attention
-        self.ql, self.kvl = m.q_lora_rank or 0, m.kv_lora_rank
-        self.qk, self.rope, self.vd = m.qk_head_dim, m.qk_pos_emb_head_dim, m.v_head_dim
-        self.qknorm = m.qk_layernorm
-        self.hdrop, self.adrop = m.hidden_dropout > 0, m.attention_dropout > 0
-        self.vocab, self.divisible = m.vocab_size, m.make_vocab_size_divisible_by
-        self.tied = m.tied_embeddings
-        self.learned_pos = m.position_embedding_type == "learned"
-        self.max_pos = m.max_position_embeddings
-        self.mtp = m.mtp_num_layers
-        self.attn_rep = p["attention_replicated"]
-        self.attn_shard = p["attention"] - p["attention_replicated"]
-        self.norms = p["layer_norms"]
-        self.dense_mlp, self.expert = p["dense_mlp"], p["expert"]
-        self.shared, self.router = p["shared_expert"], p["router"]
-        self.final_norm, self.mtp_params = p["final_norm"], p["mtp"]
-        # linear-layer parameters per layer (what FP8 makes extra copies of)
-        self.lin_dense = p["attention"] + p["dense_mlp"]
-        self.lin_moe_shared = p["attention"] + p["shared_expert"]
-        self.lin_expert = p["expert"]
-        self.splits: dict[tuple[Any, ...], tuple[tuple[int, ...], tuple[int, ...], str | None]] = {}
-
-
-def _consts(model: ModelSpec) -> _Consts:
-    c = model.__dict__.get("_memory_consts")
-    if c is None:
-        c = _Consts(model)
-        model.__dict__["_memory_consts"] = c  # frozen dataclass: write the cache directly
-    return c
-
-
-def _stage_layers(
-    C: _Consts, model: ModelSpec, s: Strategy
-) -> tuple[tuple[int, ...], tuple[int, ...], str | None]:
-    """(layers, MoE layers) per physical stage and the split note, cached per model+split.
-
-    The split is the strategy's own (:func:`parastrat.estimate.step.pipeline_split`, which
-    the step-time model shares); an impossible split raises StrategyError with the fix.
+    ``dense`` / ``moe``: one transformer layer; ``layer_input``: one layer's input (what full
+    recompute keeps); ``final``: the final norm, output layer input and FP32 logits;
+    ``logits``: the FP32 logits alone; ``embedding``: per micro-batch on the first stage.
     """
-    key = (
-        s.pp,
-        s.vpp,
-        s.first_stage_layers,
-        s.last_stage_layers,
-        s.account_for_embedding,
-        s.account_for_loss,
-    )
-    hit = C.splits.get(key)
-    if hit is None:
-        from .step import pipeline_split
 
-        sp = pipeline_split(model, s)
-        hit = C.splits[key] = (sp.stage_layers, sp.stage_moe, sp.note)
-    return hit
+    dense: float
+    moe: float
+    layer_input: float
+    final: float
+    logits: float
+    embedding: float
+    hidden: float
 
 
-def estimate_memory(
+@per_model
+def activations(
     model: ModelSpec,
-    strategy: Strategy,
-    *,
+    tp: int,
+    sp: bool,
+    cp: int,
+    etp: int,
+    micro_batch_size: int,
     seq_len: int,
-    micro_batch_size: int = 1,
+    precision: str,
+    recompute: str,
+    flash_attention: bool,
+) -> Activations:
+    """:class:`Activations` of one micro-batch on a rank of this shape (memoised: the planner
+    asks for the same shapes many times)."""
+    h = model.hidden_size
+    lin = 1.0 if precision != "bf16" else 2.0  # TE keeps FP8 copies of linear-layer inputs
+    mask = h if model.hidden_dropout > 0 else 0.0
+    rep_div = float(tp) if sp else 1.0
+    tokens = seq_len / cp * micro_batch_size  # tokens of one micro-batch on this rank
+    attn = _attention_bytes(model, tp, rep_div, cp, seq_len, lin, mask, recompute, flash_attention)
+    mats_in = 4.0 if model.gated_linear_unit else 2.0  # activation input bytes per FFN column
+    dense_mlp = (2 * h + lin * h + mask) / rep_div + (mats_in + lin) * model.ffn_hidden_size / tp
+    act_moe = 0.0
+    if model.is_moe:
+        moe_rep = 2 * h + lin * h + mask + 6.0 * model.num_experts  # norm, dispatch, scores
+        shared = model.moe_shared_expert_intermediate_size
+        moe_tok = moe_rep / rep_div + (mats_in + lin) * shared / tp
+        local = tokens / rep_div  # tokens this rank routes
+        dup = 1.0 if sp else float(tp)  # copies of a token across the TP group
+        gathered = local * model.moe_router_topk * max(1.0, etp / dup)
+        # permuted tokens (fc1 input), fc1 output, fc2 input, the routing prob (fp32); the
+        # probs are applied inside the fused activation (Megatron Core >= 0.13), so the expert
+        # outputs need not be kept for the combine.
+        fe = model.moe_ffn_hidden_size or model.ffn_hidden_size
+        experts = gathered * (lin * h + (mats_in + lin) * fe / etp + 4.0)
+        act_moe = (attn * tokens) + moe_tok * tokens + experts
+    logits = 4.0 * model.padded_vocab_size(tp) / tp * tokens  # fp32 vocab-parallel softmax
+    return Activations(
+        dense=(attn + dense_mlp) * tokens,
+        moe=act_moe,
+        layer_input=2 * h / rep_div * tokens,  # full recompute: each layer's input
+        final=(2 * h + lin * h) / rep_div * tokens + logits,
+        logits=logits,
+        embedding=tokens * (8.0 + (h / rep_div if model.hidden_dropout > 0 else 0.0)),
+        hidden=h / rep_div * tokens,
+    )
+
+
+def _attention_bytes(
+    model: ModelSpec,
+    tp: int,
+    rep_div: float,
+    cp: int,
+    seq_len: int,
+    lin: float,
+    mask: float,
+    recompute: str,
+    flash_attention: bool,
+) -> float:
+    """Attention-block activation bytes per token (norm input to the output projection)."""
+    h, a, g, d = model.hidden_size, model.num_attention_heads, model.query_groups, model.head_dim
+    if model.multi_latent_attention:
+        qk = model.qk_head_dim + model.qk_pos_emb_head_dim
+        kvl, ql, rope = model.kv_lora_rank, model.q_lora_rank or 0, model.qk_pos_emb_head_dim
+        rep_attn = 2 * h + lin * h + mask + 2 * rope + 2 * kvl + lin * kvl
+        if ql:
+            rep_attn += 2 * ql + lin * ql
+        tp_attn = 2 * a * qk * 2 + 2 * a * model.v_head_dim + lin * a * model.v_head_dim
+    else:
+        rep_attn = 2 * h + lin * h + mask
+        tp_attn = 2 * (a * d + 2 * g * d) + lin * a * d
+        if model.qk_layernorm:
+            tp_attn += 2 * (a * d + g * d)
+    if flash_attention:
+        tp_attn += 4 * a  # softmax log-sum-exp, fp32
+    elif recompute != "selective":
+        # scores (2 B), and with attention dropout its mask (1 B) and output (2 B)
+        tp_attn += a * (seq_len / cp) * (5 if model.attention_dropout > 0 else 2)
+    return rep_attn / rep_div + tp_attn / float(tp)
+
+
+# ---- the estimate -----------------------------------------------------------------------------
+def estimate_memory(
+    model: ModelSpec | Workload | None,
+    strategy: Strategy,
+    switches: Switches | None = None,
+    *,
+    seq_len: int | None = None,
+    micro_batch_size: int | None = None,
     global_batch_size: int | None = None,
-    recompute: str = "selective",
-    distributed_optimizer: bool = True,
-    precision: str = "bf16",
-    flash_attention: bool = True,
+    recompute: str | None = None,
+    distributed_optimizer: bool | None = None,
+    precision: str | None = None,
+    flash_attention: bool | None = None,
     fp8_param_gather: bool | None = None,
     other_bytes: float | None = None,
     fragmentation: float | None = None,
+    workload: Workload | None = None,
 ) -> MemoryReport:
     """Bytes each rank of each pipeline stage needs to train ``model`` with ``strategy``.
 
+    Typed form: ``estimate_memory(workload, strategy, switches)`` with a
+    :class:`~parastrat.spec.workload.Workload` and :class:`~parastrat.spec.workload.Switches`;
+    the keyword form (``model, strategy, seq_len=..., recompute=...``) builds them.
     ``strategy`` should carry its world size (``strategy.with_world_size(n)``); when ``dp`` is
     unset the smallest world that fits is assumed and a note says so.  ``global_batch_size``
     gives the number of micro-batches ``m = gbs / (mbs * dp)`` (fewer than ``pp`` means fewer
@@ -394,191 +410,72 @@ def estimate_memory(
     recompute is selective).  ``other_bytes``/``fragmentation`` override the allowance in
     ``.other`` (defaults :data:`OTHER_FIXED_BYTES`, :data:`FRAGMENTATION`).
     """
-    if not isinstance(model, ModelSpec):
+    if model is not None and not isinstance(model, (ModelSpec, Workload)):
         raise SpecError(
             f"estimate_memory needs a ModelSpec, got {type(model).__name__} "
             "(use parastrat.models.get(name))"
         )
     if not isinstance(strategy, Strategy):
         raise UsageError(f"estimate_memory needs a Strategy, got {type(strategy).__name__}")
-    for name, value in (("seq_len", seq_len), ("micro_batch_size", micro_batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UsageError(f"{name} must be a whole number >= 1, got {value!r}")
-    recompute = normalize_recompute(recompute)
-    prec = canonical_precision(precision)
+    wl, sw = resolve(
+        model,
+        workload,
+        switches,
+        who="estimate_memory",
+        seq_len=seq_len,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+        precision=precision,
+        recompute=recompute,
+        distributed_optimizer=distributed_optimizer,
+        flash_attention=flash_attention,
+        fp8_param_gather=fp8_param_gather,
+    )
+    return memory_of(wl, strategy, sw, other_bytes=other_bytes, fragmentation=fragmentation)
+
+
+def memory_of(
+    workload: Workload,
+    strategy: Strategy,
+    switches: Switches,
+    *,
+    other_bytes: float | None = None,
+    fragmentation: float | None = None,
+) -> MemoryReport:
+    """:func:`estimate_memory` of typed values (no argument parsing: the planner's path)."""
     notes: list[str] = []
-    C = _consts(model)
-    s = strategy
+    model, s = workload.model, strategy
     if s.dp is None:
         s = s.with_world_size(s.min_world_size)
         notes.append(
             f"dp not set: assumed the smallest world, {s.world_size} ranks "
             f"(dp={s.dp}); pass strategy.with_world_size(n)"
         )
-    t, p, v, cp, ep, etp = s.tp, s.pp, s.vpp, s.cp, s.ep, s.etp
-    dp = cast(int, s.dp)  # set by the caller or by with_world_size() just above
-    edp = s.expert_dp or 1
-    sp = s.sp
-    b = micro_batch_size
-
-    m: int | None = None
-    if global_batch_size is not None:
-        if (
-            isinstance(global_batch_size, bool)
-            or not isinstance(global_batch_size, int)
-            or global_batch_size < 1
-        ):
-            raise UsageError(
-                f"global_batch_size must be a whole number >= 1, got {global_batch_size!r}"
-            )
-        errors = [v for v in batch_violations(s, dp, global_batch_size, b) if v.severity == "error"]
-        if errors:
-            raise StrategyError(errors)
-        m = global_batch_size // (b * dp)
-    else:
-        notes.append("global batch not given: assumed enough micro-batches to fill the pipeline")
-
-    # ---- activation bytes per token, per layer kind, on one rank ----------------------------
-    h, a, g, d = C.h, C.a, C.g, C.d
-    lin = 1.0 if prec != "bf16" else 2.0  # TE keeps FP8 copies of linear-layer inputs
-    mask = h if C.hdrop else 0.0
-    tp_div = float(t)
-    rep_div = float(t) if sp else 1.0
-    tokens = seq_len / cp * b  # tokens of one micro-batch on this rank before SP
-    if C.mla:
-        qk = C.qk + C.rope
-        rep_attn = 2 * h + lin * h + mask + 2 * C.rope + 2 * C.kvl + lin * C.kvl
-        if C.ql:
-            rep_attn += 2 * C.ql + lin * C.ql
-        tp_attn = 2 * a * qk * 2 + 2 * a * C.vd + lin * a * C.vd
-    else:
-        rep_attn = 2 * h + lin * h + mask
-        tp_attn = 2 * (a * d + 2 * g * d) + lin * a * d
-        if C.qknorm:
-            tp_attn += 2 * (a * d + g * d)
-    if flash_attention:
-        tp_attn += 4 * a  # softmax log-sum-exp, fp32
-    elif recompute != "selective":
-        # scores (2 B), and with attention dropout its mask (1 B) and output (2 B)
-        tp_attn += a * (seq_len / cp) * (5 if C.adrop else 2)
-    attn = rep_attn / rep_div + tp_attn / tp_div
-
-    mats_in = 4.0 if C.gated else 2.0  # bytes of the activation's input per FFN column
-    dense_mlp = (2 * h + lin * h + mask) / rep_div + (mats_in + lin) * C.f / tp_div
-    act_dense = (attn + dense_mlp) * tokens
-
-    act_moe = 0.0
-    if C.moe:
-        moe_rep = 2 * h + lin * h + mask + 6.0 * C.E  # norm in, dispatch in, router scores
-        moe_tok = moe_rep / rep_div + (mats_in + lin) * C.fs / tp_div
-        local = tokens / rep_div  # tokens this rank routes
-        dup = 1.0 if sp else float(t)  # copies of a token across the TP group
-        gathered = local * C.k * max(1.0, etp / dup)
-        # permuted tokens (fc1 input), fc1 output, fc2 input, the routing prob (fp32); the
-        # probs are applied inside the fused activation (Megatron Core >= 0.13), so the expert
-        # outputs need not be kept for the combine.
-        experts = gathered * (lin * h + (mats_in + lin) * C.fe / etp + 4.0)
-        act_moe = (attn * tokens) + moe_tok * tokens + experts
-    # full recompute keeps only each layer's input (sequence-sharded under SP)
-    layer_input = 2 * h / rep_div * tokens
-
-    # ---- parameters per rank, per layer kind --------------------------------------------------
-    attn_params = C.attn_shard / t + C.attn_rep + C.norms
-    dense_layer_params = attn_params + C.dense_mlp / t
-    moe_dense_params = attn_params + C.shared / t + C.router
-    local_experts = C.E / ep if C.moe else 0.0
-    moe_expert_params = local_experts * C.expert / etp
-    vocab_pad = -(-C.vocab // (C.divisible * t)) * (C.divisible * t)
-    emb_params = vocab_pad * h / t + (C.max_pos * h if C.learned_pos else 0.0)
-    out_params = vocab_pad * h / t
-    fp8x = FP8_EXTRA_BYTES[prec]
-    if fp8_param_gather is None:
-        fp8_param_gather = True  # Megatron Bridge's bf16_with_fp8_*/mxfp8 recipes
-    if fp8_param_gather and prec != "bf16":
-        fp8x -= 2.0  # the bf16 copy of each linear weight is gone
-    lin_dense_layer = C.lin_dense / t
-    lin_moe_layer = C.lin_moe_shared / t + moe_expert_params
-
-    dense_shard = float(dp * cp) if distributed_optimizer else 1.0
-    expert_shard = float(edp) if distributed_optimizer else 1.0
-    other_fixed = OTHER_FIXED_BYTES if other_bytes is None else float(other_bytes)
-    frag = FRAGMENTATION if fragmentation is None else float(fragmentation)
-
-    stage_layers, stage_moe, split_note = _stage_layers(C, model, s)
-    if split_note:
-        notes.append(split_note)
-
-    logits = 4.0 * vocab_pad / t * tokens  # fp32 softmax kept by the vocab-parallel loss
-    final_act = (2 * h + lin * h) / rep_div * tokens + logits
-    stages: list[StageMemory] = []
-    for st in range(p):
-        n_layers, n_moe = stage_layers[st], stage_moe[st]
-        n_dense = n_layers - n_moe
-        first, last = st == 0, st == p - 1
-        dense_p = n_dense * dense_layer_params + n_moe * moe_dense_params
-        expert_p = n_moe * moe_expert_params
-        lin_p = n_dense * lin_dense_layer + n_moe * lin_moe_layer
-        if first:
-            dense_p += emb_params
-        if last:
-            dense_p += C.final_norm
-            if not C.tied or p > 1:  # untied output layer, or a tied copy on the last stage
-                dense_p += out_params
-            if C.mtp:
-                # MTP modules: projections/norms and one layer each (MoE layer when MoE)
-                mtp_layer_dense = moe_dense_params if C.moe else dense_layer_params
-                dense_p += C.mtp * (mtp_layer_dense + 2 * h * h / t + 3 * h)
-                expert_p += C.mtp * (moe_expert_params if C.moe else 0.0)
-                lin_p += C.mtp * ((lin_moe_layer if C.moe else lin_dense_layer) + 2 * h * h / t)
-                if p > 1:
-                    dense_p += emb_params  # MTP's embedding copy on the last stage
-        weights = WEIGHT_BYTES * (dense_p + expert_p) + fp8x * lin_p
-        grads = GRAD_BYTES * (dense_p + expert_p)
-        optim = OPTIM_BYTES * (dense_p / dense_shard + expert_p / expert_shard)
-
-        # in-flight work at this stage's peak
-        if v > 1:
-            in_flight = v * p + p - 1 - 2 * st
-            if m is not None:
-                in_flight = min(in_flight, m * v)
-            per_unit = 1.0 / v  # one chunk = 1/v of the stage's layers
-        else:
-            in_flight = p - st if m is None else min(p - st, m)
-            per_unit = 1.0
-        if recompute == "full":
-            one_layer = act_moe if n_moe else act_dense
-            stored = in_flight * per_unit * n_layers * layer_input + (
-                one_layer if n_layers else 0.0
-            )
-        else:
-            stored = in_flight * per_unit * (n_dense * act_dense + n_moe * act_moe)
-        if first:
-            emb_mb = min(p, m) if m is not None else p
-            stored += emb_mb * tokens * (8.0 + (h / rep_div if C.hdrop else 0.0))
-        if last:
-            stored += final_act
-            if C.mtp:
-                mtp_act = (act_moe if C.moe else act_dense) + 4 * h / rep_div * tokens
-                stored += C.mtp * ((layer_input if recompute == "full" else mtp_act) + logits)
-        other = other_fixed + frag * stored
-        stages.append(
-            StageMemory(
-                stage=st,
-                layers=n_layers,
-                moe_layers=n_moe,
-                weights=weights,
-                gradients=grads,
-                optimizer=optim,
-                activations=stored,
-                other=other,
-                in_flight=in_flight,
-                params=dense_p + expert_p,
-                expert_params=expert_p,
-                has_embedding=first,
-                has_output=last,
-            )
-        )
-    if not distributed_optimizer:
+    m = _microbatches(workload, s, notes)
+    mode = switches.mode
+    acts = activations(
+        model,
+        s.tp,
+        s.sp,
+        s.cp,
+        s.etp,
+        workload.mbs,
+        workload.seq_len,
+        workload.precision,
+        mode,
+        switches.flash_attention,
+    )
+    split = pipeline_split(model, s)
+    if split.note:
+        notes.append(split.note)
+    blocks = stage_params(model, s.tp, s.ep, s.etp, split.stage_layers, split.stage_moe)
+    alloc = (
+        OTHER_FIXED_BYTES if other_bytes is None else float(other_bytes),
+        FRAGMENTATION if fragmentation is None else float(fragmentation),
+    )
+    shapes = _StageShape(model, s, m, workload, switches, alloc)
+    stages = [shapes.stage(j, split, blocks[j], acts) for j in range(s.pp)]
+    if not switches.distributed_optimizer:
         notes.append(
             "without the distributed optimizer every rank keeps the full 12 B/param "
             "of optimizer state (18 B/param in all)"
@@ -587,12 +484,93 @@ def estimate_memory(
         model=model.name,
         strategy=str(s),
         stages=stages,
-        seq_len=seq_len,
-        micro_batch_size=b,
+        seq_len=workload.seq_len,
+        micro_batch_size=workload.mbs,
         num_microbatches=m,
-        recompute=recompute,
-        precision=prec,
-        distributed_optimizer=distributed_optimizer,
+        recompute=mode,
+        precision=workload.precision,
+        distributed_optimizer=switches.distributed_optimizer,
         notes=notes,
-        vpp=v,
+        vpp=s.vpp,
     )
+
+
+def _microbatches(workload: Workload, s: Strategy, notes: list[str]) -> int | None:
+    """Micro-batches per step (None without a global batch: a full pipeline is assumed)."""
+    gbs, b, dp = workload.global_batch_size, workload.mbs, cast(int, s.dp)
+    if gbs is None:
+        notes.append("global batch not given: assumed enough micro-batches to fill the pipeline")
+        return None
+    errors = [v for v in batch_violations(s, dp, gbs, b) if v.severity == "error"]
+    if errors:
+        raise StrategyError(errors)
+    return gbs // (b * dp)
+
+
+class _StageShape:
+    """What every stage of one estimate shares (pipeline shape, optimizer shards, FP8 bytes,
+    allowance), so that :meth:`stage` computes only what differs per stage."""
+
+    def __init__(
+        self,
+        model: ModelSpec,
+        s: Strategy,
+        m: int | None,
+        workload: Workload,
+        switches: Switches,
+        alloc: tuple[float, float],
+    ) -> None:
+        dist = switches.distributed_optimizer
+        self.p, self.v, self.m = s.pp, s.vpp, m
+        self.dense_shard = float(cast(int, s.dp) * s.cp) if dist else 1.0
+        self.expert_shard = float(s.expert_dp or 1) if dist else 1.0
+        self.fp8x = fp8_extra_bytes(workload.precision, switches.fp8_param_gather)
+        self.full = switches.mode == "full"
+        self.mtp, self.moe_model = model.mtp_num_layers, model.is_moe
+        self.fixed, self.frag = alloc
+
+    def in_flight(self, st: int) -> tuple[int, float]:
+        """(micro-batches or model chunks in flight at stage ``st``'s peak, layers' share per
+        unit): 1F1B holds ``min(p - s, m)``; interleaved ``min(v m, v p + p - 1 - 2 s)``."""
+        p, v, m = self.p, self.v, self.m
+        if v > 1:
+            n = v * p + p - 1 - 2 * st
+            return (n if m is None else min(n, m * v)), 1.0 / v
+        return (p - st if m is None else min(p - st, m)), 1.0
+
+    def stage(self, st: int, split: PipelineSplit, block: Block, acts: Activations) -> StageMemory:
+        """What one rank of pipeline stage ``st`` holds: the stage's parameter record, and the
+        activations of the micro-batches (or model chunks) in flight at its peak."""
+        n_layers, n_moe = split.stage_layers[st], split.stage_moe[st]
+        first, last = st == 0, st == self.p - 1
+        in_flight, per_unit = self.in_flight(st)
+        if self.full:
+            one_layer = acts.moe if n_moe else acts.dense
+            stored = in_flight * per_unit * n_layers * acts.layer_input + (
+                one_layer if n_layers else 0.0
+            )
+        else:
+            stored = in_flight * per_unit * ((n_layers - n_moe) * acts.dense + n_moe * acts.moe)
+        if first:
+            stored += (min(self.p, self.m) if self.m is not None else self.p) * acts.embedding
+        if last:
+            stored += acts.final
+            if self.mtp:
+                mtp_act = (acts.moe if self.moe_model else acts.dense) + 4 * acts.hidden
+                per_mtp = acts.layer_input if self.full else mtp_act
+                stored += self.mtp * (per_mtp + acts.logits)
+        return StageMemory(
+            stage=st,
+            layers=n_layers,
+            moe_layers=n_moe,
+            weights=block.weight_bytes(self.fp8x),
+            gradients=block.gradient_bytes(),
+            optimizer=block.optimizer_bytes(self.dense_shard, self.expert_shard),
+            activations=stored,
+            other=self.fixed + self.frag * stored,
+            in_flight=in_flight,
+            params=block.params,
+            expert_params=block.expert_params,
+            has_embedding=first,
+            has_output=last,
+        )

@@ -31,9 +31,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StrategyError, UsageError
-from ..spec.hardware import Accelerator, canonical_precision
+from ..spec.hardware import Accelerator
 from ..spec.model import ModelSpec
-from . import comm
+from ..spec.workload import CUDA_GRAPH_SCOPES as CUDA_GRAPH_SCOPES
+from ..spec.workload import Switches, Workload, normalize_recompute, resolve
+from ..spec.workload import cuda_graph_scopes as cuda_graph_scopes
+from ..spec.workload import moe_dispatcher as _moe_dispatcher
+from . import comm, memo
 from .efficiency import KernelProfile, attention_time, gemm_time, host_op_time, memory_time
 from .efficiency import profile as kernel_profile
 from .flops import (
@@ -44,8 +48,16 @@ from .flops import (
     mean_attention_core_flops_per_token,
     mlp_matrices,
     model_flops_per_token,
-    normalize_recompute,
 )
+from .layers import MTP_LAYOUT_RULES as MTP_LAYOUT_RULES
+from .layers import PipelineSplit as PipelineSplit
+from .layers import (
+    layer_record,
+    pipeline_split,
+    split_waived_rules,
+    stage_params,
+)
+from .memo import per_model
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -128,44 +140,6 @@ FP8_CAST_OPS = {"fp8": 2, "mxfp8": 1}
 #: Backward host operations per forward operation: autograd issues dgrad + wgrad for every
 #: GEMM and one or two kernels per element-wise op.
 HOST_BWD_RATIO = 2.0
-#: CUDA-graph capture scopes (Megatron Core ``cuda_graph_scope`` / ``--cuda-graph-modules``,
-#: plus ``full_iteration``).  A captured block costs one graph launch instead of its
-#: operations; ``moe`` and ``full_iteration`` also remove the MoE token-count sync (they need
-#: static, padded expert shapes).
-CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")
-
-
-def cuda_graph_scopes(value: Any) -> frozenset[str]:
-    """The CUDA-graph scopes of a ``cuda_graphs`` argument.
-
-    None / False / "none": eager (Megatron Core's default); True / "full": the whole iteration
-    (``full_iteration``); a comma-separated string or an iterable of
-    :data:`CUDA_GRAPH_SCOPES` (e.g. ``"attn,moe_router,moe_preprocess"``).  UsageError names
-    the scopes for anything else.
-    """
-    if value is None or value is False:
-        return frozenset()
-    if value is True:
-        return frozenset({"full_iteration"})
-    if not isinstance(value, str) and not hasattr(value, "__iter__"):
-        raise UsageError(
-            f"cuda_graphs={value!r}: use True/'full', None, or scopes such as "
-            f"'attn,moe_router' from {', '.join(CUDA_GRAPH_SCOPES)}"
-        )
-    items = value.split(",") if isinstance(value, str) else list(value)
-    names = {str(v).strip().lower().replace("-", "_") for v in items}
-    names.discard("")
-    if names <= {"none"}:
-        return frozenset()
-    if names == {"full"}:
-        return frozenset({"full_iteration"})
-    bad = sorted(names - set(CUDA_GRAPH_SCOPES))
-    if bad:
-        raise UsageError(
-            f"unknown CUDA-graph scope(s) {', '.join(bad)}; use True/'full' or "
-            f"any of {', '.join(CUDA_GRAPH_SCOPES)}"
-        )
-    return frozenset(names)
 
 
 def host_ops(
@@ -177,23 +151,28 @@ def host_ops(
     counts as one graph launch.  The sync: Megatron's dispatchers copy the tokens-per-expert
     counts to the host (all-to-all split sizes, TE GroupedLinear's ``m_splits``) once per MoE
     layer in the forward pass, unless the whole MoE block is graphed (``moe`` /
-    ``full_iteration`` with padded expert shapes).  Memoised.
+    ``full_iteration`` with padded expert shapes).  Memoised on everything it reads.
     """
-    key = ("host", model, moe, s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs)
-    hit = _CACHE.get(key)
-    if hit is None:
-        hit = _CACHE[key] = _host_ops(model, moe, s, precision, graphs)
-    return hit
+    return _host_ops(model, moe, s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs)
 
 
+@per_model
 def _host_ops(
-    model: ModelSpec, moe: bool, s: Strategy, precision: str, graphs: frozenset[str]
+    model: ModelSpec,
+    moe: bool,
+    tp: int,
+    ep: int,
+    etp: int,
+    ring: int,
+    ulysses: int,
+    precision: str,
+    graphs: frozenset[str],
 ) -> tuple[float, bool]:
     if "full_iteration" in graphs:
         return 0.0, False
     ops = HOST_OPS
     cast = FP8_CAST_OPS.get(precision, 0)
-    tp_coll = 2 * ops["collective"] if s.tp > 1 else 0
+    tp_coll = 2 * ops["collective"] if tp > 1 else 0
 
     def gemms(mats: list[Matrix], per_matrix: int = 1) -> float:
         return len(mats) * per_matrix * (ops["gemm"] + cast)
@@ -207,8 +186,8 @@ def _host_ops(
         + ops["attention"]
         + ops["residual"]
         + tp_coll
-        + ops["ring_step"] * max(s.ring - 1, 0)
-        + (4 * ops["collective"] if s.ulysses > 1 else 0)
+        + ops["ring_step"] * max(ring - 1, 0)
+        + (4 * ops["collective"] if ulysses > 1 else 0)
     )
     if "attn" in graphs:
         attn = 1.0
@@ -218,7 +197,7 @@ def _host_ops(
         if "mlp" in graphs:
             mlp = 1.0
         return attn + mlp, False
-    local = max(model.num_experts // s.ep, 1)
+    local = max(model.num_experts // ep, 1)
     experts = [m for m in mlp_mats if m.block == "expert"]
     shared = [m for m in mlp_mats if m.block == "shared"]
     block: float = (
@@ -231,12 +210,12 @@ def _host_ops(
     )
     if shared:
         block += gemms(shared) + ops["act"]
-    if s.ep > 1:
+    if ep > 1:
         block += 2 * ops["collective"] + ops["sort"]
-    if s.etp > 1:
+    if etp > 1:
         block += 2 * ops["collective"]
     router = float(ops["router"])
-    pre: float = ops["preprocess"] + (ops["collective"] if s.ep > 1 else 0)
+    pre: float = ops["preprocess"] + (ops["collective"] if ep > 1 else 0)
     if "moe" in graphs:
         return attn + 1.0, False
     if "moe_router" in graphs:
@@ -299,6 +278,12 @@ class StepReport:
     recompute: str
     model_flops_per_token: float
     notes: tuple[str, ...] = field(default=())
+    #: the slowest pipeline stage (which ``breakdown`` describes) and the parameters one of its
+    #: ranks holds, dense and routed-expert (:mod:`parastrat.estimate.layers`' records, the
+    #: same the memory estimate reads)
+    stage: int = 0
+    stage_params: float = 0.0
+    stage_expert_params: float = 0.0
 
     @property
     def exposed_comm_s(self) -> float:
@@ -323,6 +308,9 @@ class StepReport:
             "flops_convention": "model FLOPs = 3 x forward (6 N_active per token + causal "
             "attention counted as half); recompute excluded",
             "notes": list(self.notes),
+            "stage": self.stage,
+            "stage_params": self.stage_params,
+            "stage_expert_params": self.stage_expert_params,
         }
 
 
@@ -368,33 +356,6 @@ class LayerCost:
         return self.attn_fwd + self.attn_bwd
 
 
-def matrix_params(mat: Matrix, tp: int, ep: int, etp: int, num_experts: int) -> float:
-    """Parameters of one weight matrix held by one rank (experts split by EP and ETP, the
-    rest by TP unless replicated)."""
-    if mat.block == "expert":
-        return max(num_experts // ep, 1) * mat.in_dim * mat.out_dim / etp
-    if mat.split == "dup":
-        return float(mat.in_dim * mat.out_dim)
-    return mat.in_dim * mat.out_dim / tp
-
-
-def layer_params(model: ModelSpec, moe: bool, tp: int, ep: int, etp: int) -> tuple[float, float]:
-    """(dense, routed-expert) parameters of one layer on one rank, without its norms: what
-    the planner's memory prefilter needs without pricing any GEMM.  Memoised."""
-    key = ("params", model, moe, tp, ep, etp)
-    hit = _CACHE.get(key)
-    if hit is None:
-        dense = expert = 0.0
-        for mat in attention_matrices(model) + mlp_matrices(model, moe):
-            n = matrix_params(mat, tp, ep, etp, model.num_experts)
-            if mat.block == "expert":
-                expert += n
-            else:
-                dense += n
-        hit = _CACHE[key] = (dense, expert)
-    return hit
-
-
 def _matrix_times(
     accel: Accelerator,
     prof: KernelProfile,
@@ -406,12 +367,11 @@ def _matrix_times(
     etp: int,
     num_experts: int,
     precision: str,
-) -> tuple[float, float, float, float]:
-    """(forward s, backward s, local params, fp8-cast elements per micro-batch) of one matrix."""
+) -> tuple[float, float, float]:
+    """(forward s, backward s, fp8-cast elements per micro-batch) of one matrix."""
     k_in: float = mat.in_dim
     n_out: float = mat.out_dim
     groups = 1
-    params = matrix_params(mat, tp, ep, etp, num_experts)
     if mat.block == "expert":
         local = max(num_experts // ep, 1)
         groups = local
@@ -435,28 +395,7 @@ def _matrix_times(
         + gemm_time(accel, k_in, n_out, m, prec, groups, prof)
     )  # wgrad
     cast = groups * m * (k_in + n_out) if prec in ("fp8", "mxfp8") else 0.0
-    return fwd, bwd, params, cast
-
-
-_CACHE: dict[tuple, Any] = {}
-
-
-def _accel_key(accel: Accelerator) -> tuple:
-    """A hashable identity of an accelerator (its dict of peaks makes it unhashable)."""
-    key = accel.__dict__.get("_step_key")
-    if key is None:
-        kern = tuple(
-            (k, tuple(sorted(v.items())) if isinstance(v, dict) else v)
-            for k, v in sorted(accel.kernels.items())
-        )
-        key = (
-            accel.name,
-            accel.mem_bandwidth_Bps,
-            tuple(sorted(accel.peak_flops.items())),
-            kern,
-        )
-        accel.__dict__["_step_key"] = key  # frozen dataclass: cache on the instance
-    return key
+    return fwd, bwd, cast
 
 
 def layer_cost(
@@ -473,62 +412,16 @@ def layer_cost(
     etp: int,
     flash_attention: bool = True,
 ) -> LayerCost:
-    """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp.
-
-    Memoised: the planner prices the same (TP, CP, EP, micro-batch) shapes for many PP/DP
-    choices.
-    """
-    if not moe:
-        ep, etp = 1, tp  # a dense layer does not see the expert grid: share one entry
-    key = (
-        "layer",
-        model,
-        _accel_key(accel),
-        precision,
-        moe,
-        tokens,
-        seq_len,
-        tp,
-        cp,
-        sp,
-        ep,
-        etp,
-        flash_attention,
-    )
-    hit = _CACHE.get(key)
-    if hit is None:
-        if len(_CACHE) > 50_000:
-            _CACHE.clear()
-        hit = _CACHE[key] = _layer_cost(
-            model, accel, precision, moe, tokens, seq_len, tp, cp, sp, ep, etp, flash_attention
-        )
-    return hit
-
-
-def _layer_cost(
-    model: ModelSpec,
-    accel: Accelerator,
-    precision: str,
-    moe: bool,
-    tokens: float,
-    seq_len: int,
-    tp: int,
-    cp: int,
-    sp: bool,
-    ep: int,
-    etp: int,
-    flash_attention: bool,
-) -> LayerCost:
+    """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp
+    (uncached: :class:`StepModel` memoises it per workload)."""
     prof = kernel_profile(accel)
     fp8 = precision in ("fp8", "mxfp8") and accel.supports(precision)
     prec = precision if fp8 else "bf16"
     mats = attention_matrices(model) + mlp_matrices(model, moe)
-    g_fwd = g_bwd = dense_p = expert_p = cast = 0.0
+    g_fwd = g_bwd = cast = 0.0
     mlp_f = mlp_b = shared = 0.0
     for mat in mats:
-        f, b, p, c = _matrix_times(
-            accel, prof, mat, tokens, tp, sp, ep, etp, model.num_experts, prec
-        )
+        f, b, c = _matrix_times(accel, prof, mat, tokens, tp, sp, ep, etp, model.num_experts, prec)
         if mat.block == "expert":
             f, b = f / GROUPED_GEMM_EFF, b / GROUPED_GEMM_EFF
         g_fwd += f
@@ -539,28 +432,8 @@ def _layer_cost(
             mlp_b += b
         if mat.block == "shared":
             shared += f + b
-        if mat.block == "expert":
-            expert_p += p
-        else:
-            dense_p += p
     h = model.hidden_size
-    norms = 2 * h + (2 * model.head_dim if getattr(model, "qk_layernorm", False) else 0)
-    dense_p += norms
-    # attention core: heads split by TP, keys halved by the causal mask
-    core = mean_attention_core_flops_per_token(model, seq_len) * tokens / tp
-    if flash_attention:
-        a_fwd = attention_time(accel, core, prof)
-        a_bwd = attention_time(accel, ATTN_BWD_RATIO * core, prof)
-    else:
-        # unfused: Q K^T and A V as batched GEMMs over every key (no causal skipping) and the
-        # score matrix through HBM (scale-mask-softmax, dropout)
-        heads = max(model.num_attention_heads // tp, 1)
-        d = model.head_dim
-        b_s = tokens / max(seq_len / cp, 1)  # sequences in the micro-batch
-        q, keys = seq_len / cp, seq_len
-        one = gemm_time(accel, q, keys, d, "bf16", int(heads * b_s), prof)
-        a_fwd = 2 * one + memory_time(accel, heads * b_s * q * keys * SCORE_BYTES_FWD, prof)
-        a_bwd = 4 * one + memory_time(accel, heads * b_s * q * keys * 2 * SCORE_BYTES_FWD, prof)
+    a_fwd, a_bwd = _attention_times(model, accel, prof, tokens, seq_len, tp, cp, flash_attention)
     # memory-bound kernels: elements touched per token (forward)
     h_local = h / tp if sp else h
     a, g = model.num_attention_heads, model.query_groups
@@ -579,31 +452,56 @@ def _layer_cost(
     cast_b = cast * FP8_CAST_BYTES.get(prec, 0) / 2  # half forward (inputs), half backward
     e_fwd = memory_time(accel, e_bytes + cast_b, prof)
     e_bwd = memory_time(accel, 2 * e_bytes + cast_b, prof)
+    rec = layer_record(model, moe, tp, ep, etp)  # the one parameter accounting
     return LayerCost(
-        g_fwd, g_bwd, a_fwd, a_bwd, e_fwd, e_bwd, dense_p, expert_p, mlp_f, mlp_b, shared
+        g_fwd,
+        g_bwd,
+        a_fwd,
+        a_bwd,
+        e_fwd,
+        e_bwd,
+        rec.dense_params,
+        rec.expert_params,
+        mlp_f,
+        mlp_b,
+        shared,
     )
 
 
-def _head_cost(
+def _attention_times(
+    model: ModelSpec,
+    accel: Accelerator,
+    prof: KernelProfile,
+    tokens: float,
+    seq_len: int,
+    tp: int,
+    cp: int,
+    flash_attention: bool,
+) -> tuple[float, float]:
+    """(forward s, backward s) of the attention core of one layer and micro-batch."""
+    # attention core: heads split by TP, keys halved by the causal mask
+    core = mean_attention_core_flops_per_token(model, seq_len) * tokens / tp
+    if flash_attention:
+        return attention_time(accel, core, prof), attention_time(accel, ATTN_BWD_RATIO * core, prof)
+    # unfused: Q K^T and A V as batched GEMMs over every key (no causal skipping) and the
+    # score matrix through HBM (scale-mask-softmax, dropout)
+    heads = max(model.num_attention_heads // tp, 1)
+    d = model.head_dim
+    b_s = tokens / max(seq_len / cp, 1)  # sequences in the micro-batch
+    q, keys = seq_len / cp, seq_len
+    one = gemm_time(accel, q, keys, d, "bf16", int(heads * b_s), prof)
+    a_fwd = 2 * one + memory_time(accel, heads * b_s * q * keys * SCORE_BYTES_FWD, prof)
+    a_bwd = 4 * one + memory_time(accel, heads * b_s * q * keys * 2 * SCORE_BYTES_FWD, prof)
+    return a_fwd, a_bwd
+
+
+def head_cost(
     model: ModelSpec,
     accel: Accelerator,
     tokens: float,
     tp: int,
-) -> tuple[float, float]:
-    """(seconds fwd+bwd, local params) of the output layer and cross-entropy, one micro-batch."""
-    key = ("head", model, _accel_key(accel), tokens, tp)
-    hit = _CACHE.get(key)
-    if hit is None:
-        hit = _CACHE[key] = _head_cost_uncached(model, accel, tokens, tp)
-    return hit
-
-
-def _head_cost_uncached(
-    model: ModelSpec,
-    accel: Accelerator,
-    tokens: float,
-    tp: int,
-) -> tuple[float, float]:
+) -> float:
+    """Seconds (forward + backward) of the output layer and cross-entropy, one micro-batch."""
     prof = kernel_profile(accel)
     mat = logits_matrix(model)
     n = mat.out_dim / tp
@@ -613,145 +511,7 @@ def _head_cost_uncached(
         + gemm_time(accel, mat.in_dim, n, tokens, "bf16", 1, prof)
     )
     t += memory_time(accel, tokens * n * CE_BYTES_PER_LOGIT, prof)
-    return t, mat.in_dim * mat.out_dim / tp
-
-
-# ---------------------------------------------------------------------------------------------
-# Pipeline stages
-# ---------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class PipelineSplit:
-    """Where the transformer layers of a model sit in a strategy's pipeline.
-
-    ``stage_layers[j]``: layers held by physical stage ``j`` (all its virtual chunks);
-    ``stage_moe[j]``: how many of them carry routed experts; ``chunk_layers[c]``: layers of
-    model chunk ``c`` (``pp * vpp`` chunks in Megatron's order, chunk ``c`` on stage
-    ``c % pp``).  ``how`` is "even", "uneven" (first/last stage counts), "accounted"
-    (``account_for_embedding/loss_in_pipeline_split``) or "mtp-layout" (the one approximation,
-    see :func:`pipeline_split`); ``note`` says so in words (None for an even split).
-    """
-
-    stage_layers: tuple[int, ...]
-    stage_moe: tuple[int, ...]
-    chunk_layers: tuple[int, ...]
-    how: str
-    note: str | None = None
-
-
-#: Rule ids that the MTP-layout approximation (and only it) stands in for.
-MTP_LAYOUT_RULES = frozenset({"layers-accounted"})
-
-
-def _mtp_slots(model: ModelSpec, strategy: Strategy) -> int | None:
-    """Pipeline slots when the MTP modules count as slots of the last stage, or None."""
-    s = strategy
-    if (
-        not model.mtp_num_layers
-        or s.pp == 1
-        or not s.account_for_loss
-        or s.first_stage_layers is not None
-        or s.last_stage_layers is not None
-    ):
-        return None
-    total = model.num_layers + s.account_for_embedding + s.account_for_loss
-    if total % (s.pp * s.vpp) == 0:
-        return None  # Megatron's own accounted split works; no approximation needed
-    slots = total + model.mtp_num_layers
-    return slots if slots % (s.pp * s.vpp) == 0 else None
-
-
-def pipeline_split(model: ModelSpec, strategy: Strategy) -> PipelineSplit:
-    """Layers per stage and per model chunk, from :meth:`Strategy.stage_layers`.
-
-    The strategy's own split is the one source of truth (even, first/last stage counts, or
-    Megatron's ``account_for_embedding/loss_in_pipeline_split``); an impossible split raises
-    the rules' :class:`StrategyError` with the fix.
-
-    One documented approximation lives here and nowhere else: a model with MTP whose
-    ``L + embedding + loss`` slots do not divide into ``pp * vpp`` chunks, but whose
-    ``L + embedding + MTP + loss`` slots do (DeepSeek-V3: 61 + 1 + 1 + 1 = 64 on PP 8 x VPP 4
-    or PP 4 x VPP 4), is split as Megatron Bridge's ``pipeline_model_parallel_layout`` does
-    for those recipes (``"Et|(tt|)*30mL"``): every chunk holds the same number of slots, the
-    first chunk gives one to the embedding and the last gives one to the MTP modules and one to
-    the loss.  Megatron itself needs that layout string for it (``account_for_*`` alone is
-    rejected), which the note says.
-    """
-    key = (
-        "split",
-        model,
-        strategy.pp,
-        strategy.vpp,
-        strategy.first_stage_layers,
-        strategy.last_stage_layers,
-        strategy.account_for_embedding,
-        strategy.account_for_loss,
-    )
-    hit = _CACHE.get(key)
-    if hit is None:
-        hit = _CACHE[key] = _pipeline_split(model, strategy)
-    return hit
-
-
-def _pipeline_split(model: ModelSpec, s: Strategy) -> PipelineSplit:
-    L, p, v = model.num_layers, s.pp, s.vpp
-    n = p * v
-    slots = _mtp_slots(model, s)
-    if slots is not None:
-        per = slots // n
-        chunks = [per] * n
-        chunks[0] -= int(s.account_for_embedding)
-        chunks[-1] -= int(s.account_for_loss) + model.mtp_num_layers
-        if min(chunks) < 0:
-            s.stage_layers(L)  # raises the rules' error
-        how = "mtp-layout"
-        note = (
-            f"{L} layers + embedding + {model.mtp_num_layers} MTP + loss = {slots} slots "
-            f"over pp*vpp = {n} chunks: priced as Megatron Bridge's "
-            "pipeline_model_parallel_layout places them (MTP in the last chunk); Megatron "
-            "needs that layout string, account_for_*_in_pipeline_split alone is rejected"
-        )
-    else:
-        per_stage = s.stage_layers(L)  # raises StrategyError with the fix when impossible
-        chunks = [0] * n
-        for st, layers in enumerate(per_stage):
-            base, extra = divmod(layers, v)
-            for j in range(v):
-                # a short chunk sits where the embedding (first chunk of stage 0) or the loss
-                # (last chunk of the last stage) takes a slot
-                short_first = st == 0 and s.account_for_embedding
-                bonus = (j >= v - extra) if short_first else (j < extra)
-                chunks[j * p + st] = base + (1 if bonus else 0)
-        if s.account_for_embedding or s.account_for_loss:
-            how = "accounted"
-            note = (
-                "layers split with "
-                + " and ".join(
-                    name
-                    for name, on in (
-                        ("account_for_embedding_in_pipeline_split", s.account_for_embedding),
-                        ("account_for_loss_in_pipeline_split", s.account_for_loss),
-                    )
-                    if on
-                )
-                + f": {list(per_stage)} layers per stage"
-            )
-        elif s.uneven:
-            how, note = "uneven", f"uneven pipeline split: {list(per_stage)} layers per stage"
-        else:
-            how, note = "even", None
-    stage = [0] * p
-    moe = [0] * p
-    start = 0
-    for c, size in enumerate(chunks):
-        stage[c % p] += size
-        moe[c % p] += sum(1 for i in range(start, start + size) if is_moe_layer(model, i))
-        start += size
-    return PipelineSplit(tuple(stage), tuple(moe), tuple(chunks), how, note)
-
-
-def split_waived_rules(model: ModelSpec, strategy: Strategy) -> frozenset[str]:
-    """Rule ids the layer-split approximation of :func:`pipeline_split` stands in for."""
-    return MTP_LAYOUT_RULES if _mtp_slots(model, strategy) is not None else frozenset()
+    return t
 
 
 # ---------------------------------------------------------------------------------------------
@@ -765,27 +525,476 @@ def _exposed(t_comm: float, window: float, overlap: bool) -> float:
     return t_comm - hidden + OVERLAP_SLOWDOWN * hidden
 
 
+#: Per-micro-batch terms of one layer (and of a stage, summed over its layers).
+LAYER_TERMS = (
+    "compute",
+    "recompute",
+    "tp",
+    "tp_exposed",
+    "cp",
+    "cp_exposed",
+    "ep",
+    "ep_exposed",
+    "host",
+    "host_exposed",
+    "fwd",
+    "bwd",
+)
+
+
+class StepModel:
+    """The step-time model of one workload on one cluster with one set of switches.
+
+    Built for one (cluster, :class:`~parastrat.spec.workload.Workload`,
+    :class:`~parastrat.spec.workload.Switches`), which it keeps read-only; it owns the memo of
+    every per-layer, head, data-parallel and lower-bound cost it prices, keyed by what varies
+    inside it (the strategy's degrees and group strides, the micro-batch size, the recompute
+    mode).  A cost priced for one model, sequence length, precision, cluster or switch can
+    therefore never be reused for another: those belong to another ``StepModel``.
+
+    :meth:`price` is :func:`estimate_step` without the checks (the planner calls it on legal
+    candidates); :meth:`lower_bound` is the planner's compute-only bound.
+    """
+
+    def __init__(self, cluster: Cluster, workload: Workload, switches: Switches) -> None:
+        self._cluster, self._workload, self._switches = cluster, workload, switches
+        self._moe_comm = MoEComm(
+            switches.moe_dispatcher, switches.moe_a2a_overlap, switches.moe_shared_expert_overlap
+        )
+        self._layers: dict[tuple, LayerCost] = {}
+        self._heads: dict[tuple, float] = {}
+        self._per: dict[tuple, tuple[dict[str, float], LayerCost]] = {}
+        self._dp: dict[tuple, tuple[float, float]] = {}
+        self._bounds: dict[tuple, float] = {}
+        self._splits: dict[tuple, PipelineSplit] = {}
+
+    @property
+    def cluster(self) -> Cluster:
+        """The cluster every price is for."""
+        return self._cluster
+
+    @property
+    def workload(self) -> Workload:
+        """The workload every price is for (its micro-batch size is the default of
+        :meth:`price`)."""
+        return self._workload
+
+    @property
+    def switches(self) -> Switches:
+        """The switches every price is for (their recompute mode is :meth:`price`'s
+        default)."""
+        return self._switches
+
+    def split(self, s: Strategy) -> PipelineSplit:
+        """:func:`pipeline_split` of this workload's model, memoised on the split's fields."""
+        key = (
+            s.pp,
+            s.vpp,
+            s.first_stage_layers,
+            s.last_stage_layers,
+            s.account_for_embedding,
+            s.account_for_loss,
+        )
+        hit = self._splits.get(key)
+        if hit is None:
+            hit = self._splits[key] = pipeline_split(self._workload.model, s)
+        return hit
+
+    # ---- per layer --------------------------------------------------------------------------
+    def layer_cost(self, moe: bool, tokens: float, s: Strategy) -> LayerCost:
+        """:func:`layer_cost` of this workload's model, accelerator, precision and attention
+        kernel, memoised on the shape (MoE or not, tokens, TP, CP, SP, EP, ETP)."""
+        ep, etp = (s.ep, s.etp) if moe else (1, s.tp)  # a dense layer has no expert grid
+        key = (moe, tokens, s.tp, s.cp, s.sp, ep, etp)
+        hit = self._layers.get(key)
+        if hit is None:
+            wl = self._workload
+            hit = self._layers[key] = layer_cost(
+                wl.model,
+                self._cluster.accel,
+                wl.precision,
+                moe,
+                tokens,
+                wl.seq_len,
+                s.tp,
+                s.cp,
+                s.sp,
+                ep,
+                etp,
+                self._switches.flash_attention,
+            )
+        return hit
+
+    def head_cost(self, tokens: float, tp: int) -> float:
+        """:func:`head_cost` of this workload on this accelerator, memoised."""
+        key = (tokens, tp)
+        hit = self._heads.get(key)
+        if hit is None:
+            hit = self._heads[key] = head_cost(
+                self._workload.model, self._cluster.accel, tokens, tp
+            )
+        return hit
+
+    def tp_overlap(self, s: Strategy, strides: dict[str, int]) -> bool:
+        """Whether TP communication hides behind the GEMMs: SP inside the scale-up domain, and
+        ``tp_comm_overlap`` not switched off."""
+        on = s.sp and s.tp > 1 and self._cluster.span(s.tp, strides["tp"]) == "intra"
+        return on and self._switches.tp_comm_overlap is not False
+
+    def per_layer(
+        self,
+        s: Strategy,
+        mbs: int,
+        mode: str,
+        strides: dict[str, int],
+        tp_overlap: bool,
+        moe_comm: MoEComm,
+    ) -> dict[bool, dict[str, float]]:
+        """Per-layer, per-micro-batch seconds (dense and MoE): compute, recompute, each
+        collective and its exposed part, and the host (CPU) time that the GPU waits for
+        (:func:`_host_exposed`)."""
+        per: dict[bool, dict[str, float]] = {}
+        for moe in (False, True):
+            if moe and not self._workload.model.is_moe:
+                continue
+            key: tuple = (moe, mbs, s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, mode, moe_comm)
+            key += (tp_overlap, *(strides[k] for k in ("tp", "ulysses", "ring", "ep", "etp")))
+            hit = self._per.get(key)
+            if hit is None:
+                hit = self._per[key] = self._layer_terms(
+                    s, moe, mbs, mode, strides, tp_overlap, moe_comm
+                )
+            per[moe] = hit[0]
+        return per
+
+    def _layer_terms(
+        self,
+        s: Strategy,
+        moe: bool,
+        mbs: int,
+        mode: str,
+        strides: dict[str, int],
+        tp_overlap: bool,
+        moe_comm: MoEComm,
+    ) -> tuple[dict[str, float], LayerCost]:
+        """One layer kind's terms for :meth:`per_layer` (unmemoised)."""
+        model, cluster = self._workload.model, self._cluster
+        accel = cluster.accel
+        tokens = mbs * self._workload.seq_len / s.cp
+        c = self.layer_cost(moe, tokens, s)
+        t_tp = comm.total_time(comm.tp_layer(model, s, tokens, moe, strides), cluster)
+        ring, a2a = comm.cp_layer(model, s, tokens, strides)
+        t_ring, t_a2a = comm.total_time(ring, cluster), comm.total_time(a2a, cluster)
+        t_ep = 0.0
+        if moe:
+            ep_items = comm.ep_layer(
+                model, s, tokens, strides, moe_comm.dispatcher, cluster.scale_up_domain
+            )
+            t_ep = comm.total_time(ep_items, cluster)
+        rec = 0.0
+        rec_comm = 0.0
+        if mode == "selective":
+            rec = c.attn_fwd
+        elif mode == "full":
+            rec = c.fwd
+            rec_comm = 0.5 * (t_tp + t_a2a + t_ep)  # the forward's collectives run again
+        corr_f, corr_b = _cp_correction(model, s, tokens, accel)
+        if corr_f:
+            c = replace(c, elem_fwd=c.elem_fwd + corr_f, elem_bwd=c.elem_bwd + corr_b)
+        tp_exp = _exposed(t_tp, c.gemm, tp_overlap)
+        ep_exp = _ep_exposed(c, t_ep, moe_comm, mode) if moe else 0.0
+        ring_exp = _exposed(t_ring, c.attn, True)
+        host, host_exp = _host_exposed(
+            model,
+            moe,
+            s,
+            self._workload.precision,
+            mode,
+            self._switches.cuda_graphs,
+            accel,
+            c,
+            tp_exp + ring_exp + t_a2a + ep_exp,
+            rec + rec_comm,
+        )
+        terms = {
+            "compute": c.fwd + c.bwd,
+            "recompute": rec + rec_comm,
+            "tp": t_tp,
+            "tp_exposed": tp_exp,
+            "cp": t_ring + t_a2a,
+            "cp_exposed": ring_exp + t_a2a,
+            "ep": t_ep,
+            "ep_exposed": ep_exp,
+            "host": host,
+            "host_exposed": host_exp,
+            "fwd": c.fwd,
+            "bwd": c.bwd,
+        }
+        return terms, c
+
+    # ---- the planner's bound -----------------------------------------------------------------
+    def lower_bound(self, s: Strategy, micro_batch_size: int) -> float:
+        """A lower bound of the step time under any recompute mode (no recompute, no
+        PP/DP/optimizer terms): the fullest stage's layers, compute plus exposed TP/CP/EP
+        communication and host time, times ``m + (p-1)/v``."""
+        moe_comm = _effective_moe_comm(s, "none", self._moe_comm, None)
+        dp = _dp(s)
+        gbs = self._workload.needs_global_batch("the step model")
+        mbs = micro_batch_size
+        m = gbs // (dp * mbs)
+        split = self.split(s)
+        # VPP variants of one layout share everything but the bubble factor: memoise the
+        # fullest stage's per-micro-batch time on the layout and the stage shapes
+        key: tuple = (s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, s.pp, dp, s.order, mbs)
+        key += (moe_comm, split.stage_layers, split.stage_moe)
+        worst = self._bounds.get(key)
+        if worst is None:
+            edp = s.tp * s.cp * dp // (s.etp * s.ep)  # training grid: world / (etp ep pp)
+            strides = comm.group_strides(s, dp, edp)
+            per = self.per_layer(s, mbs, "none", strides, self.tp_overlap(s, strides), moe_comm)
+            terms = ("compute", "tp_exposed", "cp_exposed", "ep_exposed", "host_exposed")
+            dense_mb = sum(per[False][k] for k in terms)
+            moe_mb = sum(per[True][k] for k in terms) if True in per else 0.0
+            worst = self._bounds[key] = max(
+                (c - n) * dense_mb + n * moe_mb for c, n in zip(split.stage_layers, split.stage_moe)
+            )
+        return worst * (m + (s.pp - 1) / s.vpp)
+
+    # ---- one step ----------------------------------------------------------------------------
+    def price(
+        self, s: Strategy, *, micro_batch_size: int | None = None, recompute: str | None = None
+    ) -> StepReport:
+        """One step of strategy ``s`` (its world size set), at ``micro_batch_size`` and
+        ``recompute`` (defaults: the workload's and the switches'), without checking the
+        strategy against the rules."""
+        wl = self._workload
+        mbs = micro_batch_size or wl.mbs
+        mode = normalize_recompute(recompute) if recompute is not None else self._switches.mode
+        gbs = wl.needs_global_batch("estimate_step")
+        dp = _dp(s)
+        world = s.world_size if s.world_size is not None else s.min_world_size * dp
+        m = gbs // (dp * mbs)
+        if m < 1 or gbs % (dp * mbs):
+            raise UsageError(
+                f"global_batch_size={gbs} is not a multiple of micro_batch_size*dp = {mbs}*{dp}"
+            )
+        strides = comm.group_strides(s, dp, world // (s.etp * s.ep * s.pp))
+        notes: list[str] = []
+        split = self.split(s)
+        if split.note:
+            notes.append(split.note)
+        moe_comm = _effective_moe_comm(s, mode, self._moe_comm, notes)
+        per = self.per_layer(s, mbs, mode, strides, self.tp_overlap(s, strides), moe_comm)
+        stages = self._stages(s, split, per, mbs * wl.seq_len / s.cp)
+        step, st, pp = self._slowest(s, m, stages, strides, mbs)
+        if self._cluster.span(s.tp, strides["tp"]) == "inter" and s.tp > 1:
+            notes.append(
+                f"TP group of {s.tp} crosses the scale-up domain of "
+                f"{self._cluster.scale_up_domain}: every layer's TP collectives use the "
+                "scale-out link"
+            )
+        return self._report(step, st, _breakdown(m, st, pp), m, world, mode, notes)
+
+    def _stages(
+        self, s: Strategy, split: PipelineSplit, per: dict[bool, dict[str, float]], tokens: float
+    ) -> list[tuple[dict[str, float], Any]]:
+        """Per-micro-batch terms and parameter record of each distinct stage: stages that hold
+        the same layers and neither end of the pipeline cost the same."""
+        model = self._workload.model
+        p = s.pp
+        head_t = self.head_cost(tokens, s.tp)
+        mtp = self._mtp_terms(per, tokens, s.tp, head_t)
+        blocks = stage_params(model, s.tp, s.ep, s.etp, split.stage_layers, split.stage_moe)
+        signatures: dict[tuple[int, int, bool, bool], int] = {}
+        for j in range(p):
+            sig = (split.stage_layers[j], split.stage_moe[j], j == 0, j == p - 1)
+            signatures.setdefault(sig, j)
+        out = []
+        for (n_layers, n_moe, _first, last), j in signatures.items():
+            n_dense = n_layers - n_moe
+            st = {
+                k: n_dense * per[False][k] + (n_moe * per[True][k] if n_moe else 0.0)
+                for k in LAYER_TERMS
+            }
+            if last:
+                st["compute"] += head_t
+                st["fwd"] += head_t / 3
+                st["bwd"] += 2 * head_t / 3
+                for k, val in mtp.items():
+                    st[k] += val
+            st["mb"] = (
+                st["compute"]
+                + st["recompute"]
+                + st["tp_exposed"]
+                + st["cp_exposed"]
+                + st["ep_exposed"]
+                + st["host_exposed"]
+            )
+            st.update(stage=j, dense_params=blocks[j].dense_params)
+            st["expert_params"] = blocks[j].expert_params
+            out.append((st, blocks[j]))
+        return out
+
+    def _mtp_terms(
+        self, per: dict[bool, dict[str, float]], tokens: float, tp: int, head_t: float
+    ) -> dict[str, float]:
+        """Per-micro-batch terms of the MTP modules on the last stage: one layer of the last
+        layer's kind each, the ``[h; h] -> h`` projection and the shared output layer."""
+        wl = self._workload
+        model = wl.model
+        if not model.mtp_num_layers:
+            return {}
+        last_moe = is_moe_layer(model, model.num_layers - 1)
+        terms = {k: model.mtp_num_layers * val for k, val in per[last_moe].items()}
+        h = model.hidden_size
+        proj = gemm_time(self._cluster.accel, tokens, h / tp, 2 * h, wl.precision)
+        terms["compute"] += model.mtp_num_layers * (3 * proj + head_t)
+        return terms
+
+    def _slowest(
+        self,
+        s: Strategy,
+        m: int,
+        stages: list[tuple[dict[str, float], Any]],
+        strides: dict[str, int],
+        mbs: int,
+    ) -> tuple[float, dict[str, float], tuple[float, float, float]]:
+        """(step seconds, the slowest stage's terms, (bubble, pp, pp exposed)): the pipeline,
+        DP synchronisation and optimizer step of each stage; the slowest stage is the step."""
+        p, v = s.pp, s.vpp
+        tokens = mbs * self._workload.seq_len / s.cp
+        p2p = comm.pp_microbatch(self._workload.model, s, tokens, strides)
+        t_p2p = p2p.time(self._cluster) if p2p else 0.0
+        t_max_mb = max(st["mb"] for st, _ in stages)
+        bubble = (p - 1) / v * t_max_mb if p > 1 else 0.0
+        pp_total = 2 * v * m * t_p2p
+        pp_exposed = 0.0
+        if p > 1:
+            steady = (OVERLAP_SLOWDOWN if v > 1 else 1.0) * 2 * v * m * t_p2p
+            pp_exposed = 2 * (p - 1) * t_p2p + steady
+        best: tuple[float, dict[str, float]] | None = None
+        for st, block in stages:
+            self._dp_and_optimizer(s, st, block, strides)
+            st["total"] = m * st["mb"] + bubble + pp_exposed + st["dp_exposed"] + st["optimizer"]
+            if best is None or st["total"] > best[0]:
+                best = (st["total"], st)
+        assert best is not None
+        return best[0], best[1], (bubble, pp_total, pp_exposed)
+
+    def _dp_and_optimizer(
+        self, s: Strategy, st: dict[str, float], block: Any, strides: dict[str, int]
+    ) -> None:
+        """Add a stage's DP gradient / parameter synchronisation (total and exposed) and its
+        optimizer step to ``st``, from the stage's parameter record."""
+        dp = _dp(s)
+        world = s.world_size if s.world_size is not None else s.min_world_size * dp
+        edp = world // (s.etp * s.ep * s.pp)
+        sw = self._switches
+        dense, expert = block.dense_params, block.expert_params
+        key = (dense, expert, dp, edp, s.cp, strides["dp-cp"], strides["edp"])
+        hit = self._dp.get(key)
+        if hit is None:
+            items = comm.dp_step(s, dense, expert, dp, edp, strides, sw.distributed_optimizer)
+            hit = self._dp[key] = (
+                sum(
+                    c.time(self._cluster) for c in items if c.op in ("reduce_scatter", "all_reduce")
+                ),
+                sum(c.time(self._cluster) for c in items if c.op == "all_gather"),
+            )
+        t_rs, t_ag = hit
+        local = dense + expert
+        if sw.overlap_grad_reduce:
+            bucket_frac = min(1.0, max(BUCKET_PARAMS, 1e6 * dp) / local) if local > 0 else 0.0
+            exposed = (
+                _exposed(t_rs, st["bwd"], True)
+                + _exposed(t_ag, st["fwd"], True)
+                + bucket_frac * (t_rs + t_ag)
+            )
+        else:
+            exposed = t_rs + t_ag
+        shard = dense / (dp * s.cp) + expert / max(edp, 1)
+        if not sw.distributed_optimizer:
+            shard = local
+        accel = self._cluster.accel
+        opt = memory_time(accel, shard * ADAM_BYTES_PER_PARAM + local * 2, kernel_profile(accel))
+        st.update(dp=t_rs + t_ag, dp_exposed=exposed, optimizer=opt)
+
+    def _report(
+        self,
+        step: float,
+        st: dict[str, float],
+        breakdown: dict[str, float],
+        m: int,
+        world: int,
+        mode: str,
+        notes: list[str],
+    ) -> StepReport:
+        wl = self._workload
+        gbs = wl.needs_global_batch("estimate_step")
+        tokens_step = gbs * wl.seq_len
+        fpt = model_flops_per_token(wl.model, wl.seq_len)
+        tflops = fpt * tokens_step / step / world / 1e12
+        return StepReport(
+            step_time_s=step,
+            tokens_per_s_per_gpu=tokens_step / step / world,
+            tflops_per_gpu=tflops,
+            mfu=tflops * 1e12 / self._cluster.accel.peak(wl.precision),
+            breakdown=breakdown,
+            micro_batches=m,
+            world_size=world,
+            precision=wl.precision,
+            recompute=mode,
+            model_flops_per_token=fpt,
+            notes=tuple(notes),
+            stage=int(st["stage"]),
+            stage_params=st["dense_params"] + st["expert_params"],
+            stage_expert_params=st["expert_params"],
+        )
+
+
+def _breakdown(m: int, st: dict[str, float], pp: tuple[float, float, float]) -> dict[str, float]:
+    """Seconds per step of the slowest stage, term by term (see :class:`StepReport`)."""
+    bubble, pp_total, pp_exposed = pp
+    out = {k: m * st[k] for k in LAYER_TERMS[:10]}
+    out.update(
+        pp=pp_total,
+        pp_exposed=pp_exposed,
+        dp=st["dp"],
+        dp_exposed=st["dp_exposed"],
+        bubble=bubble,
+        optimizer=st["optimizer"],
+    )
+    return out
+
+
 def estimate_step(
-    model: ModelSpec,
+    model: ModelSpec | Workload | str | None,
     strategy: Strategy,
     cluster: Cluster,
+    switches: Switches | None = None,
     *,
-    seq_len: int,
-    global_batch_size: int,
-    micro_batch_size: int = 1,
-    precision: str = "bf16",
-    recompute: str = "selective",
-    distributed_optimizer: bool = True,
-    flash_attention: bool = True,
+    seq_len: int | None = None,
+    global_batch_size: int | None = None,
+    micro_batch_size: int | None = None,
+    precision: str | None = None,
+    recompute: str | None = None,
+    distributed_optimizer: bool | None = None,
+    flash_attention: bool | None = None,
     tp_comm_overlap: bool | None = None,
-    overlap_grad_reduce: bool = True,
-    moe_dispatcher: str = "alltoall",
-    moe_a2a_overlap: bool = False,
-    moe_shared_expert_overlap: bool = False,
+    overlap_grad_reduce: bool | None = None,
+    moe_dispatcher: str | None = None,
+    moe_a2a_overlap: bool | None = None,
+    moe_shared_expert_overlap: bool | None = None,
     cuda_graphs: Any = None,
     validate: bool = True,
+    workload: Workload | None = None,
 ) -> StepReport:
     """Predict one training step of ``model`` split by ``strategy`` on ``cluster``.
+
+    Typed form: ``estimate_step(workload, strategy, cluster, switches)`` with a
+    :class:`~parastrat.spec.workload.Workload` and :class:`~parastrat.spec.workload.Switches`;
+    the keyword form (``model, strategy, cluster, seq_len=..., recompute=...``) builds them
+    (an omitted keyword takes the default of its field).
 
     ``strategy.dp`` may be unset: the world is then ``cluster.num_devices``.  With
     ``validate`` (the default) the strategy is checked against the model, world size, sequence
@@ -804,48 +1013,39 @@ def estimate_step(
     the whole iteration; or scopes such as ``"attn,moe_router,moe_preprocess"``), which
     removes the host launch cost of the captured blocks.
     """
-    from ..spec.models import get as get_model
-
-    model = get_model(model)
-    prec = canonical_precision(precision)
-    mode = normalize_recompute(recompute)
+    wl, sw = resolve(
+        model,
+        workload,
+        switches,
+        who="estimate_step",
+        seq_len=seq_len,
+        global_batch_size=global_batch_size,
+        micro_batch_size=micro_batch_size,
+        precision=precision,
+        recompute=recompute,
+        distributed_optimizer=distributed_optimizer,
+        flash_attention=flash_attention,
+        tp_comm_overlap=tp_comm_overlap,
+        overlap_grad_reduce=overlap_grad_reduce,
+        moe_dispatcher=moe_dispatcher,
+        moe_a2a_overlap=moe_a2a_overlap,
+        moe_shared_expert_overlap=moe_shared_expert_overlap,
+        cuda_graphs=cuda_graphs,
+    )
+    gbs = wl.needs_global_batch("estimate_step")
     world = int(strategy.world_size or cluster.num_devices)
     if validate:
-        _validate(model, strategy, world, seq_len, global_batch_size, micro_batch_size)
+        validate_strategy(wl.model, strategy, world, wl.seq_len, gbs, wl.mbs)
     if strategy.dp is None:
         strategy = strategy.with_world_size(world)
-    moe_comm = moe_comm_options(moe_dispatcher, moe_a2a_overlap, moe_shared_expert_overlap)
-    return _estimate(
-        model,
-        strategy,
-        cluster,
-        seq_len,
-        global_batch_size,
-        micro_batch_size,
-        prec,
-        mode,
-        distributed_optimizer,
-        flash_attention,
-        tp_comm_overlap,
-        overlap_grad_reduce,
-        moe_comm=moe_comm,
-        graphs=cuda_graph_scopes(cuda_graphs),
-    )
+    return StepModel(cluster, wl, sw).price(strategy)
 
 
 def moe_comm_options(
     dispatcher: str = "alltoall", a2a_overlap: bool = False, shared_expert_overlap: bool = False
 ) -> MoEComm:
     """A :class:`MoEComm`, with UsageError naming the choices for an unknown dispatcher."""
-    name = str(dispatcher).strip().lower()
-    if name in comm.FLEX_BACKENDS:
-        name = "flex"
-    if name not in comm.DISPATCHERS:
-        raise UsageError(
-            f"unknown MoE dispatcher {dispatcher!r}; use one of "
-            f"{', '.join(comm.DISPATCHERS)} (deepep/hybridep mean flex)"
-        )
-    return MoEComm(name, bool(a2a_overlap), bool(shared_expert_overlap))
+    return MoEComm(_moe_dispatcher(dispatcher), bool(a2a_overlap), bool(shared_expert_overlap))
 
 
 def check_errors(
@@ -877,7 +1077,7 @@ def check_errors(
     return errors
 
 
-def _validate(
+def validate_strategy(
     model: ModelSpec,
     strategy: Strategy,
     world: int,
@@ -885,6 +1085,8 @@ def _validate(
     global_batch_size: int,
     micro_batch_size: int,
 ) -> None:
+    """Raise :class:`StrategyError` listing every hard rule ``strategy`` breaks for this
+    model, world and batch (:func:`check_errors`)."""
     errors = check_errors(
         model,
         strategy,
@@ -897,116 +1099,11 @@ def _validate(
         raise StrategyError(errors)
 
 
-def _per_layer(
-    model: ModelSpec,
-    s: Strategy,
-    cluster: Cluster,
-    tokens: float,
-    seq_len: int,
-    prec: str,
-    mode: str,
-    strides: dict[str, int],
-    tp_overlap: bool,
-    flash_attention: bool,
-    memo: dict | None,
-    moe_comm: MoEComm = DEFAULT_MOE_COMM,
-    graphs: frozenset[str] = frozenset(),
-) -> tuple[dict[bool, dict[str, float]], dict[bool, LayerCost]]:
-    """Per-layer, per-micro-batch seconds (dense and MoE): compute, recompute, each
-    collective and its exposed part, and the host (CPU) time that the GPU waits for
-    (:func:`_host_exposed`)."""
-    accel = cluster.accel
-    kinds: dict[bool, LayerCost] = {}
-    per: dict[bool, dict[str, float]] = {}
-    for moe in (False, True):
-        if moe and not model.is_moe:
-            continue
-        mkey = None
-        if memo is not None:
-            mkey = (
-                moe,
-                tokens,
-                s.tp,
-                s.sp,
-                s.ulysses,
-                s.ring,
-                s.ep,
-                s.etp,
-                strides["tp"],
-                strides["ulysses"],
-                strides["ring"],
-                strides["ep"],
-                strides["etp"],
-                mode,
-                moe_comm,
-                flash_attention,
-                tp_overlap,
-                graphs,
-            )
-            hit = memo.get(mkey)
-            if hit is not None:
-                per[moe], kinds[moe] = hit
-                continue
-        c = layer_cost(
-            model, accel, prec, moe, tokens, seq_len, s.tp, s.cp, s.sp, s.ep, s.etp, flash_attention
-        )
-        kinds[moe] = c
-        t_tp = comm.total_time(comm.tp_layer(model, s, tokens, moe, strides), cluster)
-        ring, a2a = comm.cp_layer(model, s, tokens, strides)
-        t_ring, t_a2a = comm.total_time(ring, cluster), comm.total_time(a2a, cluster)
-        t_ep = (
-            comm.total_time(
-                comm.ep_layer(
-                    model, s, tokens, strides, moe_comm.dispatcher, cluster.scale_up_domain
-                ),
-                cluster,
-            )
-            if moe
-            else 0.0
-        )
-        rec = 0.0
-        rec_comm = 0.0
-        if mode == "selective":
-            rec = c.attn_fwd
-        elif mode == "full":
-            rec = c.fwd
-            rec_comm = 0.5 * (t_tp + t_a2a + t_ep)  # the forward's collectives run again
-        corr_f, corr_b = _cp_correction(model, s, tokens, accel)
-        if corr_f:
-            c = replace(c, elem_fwd=c.elem_fwd + corr_f, elem_bwd=c.elem_bwd + corr_b)
-        tp_exp = _exposed(t_tp, c.gemm, tp_overlap)
-        ep_exp = _ep_exposed(c, t_ep, moe_comm, mode) if moe else 0.0
-        ring_exp = _exposed(t_ring, c.attn, True)
-        host, host_exp = _host_exposed(
-            model,
-            moe,
-            s,
-            prec,
-            mode,
-            graphs,
-            accel,
-            c,
-            tp_exp + ring_exp + t_a2a + ep_exp,
-            rec + rec_comm,
-        )
-        per[moe] = {
-            "compute": c.fwd + c.bwd,
-            "recompute": rec + rec_comm,
-            "tp": t_tp,
-            "tp_exposed": tp_exp,
-            "cp": t_ring + t_a2a,
-            "cp_exposed": ring_exp + t_a2a,
-            "ep": t_ep,
-            "ep_exposed": ep_exp,
-            "host": host,
-            "host_exposed": host_exp,
-            "fwd": c.fwd,
-            "bwd": c.bwd,
-        }
-        if mkey is not None and memo is not None:
-            memo[mkey] = (per[moe], c)
-
-    return per, kinds
+def clear_caches() -> None:
+    """Empty the per-model memos (:mod:`parastrat.estimate.memo`: host operations, layer
+    records, pipeline splits, activations, model FLOPs, the planner's bounds and pipeline
+    variants); a :class:`StepModel`'s own memo goes with the object."""
+    memo.clear()
 
 
 def _host_exposed(
@@ -1126,314 +1223,3 @@ def _ep_exposed(c: LayerCost, t_ep: float, moe_comm: MoEComm, mode: str) -> floa
 def _dp(s: Strategy) -> int:
     """The data-parallel degree of a strategy whose world size is set (1 if it is not)."""
     return s.dp if s.dp is not None else 1
-
-
-def microbatch_lower_bound(
-    model: ModelSpec,
-    s: Strategy,
-    cluster: Cluster,
-    seq_len: int,
-    gbs: int,
-    mbs: int,
-    prec: str,
-    memo: dict | None = None,
-    moe_comm: MoEComm = DEFAULT_MOE_COMM,
-    graphs: frozenset[str] = frozenset(),
-) -> float:
-    """A lower bound of the step time (no recompute, no PP/DP/optimizer terms): the fullest
-    stage's layers, compute plus exposed TP/CP/EP communication, times ``m + (p-1)/v``."""
-    moe_comm = _effective_moe_comm(s, "none", moe_comm, None)
-    dp = _dp(s)
-    m = gbs // (dp * mbs)
-    split = pipeline_split(model, s)
-    # VPP variants of one layout share everything but the bubble factor: memoise the fullest
-    # stage's per-micro-batch time on the layout and the stage shapes
-    wkey = None
-    if memo is not None:
-        wkey = (
-            "lb",
-            s.tp,
-            s.sp,
-            s.ulysses,
-            s.ring,
-            s.ep,
-            s.etp,
-            s.pp,
-            dp,
-            s.order,
-            mbs,
-            moe_comm,
-            graphs,
-            split.stage_layers,
-            split.stage_moe,
-        )
-        hit = memo.get(wkey)
-        if hit is not None:
-            return hit * (m + (s.pp - 1) / s.vpp)
-    edp = s.tp * s.cp * s.pp * dp // (s.etp * s.ep * s.pp)  # training grid: world / (etp ep pp)
-    tokens = mbs * seq_len / s.cp
-    strides = comm.group_strides(s, dp, edp)
-    tp_overlap = s.sp and s.tp > 1 and cluster.span(s.tp, strides["tp"]) == "intra"
-    per, _ = _per_layer(
-        model,
-        s,
-        cluster,
-        tokens,
-        seq_len,
-        prec,
-        "none",
-        strides,
-        tp_overlap,
-        True,
-        memo,
-        moe_comm,
-        graphs,
-    )
-    counts, moe_counts = split.stage_layers, split.stage_moe
-
-    def mb(key: bool) -> float:
-        d = per[key]
-        return (
-            d["compute"] + d["tp_exposed"] + d["cp_exposed"] + d["ep_exposed"] + d["host_exposed"]
-        )
-
-    dense_mb = mb(False)
-    moe_mb = mb(True) if model.is_moe else 0.0
-    worst = max((c - n) * dense_mb + n * moe_mb for c, n in zip(counts, moe_counts))
-    if wkey is not None and memo is not None:
-        memo[wkey] = worst
-    return worst * (m + (s.pp - 1) / s.vpp)
-
-
-def _estimate(
-    model: ModelSpec,
-    s: Strategy,
-    cluster: Cluster,
-    seq_len: int,
-    gbs: int,
-    mbs: int,
-    prec: str,
-    mode: str,
-    distributed_optimizer: bool = True,
-    flash_attention: bool = True,
-    tp_comm_overlap: bool | None = None,
-    overlap_grad_reduce: bool = True,
-    memo: dict | None = None,
-    moe_comm: MoEComm = DEFAULT_MOE_COMM,
-    graphs: frozenset[str] = frozenset(),
-) -> StepReport:
-    """The model itself, without validation (the planner calls this on legal candidates).
-
-    ``memo`` (a dict owned by the caller, for one model, cluster, sequence and precision)
-    caches per-layer costs across strategies that share TP/CP/EP shapes.
-    """
-    accel = cluster.accel
-    dp = _dp(s)
-    world = s.world_size if s.world_size is not None else s.min_world_size * dp
-    edp = world // (s.etp * s.ep * s.pp)
-    m = gbs // (dp * mbs)
-    if m < 1 or gbs % (dp * mbs):
-        raise UsageError(
-            f"global_batch_size={gbs} is not a multiple of micro_batch_size*dp = {mbs}*{dp}"
-        )
-    p, v = s.pp, s.vpp
-    tokens = mbs * seq_len / s.cp
-    strides = comm.group_strides(s, dp, edp)
-    notes: list[str] = []
-
-    # ---- per-layer costs, dense and MoE -------------------------------------------------
-    split = pipeline_split(model, s)
-    counts, moe_counts = split.stage_layers, split.stage_moe
-    if split.note:
-        notes.append(split.note)
-    tp_intra = cluster.span(s.tp, strides["tp"]) == "intra"
-    tp_overlap = s.sp and s.tp > 1 and tp_intra
-    if tp_comm_overlap is not None:
-        tp_overlap = tp_overlap and tp_comm_overlap
-
-    moe_comm = _effective_moe_comm(s, mode, moe_comm, notes)
-    per, kinds = _per_layer(
-        model,
-        s,
-        cluster,
-        tokens,
-        seq_len,
-        prec,
-        mode,
-        strides,
-        tp_overlap,
-        flash_attention,
-        memo,
-        moe_comm,
-        graphs,
-    )
-
-    head_t, head_p = _head_cost(model, accel, tokens, s.tp)
-    emb_p = model.vocab_size * model.hidden_size / s.tp
-    mtp_terms: dict[str, float] = {}
-    if model.mtp_num_layers:
-        last_moe = is_moe_layer(model, model.num_layers - 1)
-        mtp_terms = {k: model.mtp_num_layers * val for k, val in per[last_moe].items()}
-        proj = gemm_time(accel, tokens, model.hidden_size / s.tp, 2 * model.hidden_size, prec)
-        mtp_terms["compute"] += model.mtp_num_layers * (3 * proj + head_t)
-
-    # ---- stages ---------------------------------------------------------------------------
-    keys = (
-        "compute",
-        "recompute",
-        "tp",
-        "tp_exposed",
-        "cp",
-        "cp_exposed",
-        "ep",
-        "ep_exposed",
-        "host",
-        "host_exposed",
-        "fwd",
-        "bwd",
-    )
-    stages: list[dict[str, float]] = []
-    # stages that hold the same layers and neither end of the pipeline cost the same
-    signatures: dict[tuple[int, int, bool, bool], int] = {}
-    for j in range(p):
-        signatures.setdefault((counts[j], moe_counts[j], j == 0, j == p - 1), j)
-    for n_layers, n_moe, first, last in signatures:
-        n_dense = n_layers - n_moe
-        st = {k: n_dense * per[False][k] + (n_moe * per[True][k] if n_moe else 0.0) for k in keys}
-        dense_p = n_dense * kinds[False].dense_params if n_dense else 0.0
-        exp_p = 0.0
-        if n_moe:
-            dense_p += n_moe * kinds[True].dense_params
-            exp_p += n_moe * kinds[True].expert_params
-        if first:
-            dense_p += emb_p
-        if last:
-            st["compute"] += head_t
-            st["fwd"] += head_t / 3
-            st["bwd"] += 2 * head_t / 3
-            if p > 1 or not model.tied_embeddings:
-                dense_p += head_p
-            for k, val in mtp_terms.items():
-                st[k] += val
-            if mtp_terms:
-                last_moe = is_moe_layer(model, model.num_layers - 1)
-                kc = kinds[last_moe]
-                dense_p += model.mtp_num_layers * (
-                    kc.dense_params + 2 * model.hidden_size**2 / s.tp
-                )
-                exp_p += model.mtp_num_layers * kc.expert_params
-        st["mb"] = (
-            st["compute"]
-            + st["recompute"]
-            + st["tp_exposed"]
-            + st["cp_exposed"]
-            + st["ep_exposed"]
-            + st["host_exposed"]
-        )
-        st["dense_params"] = dense_p
-        st["expert_params"] = exp_p
-        stages.append(st)
-
-    # ---- pipeline, DP, optimizer per stage; the slowest stage is the step ------------------
-    p2p = comm.pp_microbatch(model, s, tokens, strides)
-    t_p2p = p2p.time(cluster) if p2p else 0.0
-    best: tuple[float, dict[str, float]] | None = None
-    t_max_mb = max(st["mb"] for st in stages)
-    bubble = (p - 1) / v * t_max_mb if p > 1 else 0.0
-    pp_total = 2 * v * m * t_p2p
-    if p > 1:
-        fill = 2 * (p - 1) * t_p2p
-        steady = (OVERLAP_SLOWDOWN if v > 1 else 1.0) * 2 * v * m * t_p2p
-        pp_exposed = fill + steady
-    else:
-        pp_exposed = 0.0
-    for st in stages:
-        dkey = (
-            "dp",
-            st["dense_params"],
-            st["expert_params"],
-            dp,
-            edp,
-            s.cp,
-            strides["dp-cp"],
-            strides["edp"],
-            distributed_optimizer,
-        )
-        hit = memo.get(dkey) if memo is not None else None
-        if hit is None:
-            dp_items = comm.dp_step(
-                s, st["dense_params"], st["expert_params"], dp, edp, strides, distributed_optimizer
-            )
-            hit = (
-                sum(c.time(cluster) for c in dp_items if c.op in ("reduce_scatter", "all_reduce")),
-                sum(c.time(cluster) for c in dp_items if c.op == "all_gather"),
-            )
-            if memo is not None:
-                memo[dkey] = hit
-        t_rs, t_ag = hit
-        bucket_frac = 0.0
-        local_params = st["dense_params"] + st["expert_params"]
-        if local_params > 0:
-            bucket_frac = min(1.0, max(BUCKET_PARAMS, 1e6 * dp) / local_params)
-        if overlap_grad_reduce:
-            dp_exposed = (
-                _exposed(t_rs, st["bwd"], True)
-                + _exposed(t_ag, st["fwd"], True)
-                + bucket_frac * (t_rs + t_ag)
-            )
-        else:
-            dp_exposed = t_rs + t_ag
-        shard = st["dense_params"] / (dp * s.cp) + st["expert_params"] / max(edp, 1)
-        if not distributed_optimizer:
-            shard = local_params
-        opt = memory_time(
-            accel, shard * ADAM_BYTES_PER_PARAM + local_params * 2, kernel_profile(accel)
-        )
-        total = m * st["mb"] + bubble + pp_exposed + dp_exposed + opt
-        st.update(dp=t_rs + t_ag, dp_exposed=dp_exposed, optimizer=opt, total=total)
-        if best is None or total > best[0]:
-            best = (total, st)
-    assert best is not None
-    step, st = best
-
-    breakdown = {
-        "compute": m * st["compute"],
-        "recompute": m * st["recompute"],
-        "tp": m * st["tp"],
-        "tp_exposed": m * st["tp_exposed"],
-        "cp": m * st["cp"],
-        "cp_exposed": m * st["cp_exposed"],
-        "ep": m * st["ep"],
-        "ep_exposed": m * st["ep_exposed"],
-        "host": m * st["host"],
-        "host_exposed": m * st["host_exposed"],
-        "pp": pp_total,
-        "pp_exposed": pp_exposed,
-        "dp": st["dp"],
-        "dp_exposed": st["dp_exposed"],
-        "bubble": bubble,
-        "optimizer": st["optimizer"],
-    }
-    if cluster.span(s.tp, strides["tp"]) == "inter" and s.tp > 1:
-        notes.append(
-            f"TP group of {s.tp} crosses the scale-up domain of "
-            f"{cluster.scale_up_domain}: every layer's TP collectives use the "
-            "scale-out link"
-        )
-    tokens_step = gbs * seq_len
-    fpt = model_flops_per_token(model, seq_len)
-    tflops = fpt * tokens_step / step / world / 1e12
-    peak = accel.peak(prec)
-    return StepReport(
-        step_time_s=step,
-        tokens_per_s_per_gpu=tokens_step / step / world,
-        tflops_per_gpu=tflops,
-        mfu=tflops * 1e12 / peak,
-        breakdown=breakdown,
-        micro_batches=m,
-        world_size=world,
-        precision=prec,
-        recompute=mode,
-        model_flops_per_token=fpt,
-        notes=tuple(notes),
-    )

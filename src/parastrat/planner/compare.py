@@ -4,8 +4,9 @@ The question users bring after a config change produced an OOM or a throughput r
 ``compare(a, b, model=..., cluster=..., seq_len=..., global_batch_size=...)`` prices both with
 the same model and batch, lists every memory component per pipeline stage and every step-time
 term side by side, and names the degree changes and the term that dominate the difference.
-``a``/``b`` may be :class:`~parastrat.Strategy` objects, ``"tp=4,pp=2,vpp=5"`` strings, dicts,
-or Megatron configs (read with :func:`parastrat.adapters.megatron.from_config`).
+``a``/``b`` may be :class:`~parastrat.Strategy` objects, ``"tp=4,pp=2,vpp=5"`` strings or
+dicts; read a Megatron config first with :func:`parastrat.adapters.megatron.from_config` (the
+planner imports no framework adapter).
 """
 
 from __future__ import annotations
@@ -14,14 +15,17 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..estimate.memory import MemoryReport
+from ..estimate.step import StepReport
 from ..spec.hardware import GiB
+from ..spec.workload import Switches, Workload, resolve
 from ..strategy import Strategy
+from .explain import TERM_NAMES
+from .price import price
+from .price import price_strategy as price_strategy
 
 if TYPE_CHECKING:
-    from ..estimate.memory import MemoryReport
-    from ..estimate.step import StepReport
     from ..spec.cluster import Cluster
-    from ..spec.model import ModelSpec
 
 #: Every field a Strategy takes (one source of truth: the dataclass itself).
 _FIELDS = tuple(f.name for f in fields(Strategy))
@@ -54,16 +58,19 @@ def parse_strategy(text: str) -> Strategy:
 
 
 def as_strategy(obj: Any) -> Strategy:
-    """A Strategy from a Strategy, a dict, a ``"tp=4,pp=2"`` string or a Megatron config."""
+    """A Strategy from a Strategy, a dict or a ``"tp=4,pp=2"`` string; UsageError otherwise
+    (a Megatron config is read with :func:`parastrat.adapters.megatron.from_config`)."""
     if isinstance(obj, Strategy):
         return obj
     if isinstance(obj, str):
         return parse_strategy(obj)
     if isinstance(obj, dict):
         return Strategy.from_dict(obj)
-    from ..adapters.megatron import from_config  # lazy: needs the megatron extra
-
-    return from_config(obj)
+    raise UsageError(
+        f"cannot compare a {type(obj).__name__}: give a Strategy, a dict or a "
+        '"tp=4,pp=2" string; read a Megatron config with '
+        "parastrat.adapters.megatron.from_config(cfg) first"
+    )
 
 
 @dataclass
@@ -164,95 +171,42 @@ class Comparison:
         return "\n".join(lines)
 
 
-def price_strategy(
-    model: ModelSpec,
-    strategy: Strategy,
-    cluster: Cluster,
-    *,
-    seq_len: int,
-    global_batch_size: int,
-    micro_batch_size: int = 1,
-    precision: str = "bf16",
-    recompute: str = "selective",
-    **step_options: Any,
-) -> tuple[Strategy, StepReport, MemoryReport]:
-    """(strategy with its world size, step, memory) of one strategy on ``cluster``: the step
-    priced with ``step_options`` (:func:`parastrat.estimate_step`'s switches) and the memory
-    with the recompute mode and precision the step resolved and the switches both models read
-    (``distributed_optimizer``, ``flash_attention``), so the two always agree."""
-    from ..estimate.memory import estimate_memory
-    from ..estimate.step import estimate_step
-
-    s = strategy if strategy.dp is not None else strategy.with_world_size(cluster.num_devices)
-    step = estimate_step(
-        model,
-        s,
-        cluster,
-        seq_len=seq_len,
-        global_batch_size=global_batch_size,
-        micro_batch_size=micro_batch_size,
-        precision=precision,
-        recompute=recompute,
-        **step_options,
-    )
-    mem = estimate_memory(
-        model,
-        s,
-        seq_len=seq_len,
-        micro_batch_size=micro_batch_size,
-        global_batch_size=global_batch_size,
-        recompute=step.recompute,
-        precision=step.precision,
-        **{k: step_options[k] for k in _SHARED_SWITCHES if k in step_options},
-    )
-    return s, step, mem
-
-
-#: Switches both :func:`parastrat.estimate_step` and :func:`parastrat.estimate_memory` take.
-_SHARED_SWITCHES = ("distributed_optimizer", "flash_attention")
-
-
 def compare(
     a: Any,
     b: Any,
     *,
-    model: ModelSpec | str,
     cluster: Cluster,
-    seq_len: int,
-    global_batch_size: int,
-    micro_batch_size: int | tuple[int, int] = 1,
-    precision: str = "bf16",
-    recompute: str | tuple[str, str] = "selective",
-    **step_options: Any,
+    model: Any = None,
+    workload: Workload | None = None,
+    switches: Switches | None = None,
+    micro_batch_size: int | tuple[int, int] | None = None,
+    recompute: str | tuple[str, str] | None = None,
+    **options: Any,
 ) -> Comparison:
     """Price strategies ``a`` and ``b`` for the same model, cluster and batch; say what changed.
 
-    ``micro_batch_size`` and ``recompute`` may be pairs (one for each side).  Other keyword
-    arguments (``moe_dispatcher``, ``cuda_graphs``, ``tp_comm_overlap``, ...) go to
-    :func:`parastrat.estimate_step` for both sides.
+    Typed form: ``compare(a, b, cluster=..., workload=..., switches=...)``; the keyword form
+    (``model=..., seq_len=..., global_batch_size=...`` and any
+    :class:`~parastrat.spec.workload.Switches` field such as ``moe_dispatcher``) builds them.
+    ``micro_batch_size`` and ``recompute`` may be pairs (one for each side).
     """
-    from ..spec.models import get as get_model
-
-    model = get_model(model)
-    mbs = micro_batch_size if isinstance(micro_batch_size, tuple) else (micro_batch_size,) * 2
-    rec = recompute if isinstance(recompute, tuple) else (recompute,) * 2
-    for name, pair in (("micro_batch_size", mbs), ("recompute", rec)):
-        if len(pair) != 2:
-            raise UsageError(f"{name}={pair!r}: give one value, or a pair (a's, b's)")
+    pairs: dict[str, tuple[Any, Any]] = {}
+    for name, value in (("micro_batch_size", micro_batch_size), ("recompute", recompute)):
+        if isinstance(value, tuple):
+            if len(value) != 2:
+                raise UsageError(f"{name}={value!r}: give one value, or a pair (a's, b's)")
+            pairs[name] = value
+        elif value is not None:
+            options[name] = value
+    wl, sw = resolve(model, workload, switches, who="compare", **options)
     sides = []
-    for obj, m, r in ((a, mbs[0], rec[0]), (b, mbs[1], rec[1])):
-        s, step, mem = price_strategy(
-            model,
-            as_strategy(obj),
-            cluster,
-            seq_len=seq_len,
-            global_batch_size=global_batch_size,
-            micro_batch_size=m,
-            precision=precision,
-            recompute=r,
-            **step_options,
+    for i, obj in enumerate((a, b)):
+        wl_i = (
+            wl.with_micro_batch(pairs["micro_batch_size"][i]) if "micro_batch_size" in pairs else wl
         )
-        sides.append((s, step, mem, m, step.recompute))
+        sw_i = sw.with_recompute(pairs["recompute"][i]) if "recompute" in pairs else sw
+        s, step, mem = price(wl_i, as_strategy(obj), cluster, sw_i)
+        sides.append((s, step, mem, wl_i.mbs, step.recompute))
     (sa, ta, ma, mba, ra), (sb, tb, mb, mbb, rb) = sides
     changed = {
         k: (getattr(sa, k), getattr(sb, k)) for k in _FIELDS if getattr(sa, k) != getattr(sb, k)
@@ -274,8 +228,6 @@ def _cause(
     cluster: Cluster,
     changed: dict[str, tuple[Any, Any]],
 ) -> str:
-    from .explain import TERM_NAMES
-
     what = ", ".join(f"{k} {x}->{y}" for k, (x, y) in changed.items()) or "no degree change"
     parts = []
     cap = cluster.memory_bytes

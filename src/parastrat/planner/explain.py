@@ -6,12 +6,17 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, StrategyError, UsageError
+from ..estimate.memory import memory_of
+from ..estimate.step import StepModel, StepReport, validate_strategy
 from ..spec.hardware import GiB
+from ..spec.workload import Switches, Workload
+from ..strategy import Strategy
+from .price import price_strategy
+from .ranking import RANK_TIE, VPP_TIE, exposure_class, model_parallel_sizes
 
 if TYPE_CHECKING:
-    from ..estimate.step import StepReport
     from ..spec.cluster import Cluster
-    from .search import Candidate, Plan
+    from .result import Candidate, Plan
 
 #: Readable names of the step-time terms.
 TERM_NAMES = {
@@ -65,15 +70,13 @@ def _rel(a: StepReport, b: StepReport) -> float:
     return a.step_time_s / b.step_time_s - 1
 
 
-def _pipeline_label(s) -> str:
+def _pipeline_label(s: Strategy) -> str:
     """``PP8(VP4)[+emb+loss] CP2(U)``: the pipeline and CP parts of a strategy's name."""
     return " ".join(part for part in str(s).split() if part.startswith(("PP", "CP")))
 
 
 def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
     """Fill each candidate's ``why``: its limiter, memory, and its edge over the next one."""
-    from .search import RANK_TIE, VPP_TIE, exposure_class, model_parallel_sizes
-
     cap = cluster.memory_bytes
     for i, c in enumerate(ranked):
         parts = [
@@ -176,48 +179,34 @@ def explain_plan(plan: Plan) -> str:
     return "\n".join(lines)
 
 
-def _price(plan: Plan, strategy) -> tuple[StepReport, int, str, float] | None:
+def _price(plan: Plan, strategy: Strategy) -> tuple[StepReport, int, str, float] | None:
     """Best (step, mbs, recompute, peak) of ``strategy`` that fits, or None, priced with the
-    plan's own switches (``plan.step_options``) so the seed and the choice compare alike."""
-    from ..estimate.memory import estimate_memory
-    from ..estimate.step import _validate, estimate_step
-
+    plan's own workload and switches so the seed and the choice compare alike."""
+    wl = plan.workload or Workload(
+        model=plan.model,
+        seq_len=plan.seq_len,
+        global_batch_size=plan.global_batch_size,
+        precision=plan.precision,
+    )
+    steps = StepModel(plan.cluster, wl, plan.switches)
     best = None
     for mbs in (1, 2, 4, 8):
         try:
-            _validate(
+            validate_strategy(
                 plan.model, strategy, plan.num_devices, plan.seq_len, plan.global_batch_size, mbs
             )
         except StrategyError:
             continue
         for mode in ("none", "selective", "full"):
             try:
-                mem = estimate_memory(
-                    plan.model,
-                    strategy,
-                    seq_len=plan.seq_len,
-                    micro_batch_size=mbs,
-                    global_batch_size=plan.global_batch_size,
-                    recompute=mode,
-                    precision=plan.precision,
-                    distributed_optimizer=plan.step_options.get("distributed_optimizer", True),
+                mem = memory_of(
+                    wl.with_micro_batch(mbs), strategy, plan.switches.with_recompute(mode)
                 )
             except (StrategyError, UsageError, SpecError):
                 break
             if not mem.fits(plan.cluster.accel):
                 continue
-            step = estimate_step(
-                plan.model,
-                strategy,
-                plan.cluster,
-                seq_len=plan.seq_len,
-                global_batch_size=plan.global_batch_size,
-                micro_batch_size=mbs,
-                precision=plan.precision,
-                recompute=mode,
-                validate=False,
-                **plan.step_options,
-            )
+            step = steps.price(strategy, micro_batch_size=mbs, recompute=mode)
             if best is None or step.step_time_s < best[0].step_time_s:
                 best = (step, mbs, mode, mem.peak_bytes)
             break
@@ -225,38 +214,24 @@ def _price(plan: Plan, strategy) -> tuple[StepReport, int, str, float] | None:
 
 
 def explain_strategy(
-    model,
-    strategy,
+    model: Any,
+    strategy: Strategy,
     cluster: Cluster,
+    switches: Switches | None = None,
     *,
-    seq_len: int,
-    global_batch_size: int,
-    micro_batch_size: int = 1,
-    precision: str = "bf16",
-    recompute: str = "selective",
-    **step_options: Any,
+    workload: Workload | None = None,
+    **options: Any,
 ) -> str:
     """Memory per stage and the step-time breakdown of one given strategy, as text.
 
-    ``step_options`` (``cuda_graphs``, ``tp_comm_overlap``, MoE switches) go to
-    :func:`~parastrat.estimate.step.estimate_step`.
+    Typed form: ``explain_strategy(workload, strategy, cluster, switches)``; the keyword form
+    (``model, strategy, cluster, seq_len=..., global_batch_size=...`` and any
+    :class:`~parastrat.spec.workload.Switches` field) builds them.
     """
-    from .compare import price_strategy
-
-    s, step, mem = price_strategy(
-        model,
-        strategy,
-        cluster,
-        seq_len=seq_len,
-        global_batch_size=global_batch_size,
-        micro_batch_size=micro_batch_size,
-        precision=precision,
-        recompute=recompute,
-        **step_options,
-    )
+    s, step, mem = price_strategy(model, strategy, cluster, switches, workload=workload, **options)
     total = step.step_time_s
     lines = [
-        f"{model.name} | {s} | mbs {micro_batch_size} | {step.recompute} recompute | "
+        f"{mem.model} | {s} | mbs {mem.micro_batch_size} | {step.recompute} recompute | "
         f"{step.precision} on {cluster.num_devices} x {cluster.accel.name}",
         f"step {total:.3f} s, {step.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
         f"{step.tflops_per_gpu:.0f} TFLOP/s/GPU, MFU {step.mfu:.1%}, "

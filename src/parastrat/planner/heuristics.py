@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from ..spec.model import ModelSpec
 from ..strategy import Strategy, divisors
+from .variants import pipeline_variants
 
 #: The skill's named MoE rows: preset name -> (TP, PP, EP).
 MOE_TABLE: dict[str, tuple[int, int, int]] = {
@@ -84,6 +85,49 @@ def _fit(value: int, allowed: list[int]) -> int:
     return max(below) if below else min(allowed)
 
 
+def _fit_degrees(
+    model: ModelSpec,
+    num_devices: int,
+    tp: int,
+    pp: int,
+    cp: int,
+    ep: int,
+    reasons: list[str],
+) -> tuple[int, int, int, int]:
+    """(TP, PP, CP, EP) made to divide the heads, experts, device count and layers, as a
+    careful reader of the guide would (PP shrinks first, then CP, EP, TP); each adjustment is
+    added to ``reasons``."""
+    tp_ok = [
+        d
+        for d in divisors(model.num_attention_heads)
+        if model.query_groups % d == 0 or d % model.query_groups == 0
+    ]
+    if tp not in tp_ok:
+        tp = _fit(tp, tp_ok)
+        reasons.append(f"TP -> {tp} to divide {model.num_attention_heads} heads")
+    if model.is_moe and model.num_experts % ep:
+        ep = _fit(ep, divisors(model.num_experts))
+        reasons.append(f"EP -> {ep} to divide {model.num_experts} experts")
+    # fit the device count: shrink PP, then CP, EP, TP
+    while num_devices % (tp * cp * pp) or num_devices % (ep * pp):
+        if pp > 1:
+            pp //= 2
+        elif cp > 1:
+            cp //= 2
+        elif ep > 1:
+            ep //= 2
+        elif tp > 1:
+            tp //= 2
+        else:
+            break
+    if pp > 1 and not pipeline_variants(model, pp, 1):
+        ok = [d for d in divisors(model.num_layers) if d <= pp]
+        new_pp = max(ok) if ok else 1
+        reasons.append(f"PP {pp} -> {new_pp}: {model.num_layers} layers")
+        pp = new_pp
+    return tp, pp, cp, ep
+
+
 def seed_strategy(
     model: ModelSpec, num_devices: int, seq_len: int, devices_per_node: int = 8
 ) -> Heuristic:
@@ -113,44 +157,7 @@ def seed_strategy(
         reasons.append(f"seq {seq_len} in 8K-32K -> CP 2")
     elif cp > 1 and seq_len < 8192:
         reasons.append(f"the size band suggests CP 2; kept although seq {seq_len} < 8K")
-    # divisibility with the model
-    tp_ok = [
-        d
-        for d in divisors(model.num_attention_heads)
-        if model.query_groups % d == 0 or d % model.query_groups == 0
-    ]
-    if tp not in tp_ok:
-        tp = _fit(tp, tp_ok)
-        reasons.append(f"TP -> {tp} to divide {model.num_attention_heads} heads")
-    if model.is_moe and model.num_experts % ep:
-        ep = _fit(ep, divisors(model.num_experts))
-        reasons.append(f"EP -> {ep} to divide {model.num_experts} experts")
-
-    # fit the device count: shrink PP, then CP, EP, TP
-    def world_ok(t: int, p: int, c: int, e: int) -> bool:
-        dense, expert = t * c * p, e * p
-        return num_devices % dense == 0 and num_devices % expert == 0
-
-    while not world_ok(tp, pp, cp, ep):
-        if pp > 1:
-            pp //= 2
-        elif cp > 1:
-            cp //= 2
-        elif ep > 1:
-            ep //= 2
-        elif tp > 1:
-            tp //= 2
-        else:
-            break
-    else:
-        pass
-    from .search import pipeline_variants  # the planner's split rules, one source
-
-    if pp > 1 and not pipeline_variants(model, pp, 1):
-        ok = [d for d in divisors(model.num_layers) if d <= pp]
-        new_pp = max(ok) if ok else 1
-        reasons.append(f"PP {pp} -> {new_pp}: {model.num_layers} layers")
-        pp = new_pp
+    tp, pp, cp, ep = _fit_degrees(model, num_devices, tp, pp, cp, ep, reasons)
     reasons.append(f"fitted to {num_devices} devices")
     vpp = 1
     if pp > 2:

@@ -4,18 +4,22 @@
 its Ulysses x ring split), EP, ETP, micro-batch size and recompute mode for the device count,
 keeps what the rules allow (:meth:`Strategy.check`, the one source of truth) and what fits in
 memory with headroom (:func:`parastrat.estimate_memory`), and ranks by predicted throughput
-(:func:`parastrat.estimate_step`).
+(:func:`parastrat.estimate_step`).  The typed form is
+``plan(workload, cluster, switches, search)`` (:mod:`parastrat.spec.workload`).
 
-It is fast because it is a branch-and-bound, not because it skips legal strategies:
+It is fast because it is a branch-and-bound, not because it skips legal strategies; the
+:class:`Search` object holds one plan's state and runs its four steps:
 
-1. cheap divisibility prefilters (heads, experts, layers, world, batch) build the candidate
-   degrees; each surviving strategy is checked once by the rules;
-2. a parameter-only memory bound drops strategies whose weights and optimizer state alone
-   cannot fit;
-3. each (strategy, micro-batch) is priced with no recomputation, a lower bound of its step time
-   under any recompute mode; candidates are visited fastest first and the search stops when
-   the next lower bound is slower than the ``k``-th best fitting candidate;
-4. for a visited candidate the cheapest recompute mode that fits memory is priced.
+1. **enumerate**: cheap divisibility prefilters (heads, experts, layers, world, batch) build the
+   candidate degrees, and a parameter-only memory bound (the layer records' weights, gradients
+   and optimizer state) drops degrees whose parameters alone cannot fit; each surviving
+   strategy is checked once by the rules;
+2. **bound**: each (strategy, micro-batch) is priced with no recomputation, a lower bound of
+   its step time under any recompute mode;
+3. **price**: candidates are visited fastest bound first, priced without recompute (a bound for
+   every mode), then with the cheapest recompute mode that fits memory; the search stops when
+   the next bound is slower than the ``k``-th best fitting candidate;
+4. **rank**: near-ties ordered by :func:`tie_ordered`, VPP variants collapsed, reasons written.
 
 Enumeration limits (documented in ``docs/step-model.md``): TP up to the scale-up domain unless
 ``max_tp`` says otherwise, CP only while each rank keeps >= ``min_cp_tokens`` tokens, ETP in
@@ -26,287 +30,68 @@ from __future__ import annotations
 
 import heapq
 import time
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, StrategyError, UsageError
-from ..estimate.flops import RECOMPUTE_MODES, normalize_recompute
-from ..estimate.step import (
-    DEFAULT_MOE_COMM,
-    MoEComm,
-    StepReport,
-    _estimate,
-    check_errors,
-    cuda_graph_scopes,
-    layer_params,
-    microbatch_lower_bound,
-    moe_comm_options,
-    pipeline_split,
-)
-from ..spec.hardware import GiB, canonical_precision
+from ..estimate.layers import stage_params, try_split
+from ..estimate.memo import per_model
+from ..estimate.memory import MemoryReport, memory_of
+from ..estimate.step import StepModel, check_errors
+from ..estimate.step import clear_caches as clear_step_caches
+from ..spec.hardware import GiB
 from ..spec.model import ModelSpec
+from ..spec.workload import MICRO_BATCH_SIZES as MICRO_BATCH_SIZES
+from ..spec.workload import MIN_CP_TOKENS as MIN_CP_TOKENS
+from ..spec.workload import (
+    SEARCH_FIELDS,
+    SearchSpace,
+    Switches,
+    Workload,
+    resolve,
+    whole,
+)
 from ..strategy import MEGATRON_ORDER, Strategy, divisors
-from .heuristics import Heuristic, seed_strategy
+from .explain import annotate
+from .heuristics import seed_strategy
+from .ranking import KEEP_AT_LEAST, VPP_TIE, tie_ordered
+from .ranking import RANK_TIE as RANK_TIE
+from .ranking import exposure_class as exposure_class
+from .ranking import layout_key as layout_key
+from .ranking import model_parallel_sizes as model_parallel_sizes
+from .ranking import tie_key as tie_key
+from .result import Candidate, Plan
+from .variants import pipeline_variants
 
 if TYPE_CHECKING:
-    from ..estimate.memory import MemoryReport
     from ..spec.cluster import Cluster
 
-#: Candidates kept in a plan at least (the accuracy benchmark looks at the top 10).
-KEEP_AT_LEAST = 10
-#: Micro-batch sizes tried.
-MICRO_BATCH_SIZES = (1, 2, 4, 8)
-#: Fewest tokens per CP rank worth splitting a sequence for.
-MIN_CP_TOKENS = 1024
-#: Relative step-time difference below which two candidates are ranked as a tie: the step
-#: model's constants (GEMM / attention efficiencies, overlap slowdown, link bandwidths) are
-#: quoted to two significant figures, so a 1-2 % difference between two layouts is within
-#: their rounding and is not a prediction.  Among tied candidates the plan prefers the one with
-#: less model parallelism, then less exposed communication (less sensitive to network
-#: contention and jitter), then more memory headroom (:func:`tie_ordered`).
-RANK_TIE = 0.02
-#: VPP / layer-split / Ulysses-x-ring variants of one layout (same TP, PP, CP, EP, ETP,
-#: micro-batch, recompute) within this fraction of the layout's best step time are near-equal:
-#: one candidate, the others listed in its ``alternatives``.  The same resolution as
-#: :data:`RANK_TIE` (one figure for "the model cannot tell these apart").
-VPP_TIE = RANK_TIE
-#: Lower bound of bytes per local parameter (BF16 weight + BF16 gradient) plus
-#: 12 / shard bytes of FP32 master weights and Adam moments (distributed optimizer).
-_STATIC_BYTES, _OPT_BYTES = 4.0, 12.0
+__all__ = [
+    "KEEP_AT_LEAST",
+    "MICRO_BATCH_SIZES",
+    "MIN_CP_TOKENS",
+    "RANK_TIE",
+    "VPP_TIE",
+    "Candidate",
+    "Plan",
+    "Search",
+    "clear_caches",
+    "enumerate_strategies",
+    "legal_strategies",
+    "pipeline_variants",
+    "plan",
+    "static_lower_bound",
+    "tie_ordered",
+]
 
-
-# ---------------------------------------------------------------------------------------------
-# Results
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class Candidate:
-    """One ranked strategy: degrees (world size set), micro-batch, recompute, memory, time."""
-
-    strategy: Strategy
-    micro_batch_size: int
-    recompute: str
-    memory: MemoryReport
-    step: StepReport
-    why: str = ""
-    notes: tuple[str, ...] = field(default=())
-    #: other VPP / layer-split variants of the same layout within :data:`VPP_TIE` (slower
-    #: first-found order is not kept: sorted by step time)
-    alternatives: list[Candidate] = field(default_factory=list)
-
-    @property
-    def tokens_per_s_per_gpu(self) -> float:
-        """Predicted training throughput of this candidate."""
-        return self.step.tokens_per_s_per_gpu
-
-    @property
-    def layout(self) -> tuple:
-        """What the candidate is ranked as: degrees except VPP and the layer split, plus the
-        micro-batch and recompute mode."""
-        return layout_key(self.strategy, self.micro_batch_size, self.recompute)
-
-    def to_dict(self) -> dict[str, Any]:
-        """One entry of ``{"candidates": [...]}`` in ``parastrat plan --format json``."""
-        return {
-            "strategy": self.strategy.to_dict(),
-            "micro_batch_size": self.micro_batch_size,
-            "recompute": self.recompute,
-            "memory": self.memory.to_dict(),
-            "step": self.step.to_dict(),
-            "why": self.why,
-            "alternatives": [
-                {
-                    "strategy": a.strategy.to_dict(),
-                    "step_time_s": a.step.step_time_s,
-                    "tokens_per_s_per_gpu": a.step.tokens_per_s_per_gpu,
-                    "peak_bytes": a.memory.peak_bytes,
-                }
-                for a in self.alternatives
-            ],
-        }
-
-    def label(self) -> str:
-        """``TP4 PP8(VP5) CP1 DP2 SP mbs1 selective``."""
-        return f"{self.strategy} mbs{self.micro_batch_size} {self.recompute}"
-
-
-@dataclass
-class Plan:
-    """A ranked list of fitting strategies (best first) and how the search went."""
-
-    model: ModelSpec
-    cluster: Cluster
-    seq_len: int
-    global_batch_size: int
-    precision: str
-    #: the ranked candidates, best first, at most ``top_k`` of them
-    candidates: list[Candidate]
-    heuristic: Heuristic | None = None
-    #: the whole ranking the search kept (at least :data:`KEEP_AT_LEAST` layouts, best first):
-    #: ``candidates`` is its first ``top_k``; :meth:`find` looks here
-    ranked: list[Candidate] = field(default_factory=list)
-    #: legal strategies enumerated, (strategy, micro-batch) pairs priced, memory checks
-    enumerated: int = 0
-    priced: int = 0
-    memory_checks: int = 0
-    bounded: int = 0
-    #: degree combinations dropped because their parameters alone cannot fit
-    memory_pruned: int = 0
-    elapsed_s: float = 0.0
-    num_devices: int = 0
-    #: the implementation switches every candidate was priced with, as
-    #: :func:`parastrat.estimate_step` keyword arguments (to price other strategies alike)
-    step_options: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def best(self) -> Candidate:
-        """The first-ranked candidate."""
-        return self.candidates[0]
-
-    @property
-    def evaluations(self) -> int:
-        """Candidate evaluations the search made: lower bounds, step pricings, memory checks
-        (what "candidates per second" counts)."""
-        return self.bounded + self.priced + self.memory_checks
-
-    def to_dict(self) -> dict[str, Any]:
-        """``{"candidates": [...]}``, each with strategy, micro_batch_size, recompute,
-        memory, step and why."""
-        return {"candidates": [c.to_dict() for c in self.candidates]}
-
-    def explain(self) -> str:
-        """The seed guide's starting point beside the choice, and why the model departs."""
-        from .explain import explain_plan
-
-        return explain_plan(self)
-
-    def find(
-        self, strategy: Strategy, *, step_time_s: float | None = None, tolerance: float = VPP_TIE
-    ) -> int | None:
-        """0-based rank of the first candidate with ``strategy``'s layout in
-        :attr:`ranked` (which ``candidates`` begins), or None.
-
-        Matching rule (any micro-batch and recompute mode): TP, PP, CP, EP and ETP equal, and
-        VPP equal, or ``strategy``'s VPP among the candidate's near-equal ``alternatives``, or
-        (when ``step_time_s``, the strategy's own predicted step, is given) within
-        ``tolerance`` of the candidate's step time: a VPP the plan collapsed as a tie.
-        """
-        key = _layout_degrees(strategy)
-        for i, c in enumerate(self.ranked or self.candidates):
-            if _layout_degrees(c.strategy) != key:
-                continue
-            if c.strategy.vpp == strategy.vpp or any(
-                a.strategy.vpp == strategy.vpp for a in c.alternatives
-            ):
-                return i
-            if step_time_s is not None and (step_time_s <= c.step.step_time_s * (1 + tolerance)):
-                return i
-        return None
-
-
-def _layout_degrees(s: Strategy) -> tuple:
-    return (s.tp, s.pp, s.cp, s.ep, s.etp)
-
-
-def layout_key(s: Strategy, micro_batch_size: int, recompute: str) -> tuple:
-    """Ranking identity of a candidate: TP, PP, CP, EP, ETP, micro-batch and recompute.  VPP,
-    the layer split and the Ulysses x ring split of CP are sub-choices of one layout: the best
-    is the candidate, near-equal ones its ``alternatives``."""
-    return (s.tp, s.pp, s.cp, s.ep, s.etp, micro_batch_size, recompute)
+#: A prefilter of :func:`legal_strategies`: (tp, pp, vpp, cp, ep, etp, split) -> keep?
+Prefilter = Callable[[int, int, int, int, int, int, dict[str, Any]], bool]
 
 
 # ---------------------------------------------------------------------------------------------
 # Enumeration
 # ---------------------------------------------------------------------------------------------
-def _check_pin(name: str, value: Any) -> None:
-    """A pin or bound of :func:`plan` is None, a whole number >= 1, or (pins) a non-empty
-    collection of them; UsageError naming the argument otherwise."""
-    if value is None:
-        return
-    values = [value] if isinstance(value, int) or not hasattr(value, "__iter__") else list(value)
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
-        raise UsageError(
-            f"{name}={value!r} must be a whole number >= 1"
-            + ("" if name.startswith("max_") else " or a non-empty collection of them")
-            + f", e.g. {name}=2"
-        )
-
-
-def _options(pin: Any, default: Iterable[int], upper: int | None = None) -> list[int]:
-    """Allowed values of one degree: the pin (an int or a collection) or the defaults, bounded."""
-    if pin is None:
-        vals = list(default)
-    elif isinstance(pin, int) and not isinstance(pin, bool):
-        vals = [pin]
-    else:
-        vals = [int(v) for v in pin]
-    if upper is not None:
-        vals = [v for v in vals if v <= upper]
-    return sorted(set(vals))
-
-
-#: Split fields of a Strategy that place layers on pipeline stages (besides pp and vpp).
-_SPLIT_FIELDS = (
-    "first_stage_layers",
-    "last_stage_layers",
-    "account_for_embedding",
-    "account_for_loss",
-)
-_VARIANTS: dict[tuple, tuple[dict[str, Any], ...]] = {}
-
-
-def pipeline_variants(model: ModelSpec, pp: int, vpp: int = 1) -> tuple[dict[str, Any], ...]:
-    """The ways to put ``model``'s layers on ``pp`` stages x ``vpp`` chunks, as Strategy
-    keyword arguments (``first_stage_layers``, ``last_stage_layers``, ``account_for_*``).
-
-    ``({},)`` when the even split works.  Otherwise Megatron's
-    ``account_for_embedding/loss_in_pipeline_split`` (embedding and loss each take a layer's
-    slot; both, else one of them), and without VPP also an uneven first/last split that gives
-    the middle stages ``ceil(L / pp)`` layers and shares the rest between the two ends (which
-    carry the embedding and the loss/MTP).  Variants that put the same layers on each stage are
-    listed once; ``()`` when nothing works.  Legality is :func:`pipeline_split`'s
-    (``Strategy.stage_layers``), never re-derived here.
-    """
-    key = (model.num_layers, model.mtp_num_layers, model, pp, vpp)
-    hit = _VARIANTS.get(key)
-    if hit is not None:
-        return hit
-    L = model.num_layers
-    tries: list[dict[str, Any]] = [{}]
-    if pp > 1 and (L % pp or (L // pp) % vpp):
-        tries = [
-            {"account_for_embedding": e, "account_for_loss": lo}
-            for e, lo in ((True, True), (True, False), (False, True))
-        ]
-        if vpp == 1 and pp > 2:
-            middle = -(-L // pp)
-            rest = L - (pp - 2) * middle
-            last = rest // 2
-            if rest >= 2 and rest - last <= middle:
-                tries.append({"first_stage_layers": rest - last, "last_stage_layers": last})
-    legal: list[tuple[bool, dict[str, Any], tuple[int, ...]]] = []
-    for kw in tries:
-        try:
-            split = pipeline_split(model, Strategy(pp=pp, vpp=vpp, **kw))
-        except StrategyError:
-            continue
-        if min(split.stage_layers) >= 1:
-            legal.append((split.how == "mtp-layout", kw, split.stage_layers))
-    # splits Megatron takes as they are come before the MTP-layout approximation
-    legal.sort(key=lambda item: item[0])
-    out: list[dict[str, Any]] = []
-    seen: set[tuple[int, ...]] = set()
-    for _, kw, layers in legal:
-        if layers in seen:
-            continue
-        seen.add(layers)
-        out.append(kw)
-        if vpp > 1:
-            break  # with VPP one accounted variant is enough (uneven needs vpp | every stage)
-    _VARIANTS[key] = hit = tuple(out)
-    return hit
-
-
 def enumerate_strategies(
     model: ModelSpec,
     world: int,
@@ -314,83 +99,110 @@ def enumerate_strategies(
     global_batch_size: int,
     *,
     scale_up_domain: int = 8,
-    tp: Any = None,
-    pp: Any = None,
-    vpp: Any = None,
-    cp: Any = None,
-    ep: Any = None,
-    etp: Any = None,
-    ulysses: Any = None,
-    max_tp: int | None = None,
-    max_pp: int | None = None,
-    max_cp: int | None = None,
-    max_ep: int | None = None,
-    max_etp: int | None = None,
-    max_vpp: int | None = None,
-    min_cp_tokens: int = MIN_CP_TOKENS,
-    prefilter: Callable[..., bool] | None = None,
+    prefilter: Prefilter | None = None,
+    search: SearchSpace | None = None,
+    **pins: Any,
 ) -> Iterator[Strategy]:
     """Every legal training strategy for ``world`` devices (world size set), cheapest rules
     first: divisibility prefilters, then :meth:`Strategy.check` on the survivors.
 
-    ``prefilter(tp, pp, vpp, cp, ep, etp, split)`` (``split`` the pipeline-variant keyword
-    arguments) may drop degrees before a Strategy is built (the planner's memory bound).
+    ``search`` (or its fields as keywords: ``tp=8``, ``max_etp=1``, ...) restricts the
+    degrees.  ``prefilter(tp, pp, vpp, cp, ep, etp, split)`` (``split`` the pipeline-variant
+    keyword arguments) may drop degrees before a Strategy is built (the planner's memory
+    bound).
     """
+    space = search if search is not None else SearchSpace(**pins)
+    if search is not None and pins:
+        raise UsageError("enumerate_strategies: give search= or pin keywords, not both")
+    return legal_strategies(
+        model, world, seq_len, global_batch_size, scale_up_domain, space, prefilter
+    )
+
+
+def _degree_options(
+    model: ModelSpec, world: int, seq_len: int, scale_up_domain: int, space: SearchSpace
+) -> tuple[list[int], list[int], list[int], list[int]]:
+    """(TP, CP, EP, PP) values worth trying: divisors of heads / world / experts / layers,
+    within the search space."""
     heads, groups = model.num_attention_heads, model.query_groups
     tp_default = [
         d
         for d in divisors(heads)
-        if d <= (max_tp or scale_up_domain) and (groups % d == 0 or d % groups == 0)
+        if d <= (space.max_tp or scale_up_domain) and (groups % d == 0 or d % groups == 0)
     ]
-    tps = [t for t in _options(tp, tp_default, max_tp) if world % t == 0]
+    tps = [t for t in space.options("tp", tp_default) if world % t == 0]
     cps_default = [c for c in divisors(world) if seq_len % (2 * c) == 0 or c == 1]
-    cps_default = [c for c in cps_default if c == 1 or seq_len // c >= min_cp_tokens]
-    cps = _options(cp, cps_default, max_cp)
+    cps_default = [c for c in cps_default if c == 1 or seq_len // c >= space.min_cp_tokens]
     experts = model.num_experts
-    eps = _options(ep, divisors(experts) if experts else [1], max_ep)
-    pps = _options(pp, [d for d in divisors(world) if d <= model.num_layers], max_pp)
+    eps = space.options("ep", divisors(experts) if experts else [1])
+    pps = space.options("pp", [d for d in divisors(world) if d <= model.num_layers])
+    return tps, space.options("cp", cps_default), eps, pps
+
+
+def legal_strategies(
+    model: ModelSpec,
+    world: int,
+    seq_len: int,
+    global_batch_size: int,
+    scale_up_domain: int,
+    space: SearchSpace,
+    prefilter: Prefilter | None = None,
+) -> Iterator[Strategy]:
+    """:func:`enumerate_strategies` with a typed search space."""
+    tps, cps, eps, pps = _degree_options(model, world, seq_len, scale_up_domain, space)
+    heads = model.num_attention_heads
     for t in tps:
         for c in cps:
-            if world % (t * c):
-                continue
-            if c > 1 and seq_len % (2 * c):
+            if world % (t * c) or (c > 1 and seq_len % (2 * c)):
                 continue
             local_heads = heads // t if heads % t == 0 else 0
             u_opts = [u for u in divisors(c) if local_heads and local_heads % u == 0]
-            u_opts = _options(ulysses, u_opts)
+            u_opts = space.options("ulysses", u_opts)
             for p in pps:
-                if world % (t * c * p):
-                    continue
-                dp = world // (t * c * p)
-                if global_batch_size % dp:
+                if world % (t * c * p) or global_batch_size % (world // (t * c * p)):
                     continue
                 v_max = -(-model.num_layers // p) if p > 1 else 1
-                for v in _options(vpp, range(1, v_max + 1), max_vpp):
+                for v in space.options("vpp", range(1, v_max + 1)):
                     if p == 1 and v > 1:
                         continue
-                    variants = pipeline_variants(model, p, v)
-                    for e in eps:
-                        etps = [1] if e > 1 else [t]
-                        if e > 1 and t > 1:
-                            etps.append(t)
-                        for et in _options(etp, etps, max_etp):
-                            if world % (e * et * p):
-                                continue
-                            for u in u_opts:
-                                for kw in variants:
-                                    if prefilter is not None and not prefilter(
-                                        t, p, v, c, e, et, kw
-                                    ):
-                                        continue
-                                    s = _make(t, p, v, c, u, e, et, world, kw)
-                                    if s is not None and not check_errors(
-                                        model,
-                                        s,
-                                        world_size=world,
-                                        seq_len=seq_len,
-                                        global_batch_size=global_batch_size,
-                                    ):
-                                        yield s
+                    for e, et, u, kw in _inner(model, world, space, t, c, p, v, eps, u_opts):
+                        if prefilter is not None and not prefilter(t, p, v, c, e, et, kw):
+                            continue
+                        s = _make(t, p, v, c, u, e, et, world, kw)
+                        if s is not None and not check_errors(
+                            model,
+                            s,
+                            world_size=world,
+                            seq_len=seq_len,
+                            global_batch_size=global_batch_size,
+                        ):
+                            yield s
+
+
+def _inner(
+    model: ModelSpec,
+    world: int,
+    space: SearchSpace,
+    t: int,
+    c: int,
+    p: int,
+    v: int,
+    eps: list[int],
+    u_opts: list[int],
+) -> Iterator[tuple[int, int, int, dict[str, Any]]]:
+    """(EP, ETP, Ulysses, split) combinations of one (TP, CP, PP, VPP): ETP in {1, TP} with
+    EP, TP without."""
+    variants = pipeline_variants(model, p, v)
+    for e in eps:
+        etps = [1] if e > 1 else [t]
+        if e > 1 and t > 1:
+            etps.append(t)
+        for et in space.options("etp", etps):
+            if world % (e * et * p):
+                continue
+            for u in u_opts:
+                for kw in variants:
+                    yield e, et, u, kw
 
 
 def _make(
@@ -427,155 +239,326 @@ def static_lower_bound(
     ep: int,
     etp: int,
     split: dict[str, Any],
+    distributed_optimizer: bool = True,
 ) -> float:
-    """Bytes that weights, gradients and optimizer state need on the fullest stage at least
-    (BF16 weight and gradient, FP32 master and Adam moments sharded by the distributed
-    optimizer; no activations, embeddings or buffers), from the degrees alone."""
-    dense, _ = layer_params(model, False, tp, ep, etp)
-    dense_moe, expert = layer_params(model, True, tp, ep, etp) if model.is_moe else (0.0, 0.0)
-    stages = _stage_shapes(model, pp, vpp, split)
+    """Bytes that weights, gradients and optimizer state need on the fullest stage at least,
+    from the degrees alone: the stages' parameter records
+    (:func:`parastrat.estimate.layers.stage_params`, what the memory estimate reads) at their
+    BF16 weight, FP32 gradient and sharded optimizer bytes, with no FP8 weight copies, no
+    activations and no allowance for buffers."""
+    key = tuple(sorted(split.items()))
+    return _static_bound(model, world, tp, pp, vpp, cp, ep, etp, key, distributed_optimizer)
+
+
+@per_model
+def _static_bound(
+    model: ModelSpec,
+    world: int,
+    tp: int,
+    pp: int,
+    vpp: int,
+    cp: int,
+    ep: int,
+    etp: int,
+    split: tuple[tuple[str, Any], ...],
+    distributed_optimizer: bool,
+) -> float:
+    sp = try_split(model, pp, vpp, split)
+    if sp is None:
+        return 0.0  # an impossible split: the rules say why later
     dp = world // (tp * cp * pp)
     edp = max(world // (ep * etp * pp), 1)
-    dense_b = _STATIC_BYTES + _OPT_BYTES / (dp * cp)
-    expert_b = _STATIC_BYTES + _OPT_BYTES / edp
+    dense_shard, expert_shard = (dp * cp, edp) if distributed_optimizer else (1, 1)
     return max(
-        ((n - k) * dense + k * dense_moe) * dense_b + k * expert * expert_b for n, k in stages
+        b.weight_bytes() + b.gradient_bytes() + b.optimizer_bytes(dense_shard, expert_shard)
+        for b in set(stage_params(model, tp, ep, etp, sp.stage_layers, sp.stage_moe))
     )
 
 
-_SHAPES: dict[tuple, tuple[tuple[int, int], ...]] = {}
+def clear_caches() -> None:
+    """Empty every memo the planner and the estimates keep between plans (for timing a plan
+    from a cold start)."""
+    clear_step_caches()
 
 
-def _stage_shapes(
-    model: ModelSpec, pp: int, vpp: int, split: dict[str, Any]
-) -> tuple[tuple[int, int], ...]:
-    """Distinct (layers, MoE layers) pairs of the stages of one pipeline split (cached)."""
-    key = (model, pp, vpp, tuple(sorted(split.items())))
-    hit = _SHAPES.get(key)
-    if hit is None:
-        sp = pipeline_split(model, Strategy(pp=pp, vpp=vpp, **split))
-        hit = _SHAPES[key] = tuple(sorted(set(zip(sp.stage_layers, sp.stage_moe))))
-    return hit
+# ---------------------------------------------------------------------------------------------
+# The search
+# ---------------------------------------------------------------------------------------------
+class Search:
+    """One plan's branch-and-bound on one cluster: :meth:`enumerate`, :meth:`bound`,
+    :meth:`price`, :meth:`rank` (:meth:`run` does all four).
 
+    ``workload`` gives the model, sequence, global batch and precision (its micro-batch size is
+    searched); ``switches`` price every candidate (its recompute mode is searched);
+    ``space`` says where to look.  The search owns one :class:`StepModel`, whose memo is for
+    this workload, cluster and switches only, and its counters.
+    """
 
-def _fits(memory: MemoryReport, cluster: Cluster, headroom: float | None) -> bool:
-    if headroom is None:
-        return bool(memory.fits(cluster.accel))
-    return bool(memory.fits(cluster.accel, headroom=headroom))
+    def __init__(
+        self,
+        cluster: Cluster,
+        workload: Workload,
+        switches: Switches,
+        space: SearchSpace,
+        *,
+        top_k: int = 5,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> None:
+        self.cluster, self.workload, self.switches, self.space = cluster, workload, switches, space
+        self.top_k, self.keep, self.progress = top_k, max(top_k, KEEP_AT_LEAST), progress
+        self.steps = StepModel(cluster, workload, switches)
+        self._workloads = {b: workload.with_micro_batch(b) for b in space.micro_batch_sizes}
+        self._switches = {m: switches.with_recompute(m) for m in space.modes}
+        self.found: dict[tuple, Candidate] = {}  # best candidate per layout (VPP collapsed)
+        self.cutoff = float("inf")  # the keep-th best step time so far
+        self.enumerated = self.bounded = self.priced = self.memory_checks = 0
+        self.memory_pruned = 0
+
+    # ---- 1. enumerate ---------------------------------------------------------------------
+    def fits_statically(
+        self, t: int, p: int, v: int, c: int, e: int, et: int, kw: dict[str, Any]
+    ) -> bool:
+        """Weights + gradients + optimizer state alone fit (cheap, before any Strategy)."""
+        world = self.cluster.num_devices
+        dist = self.switches.distributed_optimizer
+        need = static_lower_bound(self.workload.model, world, t, p, v, c, e, et, kw, dist)
+        if need <= self.cluster.memory_bytes:
+            return True
+        self.memory_pruned += 1
+        return False
+
+    def enumerate(self) -> list[Strategy]:
+        """Every legal strategy whose parameters can fit."""
+        wl = self.workload
+        out = list(
+            legal_strategies(
+                wl.model,
+                self.cluster.num_devices,
+                wl.seq_len,
+                wl.needs_global_batch("plan"),
+                self.cluster.scale_up_domain,
+                self.space,
+                self.fits_statically,
+            )
+        )
+        self.enumerated = len(out)
+        return out
+
+    # ---- 2. bound ---------------------------------------------------------------------------
+    def bound(self, strategies: list[Strategy]) -> list[tuple[float, int, Strategy, int]]:
+        """A heap of (compute-only lower bound, order, strategy, micro-batch) of every
+        (strategy, micro-batch) whose batch divides."""
+        gbs = self.workload.needs_global_batch("plan")
+        heap: list[tuple[float, int, Strategy, int]] = []
+        total = len(strategies)
+        for i, s in enumerate(strategies):
+            if self.progress and i % 256 == 0:
+                self.progress(i, total)
+            dp = s.dp if s.dp is not None else 1
+            for mbs in self.space.micro_batch_sizes:
+                if gbs % (dp * mbs) == 0:
+                    heap.append((self.steps.lower_bound(s, mbs), len(heap), s, mbs))
+        if self.progress:
+            self.progress(total, total)
+        self.bounded = len(heap)
+        heapq.heapify(heap)
+        return heap
+
+    # ---- 3. price ---------------------------------------------------------------------------
+    def price(self, bounds: list[tuple[float, int, Strategy, int]]) -> None:
+        """Visit by bound; price without recompute (a bound for every mode), then the
+        cheapest mode that fits; stop once a bound is slower than the k-th best candidate."""
+        first = self.space.modes[0]
+        pending: list[tuple[float, int, Strategy, int]] = []
+        while bounds or pending:
+            # move the next compute bound into the priced queue when it could still be earlier
+            if bounds and (not pending or bounds[0][0] < pending[0][0]):
+                lb, n, s, mbs = heapq.heappop(bounds)
+                if lb > self.cutoff:
+                    bounds = []
+                    continue
+                rep0 = self.steps.price(s, micro_batch_size=mbs, recompute=first)
+                self.priced += 1
+                heapq.heappush(pending, (rep0.step_time_s, n, s, mbs))
+                continue
+            t_lower, _, s, mbs = heapq.heappop(pending)
+            if t_lower > self.cutoff:
+                break
+            self.price_fitting(s, mbs)
+
+    def price_fitting(self, s: Strategy, mbs: int) -> Candidate | None:
+        """Price ``s`` at ``mbs`` with the cheapest recompute mode that fits, and admit it."""
+        for mode in self.space.modes:
+            mem = memory_of(self._workloads[mbs], s, self._switches[mode])
+            self.memory_checks += 1
+            if not self._fits(mem):
+                continue
+            rep = self.steps.price(s, micro_batch_size=mbs, recompute=mode)
+            self.priced += 1
+            cand = Candidate(s, mbs, mode, mem, rep, notes=rep.notes)
+            self.admit(cand)
+            return cand
+        return None
+
+    def _fits(self, memory: MemoryReport) -> bool:
+        if self.space.headroom is None:
+            return bool(memory.fits(self.cluster.accel))
+        return bool(memory.fits(self.cluster.accel, headroom=self.space.headroom))
+
+    def admit(self, cand: Candidate) -> None:
+        """Keep ``cand`` as its layout's best (or an alternative), and tighten the cutoff."""
+        found, key = self.found, cand.layout
+        held = found.get(key)
+        if held is None:
+            found[key] = cand
+        elif cand.step.step_time_s < held.step.step_time_s:
+            cand.alternatives = [held, *held.alternatives]
+            held.alternatives = []
+            found[key] = cand
+        else:
+            held.alternatives.append(cand)
+        if len(found) >= self.keep:
+            times = sorted(c.step.step_time_s for c in found.values())
+            self.cutoff = times[self.keep - 1]
+            for k in [k for k, c in found.items() if c.step.step_time_s > self.cutoff]:
+                del found[k]
+
+    # ---- 4. rank ----------------------------------------------------------------------------
+    def rank(self) -> list[Candidate]:
+        """The kept candidates, near-ties ordered, near-equal variants as alternatives, each
+        with its reasons."""
+        ranked = tie_ordered(sorted(self.found.values(), key=lambda c: c.step.step_time_s))
+        for c in ranked:
+            best_t = c.step.step_time_s
+            c.alternatives = sorted(
+                (a for a in c.alternatives if a.step.step_time_s <= best_t * (1 + VPP_TIE)),
+                key=lambda a: a.step.step_time_s,
+            )
+        annotate(ranked, self.cluster)
+        return ranked
+
+    def run(self) -> Plan:
+        """Enumerate, bound, price and rank: the plan (possibly without candidates)."""
+        start = time.perf_counter()
+        self.price(self.bound(self.enumerate()))
+        ranked = self.rank()
+        wl, world = self.workload, self.cluster.num_devices
+        return Plan(
+            model=wl.model,
+            cluster=self.cluster,
+            seq_len=wl.seq_len,
+            global_batch_size=wl.needs_global_batch("plan"),
+            precision=wl.precision,
+            candidates=ranked[: self.top_k],
+            ranked=ranked,
+            heuristic=seed_strategy(wl.model, world, wl.seq_len, self.cluster.devices_per_node),
+            enumerated=self.enumerated,
+            priced=self.priced,
+            memory_checks=self.memory_checks,
+            bounded=self.bounded,
+            memory_pruned=self.memory_pruned,
+            elapsed_s=time.perf_counter() - start,
+            num_devices=world,
+            workload=wl,
+            switches=self.switches,
+            search=self.space,
+        )
 
 
 # ---------------------------------------------------------------------------------------------
 # The planner
 # ---------------------------------------------------------------------------------------------
 def plan(
-    model: ModelSpec | str,
+    model: Any,
     cluster: Cluster,
+    switches: Switches | None = None,
+    search: SearchSpace | None = None,
     *,
-    seq_len: int,
-    global_batch_size: int,
-    precision: str = "bf16",
     top_k: int = 5,
     num_devices: int | str | None = None,
-    tp: Any = None,
-    pp: Any = None,
-    vpp: Any = None,
-    cp: Any = None,
-    ep: Any = None,
-    etp: Any = None,
-    ulysses: Any = None,
-    micro_batch_size: Any = None,
-    recompute: str | Iterable[str] | None = None,
-    max_tp: int | None = None,
-    max_pp: int | None = None,
-    max_cp: int | None = None,
-    max_ep: int | None = None,
-    max_etp: int | None = None,
-    max_vpp: int | None = None,
-    headroom: float | None = None,
-    distributed_optimizer: bool = True,
-    min_cp_tokens: int = MIN_CP_TOKENS,
-    moe_dispatcher: str = "alltoall",
-    moe_a2a_overlap: bool = False,
-    moe_shared_expert_overlap: bool = False,
-    cuda_graphs: Any = None,
-    tp_comm_overlap: bool | None = None,
     progress: Callable[[int, int], None] | None = None,
+    workload: Workload | None = None,
+    **options: Any,
 ) -> Plan:
     """Rank every legal strategy for ``model`` on ``cluster`` by predicted throughput.
 
-    Pins (``tp=4``) or choices (``tp=(4, 8)``) fix degrees; ``max_*`` bound them.
+    Typed form: ``plan(workload, cluster, switches, search)``
+    (:class:`~parastrat.spec.workload.Workload`, ``Switches``, ``SearchSpace``).  Keyword
+    form: ``plan(model, cluster, seq_len=..., global_batch_size=..., precision=...)`` plus any
+    field of ``SearchSpace`` (pins ``tp=4`` or choices ``tp=(4, 8)``, bounds ``max_pp=8``,
+    ``micro_batch_size``, ``recompute``, ``headroom``, ``min_cp_tokens``) and of ``Switches``
+    (``flash_attention``, ``tp_comm_overlap``, ``overlap_grad_reduce``,
+    ``distributed_optimizer``, ``moe_dispatcher``, ``moe_a2a_overlap``,
+    ``moe_shared_expert_overlap``, ``cuda_graphs``, ``fp8_param_gather``; see
+    :func:`parastrat.estimate_step`).  Every candidate is priced with those switches
+    (combined 1F1B only where Megatron allows it).
     ``num_devices`` defaults to the cluster's count; ``"smallest"`` searches for the fewest
     devices (powers of two and multiples of a node, up to the cluster's count) on which
-    something fits.  ``recompute`` restricts the modes tried (default all: none, selective,
-    full).  ``headroom`` is passed to :meth:`MemoryReport.fits` (its default otherwise).
-    ``moe_dispatcher`` / ``moe_a2a_overlap`` / ``moe_shared_expert_overlap`` price every
-    candidate with those Megatron MoE switches (see :func:`parastrat.estimate_step`;
-    combined 1F1B applies only where Megatron allows it); ``cuda_graphs`` (None: eager, as
-    Megatron Core by default; True: the whole iteration; or scopes such as
-    ``"attn,moe_router,moe_preprocess"``) prices every candidate's host launch cost with
-    those blocks captured; ``tp_comm_overlap=False`` turns TP communication overlap off (None:
-    on with SP inside the scale-up domain).
-    ``top_k`` bounds ``Plan.candidates``; ``Plan.ranked`` keeps the wider ranking the search
-    produced (at least :data:`KEEP_AT_LEAST` candidates).
+    something fits.  ``top_k`` bounds ``Plan.candidates``; ``Plan.ranked`` keeps the wider
+    ranking the search produced (at least :data:`KEEP_AT_LEAST` candidates).
     Raises :class:`UsageError` saying what would work when nothing is legal or fits.
     """
-    from ..spec.models import get as get_model
-
-    model = get_model(model)
-    prec = canonical_precision(precision)
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise UsageError(f"top_k={top_k!r} must be a whole number >= 1")
-    for name, value in (("seq_len", seq_len), ("global_batch_size", global_batch_size)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise UsageError(f"{name}={value!r} must be a whole number >= 1")
-    pins = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=ep, etp=etp, ulysses=ulysses)
-    pins.update(micro_batch_size=micro_batch_size, max_tp=max_tp, max_pp=max_pp)
-    pins.update(max_cp=max_cp, max_ep=max_ep, max_etp=max_etp, max_vpp=max_vpp)
-    for name, value in pins.items():
-        _check_pin(name, value)
-    kwargs = dict(
-        seq_len=seq_len,
-        global_batch_size=global_batch_size,
-        precision=prec,
-        top_k=top_k,
-        tp=tp,
-        pp=pp,
-        vpp=vpp,
-        cp=cp,
-        ep=ep,
-        etp=etp,
-        ulysses=ulysses,
-        micro_batch_size=micro_batch_size,
-        recompute=recompute,
-        max_tp=max_tp,
-        max_pp=max_pp,
-        max_cp=max_cp,
-        max_ep=max_ep,
-        max_etp=max_etp,
-        max_vpp=max_vpp,
-        headroom=headroom,
-        distributed_optimizer=distributed_optimizer,
-        min_cp_tokens=min_cp_tokens,
-        progress=progress,
-        moe_comm=moe_comm_options(moe_dispatcher, moe_a2a_overlap, moe_shared_expert_overlap),
-        graphs=cuda_graph_scopes(cuda_graphs),
-        tp_comm_overlap=tp_comm_overlap,
-    )
+    whole("top_k", top_k)
+    wl, sw, space = plan_values(model, workload, switches, search, options)
     if num_devices == "smallest":
-        return _plan_smallest(model, cluster, **kwargs)
+        return _plan_smallest(cluster, wl, sw, space, top_k, progress)
     if num_devices is not None:
         if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
             raise UsageError(
                 f"num_devices={num_devices!r} must be a whole number >= 1 or 'smallest'"
             )
         cluster = cluster.with_devices(num_devices)
-    result = _plan_fixed(model, cluster, **kwargs)
+    result = Search(cluster, wl, sw, space, top_k=top_k, progress=progress).run()
     if not result.candidates:
-        raise UsageError(_nothing_fits_message(model, cluster, result, **kwargs))
+        raise UsageError(_nothing_fits_message(cluster, wl, sw, space, result))
     return result
 
 
-def _plan_smallest(model: ModelSpec, cluster: Cluster, **kwargs: Any) -> Plan:
+def plan_values(
+    model: Any,
+    workload: Workload | None,
+    switches: Switches | None,
+    search: SearchSpace | None,
+    options: dict[str, Any],
+) -> tuple[Workload, Switches, SearchSpace]:
+    """The typed values of a :func:`plan` call.  The micro-batch size and recompute mode are
+    searched: a workload's micro-batch size or the switches' recompute mode, when set, pins
+    the search (UsageError when the search space says otherwise)."""
+    space_kw = {k: options.pop(k) for k in SEARCH_FIELDS if k in options}
+    if search is not None and any(v is not None for v in space_kw.values()):
+        raise UsageError(
+            "plan: give the search space either as SearchSpace or as keywords, not both "
+            f"({', '.join(sorted(space_kw))} given with search=)"
+        )
+    space = search if search is not None else SearchSpace(**space_kw)
+    wl, sw = resolve(model, workload, switches, who="plan", **options)
+    wl.needs_global_batch("plan")
+    pins: tuple[tuple[str, Any, Any], ...] = (
+        ("micro_batch_size", space.micro_batch_size, wl.micro_batch_size),
+        ("recompute", space.recompute, sw.recompute),
+    )
+    for name, have, pin in pins:
+        if pin is not None and have is not None and have != (pin,):
+            raise UsageError(
+                f"plan: {name}={pin!r} in the workload/switches but {have!r} in the search "
+                "space; give it once"
+            )
+        if pin is not None:
+            changes: dict[str, Any] = {name: (pin,)}
+            space = replace(space, **changes)
+    wl = replace(wl, micro_batch_size=None) if wl.micro_batch_size is not None else wl
+    sw = replace(sw, recompute=None) if sw.recompute is not None else sw
+    return wl, sw, space
+
+
+def _plan_smallest(
+    cluster: Cluster,
+    wl: Workload,
+    sw: Switches,
+    space: SearchSpace,
+    top_k: int,
+    progress: Callable[[int, int], None] | None,
+) -> Plan:
     """Binary search over device counts for the fewest on which something fits."""
     top = cluster.num_devices
     node = cluster.devices_per_node
@@ -588,295 +571,25 @@ def _plan_smallest(model: ModelSpec, cluster: Cluster, **kwargs: Any) -> Plan:
     best: Plan | None = None
     while lo <= hi:
         mid = (lo + hi) // 2
-        result = _plan_fixed(model, cluster.with_devices(counts[mid]), **kwargs)
+        result = Search(
+            cluster.with_devices(counts[mid]), wl, sw, space, top_k=top_k, progress=progress
+        ).run()
         if result.candidates:
             best, hi = result, mid - 1
         else:
             lo = mid + 1
     if best is None:
-        final = _plan_fixed(model, cluster, **kwargs)
-        raise UsageError(_nothing_fits_message(model, cluster, final, **kwargs))
+        final = Search(cluster, wl, sw, space, top_k=top_k).run()
+        raise UsageError(_nothing_fits_message(cluster, wl, sw, space, final))
     return best
 
 
-def _plan_fixed(
-    model: ModelSpec,
-    cluster: Cluster,
-    *,
-    seq_len: int,
-    global_batch_size: int,
-    precision: str,
-    top_k: int,
-    tp: Any,
-    pp: Any,
-    vpp: Any,
-    cp: Any,
-    ep: Any,
-    etp: Any,
-    ulysses: Any,
-    micro_batch_size: Any,
-    recompute: Any,
-    max_tp: int | None,
-    max_pp: int | None,
-    max_cp: int | None,
-    max_ep: int | None,
-    max_etp: int | None,
-    max_vpp: int | None,
-    headroom: float | None,
-    distributed_optimizer: bool,
-    min_cp_tokens: int,
-    progress: Callable[[int, int], None] | None,
-    moe_comm: MoEComm = DEFAULT_MOE_COMM,
-    graphs: frozenset[str] = frozenset(),
-    tp_comm_overlap: bool | None = None,
-) -> Plan:
-    from ..estimate.memory import estimate_memory
-
-    start = time.perf_counter()
-    world = cluster.num_devices
-    prec = precision
-    modes = _modes(recompute)
-    mbs_opts = _options(micro_batch_size, MICRO_BATCH_SIZES)
-    capacity = cluster.memory_bytes
-    keep = max(top_k, KEEP_AT_LEAST)
-
-    pruned = [0]
-
-    def fits_statically(
-        t: int, p: int, v: int, c: int, e: int, et: int, kw: dict[str, Any]
-    ) -> bool:
-        """Weights + gradients + optimizer state alone fit (cheap, before any Strategy)."""
-        if static_lower_bound(model, world, t, p, v, c, e, et, kw) <= capacity:
-            return True
-        pruned[0] += 1
-        return False
-
-    strategies = list(
-        enumerate_strategies(
-            model,
-            world,
-            seq_len,
-            global_batch_size,
-            scale_up_domain=cluster.scale_up_domain,
-            tp=tp,
-            pp=pp,
-            vpp=vpp,
-            cp=cp,
-            ep=ep,
-            etp=etp,
-            ulysses=ulysses,
-            max_tp=max_tp,
-            max_pp=max_pp,
-            max_cp=max_cp,
-            max_ep=max_ep,
-            max_etp=max_etp,
-            max_vpp=max_vpp,
-            min_cp_tokens=min_cp_tokens,
-            prefilter=fits_statically,
-        )
-    )
-    # 1. a compute-only lower bound of every (strategy, micro-batch) whose parameters can fit
-    bounds: list[tuple[float, int, Strategy, int]] = []
-    priced = 0
-    memo: dict = {}
-    total = len(strategies)
-    for i, s in enumerate(strategies):
-        if progress and i % 256 == 0:
-            progress(i, total)
-        for mbs in mbs_opts:
-            dp = s.dp if s.dp is not None else 1
-            if global_batch_size % (dp * mbs):
-                continue
-            lb = microbatch_lower_bound(
-                model, s, cluster, seq_len, global_batch_size, mbs, prec, memo, moe_comm, graphs
-            )
-            bounds.append((lb, len(bounds), s, mbs))
-    if progress:
-        progress(total, total)
-    len_bounds = len(bounds)
-    heapq.heapify(bounds)
-    # 2. visit by bound; price without recompute (a bound for every mode), then the cheapest
-    #    mode that fits; stop once a bound is slower than the k-th best fitting candidate
-    found: dict[tuple, Candidate] = {}  # best candidate per layout (VPP variants collapsed)
-    checks = 0
-    pending: list[tuple[float, int, Strategy, int]] = []
-    cutoff = [float("inf")]
-
-    def worst() -> float:
-        return cutoff[0]
-
-    def admit(cand: Candidate) -> None:
-        key = cand.layout
-        held = found.get(key)
-        if held is None:
-            found[key] = cand
-        elif cand.step.step_time_s < held.step.step_time_s:
-            cand.alternatives = [held, *held.alternatives]
-            held.alternatives = []
-            found[key] = cand
-        else:
-            held.alternatives.append(cand)
-        if len(found) >= keep:
-            times = sorted(c.step.step_time_s for c in found.values())
-            cutoff[0] = times[keep - 1]
-            for k in [k for k, c in found.items() if c.step.step_time_s > cutoff[0]]:
-                del found[k]
-
-    while bounds or pending:
-        # move the next compute bound into the priced queue when it could still be earlier
-        if bounds and (not pending or bounds[0][0] < pending[0][0]):
-            lb, n, s, mbs = heapq.heappop(bounds)
-            if lb > worst():
-                bounds = []
-                continue
-            rep0 = _estimate(
-                model,
-                s,
-                cluster,
-                seq_len,
-                global_batch_size,
-                mbs,
-                prec,
-                modes[0],
-                distributed_optimizer,
-                memo=memo,
-                moe_comm=moe_comm,
-                graphs=graphs,
-                tp_comm_overlap=tp_comm_overlap,
-            )
-            priced += 1
-            heapq.heappush(pending, (rep0.step_time_s, n, s, mbs))
-            continue
-        t_lower, _, s, mbs = heapq.heappop(pending)
-        if t_lower > worst():
-            break
-        for mode in modes:
-            mem = estimate_memory(
-                model,
-                s,
-                seq_len=seq_len,
-                micro_batch_size=mbs,
-                global_batch_size=global_batch_size,
-                recompute=mode,
-                distributed_optimizer=distributed_optimizer,
-                precision=prec,
-            )
-            checks += 1
-            if not _fits(mem, cluster, headroom):
-                continue
-            rep = _estimate(
-                model,
-                s,
-                cluster,
-                seq_len,
-                global_batch_size,
-                mbs,
-                prec,
-                mode,
-                distributed_optimizer,
-                memo=memo,
-                moe_comm=moe_comm,
-                graphs=graphs,
-                tp_comm_overlap=tp_comm_overlap,
-            )
-            priced += 1
-            admit(Candidate(s, mbs, mode, mem, rep, notes=rep.notes))
-            break
-    ranked = tie_ordered(sorted(found.values(), key=lambda c: c.step.step_time_s))
-    for c in ranked:
-        best_t = c.step.step_time_s
-        c.alternatives = sorted(
-            (a for a in c.alternatives if a.step.step_time_s <= best_t * (1 + VPP_TIE)),
-            key=lambda a: a.step.step_time_s,
-        )
-    from .explain import annotate
-
-    annotate(ranked, cluster)
-    heur = seed_strategy(model, world, seq_len, cluster.devices_per_node)
-    return Plan(
-        model=model,
-        cluster=cluster,
-        seq_len=seq_len,
-        global_batch_size=global_batch_size,
-        precision=prec,
-        candidates=ranked[:top_k],
-        ranked=ranked,
-        heuristic=heur,
-        enumerated=total,
-        priced=priced,
-        memory_checks=checks,
-        bounded=len_bounds,
-        memory_pruned=pruned[0],
-        elapsed_s=time.perf_counter() - start,
-        num_devices=world,
-        step_options=dict(
-            distributed_optimizer=distributed_optimizer,
-            moe_dispatcher=moe_comm.dispatcher,
-            moe_a2a_overlap=moe_comm.a2a_overlap,
-            moe_shared_expert_overlap=moe_comm.shared_expert_overlap,
-            cuda_graphs=sorted(graphs) or None,
-            tp_comm_overlap=tp_comm_overlap,
-        ),
-    )
-
-
-def exposure_class(c: Candidate, tie: float = RANK_TIE) -> int:
-    """Exposed communication as a share of the step, in steps of ``tie``: shares that differ
-    by less than the model's resolution fall in the same class."""
-    return int(c.step.exposed_comm_s / c.step.step_time_s / tie)
-
-
-def model_parallel_sizes(c: Candidate) -> tuple[int, int]:
-    """(TP x CP x PP, EP x ETP) of a candidate: how far it splits the model rather than the
-    batch."""
-    s = c.strategy
-    return (s.tp * s.cp * s.pp, s.ep * s.etp)
-
-
-def tie_key(c: Candidate) -> tuple:
-    """How tied candidates are ordered: least model parallelism (:func:`model_parallel_sizes`),
-    then exposure class, then peak memory, then step time."""
-    return (*model_parallel_sizes(c), exposure_class(c), c.memory.peak_bytes, c.step.step_time_s)
-
-
-def tie_ordered(candidates: list[Candidate], tie: float = RANK_TIE) -> list[Candidate]:
-    """``candidates`` (sorted by step time) re-ordered so that near-ties are decided by
-    practice and robustness rather than by differences below the model's resolution.
-
-    Repeatedly take, among the remaining candidates within ``tie`` of the fastest remaining
-    one, the one that splits the model least (TP x CP x PP, then EP x ETP: the Megatron Core
-    MoE report's first guideline, "keep TP, EP, PP and CP as small as possible while avoiding
-    OOM; maximise data parallelism"), then the one with the smallest exposed-communication
-    share of its step (in classes of ``RANK_TIE``: :func:`exposure_class`), then the lowest
-    peak memory, then the shortest step.  No candidate is ever placed before one that is more
-    than ``tie`` faster than it.
-    """
-    rest = list(candidates)
-    out: list[Candidate] = []
-    while rest:
-        limit = rest[0].step.step_time_s * (1 + tie)
-        group = [c for c in rest if c.step.step_time_s <= limit]
-        pick = min(group, key=tie_key)
-        out.append(pick)
-        rest.remove(pick)
-    return out
-
-
-def _modes(recompute: Any) -> list[str]:
-    if recompute is None:
-        return list(RECOMPUTE_MODES)
-    if isinstance(recompute, str):
-        return [normalize_recompute(recompute)]
-    modes = [normalize_recompute(r) for r in recompute]
-    if not modes:
-        raise UsageError(f"recompute={recompute!r} names no mode; use any of {RECOMPUTE_MODES}")
-    return [m for m in RECOMPUTE_MODES if m in modes]
-
-
-def _nothing_fits_message(model: ModelSpec, cluster: Cluster, result: Plan, **kwargs: Any) -> str:
+def _nothing_fits_message(
+    cluster: Cluster, wl: Workload, sw: Switches, space: SearchSpace, result: Plan
+) -> str:
     """Say why nothing came back and what would work instead."""
-    world = cluster.num_devices
-    gbs = kwargs["global_batch_size"]
+    world, model = cluster.num_devices, wl.model
+    gbs = wl.needs_global_batch("plan")
     if result.enumerated == 0 and result.memory_pruned == 0:
         hints = []
         ok_worlds = [
@@ -893,14 +606,13 @@ def _nothing_fits_message(model: ModelSpec, cluster: Cluster, result: Plan, **kw
         )
         return (
             f"no legal strategy for {model.name} on {world} devices with seq_len="
-            f"{kwargs['seq_len']} and global_batch_size={gbs} (with the pins/bounds given): "
+            f"{wl.seq_len} and global_batch_size={gbs} (with the pins/bounds given): "
             + "; ".join(hints)
         )
     # legal strategies exist but none fits: look for a device count that would
     for factor in (2, 4, 8, 16):
-        bigger = cluster.with_devices(world * factor)
         try:
-            trial = _plan_fixed(model, bigger, **{**kwargs, "top_k": 1, "progress": None})
+            trial = Search(cluster.with_devices(world * factor), wl, sw, space, top_k=1).run()
         except (StrategyError, SpecError, UsageError):
             continue
         if trial.candidates:
@@ -908,7 +620,7 @@ def _nothing_fits_message(model: ModelSpec, cluster: Cluster, result: Plan, **kw
             return (
                 f"no strategy for {model.name} fits in {cluster.accel.name} memory "
                 f"({cluster.memory_bytes / GiB:.0f} GiB) on {world} devices at seq_len="
-                f"{kwargs['seq_len']}, even with full recompute; {world * factor} devices "
+                f"{wl.seq_len}, even with full recompute; {world * factor} devices "
                 f"would fit, e.g. {c.strategy} mbs{c.micro_batch_size} {c.recompute} "
                 f"(peak {c.memory.peak_bytes / GiB:.1f} GiB)"
             )

@@ -1,0 +1,84 @@
+"""How a plan's candidates are ordered.
+
+Near-ties within the model's resolution (:data:`RANK_TIE`) are decided by practice and
+robustness (:func:`tie_ordered`), and VPP / layer-split variants of one layout collapse into
+one candidate (:data:`VPP_TIE`, :func:`layout_key`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ..strategy import Strategy
+
+if TYPE_CHECKING:
+    from .result import Candidate
+
+#: Candidates kept in a plan at least (the accuracy benchmark looks at the top 10).
+KEEP_AT_LEAST = 10
+#: Relative step-time difference below which two candidates are ranked as a tie: the step
+#: model's constants (GEMM / attention efficiencies, overlap slowdown, link bandwidths) are
+#: quoted to two significant figures, so a 1-2 % difference between two layouts is within
+#: their rounding and is not a prediction.  Among tied candidates the plan prefers the one with
+#: less model parallelism, then less exposed communication (less sensitive to network
+#: contention and jitter), then more memory headroom (:func:`tie_ordered`).
+RANK_TIE = 0.02
+#: VPP / layer-split / Ulysses-x-ring variants of one layout (same TP, PP, CP, EP, ETP,
+#: micro-batch, recompute) within this fraction of the layout's best step time are near-equal:
+#: one candidate, the others listed in its ``alternatives``.  The same resolution as
+#: :data:`RANK_TIE` (one figure for "the model cannot tell these apart").
+VPP_TIE = RANK_TIE
+
+
+def layout_degrees(s: Strategy) -> tuple:
+    """TP, PP, CP, EP, ETP: the degrees :meth:`Plan.find` matches a strategy by."""
+    return (s.tp, s.pp, s.cp, s.ep, s.etp)
+
+
+def layout_key(s: Strategy, micro_batch_size: int, recompute: str) -> tuple:
+    """Ranking identity of a candidate: TP, PP, CP, EP, ETP, micro-batch and recompute.  VPP,
+    the layer split and the Ulysses x ring split of CP are sub-choices of one layout: the best
+    is the candidate, near-equal ones its ``alternatives``."""
+    return (s.tp, s.pp, s.cp, s.ep, s.etp, micro_batch_size, recompute)
+
+
+def exposure_class(c: Candidate, tie: float = RANK_TIE) -> int:
+    """Exposed communication as a share of the step, in steps of ``tie``: shares that differ
+    by less than the model's resolution fall in the same class."""
+    return int(c.step.exposed_comm_s / c.step.step_time_s / tie)
+
+
+def model_parallel_sizes(c: Candidate) -> tuple[int, int]:
+    """(TP x CP x PP, EP x ETP) of a candidate: how far it splits the model rather than the
+    batch."""
+    s = c.strategy
+    return (s.tp * s.cp * s.pp, s.ep * s.etp)
+
+
+def tie_key(c: Candidate) -> tuple:
+    """How tied candidates are ordered: least model parallelism (:func:`model_parallel_sizes`),
+    then exposure class, then peak memory, then step time."""
+    return (*model_parallel_sizes(c), exposure_class(c), c.memory.peak_bytes, c.step.step_time_s)
+
+
+def tie_ordered(candidates: list[Candidate], tie: float = RANK_TIE) -> list[Candidate]:
+    """``candidates`` (sorted by step time) re-ordered so that near-ties are decided by
+    practice and robustness rather than by differences below the model's resolution.
+
+    Repeatedly take, among the remaining candidates within ``tie`` of the fastest remaining
+    one, the one that splits the model least (TP x CP x PP, then EP x ETP: the Megatron Core
+    MoE report's first guideline, "keep TP, EP, PP and CP as small as possible while avoiding
+    OOM; maximise data parallelism"), then the one with the smallest exposed-communication
+    share of its step (in classes of ``RANK_TIE``: :func:`exposure_class`), then the lowest
+    peak memory, then the shortest step.  No candidate is ever placed before one that is more
+    than ``tie`` faster than it.
+    """
+    rest = list(candidates)
+    out: list[Candidate] = []
+    while rest:
+        limit = rest[0].step.step_time_s * (1 + tie)
+        group = [c for c in rest if c.step.step_time_s <= limit]
+        pick = min(group, key=tie_key)
+        out.append(pick)
+        rest.remove(pick)
+    return out

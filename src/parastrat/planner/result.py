@@ -1,0 +1,156 @@
+"""What a plan returns: :class:`Candidate` (one priced strategy) and :class:`Plan` (the
+ranking and how the search went)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..estimate.memory import MemoryReport
+from ..estimate.step import StepReport
+from ..spec.model import ModelSpec
+from ..spec.workload import SearchSpace, Switches, Workload
+from ..strategy import Strategy
+from .explain import explain_plan
+from .heuristics import Heuristic
+from .ranking import VPP_TIE, layout_degrees, layout_key
+
+if TYPE_CHECKING:
+    from ..spec.cluster import Cluster
+
+
+# ---------------------------------------------------------------------------------------------
+# Results
+# ---------------------------------------------------------------------------------------------
+@dataclass
+class Candidate:
+    """One ranked strategy: degrees (world size set), micro-batch, recompute, memory, time."""
+
+    strategy: Strategy
+    micro_batch_size: int
+    recompute: str
+    memory: MemoryReport
+    step: StepReport
+    why: str = ""
+    notes: tuple[str, ...] = field(default=())
+    #: other VPP / layer-split variants of the same layout within :data:`VPP_TIE` (slower
+    #: first-found order is not kept: sorted by step time)
+    alternatives: list[Candidate] = field(default_factory=list)
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        """Predicted training throughput of this candidate."""
+        return self.step.tokens_per_s_per_gpu
+
+    @property
+    def layout(self) -> tuple:
+        """What the candidate is ranked as: degrees except VPP and the layer split, plus the
+        micro-batch and recompute mode."""
+        return layout_key(self.strategy, self.micro_batch_size, self.recompute)
+
+    def to_dict(self) -> dict[str, Any]:
+        """One entry of ``{"candidates": [...]}`` in ``parastrat plan --format json``."""
+        return {
+            "strategy": self.strategy.to_dict(),
+            "micro_batch_size": self.micro_batch_size,
+            "recompute": self.recompute,
+            "memory": self.memory.to_dict(),
+            "step": self.step.to_dict(),
+            "why": self.why,
+            "alternatives": [
+                {
+                    "strategy": a.strategy.to_dict(),
+                    "step_time_s": a.step.step_time_s,
+                    "tokens_per_s_per_gpu": a.step.tokens_per_s_per_gpu,
+                    "peak_bytes": a.memory.peak_bytes,
+                }
+                for a in self.alternatives
+            ],
+        }
+
+    def label(self) -> str:
+        """``TP4 PP8(VP5) CP1 DP2 SP mbs1 selective``."""
+        return f"{self.strategy} mbs{self.micro_batch_size} {self.recompute}"
+
+
+@dataclass
+class Plan:
+    """A ranked list of fitting strategies (best first) and how the search went."""
+
+    model: ModelSpec
+    cluster: Cluster
+    seq_len: int
+    global_batch_size: int
+    precision: str
+    #: the ranked candidates, best first, at most ``top_k`` of them
+    candidates: list[Candidate]
+    heuristic: Heuristic | None = None
+    #: the whole ranking the search kept (at least :data:`KEEP_AT_LEAST` layouts, best first):
+    #: ``candidates`` is its first ``top_k``; :meth:`find` looks here
+    ranked: list[Candidate] = field(default_factory=list)
+    #: legal strategies enumerated, (strategy, micro-batch) pairs priced, memory checks
+    enumerated: int = 0
+    priced: int = 0
+    memory_checks: int = 0
+    bounded: int = 0
+    #: degree combinations dropped because their parameters alone cannot fit
+    memory_pruned: int = 0
+    elapsed_s: float = 0.0
+    num_devices: int = 0
+    #: the typed values the plan was made for: the workload (its micro-batch size unset: it
+    #: was searched), the switches every candidate was priced with (recompute unset: searched)
+    #: and the search space
+    workload: Workload | None = None
+    switches: Switches = field(default_factory=Switches)
+    search: SearchSpace = field(default_factory=SearchSpace)
+
+    @property
+    def step_options(self) -> dict[str, Any]:
+        """The switches every candidate was priced with, as :func:`parastrat.estimate_step`
+        keyword arguments (to price other strategies alike)."""
+        out = self.switches.to_kwargs()
+        del out["recompute"], out["fp8_param_gather"]
+        return out
+
+    @property
+    def best(self) -> Candidate:
+        """The first-ranked candidate."""
+        return self.candidates[0]
+
+    @property
+    def evaluations(self) -> int:
+        """Candidate evaluations the search made: lower bounds, step pricings, memory checks
+        (what "candidates per second" counts)."""
+        return self.bounded + self.priced + self.memory_checks
+
+    def to_dict(self) -> dict[str, Any]:
+        """``{"candidates": [...]}``, each with strategy, micro_batch_size, recompute,
+        memory, step and why."""
+        return {"candidates": [c.to_dict() for c in self.candidates]}
+
+    def explain(self) -> str:
+        """The seed guide's starting point beside the choice, and why the model departs."""
+        return explain_plan(self)
+
+    def find(
+        self, strategy: Strategy, *, step_time_s: float | None = None, tolerance: float = VPP_TIE
+    ) -> int | None:
+        """0-based rank of the first candidate with ``strategy``'s layout in
+        :attr:`ranked` (which ``candidates`` begins), or None.
+
+        Matching rule (any micro-batch and recompute mode): TP, PP, CP, EP and ETP equal, and
+        VPP equal, or ``strategy``'s VPP among the candidate's near-equal ``alternatives``, or
+        (when ``step_time_s``, the strategy's own predicted step, is given) within
+        ``tolerance`` of the candidate's step time: a VPP the plan collapsed as a tie.
+        """
+        key = layout_degrees(strategy)
+        for i, c in enumerate(self.ranked or self.candidates):
+            if layout_degrees(c.strategy) != key:
+                continue
+            if c.strategy.vpp == strategy.vpp or any(
+                a.strategy.vpp == strategy.vpp for a in c.alternatives
+            ):
+                return i
+            if step_time_s is not None and (step_time_s <= c.step.step_time_s * (1 + tolerance)):
+                return i
+        return None

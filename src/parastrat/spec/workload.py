@@ -1,0 +1,420 @@
+"""What a training run is and how it runs, as three typed values.
+
+* :class:`Workload`: the model, the sequence length, the global and micro batch and the
+  precision of the linear layers: what is trained.
+* :class:`Switches`: the implementation switches of Megatron Core / Bridge that change what
+  a step costs (recompute, flash attention, TP / DP overlap, the distributed optimizer, the
+  MoE dispatcher and its overlaps, CUDA graphs, FP8 parameter gathering): how it is trained.
+* :class:`SearchSpace`: the planner's pins, choices and bounds of every degree, micro-batch
+  and recompute mode, and its memory headroom: where the planner may look.
+
+``estimate_memory``, ``estimate_step``, ``plan``, ``compare``, ``explain`` and the CLI take
+these same values (their keyword arguments are conveniences that build them), so a switch the
+step model knows is a switch every entry point knows.  All three are frozen, keyword-only
+dataclasses (torchtitan's ``ParallelismConfig`` style) checked at construction: a bad value
+raises :class:`~parastrat.errors.UsageError` (or :class:`~parastrat.errors.SpecError` for an
+unknown model or precision) naming the field and a value that works.
+
+The parsers of the switch vocabularies live here, once: :func:`normalize_recompute`,
+:func:`cuda_graph_scopes` and :func:`moe_dispatcher`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from ..errors import SpecError, UsageError
+from .hardware import canonical_precision
+from .model import ModelSpec
+from .models import get as get_model
+
+#: Activation recompute modes: none, Megatron's selective (core attention) and full (every
+#: layer, uniform, one layer per checkpoint).
+RECOMPUTE_MODES = ("none", "selective", "full")
+#: CUDA-graph capture scopes (Megatron Core ``cuda_graph_scope`` / ``--cuda-graph-modules``,
+#: plus ``full_iteration``).  A captured block costs one graph launch instead of its
+#: operations; ``moe`` and ``full_iteration`` also remove the MoE token-count sync (they need
+#: static, padded expert shapes).
+CUDA_GRAPH_SCOPES = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "full_iteration")
+#: MoE token dispatchers: Megatron's ``alltoall`` permutes a token into one row per routed
+#: expert before the all-to-all, so it sends one copy per expert; ``flex`` (DeepEP / HybridEP)
+#: sends it once per destination rank inside a scale-up domain (DeepEP's dispatch layout marks
+#: ``is_token_in_rank``; the receiver permutes to its local experts) and once per destination
+#: scale-up domain across the scale-out link (RDMA to one rank there, then NVLink forwarding).
+DISPATCHERS = ("alltoall", "flex")
+#: Backends of the flex dispatcher, accepted as its names (Megatron's
+#: ``moe_flex_dispatcher_backend``).
+FLEX_BACKENDS = ("deepep", "hybridep")
+#: Micro-batch sizes the planner tries unless told otherwise.
+MICRO_BATCH_SIZES = (1, 2, 4, 8)
+#: Fewest tokens per CP rank worth splitting a sequence for.
+MIN_CP_TOKENS = 1024
+
+
+def whole(name: str, value: Any, *, optional: bool = False) -> Any:
+    """``value`` when it is a whole number >= 1 (or None with ``optional``); UsageError
+    naming ``name`` otherwise.  The one positive-integer check of the typed values."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise UsageError(f"{name} must be a whole number >= 1, got {value!r} (e.g. {name}=1)")
+    return value
+
+
+def normalize_recompute(recompute: str | None) -> str:
+    """ "none" / "selective" / "full" (None, False and "off" mean none; any case); UsageError
+    naming the modes otherwise.  The one parser of a recompute mode."""
+    mode = "none" if recompute in (None, False) else str(recompute).strip().lower()
+    if mode in ("off", "false", "no", ""):
+        mode = "none"
+    if mode not in RECOMPUTE_MODES:
+        raise UsageError(
+            f"unknown recompute mode {recompute!r}; use one of {', '.join(RECOMPUTE_MODES)}"
+        )
+    return mode
+
+
+def cuda_graph_scopes(value: Any) -> frozenset[str]:
+    """The CUDA-graph scopes of a ``cuda_graphs`` argument.
+
+    None / False / "none": eager (Megatron Core's default); True / "full": the whole iteration
+    (``full_iteration``); a comma-separated string or an iterable of
+    :data:`CUDA_GRAPH_SCOPES` (e.g. ``"attn,moe_router,moe_preprocess"``).  UsageError names
+    the scopes for anything else.
+    """
+    if value is None or value is False:
+        return frozenset()
+    if value is True:
+        return frozenset({"full_iteration"})
+    if not isinstance(value, str) and not hasattr(value, "__iter__"):
+        raise UsageError(
+            f"cuda_graphs={value!r}: use True/'full', None, or scopes such as "
+            f"'attn,moe_router' from {', '.join(CUDA_GRAPH_SCOPES)}"
+        )
+    items = value.split(",") if isinstance(value, str) else list(value)
+    names = {str(v).strip().lower().replace("-", "_") for v in items}
+    names.discard("")
+    if names <= {"none"}:
+        return frozenset()
+    if names == {"full"}:
+        return frozenset({"full_iteration"})
+    bad = sorted(names - set(CUDA_GRAPH_SCOPES))
+    if bad:
+        raise UsageError(
+            f"unknown CUDA-graph scope(s) {', '.join(bad)}; use True/'full' or "
+            f"any of {', '.join(CUDA_GRAPH_SCOPES)}"
+        )
+    return frozenset(names)
+
+
+def moe_dispatcher(name: Any) -> str:
+    """ "alltoall" or "flex" (DeepEP / HybridEP name the flex dispatcher); UsageError naming
+    the choices otherwise."""
+    key = str(name).strip().lower()
+    if key in FLEX_BACKENDS:
+        key = "flex"
+    if key not in DISPATCHERS:
+        raise UsageError(
+            f"unknown MoE dispatcher {name!r}; use one of "
+            f"{', '.join(DISPATCHERS)} (deepep/hybridep mean flex)"
+        )
+    return key
+
+
+def _flag(name: str, value: Any, *, optional: bool = False) -> Any:
+    if value is None and optional:
+        return None
+    if not isinstance(value, bool):
+        raise UsageError(f"{name} must be True or False, got {value!r} (e.g. {name}=False)")
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# Workload
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """What one training step processes.
+
+    ``model``: a :class:`ModelSpec` or a preset name (resolved at construction).
+    ``seq_len``: tokens per sequence.  ``global_batch_size``: sequences per optimizer step
+    (None: unknown, which only the memory estimate accepts: it then assumes a full pipeline).
+    ``micro_batch_size``: sequences per micro-batch (None: 1 when estimating, searched when
+    planning).  ``precision``: of the linear layers, "bf16", "fp8" or "mxfp8" (FP8 recipe
+    spellings such as "fp8-cs" are accepted and canonicalised).
+    """
+
+    model: ModelSpec
+    seq_len: int
+    global_batch_size: int | None = None
+    micro_batch_size: int | None = None
+    precision: str = "bf16"
+
+    def __post_init__(self) -> None:
+        if isinstance(self.model, str):
+            object.__setattr__(self, "model", get_model(self.model))
+        elif not isinstance(self.model, ModelSpec):
+            raise SpecError(
+                f"a workload needs a ModelSpec or a preset name, got "
+                f"{type(self.model).__name__} (use parastrat.models.get(name))"
+            )
+        whole("seq_len", self.seq_len)
+        whole("global_batch_size", self.global_batch_size, optional=True)
+        whole("micro_batch_size", self.micro_batch_size, optional=True)
+        object.__setattr__(self, "precision", canonical_precision(self.precision))
+
+    @property
+    def mbs(self) -> int:
+        """The micro-batch size an estimate uses (1 when unset)."""
+        return self.micro_batch_size or 1
+
+    def with_micro_batch(self, micro_batch_size: int) -> Workload:
+        """The same workload at another micro-batch size."""
+        return replace(self, micro_batch_size=micro_batch_size)
+
+    def needs_global_batch(self, who: str) -> int:
+        """The global batch size, or UsageError saying ``who`` needs one."""
+        if self.global_batch_size is None:
+            raise UsageError(f"{who} needs global_batch_size (sequences per step), e.g. 1024")
+        return self.global_batch_size
+
+
+# ---------------------------------------------------------------------------------------------
+# Switches
+# ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Switches:
+    """The implementation switches that change a step's memory or time (Megatron Core / Bridge
+    defaults).
+
+    ``recompute``: "none", "selective" (Megatron's core-attention recompute) or "full" (None:
+    selective when estimating, every mode when planning).  ``flash_attention``: fused
+    attention (False: scores through HBM, batched GEMMs).  ``tp_comm_overlap``: TP
+    collectives behind the GEMMs (None: on with SP inside the scale-up domain).
+    ``overlap_grad_reduce``: DP reduce-scatter / all-gather behind backward / forward.
+    ``distributed_optimizer``: optimizer state sharded over data parallelism.
+    ``moe_dispatcher``: "alltoall" or "flex" (DeepEP / HybridEP).  ``moe_a2a_overlap``:
+    ``overlap_moe_expert_parallel_comm`` (combined 1F1B).  ``moe_shared_expert_overlap``: shared
+    experts during dispatch / combine.  ``cuda_graphs``: captured scopes
+    (:func:`cuda_graph_scopes`; None = eager).  ``fp8_param_gather``: primary linear weights
+    kept in FP8 (None: Megatron Bridge's FP8 recipes, which set it).
+    """
+
+    recompute: str | None = None
+    flash_attention: bool = True
+    tp_comm_overlap: bool | None = None
+    overlap_grad_reduce: bool = True
+    distributed_optimizer: bool = True
+    moe_dispatcher: str = "alltoall"
+    moe_a2a_overlap: bool = False
+    moe_shared_expert_overlap: bool = False
+    cuda_graphs: frozenset[str] = field(default_factory=frozenset)
+    fp8_param_gather: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.recompute is not None:
+            object.__setattr__(self, "recompute", normalize_recompute(self.recompute))
+        for name in (
+            "flash_attention",
+            "overlap_grad_reduce",
+            "distributed_optimizer",
+            "moe_a2a_overlap",
+            "moe_shared_expert_overlap",
+        ):
+            _flag(name, getattr(self, name))
+        _flag("tp_comm_overlap", self.tp_comm_overlap, optional=True)
+        _flag("fp8_param_gather", self.fp8_param_gather, optional=True)
+        object.__setattr__(self, "moe_dispatcher", moe_dispatcher(self.moe_dispatcher))
+        object.__setattr__(self, "cuda_graphs", cuda_graph_scopes(self.cuda_graphs))
+
+    @property
+    def mode(self) -> str:
+        """The recompute mode an estimate uses (selective when unset)."""
+        return self.recompute or "selective"
+
+    def with_recompute(self, recompute: str) -> Switches:
+        """The same switches with another recompute mode."""
+        return replace(self, recompute=recompute)
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """Every switch as an ``estimate_step`` keyword argument (JSON-ready)."""
+        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        out["cuda_graphs"] = sorted(self.cuda_graphs) or None
+        return out
+
+
+#: Fields of :class:`Switches` (the keyword names every entry point accepts).
+SWITCH_FIELDS = tuple(f.name for f in fields(Switches))
+#: Fields of :class:`Workload`.
+WORKLOAD_FIELDS = tuple(f.name for f in fields(Workload))
+
+
+# ---------------------------------------------------------------------------------------------
+# Search space
+# ---------------------------------------------------------------------------------------------
+#: Degrees the planner enumerates (each may be pinned, given as choices, or bounded).
+DEGREES = ("tp", "pp", "vpp", "cp", "ep", "etp")
+
+
+def _choices(name: str, value: Any) -> tuple[int, ...] | None:
+    """None, or a pin / collection of whole numbers as a sorted tuple."""
+    if value is None:
+        return None
+    values = [value] if isinstance(value, int) or not hasattr(value, "__iter__") else list(value)
+    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+        raise UsageError(
+            f"{name}={value!r} must be a whole number >= 1 or a non-empty collection of "
+            f"them, e.g. {name}=2"
+        )
+    return tuple(sorted(set(values)))
+
+
+def _modes(value: Any) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    items = [value] if isinstance(value, str) else list(value)
+    modes = {normalize_recompute(r) for r in items}
+    if not modes:
+        raise UsageError(f"recompute={value!r} names no mode; use any of {RECOMPUTE_MODES}")
+    return tuple(m for m in RECOMPUTE_MODES if m in modes)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchSpace:
+    """Where the planner looks: pins or choices, bounds, and the memory headroom.
+
+    ``tp`` ... ``etp``, ``ulysses``, ``micro_batch_size``: a pin (``tp=4``) or choices
+    (``tp=(4, 8)``), stored as sorted tuples (None: the planner's defaults).  ``recompute``:
+    the modes tried (None: all of :data:`RECOMPUTE_MODES`).  ``max_*``: upper bounds.
+    ``headroom``: the memory margin passed to :meth:`MemoryReport.fits` (None: its default).
+    ``min_cp_tokens``: fewest tokens per CP rank worth splitting a sequence for.
+    """
+
+    tp: tuple[int, ...] | None = None
+    pp: tuple[int, ...] | None = None
+    vpp: tuple[int, ...] | None = None
+    cp: tuple[int, ...] | None = None
+    ep: tuple[int, ...] | None = None
+    etp: tuple[int, ...] | None = None
+    ulysses: tuple[int, ...] | None = None
+    micro_batch_size: tuple[int, ...] | None = None
+    recompute: tuple[str, ...] | None = None
+    max_tp: int | None = None
+    max_pp: int | None = None
+    max_vpp: int | None = None
+    max_cp: int | None = None
+    max_ep: int | None = None
+    max_etp: int | None = None
+    headroom: float | None = None
+    min_cp_tokens: int = MIN_CP_TOKENS
+
+    def __post_init__(self) -> None:
+        for name in (*DEGREES, "ulysses", "micro_batch_size"):
+            object.__setattr__(self, name, _choices(name, getattr(self, name)))
+        for name in DEGREES:
+            whole(f"max_{name}", getattr(self, f"max_{name}"), optional=True)
+        object.__setattr__(self, "recompute", _modes(self.recompute))
+        h = self.headroom
+        if h is not None and (isinstance(h, bool) or not isinstance(h, (int, float))):
+            raise UsageError(f"headroom must be a fraction in [0, 1), got {h!r}, e.g. 0.1")
+        if h is not None and not 0 <= h < 1:
+            raise UsageError(f"headroom must be a fraction in [0, 1), got {h!r}, e.g. 0.1")
+        whole("min_cp_tokens", self.min_cp_tokens)
+
+    def options(self, name: str, default: Iterable[int]) -> list[int]:
+        """Allowed values of one degree: the pin / choices or ``default``, below its bound."""
+        pin = getattr(self, name)
+        vals = list(default) if pin is None else list(pin)
+        upper = getattr(self, f"max_{name}", None)
+        if upper is not None:
+            vals = [v for v in vals if v <= upper]
+        return sorted(set(vals))
+
+    @property
+    def modes(self) -> list[str]:
+        """Recompute modes to try, cheapest in memory last (none, selective, full)."""
+        return list(self.recompute or RECOMPUTE_MODES)
+
+    @property
+    def micro_batch_sizes(self) -> list[int]:
+        """Micro-batch sizes to try."""
+        return list(self.micro_batch_size or MICRO_BATCH_SIZES)
+
+
+#: Fields of :class:`SearchSpace`.
+SEARCH_FIELDS = tuple(f.name for f in fields(SearchSpace))
+
+
+def split_options(
+    workload: Workload | None,
+    switches: Switches | None,
+    options: dict[str, Any],
+    *,
+    who: str,
+    model: Any = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(workload keywords, switch keywords) from a keyword-convenience call's ``options``
+    (None values dropped), refusing a keyword that repeats a typed value also passed."""
+    given = {k: v for k, v in options.items() if v is not None}
+    wl = {k: given.pop(k) for k in WORKLOAD_FIELDS if k in given}
+    sw = {k: given.pop(k) for k in SWITCH_FIELDS if k in given}
+    if given:
+        raise UsageError(f"{who}: unknown argument(s) {', '.join(sorted(given))}")
+    if workload is not None and (wl or model is not None):
+        raise UsageError(
+            f"{who}: give the workload either as a Workload or as keywords, not both "
+            f"({', '.join(sorted(wl)) or 'model'} given with workload=)"
+        )
+    if switches is not None and sw:
+        raise UsageError(
+            f"{who}: give the switches either as Switches or as keywords, not both "
+            f"({', '.join(sorted(sw))} given with switches=)"
+        )
+    return wl, sw
+
+
+def resolve(
+    model: Any,
+    workload: Workload | None,
+    switches: Switches | None,
+    *,
+    who: str,
+    **options: Any,
+) -> tuple[Workload, Switches]:
+    """The typed values of a keyword-convenience call: ``workload`` / ``switches`` as given,
+    or built from ``model`` and the keyword ``options`` (None means "not given")."""
+    if isinstance(model, Workload):
+        model, workload = None, _only_one(workload, model, who)
+    wl, sw = split_options(workload, switches, options, who=who, model=model)
+    if workload is None:
+        if "seq_len" not in wl:
+            raise UsageError(f"{who} needs seq_len (tokens per sequence), e.g. seq_len=4096")
+        workload = Workload(model=model, **wl)
+    return workload, switches if switches is not None else _switches(sw)
+
+
+#: Switches built from keywords, by their values (frozen, so one instance serves every call).
+_SWITCHES: dict[tuple, Switches] = {}
+
+
+def _switches(given: dict[str, Any]) -> Switches:
+    """``Switches(**given)``, shared between calls with the same (hashable) values."""
+    try:
+        # the type too: 0 == False would otherwise find a False's instance and skip the check
+        key = tuple((k, type(v), v) for k, v in sorted(given.items()))
+        hit = _SWITCHES.get(key)
+    except TypeError:  # an unhashable value (a list of CUDA-graph scopes): build it
+        return Switches(**given)
+    if hit is None:
+        if len(_SWITCHES) > 1024:
+            _SWITCHES.clear()
+        hit = _SWITCHES[key] = Switches(**given)
+    return hit
+
+
+def _only_one(a: Workload | None, b: Workload, who: str) -> Workload:
+    if a is not None and a != b:
+        raise UsageError(f"{who}: two different workloads given; pass one")
+    return b
