@@ -1,6 +1,6 @@
 """Memory estimator against configurations that ran in production.
 
-Every row of ``shared/reference/published_configs.csv`` (Megatron Bridge / NeMo performance
+Every row of ``benchmarks/data/published_configs.csv`` (Megatron Bridge / NeMo performance
 recipes on H100 and GB200) trained without running out of memory, so each must be predicted to
 fit its device.  The recipes' recompute settings are not in the table: each row is estimated
 with "selective" (Megatron's default) and the script also prints "none" and "full".  FP8 rows
@@ -27,14 +27,7 @@ from parastrat.planner.search import pipeline_variants
 from parastrat.spec.models import PUBLISHED_PARAMS
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = next(
-    (
-        p
-        for p in (ROOT / "shared" / "reference", ROOT.parent / "shared" / "reference")
-        if p.exists()
-    ),
-    ROOT / "shared" / "reference",
-)
+REFERENCE = ROOT / "benchmarks" / "data"  # published tables, sources in its README.md
 GiB = 1024**3
 
 

@@ -1,6 +1,6 @@
 """Planner accuracy against published training throughput.
 
-For every row of ``shared/reference/published_configs.csv`` (Megatron Bridge / NeMo configs on
+For every row of ``benchmarks/data/published_configs.csv`` (Megatron Bridge / NeMo configs on
 H100, GB200) and ``megatron_2021_table1.csv`` (Narayanan et al. 2021, A100):
 
 * the published strategy's predicted tokens/s/GPU (2021 table: step time) against the published
@@ -45,14 +45,7 @@ from parastrat.estimate.step import estimate_step
 from parastrat.planner.search import pipeline_variants
 
 ROOT = Path(__file__).resolve().parents[1]
-REFERENCE = next(
-    (
-        p
-        for p in (ROOT / "shared" / "reference", ROOT.parent / "shared" / "reference")
-        if p.exists()
-    ),
-    ROOT / "shared" / "reference",
-)
+REFERENCE = ROOT / "benchmarks" / "data"  # published tables, sources in its README.md
 
 
 #: How Megatron-LM ran in 2021 (Narayanan et al.): no flash attention (scores through HBM), no

@@ -6,6 +6,9 @@ import os
 
 from hypothesis import HealthCheck, settings
 
+# fixtures for checks on torch's fake process group and torchtitan's source
+from .torchtitan_source import fake_world, parallel_dims  # noqa: F401
+
 settings.register_profile(
     "default",
     deadline=None,

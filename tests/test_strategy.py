@@ -273,3 +273,23 @@ def test_unknown_fields_and_non_mappings_are_strategy_errors():
     # the dict round trip still ignores derived keys
     s = Strategy(tp=2, pp=2).with_world_size(8)
     assert Strategy.from_dict(s.to_dict()) == s
+
+
+def test_non_strategy_arguments_raise_one_error_type():
+    from parastrat.errors import StrategyTypeError
+    from parastrat.strategy import require_strategy
+
+    s = Strategy(tp=2)
+    assert require_strategy(s, "apply()") is s
+    with pytest.raises(StrategyTypeError) as e:
+        require_strategy({"tp": 2}, "apply()")
+    assert e.value.rules == ["strategy-type"]
+    assert "apply() takes a parastrat.Strategy, got dict" in str(e.value)
+    assert isinstance(e.value, TypeError) and isinstance(e.value, StrategyError)
+
+
+def test_public_errors_are_exported():
+    import parastrat
+
+    for name in ("StrategyError", "SpecError", "UsageError", "StrategyTypeError"):
+        assert name in parastrat.__all__ and hasattr(parastrat, name)

@@ -13,7 +13,14 @@ import importlib
 from typing import Any
 
 from ._version import __version__
-from .errors import MissingExtraError, StrategyError, Violation
+from .errors import (
+    MissingExtraError,
+    SpecError,
+    StrategyError,
+    StrategyTypeError,
+    UsageError,
+    Violation,
+)
 from .layout import layout
 from .strategy import Strategy
 
@@ -50,6 +57,9 @@ __all__ = [
     "__version__",
     "Strategy",
     "StrategyError",
+    "SpecError",
+    "StrategyTypeError",
+    "UsageError",
     "Violation",
     "MissingExtraError",
     "layout",

@@ -71,6 +71,14 @@ class StrategyError(ValueError):
         return [v.rule for v in self.violations]
 
 
+class StrategyTypeError(StrategyError, TypeError):
+    """Something that is not a :class:`~parastrat.Strategy` was passed where one is needed.
+
+    One type for every API (rule ``strategy-type``): a :class:`StrategyError`, so the CLI and
+    callers that catch bad strategies see it, and a :class:`TypeError`, as Python expects.
+    """
+
+
 class MissingExtraError(ImportError):
     """An optional framework is needed but not installed; the message names the extra."""
 

@@ -1,12 +1,12 @@
 """Rank layouts: which ranks form each process group, computed once, in pure Python.
 
-The whole topology is a grid over ``range(world)`` whose axes follow the order string (first
-name varies fastest, as in Megatron Core's ``RankGenerator``); a group of kind ``"tp-pp"`` is
-the set of ranks that differ only along the tp and pp axes.  Training strategies get two grids
-over the same ranks, as Megatron builds them: dense (tp, cp, dp, pp) and expert
-(etp, ep, edp, pp).  Inference strategies use xDiT's grid (tp, sp, pp, cfg, dp).  Within every
-sequence-parallel group the Ulysses factor is innermost (consecutive ranks) and ring is strided
-over it, as Megatron's hierarchical CP and yunchang's ``use_ulysses_low=True`` do.
+Every kind is a group of axes of one :class:`~parastrat.grid.RankGrid` (or of one of its
+views) over ``range(world)`` whose axes follow the order string (first name varies fastest, as
+in Megatron Core's ``RankGenerator``); a group of kind ``"tp-pp"`` is the set of ranks that
+differ only along the tp and pp axes.  Training strategies read the dense grid (tp, cp, dp, pp)
+and its expert (etp, ep, edp, pp), sequence (cp = Ulysses x ring, Ulysses innermost) and FSDP
+(dp = dp_shard x dp_replicate, shard innermost) views, as Megatron and torchtitan build them.
+Inference strategies use xDiT's grid (tp, sp, pp, cfg, dp).
 
 The runtime builds its process groups from this module and the tests compare it with
 Megatron Core and yunchang, so it is the one source of truth for rank lists.
@@ -18,6 +18,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from .errors import StrategyError
+from .grid import RankGrid, strategy_grid
 
 if TYPE_CHECKING:
     from .strategy import Strategy
@@ -38,7 +39,50 @@ KINDS = (
     "ring",
     "sp",
     "cfg",
+    "dp_shard",
+    "dp_replicate",
+    "dp_shard-cp",
 )
+
+#: Layout kind -> (grid view, axes) for a training strategy (``None``: the dense grid).
+TRAINING_KINDS: dict[str, tuple[str | None, str]] = {
+    "tp": (None, "tp"),
+    "cp": (None, "cp"),
+    "dp": (None, "dp"),
+    "pp": (None, "pp"),
+    "dp-cp": (None, "dp-cp"),
+    "tp-pp": (None, "tp-pp"),
+    "etp": ("expert", "etp"),
+    "ep": ("expert", "ep"),
+    "edp": ("expert", "edp"),
+    "etp-ep": ("expert", "etp-ep"),
+    "ulysses": ("sequence", "ulysses"),
+    "ring": ("sequence", "ring"),
+    "sp": (None, "cp"),
+    "dp_shard": ("fsdp", "dp_shard"),
+    "dp_replicate": ("fsdp", "dp_replicate"),
+    "dp_shard-cp": ("fsdp", "dp_shard-cp"),
+}
+
+#: The same for an inference strategy on xDiT's grid (no experts, no FSDP: experts follow TP
+#: and the whole dp axis replicates).
+INFERENCE_KINDS: dict[str, tuple[str | None, str]] = {
+    "tp": (None, "tp"),
+    "cp": (None, "sp"),
+    "dp": (None, "dp"),
+    "pp": (None, "pp"),
+    "dp-cp": (None, "sp-dp"),
+    "tp-pp": (None, "tp-pp"),
+    "etp": (None, "tp"),
+    "edp": (None, "sp-cfg-dp"),
+    "etp-ep": (None, "tp"),
+    "ulysses": ("sequence", "ulysses"),
+    "ring": ("sequence", "ring"),
+    "sp": (None, "sp"),
+    "cfg": (None, "cfg"),
+    "dp_shard": (None, "dp"),
+    "dp_shard-cp": (None, "sp-dp"),
+}
 
 Groups = list[list[int]]
 
@@ -46,45 +90,12 @@ Groups = list[list[int]]
 def grid_groups(sizes: Sequence[int], mask: Sequence[bool]) -> Groups:
     """Groups of a dense grid: ranks that differ only along the masked axes.
 
-    ``sizes`` lists the axis lengths, fastest-varying first; a rank's coordinates are its
-    mixed-radix digits.  Groups are listed by the unmasked coordinates (fastest first) and the
-    ranks inside a group by the masked coordinates (fastest first) — Megatron's convention.
+    ``sizes`` lists the axis lengths, fastest-varying first.  Groups are listed by the unmasked
+    coordinates (fastest first) and the ranks inside a group by the masked coordinates (fastest
+    first) — Megatron's convention.  A shorthand for :meth:`RankGrid.groups`.
     """
-    strides = []
-    acc = 1
-    for n in sizes:
-        strides.append(acc)
-        acc *= n
-    in_sizes = [n for n, m in zip(sizes, mask) if m]
-    in_strides = [st for st, m in zip(strides, mask) if m]
-    out_sizes = [n for n, m in zip(sizes, mask) if not m]
-    out_strides = [st for st, m in zip(strides, mask) if not m]
-    offsets = _offsets(in_sizes, in_strides)
-    return [[base + off for off in offsets] for base in _offsets(out_sizes, out_strides)]
-
-
-def _offsets(sizes: Sequence[int], strides: Sequence[int]) -> list[int]:
-    """Rank offsets of every point of a sub-grid, first axis fastest."""
-    offs = [0]
-    for n, st in zip(sizes, strides):
-        offs = [o + k * st for k in range(n) for o in offs]
-    return offs
-
-
-def _groups(order: str, sizes: dict[str, int], token: str) -> Groups:
-    names = order.split("-")
-    wanted = set(token.split("-"))
-    return grid_groups([sizes[n] for n in names], [n in wanted for n in names])
-
-
-def split_sequence_groups(sp_groups: Groups, ulysses: int) -> tuple[Groups, Groups]:
-    """Split each sequence-parallel group into Ulysses (inner) and ring (outer) groups."""
-    uly: Groups = []
-    ring: Groups = []
-    for g in sp_groups:
-        uly += [g[i : i + ulysses] for i in range(0, len(g), ulysses)]
-        ring += [g[i::ulysses] for i in range(ulysses)]
-    return uly, ring
+    names = tuple(f"a{i}" for i in range(len(sizes)))
+    return RankGrid(names, tuple(sizes)).groups([n for n, m in zip(names, mask) if m])
 
 
 def layout(strategy: Strategy, world_size: int | None = None) -> dict[str, Groups]:
@@ -103,61 +114,17 @@ def layout(strategy: Strategy, world_size: int | None = None) -> dict[str, Group
                 rule="world-size-missing",
             )
     s = strategy.with_world_size(world_size)
-    dp = s.dp or 1  # with_world_size always fills it
-    if s.is_inference:
-        return _inference_layout(s, dp)
-    return _training_layout(s, world_size, dp)
-
-
-def _training_layout(s: Strategy, world: int, dp: int) -> dict[str, Groups]:
-    dense = {"tp": s.tp, "cp": s.cp, "ep": 1, "dp": dp, "pp": s.pp}
-    edp = world // (s.etp * s.ep * s.pp)
-    expert = {"tp": s.etp, "cp": 1, "ep": s.ep, "dp": edp, "pp": s.pp}
-    o = s.order
-    cp_groups = _groups(o, dense, "cp")
-    uly, ring = split_sequence_groups(cp_groups, s.ulysses)
-    return {
-        "tp": _groups(o, dense, "tp"),
-        "cp": cp_groups,
-        "dp": _groups(o, dense, "dp"),
-        "pp": _groups(o, dense, "pp"),
-        "dp-cp": _groups(o, dense, "dp-cp"),
-        "tp-pp": _groups(o, dense, "tp-pp"),
-        "etp": _groups(o, expert, "tp"),
-        "ep": _groups(o, expert, "ep"),
-        "edp": _groups(o, expert, "dp"),
-        "etp-ep": _groups(o, expert, "tp-ep"),
-        "ulysses": uly,
-        "ring": ring,
-        "sp": cp_groups,
-        "cfg": [[r] for r in range(world)],
-    }
-
-
-def _inference_layout(s: Strategy, dp: int) -> dict[str, Groups]:
-    sizes = {"tp": s.tp, "sp": s.cp, "pp": s.pp, "cfg": s.cfg, "dp": dp}
-    o = s.order
-    sp_groups = _groups(o, sizes, "sp")
-    uly, ring = split_sequence_groups(sp_groups, s.ulysses)
-    tp_groups = _groups(o, sizes, "tp")
-    world = s.world_size or 0
-    return {
-        "tp": tp_groups,
-        "cp": sp_groups,
-        "dp": _groups(o, sizes, "dp"),
-        "pp": _groups(o, sizes, "pp"),
-        "dp-cp": _groups(o, sizes, "sp-dp"),
-        "tp-pp": _groups(o, sizes, "tp-pp"),
-        # No expert parallelism in the inference grid: experts follow TP.
-        "etp": tp_groups,
-        "ep": [[r] for r in range(world)],
-        "edp": _groups(o, sizes, "sp-cfg-dp"),
-        "etp-ep": tp_groups,
-        "ulysses": uly,
-        "ring": ring,
-        "sp": sp_groups,
-        "cfg": _groups(o, sizes, "cfg"),
-    }
+    grid = strategy_grid(s, world_size)
+    table = INFERENCE_KINDS if s.is_inference else TRAINING_KINDS
+    singletons = [[r] for r in range(world_size)]
+    out: dict[str, Groups] = {}
+    for kind in KINDS:
+        if kind not in table:
+            out[kind] = [list(g) for g in singletons]
+            continue
+        view, axes = table[kind]
+        out[kind] = (grid if view is None else grid.view(view)).groups(axes)
+    return out
 
 
 #: The axes of a rank's coordinates (the group kinds that partition the world).

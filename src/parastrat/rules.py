@@ -12,15 +12,37 @@ why).  Rule ids are stable and documented in ``docs/troubleshooting.md``.
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING, Any
 
+from .checks import divisors, fmt_set, is_count, lcm
 from .errors import Violation
-from .strategy import divisors, fmt_set, lcm
+from .grid import expert_dp, training_grid
 
 if TYPE_CHECKING:
     from .strategy import Strategy
 
 TRAINING_ORDER_NAMES = ("tp", "cp", "ep", "dp", "pp")
+#: Megatron FSDP's sharding levels (``ddp.data_parallel_sharding_strategy``), least first:
+#: DDP, ZeRO-1, -2, -3.  A Strategy stores ``"no_shard"`` as ``None`` (today's behaviour: DDP or
+#: the distributed optimizer).
+FSDP_LEVELS = ("no_shard", "optim", "optim_grads", "optim_grads_params")
+#: Other names for the levels (ZeRO stages, FSDP wording), so an error can name the Megatron one.
+FSDP_ALIASES = {
+    "none": "no_shard",
+    "ddp": "no_shard",
+    "zero1": "optim",
+    "zero-1": "optim",
+    "zero2": "optim_grads",
+    "zero-2": "optim_grads",
+    "zero3": "optim_grads_params",
+    "zero-3": "optim_grads_params",
+    "full": "optim_grads_params",
+    "fsdp": "optim_grads_params",
+    "full_shard": "optim_grads_params",
+}
+#: Bridge's ``use_tp_pp_dp_mapping`` order, which Megatron FSDP refuses.
+_TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
 INFERENCE_ORDER_NAMES = ("tp", "sp", "pp", "cfg", "dp")
 
 
@@ -115,7 +137,108 @@ def structural_violations(s: Strategy) -> list[Violation]:
                     "use cfg=1 for training, or order='tp-sp-pp-cfg-dp' for inference",
                 )
             )
+    return out + fsdp_structural_violations(s)
+
+
+# ---------------------------------------------------------------------------------------------
+# Data-parallel sharding (Megatron FSDP in Bridge, FSDP2 / HSDP in torchtitan).
+# ---------------------------------------------------------------------------------------------
+def fsdp_value_violations(fsdp: Any) -> list[Violation]:
+    """Is ``fsdp`` one of Megatron's sharding levels (or None)?"""
+    if fsdp is None or (isinstance(fsdp, str) and fsdp in FSDP_LEVELS):
+        return []
+    alias = FSDP_ALIASES.get(fsdp.strip().lower()) if isinstance(fsdp, str) else None
+    return [
+        _err(
+            "fsdp-unknown",
+            f"fsdp={fsdp!r} is not a Megatron FSDP sharding level",
+            f"use fsdp={alias!r}"
+            if alias
+            else "use fsdp=None (no sharding) or one of "
+            + ", ".join(repr(x) for x in FSDP_LEVELS[1:]),
+        )
+    ]
+
+
+def fsdp_structural_violations(s: Strategy) -> list[Violation]:
+    """Sharding rules that need only the strategy: inference has none, and Megatron FSDP
+    refuses Bridge's ``use_tp_pp_dp_mapping`` order (``ConfigContainer.validate``)."""
+    out: list[Violation] = []
+    sharded = s.fsdp is not None or s.dp_shard is not None or s.dp_replicate > 1
+    if not sharded:
+        return out
+    if s.is_inference:
+        out.append(
+            _err(
+                "fsdp-inference",
+                "dp_shard/dp_replicate/fsdp describe training data parallelism; the inference "
+                f"order {s.order!r} replicates the model over dp",
+                "drop dp_shard, dp_replicate and fsdp for inference",
+            )
+        )
+    if s.fsdp is not None and s.order == _TP_PP_DP_ORDER:
+        out.append(
+            _err(
+                "fsdp-order",
+                f"fsdp={s.fsdp!r} with order {s.order!r}: Megatron Bridge refuses "
+                "use_tp_pp_dp_mapping with Megatron FSDP",
+                "use the default order 'tp-cp-ep-dp-pp' with FSDP",
+            )
+        )
     return out
+
+
+def fsdp_world_violations(s: Strategy, dp: int, edp: int) -> list[Violation]:
+    """dp_shard x dp_replicate against dp (torchtitan's ParallelDims: their product times
+    cp*tp*pp is the world) and dp_replicate against the expert data-parallel group (Megatron
+    builds one optimizer instance per replica: ``num_distributed_optimizer_instances`` must
+    divide dp*cp and the expert dp)."""
+    out: list[Violation] = []
+    r = s.dp_replicate
+    if s.dp_shard is not None and s.dp_shard * r != dp:
+        out.append(
+            _err(
+                "dp-shard-world",
+                f"dp_shard={s.dp_shard} x dp_replicate={r} = {s.dp_shard * r} but the world "
+                f"leaves dp={dp}",
+                f"use dp_shard={dp // r} (or -1, the rest of dp)"
+                if dp % r == 0
+                else f"use dp_replicate in {fmt_set(divisors(dp))} and dp_shard=-1",
+            )
+        )
+    elif dp % r:
+        out.append(
+            _err(
+                "dp-replicate-world",
+                f"dp_replicate={r} does not divide dp={dp}",
+                f"use dp_replicate in {fmt_set(divisors(dp))}",
+            )
+        )
+    if r > 1 and dp % r == 0 and edp % r:
+        out.append(
+            _err(
+                "dp-replicate-expert",
+                f"dp_replicate={r} does not divide the expert data-parallel size {edp} "
+                "(Megatron's num_distributed_optimizer_instances must divide it)",
+                f"use dp_replicate in {fmt_set(divisors(math.gcd(dp, edp)))}",
+            )
+        )
+    return out
+
+
+def fsdp_soft_violations(s: Strategy, dp: int) -> list[Violation]:
+    """FSDP that has nothing to shard over (a shard group of one rank)."""
+    shard = dp // s.dp_replicate * s.cp
+    if s.fsdp is None or shard > 1:
+        return []
+    return [
+        _warn(
+            "fsdp-nothing-to-shard",
+            f"fsdp={s.fsdp!r} but the shard group dp_shard*cp = {shard} rank: nothing is "
+            "sharded, only gathered",
+            "use fsdp=None, or give the shard axis more ranks (dp_shard > 1)",
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -126,15 +249,6 @@ def _fitting_worlds(s: Strategy, world: int) -> str:
     lower = (world // step) * step
     options = [w for w in (lower, lower + step) if w > 0]
     return " or ".join(str(w) for w in options)
-
-
-def _pp_stride(order: str, sizes: dict[str, int]) -> int:
-    stride = 1
-    for name in order.split("-"):
-        if name == "pp":
-            return stride
-        stride *= sizes.get(name, 1)
-    return stride
 
 
 def world_violations(s: Strategy, world: int) -> list[Violation]:
@@ -180,11 +294,15 @@ def world_violations(s: Strategy, world: int) -> list[Violation]:
                     f"use {_fitting_worlds(s, world)} devices, or ep*etp*pp dividing {world}",
                 )
             )
-        if not out and s.pp > 1:
-            dp, edp = world // dense, world // expert
-            dense_sizes = {"tp": s.tp, "cp": s.cp, "ep": 1, "dp": dp, "pp": s.pp}
-            expert_sizes = {"tp": s.etp, "cp": 1, "ep": s.ep, "dp": edp, "pp": s.pp}
-            if _pp_stride(s.order, dense_sizes) != _pp_stride(s.order, expert_sizes):
+        if not out:
+            out += fsdp_world_violations(s, world // dense, expert_dp(world, s.etp, s.ep, s.pp))
+        # pp last: both grids give it stride world/pp, nothing to compare
+        if not out and s.pp > 1 and not s.order.endswith("-pp"):
+            dp, edp = world // dense, expert_dp(world, s.etp, s.ep, s.pp)
+            grid = training_grid(
+                s.order, s.tp, s.cp, s.ep, s.etp, s.pp, world, s.ulysses, s.dp_replicate
+            )
+            if grid.stride("pp") != grid.view("expert").stride("pp"):
                 out.append(
                     _err(
                         "pp-groups-differ",
@@ -408,9 +526,7 @@ def batch_violations(
         ("global_batch_size", global_batch_size),
         ("micro_batch_size", micro_batch_size),
     ):
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 1
-        ):
+        if value is not None and not is_count(value):
             out.append(
                 _err(
                     f"{label.replace('_', '-')}-positive",
@@ -538,7 +654,7 @@ def check(
     world = world_size if world_size is not None else s.world_size
     world_ok = False
     if world_size is not None:
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
+        if not is_count(world_size):
             out.append(
                 _err(
                     "world-size-positive",
@@ -556,7 +672,7 @@ def check(
     if model is not None:
         out += model_violations(s, model)
     if seq_len is not None:
-        if isinstance(seq_len, bool) or not isinstance(seq_len, int) or seq_len < 1:
+        if not is_count(seq_len):
             out.append(
                 _err(
                     "seq-len-positive",
@@ -566,6 +682,8 @@ def check(
             )
         else:
             out += sequence_violations(s, seq_len)
+    if world_ok and world is not None and s.fsdp is not None:
+        out += fsdp_soft_violations(s, world // s.model_parallel_size)
     if global_batch_size is not None or micro_batch_size is not None:
         if world_ok and world is not None:
             dp = world // s.model_parallel_size

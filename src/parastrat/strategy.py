@@ -18,10 +18,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from functools import lru_cache
-from math import gcd
 from typing import Any
 
-from .errors import StrategyError, Violation
+from . import rules
+from .checks import divisors, fmt_set, is_int, lcm
+from .errors import StrategyError, StrategyTypeError, Violation
+from .grid import expert_dp as _expert_dp
+
+__all__ = [
+    "MEGATRON_ORDER",
+    "MEGATRON_TP_PP_DP_ORDER",
+    "XDIT_ORDER",
+    "Strategy",
+    "divisors",
+    "fmt_set",
+    "lcm",
+    "order_kind",
+    "require_strategy",
+]
 
 #: Megatron Core's default rank order (first name varies fastest).
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
@@ -29,25 +43,6 @@ MEGATRON_ORDER = "tp-cp-ep-dp-pp"
 MEGATRON_TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
 #: xDiT's order for diffusion inference (sp = ulysses * ring).
 XDIT_ORDER = "tp-sp-pp-cfg-dp"
-
-
-def lcm(a: int, b: int) -> int:
-    """Least common multiple of two positive integers."""
-    return a * b // gcd(a, b)
-
-
-def divisors(n: int) -> list[int]:
-    """All positive divisors of ``n`` in increasing order (used in hints)."""
-    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
-    return sorted(set(small + [n // d for d in small]))
-
-
-def fmt_set(values: list[int], limit: int = 8) -> str:
-    """``{1, 2, 4, 8}`` for hints, shortened when long."""
-    if len(values) > limit:
-        values = values[:limit]
-        return "{" + ", ".join(map(str, values)) + ", ...}"
-    return "{" + ", ".join(map(str, values)) + "}"
 
 
 @lru_cache(maxsize=256)
@@ -59,9 +54,11 @@ def order_kind(order: str) -> str:
 
 
 def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
+    if type(value) is int and value >= 1:  # the common case, first (thousands per plan)
+        return None
     if value is None and allow_none:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         return Violation(
             f"{name}-type",
             f"{name}={value!r} is a {type(value).__name__}, not a whole number",
@@ -71,9 +68,26 @@ def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
         return Violation(
             f"{name}-positive",
             f"{name}={value} must be >= 1",
-            f"use {name}=1 to disable {name.upper()}",
+            "use dp_shard=-1 (the rest of dp) or a degree >= 1"
+            if name == "dp_shard"
+            else f"use {name}=1 to disable {name.upper()}",
         )
     return None
+
+
+def require_strategy(value: Any, where: str) -> Strategy:
+    """``value`` when it is a :class:`Strategy`; else :class:`StrategyTypeError` (rule
+    ``strategy-type``) naming ``where`` and the type received: the one error every API raises
+    for a non-Strategy."""
+    if isinstance(value, Strategy):
+        return value
+    raise StrategyTypeError(
+        Violation(
+            "strategy-type",
+            f"{where} takes a parastrat.Strategy, got {type(value).__name__}",
+            "build one with parastrat.Strategy(tp=..., pp=...) or Strategy.from_dict(d)",
+        )
+    )
 
 
 #: Keys :meth:`Strategy.to_dict` adds that are computed, not set.
@@ -108,6 +122,13 @@ class Strategy:
     ``account_for_loss`` count the input embedding / the output layer and loss as one layer
     of the first / last stage (Megatron's ``account_for_*_in_pipeline_split``), which is how
     recipes put Qwen3-235B's 94 layers on PP 8 with VPP 3 (94 + 2 = 8 * 3 * 4).
+
+    Data-parallel sharding (training): ``dp_shard`` x ``dp_replicate`` = ``dp`` with
+    torchtitan's degree names (``dp_replicate`` unset means 1; ``dp_shard`` unset or ``-1``
+    takes the rest of dp, like torchtitan's ``data_parallel_shard_degree=-1``), and ``fsdp``
+    names what is sharded over each dp_shard x cp group with Megatron's names: ``None`` (or
+    ``"no_shard"``: today's behaviour, plain DDP / distributed optimizer), ``"optim"``,
+    ``"optim_grads"`` or ``"optim_grads_params"``.  See ``docs/fsdp.md``.
     """
 
     tp: int
@@ -126,6 +147,9 @@ class Strategy:
     last_stage_layers: int | None
     account_for_embedding: bool
     account_for_loss: bool
+    dp_shard: int | None
+    dp_replicate: int
+    fsdp: str | None
 
     def __init__(
         self,
@@ -145,8 +169,14 @@ class Strategy:
         last_stage_layers: int | None = None,
         account_for_embedding: bool = False,
         account_for_loss: bool = False,
+        dp_shard: int | None = None,
+        dp_replicate: int | None = None,
+        fsdp: str | None = None,
     ):
         vpp = 1 if vpp is None else vpp
+        dp_shard = None if dp_shard == -1 else dp_shard  # torchtitan's "the rest of dp"
+        dp_replicate = 1 if dp_replicate is None else dp_replicate
+        fsdp = None if fsdp == "no_shard" else fsdp  # Megatron's name for no sharding
         problems: list[Violation] = []
         for name, value, none_ok in (
             ("tp", tp, False),
@@ -161,6 +191,8 @@ class Strategy:
             ("cfg", cfg, False),
             ("first_stage_layers", first_stage_layers, True),
             ("last_stage_layers", last_stage_layers, True),
+            ("dp_shard", dp_shard, True),
+            ("dp_replicate", dp_replicate, False),
         ):
             bad = _bad_int(name, value, allow_none=none_ok)
             if bad:
@@ -201,6 +233,7 @@ class Strategy:
                     f"e.g. order={MEGATRON_ORDER!r}",
                 )
             )
+        problems += rules.fsdp_value_violations(fsdp)
         if problems:
             raise StrategyError(problems)
 
@@ -235,6 +268,8 @@ class Strategy:
         if order is None:
             order = XDIT_ORDER if (ulysses > 1 or cfg > 1) else MEGATRON_ORDER
         order = order.lower().strip()
+        if dp is None and dp_shard is not None:
+            dp = dp_shard * dp_replicate  # torchtitan: dp_shard * dp_replicate is the dp degree
 
         for name, resolved in (
             ("tp", tp),
@@ -253,17 +288,16 @@ class Strategy:
             ("last_stage_layers", last_stage_layers),
             ("account_for_embedding", account_for_embedding),
             ("account_for_loss", account_for_loss),
+            ("dp_shard", dp_shard),
+            ("dp_replicate", dp_replicate),
+            ("fsdp", fsdp),
         ):
             object.__setattr__(self, name, resolved)
 
-        from .rules import structural_violations  # rules import Strategy lazily; no cycle
-
-        problems = structural_violations(self)
+        problems = rules.structural_violations(self)
         if not problems and dp is not None:
             # An explicit dp fixes the world: it must fit the expert grid too.
-            from .rules import world_violations
-
-            problems = world_violations(self, self.model_parallel_size * dp)
+            problems = rules.world_violations(self, self.model_parallel_size * dp)
         if problems:
             raise StrategyError(problems)
 
@@ -317,9 +351,15 @@ class Strategy:
         world = self.world_size
         if world is None:
             return None
-        if self.is_inference:
-            return world // (self.etp * self.ep * self.pp)
-        return world // (self.etp * self.ep * self.pp)
+        return _expert_dp(world, self.etp, self.ep, self.pp)
+
+    @property
+    def dp_shard_degree(self) -> int | None:
+        """Ranks of the data-parallel shard axis, ``dp / dp_replicate`` (``dp_shard`` when
+        set); None until dp is known.  FSDP shards over ``dp_shard_degree * cp`` ranks."""
+        if self.dp is None:
+            return self.dp_shard
+        return self.dp // self.dp_replicate
 
     @property
     def cp_comm_type(self) -> str:
@@ -354,12 +394,10 @@ class Strategy:
 
     def with_world_size(self, world_size: int) -> Strategy:
         """A copy with ``dp`` filled in for ``world_size``; StrategyError when it does not fit."""
-        from .rules import world_violations
-
         bad = _bad_int("world_size", world_size, allow_none=False)
         if bad:
             raise StrategyError(bad)
-        problems = world_violations(self, world_size)
+        problems = rules.world_violations(self, world_size)
         if problems:
             raise StrategyError(problems)
         # Every field but dp is already validated and world_violations has just checked the
@@ -381,9 +419,7 @@ class Strategy:
         devices_per_node: int | None = None,
     ) -> list[Violation]:
         """Every hard rule broken (severity "error") and soft rule bent ("warning")."""
-        from .rules import check
-
-        return check(
+        return rules.check(
             self,
             model,
             world_size=world_size,
@@ -428,9 +464,7 @@ class Strategy:
         middle stages share the rest evenly (Megatron's uneven pipeline split).  Raises
         StrategyError when the layers cannot be split that way.
         """
-        from .rules import layer_split_violations
-
-        problems = layer_split_violations(self, num_layers)
+        problems = rules.layer_split_violations(self, num_layers)
         if problems:
             raise StrategyError(problems)
         p = self.pp
@@ -514,6 +548,10 @@ class Strategy:
                 parts.append(f"EP{self.ep} ETP{self.etp}")
         if self.dp is not None:
             parts.append(f"DP{self.dp}")
+        if self.dp_shard is not None or self.dp_replicate > 1:
+            parts.append(f"S{self.dp_shard_degree or '-'}xR{self.dp_replicate}")
+        if self.fsdp is not None:
+            parts.append(f"FSDP:{self.fsdp}")
         if self.sp:
             parts.append("SP")
         if self.order not in (MEGATRON_ORDER, XDIT_ORDER):

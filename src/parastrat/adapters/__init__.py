@@ -3,7 +3,8 @@
 * :mod:`parastrat.adapters.megatron` — Megatron Bridge ``ConfigContainer`` / Megatron Core
   ``TransformerConfig`` (``apply``, ``from_config``, ``to_overrides``);
 * :mod:`parastrat.adapters.mindiesd` — MindIE-SD model-port settings and launch flags;
-* :mod:`parastrat.adapters.diffusers` — diffusers ``ContextParallelConfig``.
+* :mod:`parastrat.adapters.diffusers` — diffusers ``ContextParallelConfig``;
+* :mod:`parastrat.adapters.torchtitan` — the ``[parallelism]`` table of a torchtitan job config.
 
 The submodules are loaded on first attribute access (``parastrat.adapters.megatron``), and
 importing one imports no framework: torch, megatron, diffusers are imported only by the
@@ -15,7 +16,7 @@ from __future__ import annotations
 import importlib
 from types import ModuleType
 
-SUBMODULES = ("megatron", "mindiesd", "diffusers")
+SUBMODULES = ("megatron", "mindiesd", "diffusers", "torchtitan")
 
 __all__ = list(SUBMODULES)
 

@@ -195,6 +195,31 @@ def add_strategy_flags(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="count the output layer and loss as a layer of the last pipeline stage",
     )
+    add_sharding_flags(g)
+
+
+def add_sharding_flags(g: Any) -> None:
+    """Add ``--dp-shard --dp-replicate --fsdp`` (data-parallel sharding, docs/fsdp.md)."""
+    from ..rules import FSDP_LEVELS
+
+    g.add_argument(
+        "--dp-shard",
+        type=int,
+        default=None,
+        help="ranks on the data-parallel shard axis (default or -1: the rest of dp)",
+    )
+    g.add_argument(
+        "--dp-replicate",
+        type=positive_int,
+        default=None,
+        help="data-parallel replicas of the sharded state (HSDP; default 1)",
+    )
+    g.add_argument(
+        "--fsdp",
+        choices=FSDP_LEVELS,
+        default=None,
+        help="what the shard axis shards (Megatron FSDP level; default: no sharding)",
+    )
 
 
 def add_model_args(parser: argparse.ArgumentParser, *, required: bool = True) -> None:
@@ -237,6 +262,9 @@ def strategy_from_args(args: argparse.Namespace):
         last_stage_layers=args.last_stage_layers,
         account_for_embedding=args.account_for_embedding,
         account_for_loss=args.account_for_loss,
+        dp_shard=getattr(args, "dp_shard", None),
+        dp_replicate=getattr(args, "dp_replicate", None),
+        fsdp=getattr(args, "fsdp", None),
     )
 
 

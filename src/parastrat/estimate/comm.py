@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from ..grid import RankGrid, training_grid
 from ..spec.model import ModelSpec
 
 if TYPE_CHECKING:
@@ -114,43 +115,41 @@ def total_time(items: list[Collective], cluster: Cluster) -> float:
 
 
 # ---------------------------------------------------------------------------------------------
-# Rank strides of each group (Megatron's RankGenerator: the first name in the order varies
-# fastest; the dense grid has ep = 1, the expert grid reads tp as etp, cp as 1, dp as edp).
+# Rank strides of each group, read from the strategy's rank grid (parastrat.grid).
 # ---------------------------------------------------------------------------------------------
-def group_strides(strategy: Strategy, dp: int, edp: int) -> dict[str, int]:
-    """Rank stride of every group kind for a training ``strategy`` (dense and expert grid).
+#: Group kind -> (grid view, axes) whose stride prices that kind's collectives.
+_STRIDE_AXES: dict[str, tuple[str | None, str]] = {
+    "tp": (None, "tp"),
+    "cp": (None, "cp"),
+    "dp": (None, "dp"),
+    "pp": (None, "pp"),
+    "dp-cp": (None, "dp-cp"),
+    "etp": ("expert", "etp"),
+    "ep": ("expert", "ep"),
+    "edp": ("expert", "edp"),
+    "ulysses": ("sequence", "ulysses"),
+    "ring": ("sequence", "ring"),
+    "dp_shard": ("fsdp", "dp_shard"),
+    "dp_replicate": ("fsdp", "dp_replicate"),
+    "dp_shard-cp": ("fsdp", "dp_shard-cp"),
+}
 
-    A fresh dict of :func:`_group_strides` (memoised on the degrees: the planner asks for
-    thousands of candidates that share a few grids)."""
+
+def group_strides(strategy: Strategy, dp: int, edp: int | None = None) -> dict[str, int]:
+    """Rank stride of every group kind for a training ``strategy`` on ``dp`` data-parallel
+    replicas (its dense, expert, sequence and FSDP views; ``edp`` follows from the grid and is
+    accepted for older callers).  A fresh dict; the grids behind it are memoised."""
     s = strategy
-    return dict(_group_strides(s.order, s.tp, s.cp, s.ep, s.etp, s.pp, s.ulysses, dp, edp))
+    return dict(_strides(s.order, s.tp, s.cp, s.ep, s.etp, s.pp, s.ulysses, dp, s.dp_replicate))
 
 
-@lru_cache(maxsize=4096)
-def _group_strides(
-    order: str, tp: int, cp: int, ep: int, etp: int, pp: int, ulysses: int, dp: int, edp: int
+@lru_cache(maxsize=1 << 16)
+def _strides(
+    order: str, tp: int, cp: int, ep: int, etp: int, pp: int, uly: int, dp: int, rep: int
 ) -> tuple[tuple[str, int], ...]:
-    names = order.split("-")
-    dense = {"tp": tp, "cp": cp, "ep": 1, "dp": dp, "pp": pp}
-    expert = {"tp": etp, "cp": 1, "ep": ep, "dp": edp, "pp": pp}
-
-    def stride(sizes: dict[str, int], name: str) -> int:
-        out = 1
-        for n in names:
-            if n == name:
-                return out
-            out *= sizes.get(n, 1)
-        return out
-
-    out = {k: stride(dense, k) for k in ("tp", "cp", "dp", "pp")}
-    out["etp"] = stride(expert, "tp")
-    out["ep"] = stride(expert, "ep")
-    out["edp"] = stride(expert, "dp")
-    # dp-cp (the gradient group of dense parameters): the lower of the two strides
-    out["dp-cp"] = min(out["cp"], out["dp"]) if cp > 1 else out["dp"]
-    out["ulysses"] = out["cp"]
-    out["ring"] = out["cp"] * ulysses
-    return tuple(out.items())
+    grid = training_grid(order, tp, cp, ep, etp, pp, tp * cp * pp * dp, uly, rep)
+    views: dict[str | None, RankGrid] = {None: grid, **dict(grid.views)}
+    return tuple((kind, views[view].stride(axes)) for kind, (view, axes) in _STRIDE_AXES.items())
 
 
 # ---------------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
+from ..rules import FSDP_ALIASES, FSDP_LEVELS
 from ..spec.hardware import canonical_precision
 from . import comm
 from .memory import FP8_EXTRA_BYTES, GRAD_BYTES, OPTIM_BYTES, WEIGHT_BYTES
@@ -53,23 +54,10 @@ from .memory import FP8_EXTRA_BYTES, GRAD_BYTES, OPTIM_BYTES, WEIGHT_BYTES
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
 
-#: Megatron's names for what is sharded (``ddp.data_parallel_sharding_strategy``), least first.
-LEVELS = ("no_shard", "optim", "optim_grads", "optim_grads_params")
-#: Names people also use for the levels (ZeRO stages, torchtitan/FSDP wording): the error for
-#: an unknown level suggests the Megatron name.
-LEVEL_ALIASES = {
-    "none": "no_shard",
-    "ddp": "no_shard",
-    "zero1": "optim",
-    "zero-1": "optim",
-    "zero2": "optim_grads",
-    "zero-2": "optim_grads",
-    "zero3": "optim_grads_params",
-    "zero-3": "optim_grads_params",
-    "full": "optim_grads_params",
-    "fsdp": "optim_grads_params",
-    "full_shard": "optim_grads_params",
-}
+#: Megatron's names for what is sharded, least first, and their ZeRO/FSDP aliases: defined once
+#: in the core (:mod:`parastrat.rules`), which also checks ``Strategy.fsdp``.
+LEVELS = FSDP_LEVELS
+LEVEL_ALIASES = FSDP_ALIASES
 #: Megatron FSDP's all-gather prefetch budget without the double buffer, in elements:
 #: ``suggested_communication_unit_size = max(1e9, 2 * mean unit)`` and the prefetch size is half
 #: of it (``megatron_fsdp.py``, ``_init_fsdp_param_and_grad_buffer``).
@@ -417,6 +405,20 @@ class ShardGroups:
         ``[pp, dp_replicate, dp_shard, cp, tp]``)."""
         shard = sharding.dp_shard * cp
         return cls(shard, tp, sharding.dp_replicate, tp * shard)
+
+    @classmethod
+    def of_strategy(cls, strategy: Any, dp: int) -> ShardGroups:
+        """The groups of a training strategy on ``dp`` data-parallel ranks, read from its rank
+        grid (:mod:`parastrat.grid`'s FSDP view, any order): ``dp_shard * cp`` ranks at the
+        grid's ``dp_shard-cp`` stride, ``dp_replicate`` at its ``dp_replicate`` stride."""
+        strides = comm.group_strides(strategy, dp)
+        replicate = strategy.dp_replicate
+        return cls(
+            dp // replicate * strategy.cp,
+            strides["dp_shard-cp"],
+            replicate,
+            strides["dp_replicate"],
+        )
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StrategyError, UsageError
+from ..grid import expert_dp
 from ..spec.hardware import Accelerator
 from ..spec.model import ModelSpec
 from ..spec.workload import CUDA_GRAPH_SCOPES as CUDA_GRAPH_SCOPES
@@ -749,8 +750,7 @@ class StepModel:
         key += (moe_comm, split.stage_layers, split.stage_moe)
         worst = self._bounds.get(key)
         if worst is None:
-            edp = s.tp * s.cp * dp // (s.etp * s.ep)  # training grid: world / (etp ep pp)
-            strides = comm.group_strides(s, dp, edp)
+            strides = comm.group_strides(s, dp)
             per = self.per_layer(s, mbs, "none", strides, self.tp_overlap(s, strides), moe_comm)
             terms = ("compute", "tp_exposed", "cp_exposed", "ep_exposed", "host_exposed")
             dense_mb = sum(per[False][k] for k in terms)
@@ -778,7 +778,7 @@ class StepModel:
             raise UsageError(
                 f"global_batch_size={gbs} is not a multiple of micro_batch_size*dp = {mbs}*{dp}"
             )
-        strides = comm.group_strides(s, dp, world // (s.etp * s.ep * s.pp))
+        strides = comm.group_strides(s, dp)
         notes: list[str] = []
         split = self.split(s)
         if split.note:
@@ -888,7 +888,7 @@ class StepModel:
         optimizer step to ``st``, from the stage's parameter record."""
         dp = _dp(s)
         world = s.world_size if s.world_size is not None else s.min_world_size * dp
-        edp = world // (s.etp * s.ep * s.pp)
+        edp = expert_dp(world, s.etp, s.ep, s.pp)
         sw = self._switches
         dense, expert = block.dense_params, block.expert_params
         key = (dense, expert, dp, edp, s.cp, strides["dp-cp"], strides["edp"])

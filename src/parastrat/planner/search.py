@@ -40,6 +40,7 @@ from ..estimate.memo import per_model
 from ..estimate.memory import MemoryReport, memory_of
 from ..estimate.step import StepModel, check_errors
 from ..estimate.step import clear_caches as clear_step_caches
+from ..grid import expert_dp
 from ..spec.cluster import MAX_DEVICES
 from ..spec.hardware import GiB
 from ..spec.model import ModelSpec
@@ -268,7 +269,7 @@ def _static_bound(
     if sp is None:
         return 0.0  # an impossible split: the rules say why later
     dp = world // (tp * cp * pp)
-    edp = max(world // (ep * etp * pp), 1)
+    edp = max(expert_dp(world, etp, ep, pp), 1)
     dense_shard, expert_shard = (dp * cp, edp) if distributed_optimizer else (1, 1)
     return max(
         b.weight_bytes() + b.gradient_bytes() + b.optimizer_bytes(dense_shard, expert_shard)

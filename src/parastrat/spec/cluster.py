@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from ..checks import is_count
 from ..errors import SpecError, UsageError
 from .hardware import Accelerator, canonical_precision
 from .hardware import get as get_accelerator
@@ -263,7 +264,7 @@ class Cluster:
         )
         for name in ("num_devices", "devices_per_node", "scale_up_domain"):
             value = resolved[name]
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_count(value):
                 raise SpecError(f"Cluster.{name} must be a whole number >= 1, got {value!r}")
             if value > MAX_DEVICES:
                 raise SpecError(

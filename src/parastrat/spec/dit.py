@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ..checks import is_count
 from ..errors import SpecError
 from .text_encoder import (
     CLIP_G,
@@ -136,9 +137,9 @@ class DiTSpec:
             "latent_channels",
         ):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            if not is_count(value):
                 raise SpecError(f"DiTSpec {self.name!r}: {name} must be an int >= 1, got {value!r}")
-        if not isinstance(self.text_tokens, int) or self.text_tokens < 0:
+        if not is_count(self.text_tokens, 0):
             raise SpecError(
                 f"DiTSpec {self.name!r}: text_tokens must be an int >= 0, got {self.text_tokens!r}"
             )
@@ -236,7 +237,7 @@ class DiTSpec:
         split the resolution, or when a video VAE cannot take the frame count.
         """
         for label, value in (("height", height), ("width", width), ("frames", frames)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_count(value):
                 raise SpecError(f"{label}={value!r} must be a whole number >= 1")
         m = self.pixel_multiple
         for label, value in (("height", height), ("width", width)):

@@ -38,12 +38,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .._io import read_json
 from .._text import printable
 from ..errors import SpecError, UsageError
-from .model import ModelSpec
+
+if TYPE_CHECKING:  # model.py imports this module; ModelSpec arrives as spec_type
+    from .model import ModelSpec
 
 #: Families whose MLP is *not* gated (HF Llama-likes always use gate/up/down).
 _UNGATED = {
@@ -77,9 +79,10 @@ def _read(path: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
 
 
 def spec_from_hf_config(
-    path: str | Path | Mapping[str, Any], *, name: str | None = None
+    path: str | Path | Mapping[str, Any], *, name: str | None = None, spec_type: type[ModelSpec]
 ) -> ModelSpec:
-    """Translate a Hugging Face ``config.json`` (file, folder or dict) into a ModelSpec."""
+    """Translate a Hugging Face ``config.json`` (file, folder or dict) into a ``spec_type``
+    (ModelSpec); call it as ``ModelSpec.from_hf_config``."""
     raw, where = _read(path)
     # Multimodal wrappers keep the language model under text_config.
     text_config = raw.get("text_config")
@@ -240,7 +243,7 @@ def spec_from_hf_config(
     if mtp:
         fields["mtp_num_layers"] = whole("num_nextn_predict_layers", mtp, 0)
     try:
-        return ModelSpec(**fields)
+        return spec_type(**fields)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
 

@@ -13,7 +13,9 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any
 
+from ..checks import is_count
 from ..errors import SpecError
+from .hf import spec_from_hf_config
 
 #: Upper bounds on a model's shape: far above any model built so far (largest known: 126
 #: layers, hidden 25,600, 128 heads, FFN 53,248, vocabulary 262,144, 10M positions, 384
@@ -184,7 +186,7 @@ class ModelSpec:
             "moe_layer_freq",
         ):
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
+            if not is_count(v):
                 raise bad(f, f"must be a whole number >= 1, got {v!r}")
         for f in (
             "num_query_groups",
@@ -198,7 +200,7 @@ class ModelSpec:
             "window_attn_skip_freq",
         ):
             v = getattr(self, f)
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            if v is not None and not is_count(v, 0):
                 raise bad(f, f"must be None or a whole number >= 1, got {v!r}")
         for f in (
             "moe_shared_expert_intermediate_size",
@@ -210,7 +212,7 @@ class ModelSpec:
             "v_head_dim",
         ):
             v = getattr(self, f)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            if not is_count(v, 0):
                 raise bad(f, f"must be a whole number >= 0, got {v!r}")
         for f, top in MODEL_BOUNDS.items():
             v = getattr(self, f)
@@ -425,9 +427,7 @@ class ModelSpec:
         (and Kimi K2), GPT-OSS, OLMoE and Nemotron configs are understood; a missing or
         nonsensical field raises :class:`~parastrat.errors.SpecError` naming it.
         """
-        from .hf import spec_from_hf_config
-
-        return spec_from_hf_config(path, name=name)
+        return spec_from_hf_config(path, name=name, spec_type=cls)
 
     def with_(self, **changes: Any) -> ModelSpec:
         """A copy with some fields changed."""

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from ..checks import is_count
 from ..errors import SpecError, UsageError
 from .hardware import canonical_precision
 from .model import ModelSpec
@@ -55,10 +56,10 @@ MIN_CP_TOKENS = 1024
 
 def whole(name: str, value: Any, *, optional: bool = False) -> Any:
     """``value`` when it is a whole number >= 1 (or None with ``optional``); UsageError
-    naming ``name`` otherwise.  The one positive-integer check of the typed values."""
+    naming ``name`` otherwise (:func:`parastrat.checks.is_count`)."""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_count(value):
         raise UsageError(f"{name} must be a whole number >= 1, got {value!r} (e.g. {name}=1)")
     return value
 
@@ -263,7 +264,7 @@ def _choices(name: str, value: Any) -> tuple[int, ...] | None:
     if value is None:
         return None
     values = [value] if isinstance(value, int) or not hasattr(value, "__iter__") else list(value)
-    if not values or any(isinstance(v, bool) or not isinstance(v, int) or v < 1 for v in values):
+    if not values or not all(is_count(v) for v in values):
         raise UsageError(
             f"{name}={value!r} must be a whole number >= 1 or a non-empty collection of "
             f"them, e.g. {name}=2"

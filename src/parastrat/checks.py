@@ -1,0 +1,51 @@
+"""Small value checks and number helpers shared by every layer (one definition each).
+
+:func:`is_count` is *the* whole-number test: an ``int`` (never a ``bool``, which Python counts
+as one) of at least ``minimum``.  Modules that validate degrees, sizes or counts call it, or
+:func:`require_count` when a bad value should raise at once.
+"""
+
+from __future__ import annotations
+
+from math import gcd
+from typing import Any
+
+from .errors import UsageError
+
+
+def is_int(value: Any) -> bool:
+    """True when ``value`` is an ``int`` and not a ``bool`` (which Python counts as one)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_count(value: Any, minimum: int = 1) -> bool:
+    """True when ``value`` is an ``int`` (not a ``bool``) and at least ``minimum``."""
+    return is_int(value) and value >= minimum
+
+
+def require_count(
+    name: str, value: Any, *, minimum: int = 1, error: type[Exception] = UsageError
+) -> int:
+    """``value`` when :func:`is_count` accepts it, else ``error`` naming ``name`` and the value."""
+    if not is_count(value, minimum):
+        raise error(f"{name} must be a whole number >= {minimum}, got {value!r}")
+    return int(value)
+
+
+def lcm(a: int, b: int) -> int:
+    """Least common multiple of two positive integers."""
+    return a * b // gcd(a, b)
+
+
+def divisors(n: int) -> list[int]:
+    """All positive divisors of ``n`` in increasing order (used in hints)."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def fmt_set(values: list[int], limit: int = 8) -> str:
+    """``{1, 2, 4, 8}`` for hints, shortened when long."""
+    if len(values) > limit:
+        values = values[:limit]
+        return "{" + ", ".join(map(str, values)) + ", ...}"
+    return "{" + ", ".join(map(str, values)) + "}"

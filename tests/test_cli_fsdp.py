@@ -1,0 +1,32 @@
+"""The CLI's sharding flags: --dp-shard, --dp-replicate, --fsdp on check and layout."""
+
+from __future__ import annotations
+
+import json
+
+from parastrat import Strategy, layout
+from parastrat.cli import main
+
+
+def test_check_reports_sharding_rules_with_fixes(capsys):
+    assert main(["check", "--gpus", "16", "--tp", "2", "--sp", "--dp-replicate", "3"]) == 2
+    out = capsys.readouterr().out
+    assert "dp-replicate-world" in out and "{1, 2, 4, 8}" in out
+    args = ["check", "--gpus", "16", "--tp", "2", "--sp", "--dp-replicate", "2"]
+    assert main([*args, "--fsdp", "optim", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert (doc["strategy"]["dp_replicate"], doc["strategy"]["fsdp"]) == (2, "optim")
+
+
+def test_layout_lists_the_fsdp_groups(capsys):
+    args = ["layout", "--gpus", "16", "--tp", "2", "--cp", "2", "--dp-replicate", "2"]
+    assert main([*args, "--kinds", "dp_shard-cp,dp_replicate", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    want = layout(Strategy(tp=2, cp=2, dp_replicate=2), 16)
+    assert doc["groups"]["dp_shard-cp"] == want["dp_shard-cp"]
+    assert doc["groups"]["dp_replicate"] == want["dp_replicate"]
+
+
+def test_dp_shard_minus_one_means_the_rest(capsys):
+    assert main(["check", "--gpus", "8", "--dp-shard", "-1", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["strategy"]["dp_shard"] is None
