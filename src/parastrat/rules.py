@@ -86,6 +86,7 @@ def structural_violations(s: Strategy) -> list[Violation]:
                 "use one way to balance the pipeline",
             )
         )
+    out += layout_conflict_violations(s)
     if s.is_inference:
         if s.ep > 1:
             out.append(
@@ -208,8 +209,31 @@ def world_violations(s: Strategy, world: int) -> list[Violation]:
 # ---------------------------------------------------------------------------------------------
 # Model shape.
 # ---------------------------------------------------------------------------------------------
-def layer_split_violations(s: Strategy, num_layers: int) -> list[Violation]:
-    """Can ``num_layers`` be split over pp stages (and vpp chunks per stage)?"""
+def layout_conflict_violations(s: Strategy) -> list[Violation]:
+    """A pipeline layout excludes the other split settings (as Megatron Core refuses)."""
+    if s.pipeline_layout is None or not s.uneven:
+        return []
+    return [
+        _err(
+            "pipeline-layout-conflict",
+            f"pipeline_layout {s.layout_parsed} with first/last stage layer counts or "
+            "account_for_embedding/loss: Megatron Core refuses both",
+            "keep the layout and drop first_stage_layers, last_stage_layers and "
+            "account_for_embedding/loss (the layout places embedding and loss itself)",
+        )
+    ]
+
+
+def layer_split_violations(
+    s: Strategy, num_layers: int, mtp_num_layers: int | None = None
+) -> list[Violation]:
+    """Can ``num_layers`` be split over pp stages (and vpp chunks per stage)?  With a
+    pipeline layout: Megatron's layout checks (decoder and MTP counts, placement)."""
+    layout = s.layout_parsed
+    if layout is not None:
+        from .pipeline_layout import layout_violations
+
+        return layout_violations(layout, num_layers, mtp_num_layers)
     out: list[Violation] = []
     p, v = s.pp, s.vpp
     first, last = s.first_stage_layers, s.last_stage_layers
@@ -336,7 +360,7 @@ def model_violations(s: Strategy, model: Any) -> list[Violation]:
                         )
                     )
     if layers:
-        out += layer_split_violations(s, layers)
+        out += layer_split_violations(s, layers, getattr(model, "mtp_num_layers", None))
     if s.ep > 1:
         if not experts:
             out.append(

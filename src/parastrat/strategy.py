@@ -22,6 +22,7 @@ from math import gcd
 from typing import Any
 
 from .errors import StrategyError, Violation
+from .pipeline_layout import LayoutValue, PipelineLayout, resolve_layout
 
 #: Megatron Core's default rank order (first name varies fastest).
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
@@ -108,6 +109,10 @@ class Strategy:
     ``account_for_loss`` count the input embedding / the output layer and loss as one layer
     of the first / last stage (Megatron's ``account_for_*_in_pipeline_split``), which is how
     recipes put Qwen3-235B's 94 layers on PP 8 with VPP 3 (94 + 2 = 8 * 3 * 4).
+    ``pipeline_layout`` is Megatron's ``pipeline_model_parallel_layout`` (a string such as
+    ``"Et*4|(t*4|)*14tmL"`` or a list of lists of layer names, :mod:`parastrat.pipeline_layout`):
+    which stage holds the embedding, each decoder and MTP layer and the loss; ``vpp`` follows
+    from it (stages / pp).
     """
 
     tp: int
@@ -126,6 +131,7 @@ class Strategy:
     last_stage_layers: int | None
     account_for_embedding: bool
     account_for_loss: bool
+    pipeline_layout: LayoutValue | None
 
     def __init__(
         self,
@@ -145,8 +151,11 @@ class Strategy:
         last_stage_layers: int | None = None,
         account_for_embedding: bool = False,
         account_for_loss: bool = False,
+        pipeline_layout: Any = None,
     ):
         vpp = 1 if vpp is None else vpp
+        if pipeline_layout is not None and isinstance(pp, int) and pp >= 1:
+            pipeline_layout, vpp = resolve_layout(pipeline_layout, pp, vpp)
         problems: list[Violation] = []
         for name, value, none_ok in (
             ("tp", tp, False),
@@ -253,6 +262,7 @@ class Strategy:
             ("last_stage_layers", last_stage_layers),
             ("account_for_embedding", account_for_embedding),
             ("account_for_loss", account_for_loss),
+            ("pipeline_layout", pipeline_layout),
         ):
             object.__setattr__(self, name, resolved)
 
@@ -287,6 +297,13 @@ class Strategy:
             or self.last_stage_layers is not None
             or self.account_for_embedding
             or self.account_for_loss
+        )
+
+    @property
+    def layout_parsed(self) -> PipelineLayout | None:
+        """The parsed :attr:`pipeline_layout` (None without one)."""
+        return (
+            None if self.pipeline_layout is None else PipelineLayout(self.pipeline_layout, self.pp)
         )
 
     @property
@@ -425,15 +442,22 @@ class Strategy:
         """Transformer layers held by each of the ``pp`` physical pipeline stages.
 
         Even split unless ``first_stage_layers``/``last_stage_layers`` are set; then the
-        middle stages share the rest evenly (Megatron's uneven pipeline split).  Raises
+        middle stages share the rest evenly (Megatron's uneven pipeline split); with a
+        ``pipeline_layout``, the decoder layers it places on each rank.  Raises
         StrategyError when the layers cannot be split that way.
         """
         from .rules import layer_split_violations
 
-        problems = layer_split_violations(self, num_layers)
+        layout = self.layout_parsed
+        mtp = layout.count("mtp") if layout is not None else None
+        problems = layer_split_violations(self, num_layers, mtp)
         if problems:
             raise StrategyError(problems)
         p = self.pp
+        if layout is not None:
+            return [
+                sum(layout.stage(r, c).count("decoder") for c in range(self.vpp)) for r in range(p)
+            ]
         if p == 1:
             return [num_layers]
         if self.account_for_embedding or self.account_for_loss:
@@ -469,6 +493,8 @@ class Strategy:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every degree (plus derived world sizes), JSON-ready."""
         d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.layout_parsed is not None:
+            d["pipeline_layout"] = self.layout_parsed.to_megatron()
         d["min_world_size"] = self.min_world_size
         d["world_size"] = self.world_size
         d["expert_dp"] = self.expert_dp
@@ -498,6 +524,8 @@ class Strategy:
             pp = f"PP{self.pp}" + (f"(VP{self.vpp})" if self.vpp > 1 else "")
             if self.first_stage_layers or self.last_stage_layers:
                 pp += f"[{self.first_stage_layers or '-'}/{self.last_stage_layers or '-'}]"
+            if self.pipeline_layout is not None:
+                pp += f"[{self.layout_parsed}]"
             if self.account_for_embedding or self.account_for_loss:
                 pp += ("[+emb" if self.account_for_embedding else "[") + (
                     "+loss]" if self.account_for_loss else "]"
