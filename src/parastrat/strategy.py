@@ -241,6 +241,9 @@ class Strategy:
 
         if etp is None:
             etp = 1 if ep > 1 else tp
+        # remembered (not a field): a default inference order may become Megatron's training
+        # one where the target is a training framework (adapters.megatron.apply)
+        object.__setattr__(self, "_order_given", order is not None)
         if order is None:
             order = XDIT_ORDER if (ulysses > 1 or cfg > 1) else MEGATRON_ORDER
         order = order.lower().strip()
@@ -282,6 +285,11 @@ class Strategy:
     def kind(self) -> str:
         """ "training" (Megatron grids) or "inference" (xDiT/MindIE-SD grid)."""
         return order_kind(self.order)
+
+    @property
+    def order_given(self) -> bool:
+        """True when the rank order was passed explicitly (not derived from the degrees)."""
+        return bool(self.__dict__.get("_order_given", True))
 
     @property
     def is_inference(self) -> bool:
@@ -362,6 +370,8 @@ class Strategy:
             d["ring"] = None
         elif "ulysses" in changes or "ring" in changes:
             d["cp"] = None
+        if not self.order_given and "order" not in changes:
+            d["order"] = None
         etp_was_default = self.etp == (1 if self.ep > 1 else self.tp)
         if ("tp" in changes or "ep" in changes) and "etp" not in changes and etp_was_default:
             d["etp"] = None
