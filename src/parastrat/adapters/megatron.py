@@ -609,6 +609,49 @@ def to_overrides(
     ]
 
 
+def megatron_lm_args(
+    s: Any, *, micro_batch_size: int | None = None, global_batch_size: int | None = None
+) -> list[str]:
+    """Megatron-LM ``pretrain_gpt.py`` arguments (MindSpeed-LLM takes the same) for a
+    Strategy, a plan candidate or a plan: the field table's ``arg`` column.
+
+    ``["--tensor-model-parallel-size", "4", ..., "--sequence-parallel"]`` as an argv list: a
+    flag appears when on, a list gives one word per item, a layout is written in the string
+    syntax.  The virtual pipeline size is ``--num-virtual-stages-per-pipeline-rank`` (it
+    also holds with an uneven split), and is left out with a layout, which sets it.  Names
+    checked against Megatron-LM's ``megatron/training/arguments.py`` (tests/data).
+    """
+    strategy, run = run_of(s)
+    strategy = as_training(strategy)
+    run = run or RunSettings()
+    if micro_batch_size is not None:
+        run = replace(run, micro_batch_size=micro_batch_size)
+    if global_batch_size is not None:
+        run = replace(run, global_batch_size=global_batch_size)
+    a = Applied(strategy, run, moe=strategy.ep > 1 or bool(run.moe_model))
+    argv: list[str] = []
+    for f in FIELDS:
+        if f.arg is None or not f.when(a):
+            continue
+        if f.name == "virtual_pipeline_model_parallel_size" and strategy.pipeline_layout:
+            continue
+        value = f.value(a)
+        if f.arg_value is not None and value is not None:
+            value = f.arg_value(value)
+        argv += _arg_words(f.arg, value)
+    return argv
+
+
+def _arg_words(arg: str, value: Any) -> list[str]:
+    if value is None or value is False:
+        return []
+    if value is True:
+        return [arg]
+    if isinstance(value, (list, tuple)):
+        return [arg, *map(str, value)]
+    return [arg, str(value)]
+
+
 def recompute_overrides(mode: str) -> list[str]:
     """Megatron Bridge overrides for a recompute mode ("none", "selective" or "full"; UsageError
     naming them for anything else): the recompute rows of the field table."""
@@ -623,14 +666,27 @@ def recompute_overrides(mode: str) -> list[str]:
     ]
 
 
+#: HCCL's connection set-up timeout (s) MindSpeed-LLM's pretrain scripts export (1200-3600
+#: in its examples; HCCL's default of 120 s is short for thousands of ranks).
+HCCL_CONNECT_TIMEOUT_S = 1200
+
+
 def launch_env(s: Strategy, *, vendor: str = "nvidia", scale_up_domain: int = 8) -> list[str]:
     """Environment variables the strategy wants at launch (``NAME=value`` strings).
 
-    ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when TP (with SP) stays in the NVLink domain, where
-    Megatron overlaps TP communication with GEMMs and needs kernels issued in order;
-    ``NCCL_P2P_NET_CHUNKSIZE`` larger for pipeline and context-parallel p2p across nodes;
-    ``NCCL_NVLS_ENABLE=0`` on NVIDIA (NVLink SHARP buffers cost memory Megatron does not use).
+    NVIDIA (NCCL): ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when TP (with SP) stays in the NVLink
+    domain, where Megatron overlaps TP communication with GEMMs and needs kernels issued in
+    order; ``NCCL_P2P_NET_CHUNKSIZE`` larger for pipeline and context-parallel p2p across
+    nodes; ``NCCL_NVLS_ENABLE=0`` (NVLink SHARP buffers cost memory Megatron does not use).
+    Ascend (``vendor="huawei"``, HCCL): no NCCL variable; ``HCCL_CONNECT_TIMEOUT`` as
+    MindSpeed-LLM's scripts set it, and ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with SP, which those
+    scripts also export only to pass Megatron's own argument check (no effect on an NPU).
     """
+    if vendor == "huawei":
+        env = [f"HCCL_CONNECT_TIMEOUT={HCCL_CONNECT_TIMEOUT_S}"]
+        if s.tp > 1 and s.sp:
+            env.append("CUDA_DEVICE_MAX_CONNECTIONS=1")
+        return env
     env = []
     if vendor == "nvidia" and s.tp > 1 and s.sp and s.tp <= scale_up_domain:
         env.append("CUDA_DEVICE_MAX_CONNECTIONS=1")
@@ -669,6 +725,26 @@ def launch_command(
     if recompute is not None:
         argv += recompute_overrides(recompute)
     return argv
+
+
+def megatron_lm_command(
+    s: Any,
+    *,
+    nproc_per_node: int,
+    nnodes: int = 1,
+    global_batch_size: int | None = None,
+    rdzv_endpoint: str | None = None,
+    script: str = "pretrain_gpt.py",
+) -> list[str]:
+    """``torchrun ... pretrain_gpt.py <Megatron-LM arguments>`` as an argv list: Megatron-LM's
+    own launcher, which MindSpeed-LLM keeps on Ascend NPUs (no Transformer Engine, no CUDA).
+    The model, data and optimizer arguments are the user's to add."""
+    argv = ["torchrun", f"--nproc_per_node={nproc_per_node}"]
+    if nnodes > 1:
+        argv.append(f"--nnodes={nnodes}")
+    if rdzv_endpoint:
+        argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}"]
+    return [*argv, script, *megatron_lm_args(s, global_batch_size=global_batch_size)]
 
 
 def default_recipe(model_name: str) -> str:

@@ -73,7 +73,8 @@ class Field:
     ``sections``: where it lives, first match wins (``("comm_overlap", "model")``: Bridge's
     ``comm_overlap`` section when the container has one, else the model).  ``value``: the new
     value; ``when``: written only when true; ``neutral``: the "off" value; ``read``: Strategy
-    keywords from the config's value (None: read by a combined reader or not at all).
+    keywords from the config's value (None: read by a combined reader or not at all);
+    ``arg``: the Megatron-LM command-line argument (``arg_value`` maps the value to it).
     """
 
     name: str
@@ -82,6 +83,9 @@ class Field:
     when: Callable[[Applied], bool] = _always
     read: Callable[[Any], dict[str, Any]] | None = None
     sections: tuple[str, ...] = ("model",)
+    #: Megatron-LM's ``pretrain_gpt.py`` argument (None: none), and the value it takes
+    arg: str | None = None
+    arg_value: Callable[[Any], Any] | None = None
 
 
 def _run(a: Applied, name: str) -> Any:
@@ -108,6 +112,29 @@ def _layout_value(a: Applied) -> Any:
 def _read_layout(value: Any) -> dict[str, Any]:
     value = getattr(value, "input_data", value)  # a parsed PipelineParallelLayerLayout
     return {"pipeline_layout": value}
+
+
+def _deepep_flag(backend: str) -> bool:
+    """Megatron-LM (arguments.py at the recorded commit) selects DeepEP with a flag and has no
+    HybridEP switch."""
+    if backend != "deepep":
+        from ..errors import UsageError
+
+        raise UsageError(
+            f"the flex dispatcher's {backend} backend has no Megatron-LM argument "
+            "(arguments.py has --moe-enable-deepep only); use --moe-dispatcher deepep, or "
+            "--format overrides for Megatron Bridge"
+        )
+    return True
+
+
+def _layout_text(value: Any) -> str | None:
+    """The layout in Megatron-LM's string syntax (its argument takes a string only)."""
+    if value is None or isinstance(value, str):
+        return value
+    from ..pipeline_layout import compact, normalize
+
+    return compact(normalize(value))
 
 
 def _dispatcher(a: Applied) -> str:
@@ -139,22 +166,61 @@ def _int_or_one(v: Any) -> int:
 
 #: The strategy's own fields, in the order they are written.
 STRATEGY_FIELDS: tuple[Field, ...] = (
-    Field("tensor_model_parallel_size", lambda a: a.s.tp, 1, read=lambda v: {"tp": v}),
-    Field("pipeline_model_parallel_size", lambda a: a.s.pp, 1, read=lambda v: {"pp": v}),
+    Field(
+        "tensor_model_parallel_size",
+        lambda a: a.s.tp,
+        1,
+        read=lambda v: {"tp": v},
+        arg="--tensor-model-parallel-size",
+    ),
+    Field(
+        "pipeline_model_parallel_size",
+        lambda a: a.s.pp,
+        1,
+        read=lambda v: {"pp": v},
+        arg="--pipeline-model-parallel-size",
+    ),
     Field(
         "virtual_pipeline_model_parallel_size",
         lambda a: a.s.vpp if a.s.vpp > 1 else None,
         read=lambda v: {"vpp": _int_or_one(v)},
+        arg="--num-virtual-stages-per-pipeline-rank",
     ),
-    Field("context_parallel_size", lambda a: a.s.cp, 1),  # read with cp_comm_type
-    Field("cp_comm_type", lambda a: a.s.cp_comm_type, "p2p", when=lambda a: a.s.cp > 1),
+    Field(
+        "context_parallel_size", lambda a: a.s.cp, 1, arg="--context-parallel-size"
+    ),  # read with cp_comm_type
+    Field(
+        "cp_comm_type",
+        lambda a: a.s.cp_comm_type,
+        "p2p",
+        when=lambda a: a.s.cp > 1,
+        arg="--cp-comm-type",
+    ),
     Field(
         "hierarchical_context_parallel_sizes",
         lambda a: [a.s.ulysses, a.s.ring] if a.s.ulysses > 1 and a.s.ring > 1 else None,
+        arg="--hierarchical-context-parallel-sizes",
     ),
-    Field("expert_model_parallel_size", lambda a: a.s.ep, 1, read=lambda v: {"ep": v or 1}),
-    Field("expert_tensor_parallel_size", lambda a: a.s.etp, read=lambda v: {"etp": v}),
-    Field("sequence_parallel", lambda a: a.s.sp, False, read=lambda v: {"sp": bool(v)}),
+    Field(
+        "expert_model_parallel_size",
+        lambda a: a.s.ep,
+        1,
+        read=lambda v: {"ep": v or 1},
+        arg="--expert-model-parallel-size",
+    ),
+    Field(
+        "expert_tensor_parallel_size",
+        lambda a: a.s.etp,
+        read=lambda v: {"etp": v},
+        arg="--expert-tensor-parallel-size",
+    ),
+    Field(
+        "sequence_parallel",
+        lambda a: a.s.sp,
+        False,
+        read=lambda v: {"sp": bool(v)},
+        arg="--sequence-parallel",
+    ),
     Field(
         "pipeline_dtype", lambda a: a.pipeline_dtype, when=lambda a: a.pipeline_dtype is not None
     ),
@@ -162,30 +228,41 @@ STRATEGY_FIELDS: tuple[Field, ...] = (
         "num_layers_in_first_pipeline_stage",
         lambda a: a.s.first_stage_layers,
         read=lambda v: {"first_stage_layers": v},
+        arg="--decoder-first-pipeline-num-layers",
     ),
     Field(
         "num_layers_in_last_pipeline_stage",
         lambda a: a.s.last_stage_layers,
         read=lambda v: {"last_stage_layers": v},
+        arg="--decoder-last-pipeline-num-layers",
     ),
     Field(
         "account_for_embedding_in_pipeline_split",
         lambda a: a.s.account_for_embedding,
         False,
         read=lambda v: {"account_for_embedding": bool(v)},
+        arg="--account-for-embedding-in-pipeline-split",
     ),
     Field(
         "account_for_loss_in_pipeline_split",
         lambda a: a.s.account_for_loss,
         False,
         read=lambda v: {"account_for_loss": bool(v)},
+        arg="--account-for-loss-in-pipeline-split",
     ),
-    Field("pipeline_model_parallel_layout", _layout_value, read=_read_layout),
+    Field(
+        "pipeline_model_parallel_layout",
+        _layout_value,
+        read=_read_layout,
+        arg="--pipeline-model-parallel-layout",
+        arg_value=_layout_text,
+    ),
     Field(
         "use_tp_pp_dp_mapping",
         lambda a: a.s.order == MEGATRON_TP_PP_DP_ORDER,
         False,
         sections=("dist",),
+        arg="--use-tp-pp-dp-mapping",
     ),
 )
 
@@ -196,26 +273,46 @@ RUN_FIELDS: tuple[Field, ...] = (
         lambda a: a.run.micro_batch_size if a.run else None,
         when=_knows("micro_batch_size"),
         sections=("train",),
+        arg="--micro-batch-size",
     ),
     Field(
         "global_batch_size",
         lambda a: a.run.global_batch_size if a.run else None,
         when=_knows("global_batch_size"),
         sections=("train",),
+        arg="--global-batch-size",
     ),
-    Field("recompute_granularity", _recompute(0), when=_knows("recompute")),
-    Field("recompute_method", _recompute(1), when=_knows("recompute")),
-    Field("recompute_num_layers", _recompute(2), when=_knows("recompute")),
+    Field(
+        "recompute_granularity",
+        _recompute(0),
+        when=_knows("recompute"),
+        arg="--recompute-granularity",
+    ),
+    Field("recompute_method", _recompute(1), when=_knows("recompute"), arg="--recompute-method"),
+    Field(
+        "recompute_num_layers",
+        _recompute(2),
+        when=_knows("recompute"),
+        arg="--recompute-num-layers",
+    ),
     Field(
         "recompute_modules",
         lambda a: list(SELECTIVE_MODULES),
         when=lambda a: _run(a, "recompute") == "selective",
+        arg="--recompute-modules",
     ),
-    Field("moe_token_dispatcher_type", _dispatcher, when=_moe_knows("moe_dispatcher")),
+    Field(
+        "moe_token_dispatcher_type",
+        _dispatcher,
+        when=_moe_knows("moe_dispatcher"),
+        arg="--moe-token-dispatcher-type",
+    ),
     Field(
         "moe_flex_dispatcher_backend",
         _flex_backend,
         when=lambda a: a.moe and _run(a, "moe_dispatcher") not in (None, "alltoall"),
+        arg="--moe-enable-deepep",
+        arg_value=_deepep_flag,
     ),
     Field(
         "overlap_moe_expert_parallel_comm",
@@ -223,12 +320,14 @@ RUN_FIELDS: tuple[Field, ...] = (
         False,
         when=_moe_knows("moe_a2a_overlap"),
         sections=("comm_overlap", "model"),
+        arg="--overlap-moe-expert-parallel-comm",
     ),
     Field(
         "moe_shared_expert_overlap",
         lambda a: bool(_run(a, "moe_shared_expert_overlap")),
         False,
         when=_moe_knows("moe_shared_expert_overlap"),
+        arg="--moe-shared-expert-overlap",
     ),
     Field(
         "tp_comm_overlap",
@@ -236,6 +335,7 @@ RUN_FIELDS: tuple[Field, ...] = (
         False,
         when=_knows("tp_comm_overlap"),
         sections=("comm_overlap", "model"),
+        arg="--tp-comm-overlap",
     ),
     Field(
         "cuda_graph_impl",
