@@ -18,6 +18,7 @@ from parastrat.pipeline_layout import (
     compact,
     layout_violations,
     parse_string,
+    recipe_layouts,
 )
 from parastrat.spec.models import get
 
@@ -176,3 +177,182 @@ def test_refusals_name_the_rule(kwargs, rule):
     with pytest.raises(StrategyError) as err:
         Strategy(**kwargs)
     assert err.value.rules == [rule]
+
+
+# ---------------------------------------------------------------------------------------------
+# Every split as Megatron places it; recipe-style layouts Megatron accepts.
+# ---------------------------------------------------------------------------------------------
+def megatron_config(num_layers: int, pp: int, vpp: int, **kw):
+    """A real TransformerConfig for the split (construction runs Megatron's checks)."""
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    return TransformerConfig(
+        num_layers=num_layers,
+        hidden_size=64,
+        num_attention_heads=8,
+        pipeline_model_parallel_size=pp,
+        virtual_pipeline_model_parallel_size=vpp if vpp > 1 else None,
+        pipeline_dtype=__import__("torch").bfloat16,
+        **kw,
+    )
+
+
+@st.composite
+def splits(draw):
+    pp = draw(st.integers(2, 8))
+    vpp = draw(st.sampled_from([1, 1, 2, 3]))
+    kind = draw(st.sampled_from(["even", "accounted", "uneven"]))
+    if kind == "even":
+        return draw(st.integers(1, 6)) * pp * vpp, pp, vpp, {}
+    if kind == "accounted":
+        emb, loss = draw(st.sampled_from([(True, True), (True, False), (False, True)]))
+        total = draw(st.integers(1, 6)) * pp * vpp
+        return total - emb - loss, pp, vpp, {"account_for_embedding": emb, "account_for_loss": loss}
+    first, last = draw(st.integers(1, 4)) * vpp, draw(st.integers(1, 4)) * vpp
+    mid = draw(st.integers(1, 4)) * vpp
+    return (
+        first + last + mid * (pp - 2),
+        pp,
+        vpp,
+        {"first_stage_layers": first, "last_stage_layers": last},
+    )
+
+
+@settings(max_examples=150)
+@given(splits())
+def test_split_placement_is_megatrons(case):
+    """Strategy.placements against Megatron Core's get_num_layers_to_build per (rank, chunk)."""
+    from megatron.core.transformer.transformer_block import get_num_layers_to_build
+
+    layers, pp, vpp, kw = case
+    assume(layers > 0)
+    s = Strategy(pp=pp, vpp=vpp, **kw)
+    try:
+        ours = {(p.pp_rank, p.chunk): p.decoder for p in s.placements(layers)}
+    except StrategyError:
+        ours = None
+    mcore_kw = {
+        "num_layers_in_first_pipeline_stage": kw.get("first_stage_layers"),
+        "num_layers_in_last_pipeline_stage": kw.get("last_stage_layers"),
+        "account_for_embedding_in_pipeline_split": kw.get("account_for_embedding", False),
+        "account_for_loss_in_pipeline_split": kw.get("account_for_loss", False),
+    }
+    try:
+        cfg = megatron_config(layers, pp, vpp, **mcore_kw)
+        real = {
+            (r, c): get_num_layers_to_build(cfg, vp_stage=c if vpp > 1 else None, pp_rank=r)
+            for r in range(pp)
+            for c in range(vpp)
+        }
+    except (AssertionError, ValueError):
+        real = None
+    assert ours == real
+
+
+LAYOUT_CASES = [
+    # (model, pp, vpp): DeepSeek-V3 61 + 1 MTP, Kimi K2 61, Llama 3.1 405B 126
+    ("deepseek-v3", 8, 1),
+    ("deepseek-v3", 8, 2),
+    ("deepseek-v3", 8, 4),
+    ("deepseek-v3", 16, 1),
+    ("deepseek-v3", 16, 2),
+    ("deepseek-v3", 16, 4),
+    ("kimi-k2", 8, 1),
+    ("kimi-k2", 16, 1),
+    ("kimi-k2", 16, 2),
+    ("llama3.1-405b", 8, 1),
+    ("llama3.1-405b", 8, 2),
+    ("llama3.1-405b", 16, 1),
+    ("llama3.1-405b", 16, 2),
+]
+
+
+@pytest.mark.parametrize(("name", "pp", "vpp"), LAYOUT_CASES)
+def test_recipe_layouts_pass_megatrons_transformer_config(name, pp, vpp):
+    m = get(name)
+    found = recipe_layouts(m.num_layers, pp, vpp, m.mtp_num_layers)
+    assert found
+    for text in found:
+        cfg = megatron_config(
+            m.num_layers,
+            pp,
+            1,
+            pipeline_model_parallel_layout=text,
+            mtp_num_layers=m.mtp_num_layers or None,
+        )
+        assert (cfg.virtual_pipeline_model_parallel_size or 1) == vpp
+        s = Strategy(pp=pp, pipeline_layout=text)
+        assert not [v for v in s.check(m) if v.severity == "error"]
+        assert sum(s.stage_layers(m.num_layers)) == m.num_layers
+
+
+def test_recipe_layouts_include_the_published_ones():
+    assert "Et*4|(t*4|)*14tmL" in recipe_layouts(61, 8, 2, 1)  # Bridge's DeepSeek-V3 recipe
+    assert "Et|(t*2|)*30L" in recipe_layouts(61, 8, 4, 0)  # NVIDIA's GB200 runs, as Et|(tt|)*30L
+    assert "Et*4|(t*4|)*14tL" in recipe_layouts(61, 16, 1, 0)  # Bridge's Kimi K2 recipe
+
+
+# ---------------------------------------------------------------------------------------------
+# Hints that propose a split: each suggestion clears its rule and breaks no other.
+# ---------------------------------------------------------------------------------------------
+def suggestions(hint: str) -> list[dict]:
+    """The strategy changes a hint proposes: 'pp in {1, 2}' (one change per value) and
+    'name=value, name=value' groups; device counts are not strategy changes."""
+    import ast
+    import re
+
+    out = []
+    for part in hint.removeprefix("use ").split("; or "):
+        m = re.fullmatch(r"(\w+) in \{([\d, ]+)(?:, \.\.\.)?\}", part)
+        if m:
+            out += [{m.group(1): int(x)} for x in m.group(2).split(", ")]
+        elif "=" in part and "devices" not in part:
+            pairs = re.findall(r"(\w+)=('[^']*'|[^,]+)", part)
+            out.append({k: ast.literal_eval(v) for k, v in pairs})
+    return out
+
+
+HINT_CASES = [
+    ("llama3-70b", {"tp": 8, "pp": 4}, 48),
+    ("deepseek-v3", {"tp": 2, "pp": 8, "ep": 8, "sp": True}, 256),
+    ("deepseek-v3", {"tp": 2, "pp": 8, "vpp": 2, "ep": 8, "sp": True}, 256),
+    ("llama3.1-405b", {"tp": 8, "pp": 8, "sp": True}, 128),
+    ("llama3.1-405b", {"tp": 8, "pp": 16, "sp": True}, 256),
+    ("kimi-k2", {"tp": 2, "pp": 16, "ep": 32, "sp": True}, 1024),
+    ("qwen3-235b-a22b", {"tp": 4, "pp": 8, "vpp": 3, "ep": 8, "sp": True}, 256),
+    ("llama3-70b", {"tp": 8, "pp": 3}, 48),
+]
+
+
+@pytest.mark.parametrize(("name", "kw", "world"), HINT_CASES)
+def test_split_hints_clear_their_rule_and_break_no_other(name, kw, world):
+    m = get(name)
+    s = Strategy(**kw)
+
+    def errors(t):
+        return {v.rule for v in t.check(m, world_size=world) if v.severity == "error"}
+
+    before = errors(s)
+    found = [v for v in s.check(m, world_size=world, verify_hints=True) if v.severity == "error"]
+    assert {v.rule for v in found} == before
+    checked = 0
+    for v in found:
+        for change in suggestions(v.hint):
+            after = errors(s.replace(**change))
+            assert v.rule not in after, (v.rule, change)
+            assert after <= before, (v.rule, change, after - before)
+            checked += 1
+    assert checked or not before
+
+
+def test_hints_named_in_the_issue():
+    hint = {
+        name: {
+            v.rule: v.hint for v in Strategy(**kw).check(get(name), world_size=w, verify_hints=True)
+        }
+        for name, kw, w in HINT_CASES[:4]
+    }
+    assert "pp in {1, 2}" in hint["llama3-70b"]["world-dense"]  # not 3 or 6 (80 layers)
+    assert "61" not in hint["deepseek-v3"]["layers-pp"].split("pipeline_layout")[0]
+    assert "pipeline_layout=" in hint["deepseek-v3"]["layers-pp"]
+    assert "account_for_embedding=True, account_for_loss=True" in hint["llama3.1-405b"]["layers-pp"]

@@ -330,3 +330,92 @@ def resolve_layout(layout: Any, pp: int, vpp: int) -> tuple[LayoutValue, int]:
             rule="pipeline-layout-vpp",
         )
     return parsed.value, parsed.vpp
+
+
+# ---------------------------------------------------------------------------------------------
+# Every split as a layout, and layouts the way recipe authors write them.
+# ---------------------------------------------------------------------------------------------
+def _chunk_sizes(total: int, parts: int) -> list[int]:
+    """Megatron's even split: ``total / parts`` each (callers check divisibility)."""
+    return [total // parts] * parts
+
+
+def split_stages(
+    num_layers: int,
+    pp: int,
+    vpp: int = 1,
+    *,
+    first_stage_layers: int | None = None,
+    last_stage_layers: int | None = None,
+    account_for_embedding: bool = False,
+    account_for_loss: bool = False,
+    mtp_num_layers: int = 0,
+) -> PipelineLayout:
+    """The layout Megatron Core builds for a split given without a layout: decoder layers per
+    (rank, chunk) from the even split, ``account_for_*`` (embedding / loss take one slot of
+    the first / last chunk) or first/last stage counts (each spread evenly over its chunks),
+    the embedding in the first chunk, MTP layers and the loss in the last.  The caller checks
+    divisibility first (:func:`parastrat.rules.layer_split_violations`)."""
+    n = pp * vpp
+    if account_for_embedding or account_for_loss:
+        sizes = _chunk_sizes(num_layers + account_for_embedding + account_for_loss, n)
+        sizes[0] -= account_for_embedding
+        sizes[-1] -= account_for_loss
+    elif first_stage_layers is not None or last_stage_layers is not None:
+        middle = pp - (first_stage_layers is not None) - (last_stage_layers is not None)
+        rest = num_layers - (first_stage_layers or 0) - (last_stage_layers or 0)
+        per_rank = [rest // middle if middle else 0] * pp
+        if first_stage_layers is not None:
+            per_rank[0] = first_stage_layers
+        if last_stage_layers is not None:
+            per_rank[-1] = last_stage_layers
+        sizes = [per_rank[i % pp] // vpp for i in range(n)]  # stage i = chunk i//pp, rank i%pp
+    else:
+        sizes = _chunk_sizes(num_layers, n)
+    stages = [["decoder"] * max(k, 0) for k in sizes]
+    stages[0].insert(0, "embedding")
+    stages[-1] += ["mtp"] * mtp_num_layers + ["loss"]
+    return PipelineLayout(tuple(tuple(s) for s in stages), pp)
+
+
+def recipe_layouts(num_layers: int, pp: int, vpp: int = 1, mtp_num_layers: int = 0) -> list[str]:
+    """Layouts written the way recipe authors write them, most balanced first, each one
+    Megatron accepts for the model.
+
+    The embedding and the loss each count as a slot or as nothing (four ways), MTP layers
+    count one slot each; every stage gets ``k = ceil(slots / stages)``: the first holds the
+    embedding and its decoders, the middle ones ``k`` decoders, the last the rest with the MTP
+    layers and the loss.  DeepSeek-V3 (61 + 1 MTP) at pp 8 vpp 2 gives Bridge's recipe
+    ``Et*4|(t*4|)*14tmL`` among them; at pp 8 vpp 4 without MTP, NVIDIA's ``Et|(tt|)*30L``.
+    """
+    n = pp * vpp
+    found: dict[str, int] = {}
+    for emb_w in (0, 1):
+        for loss_w in (0, 1):
+            slots = num_layers + emb_w + mtp_num_layers + loss_w
+            k = -(-slots // n)
+            left = num_layers
+            stages = []
+            for i in range(n):
+                room = k - (emb_w if i == 0 else 0)
+                if i == n - 1:
+                    take = left
+                else:
+                    take = max(0, min(room, left))
+                left -= take
+                stages.append(["decoder"] * take)
+            stages[0].insert(0, "embedding")
+            stages[-1] += ["mtp"] * mtp_num_layers + ["loss"]
+            rows = tuple(tuple(s) for s in stages)
+            layout = PipelineLayout(rows, pp)
+            if layout_violations(layout, num_layers, mtp_num_layers):
+                continue
+            weight = max(
+                s.count("decoder")
+                + s.count("mtp")
+                + emb_w * ("embedding" in s)
+                + loss_w * ("loss" in s)
+                for s in rows
+            )
+            found.setdefault(compact(rows), weight)
+    return sorted(found, key=lambda text: (found[text], text))

@@ -22,7 +22,13 @@ from math import gcd
 from typing import Any
 
 from .errors import StrategyError, Violation
-from .pipeline_layout import LayoutValue, PipelineLayout, resolve_layout
+from .pipeline_layout import (
+    LayoutValue,
+    PipelineLayout,
+    StagePlacement,
+    resolve_layout,
+    split_stages,
+)
 
 #: Megatron Core's default rank order (first name varies fastest).
 MEGATRON_ORDER = "tp-cp-ep-dp-pp"
@@ -406,8 +412,10 @@ class Strategy:
         global_batch_size: int | None = None,
         micro_batch_size: int | None = None,
         devices_per_node: int | None = None,
+        verify_hints: bool = False,
     ) -> list[Violation]:
-        """Every hard rule broken (severity "error") and soft rule bent ("warning")."""
+        """Every hard rule broken (severity "error") and soft rule bent ("warning").  With
+        ``verify_hints``, pipeline-split hints name only fixes that pass every rule."""
         from .rules import check
 
         return check(
@@ -418,6 +426,7 @@ class Strategy:
             global_batch_size=global_batch_size,
             micro_batch_size=micro_batch_size,
             devices_per_node=devices_per_node,
+            verify_hints=verify_hints,
         )
 
     def validate(
@@ -438,6 +447,7 @@ class Strategy:
                 seq_len=seq_len,
                 global_batch_size=global_batch_size,
                 micro_batch_size=micro_batch_size,
+                verify_hints=True,
             )
             if v.severity == "error"
         ]
@@ -487,6 +497,24 @@ class Strategy:
         if last is not None:
             out[-1] = last
         return out
+
+    def placements(self, num_layers: int, mtp_num_layers: int = 0) -> list[StagePlacement]:
+        """What each (pipeline rank, virtual chunk) builds — embedding, decoder and MTP layer
+        counts, loss — from the layout, ``account_for_*``, first/last stage counts or the even
+        split, exactly as Megatron Core places them.  StrategyError when the split is
+        impossible."""
+        self.stage_layers(num_layers)  # the split's rules, with the fix
+        layout = self.layout_parsed or split_stages(
+            num_layers,
+            self.pp,
+            self.vpp,
+            first_stage_layers=self.first_stage_layers,
+            last_stage_layers=self.last_stage_layers,
+            account_for_embedding=self.account_for_embedding,
+            account_for_loss=self.account_for_loss,
+            mtp_num_layers=mtp_num_layers,
+        )
+        return layout.placements()
 
     # ---- runtime (lazy edge) --------------------------------------------------------------
     def initialize(self, backend: str = "auto", **kwargs: Any):

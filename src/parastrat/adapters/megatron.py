@@ -373,6 +373,7 @@ def _plan(
             seq_len=seq_len if seq_len is not None else _seq_len(t),
             global_batch_size=global_batch_size,
             micro_batch_size=micro_batch_size,
+            verify_hints=True,
         )
         if v.severity == "error"
     ]
