@@ -714,7 +714,8 @@ def verified_split_hints(
         if v.rule not in SPLIT_RULES:
             out.append(v)
             continue
-        pps, others = [], []
+        pps: list[int] = []
+        others: list[str] = []
         for change in _split_changes(s, model, world, v.rule):
             try:
                 after = recheck(s.replace(dp=None, **change))
