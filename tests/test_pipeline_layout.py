@@ -8,6 +8,8 @@ real parser plus ``validate_layer_layout``.  Each property runs ``max_examples``
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from hypothesis import assume, example, given, settings
 from hypothesis import strategies as st
@@ -22,7 +24,7 @@ from parastrat.pipeline_layout import (
 )
 from parastrat.spec.models import get
 
-EXAMPLES = 400
+EXAMPLES = 20000 if os.environ.get("PARASTRAT_THOROUGH") else 400
 
 mlayout = pytest.importorskip("megatron.core.transformer.pipeline_parallel_layer_layout")
 from megatron.core.transformer.enums import LayerType
