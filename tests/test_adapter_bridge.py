@@ -342,3 +342,69 @@ def test_every_table_field_exists_on_the_real_recipe(bridge):
     for f in mg.FIELDS:
         obj = getattr(cfg, f.sections[0])
         assert hasattr(obj, f.name), f"{f.sections[0]}.{f.name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan candidates for five models: whatever apply accepts, Bridge's validate() accepts.
+# ---------------------------------------------------------------------------------------------
+FIVE = [
+    pytest.param(
+        "deepseek-v3",
+        "megatron.bridge.models.DeepSeekV3ModelProvider",
+        {"mtp_num_layers": 1},
+        256,
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="the planner still ranks its 'mtp-layout' approximation first (PP16 VP2 "
+            "+emb+loss: 61 + 1 + 1 is not a multiple of 32), which apply refuses; issue 14 "
+            "items 2-3 (layouts in the planner) remove it",
+        ),
+    ),
+    ("kimi-k2", "megatron.bridge.models.kimi.KimiK2Provider", {}, 256),
+    ("qwen3-235b-a22b", "megatron.bridge.models.Qwen3MoEModelProvider235B_A22B", {}, 128),
+    ("llama3.1-405b", "megatron.bridge.models.Llama31ModelProvider405B", {}, 128),
+    ("llama3-70b", "megatron.bridge.models.Llama3ModelProvider70B", {}, 64),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "provider", "kw", "gpus"),
+    FIVE,
+    ids=["deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "llama3.1-405b", "llama3-70b"],
+)
+def test_plan_candidates_apply_accepts_only_what_bridge_validates(
+    bridge, monkeypatch, name, provider, kw, gpus
+):
+    """Every plan candidate goes to a real container; apply may refuse one (with a rule, the
+    container untouched: benchmarks/bridge_acceptance.py counts those), but one it accepts
+    must pass Bridge's validate()."""
+    import importlib
+
+    module, _, cls = provider.rpartition(".")
+    plan = ps.plan(
+        get(name),
+        ps.Cluster(accelerator="h100", num_devices=gpus),
+        seq_len=4096,
+        global_batch_size=4 * gpus,
+        top_k=5,
+    )
+    accepted = 0
+    for cand in plan.candidates:
+        cfg = gpt3_recipe()
+        cfg.dataset.sequence_length = 4096
+        cfg.model = getattr(importlib.import_module(module), cls)(
+            seq_length=4096, apply_rope_fusion=False, **kw
+        )
+        if cfg.model.num_moe_experts:
+            cfg.model.moe_permute_fusion = False
+        before = identities(cfg)
+        try:
+            mg.apply(cfg, cand, world_size=gpus)
+        except StrategyError:
+            assert unchanged(cfg, before) == []
+            continue
+        validate(cfg, gpus, monkeypatch)
+        assert mg.from_config(cfg, world_size=gpus) == cand.strategy
+        assert cfg.train.micro_batch_size == cand.micro_batch_size
+        accepted += 1
+    assert accepted >= 1
