@@ -1,14 +1,17 @@
-"""Megatron Bridge / Megatron Core adapter: write a Strategy into a config, read one back.
+"""Megatron Bridge / Megatron Core adapter: write a strategy (or a plan candidate) into a
+config, read one back, print it as Bridge overrides or Megatron-LM arguments.
 
-``apply(cfg, strategy)`` sets every parallelism field of
+``apply(cfg, what)`` takes a :class:`~parastrat.Strategy`, a plan ``Candidate`` or a ``Plan``
+(its best) and writes the rows of the one field table
+(:mod:`parastrat.adapters.megatron_fields`) into
 
-* a Megatron Bridge ``ConfigContainer`` (parallel sizes under ``cfg.model``, batch sizes under
-  ``cfg.train``, the rank-order switch under ``cfg.dist``), or
+* a Megatron Bridge ``ConfigContainer`` (sections ``model``, ``train``, ``dist``,
+  ``comm_overlap``), or
 * a bare Megatron Core ``TransformerConfig`` / ``ModelParallelConfig`` (Bridge's model
   providers are subclasses of it),
 
 recognised by their attributes, so neither Bridge nor megatron-core is imported here.  It
-validates first — with :meth:`Strategy.validate` against everything the config knows (heads,
+validates first — with :meth:`Strategy.check` against everything the config knows (heads,
 query groups, layers, experts, sequence length, batch sizes against the world size) and then
 by re-running the config's own checks on a copy — and changes nothing when it refuses.
 
@@ -17,12 +20,13 @@ that is only at construction; setting attributes afterwards does not re-run them
 Bridge's providers defer them to ``finalize()``).  A config edited field by field is checked
 by nobody until training starts; ``apply`` checks it when the fields are written.
 
-``from_config(cfg)`` reads a Strategy back (``from_config(apply(cfg, s)) == s``), and
-``to_overrides(s)`` gives the Hydra-style overrides Megatron Bridge's
-``scripts/training/run_recipe.py`` takes on its command line.
+``from_config(cfg)`` reads a Strategy back (``from_config(apply(cfg, s)) == s``, layouts
+included); ``to_overrides`` gives the Hydra-style overrides Megatron Bridge's
+``scripts/training/run_recipe.py`` takes, ``megatron_lm_args`` Megatron-LM's
+``pretrain_gpt.py`` arguments.
 
 Which fields exist is checked on the object, not pinned to a version: megatron-core 0.13+
-(checked against 0.16.1) and megatron-bridge 0.3.1.
+(checked against 0.16.1) and megatron-bridge 0.3.1 (the real one, in the tests).
 """
 
 from __future__ import annotations
@@ -144,15 +148,6 @@ def is_model_parallel_config(cfg: Any) -> bool:
     return hasattr(cfg, "tensor_model_parallel_size") and hasattr(
         cfg, "pipeline_model_parallel_size"
     )
-
-
-def _check_strategy(s: Any) -> None:
-    """TypeError naming the type when ``s`` is not a :class:`~parastrat.Strategy`."""
-    if not isinstance(s, Strategy):
-        raise TypeError(
-            f"expected a parastrat.Strategy, got {type(s).__name__}; build one with "
-            "parastrat.Strategy(tp=..., pp=...) or parastrat.planner.compare.parse_strategy"
-        )
 
 
 def _target(cfg: Any) -> _Target:
@@ -578,6 +573,23 @@ def _cp_split(m: Any, cp: int, prefix: str) -> tuple[int, int]:
 _OVERRIDE_SECTIONS = {"model": True, "train": True, "dist": True, "comm_overlap": True}
 
 
+def _applied_to_recipe(s: Any, mbs: int | None, gbs: int | None) -> Applied:
+    """What a launch line carries for a Strategy, candidate or plan on a recipe's container
+    (every section present; MoE switches when the strategy has EP or the plan's model has
+    experts); explicit batch sizes replace the candidate's."""
+    strategy, run = run_of(s)
+    strategy = as_training(strategy)
+    problems = _adapter_violations(_Target(None, dict(_OVERRIDE_SECTIONS), True), strategy)
+    if problems:
+        raise StrategyError(problems)
+    run = run or RunSettings()
+    if mbs is not None:
+        run = replace(run, micro_batch_size=mbs)
+    if gbs is not None:
+        run = replace(run, global_batch_size=gbs)
+    return Applied(strategy, run, moe=strategy.ep > 1 or bool(run.moe_model))
+
+
 def to_overrides(
     s: Any, *, micro_batch_size: int | None = None, global_batch_size: int | None = None
 ) -> list[str]:
@@ -592,17 +604,7 @@ def to_overrides(
     A candidate adds what it was priced with (micro-batch, recompute, switches); explicit
     batch sizes are added (or replace the candidate's).
     """
-    strategy, run = run_of(s)
-    strategy = as_training(strategy)
-    problems = _adapter_violations(_Target(None, dict(_OVERRIDE_SECTIONS), True), strategy)
-    if problems:
-        raise StrategyError(problems)
-    run = run or RunSettings()
-    if micro_batch_size is not None:
-        run = replace(run, micro_batch_size=micro_batch_size)
-    if global_batch_size is not None:
-        run = replace(run, global_batch_size=global_batch_size)
-    a = Applied(strategy, run, moe=strategy.ep > 1 or bool(run.moe_model))
+    a = _applied_to_recipe(s, micro_batch_size, global_batch_size)
     return [
         f"{f.sections[0]}.{f.name}={_hydra(f.value(a))}"
         for f in FIELDS
@@ -622,14 +624,8 @@ def megatron_lm_args(
     also holds with an uneven split), and is left out with a layout, which sets it.  Names
     checked against Megatron-LM's ``megatron/training/arguments.py`` (tests/data).
     """
-    strategy, run = run_of(s)
-    strategy = as_training(strategy)
-    run = run or RunSettings()
-    if micro_batch_size is not None:
-        run = replace(run, micro_batch_size=micro_batch_size)
-    if global_batch_size is not None:
-        run = replace(run, global_batch_size=global_batch_size)
-    a = Applied(strategy, run, moe=strategy.ep > 1 or bool(run.moe_model))
+    a = _applied_to_recipe(s, micro_batch_size, global_batch_size)
+    strategy = a.s
     argv: list[str] = []
     for f in FIELDS:
         if f.arg is None or not f.when(a):
