@@ -461,3 +461,34 @@ def test_recompute_overrides_names_the_modes():
     ]
     with pytest.raises(UsageError, match="selective"):
         recompute_overrides("ful")  # a typo must not silently turn recompute off
+
+
+def test_candidate_on_a_bare_transformer_config_writes_the_model_rows():
+    """A bare Megatron Core config has no train/comm_overlap section: the candidate's
+    recompute and TP-overlap switch land on the model, the micro-batch nowhere."""
+    plan = parastrat.plan(
+        parastrat.models.get("llama3-70b"),
+        parastrat.Cluster(accelerator="h100", num_devices=64),
+        seq_len=4096,
+        global_batch_size=256,
+        top_k=1,
+        recompute="full",
+    )
+    cfg = TransformerConfig(
+        num_layers=80, hidden_size=8192, num_attention_heads=64, num_query_groups=8
+    )
+    _, changes = mg.apply(cfg, plan, report=True)
+    assert mg.from_config(cfg, world_size=64) == plan.best.strategy
+    assert (cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers) == (
+        "full",
+        "uniform",
+        1,
+    )
+    s = plan.best.strategy
+    assert cfg.tp_comm_overlap is (s.tp > 1 and s.sp and s.tp <= 8)
+    assert not any(c.path.startswith(("train.", "comm_overlap.")) for c in changes)
+    # the plain strategy leaves recompute as it is
+    cfg.recompute_granularity = "selective"
+    cfg.recompute_method = cfg.recompute_num_layers = None
+    mg.apply(cfg, s)
+    assert cfg.recompute_granularity == "selective"
