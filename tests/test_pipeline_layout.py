@@ -358,3 +358,11 @@ def test_hints_named_in_the_issue():
     assert "61" not in hint["deepseek-v3"]["layers-pp"].split("pipeline_layout")[0]
     assert "pipeline_layout=" in hint["deepseek-v3"]["layers-pp"]
     assert "account_for_embedding=True, account_for_loss=True" in hint["llama3.1-405b"]["layers-pp"]
+
+
+def test_replacing_the_layout_infers_vpp_again():
+    s = Strategy(pp=8, pipeline_layout="Et*4|(t*4|)*14tmL")
+    assert s.vpp == 2
+    t = s.replace(pipeline_layout="Et|(tt|)*30L")
+    assert t.vpp == 4
+    assert s.replace(pipeline_layout=None).vpp == 1

@@ -378,6 +378,8 @@ class Strategy:
             d["cp"] = None
         if not self.order_given and "order" not in changes:
             d["order"] = None
+        if self.pipeline_layout is not None and "vpp" not in changes:
+            d["vpp"] = None  # it came from the layout: a new layout (or pp) sets it again
         etp_was_default = self.etp == (1 if self.ep > 1 else self.tp)
         if ("tp" in changes or "ep" in changes) and "etp" not in changes and etp_was_default:
             d["etp"] = None
