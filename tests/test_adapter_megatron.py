@@ -11,7 +11,6 @@ import dataclasses
 import subprocess
 import sys
 import textwrap
-from dataclasses import dataclass, field
 
 import pytest
 
@@ -25,7 +24,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 import parastrat
 from parastrat import Strategy, StrategyError
 from parastrat.adapters import megatron as mg
-from parastrat.strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER
+from parastrat.strategy import MEGATRON_ORDER
 
 # Megatron Core's own construction-time notes, not about the adapter.
 pytestmark = [
@@ -224,22 +223,47 @@ def test_megatron_own_checks_are_a_second_opinion():
     assert cfg.expert_tensor_parallel_size == 1
 
 
-def test_uneven_split_conflicts_with_account_for_embedding():
-    cfg = dense(num_layers=14, account_for_embedding_in_pipeline_split=False)
+def test_uneven_split_clears_the_configs_pipeline_accounting():
+    # the strategy says how the pipeline is split: account_for_* are written (off) with it
+    cfg = dense(num_layers=14)
     cfg.account_for_embedding_in_pipeline_split = True
-    before = snapshot(cfg)
-    with pytest.raises(StrategyError) as err:
-        mg.apply(cfg, Strategy(pp=4, first_stage_layers=2, last_stage_layers=4))
-    assert err.value.rules == ["megatron-uneven-account-for"]
-    assert_untouched(cfg, before)
+    mg.apply(cfg, Strategy(pp=4, first_stage_layers=2, last_stage_layers=4))
+    assert cfg.account_for_embedding_in_pipeline_split is False
+    assert cfg.num_layers_in_first_pipeline_stage == 2
+
+
+def test_pipeline_layout_written_and_read_back():
+    # 16 layers, pp 4, vpp 2 from the layout: embedding with 1 layer, loss with 3
+    cfg = dense(num_layers=16)
+    s = Strategy(pp=4, pipeline_layout="Et|(tt|)*6tttL")
+    assert s.vpp == 2
+    mg.apply(cfg, s)
+    assert cfg.pipeline_model_parallel_layout == "Et|(tt|)*6tttL"
+    assert cfg.virtual_pipeline_model_parallel_size == 2
+    assert mg.from_config(cfg) == s
+    with pytest.raises(StrategyError) as err:  # 15 decoder layers for a 16-layer model
+        mg.apply(dense(num_layers=16), Strategy(pp=4, pipeline_layout="Et|(tt|)*6ttL"))
+    assert err.value.rules == ["pipeline-layout-layers"]
 
 
 def test_inference_strategy_is_refused_with_the_fix():
+    # an explicit inference order, or CFG parallelism, has no Megatron training form
+    for s in (Strategy(ulysses=2, ring=2, order="tp-sp-pp-cfg-dp"), Strategy(ulysses=2, cfg=2)):
+        cfg = dense()
+        before = snapshot(cfg)
+        with pytest.raises(StrategyError) as err:
+            mg.apply(cfg, s)
+        assert err.value.rules == ["megatron-inference-strategy"]
+        assert MEGATRON_ORDER in err.value.violations[0].hint
+        assert_untouched(cfg, before)
+
+
+def test_default_inference_order_becomes_hierarchical_cp():
+    # no order given: the training order applies where the target is a training framework
     cfg = dense()
-    with pytest.raises(StrategyError) as err:
-        mg.apply(cfg, Strategy(ulysses=2, ring=2))  # xDiT order by default
-    assert err.value.rules == ["megatron-inference-strategy"]
-    assert MEGATRON_ORDER in err.value.violations[0].hint
+    mg.apply(cfg, Strategy(tp=2, ulysses=2, ring=2, sp=True))
+    assert (cfg.context_parallel_size, cfg.cp_comm_type) == (4, "a2a+p2p")
+    assert cfg.hierarchical_context_parallel_sizes == [2, 2]
 
 
 def test_not_a_config():
@@ -326,108 +350,6 @@ def test_property_apply_round_trips_or_refuses_untouched(tp, pp, vpp, ulysses, r
 
 
 # ---------------------------------------------------------------------------------------------
-# A Bridge-shaped container: model (a real TransformerConfig subclass), train, dist.
-# ---------------------------------------------------------------------------------------------
-@dataclass
-class ProviderLike(TransformerConfig):
-    """Shaped like Bridge's GPTModelProvider: a TransformerConfig with seq_length."""
-
-    seq_length: int = 4096
-
-
-@dataclass
-class TrainLike:
-    global_batch_size: int | None = None
-    micro_batch_size: int | None = None
-
-
-@dataclass
-class DistLike:
-    use_tp_pp_dp_mapping: bool = False
-
-
-@dataclass
-class ContainerLike:
-    model: ProviderLike
-    train: TrainLike = field(default_factory=TrainLike)
-    dist: DistLike = field(default_factory=DistLike)
-
-
-def container(gbs=None, mbs=None, seq_length=4096, **model_kw) -> ContainerLike:
-    args = {
-        "num_layers": 16,
-        "hidden_size": 512,
-        "num_attention_heads": 16,
-        "num_query_groups": 4,
-        "seq_length": seq_length,
-    }
-    args.update(model_kw)
-    return ContainerLike(ProviderLike(**args), TrainLike(gbs, mbs))
-
-
-def test_bridge_container_fields_go_under_model():
-    cfg = container()
-    _, changes = mg.apply(cfg, Strategy(tp=2, pp=2, sp=True), report=True)
-    assert cfg.model.tensor_model_parallel_size == 2
-    assert cfg.model.pipeline_dtype is torch.bfloat16
-    assert all(c.path.startswith("model.") for c in changes)
-
-
-def test_bridge_batch_rules_against_world_size():
-    # world 16, tp 2 * pp 2 -> dp 4; gbs 30 is not a multiple of mbs 1 * dp 4 = 4.
-    cfg = container(gbs=30, mbs=1)
-    before = snapshot(cfg.model)
-    with pytest.raises(StrategyError) as err:
-        mg.apply(cfg, Strategy(tp=2, pp=2, sp=True), world_size=16)
-    assert err.value.rules == ["batch-divisible"]
-    assert_untouched(cfg.model, before)
-    # gbs 32 = 4 micro-batches of mbs 2 on each of dp 4: accepted.
-    cfg = container(gbs=32, mbs=2)
-    mg.apply(cfg, Strategy(tp=2, pp=2, sp=True), world_size=16)
-    assert cfg.model.tensor_model_parallel_size == 2
-
-
-def test_bridge_batch_uses_strategy_dp_when_no_world_given():
-    # s.dp = 8 -> world 8*2 = 16 ranks; gbs 12 is not a multiple of 1 * 8.
-    with pytest.raises(StrategyError) as err:
-        mg.apply(container(gbs=12, mbs=1), Strategy(tp=2, sp=True).with_world_size(16))
-    assert err.value.rules == ["batch-divisible"]
-
-
-def test_bridge_world_size_and_batch_reported_together():
-    # world 10 is not a multiple of tp*cp*pp = 4 (and seq 4100 % (2*cp 2) = 4100 % 4 = 0 ok)
-    with pytest.raises(StrategyError) as err:
-        mg.apply(container(gbs=32, mbs=1, seq_length=4100), Strategy(tp=2, cp=2), world_size=10)
-    assert "world-dense" in err.value.rules
-
-
-def test_bridge_seq_length_against_cp():
-    # 4100 % (2 * cp 4) = 4100 % 8 = 4 -> refused; 4096 % 8 = 0 -> accepted.
-    with pytest.raises(StrategyError) as err:
-        mg.apply(container(seq_length=4100), Strategy(cp=4))
-    assert err.value.rules == ["seq-cp"]
-    mg.apply(container(seq_length=4096), Strategy(cp=4))
-
-
-def test_bridge_order_switch_round_trip():
-    cfg = container()
-    s = Strategy(tp=2, pp=2, sp=True, order=MEGATRON_TP_PP_DP_ORDER)
-    mg.apply(cfg, s)
-    assert cfg.dist.use_tp_pp_dp_mapping is True
-    assert mg.from_config(cfg) == s
-    mg.apply(cfg, Strategy(tp=2, pp=2, sp=True))
-    assert cfg.dist.use_tp_pp_dp_mapping is False
-
-
-def test_bridge_tp_pp_dp_mapping_refused_with_cp():
-    cfg = container()
-    with pytest.raises(StrategyError) as err:
-        mg.apply(cfg, Strategy(cp=2, order=MEGATRON_TP_PP_DP_ORDER))
-    assert "bridge-tp-pp-dp-mapping" in err.value.rules
-    assert cfg.dist.use_tp_pp_dp_mapping is False
-
-
-# ---------------------------------------------------------------------------------------------
 # Overrides for run_recipe.py.
 # ---------------------------------------------------------------------------------------------
 def test_to_overrides_hierarchical_cp_with_vpp():
@@ -446,50 +368,22 @@ def test_to_overrides_hierarchical_cp_with_vpp():
         "model.num_layers_in_last_pipeline_stage=null",
         "model.account_for_embedding_in_pipeline_split=false",
         "model.account_for_loss_in_pipeline_split=false",
+        "model.pipeline_model_parallel_layout=null",
         "dist.use_tp_pp_dp_mapping=false",
         "train.micro_batch_size=1",
         "train.global_batch_size=64",
     ]
 
 
+def test_to_overrides_quotes_a_layout_string_for_hydra():
+    s = Strategy(pp=8, pipeline_layout="Et*4|(t*4|)*14tmL")
+    assert "model.pipeline_model_parallel_layout='Et*4|(t*4|)*14tmL'" in mg.to_overrides(s)
+
+
 def test_to_overrides_refuses_what_bridge_cannot_express():
     with pytest.raises(StrategyError) as err:
         mg.to_overrides(Strategy(ulysses=2, cfg=2))
     assert err.value.rules == ["megatron-inference-strategy"]
-
-
-def test_overrides_parsed_by_hydra_land_on_the_config_and_round_trip():
-    """Parse the overrides with Hydra's own grammar, merge them in struct mode into an
-    OmegaConf tree with the real TransformerConfig's field names (as Bridge's
-    ``process_config_with_overrides`` does), write them back and read the strategy."""
-    pytest.importorskip("hydra")
-    from hydra._internal.config_loader_impl import ConfigLoaderImpl
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from omegaconf import OmegaConf
-
-    cfg = moe()
-    plain = {
-        f.name: getattr(cfg, f.name)
-        for f in dataclasses.fields(cfg)
-        if isinstance(getattr(cfg, f.name), (int, str, bool, list, type(None)))
-    }
-    tree = OmegaConf.create(
-        {
-            "model": plain,
-            "dist": {"use_tp_pp_dp_mapping": False},
-            "train": {"micro_batch_size": 1, "global_batch_size": 8},
-        }
-    )
-    OmegaConf.set_struct(tree, True)  # unknown keys are an error, as in Bridge
-    s = Strategy(tp=2, pp=2, vpp=2, ep=4, sp=True, ulysses=2, ring=2, order=MEGATRON_ORDER)
-    parsed = OverridesParser.create().parse_overrides(
-        mg.to_overrides(s, micro_batch_size=2, global_batch_size=64)
-    )
-    ConfigLoaderImpl._apply_overrides_to_config(overrides=parsed, cfg=tree)
-    for key, value in OmegaConf.to_container(tree.model).items():
-        setattr(cfg, key, value)
-    assert mg.from_config(cfg) == s
-    assert (tree.train.micro_batch_size, tree.train.global_batch_size) == (2, 64)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -554,6 +448,47 @@ def test_recompute_overrides_names_the_modes():
     from parastrat.errors import UsageError
 
     assert recompute_overrides("Full")[0] == "model.recompute_granularity=full"
-    assert recompute_overrides("off") == ["model.recompute_granularity=null"]
+    assert recompute_overrides("off") == [
+        "model.recompute_granularity=null",
+        "model.recompute_method=null",
+        "model.recompute_num_layers=null",
+    ]
+    assert recompute_overrides("selective") == [
+        "model.recompute_granularity=selective",
+        "model.recompute_method=null",
+        "model.recompute_num_layers=null",
+        "model.recompute_modules=[core_attn]",
+    ]
     with pytest.raises(UsageError, match="selective"):
         recompute_overrides("ful")  # a typo must not silently turn recompute off
+
+
+def test_candidate_on_a_bare_transformer_config_writes_the_model_rows():
+    """A bare Megatron Core config has no train/comm_overlap section: the candidate's
+    recompute and TP-overlap switch land on the model, the micro-batch nowhere."""
+    plan = parastrat.plan(
+        parastrat.models.get("llama3-70b"),
+        parastrat.Cluster(accelerator="h100", num_devices=64),
+        seq_len=4096,
+        global_batch_size=256,
+        top_k=1,
+        recompute="full",
+    )
+    cfg = TransformerConfig(
+        num_layers=80, hidden_size=8192, num_attention_heads=64, num_query_groups=8
+    )
+    _, changes = mg.apply(cfg, plan, report=True)
+    assert mg.from_config(cfg, world_size=64) == plan.best.strategy
+    assert (cfg.recompute_granularity, cfg.recompute_method, cfg.recompute_num_layers) == (
+        "full",
+        "uniform",
+        1,
+    )
+    s = plan.best.strategy
+    assert cfg.tp_comm_overlap is (s.tp > 1 and s.sp and s.tp <= 8)
+    assert not any(c.path.startswith(("train.", "comm_overlap.")) for c in changes)
+    # the plain strategy leaves recompute as it is
+    cfg.recompute_granularity = "selective"
+    cfg.recompute_method = cfg.recompute_num_layers = None
+    mg.apply(cfg, s)
+    assert cfg.recompute_granularity == "selective"

@@ -24,6 +24,13 @@ from . import rules
 from .checks import divisors, fmt_set, is_int, lcm
 from .errors import StrategyError, StrategyTypeError, Violation
 from .grid import expert_dp as _expert_dp
+from .pipeline_layout import (
+    LayoutValue,
+    PipelineLayout,
+    StagePlacement,
+    resolve_layout,
+    split_stages,
+)
 
 __all__ = [
     "MEGATRON_ORDER",
@@ -122,6 +129,10 @@ class Strategy:
     ``account_for_loss`` count the input embedding / the output layer and loss as one layer
     of the first / last stage (Megatron's ``account_for_*_in_pipeline_split``), which is how
     recipes put Qwen3-235B's 94 layers on PP 8 with VPP 3 (94 + 2 = 8 * 3 * 4).
+    ``pipeline_layout`` is Megatron's ``pipeline_model_parallel_layout`` (a string such as
+    ``"Et*4|(t*4|)*14tmL"`` or a list of lists of layer names, :mod:`parastrat.pipeline_layout`):
+    which stage holds the embedding, each decoder and MTP layer and the loss; ``vpp`` follows
+    from it (stages / pp).
 
     Data-parallel sharding (training): ``dp_shard`` x ``dp_replicate`` = ``dp`` with
     torchtitan's degree names (``dp_replicate`` unset means 1; ``dp_shard`` unset or ``-1``
@@ -147,6 +158,7 @@ class Strategy:
     last_stage_layers: int | None
     account_for_embedding: bool
     account_for_loss: bool
+    pipeline_layout: LayoutValue | None
     dp_shard: int | None
     dp_replicate: int
     fsdp: str | None
@@ -169,11 +181,14 @@ class Strategy:
         last_stage_layers: int | None = None,
         account_for_embedding: bool = False,
         account_for_loss: bool = False,
+        pipeline_layout: Any = None,
         dp_shard: int | None = None,
         dp_replicate: int | None = None,
         fsdp: str | None = None,
     ):
         vpp = 1 if vpp is None else vpp
+        if pipeline_layout is not None and isinstance(pp, int) and pp >= 1:
+            pipeline_layout, vpp = resolve_layout(pipeline_layout, pp, vpp)
         dp_shard = None if dp_shard == -1 else dp_shard  # torchtitan's "the rest of dp"
         dp_replicate = 1 if dp_replicate is None else dp_replicate
         fsdp = None if fsdp == "no_shard" else fsdp  # Megatron's name for no sharding
@@ -265,6 +280,9 @@ class Strategy:
 
         if etp is None:
             etp = 1 if ep > 1 else tp
+        # remembered (not a field): a default inference order may become Megatron's training
+        # one where the target is a training framework (adapters.megatron.apply)
+        object.__setattr__(self, "_order_given", order is not None)
         if order is None:
             order = XDIT_ORDER if (ulysses > 1 or cfg > 1) else MEGATRON_ORDER
         order = order.lower().strip()
@@ -288,6 +306,7 @@ class Strategy:
             ("last_stage_layers", last_stage_layers),
             ("account_for_embedding", account_for_embedding),
             ("account_for_loss", account_for_loss),
+            ("pipeline_layout", pipeline_layout),
             ("dp_shard", dp_shard),
             ("dp_replicate", dp_replicate),
             ("fsdp", fsdp),
@@ -308,6 +327,11 @@ class Strategy:
         return order_kind(self.order)
 
     @property
+    def order_given(self) -> bool:
+        """True when the rank order was passed explicitly (not derived from the degrees)."""
+        return bool(self.__dict__.get("_order_given", True))
+
+    @property
     def is_inference(self) -> bool:
         """True for an xDiT / MindIE-SD inference grid (the order has ``sp`` or ``cfg``), False for
         a Megatron training grid."""
@@ -321,6 +345,13 @@ class Strategy:
             or self.last_stage_layers is not None
             or self.account_for_embedding
             or self.account_for_loss
+        )
+
+    @property
+    def layout_parsed(self) -> PipelineLayout | None:
+        """The parsed :attr:`pipeline_layout` (None without one)."""
+        return (
+            None if self.pipeline_layout is None else PipelineLayout(self.pipeline_layout, self.pp)
         )
 
     @property
@@ -385,6 +416,10 @@ class Strategy:
             d["ring"] = None
         elif "ulysses" in changes or "ring" in changes:
             d["cp"] = None
+        if not self.order_given and "order" not in changes:
+            d["order"] = None
+        if self.pipeline_layout is not None and "vpp" not in changes:
+            d["vpp"] = None  # it came from the layout: a new layout (or pp) sets it again
         etp_was_default = self.etp == (1 if self.ep > 1 else self.tp)
         if ("tp" in changes or "ep" in changes) and "etp" not in changes and etp_was_default:
             d["etp"] = None
@@ -417,8 +452,10 @@ class Strategy:
         global_batch_size: int | None = None,
         micro_batch_size: int | None = None,
         devices_per_node: int | None = None,
+        verify_hints: bool = False,
     ) -> list[Violation]:
-        """Every hard rule broken (severity "error") and soft rule bent ("warning")."""
+        """Every hard rule broken (severity "error") and soft rule bent ("warning").  With
+        ``verify_hints``, pipeline-split hints name only fixes that pass every rule."""
         return rules.check(
             self,
             model,
@@ -427,6 +464,7 @@ class Strategy:
             global_batch_size=global_batch_size,
             micro_batch_size=micro_batch_size,
             devices_per_node=devices_per_node,
+            verify_hints=verify_hints,
         )
 
     def validate(
@@ -447,6 +485,7 @@ class Strategy:
                 seq_len=seq_len,
                 global_batch_size=global_batch_size,
                 micro_batch_size=micro_batch_size,
+                verify_hints=True,
             )
             if v.severity == "error"
         ]
@@ -461,13 +500,20 @@ class Strategy:
         """Transformer layers held by each of the ``pp`` physical pipeline stages.
 
         Even split unless ``first_stage_layers``/``last_stage_layers`` are set; then the
-        middle stages share the rest evenly (Megatron's uneven pipeline split).  Raises
+        middle stages share the rest evenly (Megatron's uneven pipeline split); with a
+        ``pipeline_layout``, the decoder layers it places on each rank.  Raises
         StrategyError when the layers cannot be split that way.
         """
-        problems = rules.layer_split_violations(self, num_layers)
+        layout = self.layout_parsed
+        mtp = layout.count("mtp") if layout is not None else None
+        problems = rules.layer_split_violations(self, num_layers, mtp)
         if problems:
             raise StrategyError(problems)
         p = self.pp
+        if layout is not None:
+            return [
+                sum(layout.stage(r, c).count("decoder") for c in range(self.vpp)) for r in range(p)
+            ]
         if p == 1:
             return [num_layers]
         if self.account_for_embedding or self.account_for_loss:
@@ -488,6 +534,24 @@ class Strategy:
             out[-1] = last
         return out
 
+    def placements(self, num_layers: int, mtp_num_layers: int = 0) -> list[StagePlacement]:
+        """What each (pipeline rank, virtual chunk) builds — embedding, decoder and MTP layer
+        counts, loss — from the layout, ``account_for_*``, first/last stage counts or the even
+        split, exactly as Megatron Core places them.  StrategyError when the split is
+        impossible."""
+        self.stage_layers(num_layers)  # the split's rules, with the fix
+        layout = self.layout_parsed or split_stages(
+            num_layers,
+            self.pp,
+            self.vpp,
+            first_stage_layers=self.first_stage_layers,
+            last_stage_layers=self.last_stage_layers,
+            account_for_embedding=self.account_for_embedding,
+            account_for_loss=self.account_for_loss,
+            mtp_num_layers=mtp_num_layers,
+        )
+        return layout.placements()
+
     # ---- runtime (lazy edge) --------------------------------------------------------------
     def initialize(self, backend: str = "auto", **kwargs: Any):
         """Start torch.distributed if needed and build this strategy's process groups.
@@ -503,6 +567,8 @@ class Strategy:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict of every degree (plus derived world sizes), JSON-ready."""
         d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.layout_parsed is not None:
+            d["pipeline_layout"] = self.layout_parsed.to_megatron()
         d["min_world_size"] = self.min_world_size
         d["world_size"] = self.world_size
         d["expert_dp"] = self.expert_dp
@@ -532,6 +598,8 @@ class Strategy:
             pp = f"PP{self.pp}" + (f"(VP{self.vpp})" if self.vpp > 1 else "")
             if self.first_stage_layers or self.last_stage_layers:
                 pp += f"[{self.first_stage_layers or '-'}/{self.last_stage_layers or '-'}]"
+            if self.pipeline_layout is not None:
+                pp += f"[{self.layout_parsed}]"
             if self.account_for_embedding or self.account_for_loss:
                 pp += ("[+emb" if self.account_for_embedding else "[") + (
                     "+loss]" if self.account_for_loss else "]"

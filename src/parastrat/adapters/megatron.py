@@ -1,14 +1,17 @@
-"""Megatron Bridge / Megatron Core adapter: write a Strategy into a config, read one back.
+"""Megatron Bridge / Megatron Core adapter: write a strategy (or a plan candidate) into a
+config, read one back, print it as Bridge overrides or Megatron-LM arguments.
 
-``apply(cfg, strategy)`` sets every parallelism field of
+``apply(cfg, what)`` takes a :class:`~parastrat.Strategy`, a plan ``Candidate`` or a ``Plan``
+(its best) and writes the rows of the one field table
+(:mod:`parastrat.adapters.megatron_fields`) into
 
-* a Megatron Bridge ``ConfigContainer`` (parallel sizes under ``cfg.model``, batch sizes under
-  ``cfg.train``, the rank-order switch under ``cfg.dist``), or
+* a Megatron Bridge ``ConfigContainer`` (sections ``model``, ``train``, ``dist``,
+  ``comm_overlap``), or
 * a bare Megatron Core ``TransformerConfig`` / ``ModelParallelConfig`` (Bridge's model
   providers are subclasses of it),
 
 recognised by their attributes, so neither Bridge nor megatron-core is imported here.  It
-validates first — with :meth:`Strategy.validate` against everything the config knows (heads,
+validates first — with :meth:`Strategy.check` against everything the config knows (heads,
 query groups, layers, experts, sequence length, batch sizes against the world size) and then
 by re-running the config's own checks on a copy — and changes nothing when it refuses.
 
@@ -17,66 +20,41 @@ that is only at construction; setting attributes afterwards does not re-run them
 Bridge's providers defer them to ``finalize()``).  A config edited field by field is checked
 by nobody until training starts; ``apply`` checks it when the fields are written.
 
-``from_config(cfg)`` reads a Strategy back (``from_config(apply(cfg, s)) == s``), and
-``to_overrides(s)`` gives the Hydra-style overrides Megatron Bridge's
-``scripts/training/run_recipe.py`` takes on its command line.
+``from_config(cfg)`` reads a Strategy back (``from_config(apply(cfg, s)) == s``, layouts
+included); ``to_overrides`` gives the Hydra-style overrides Megatron Bridge's
+``scripts/training/run_recipe.py`` takes, ``megatron_lm_args`` Megatron-LM's
+``pretrain_gpt.py`` arguments.
 
 Which fields exist is checked on the object, not pinned to a version: megatron-core 0.13+
-(checked against 0.16.1) and megatron-bridge 0.3.1.
+(checked against 0.16.1) and megatron-bridge 0.3.1 (the real one, in the tests).
 """
 
 from __future__ import annotations
 
 import copy
 import logging
+import re
 import warnings
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._deps import require
 from ..errors import StrategyError, Violation
 from ..strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, Strategy
+from .megatron_fields import (
+    CP_COMM_HIERARCHICAL,
+    CP_COMM_RING,
+    CP_COMM_ULYSSES,
+    FIELDS,
+    STRATEGY_FIELDS,
+    Applied,
+    Field,
+    RunSettings,
+    run_of,
+)
 
 log = logging.getLogger(__name__)
-
-#: Fields ``apply`` may write on the model config (``cfg.model`` of a Bridge container, or the
-#: Megatron Core config itself), in the order they are written.
-MODEL_FIELDS: tuple[str, ...] = (
-    "tensor_model_parallel_size",
-    "pipeline_model_parallel_size",
-    "virtual_pipeline_model_parallel_size",
-    "context_parallel_size",
-    "cp_comm_type",
-    "hierarchical_context_parallel_sizes",
-    "expert_model_parallel_size",
-    "expert_tensor_parallel_size",
-    "sequence_parallel",
-    "pipeline_dtype",
-    "num_layers_in_first_pipeline_stage",
-    "num_layers_in_last_pipeline_stage",
-)
-#: Fields ``apply`` may write on a Bridge container's ``cfg.dist``.
-DIST_FIELDS: tuple[str, ...] = ("use_tp_pp_dp_mapping",)
-#: Fields read (never written) for validation: ``(section, field)``; section "" is the model.
-READ_FIELDS: tuple[tuple[str, str], ...] = (
-    ("model", "num_layers"),
-    ("model", "hidden_size"),
-    ("model", "num_attention_heads"),
-    ("model", "num_query_groups"),
-    ("model", "num_moe_experts"),
-    ("model", "seq_length"),
-    ("model", "pipeline_model_parallel_layout"),
-    ("model", "account_for_embedding_in_pipeline_split"),
-    ("model", "account_for_loss_in_pipeline_split"),
-    ("train", "global_batch_size"),
-    ("train", "micro_batch_size"),
-)
-
-#: Megatron's ``cp_comm_type`` values and how they read back as Ulysses x ring.
-CP_COMM_RING = ("p2p", "all_gather")
-CP_COMM_ULYSSES = "a2a"
-CP_COMM_HIERARCHICAL = "a2a+p2p"
 
 
 @dataclass(frozen=True)
@@ -109,21 +87,37 @@ class ModelView:
     num_attention_heads: int | None
     num_query_groups: int | None
     num_moe_experts: int | None
+    mtp_num_layers: int | None = None
 
 
 @dataclass(frozen=True)
 class _Target:
-    """Where the parts of a config live: the model config, and for Bridge train and dist."""
+    """Where the parts of a config live: its sections by name (``model`` always; for a Bridge
+    container ``train``, ``dist``, ``comm_overlap`` when present) and the path prefix."""
 
     root: Any
-    model: Any
-    train: Any | None
-    dist: Any | None
-    prefix: str  # "model." for a Bridge container, "" for a bare Megatron Core config
+    sections: dict[str, Any]
+    container: bool
 
     @property
-    def is_container(self) -> bool:
-        return bool(self.prefix)
+    def model(self) -> Any:
+        return self.sections["model"]
+
+    @property
+    def train(self) -> Any | None:
+        return self.sections.get("train")
+
+    @property
+    def prefix(self) -> str:
+        return "model." if self.container else ""
+
+    def place(self, f: Field) -> tuple[Any, str] | None:
+        """(object, dotted path) where field ``f`` lives here, or None."""
+        for name in f.sections:
+            obj = self.sections.get(name)
+            if obj is not None:
+                return obj, (f"{name}.{f.name}" if self.container else f.name)
+        return None
 
 
 @dataclass(frozen=True)
@@ -156,22 +150,13 @@ def is_model_parallel_config(cfg: Any) -> bool:
     )
 
 
-def _check_strategy(s: Any) -> None:
-    """TypeError naming the type when ``s`` is not a :class:`~parastrat.Strategy`."""
-    if not isinstance(s, Strategy):
-        raise TypeError(
-            f"expected a parastrat.Strategy, got {type(s).__name__}; build one with "
-            "parastrat.Strategy(tp=..., pp=...) or parastrat.planner.compare.parse_strategy"
-        )
-
-
 def _target(cfg: Any) -> _Target:
     if is_bridge_container(cfg):
-        return _Target(
-            cfg, cfg.model, getattr(cfg, "train", None), getattr(cfg, "dist", None), "model."
-        )
+        names = ("model", "train", "dist", "comm_overlap")
+        found = {n: getattr(cfg, n, None) for n in names}
+        return _Target(cfg, {n: v for n, v in found.items() if v is not None}, True)
     if is_model_parallel_config(cfg):
-        return _Target(cfg, cfg, None, None, "")
+        return _Target(cfg, {"model": cfg}, False)
     raise TypeError(
         f"{type(cfg).__name__} is neither a Megatron Bridge ConfigContainer (cfg.model with "
         "tensor_model_parallel_size) nor a Megatron Core TransformerConfig/ModelParallelConfig "
@@ -196,6 +181,7 @@ def model_view(cfg: Any) -> ModelView:
         num_attention_heads=positive("num_attention_heads"),
         num_query_groups=positive("num_query_groups"),
         num_moe_experts=positive("num_moe_experts"),
+        mtp_num_layers=positive("mtp_num_layers"),
     )
 
 
@@ -214,22 +200,35 @@ def _seq_len(t: _Target) -> int | None:
 # ---------------------------------------------------------------------------------------------
 # Planning the writes (pure: reads the config, never changes it).
 # ---------------------------------------------------------------------------------------------
+def _inference_refusal(s: Strategy) -> Violation:
+    return Violation(
+        "megatron-inference-strategy",
+        f"{s} uses the diffusion-inference rank order {s.order!r}"
+        + (f" with cfg={s.cfg}" if s.cfg > 1 else "")
+        + "; Megatron training has no CFG axis and orders ranks tp-cp-ep-dp-pp",
+        "build the strategy with a training order, e.g. "
+        f"Strategy(ulysses={s.ulysses}, ring={s.ring}, order={MEGATRON_ORDER!r}), "
+        "and cfg=1",
+    )
+
+
+def as_training(s: Strategy) -> Strategy:
+    """``s`` in Megatron's training order when its inference order was only a default (Ulysses
+    given, no order, no CFG): ``Strategy(tp=2, ulysses=2, ring=2)`` is Megatron's hierarchical
+    CP.  An explicit inference order (or cfg > 1) is refused with the fix."""
+    if not s.is_inference:
+        return s
+    if not s.order_given and s.cfg == 1:
+        try:
+            return s.replace(order=MEGATRON_ORDER)
+        except StrategyError:
+            pass
+    raise StrategyError(_inference_refusal(s))
+
+
 def _adapter_violations(t: _Target, s: Strategy) -> list[Violation]:
     """Rules about what a Megatron config can express, beyond the strategy's own rules."""
     out: list[Violation] = []
-    if s.is_inference:
-        out.append(
-            Violation(
-                "megatron-inference-strategy",
-                f"{s} uses the diffusion-inference rank order {s.order!r}"
-                + (f" with cfg={s.cfg}" if s.cfg > 1 else "")
-                + "; Megatron training has no CFG axis and orders ranks tp-cp-ep-dp-pp",
-                "build the strategy with a training order, e.g. "
-                f"Strategy(ulysses={s.ulysses}, ring={s.ring}, order={MEGATRON_ORDER!r}), "
-                "and cfg=1",
-            )
-        )
-        return out
     for name in ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups"):
         value = getattr(t.model, name, None)
         if value is not None and (
@@ -243,7 +242,7 @@ def _adapter_violations(t: _Target, s: Strategy) -> list[Violation]:
                     f"set {name} to a whole number (e.g. {name}=32, not '32')",
                 )
             )
-    if t.is_container and s.order not in (MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER):
+    if t.container and s.order not in (MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER):
         out.append(
             Violation(
                 "bridge-order",
@@ -252,7 +251,7 @@ def _adapter_violations(t: _Target, s: Strategy) -> list[Violation]:
                 f"use order={MEGATRON_ORDER!r}",
             )
         )
-    if t.is_container and s.order == MEGATRON_TP_PP_DP_ORDER and (s.ep > 1 or s.cp > 1):
+    if t.container and s.order == MEGATRON_TP_PP_DP_ORDER and (s.ep > 1 or s.cp > 1):
         out.append(
             Violation(
                 "bridge-tp-pp-dp-mapping",
@@ -261,121 +260,49 @@ def _adapter_violations(t: _Target, s: Strategy) -> list[Violation]:
                 f"use order={MEGATRON_ORDER!r}",
             )
         )
-    m = t.model
-    layout = getattr(m, "pipeline_model_parallel_layout", None)
-    if layout is not None:
-        current = (
-            getattr(m, "pipeline_model_parallel_size", 1),
-            getattr(m, "virtual_pipeline_model_parallel_size", None) or 1,
-        )
-        if (s.pp, s.vpp) != current or s.uneven:
-            out.append(
-                Violation(
-                    "megatron-pipeline-layout",
-                    f"{t.prefix}pipeline_model_parallel_layout is set (for pp={current[0]}, "
-                    f"vpp={current[1]}) and would contradict pp={s.pp}, vpp={s.vpp}"
-                    + (" with an uneven split" if s.uneven else ""),
-                    f"set {t.prefix}pipeline_model_parallel_layout = None first, or keep "
-                    f"pp={current[0]}, vpp={current[1]} and no first/last stage layer counts",
-                )
-            )
-    if (
-        (s.first_stage_layers is not None or s.last_stage_layers is not None)
-        and (
-            getattr(m, "account_for_embedding_in_pipeline_split", False)
-            or getattr(m, "account_for_loss_in_pipeline_split", False)
-        )
-        and not (s.account_for_embedding or s.account_for_loss)
-    ):
-        out.append(
-            Violation(
-                "megatron-uneven-account-for",
-                "first/last stage layer counts cannot be combined with "
-                "account_for_embedding_in_pipeline_split/account_for_loss_in_pipeline_split "
-                "(Megatron Core refuses both)",
-                f"set {t.prefix}account_for_embedding_in_pipeline_split and "
-                f"{t.prefix}account_for_loss_in_pipeline_split to False, or use an even split",
-            )
-        )
     return out
 
 
-def _model_values(s: Strategy, set_pipeline_dtype: bool) -> list[tuple[str, Any, Any]]:
-    """``(field, new value, neutral value)`` for the model config.
-
-    A field the installed version lacks is skipped when the new value equals the neutral one
-    (the feature is off), and refused otherwise.  ``pipeline_dtype`` (bf16) is included only
-    with ``set_pipeline_dtype`` (pp > 1 and the config leaves it unset).
-    """
-    hier = [s.ulysses, s.ring] if s.ulysses > 1 and s.ring > 1 else None
-    values: list[tuple[str, Any, Any]] = [
-        ("tensor_model_parallel_size", s.tp, 1),
-        ("pipeline_model_parallel_size", s.pp, 1),
-        ("virtual_pipeline_model_parallel_size", s.vpp if s.vpp > 1 else None, None),
-        ("context_parallel_size", s.cp, 1),
-    ]
-    if s.cp > 1:
-        values.append(("cp_comm_type", s.cp_comm_type, "p2p"))
-    values += [
-        ("hierarchical_context_parallel_sizes", hier, None),
-        ("expert_model_parallel_size", s.ep, 1),
-        ("expert_tensor_parallel_size", s.etp, s.tp),
-        ("sequence_parallel", s.sp, False),
-    ]
-    if set_pipeline_dtype:
-        torch = require("torch", "megatron", "pipeline_dtype is a torch.dtype")
-        values.append(("pipeline_dtype", torch.bfloat16, None))
-    values += [
-        ("num_layers_in_first_pipeline_stage", s.first_stage_layers, None),
-        ("num_layers_in_last_pipeline_stage", s.last_stage_layers, None),
-        ("account_for_embedding_in_pipeline_split", s.account_for_embedding, False),
-        ("account_for_loss_in_pipeline_split", s.account_for_loss, False),
-    ]
-    return values
-
-
-def _writes(t: _Target, s: Strategy) -> list[_Write]:
+def _applied(t: _Target, s: Strategy, run: RunSettings | None) -> Applied:
     m = t.model
+    dtype = None
+    if s.pp > 1 and getattr(m, "pipeline_dtype", None) is None:
+        dtype = require("torch", "megatron", "pipeline_dtype is a torch.dtype").bfloat16
+    return Applied(s, run, bool(getattr(m, "num_moe_experts", None)), dtype)
+
+
+def _writes(t: _Target, a: Applied) -> list[_Write]:
+    """Every field of the table that applies here, with its old and new value."""
     writes: list[_Write] = []
     missing: list[Violation] = []
-    set_dtype = s.pp > 1 and getattr(m, "pipeline_dtype", None) is None
-    for name, new, neutral in _model_values(s, set_dtype):
-        path = t.prefix + name
-        if not hasattr(m, name):
-            if not _same(new, neutral):
-                missing.append(
-                    Violation(
-                        "megatron-field-missing",
-                        f"{type(m).__name__} has no field {name!r}, needed for {name}={new!r} "
-                        "(an older megatron-core?)",
-                        "upgrade megatron-core (parastrat checks 0.13+; 0.16.1 has every field) or "
-                        "choose a strategy without that feature",
-                    )
-                )
+    for f in FIELDS:
+        if not f.when(a):
             continue
-        writes.append(_Write(m, name, path, getattr(m, name), new))
-    if t.dist is not None and hasattr(t.dist, "use_tp_pp_dp_mapping"):
-        writes.append(
-            _Write(
-                t.dist,
-                "use_tp_pp_dp_mapping",
-                "dist.use_tp_pp_dp_mapping",
-                t.dist.use_tp_pp_dp_mapping,
-                s.order == MEGATRON_TP_PP_DP_ORDER,
-            )
-        )
-    elif t.is_container and s.order == MEGATRON_TP_PP_DP_ORDER:
-        missing.append(
-            Violation(
-                "bridge-order",
-                f"order {s.order!r} needs cfg.dist.use_tp_pp_dp_mapping, which "
-                "this container lacks",
-                f"use order={MEGATRON_ORDER!r}",
-            )
-        )
+        new = f.value(a)
+        where = t.place(f)
+        if where is None or not hasattr(where[0], f.name):
+            if where is None and f.sections[0] in ("train", "comm_overlap", "dist"):
+                if f.name == "use_tp_pp_dp_mapping" and new and t.container:
+                    missing.append(_missing(t, f, new, "this container has no dist section"))
+                continue  # a bare Megatron Core config has no train/dist section
+            if not _same(new, f.neutral):
+                missing.append(_missing(t, f, new, "an older megatron-core?"))
+            continue
+        obj, path = where
+        writes.append(_Write(obj, f.name, path, getattr(obj, f.name), new))
     if missing:
         raise StrategyError(missing)
     return writes
+
+
+def _missing(t: _Target, f: Field, new: Any, why: str) -> Violation:
+    return Violation(
+        "megatron-field-missing",
+        f"{type(t.model).__name__} config has no field {f.name!r}, needed for "
+        f"{f.name}={new!r} ({why})",
+        "upgrade megatron-core (parastrat checks 0.13+; 0.16.1 has every field) or "
+        "choose a strategy without that feature",
+    )
 
 
 def _rerun_checks(model: Any) -> None:
@@ -425,7 +352,7 @@ def _framework_violations(model: Any, writes: Sequence[_Write]) -> list[Violatio
 
 def _plan(
     cfg: Any,
-    s: Strategy,
+    what: Any,
     *,
     world_size: int | None,
     seq_len: int | None,
@@ -433,28 +360,34 @@ def _plan(
     micro_batch_size: int | None,
     framework_check: bool,
 ) -> tuple[_Target, list[_Write]]:
-    _check_strategy(s)
+    s, run = run_of(what)
+    s = as_training(s)
     t = _target(cfg)
     problems = _adapter_violations(t, s)
-    if not s.is_inference:
-        if global_batch_size is None and t.train is not None:
-            global_batch_size = getattr(t.train, "global_batch_size", None)
-        if micro_batch_size is None and t.train is not None:
-            micro_batch_size = getattr(t.train, "micro_batch_size", None)
-        problems += [
-            v
-            for v in s.check(
-                model_view(cfg),
-                world_size=world_size,
-                seq_len=seq_len if seq_len is not None else _seq_len(t),
-                global_batch_size=global_batch_size,
-                micro_batch_size=micro_batch_size,
-            )
-            if v.severity == "error"
-        ]
+    if run is not None and t.train is None:  # nowhere to write the batch: keep it out
+        run = replace(run, micro_batch_size=None, global_batch_size=None)
+    if run is not None:
+        micro_batch_size = micro_batch_size or run.micro_batch_size
+        global_batch_size = global_batch_size or run.global_batch_size
+    if global_batch_size is None and t.train is not None:
+        global_batch_size = getattr(t.train, "global_batch_size", None)
+    if micro_batch_size is None and t.train is not None:
+        micro_batch_size = getattr(t.train, "micro_batch_size", None)
+    problems += [
+        v
+        for v in s.check(
+            model_view(cfg),
+            world_size=world_size,
+            seq_len=seq_len if seq_len is not None else _seq_len(t),
+            global_batch_size=global_batch_size,
+            micro_batch_size=micro_batch_size,
+            verify_hints=True,
+        )
+        if v.severity == "error"
+    ]
     if problems:
         raise StrategyError(problems)
-    writes = _writes(t, s)
+    writes = _writes(t, _applied(t, s, run))
     if framework_check:
         problems = _framework_violations(t.model, writes)
         if problems:
@@ -467,7 +400,7 @@ def _plan(
 # ---------------------------------------------------------------------------------------------
 def plan_changes(
     cfg: Any,
-    s: Strategy,
+    s: Any,
     *,
     world_size: int | None = None,
     seq_len: int | None = None,
@@ -491,7 +424,7 @@ def plan_changes(
 
 def apply(
     cfg: Any,
-    s: Strategy,
+    s: Any,
     *,
     world_size: int | None = None,
     seq_len: int | None = None,
@@ -500,21 +433,28 @@ def apply(
     framework_check: bool = True,
     report: bool = False,
 ) -> Any:
-    """Write strategy ``s`` into a Megatron Bridge ``ConfigContainer`` or a Megatron Core
-    ``TransformerConfig``; return the config (``(cfg, changes)`` with ``report=True``).
+    """Write a strategy, a plan candidate or a plan (its best) into a Megatron Bridge
+    ``ConfigContainer`` or a Megatron Core ``TransformerConfig``; return the config
+    (``(cfg, changes)`` with ``report=True``).
 
     Validates first, against the strategy's rules with everything the config knows — model
-    shape; ``seq_len`` (default: ``cfg.model.seq_length``); global/micro batch (default:
-    ``cfg.train``) against ``world_size`` (default: ``s.world_size`` when ``s.dp`` is set) —
-    then, with ``framework_check``, against the config's own Megatron checks run on a copy.
-    Raises StrategyError listing every broken rule and leaves the config exactly as it was.
+    shape; ``seq_len`` (default: ``cfg.model.seq_length``); global/micro batch (default: the
+    candidate's, else ``cfg.train``) against ``world_size`` (default: ``s.world_size`` when
+    ``s.dp`` is set) — then, with ``framework_check``, against the config's own Megatron
+    checks run on a copy.  Raises StrategyError listing every broken rule and leaves the
+    config exactly as it was (also when interrupted while writing).
 
-    Written: tensor/pipeline/virtual-pipeline/context/expert/expert-tensor parallel sizes
-    (ETP always explicitly), ``cp_comm_type`` (ring -> ``p2p``, Ulysses -> ``a2a``, both ->
-    ``a2a+p2p`` with ``hierarchical_context_parallel_sizes=[ulysses, ring]``; untouched when
-    cp = 1), ``sequence_parallel``, ``pipeline_dtype`` (``torch.bfloat16`` when pp > 1 and it
-    is unset), the first/last pipeline stage layer counts, and for Bridge
-    ``dist.use_tp_pp_dp_mapping`` (the rank order).  Each change is logged at INFO level.
+    Written (the field table :data:`parastrat.adapters.megatron_fields.FIELDS`): every
+    parallel degree (ETP always explicitly), ``cp_comm_type`` (ring -> ``p2p``, Ulysses ->
+    ``a2a``, both -> ``a2a+p2p`` with ``hierarchical_context_parallel_sizes=[ulysses, ring]``;
+    untouched when cp = 1), ``sequence_parallel``, ``pipeline_dtype`` (``torch.bfloat16``
+    when pp > 1 and it is unset), the pipeline split (first/last stage layer counts,
+    ``account_for_*``, ``pipeline_model_parallel_layout``), for Bridge
+    ``dist.use_tp_pp_dp_mapping``; and for a candidate or a plan what it was priced with:
+    ``train.micro_batch_size`` (``train.global_batch_size`` for a plan), recompute
+    granularity/method/modules, and the MoE dispatcher, MoE and TP overlap and CUDA-graph
+    switches it carries.  A bare Strategy changes nothing else.  Each change is logged at
+    INFO level.
     """
     _, writes = _plan(
         cfg,
@@ -525,40 +465,54 @@ def apply(
         micro_batch_size=micro_batch_size,
         framework_check=framework_check,
     )
-    done: list[_Write] = []
-    try:
-        for w in writes:
-            if w.changes:
-                done.append(w)  # before the write: a setter that fails half-way is undone too
-                setattr(w.obj, w.attr, w.new)
-    except BaseException:  # KeyboardInterrupt too: all or nothing
-        _roll_back(done)
-        raise
+    done = _commit([w for w in writes if w.changes])
     changes = [Change(w.path, w.old, w.new) for w in done]
     for c in changes:
         log.info("parastrat.apply: %s", c)
     return (cfg, changes) if report else cfg
 
 
-def _roll_back(done: Sequence[_Write]) -> None:
-    """Restore every attempted write, newest first; a restore that raises does not stop the
-    others (``object.__setattr__`` is tried for it), and one that cannot be done at all is
-    reported after every other field is restored."""
-    stuck: list[str] = []
-    for w in reversed(done):
-        try:
-            setattr(w.obj, w.attr, w.old)
-        except BaseException:
-            try:
-                object.__setattr__(w.obj, w.attr, w.old)
-            except BaseException:
-                stuck.append(w.path)
-    if stuck:
-        log.error("parastrat.apply could not restore %s after a failed write", ", ".join(stuck))
+def _commit(writes: list[_Write]) -> list[_Write]:
+    """Write every change or none.
+
+    Each object's new values are first set on a shallow copy (so a refusing setter fails
+    before anything changes), then put in place with one ``__dict__.update`` per object; any
+    BaseException (KeyboardInterrupt too) puts the old values back the same way.
+    """
+    by_obj: dict[int, tuple[Any, dict[str, Any], dict[str, Any]]] = {}
+    for w in writes:
+        obj, new, old = by_obj.setdefault(id(w.obj), (w.obj, {}, {}))
+        new[w.attr], old[w.attr] = w.new, w.old
+    staged = []
+    for obj, new, old in by_obj.values():
+        trial = copy.copy(obj)
+        for attr, value in new.items():
+            setattr(trial, attr, value)
+        plain = hasattr(obj, "__dict__") and type(obj).__setattr__ is object.__setattr__
+        staged.append((obj, {k: getattr(trial, k) for k in new}, old, plain))
+    done: list[tuple[Any, dict[str, Any], bool]] = []
+    try:
+        for obj, new, old, plain in staged:
+            done.append((obj, old, plain))
+            _put(obj, new, plain)
+    except BaseException:
+        for obj, old, plain in reversed(done):
+            _put(obj, old, plain)
+        raise
+    return writes
+
+
+def _put(obj: Any, values: dict[str, Any], plain: bool) -> None:
+    if plain:
+        obj.__dict__.update(values)  # one step: nothing half-written
+    else:
+        for attr, value in values.items():
+            setattr(obj, attr, value)
 
 
 def from_config(cfg: Any, *, world_size: int | None = None) -> Strategy:
-    """The Strategy a Bridge container or Megatron Core config describes.
+    """The Strategy a Bridge container or Megatron Core config describes (the field table
+    read back, ``pipeline_model_parallel_layout`` included).
 
     ``cp_comm_type`` tells Ulysses from ring (``a2a`` -> Ulysses, ``a2a+p2p`` ->
     ``hierarchical_context_parallel_sizes``, ``p2p``/``all_gather``/unset -> ring).  The order
@@ -566,25 +520,20 @@ def from_config(cfg: Any, *, world_size: int | None = None) -> Strategy:
     With ``world_size`` the data-parallel degree is filled in.
     """
     t = _target(cfg)
+    kwargs: dict[str, Any] = {}
+    for f in STRATEGY_FIELDS:
+        where = t.place(f)
+        if f.read is not None and where is not None and hasattr(where[0], f.name):
+            kwargs.update(f.read(getattr(where[0], f.name)))
     m = t.model
     cp = getattr(m, "context_parallel_size", 1) or 1
-    ulysses, ring = _cp_split(m, cp, t.prefix)
-    mapping = t.dist is not None and bool(getattr(t.dist, "use_tp_pp_dp_mapping", False))
-    s = Strategy(
-        tp=m.tensor_model_parallel_size,
-        pp=m.pipeline_model_parallel_size,
-        vpp=getattr(m, "virtual_pipeline_model_parallel_size", None) or 1,
-        ulysses=ulysses,
-        ring=ring,
-        ep=getattr(m, "expert_model_parallel_size", 1) or 1,
-        etp=getattr(m, "expert_tensor_parallel_size", None),
-        sp=bool(getattr(m, "sequence_parallel", False)),
-        order=MEGATRON_TP_PP_DP_ORDER if mapping else MEGATRON_ORDER,
-        first_stage_layers=getattr(m, "num_layers_in_first_pipeline_stage", None),
-        last_stage_layers=getattr(m, "num_layers_in_last_pipeline_stage", None),
-        account_for_embedding=bool(getattr(m, "account_for_embedding_in_pipeline_split", False)),
-        account_for_loss=bool(getattr(m, "account_for_loss_in_pipeline_split", False)),
-    )
+    kwargs["ulysses"], kwargs["ring"] = _cp_split(m, cp, t.prefix)
+    dist = t.sections.get("dist")
+    mapping = dist is not None and bool(getattr(dist, "use_tp_pp_dp_mapping", False))
+    kwargs["order"] = MEGATRON_TP_PP_DP_ORDER if mapping else MEGATRON_ORDER
+    if kwargs.get("pipeline_layout") is not None:
+        kwargs["vpp"] = None  # the layout sets it
+    s = Strategy(**kwargs)
     return s.with_world_size(world_size) if world_size is not None else s
 
 
@@ -633,56 +582,121 @@ def _cp_split(m: Any, cp: int, prefix: str) -> tuple[int, int]:
     )
 
 
+#: Sections ``to_overrides`` assumes a Bridge recipe's container has.
+_OVERRIDE_SECTIONS = {"model": True, "train": True, "dist": True, "comm_overlap": True}
+
+
+def _applied_to_recipe(s: Any, mbs: int | None, gbs: int | None) -> Applied:
+    """What a launch line carries for a Strategy, candidate or plan on a recipe's container
+    (every section present; MoE switches when the strategy has EP or the plan's model has
+    experts); explicit batch sizes replace the candidate's."""
+    strategy, run = run_of(s)
+    strategy = as_training(strategy)
+    problems = _adapter_violations(_Target(None, dict(_OVERRIDE_SECTIONS), True), strategy)
+    if problems:
+        raise StrategyError(problems)
+    run = run or RunSettings()
+    if mbs is not None:
+        run = replace(run, micro_batch_size=mbs)
+    if gbs is not None:
+        run = replace(run, global_batch_size=gbs)
+    return Applied(strategy, run, moe=strategy.ep > 1 or bool(run.moe_model))
+
+
 def to_overrides(
-    s: Strategy, *, micro_batch_size: int | None = None, global_batch_size: int | None = None
+    s: Any, *, micro_batch_size: int | None = None, global_batch_size: int | None = None
 ) -> list[str]:
-    """Hydra-style overrides for Megatron Bridge's ``scripts/training/run_recipe.py``.
+    """Hydra-style overrides for Megatron Bridge's ``scripts/training/run_recipe.py``: the
+    same field table as :func:`apply` on a recipe's container (model, train, dist and
+    comm_overlap sections), for a Strategy, a plan candidate or a plan.
 
     ``["model.tensor_model_parallel_size=4", ..., "dist.use_tp_pp_dp_mapping=false"]`` —
     every degree explicitly (ETP too), so a recipe's own values cannot leak through.
     ``pipeline_dtype`` is not among them: Bridge's ``finalize()`` sets it from
     ``params_dtype`` when pp > 1, and a string override on an unset field would stay a string.
-    With batch sizes, ``train.micro_batch_size``/``train.global_batch_size`` are added.
+    A candidate adds what it was priced with (micro-batch, recompute, switches); explicit
+    batch sizes are added (or replace the candidate's).
     """
-    _check_strategy(s)
-    t = _Target(None, None, None, None, "model.")
-    problems = _adapter_violations(t, s)
-    if problems:
-        raise StrategyError(problems)
-    out = [f"model.{name}={_hydra(new)}" for name, new, _ in _model_values(s, False)]
-    out.append(f"dist.use_tp_pp_dp_mapping={_hydra(s.order == MEGATRON_TP_PP_DP_ORDER)}")
-    if micro_batch_size is not None:
-        out.append(f"train.micro_batch_size={micro_batch_size}")
-    if global_batch_size is not None:
-        out.append(f"train.global_batch_size={global_batch_size}")
-    return out
+    a = _applied_to_recipe(s, micro_batch_size, global_batch_size)
+    return [
+        f"{f.sections[0]}.{f.name}={_hydra(f.value(a))}"
+        for f in FIELDS
+        if f.when(a) and f.name != "pipeline_dtype"
+    ]
+
+
+def megatron_lm_args(
+    s: Any, *, micro_batch_size: int | None = None, global_batch_size: int | None = None
+) -> list[str]:
+    """Megatron-LM ``pretrain_gpt.py`` arguments (MindSpeed-LLM takes the same) for a
+    Strategy, a plan candidate or a plan: the field table's ``arg`` column.
+
+    ``["--tensor-model-parallel-size", "4", ..., "--sequence-parallel"]`` as an argv list: a
+    flag appears when on, a list gives one word per item, a layout is written in the string
+    syntax.  The virtual pipeline size is ``--num-virtual-stages-per-pipeline-rank`` (it
+    also holds with an uneven split), and is left out with a layout, which sets it.  Names
+    checked against Megatron-LM's ``megatron/training/arguments.py`` (tests/data).
+    """
+    a = _applied_to_recipe(s, micro_batch_size, global_batch_size)
+    strategy = a.s
+    argv: list[str] = []
+    for f in FIELDS:
+        if f.arg is None or not f.when(a):
+            continue
+        if f.name == "virtual_pipeline_model_parallel_size" and strategy.pipeline_layout:
+            continue
+        value = f.value(a)
+        if f.arg_value is not None and value is not None:
+            value = f.arg_value(value)
+        argv += _arg_words(f.arg, value)
+    return argv
+
+
+def _arg_words(arg: str, value: Any) -> list[str]:
+    if value is None or value is False:
+        return []
+    if value is True:
+        return [arg]
+    if isinstance(value, (list, tuple)):
+        return [arg, *map(str, value)]
+    return [arg, str(value)]
 
 
 def recompute_overrides(mode: str) -> list[str]:
     """Megatron Bridge overrides for a recompute mode ("none", "selective" or "full"; UsageError
-    naming them for anything else)."""
+    naming them for anything else): the recompute rows of the field table."""
     from ..estimate.flops import normalize_recompute
 
-    mode = normalize_recompute(mode)
-    if mode == "full":
-        return [
-            "model.recompute_granularity=full",
-            "model.recompute_method=uniform",
-            "model.recompute_num_layers=1",
-        ]
-    if mode == "selective":
-        return ["model.recompute_granularity=selective"]
-    return ["model.recompute_granularity=null"]
+    run = RunSettings(recompute=normalize_recompute(mode))
+    a = Applied(Strategy(), run, moe=False)
+    return [
+        f"{f.sections[0]}.{f.name}={_hydra(f.value(a))}"
+        for f in FIELDS
+        if f.name.startswith("recompute_") and f.when(a)
+    ]
+
+
+#: HCCL's connection set-up timeout (s) MindSpeed-LLM's pretrain scripts export (1200-3600
+#: in its examples; HCCL's default of 120 s is short for thousands of ranks).
+HCCL_CONNECT_TIMEOUT_S = 1200
 
 
 def launch_env(s: Strategy, *, vendor: str = "nvidia", scale_up_domain: int = 8) -> list[str]:
     """Environment variables the strategy wants at launch (``NAME=value`` strings).
 
-    ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when TP (with SP) stays in the NVLink domain, where
-    Megatron overlaps TP communication with GEMMs and needs kernels issued in order;
-    ``NCCL_P2P_NET_CHUNKSIZE`` larger for pipeline and context-parallel p2p across nodes;
-    ``NCCL_NVLS_ENABLE=0`` on NVIDIA (NVLink SHARP buffers cost memory Megatron does not use).
+    NVIDIA (NCCL): ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when TP (with SP) stays in the NVLink
+    domain, where Megatron overlaps TP communication with GEMMs and needs kernels issued in
+    order; ``NCCL_P2P_NET_CHUNKSIZE`` larger for pipeline and context-parallel p2p across
+    nodes; ``NCCL_NVLS_ENABLE=0`` (NVLink SHARP buffers cost memory Megatron does not use).
+    Ascend (``vendor="huawei"``, HCCL): no NCCL variable; ``HCCL_CONNECT_TIMEOUT`` as
+    MindSpeed-LLM's scripts set it, and ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with SP, which those
+    scripts also export only to pass Megatron's own argument check (no effect on an NPU).
     """
+    if vendor == "huawei":
+        env = [f"HCCL_CONNECT_TIMEOUT={HCCL_CONNECT_TIMEOUT_S}"]
+        if s.tp > 1 and s.sp:
+            env.append("CUDA_DEVICE_MAX_CONNECTIONS=1")
+        return env
     env = []
     if vendor == "nvidia" and s.tp > 1 and s.sp and s.tp <= scale_up_domain:
         env.append("CUDA_DEVICE_MAX_CONNECTIONS=1")
@@ -723,6 +737,26 @@ def launch_command(
     return argv
 
 
+def megatron_lm_command(
+    s: Any,
+    *,
+    nproc_per_node: int,
+    nnodes: int = 1,
+    global_batch_size: int | None = None,
+    rdzv_endpoint: str | None = None,
+    script: str = "pretrain_gpt.py",
+) -> list[str]:
+    """``torchrun ... pretrain_gpt.py <Megatron-LM arguments>`` as an argv list: Megatron-LM's
+    own launcher, which MindSpeed-LLM keeps on Ascend NPUs (no Transformer Engine, no CUDA).
+    The model, data and optimizer arguments are the user's to add."""
+    argv = ["torchrun", f"--nproc_per_node={nproc_per_node}"]
+    if nnodes > 1:
+        argv.append(f"--nnodes={nnodes}")
+    if rdzv_endpoint:
+        argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}"]
+    return [*argv, script, *megatron_lm_args(s, global_batch_size=global_batch_size)]
+
+
 def default_recipe(model_name: str) -> str:
     """A guess at the Bridge recipe for a preset (``llama3-70b`` -> ``llama3_70b_pretrain_config``).
 
@@ -755,7 +789,16 @@ def _hydra(value: Any) -> str:
         return "true" if value else "false"
     if isinstance(value, (list, tuple)):
         return "[" + ",".join(_hydra(v) for v in value) + "]"
+    if isinstance(value, str) and (
+        not _BARE.fullmatch(value) or value.lower() in ("null", "true", "false", "nan", "inf")
+    ):
+        # a layout such as Et*4|(t*4|)*14tmL is a grammar error unquoted; quoted, a string
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
     return str(value)
+
+
+#: Strings Hydra's override grammar reads as themselves without quotes.
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_.+-]*")
 
 
 def _plain(value: Any) -> Any:

@@ -83,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         global_batch_size=args.global_batch_size,
         micro_batch_size=args.micro_batch_size,
         devices_per_node=args.devices_per_node,
+        verify_hints=True,
     )
     errors = [v for v in findings if v.severity == "error"]
     warnings = [v for v in findings if v.severity == "warning"]

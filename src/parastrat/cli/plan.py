@@ -28,7 +28,7 @@ from ._common import (
     workload_from_args,
 )
 
-FORMATS = ("table", "json", "yaml", "overrides", "torchrun")
+FORMATS = ("table", "json", "yaml", "overrides", "megatron-args", "torchrun")
 
 
 def add_target_args(p: argparse.ArgumentParser) -> None:
@@ -101,7 +101,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         choices=FORMATS,
         default="table",
         help="table; json/yaml (the candidates); overrides (Megatron Bridge's run_recipe.py); "
-        "torchrun (the launch command and its environment)",
+        "megatron-args (Megatron-LM / MindSpeed-LLM pretrain_gpt.py arguments); torchrun (the "
+        "launch command and its environment; Megatron-LM's launcher with HCCL settings on Ascend)",
     )
     p.add_argument(
         "--recipe",
@@ -188,14 +189,17 @@ def run(args: argparse.Namespace) -> int:
             markup=False,
         )
     elif args.format == "overrides":
-        from ..adapters.megatron import recompute_overrides, to_overrides
+        from ..adapters.megatron import to_overrides
 
-        best = result.best
-        lines = to_overrides(
-            best.strategy, micro_batch_size=best.micro_batch_size, global_batch_size=gbs
-        )
-        lines += recompute_overrides(best.recompute)
+        lines = to_overrides(result)  # the plan: its best, batch, recompute and switches
         console.print(shell_join(lines), markup=False)
+    elif args.format == "megatron-args":
+        from ..adapters.megatron import megatron_lm_args
+
+        argv = megatron_lm_args(result)  # the plan: its best, batch and switches
+        console.print(shell_join(argv), markup=False)
+    elif args.format == "torchrun" and cluster.accel.vendor == "huawei":
+        console.print(ascend_torchrun_line(result, cluster), markup=False)
     elif args.format == "torchrun":
         from ..adapters.megatron import default_recipe
 
@@ -317,6 +321,22 @@ def shared_notes(top) -> list[tuple[str, str]]:
         return ", ".join(f"#{i}" for i in idx)
 
     return [(n, span(idx)) for n, idx in rows.items()]
+
+
+def ascend_torchrun_line(result, cluster) -> str:
+    """HCCL environment and Megatron-LM's own launcher (MindSpeed-LLM on Ascend NPUs), every
+    word shell-quoted (``$MASTER_ADDR`` left for the shell to expand)."""
+    from ..adapters.megatron import launch_env, megatron_lm_command
+
+    env = launch_env(result.best.strategy, vendor=cluster.accel.vendor)
+    argv = megatron_lm_command(
+        result,
+        nproc_per_node=min(cluster.devices_per_node, cluster.num_devices),
+        nnodes=cluster.num_nodes,
+        rdzv_endpoint="$MASTER_ADDR:29500" if cluster.num_nodes > 1 else None,
+    )
+    words = [w if w.startswith("--rdzv-endpoint=$") else shlex.quote(w) for w in argv]
+    return " ".join(shlex.quote(e) for e in env) + " \\\n  " + " ".join(words)
 
 
 def print_table(result, top) -> None:

@@ -1,0 +1,413 @@
+"""The one table of Megatron fields: what ``apply`` writes, ``from_config`` reads and
+``to_overrides`` prints (:mod:`parastrat.adapters.megatron`).
+
+Each :class:`Field` names its section (``model``, ``train``, ``dist``, ``comm_overlap``; a bare
+Megatron Core config is the ``model`` section), the value it takes from what is applied
+(:class:`Applied`: the strategy, and for a plan candidate what it was priced with), the value
+that means "off" (a field the installed version lacks is fine while the value is off), and
+how it reads back into :class:`~parastrat.Strategy` keywords.
+
+What a plan candidate was priced with (:class:`RunSettings`) is read defensively from a
+``Candidate`` or a ``Plan`` (:func:`run_of`): a switch the object does not carry is left as
+the config has it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from ..strategy import MEGATRON_TP_PP_DP_ORDER, Strategy
+
+#: Megatron's ``cp_comm_type`` values and how they read back as Ulysses x ring.
+CP_COMM_RING = ("p2p", "all_gather")
+CP_COMM_ULYSSES = "a2a"
+CP_COMM_HIERARCHICAL = "a2a+p2p"
+
+#: Megatron Core's recompute settings per parastrat mode: (granularity, method, num_layers).
+RECOMPUTE = {
+    "none": (None, None, None),
+    "selective": ("selective", None, None),
+    "full": ("full", "uniform", 1),
+}
+#: The modules Megatron's selective recompute defaults to (what parastrat prices).
+SELECTIVE_MODULES = ["core_attn"]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a plan candidate was priced with; None = not known, the config keeps its value."""
+
+    micro_batch_size: int | None = None
+    global_batch_size: int | None = None
+    recompute: str | None = None
+    moe_dispatcher: str | None = None
+    moe_a2a_overlap: bool | None = None
+    moe_shared_expert_overlap: bool | None = None
+    tp_comm_overlap: bool | None = None
+    cuda_graphs: Any = None
+    cuda_graphs_known: bool = False
+    moe_model: bool | None = None  # the priced model has experts (known from a plan)
+
+
+@dataclass(frozen=True)
+class Applied:
+    """What one ``apply`` writes: a strategy, the run settings (None for a bare Strategy), and
+    whether the target model has experts (MoE switches are written only then)."""
+
+    s: Strategy
+    run: RunSettings | None
+    moe: bool
+    pipeline_dtype: Any = None  # set when pp > 1 and the config leaves it unset
+
+
+def _always(a: Applied) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Field:
+    """One Megatron config field.
+
+    ``sections``: where it lives, first match wins (``("comm_overlap", "model")``: Bridge's
+    ``comm_overlap`` section when the container has one, else the model).  ``value``: the new
+    value; ``when``: written only when true; ``neutral``: the "off" value; ``read``: Strategy
+    keywords from the config's value (None: read by a combined reader or not at all);
+    ``arg``: the Megatron-LM command-line argument (``arg_value`` maps the value to it).
+    """
+
+    name: str
+    value: Callable[[Applied], Any]
+    neutral: Any = None
+    when: Callable[[Applied], bool] = _always
+    read: Callable[[Any], dict[str, Any]] | None = None
+    sections: tuple[str, ...] = ("model",)
+    #: Megatron-LM's ``pretrain_gpt.py`` argument (None: none), and the value it takes
+    arg: str | None = None
+    arg_value: Callable[[Any], Any] | None = None
+
+
+def _run(a: Applied, name: str) -> Any:
+    return getattr(a.run, name) if a.run is not None else None
+
+
+def _knows(name: str) -> Callable[[Applied], bool]:
+    return lambda a: _run(a, name) is not None
+
+
+def _moe_knows(name: str) -> Callable[[Applied], bool]:
+    return lambda a: a.moe and _run(a, name) is not None
+
+
+def _recompute(i: int) -> Callable[[Applied], Any]:
+    return lambda a: RECOMPUTE[a.run.recompute][i] if a.run and a.run.recompute else None
+
+
+def _layout_value(a: Applied) -> Any:
+    parsed = a.s.layout_parsed
+    return None if parsed is None else parsed.to_megatron()
+
+
+def _read_layout(value: Any) -> dict[str, Any]:
+    value = getattr(value, "input_data", value)  # a parsed PipelineParallelLayerLayout
+    return {"pipeline_layout": value}
+
+
+def _deepep_flag(backend: str) -> bool:
+    """Megatron-LM (arguments.py at the recorded commit) selects DeepEP with a flag and has no
+    HybridEP switch."""
+    if backend != "deepep":
+        from ..errors import UsageError
+
+        raise UsageError(
+            f"the flex dispatcher's {backend} backend has no Megatron-LM argument "
+            "(arguments.py has --moe-enable-deepep only); use --moe-dispatcher deepep, or "
+            "--format overrides for Megatron Bridge"
+        )
+    return True
+
+
+def _layout_text(value: Any) -> str | None:
+    """The layout in Megatron-LM's string syntax (its argument takes a string only)."""
+    if value is None or isinstance(value, str):
+        return value
+    from ..pipeline_layout import compact, normalize
+
+    return compact(normalize(value))
+
+
+def _dispatcher(a: Applied) -> str:
+    d = a.run.moe_dispatcher if a.run else None
+    return "alltoall" if d == "alltoall" else "flex"
+
+
+def _flex_backend(a: Applied) -> str:
+    d = a.run.moe_dispatcher if a.run else None
+    return "hybridep" if d == "hybridep" else "deepep"
+
+
+def _graph_impl(a: Applied) -> str:
+    scopes = _graph_scopes(a)
+    if not scopes:
+        return "none"
+    return "local" if "full_iteration" in scopes else "transformer_engine"
+
+
+def _graph_scopes(a: Applied) -> list[str]:
+    from ..estimate.step import cuda_graph_scopes  # the one parser of the switch
+
+    return sorted(cuda_graph_scopes(a.run.cuda_graphs if a.run else None))
+
+
+def _int_or_one(v: Any) -> int:
+    return int(v) if v else 1
+
+
+#: The strategy's own fields, in the order they are written.
+STRATEGY_FIELDS: tuple[Field, ...] = (
+    Field(
+        "tensor_model_parallel_size",
+        lambda a: a.s.tp,
+        1,
+        read=lambda v: {"tp": v},
+        arg="--tensor-model-parallel-size",
+    ),
+    Field(
+        "pipeline_model_parallel_size",
+        lambda a: a.s.pp,
+        1,
+        read=lambda v: {"pp": v},
+        arg="--pipeline-model-parallel-size",
+    ),
+    Field(
+        "virtual_pipeline_model_parallel_size",
+        lambda a: a.s.vpp if a.s.vpp > 1 else None,
+        read=lambda v: {"vpp": _int_or_one(v)},
+        arg="--num-virtual-stages-per-pipeline-rank",
+    ),
+    Field(
+        "context_parallel_size", lambda a: a.s.cp, 1, arg="--context-parallel-size"
+    ),  # read with cp_comm_type
+    Field(
+        "cp_comm_type",
+        lambda a: a.s.cp_comm_type,
+        "p2p",
+        when=lambda a: a.s.cp > 1,
+        arg="--cp-comm-type",
+    ),
+    Field(
+        "hierarchical_context_parallel_sizes",
+        lambda a: [a.s.ulysses, a.s.ring] if a.s.ulysses > 1 and a.s.ring > 1 else None,
+        arg="--hierarchical-context-parallel-sizes",
+    ),
+    Field(
+        "expert_model_parallel_size",
+        lambda a: a.s.ep,
+        1,
+        read=lambda v: {"ep": v or 1},
+        arg="--expert-model-parallel-size",
+    ),
+    Field(
+        "expert_tensor_parallel_size",
+        lambda a: a.s.etp,
+        read=lambda v: {"etp": v},
+        arg="--expert-tensor-parallel-size",
+    ),
+    Field(
+        "sequence_parallel",
+        lambda a: a.s.sp,
+        False,
+        read=lambda v: {"sp": bool(v)},
+        arg="--sequence-parallel",
+    ),
+    Field(
+        "pipeline_dtype", lambda a: a.pipeline_dtype, when=lambda a: a.pipeline_dtype is not None
+    ),
+    Field(
+        "num_layers_in_first_pipeline_stage",
+        lambda a: a.s.first_stage_layers,
+        read=lambda v: {"first_stage_layers": v},
+        arg="--decoder-first-pipeline-num-layers",
+    ),
+    Field(
+        "num_layers_in_last_pipeline_stage",
+        lambda a: a.s.last_stage_layers,
+        read=lambda v: {"last_stage_layers": v},
+        arg="--decoder-last-pipeline-num-layers",
+    ),
+    Field(
+        "account_for_embedding_in_pipeline_split",
+        lambda a: a.s.account_for_embedding,
+        False,
+        read=lambda v: {"account_for_embedding": bool(v)},
+        arg="--account-for-embedding-in-pipeline-split",
+    ),
+    Field(
+        "account_for_loss_in_pipeline_split",
+        lambda a: a.s.account_for_loss,
+        False,
+        read=lambda v: {"account_for_loss": bool(v)},
+        arg="--account-for-loss-in-pipeline-split",
+    ),
+    Field(
+        "pipeline_model_parallel_layout",
+        _layout_value,
+        read=_read_layout,
+        arg="--pipeline-model-parallel-layout",
+        arg_value=_layout_text,
+    ),
+    Field(
+        "use_tp_pp_dp_mapping",
+        lambda a: a.s.order == MEGATRON_TP_PP_DP_ORDER,
+        False,
+        sections=("dist",),
+        arg="--use-tp-pp-dp-mapping",
+    ),
+)
+
+#: What a plan candidate was priced with (written only for a candidate or a plan).
+RUN_FIELDS: tuple[Field, ...] = (
+    Field(
+        "micro_batch_size",
+        lambda a: a.run.micro_batch_size if a.run else None,
+        when=_knows("micro_batch_size"),
+        sections=("train",),
+        arg="--micro-batch-size",
+    ),
+    Field(
+        "global_batch_size",
+        lambda a: a.run.global_batch_size if a.run else None,
+        when=_knows("global_batch_size"),
+        sections=("train",),
+        arg="--global-batch-size",
+    ),
+    Field(
+        "recompute_granularity",
+        _recompute(0),
+        when=_knows("recompute"),
+        arg="--recompute-granularity",
+    ),
+    Field("recompute_method", _recompute(1), when=_knows("recompute"), arg="--recompute-method"),
+    Field(
+        "recompute_num_layers",
+        _recompute(2),
+        when=_knows("recompute"),
+        arg="--recompute-num-layers",
+    ),
+    Field(
+        "recompute_modules",
+        lambda a: list(SELECTIVE_MODULES),
+        when=lambda a: _run(a, "recompute") == "selective",
+        arg="--recompute-modules",
+    ),
+    Field(
+        "moe_token_dispatcher_type",
+        _dispatcher,
+        when=_moe_knows("moe_dispatcher"),
+        arg="--moe-token-dispatcher-type",
+    ),
+    Field(
+        "moe_flex_dispatcher_backend",
+        _flex_backend,
+        when=lambda a: a.moe and _run(a, "moe_dispatcher") not in (None, "alltoall"),
+        arg="--moe-enable-deepep",
+        arg_value=_deepep_flag,
+    ),
+    Field(
+        "overlap_moe_expert_parallel_comm",
+        lambda a: bool(_run(a, "moe_a2a_overlap")),
+        False,
+        when=_moe_knows("moe_a2a_overlap"),
+        sections=("comm_overlap", "model"),
+        arg="--overlap-moe-expert-parallel-comm",
+    ),
+    Field(
+        "moe_shared_expert_overlap",
+        lambda a: bool(_run(a, "moe_shared_expert_overlap")),
+        False,
+        when=_moe_knows("moe_shared_expert_overlap"),
+        arg="--moe-shared-expert-overlap",
+    ),
+    Field(
+        "tp_comm_overlap",
+        lambda a: bool(_run(a, "tp_comm_overlap")),
+        False,
+        when=_knows("tp_comm_overlap"),
+        sections=("comm_overlap", "model"),
+        arg="--tp-comm-overlap",
+    ),
+    Field(
+        "cuda_graph_impl",
+        _graph_impl,
+        "none",
+        when=lambda a: bool(a.run and a.run.cuda_graphs_known),
+    ),
+    Field("cuda_graph_scope", _graph_scopes, when=lambda a: bool(a.run and _graph_scopes(a))),
+)
+
+FIELDS: tuple[Field, ...] = STRATEGY_FIELDS + RUN_FIELDS
+
+
+# ---------------------------------------------------------------------------------------------
+# What a candidate or a plan was priced with, read defensively.
+# ---------------------------------------------------------------------------------------------
+#: Attribute names a candidate may carry its implementation switches under.
+_SWITCH_ATTRS = ("switches", "step_options", "options", "run")
+
+
+def _switches_of(obj: Any) -> dict[str, Any] | None:
+    for name in _SWITCH_ATTRS:
+        value = getattr(obj, name, None)
+        if isinstance(value, dict):
+            return value
+        if value is not None and hasattr(value, "__dataclass_fields__"):
+            return {k: getattr(value, k) for k in value.__dataclass_fields__}
+    return None
+
+
+def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
+    """(strategy, run settings) of a Strategy, a plan ``Candidate`` or a ``Plan`` (its best).
+
+    A Strategy carries no run settings.  A candidate gives its micro-batch and recompute mode,
+    and its implementation switches when it carries them; a plan adds its global batch and
+    ``step_options``.  ``tp_comm_overlap=None`` (on with SP inside the scale-up domain, as the
+    step model prices it) is resolved here.
+    """
+    if isinstance(obj, Strategy):
+        return obj, None
+    plan = None
+    if hasattr(obj, "candidates") and hasattr(obj, "best"):
+        plan, obj = obj, obj.best
+    s = getattr(obj, "strategy", None)
+    if not isinstance(s, Strategy):
+        raise TypeError(
+            f"expected a parastrat.Strategy, a plan candidate or a Plan, got {type(obj).__name__}"
+            "; build one with parastrat.Strategy(tp=..., pp=...) or parastrat.plan(...)"
+        )
+    switches = _switches_of(obj) or (_switches_of(plan) if plan is not None else None) or {}
+    tp_overlap = switches.get("tp_comm_overlap", None) if switches else None
+    if switches and tp_overlap is None:
+        domain = getattr(getattr(plan, "cluster", None), "scale_up_domain", None) or s.tp
+        tp_overlap = s.tp > 1 and s.sp and s.tp <= domain
+    mode = getattr(obj, "recompute", None)
+    return s, RunSettings(
+        micro_batch_size=getattr(obj, "micro_batch_size", None),
+        global_batch_size=getattr(plan, "global_batch_size", None),
+        recompute=_mode(mode),
+        moe_dispatcher=switches.get("moe_dispatcher"),
+        moe_a2a_overlap=switches.get("moe_a2a_overlap"),
+        moe_shared_expert_overlap=switches.get("moe_shared_expert_overlap"),
+        tp_comm_overlap=tp_overlap,
+        cuda_graphs=switches.get("cuda_graphs"),
+        cuda_graphs_known="cuda_graphs" in switches,
+        moe_model=bool(getattr(getattr(plan, "model", None), "num_moe_experts", 0)) or None,
+    )
+
+
+def _mode(mode: Any) -> str | None:
+    if mode is None:
+        return None
+    from ..estimate.flops import normalize_recompute
+
+    return normalize_recompute(getattr(mode, "value", mode))

@@ -1,0 +1,410 @@
+"""parastrat.adapters.megatron against the real Megatron Bridge 0.3.1 (CPU, no TE).
+
+Real recipes (``gpt3_175b_pretrain_config``, ``kimi_k2_pretrain_config``), real model
+providers in a recipe's container, Bridge's own ``ConfigContainer.validate()`` (which runs
+Megatron Core's ``TransformerConfig`` checks through ``finalize()``) and Bridge's own override
+parser ``process_config_with_overrides``.  The ``bridge`` fixture (tests/conftest.py) imports
+Bridge with a Transformer Engine stand-in visible only during the import; it skips these tests
+with the reason when Bridge is not installed.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+
+import parastrat as ps
+from parastrat import Strategy, StrategyError
+from parastrat.adapters import megatron as mg
+from parastrat.spec.models import get
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+]
+
+SECTIONS = ("model", "train", "dist", "comm_overlap", "optimizer", "ddp", "dataset", "scheduler")
+
+
+def gpt3_recipe():
+    from megatron.bridge.recipes.gpt.gpt3_175b import gpt3_175b_pretrain_config
+
+    return gpt3_175b_pretrain_config()
+
+
+def kimi_recipe():
+    from megatron.bridge.recipes.kimi.kimi_k2 import kimi_k2_pretrain_config
+
+    return kimi_k2_pretrain_config()
+
+
+def with_provider(name: str, **kw):
+    """GPT-3 175B's recipe container holding a real Bridge model provider (no TE: the rope and
+    permute fusions off; the sequence length of the recipe's dataset)."""
+    import megatron.bridge.models as models
+
+    cfg = gpt3_recipe()
+    provider = getattr(models, name)(
+        seq_length=cfg.dataset.sequence_length, apply_rope_fusion=False, **kw
+    )
+    if provider.num_moe_experts:
+        provider.moe_permute_fusion = False
+    cfg.model = provider
+    return cfg
+
+
+def validate(cfg, world: int, monkeypatch) -> None:
+    """Bridge's ConfigContainer.validate() at ``world`` ranks (it reads WORLD_SIZE)."""
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    cfg.validate()
+
+
+def snapshot(cfg) -> dict:
+    """Every dataclass field of every section, by value."""
+    out = {}
+    for sec in SECTIONS:
+        obj = getattr(cfg, sec, None)
+        if obj is not None and dataclasses.is_dataclass(obj):
+            for f in dataclasses.fields(obj):
+                out[f"{sec}.{f.name}"] = copy.copy(getattr(obj, f.name))
+    return out
+
+
+def differences(a: dict, b: dict) -> list[str]:
+    return [k for k in a if not mg._same(a[k], b.get(k))]
+
+
+# Real providers and a strategy recipe authors would run each with (world in ranks).
+PROVIDER_CASES = [
+    ("Llama3ModelProvider70B", {}, Strategy(tp=8, pp=4, vpp=5, sp=True), 64),
+    (
+        "Llama31ModelProvider405B",
+        {},
+        Strategy(tp=8, pp=8, vpp=2, sp=True, account_for_embedding=True, account_for_loss=True),
+        128,
+    ),
+    (
+        "DeepSeekV3ModelProvider",
+        {"mtp_num_layers": 1},
+        Strategy(tp=2, pp=8, ep=8, sp=True, pipeline_layout="Et*4|(t*4|)*14tmL"),
+        64,
+    ),
+    (
+        "Qwen3MoEModelProvider235B_A22B",
+        {},
+        Strategy(
+            tp=4, pp=8, vpp=3, ep=8, sp=True, account_for_embedding=True, account_for_loss=True
+        ),
+        64,
+    ),
+]
+
+
+@pytest.mark.parametrize(("provider", "kw", "s", "world"), PROVIDER_CASES)
+def test_real_provider_apply_then_bridge_validate(bridge, monkeypatch, provider, kw, s, world):
+    cfg = with_provider(provider, **kw)
+    mg.apply(cfg, s, world_size=world)
+    validate(cfg, world, monkeypatch)  # Bridge's and Megatron Core's own checks pass
+    assert mg.from_config(cfg) == s
+
+
+def test_recipes_read_back_layouts_included(bridge):
+    # gpt3_175b: TP4 PP8 VPP6 SP (bridge_on_cpu.md); kimi_k2: TP2 PP16 EP32 with a list layout
+    assert mg.from_config(gpt3_recipe()) == Strategy(tp=4, pp=8, vpp=6, sp=True)
+    kimi = kimi_recipe()
+    s = mg.from_config(kimi)
+    assert (s.tp, s.pp, s.vpp, s.ep, s.etp) == (2, 16, 1, 32, 1)
+    assert s.to_dict()["pipeline_layout"] == kimi.model.pipeline_model_parallel_layout
+    assert str(s.layout_parsed) == "Et*4|(t*4|)*14tL"
+    assert s.stage_layers(61) == [4] * 15 + [1]
+    # ... and the layout read back applies to the recipe and passes Bridge's validate()
+    mg.apply(kimi, s, world_size=512)
+
+
+def test_kimi_recipe_validates_after_its_own_strategy(bridge, monkeypatch):
+    cfg = kimi_recipe()
+    cfg.model.moe_permute_fusion = False
+    cfg.model.apply_rope_fusion = False
+    mg.apply(cfg, mg.from_config(cfg), world_size=512)
+    validate(cfg, 512, monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "s",
+    [
+        Strategy(tp=2, pp=4, sp=True, ulysses=2, ring=2),  # hierarchical CP, default order
+        Strategy(tp=4, pp=8, vpp=6, sp=True),
+        Strategy(tp=8, pp=4, sp=True, first_stage_layers=10, last_stage_layers=12),
+        Strategy(tp=4, pp=7, vpp=2, sp=True, account_for_embedding=True, account_for_loss=True),
+        Strategy(
+            tp=4,
+            pp=4,
+            sp=True,
+            pipeline_layout=[["embedding"] + ["decoder"] * 24]
+            + [["decoder"] * 24] * 2
+            + [["decoder"] * 24 + ["loss"]],
+        ),
+        Strategy(tp=4, pp=8, sp=True, pipeline_layout="Et*11|(t*12|)*6t*13L"),
+    ],
+)
+def test_overrides_through_bridge_parser_equal_apply(bridge, s):
+    """to_overrides fed to Bridge's own process_config_with_overrides gives the very config
+    apply writes (pipeline_dtype aside: Bridge's finalize() derives it)."""
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    applied = mg.apply(gpt3_recipe(), s)
+    parsed = gpt3_recipe()
+    parsed = process_config_with_overrides(parsed, cli_overrides=mg.to_overrides(s)) or parsed
+    diff = differences(snapshot(applied), snapshot(parsed))
+    assert [d for d in diff if d != "model.pipeline_dtype"] == []
+    assert mg.from_config(parsed) == mg.as_training(s)
+
+
+# ---------------------------------------------------------------------------------------------
+# Candidates and plans: what they were priced with is written too.
+# ---------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def llama_plan():
+    """A real plan for Llama 3 70B on 64 H100 at the GPT-3 recipe's sequence and batch."""
+    return ps.plan(
+        get("llama3-70b"),
+        ps.Cluster(accelerator="h100", num_devices=64),
+        seq_len=2048,
+        global_batch_size=2048,
+        top_k=3,
+    )
+
+
+def test_apply_plan_writes_strategy_and_what_it_was_priced_with(bridge, monkeypatch, llama_plan):
+    best = llama_plan.best
+    cfg = with_provider("Llama3ModelProvider70B")
+    _, changes = mg.apply(cfg, llama_plan, world_size=64, report=True)
+    assert mg.from_config(cfg, world_size=64) == best.strategy
+    assert cfg.train.micro_batch_size == best.micro_batch_size
+    assert cfg.train.global_batch_size == 2048
+    granularity = {"none": None, "selective": "selective", "full": "full"}[best.recompute]
+    assert cfg.model.recompute_granularity == granularity
+    # TP overlap as priced (on with SP inside the NVLink domain), in Bridge's comm_overlap
+    s = best.strategy
+    assert cfg.comm_overlap.tp_comm_overlap is (s.tp > 1 and s.sp and s.tp <= 8)
+    assert {c.path.split(".")[0] for c in changes} <= {"model", "train", "comm_overlap", "dist"}
+    validate(cfg, 64, monkeypatch)
+
+
+def test_candidate_and_its_overrides_give_the_same_config(bridge, llama_plan):
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    for cand in llama_plan.candidates:
+        applied = mg.apply(with_provider("Llama3ModelProvider70B"), cand, world_size=64)
+        parsed = with_provider("Llama3ModelProvider70B")
+        parsed = (
+            process_config_with_overrides(parsed, cli_overrides=mg.to_overrides(cand)) or parsed
+        )
+        diff = differences(snapshot(applied), snapshot(parsed))
+        assert [d for d in diff if d != "model.pipeline_dtype"] == [], cand.label()
+        assert applied.train.micro_batch_size == cand.micro_batch_size
+
+
+def test_bare_strategy_changes_nothing_else(bridge, llama_plan):
+    cfg = with_provider("Llama3ModelProvider70B")
+    cfg.model.recompute_granularity = "full"
+    cfg.model.recompute_method = "block"
+    cfg.model.recompute_num_layers = 2
+    before = snapshot(cfg)
+    _, changes = mg.apply(cfg, llama_plan.best.strategy, world_size=64, report=True)
+    table = {f.name for f in mg.STRATEGY_FIELDS}
+    assert {c.path.split(".", 1)[1] for c in changes} <= table
+    after = snapshot(cfg)
+    assert [k for k in differences(before, after) if k.split(".", 1)[1] not in table] == []
+
+
+def test_candidate_switches_are_written_for_moe(bridge):
+    """DeepSeek-V3 priced with the flex dispatcher (DeepEP) and MoE overlap."""
+    plan = ps.plan(
+        get("deepseek-v3"),
+        ps.Cluster(accelerator="h100", num_devices=256),
+        seq_len=4096,
+        global_batch_size=1024,
+        top_k=1,
+        moe_dispatcher="deepep",
+        moe_a2a_overlap=True,
+    )
+    lines = mg.to_overrides(plan)
+    assert "model.moe_token_dispatcher_type=flex" in lines
+    assert "model.moe_flex_dispatcher_backend=deepep" in lines
+    assert "comm_overlap.overlap_moe_expert_parallel_comm=true" in lines
+    assert f"train.micro_batch_size={plan.best.micro_batch_size}" in lines
+
+
+# ---------------------------------------------------------------------------------------------
+# Refusals leave the real container untouched.
+# ---------------------------------------------------------------------------------------------
+def identities(cfg) -> dict:
+    return {
+        f"{sec}.{f.name}": getattr(getattr(cfg, sec), f.name)
+        for sec in SECTIONS
+        if dataclasses.is_dataclass(getattr(cfg, sec, None))
+        for f in dataclasses.fields(getattr(cfg, sec))
+    }
+
+
+def unchanged(cfg, before: dict) -> list[str]:
+    return [k for k, v in identities(cfg).items() if v is not before[k]]
+
+
+@pytest.mark.parametrize(
+    ("s", "world", "rules"),
+    [
+        (Strategy(tp=5), 10, {"heads-tp"}),  # 96 heads
+        (Strategy(tp=4, pp=5), 20, {"layers-pp"}),
+        (Strategy(tp=4, cp=2, order="tp-cp-ep-pp-dp"), 8, {"bridge-tp-pp-dp-mapping"}),
+        (Strategy(tp=4, ep=2), 8, {"ep-dense"}),
+        (Strategy(tp=4, pp=8), 40, {"world-dense"}),
+        (Strategy(tp=2, ulysses=2, ring=2, order="tp-sp-pp-cfg-dp"), 8, None),
+    ],
+)
+def test_refused_apply_leaves_the_real_container_unchanged(bridge, s, world, rules):
+    cfg = gpt3_recipe()
+    before = identities(cfg)
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, s, world_size=world)
+    if rules is not None:
+        assert rules <= set(err.value.rules)
+    assert unchanged(cfg, before) == []
+
+
+def test_explicit_inference_order_is_refused_with_the_fix(bridge):
+    with pytest.raises(StrategyError) as err:
+        mg.apply(gpt3_recipe(), Strategy(tp=2, ulysses=2, ring=2, order="tp-sp-pp-cfg-dp"))
+    assert err.value.rules == ["megatron-inference-strategy"]
+    assert "order='tp-cp-ep-dp-pp'" in err.value.violations[0].hint
+
+
+def test_default_order_ulysses_ring_is_hierarchical_cp(bridge, monkeypatch):
+    cfg = gpt3_recipe()
+    mg.apply(cfg, Strategy(tp=2, ulysses=2, ring=2, sp=True), world_size=64)
+    m = cfg.model
+    assert (m.context_parallel_size, m.cp_comm_type) == (4, "a2a+p2p")
+    assert m.hierarchical_context_parallel_sizes == [2, 2]
+    validate(cfg, 64, monkeypatch)
+
+
+@pytest.mark.parametrize("error", [KeyboardInterrupt, RuntimeError])
+def test_interrupted_write_is_rolled_back(bridge, monkeypatch, error, llama_plan):
+    """Whatever stops the write half-way (Ctrl-C too), the container is as it was."""
+    cfg = with_provider("Llama3ModelProvider70B")
+    before = identities(cfg)
+    real_put, calls = mg._put, []
+
+    def put(obj, values, plain):
+        calls.append(obj)
+        if len(calls) == 2:  # the model section written, then the next one fails
+            raise error("stop")
+        real_put(obj, values, plain)
+
+    monkeypatch.setattr(mg, "_put", put)
+    with pytest.raises(error):
+        mg.apply(cfg, llama_plan, world_size=64)
+    assert len(calls) >= 2
+    assert unchanged(cfg, before) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch, sequence and order rules read from the real container.
+# ---------------------------------------------------------------------------------------------
+def test_batch_and_sequence_rules_read_from_the_container(bridge):
+    cfg = gpt3_recipe()  # gbs 2048, mbs 2, seq 2048
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, Strategy(tp=4, pp=8, sp=True), world_size=32 * 3)  # dp 3: 2048 % 6
+    assert err.value.rules == ["batch-divisible"]
+    cfg.dataset.sequence_length = cfg.model.seq_length = 2052
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, Strategy(cp=8))  # 2052 % (2 * 8)
+    assert err.value.rules == ["seq-cp"]
+
+
+def test_order_switch_round_trip(bridge):
+    cfg = gpt3_recipe()
+    s = Strategy(tp=4, pp=8, sp=True, order="tp-cp-ep-pp-dp")
+    mg.apply(cfg, s)
+    assert cfg.dist.use_tp_pp_dp_mapping is True
+    assert mg.from_config(cfg) == s
+    mg.apply(cfg, Strategy(tp=4, pp=8, sp=True))
+    assert cfg.dist.use_tp_pp_dp_mapping is False
+
+
+def test_every_table_field_exists_on_the_real_recipe(bridge):
+    """A rename upstream fails here, not in a user's training job."""
+    cfg = kimi_recipe()
+    for f in mg.FIELDS:
+        obj = getattr(cfg, f.sections[0])
+        assert hasattr(obj, f.name), f"{f.sections[0]}.{f.name}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Plan candidates for five models: whatever apply accepts, Bridge's validate() accepts.
+# ---------------------------------------------------------------------------------------------
+FIVE = [
+    pytest.param(
+        "deepseek-v3",
+        "megatron.bridge.models.DeepSeekV3ModelProvider",
+        {"mtp_num_layers": 1},
+        256,
+        marks=pytest.mark.xfail(
+            strict=True,
+            reason="the planner still ranks its 'mtp-layout' approximation first (PP16 VP2 "
+            "+emb+loss: 61 + 1 + 1 is not a multiple of 32), which apply refuses; issue 14 "
+            "items 2-3 (layouts in the planner) remove it",
+        ),
+    ),
+    ("kimi-k2", "megatron.bridge.models.kimi.KimiK2Provider", {}, 256),
+    ("qwen3-235b-a22b", "megatron.bridge.models.Qwen3MoEModelProvider235B_A22B", {}, 128),
+    ("llama3.1-405b", "megatron.bridge.models.Llama31ModelProvider405B", {}, 128),
+    ("llama3-70b", "megatron.bridge.models.Llama3ModelProvider70B", {}, 64),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "provider", "kw", "gpus"),
+    FIVE,
+    ids=["deepseek-v3", "kimi-k2", "qwen3-235b-a22b", "llama3.1-405b", "llama3-70b"],
+)
+def test_plan_candidates_apply_accepts_only_what_bridge_validates(
+    bridge, monkeypatch, name, provider, kw, gpus
+):
+    """Every plan candidate goes to a real container; apply may refuse one (with a rule, the
+    container untouched: benchmarks/bridge_acceptance.py counts those), but one it accepts
+    must pass Bridge's validate()."""
+    import importlib
+
+    module, _, cls = provider.rpartition(".")
+    plan = ps.plan(
+        get(name),
+        ps.Cluster(accelerator="h100", num_devices=gpus),
+        seq_len=4096,
+        global_batch_size=4 * gpus,
+        top_k=5,
+    )
+    accepted = 0
+    for cand in plan.candidates:
+        cfg = gpt3_recipe()
+        cfg.dataset.sequence_length = 4096
+        cfg.model = getattr(importlib.import_module(module), cls)(
+            seq_length=4096, apply_rope_fusion=False, **kw
+        )
+        if cfg.model.num_moe_experts:
+            cfg.model.moe_permute_fusion = False
+        before = identities(cfg)
+        try:
+            mg.apply(cfg, cand, world_size=gpus)
+        except StrategyError:
+            assert unchanged(cfg, before) == []
+            continue
+        validate(cfg, gpus, monkeypatch)
+        assert mg.from_config(cfg, world_size=gpus) == cand.strategy
+        assert cfg.train.micro_batch_size == cand.micro_batch_size
+        accepted += 1
+    assert accepted >= 1

@@ -1,0 +1,169 @@
+"""``--format megatron-args``: Megatron-LM ``pretrain_gpt.py`` arguments, checked against the
+argument names Megatron-LM's ``megatron/training/arguments.py`` declares.
+
+Megatron-LM's training package is not part of the megatron-core wheel, so the names (with
+their kind: int, flag, string, list) are kept as test data with the commit they were read at
+(``tests/data/megatron_lm_arguments.json``); the parser below is built from that data with
+argparse, so an argument parastrat writes that Megatron-LM does not declare fails to parse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import parastrat as ps
+from parastrat import Strategy
+from parastrat.adapters import megatron as mg
+from parastrat.errors import UsageError
+from parastrat.spec.models import get
+
+DATA = json.loads((Path(__file__).parent / "data" / "megatron_lm_arguments.json").read_text())
+
+
+def megatron_lm_parser() -> argparse.ArgumentParser:
+    """argparse with Megatron-LM's declarations of the recorded arguments (allow_abbrev off,
+    as Megatron-LM's own parser)."""
+    p = argparse.ArgumentParser(allow_abbrev=False, exit_on_error=False)
+    for name, spec in DATA["arguments"].items():
+        kind, kw = spec["kind"], {"choices": spec.get("choices")}
+        if kind == "flag":
+            p.add_argument(name, action="store_true")
+        elif kind in ("int", "str"):
+            p.add_argument(name, type=int if kind == "int" else str, **kw)
+        else:  # "int+", "str+", "str*"
+            nargs = kind[-1]
+            p.add_argument(name, nargs=nargs, type=int if kind.startswith("int") else str)
+    return p
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    return megatron_lm_parser().parse_args(argv)
+
+
+@pytest.mark.parametrize(
+    "s",
+    [
+        Strategy(tp=4, pp=8, vpp=6, sp=True),
+        Strategy(tp=2, pp=4, ulysses=2, ring=2, sp=True),
+        Strategy(tp=8, pp=4, sp=True, first_stage_layers=18, last_stage_layers=20),
+        Strategy(tp=4, pp=8, vpp=3, account_for_embedding=True, account_for_loss=True),
+        Strategy(tp=2, pp=8, ep=8, sp=True, pipeline_layout="Et*4|(t*4|)*14tmL"),
+        Strategy(tp=2, pp=4, order="tp-cp-ep-pp-dp"),
+    ],
+)
+def test_every_argument_is_declared_and_reads_back(s):
+    a = parse(mg.megatron_lm_args(s, micro_batch_size=2, global_batch_size=512))
+    assert (a.tensor_model_parallel_size, a.pipeline_model_parallel_size) == (s.tp, s.pp)
+    assert a.context_parallel_size == s.cp
+    assert (a.expert_model_parallel_size, a.expert_tensor_parallel_size) == (s.ep, s.etp)
+    assert a.sequence_parallel is s.sp
+    assert (a.micro_batch_size, a.global_batch_size) == (2, 512)
+    assert a.decoder_first_pipeline_num_layers == s.first_stage_layers
+    assert a.decoder_last_pipeline_num_layers == s.last_stage_layers
+    assert a.account_for_embedding_in_pipeline_split is s.account_for_embedding
+    assert a.use_tp_pp_dp_mapping is (s.order == "tp-cp-ep-pp-dp")
+    if s.pipeline_layout is not None:  # the layout sets vpp: no second source
+        assert a.pipeline_model_parallel_layout == "Et*4|(t*4|)*14tmL"
+        assert a.num_virtual_stages_per_pipeline_rank is None
+    else:
+        assert a.num_virtual_stages_per_pipeline_rank == (s.vpp if s.vpp > 1 else None)
+    if s.ulysses > 1:
+        assert (a.cp_comm_type, a.hierarchical_context_parallel_sizes) == (["a2a+p2p"], [2, 2])
+
+
+def test_list_layout_is_written_in_the_string_syntax():
+    rows = [["embedding"] + ["decoder"] * 4] + [["decoder"] * 4] * 14 + [["decoder", "loss"]]
+    a = parse(mg.megatron_lm_args(Strategy(tp=2, pp=16, ep=32, sp=True, pipeline_layout=rows)))
+    assert Strategy(
+        pp=16, pipeline_layout=a.pipeline_model_parallel_layout
+    ).layout_parsed.stages == (Strategy(pp=16, pipeline_layout=rows).layout_parsed.stages)
+
+
+@pytest.fixture(scope="module")
+def moe_plan():
+    return ps.plan(
+        get("deepseek-v3"),
+        ps.Cluster(accelerator="h100", num_devices=256),
+        seq_len=4096,
+        global_batch_size=1024,
+        top_k=1,
+        moe_dispatcher="deepep",
+        moe_a2a_overlap=True,
+        recompute="full",
+    )
+
+
+def test_plan_arguments_carry_what_it_was_priced_with(moe_plan):
+    a = parse(mg.megatron_lm_args(moe_plan))
+    best = moe_plan.best
+    assert (a.micro_batch_size, a.global_batch_size) == (best.micro_batch_size, 1024)
+    assert (a.recompute_granularity, a.recompute_method, a.recompute_num_layers) == (
+        "full",
+        "uniform",
+        1,
+    )
+    assert (a.moe_token_dispatcher_type, a.moe_enable_deepep) == ("flex", True)
+    assert a.overlap_moe_expert_parallel_comm is True
+    # the same switches as Bridge's overrides for the same plan
+    overrides = mg.to_overrides(moe_plan)
+    assert "model.moe_token_dispatcher_type=flex" in overrides
+    assert "comm_overlap.overlap_moe_expert_parallel_comm=true" in overrides
+
+
+def test_hybridep_has_no_megatron_lm_argument(moe_plan):
+    moe_plan.step_options["moe_dispatcher"] = "hybridep"
+    try:
+        with pytest.raises(UsageError, match="--moe-enable-deepep"):
+            mg.megatron_lm_args(moe_plan)
+    finally:
+        moe_plan.step_options["moe_dispatcher"] = "flex"
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "parastrat", "plan", *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_cli_megatron_args_parse_with_megatron_lm_names():
+    r = run_cli("--model", "llama3-70b", "--gpus", "64", "--format", "megatron-args")
+    assert r.returncode == 0, r.stderr
+    a = parse(shlex.split(r.stdout))
+    assert a.tensor_model_parallel_size * a.pipeline_model_parallel_size <= 64
+    assert a.global_batch_size == 256  # 4 x the devices, the CLI's default
+
+
+def test_ascend_torchrun_names_hccl_and_megatron_lm_launcher():
+    r = run_cli(
+        "--model",
+        "llama3-70b",
+        "--gpus",
+        "64",
+        "--accelerator",
+        "ascend-910b",
+        "--format",
+        "torchrun",
+    )
+    assert r.returncode == 0, r.stderr
+    assert "HCCL_CONNECT_TIMEOUT=" in r.stdout
+    assert "NCCL" not in r.stdout and "run_recipe.py" not in r.stdout
+    argv = shlex.split(r.stdout.replace("\\\n", " "))
+    script = argv.index("pretrain_gpt.py")
+    parse(argv[script + 1 :])  # every argument after the script is Megatron-LM's
+    nvidia = run_cli("--model", "llama3-70b", "--gpus", "64", "--format", "torchrun")
+    assert "NCCL_" in nvidia.stdout and "HCCL" not in nvidia.stdout
+
+
+def test_source_is_recorded():
+    assert DATA["source"].startswith("NVIDIA/Megatron-LM megatron/training/arguments.py")
+    assert len(DATA["commit"]) == 40
