@@ -118,12 +118,18 @@ def test_plan_arguments_carry_what_it_was_priced_with(moe_plan):
 
 
 def test_hybridep_has_no_megatron_lm_argument(moe_plan):
-    moe_plan.step_options["moe_dispatcher"] = "hybridep"
-    try:
-        with pytest.raises(UsageError, match="--moe-enable-deepep"):
-            mg.megatron_lm_args(moe_plan)
-    finally:
-        moe_plan.step_options["moe_dispatcher"] = "flex"
+    import types
+
+    # a plan priced with HybridEP (its step options name the backend)
+    hybrid = types.SimpleNamespace(
+        candidates=moe_plan.candidates,
+        best=moe_plan.best,
+        global_batch_size=moe_plan.global_batch_size,
+        cluster=moe_plan.cluster,
+        step_options={**moe_plan.step_options, "moe_dispatcher": "hybridep"},
+    )
+    with pytest.raises(UsageError, match="--moe-enable-deepep"):
+        mg.megatron_lm_args(hybrid)
 
 
 def run_cli(*args: str) -> subprocess.CompletedProcess:
