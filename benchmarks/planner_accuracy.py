@@ -28,6 +28,13 @@ TFLOP/s per GPU.
 
     python benchmarks/planner_accuracy.py            # every row, with plans
     python benchmarks/planner_accuracy.py --short    # CI: no plans for the largest rows
+    python benchmarks/planner_accuracy.py --ablate shape,fp8   # mechanisms switched off
+    python benchmarks/planner_accuracy.py --ablation           # the ablation table only
+
+``--ablate`` switches off kernel-level mechanisms of the step model
+(:class:`parastrat.estimate.kernel_model.Mechanisms`: shape, imbalance, moe_kernels, fp8,
+interleave; "all" for every one); ``--ablation`` prints tokens/s/GPU MAPE over all, dense and
+MoE rows (and the 2021 table) with everything on, each mechanism off alone, and all off.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from pathlib import Path
 
 import parastrat as ps
 from parastrat.errors import StrategyError, UsageError
+from parastrat.estimate import kernel_model
 from parastrat.estimate.memory import estimate_memory
 from parastrat.estimate.step import estimate_step
 from parastrat.planner.search import pipeline_variants
@@ -180,7 +188,7 @@ def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicte
     return (None if rank is None or rank >= 10 else rank + 1), predicted_tps / best, elapsed
 
 
-def published_rows(short: bool) -> list[dict]:
+def published_rows(short: bool, plans: bool = True) -> list[dict]:
     out = []
     with open(REFERENCE / "published_configs.csv") as fh:
         for r in csv.DictReader(fh):
@@ -218,8 +226,9 @@ def published_rows(short: bool) -> list[dict]:
                 "predicted": step.tokens_per_s_per_gpu,
                 "ape": abs(step.tokens_per_s_per_gpu - pub) / pub,
                 "unit": "tok/s/GPU",
+                "moe": model.is_moe,
             }
-            if short and n > 256:
+            if not plans or (short and n > 256):
                 row.update(rank="-", ratio=float("nan"), plan_s=float("nan"))
             else:
                 rank, ratio, secs = _rank(
@@ -324,7 +333,57 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="CI mode: skip the plans of rows with more than 256 GPUs",
     )
+    ap.add_argument(
+        "--ablate",
+        default="",
+        help="comma-separated kernel mechanisms to switch off (shape, imbalance, moe_kernels, "
+        "fp8, interleave, or all)",
+    )
+    ap.add_argument(
+        "--ablation",
+        action="store_true",
+        help="print only the ablation table (each mechanism off alone; no plans)",
+    )
     args = ap.parse_args(argv)
+    if args.ablation:
+        return ablation_table()
+    with kernel_model.use(kernel_model.parse_ablation(args.ablate)):
+        return report(args)
+
+
+def _mapes(pub: list[dict], old: list[dict]) -> tuple[float, float, float, float]:
+    """(MAPE all published rows, dense rows, MoE rows, 2021 table)."""
+
+    def mean(rows: list[dict]) -> float:
+        return sum(r["ape"] for r in rows) / len(rows) if rows else float("nan")
+
+    moe = [r for r in pub if r["moe"]]
+    dense = [r for r in pub if not r["moe"]]
+    return mean(pub), mean(dense), mean(moe), mean(old)
+
+
+def ablation_table() -> int:
+    """Each mechanism off alone (and all off) against everything on: MAPE of the predicted
+    published strategies (no plans), as a Markdown table."""
+    print("| mechanisms | MAPE all | dense rows | MoE rows | 2021 table | max APE |")
+    print("|---|---|---|---|---|---|")
+    base = kernel_model.Mechanisms()
+    cases = [("all on", "")] + [(f"{n} off", n) for n in base.switches] + [("all off", "all")]
+    for label, off in cases:
+        with kernel_model.use(kernel_model.parse_ablation(off)):
+            pub = published_rows(short=True, plans=False)
+            old = megatron_2021_rows(short=True)
+        a, d, m, o = _mapes(pub, old)
+        worst = max(pub, key=lambda r: r["ape"])
+        print(
+            f"| {label} | {a:.1%} | {d:.1%} | {m:.1%} | {o:.1%} | "
+            f"{worst['ape']:.0%} ({worst['name']}) |"
+        )
+    return 0
+
+
+def report(args: argparse.Namespace) -> int:
+    """The full table: every row, with plans unless ``--short``."""
     t0 = time.perf_counter()
     pub = published_rows(args.short)
     old = megatron_2021_rows(args.short)
@@ -341,14 +400,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{'-' if rank == '-' else (rank or 'no'):>5} {row['ratio']:8.2f} "
             f"{row['plan_s']:6.2f}"
         )
-    mape_pub = sum(r["ape"] for r in pub) / len(pub)
-    mape_old = sum(r["ape"] for r in old) / len(old)
+    mape_pub, mape_dense, mape_moe, mape_old = _mapes(pub, old)
     ranked = [r for r in pub if r["rank"] != "-"]
     in_top = sum(1 for r in ranked if r["rank"]) / len(ranked) if ranked else float("nan")
     within = sum(1 for r in ranked if r["ratio"] >= 0.9) / len(ranked) if ranked else float("nan")
     fits = sum(1 for r in pub + old if r["fits"])
     print()
-    print(f"published_configs.csv: tokens/s/GPU MAPE {mape_pub:.1%} over {len(pub)} rows")
+    print(
+        f"published_configs.csv: tokens/s/GPU MAPE {mape_pub:.1%} over {len(pub)} rows "
+        f"(dense {mape_dense:.1%}, MoE {mape_moe:.1%}; worst row "
+        f"{max(r['ape'] for r in pub):.1%})"
+    )
+    if args.ablate:
+        print(f"mechanisms switched off: {args.ablate}")
     print(f"megatron_2021_table1.csv: step-time MAPE {mape_old:.1%} over {len(old)} rows")
     print(f"predicted to fit memory: {fits}/{len(pub) + len(old)} rows")
     print(

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 import parastrat as ps
 from parastrat.errors import StrategyError
-from parastrat.estimate import efficiency
+from parastrat.estimate import efficiency, kernel_model
 from parastrat.estimate.step import estimate_step, pipeline_split
 
 LLAMA70 = ps.models.get("llama3-70b")
@@ -131,9 +131,13 @@ def test_gemm_efficiency_shapes():
     h100 = ps.hardware.get("h100")
     big = efficiency.gemm_time(h100, 8192, 8192, 8192, "bf16")
     # 2*8192^3 / (989e12 * 0.68 * shape) with shape = 1 * (64*32=2048 tiles /132 -> 16 waves:
-    # 2048/2112) * 8192/(8192+64)
-    shape = (2048 / (16 * 132)) * (8192 / 8256)
+    # 2048/2112) * 128 K-iterations of 64 / (128 + K_PIPE = 2)
+    shape = (2048 / (16 * 132)) * (128 / 130)
     assert big == pytest.approx(2 * 8192**3 / (989e12 * 0.68 * shape))
+    # the previous shape model (one profile tile, K_HALF = 64) with the mechanism off
+    with kernel_model.use(kernel_model.parse_ablation("shape")):
+        old = efficiency.gemm_time(h100, 8192, 8192, 8192, "bf16")
+    assert old == pytest.approx(2 * 8192**3 / (989e12 * 0.68 * (2048 / 2112) * (8192 / 8256)))
     # a skinny GEMM is memory bound: 16 x 8192 x 8192 bf16 streams the 128 MiB weight
     thin = efficiency.gemm_time(h100, 16, 8192, 8192, "bf16")
     assert thin == pytest.approx((16 * 8192 * 2 + 8192 * 8192 * 2 + 16 * 8192 * 2) / (3350e9 * 0.8))

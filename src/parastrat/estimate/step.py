@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, Any
 from ..errors import StrategyError, UsageError
 from ..spec.hardware import Accelerator, canonical_precision
 from ..spec.model import ModelSpec
-from . import comm
+from . import comm, kernel_model, moe_kernels  # kernels: shape model, expert load, MoE kernels
+from . import fp8 as fp8_overheads  # kernels: FP8 recipe overheads
 from .efficiency import KernelProfile, attention_time, gemm_time, host_op_time, memory_time
 from .efficiency import profile as kernel_profile
 from .flops import (
@@ -179,7 +180,10 @@ def host_ops(
     layer in the forward pass, unless the whole MoE block is graphed (``moe`` /
     ``full_iteration`` with padded expert shapes).  Memoised.
     """
-    key = ("host", model, moe, s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs)
+    key = (
+        ("host", model, moe, s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs),
+        kernel_model.active(),  # kernels
+    )
     hit = _CACHE.get(key)
     if hit is None:
         hit = _CACHE[key] = _host_ops(model, moe, s, precision, graphs)
@@ -406,8 +410,12 @@ def _matrix_times(
     etp: int,
     num_experts: int,
     precision: str,
+    expert_m: float | None = None,
 ) -> tuple[float, float, float, float]:
-    """(forward s, backward s, local params, fp8-cast elements per micro-batch) of one matrix."""
+    """(forward s, backward s, local params, fp8-cast elements per micro-batch) of one matrix.
+
+    ``expert_m``: tokens per local expert GEMM on the slowest EP rank (kernels: the
+    imbalance mechanism, :func:`parastrat.estimate.moe_kernels.expert_load`)."""
     k_in: float = mat.in_dim
     n_out: float = mat.out_dim
     groups = 1
@@ -416,6 +424,8 @@ def _matrix_times(
         local = max(num_experts // ep, 1)
         groups = local
         m = tokens / tp * mat.per_token * etp / local
+        if expert_m is not None:  # kernels: slowest rank's tokens per expert
+            m = expert_m
         if mat.split == "col":
             n_out = n_out / etp
         else:
@@ -429,11 +439,17 @@ def _matrix_times(
         else:
             k_in = k_in / tp
     prec = "bf16" if mat.block in ("router", "logits") else precision
-    fwd = gemm_time(accel, m, n_out, k_in, prec, groups, prof)
+    mech = kernel_model.active()
+    # kernels: TE GroupedLinear runs one GEMM per local expert over its streams
+    streams = kernel_model.GROUPED_STREAMS if (mech.shape and groups > 1) else 0
+    rnd = expert_m is not None  # kernels: routed counts are random around their mean
+    fwd = gemm_time(accel, m, n_out, k_in, prec, groups, prof, streams, rnd)
     bwd = (
-        gemm_time(accel, m, k_in, n_out, prec, groups, prof)  # dgrad
-        + gemm_time(accel, k_in, n_out, m, prec, groups, prof)
+        gemm_time(accel, m, k_in, n_out, prec, groups, prof, streams, rnd)  # dgrad
+        + gemm_time(accel, k_in, n_out, m, prec, groups, prof, streams)
     )  # wgrad
+    if mech.fp8 and prec in ("fp8", "mxfp8"):  # kernels: Hopper's split accumulation
+        bwd *= fp8_overheads.backward_gemm_slowdown(kernel_model.ARCH.get(accel.name, ""))
     cast = groups * m * (k_in + n_out) if prec in ("fp8", "mxfp8") else 0.0
     return fwd, bwd, params, cast
 
@@ -494,6 +510,7 @@ def layer_cost(
         ep,
         etp,
         flash_attention,
+        kernel_model.active(),  # kernels: mechanism switches
     )
     hit = _CACHE.get(key)
     if hit is None:
@@ -522,14 +539,21 @@ def _layer_cost(
     prof = kernel_profile(accel)
     fp8 = precision in ("fp8", "mxfp8") and accel.supports(precision)
     prec = precision if fp8 else "bf16"
+    mech = kernel_model.active()
+    load = (
+        moe_kernels.expert_load(model, tokens, tp, ep, etp, mech.balance, None, mech.imbalance)
+        if moe
+        else None
+    )
+    expert_m = load.per_expert if (load is not None and mech.imbalance) else None
     mats = attention_matrices(model) + mlp_matrices(model, moe)
     g_fwd = g_bwd = dense_p = expert_p = cast = 0.0
     mlp_f = mlp_b = shared = 0.0
     for mat in mats:
         f, b, p, c = _matrix_times(
-            accel, prof, mat, tokens, tp, sp, ep, etp, model.num_experts, prec
+            accel, prof, mat, tokens, tp, sp, ep, etp, model.num_experts, prec, expert_m
         )
-        if mat.block == "expert":
+        if mat.block == "expert" and not mech.shape:
             f, b = f / GROUPED_GEMM_EFF, b / GROUPED_GEMM_EFF
         g_fwd += f
         g_bwd += b
@@ -549,8 +573,12 @@ def _layer_cost(
     # attention core: heads split by TP, keys halved by the causal mask
     core = mean_attention_core_flops_per_token(model, seq_len) * tokens / tp
     if flash_attention:
-        a_fwd = attention_time(accel, core, prof)
-        a_bwd = attention_time(accel, ATTN_BWD_RATIO * core, prof)
+        d_attn: float = 128
+        if mech.shape:  # kernels: whole key blocks, head dimension vs the SFU
+            core *= kernel_model.attention_block_ratio(model, seq_len)
+            d_attn = kernel_model.attention_head_dim(model)
+        a_fwd = attention_time(accel, core, prof, d_attn)
+        a_bwd = attention_time(accel, ATTN_BWD_RATIO * core, prof, d_attn, backward=True)
     else:
         # unfused: Q K^T and A V as batched GEMMs over every key (no causal skipping) and the
         # score matrix through HBM (scale-mask-softmax, dropout)
@@ -568,20 +596,46 @@ def _layer_cost(
     if getattr(model, "qk_layernorm", False):
         elems += 2 * (a + g) * model.head_dim / tp
     act = 3 if model.gated_linear_unit else 2
-    if moe:
-        topk = model.moe_router_topk
-        f_moe = model.moe_ffn_hidden_size or model.ffn_hidden_size
-        elems += (4 * topk * h + act * topk * f_moe + 4 * model.num_experts) / tp
-        elems += act * model.moe_shared_expert_intermediate_size / tp
+    moe_f = moe_b = 0.0
+    if moe and load is not None:  # kernels: MoE memory-bound kernels on the slowest rank
+        moe_f, moe_b = _moe_elementwise(model, tokens, tp, ep, load, mech)
     else:
         elems += act * model.ffn_hidden_size / tp
     e_bytes = tokens * elems * ELEM_BYTES
-    cast_b = cast * FP8_CAST_BYTES.get(prec, 0) / 2  # half forward (inputs), half backward
-    e_fwd = memory_time(accel, e_bytes + cast_b, prof)
-    e_bwd = memory_time(accel, 2 * e_bytes + cast_b, prof)
+    if mech.fp8:  # kernels: bytes per element of the recipe on this architecture
+        per_elem = fp8_overheads.cast_bytes_per_element(
+            fp8_overheads.RECIPE_OF.get(prec, "current"), kernel_model.ARCH.get(accel.name, "")
+        )
+        cast_b = cast * per_elem / 2 if prec in ("fp8", "mxfp8") else 0.0
+    else:
+        cast_b = cast * FP8_CAST_BYTES.get(prec, 0) / 2  # half forward (inputs), half backward
+    e_fwd = memory_time(accel, e_bytes + cast_b + moe_f, prof)
+    e_bwd = memory_time(accel, 2 * e_bytes + cast_b + moe_b, prof)
     return LayerCost(
         g_fwd, g_bwd, a_fwd, a_bwd, e_fwd, e_bwd, dense_p, expert_p, mlp_f, mlp_b, shared
     )
+
+
+def _moe_elementwise(
+    model: ModelSpec,
+    tokens: float,
+    tp: int,
+    ep: int,
+    load: moe_kernels.ExpertLoad,
+    mech: kernel_model.Mechanisms,
+) -> tuple[float, float]:
+    """kernels: (forward, backward) HBM bytes of one MoE layer's memory-bound kernels on the
+    slowest EP rank: counted kernel by kernel (``moe_kernels`` mechanism) or lumped."""
+    factor = load.factor if mech.imbalance else 1.0
+    local_tokens = tokens / tp
+    if mech.moe_kernels:
+        # the dispatcher is not known here: price Megatron's alltoall (the sort); the flex
+        # dispatcher's receive-side permute costs the same per copy
+        pc_f, pc_b, pt_f, pt_b = moe_kernels.moe_elementwise_bytes(model, ep, "alltoall")
+        copies = local_tokens * model.moe_router_topk * factor
+        return copies * pc_f + local_tokens * pt_f, copies * pc_b + local_tokens * pt_b
+    lump_f, lump_b = moe_kernels.lumped_moe_bytes(model)
+    return local_tokens * lump_f * factor, local_tokens * lump_b * factor
 
 
 def _head_cost(
@@ -591,7 +645,7 @@ def _head_cost(
     tp: int,
 ) -> tuple[float, float]:
     """(seconds fwd+bwd, local params) of the output layer and cross-entropy, one micro-batch."""
-    key = ("head", model, _accel_key(accel), tokens, tp)
+    key = ("head", model, _accel_key(accel), tokens, tp, kernel_model.active())
     hit = _CACHE.get(key)
     if hit is None:
         hit = _CACHE[key] = _head_cost_uncached(model, accel, tokens, tp)
@@ -964,6 +1018,19 @@ def _per_layer(
             if moe
             else 0.0
         )
+        mech = kernel_model.active()
+        t_amax = 0.0
+        if moe and mech.imbalance:  # kernels: the slowest EP rank sets the all-to-all's pace
+            t_ep *= moe_kernels.expert_load(model, tokens, s.tp, s.ep, s.etp, mech.balance).factor
+        if mech.fp8:  # kernels: TP amax all-reduces of FP8 current scaling with SP
+            n_amax = fp8_overheads.amax_reductions(
+                fp8_overheads.RECIPE_OF.get(prec, ""), s.tp, s.sp
+            )
+            if n_amax and accel.supports(prec):
+                t_amax = comm.Collective(
+                    "tp", "all_reduce", fp8_overheads.AMAX_BYTES, s.tp, strides["tp"], n_amax
+                ).time(cluster)
+                t_tp += t_amax
         rec = 0.0
         rec_comm = 0.0
         if mode == "selective":
@@ -974,7 +1041,7 @@ def _per_layer(
         corr_f, corr_b = _cp_correction(model, s, tokens, accel)
         if corr_f:
             c = replace(c, elem_fwd=c.elem_fwd + corr_f, elem_bwd=c.elem_bwd + corr_b)
-        tp_exp = _exposed(t_tp, c.gemm, tp_overlap)
+        tp_exp = _exposed(t_tp - t_amax, c.gemm, tp_overlap) + t_amax
         ep_exp = _ep_exposed(c, t_ep, moe_comm, mode) if moe else 0.0
         ring_exp = _exposed(t_ring, c.attn, True)
         host, host_exp = _host_exposed(
@@ -1341,8 +1408,13 @@ def _estimate(
     t_max_mb = max(st["mb"] for st in stages)
     bubble = (p - 1) / v * t_max_mb if p > 1 else 0.0
     pp_total = 2 * v * m * t_p2p
+    mech = kernel_model.active()
     if p > 1:
         fill = 2 * (p - 1) * t_p2p
+        if mech.interleave and v > 1:
+            # kernels: the first micro-batch crosses every chunk boundary (p v - 1 sends
+            # forward and as many backward), each with its host launch
+            fill = 2 * (p * v - 1) * (t_p2p + host_op_time(accel))
         steady = (OVERLAP_SLOWDOWN if v > 1 else 1.0) * 2 * v * m * t_p2p
         pp_exposed = fill + steady
     else:
@@ -1389,6 +1461,15 @@ def _estimate(
         opt = memory_time(
             accel, shard * ADAM_BYTES_PER_PARAM + local_params * 2, kernel_profile(accel)
         )
+        if mech.fp8 and prec in ("fp8", "mxfp8") and accel.supports(prec):
+            # kernels: each weight cast to FP8 once per step (TE caches it across micro-batches)
+            opt += memory_time(
+                accel,
+                local_params
+                * fp8_overheads.weight_cast_bytes_per_param(
+                    fp8_overheads.RECIPE_OF[prec], kernel_model.ARCH.get(accel.name, "")
+                ),
+            )
         total = m * st["mb"] + bubble + pp_exposed + dp_exposed + opt
         st.update(dp=t_rs + t_ag, dp_exposed=dp_exposed, optimizer=opt, total=total)
         if best is None or total > best[0]:
