@@ -128,12 +128,14 @@ PROFILES: dict[str, KernelProfile] = {
     # Blackwell Ultra doubles the SFU exponential rate (kernel_model.TILINGS): at head dim
     # 128 attention costs (1 + 0.5 x 0.5) instead of (1 + 0.5 x 1.0) tensor-core times
     # (kernel_model.attention_head_factor), so B300 / GB300 reach 1.5 / 1.25 = 1.2x the
-    # B200 / GB200 attention rate: 0.45 x 1.2 = 0.54, 0.41 x 1.2 = 0.49.
+    # B200 / GB200 attention rate: 0.45 x 1.2 = 0.54, 0.41 x 1.2 = 0.49.  Blackwell Ultra has
+    # 160 SMs (NVIDIA technical blog "Inside NVIDIA Blackwell Ultra", 2025-08: 160 SMs, 640
+    # tensor cores, 10.7 T exponentials/s against Blackwell's 5).
     "b300": KernelProfile(
         gemm_eff={"bf16": 0.68, "fp8": 0.62, "mxfp8": 0.60},
         attn_eff=0.54,
         mem_eff=0.80,
-        units=148,
+        units=160,
         tile_m=256,
         tile_n=256,
         source="as B200 (Blackwell Ultra doubles the attention SFU rate)",
@@ -154,7 +156,7 @@ PROFILES: dict[str, KernelProfile] = {
         gemm_eff={"bf16": 0.61, "fp8": 0.56, "mxfp8": 0.54},
         attn_eff=0.49,
         mem_eff=0.80,
-        units=148,
+        units=160,
         tile_m=256,
         tile_n=256,
         source="as GB200 (Blackwell Ultra attention)",

@@ -109,7 +109,7 @@ def moe_elementwise_bytes(
     E = model.num_experts
     gated = model.gated_linear_unit
     permute = 2 * h * BF16  # read + write one row
-    sort = 2 * permute if (dispatcher == "alltoall" and ep > 1) else 0.0  # sort + unsort
+    sort = sort_bytes(model) if (dispatcher == "alltoall" and ep > 1) else 0.0
     act_f = (3 * f if gated else 2 * f) * BF16
     act_b = (5 * f if gated else 3 * f) * BF16
     unpermute_f = h * BF16 + FP32 + h * BF16 / k  # read a copy and its prob; 1/k of the row
@@ -123,6 +123,12 @@ def moe_elementwise_bytes(
     router_f = 4 * E * FP32 + k * (FP32 + 8)
     router_b = 3 * E * FP32
     return per_copy_f, per_copy_b, router_f + shared_f, router_b + shared_b
+
+
+def sort_bytes(model: ModelSpec) -> float:
+    """HBM bytes per routed copy of the ``alltoall`` dispatcher's chunk sort by local expert
+    and its inverse (one direction: forward or backward)."""
+    return 2 * 2 * model.hidden_size * BF16
 
 
 def lumped_moe_bytes(model: ModelSpec) -> tuple[float, float]:

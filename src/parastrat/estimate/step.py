@@ -229,7 +229,9 @@ def _host_ops(
         ops["norm"]
         + ops["residual"]
         + tp_coll
-        + len(experts) * (local * ops["gemm"] + cast)
+        # kernels: TE GroupedLinear quantises each expert's split itself (split_quantize)
+        + len(experts)
+        * (local * ops["gemm"] + (local if kernel_model.active().moe_kernels else 1) * cast)
         + ops["act"]
         + ops["permute"]
     )
@@ -629,9 +631,9 @@ def _moe_elementwise(
     factor = load.factor if mech.imbalance else 1.0
     local_tokens = tokens / tp
     if mech.moe_kernels:
-        # the dispatcher is not known here: price Megatron's alltoall (the sort); the flex
-        # dispatcher's receive-side permute costs the same per copy
-        pc_f, pc_b, pt_f, pt_b = moe_kernels.moe_elementwise_bytes(model, ep, "alltoall")
+        # without the alltoall dispatcher's chunk sort, which _per_layer adds for that
+        # dispatcher (moe_kernels.sort_bytes); the flex dispatchers permute after receiving
+        pc_f, pc_b, pt_f, pt_b = moe_kernels.moe_elementwise_bytes(model, ep, "flex")
         copies = local_tokens * model.moe_router_topk * factor
         return copies * pc_f + local_tokens * pt_f, copies * pc_b + local_tokens * pt_b
     lump_f, lump_b = moe_kernels.lumped_moe_bytes(model)
@@ -1031,6 +1033,12 @@ def _per_layer(
                     "tp", "all_reduce", fp8_overheads.AMAX_BYTES, s.tp, strides["tp"], n_amax
                 ).time(cluster)
                 t_tp += t_amax
+        if moe and mech.moe_kernels and moe_comm.dispatcher == "alltoall" and s.ep > 1:
+            # kernels: the alltoall dispatcher's sort / unsort of received chunks by expert
+            load = moe_kernels.expert_load(model, tokens, s.tp, s.ep, s.etp, mech.balance)
+            copies = load.slowest if mech.imbalance else load.mean
+            sort_t = memory_time(accel, copies * moe_kernels.sort_bytes(model))
+            c = replace(c, elem_fwd=c.elem_fwd + sort_t, elem_bwd=c.elem_bwd + sort_t)
         rec = 0.0
         rec_comm = 0.0
         if mode == "selective":
