@@ -11,7 +11,13 @@ uses):
 * DeepEP's dispatch / combine bandwidths (normal kernels, H800 NVLink and 400 Gb/s RDMA;
   V2 on Blackwell NVLink): the model's per-GPU all-to-all rate on the same link (H100's
   achievable fraction of its NVLink peak applied to the H800's 200 GB/s, the NIC line rate,
-  B200's preset) against the measured "bottleneck bandwidth".
+  B200's preset) against the measured "bottleneck bandwidth";
+* the ring x Ulysses split of context-parallel attention on 8 A100 (``usp_attention_measured
+  .csv``, yunchang's forward benchmark, zigzag ring = balanced causal): the model's forward
+  time (attention at the A100 rate + the Ulysses all-to-alls + the ring hops that attention
+  does not hide + ring-attention merging) relative to the pure-Ulysses split of the same
+  shape, against the measured ratio, so the attention efficiency cancels and what is
+  compared is the communication model.
 
     python benchmarks/comm_accuracy.py
 """
@@ -125,11 +131,84 @@ def deepep(rows: list[dict[str, str]]) -> list[float]:
     return errors
 
 
+def _usp_forward_s(seq: int, heads: int, head_size: int, ulysses: int, batch: int) -> float:
+    """Model seconds of one causal attention forward over 8 A100 split Ulysses x ring."""
+    from parastrat.estimate import comm
+    from parastrat.estimate.efficiency import attention_time, memory_time
+    from parastrat.estimate.flops import attention_core_flops_per_token
+    from parastrat.estimate.step import CP_CORRECTION_BYTES_FWD
+
+    cluster = ps.Cluster("a100", num_devices=8)
+    model = ps.ModelSpec(
+        name="usp",
+        num_layers=1,
+        hidden_size=heads * head_size,
+        num_attention_heads=heads,
+        ffn_hidden_size=4 * heads * head_size,
+        vocab_size=1024,
+        max_position_embeddings=seq,
+    )
+    s = ps.Strategy(cp=8, ulysses=ulysses).with_world_size(8)
+    tokens = batch * seq / 8
+    strides = comm.group_strides(s, 1, 1)
+    attn = attention_time(
+        cluster.accel, attention_core_flops_per_token(model, seq) * tokens, head_dim=head_size
+    )
+    ring, a2a = comm.cp_layer(model, s, tokens, strides)
+    t_ring = comm.total_time(ring, cluster) / 3  # forward: one of the three passes of K/V
+    t_a2a = comm.total_time(a2a, cluster) / 2  # forward: Q, K, V in and O out
+    merge = 0.0
+    if s.ring > 1:
+        merge = memory_time(
+            cluster.accel,
+            (s.ring - 1) * tokens * heads / ulysses * head_size * ulysses * CP_CORRECTION_BYTES_FWD,
+        )
+    return attn + t_a2a + max(0.0, t_ring - attn) + merge
+
+
+def usp(path: Path) -> list[float]:
+    """Print the ring x Ulysses forward-time ratios, model vs measured (zigzag ring)."""
+    with open(path) as fh:
+        rows = [r for r in csv.DictReader(fh) if r["group_num"] == "1"]
+    groups: dict[tuple[str, str, str], list[dict[str, str]]] = {}
+    for r in rows:
+        groups.setdefault((r["seqlen"], r["head_num"], r["head_size"]), []).append(r)
+    errors = []
+    print()
+    print("Ulysses x ring attention forward on 8 A100, time relative to the most-Ulysses split")
+    print(
+        f"{'row':<5} {'seq':>5} {'heads':>5} {'d':>4} {'U x R':>6} {'measured':>9} {'model':>6} "
+        f"{'error':>7}"
+    )
+    for (seq, heads, d), grp in groups.items():
+        ok = [r for r in grp if _number(r["zigzag_no_packed"])]
+        if len(ok) < 2:
+            continue
+        ok.sort(key=lambda r: -int(r["ulysses_degree"]))
+        n = int(float(seq.rstrip("K")) * (1024 if seq.endswith("K") else 1))
+        base = ok[0]
+        t0 = _usp_forward_s(n, int(heads), int(d), int(base["ulysses_degree"]), 2)
+        r0 = float(base["zigzag_no_packed"])
+        for r in ok[1:]:
+            u = int(r["ulysses_degree"])
+            model = _usp_forward_s(n, int(heads), int(d), u, 2) / t0
+            measured = r0 / float(r["zigzag_no_packed"])
+            err = (model - measured) / measured
+            errors.append(abs(err))
+            print(
+                f"{r['row_id']:<5} {seq:>5} {heads:>5} {d:>4} {u:>2} x {8 // u:<2} "
+                f"{measured:>9.2f} {model:>6.2f} {err:>+7.0%}"
+            )
+    print(f"MAPE over {len(errors)} ratios: {sum(errors) / len(errors):.1%}")
+    return errors
+
+
 def main() -> int:
     rows = _rows()
     allreduce_sweep(rows)
     nvlink_peaks(rows)
     deepep(rows)
+    usp(REFERENCE / "usp_attention_measured.csv")
     return 0
 
 
