@@ -160,3 +160,18 @@ def test_each_switch_moves_the_step_the_way_its_mechanism_says():
         flat = _step("qwen3-30b-a3b", moe, "h100", 16, **kw)
     assert aux.breakdown["ep"] > 1.1 * flat.breakdown["ep"]
     assert aux.breakdown["compute"] > flat.breakdown["compute"]
+
+
+def test_capacity_factor_caps_the_slowest_rank():
+    moe = ps.Strategy(ep=16)
+    kw = dict(global_batch_size=64, precision="fp8")
+    with use(Mechanisms(balance="aux_loss")):
+        dropless = _step("qwen3-30b-a3b", moe, "h100", 16, **kw)
+    with use(Mechanisms(balance="aux_loss", capacity_factor=1.0)):
+        capped = _step("qwen3-30b-a3b", moe, "h100", 16, **kw)
+    with use(parse_ablation("imbalance")):
+        flat = _step("qwen3-30b-a3b", moe, "h100", 16, **kw)
+    assert capped.breakdown["ep"] == pytest.approx(flat.breakdown["ep"])
+    assert dropless.breakdown["ep"] > capped.breakdown["ep"]
+    with pytest.raises(UsageError, match="capacity_factor"), use(Mechanisms(capacity_factor=0.5)):
+        pass

@@ -79,7 +79,9 @@ class Mechanisms:
     ``balance`` is the routing regime the imbalance assumes (:data:`BALANCE_MODES`):
     "forced" (``moe_router_force_load_balancing``: random routing, what Megatron Bridge's
     performance recipes set), "aux_loss" or "loss_free" (measured max-violation of the
-    balancers, :mod:`.moe_kernels`).
+    balancers, :mod:`.moe_kernels`); ``capacity_factor`` (Megatron's
+    ``moe_expert_capacity_factor``, token drop) caps the slowest rank at that multiple of
+    the mean (None: dropless).
     """
 
     shape: bool = True
@@ -88,11 +90,12 @@ class Mechanisms:
     fp8: bool = True
     interleave: bool = True
     balance: str = "forced"
+    capacity_factor: float | None = None
 
     @property
     def switches(self) -> tuple[str, ...]:
         """Names of the boolean switches (what ``--ablate`` accepts)."""
-        return tuple(f.name for f in fields(self) if f.name != "balance")
+        return tuple(f.name for f in fields(self) if f.type in (bool, "bool"))
 
 
 #: Routing regimes the load-imbalance mechanism knows.
@@ -135,6 +138,9 @@ def use(mechanisms: Mechanisms) -> Iterator[Mechanisms]:
         raise UsageError(
             f"unknown balance {mechanisms.balance!r}; use one of {', '.join(BALANCE_MODES)}"
         )
+    cf = mechanisms.capacity_factor
+    if cf is not None and not cf >= 1.0:
+        raise UsageError(f"capacity_factor must be >= 1 (or None for dropless), got {cf!r}")
     _ACTIVE.append(mechanisms)
     try:
         yield mechanisms

@@ -543,7 +543,9 @@ def _layer_cost(
     prec = precision if fp8 else "bf16"
     mech = kernel_model.active()
     load = (
-        moe_kernels.expert_load(model, tokens, tp, ep, etp, mech.balance, None, mech.imbalance)
+        moe_kernels.expert_load(
+            model, tokens, tp, ep, etp, mech.balance, mech.capacity_factor, mech.imbalance
+        )
         if moe
         else None
     )
@@ -1023,7 +1025,9 @@ def _per_layer(
         mech = kernel_model.active()
         t_amax = 0.0
         if moe and mech.imbalance:  # kernels: the slowest EP rank sets the all-to-all's pace
-            t_ep *= moe_kernels.expert_load(model, tokens, s.tp, s.ep, s.etp, mech.balance).factor
+            t_ep *= moe_kernels.expert_load(
+                model, tokens, s.tp, s.ep, s.etp, mech.balance, mech.capacity_factor
+            ).factor
         if mech.fp8:  # kernels: TP amax all-reduces of FP8 current scaling with SP
             n_amax = fp8_overheads.amax_reductions(
                 fp8_overheads.RECIPE_OF.get(prec, ""), s.tp, s.sp
@@ -1035,7 +1039,9 @@ def _per_layer(
                 t_tp += t_amax
         if moe and mech.moe_kernels and moe_comm.dispatcher == "alltoall" and s.ep > 1:
             # kernels: the alltoall dispatcher's sort / unsort of received chunks by expert
-            load = moe_kernels.expert_load(model, tokens, s.tp, s.ep, s.etp, mech.balance)
+            load = moe_kernels.expert_load(
+                model, tokens, s.tp, s.ep, s.etp, mech.balance, mech.capacity_factor
+            )
             copies = load.slowest if mech.imbalance else load.mean
             sort_t = memory_time(accel, copies * moe_kernels.sort_bytes(model))
             c = replace(c, elem_fwd=c.elem_fwd + sort_t, elem_bwd=c.elem_bwd + sort_t)
