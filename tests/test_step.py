@@ -215,7 +215,7 @@ def test_host_ops_moe_layer_counts_and_graph_scopes():
     # attention: norms 1 + 2 (QK-norm) + 2 GEMMs x (1 + 2 casts) + rope 2 + attn 1 + residual 1
     #   = 3 + 6 + 4 = 13
     # MoE block: norm 1 + residual 1 + 2 grouped matrices x 8 experts x (1 GEMM + 2 casts:
-    #   TE GroupedLinear quantises each expert's split) + act 1 + permute/unpermute 2
+    #   per-tensor scaling quantises each expert's split) + act 1 + permute/unpermute 2
     #   + EP dispatch/combine 2 + sort/unsort 2 = 57
     # router 3 + preprocess 2 + counts exchange 1 = 6                         -> 76, synced
     assert host_ops(QWEN30, True, s, "fp8") == (76, True)
@@ -229,6 +229,10 @@ def test_host_ops_moe_layer_counts_and_graph_scopes():
     )
     # graphed attention: 13 -> 1
     assert host_ops(QWEN30, True, s, "fp8", frozenset({"attn"})) == (64, True)
+    # MXFP8 (one quantise op per GEMM input, block scales need no per-expert amax): attention
+    # 3 + 2 x (1 + 1) + 4 = 11; MoE block 2 + 2 x (8 GEMMs + 1 fused quantise) + 7 = 27;
+    # router and preprocessing 6 -> 44
+    assert host_ops(QWEN30, True, s, "mxfp8") == (44, True)
     # the whole MoE block graphed (padded shapes): no sync, attention 13 + one launch
     assert host_ops(QWEN30, True, s, "fp8", frozenset({"moe"})) == (14, False)
     assert host_ops(QWEN30, True, s, "fp8", frozenset({"full_iteration"})) == (0, False)

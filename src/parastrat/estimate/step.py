@@ -190,6 +190,15 @@ def host_ops(
     return hit
 
 
+def _expert_casts(precision: str, local: int) -> int:
+    """kernels: quantisation launches per grouped expert matrix: one per local expert under
+    per-tensor FP8 scaling (each expert's split has its own scale and amax), one fused pass
+    under MXFP8 (``moe_kernels`` mechanism; off: one per matrix, the previous count)."""
+    if kernel_model.active().moe_kernels and precision == "fp8":
+        return local
+    return 1
+
+
 def _host_ops(
     model: ModelSpec, moe: bool, s: Strategy, precision: str, graphs: frozenset[str]
 ) -> tuple[float, bool]:
@@ -229,9 +238,9 @@ def _host_ops(
         ops["norm"]
         + ops["residual"]
         + tp_coll
-        # kernels: TE GroupedLinear quantises each expert's split itself (split_quantize)
-        + len(experts)
-        * (local * ops["gemm"] + (local if kernel_model.active().moe_kernels else 1) * cast)
+        # kernels: per-tensor scaling needs one amax + cast per expert's split (TE
+        # GroupedLinear keeps a quantizer per expert); MXFP8 block scales need no amax
+        + len(experts) * (local * ops["gemm"] + _expert_casts(precision, local) * cast)
         + ops["act"]
         + ops["permute"]
     )
