@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from math import sqrt
 
 from ..spec.model import ModelSpec
-from .kernel_model import expected_max_factor
+from .kernel_model import Mechanisms, expected_max_factor
 
 #: Per-expert max violation of a trained router by balancer (Wang et al. 2024, Table 1,
 #: 3B model, global batch); "forced" = random routing, no residual.
@@ -142,3 +142,28 @@ def lumped_moe_bytes(model: ModelSpec) -> tuple[float, float]:
     elems = 4 * k * h + act * k * f + 4 * model.num_experts
     elems += act * model.moe_shared_expert_intermediate_size
     return elems * BF16, 2 * elems * BF16
+
+
+def layer_bytes(
+    model: ModelSpec, tokens: float, tp: int, ep: int, load: ExpertLoad, mech: Mechanisms
+) -> tuple[float, float]:
+    """(forward, backward) HBM bytes of one MoE layer's memory-bound kernels on the slowest
+    EP rank for a micro-batch of ``tokens``: counted kernel by kernel (``moe_kernels``
+    mechanism; without the ``alltoall`` dispatcher's chunk sort, :func:`sort_bytes`, which the
+    step model adds for that dispatcher) or lumped (mechanism off)."""
+    factor = load.factor if mech.imbalance else 1.0
+    local_tokens = tokens / tp
+    if mech.moe_kernels:
+        pc_f, pc_b, pt_f, pt_b = moe_elementwise_bytes(model, ep, "flex")
+        copies = local_tokens * model.moe_router_topk * factor
+        return copies * pc_f + local_tokens * pt_f, copies * pc_b + local_tokens * pt_b
+    lump_f, lump_b = lumped_moe_bytes(model)
+    return local_tokens * lump_f * factor, local_tokens * lump_b * factor
+
+
+def quantise_launches(precision: str, local: int, mech: Mechanisms) -> int:
+    """Quantisation launches per grouped expert matrix: one per local expert under per-tensor
+    FP8 scaling (TE GroupedLinear keeps a quantizer, hence a scale and an amax, per expert's
+    split), one fused pass under MXFP8 (block scales need no amax); 1 with the
+    ``moe_kernels`` mechanism off (the previous count)."""
+    return local if (mech.moe_kernels and precision == "fp8") else 1

@@ -190,15 +190,6 @@ def host_ops(
     return hit
 
 
-def _expert_casts(precision: str, local: int) -> int:
-    """kernels: quantisation launches per grouped expert matrix: one per local expert under
-    per-tensor FP8 scaling (each expert's split has its own scale and amax), one fused pass
-    under MXFP8 (``moe_kernels`` mechanism; off: one per matrix, the previous count)."""
-    if kernel_model.active().moe_kernels and precision == "fp8":
-        return local
-    return 1
-
-
 def _host_ops(
     model: ModelSpec, moe: bool, s: Strategy, precision: str, graphs: frozenset[str]
 ) -> tuple[float, bool]:
@@ -240,7 +231,12 @@ def _host_ops(
         + tp_coll
         # kernels: per-tensor scaling needs one amax + cast per expert's split (TE
         # GroupedLinear keeps a quantizer per expert); MXFP8 block scales need no amax
-        + len(experts) * (local * ops["gemm"] + _expert_casts(precision, local) * cast)
+        + len(experts)
+        # kernels: per-expert quantisation under per-tensor FP8
+        * (
+            local * ops["gemm"]
+            + moe_kernels.quantise_launches(precision, local, kernel_model.active()) * cast
+        )
         + ops["act"]
         + ops["permute"]
     )
@@ -611,7 +607,7 @@ def _layer_cost(
     act = 3 if model.gated_linear_unit else 2
     moe_f = moe_b = 0.0
     if moe and load is not None:  # kernels: MoE memory-bound kernels on the slowest rank
-        moe_f, moe_b = _moe_elementwise(model, tokens, tp, ep, load, mech)
+        moe_f, moe_b = moe_kernels.layer_bytes(model, tokens, tp, ep, load, mech)
     else:
         elems += act * model.ffn_hidden_size / tp
     e_bytes = tokens * elems * ELEM_BYTES
@@ -627,28 +623,6 @@ def _layer_cost(
     return LayerCost(
         g_fwd, g_bwd, a_fwd, a_bwd, e_fwd, e_bwd, dense_p, expert_p, mlp_f, mlp_b, shared
     )
-
-
-def _moe_elementwise(
-    model: ModelSpec,
-    tokens: float,
-    tp: int,
-    ep: int,
-    load: moe_kernels.ExpertLoad,
-    mech: kernel_model.Mechanisms,
-) -> tuple[float, float]:
-    """kernels: (forward, backward) HBM bytes of one MoE layer's memory-bound kernels on the
-    slowest EP rank: counted kernel by kernel (``moe_kernels`` mechanism) or lumped."""
-    factor = load.factor if mech.imbalance else 1.0
-    local_tokens = tokens / tp
-    if mech.moe_kernels:
-        # without the alltoall dispatcher's chunk sort, which _per_layer adds for that
-        # dispatcher (moe_kernels.sort_bytes); the flex dispatchers permute after receiving
-        pc_f, pc_b, pt_f, pt_b = moe_kernels.moe_elementwise_bytes(model, ep, "flex")
-        copies = local_tokens * model.moe_router_topk * factor
-        return copies * pc_f + local_tokens * pt_f, copies * pc_b + local_tokens * pt_b
-    lump_f, lump_b = moe_kernels.lumped_moe_bytes(model)
-    return local_tokens * lump_f * factor, local_tokens * lump_b * factor
 
 
 def _head_cost(
