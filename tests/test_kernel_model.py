@@ -175,3 +175,11 @@ def test_capacity_factor_caps_the_slowest_rank():
     assert dropless.breakdown["ep"] > capped.breakdown["ep"]
     with pytest.raises(UsageError, match="capacity_factor"), use(Mechanisms(capacity_factor=0.5)):
         pass
+
+
+def test_environment_switches_warn_on_a_bad_name(monkeypatch):
+    monkeypatch.setenv("PARASTRAT_ABLATE", "fp8,interleave")
+    assert kernel_model._from_environment() == Mechanisms(fp8=False, interleave=False)
+    monkeypatch.setenv("PARASTRAT_ABLATE", "tiles")
+    with pytest.warns(UserWarning, match="tiles"):
+        assert kernel_model._from_environment() == Mechanisms()

@@ -46,6 +46,7 @@ in ``benchmarks/planner_accuracy.py --ablate``); :func:`active` is what the step
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
@@ -121,8 +122,18 @@ def parse_ablation(text: str | None, base: Mechanisms | None = None) -> Mechanis
     return replace(base, **off)  # type: ignore[arg-type]
 
 
+def _from_environment() -> Mechanisms:
+    """Everything on, less ``PARASTRAT_ABLATE``; a bad name there warns and is ignored (an
+    environment variable must not make ``import parastrat`` fail)."""
+    try:
+        return parse_ablation(os.environ.get("PARASTRAT_ABLATE"))
+    except UsageError as exc:
+        warnings.warn(f"PARASTRAT_ABLATE ignored: {exc}", stacklevel=2)
+        return Mechanisms()
+
+
 #: The mechanisms in force: everything on, less ``PARASTRAT_ABLATE`` (comma-separated names).
-DEFAULT_MECHANISMS = parse_ablation(os.environ.get("PARASTRAT_ABLATE"))
+DEFAULT_MECHANISMS = _from_environment()
 _ACTIVE = [DEFAULT_MECHANISMS]
 
 
