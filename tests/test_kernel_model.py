@@ -183,3 +183,19 @@ def test_environment_switches_warn_on_a_bad_name(monkeypatch):
     monkeypatch.setenv("PARASTRAT_ABLATE", "tiles")
     with pytest.warns(UserWarning, match="tiles"):
         assert kernel_model._from_environment() == Mechanisms()
+
+
+def test_fp8_expert_padding_copies_unless_the_router_pads():
+    qwen = ps.models.get("qwen3-30b-a3b")
+    load = moe_kernels.expert_load(qwen, 4096, 1, 16, 1)
+    bf16 = moe_kernels.layer_bytes(qwen, 4096, 1, 16, load, Mechanisms(), quantised=False)
+    fp8_ = moe_kernels.layer_bytes(qwen, 4096, 1, 16, load, Mechanisms(), quantised=True)
+    padded = moe_kernels.layer_bytes(
+        qwen, 4096, 1, 16, load, Mechanisms(router_padding=True), quantised=True
+    )
+    copies = 4096 * 8 * load.factor
+    assert fp8_[0] - bf16[0] == pytest.approx(copies * 4 * 2048 * 2)
+    assert padded == bf16
+    assert moe_kernels.padding_launches("fp8", Mechanisms()) == 2
+    assert moe_kernels.padding_launches("bf16", Mechanisms()) == 0
+    assert moe_kernels.padding_launches("mxfp8", Mechanisms(router_padding=True)) == 0

@@ -82,7 +82,9 @@ class Mechanisms:
     performance recipes set), "aux_loss" or "loss_free" (measured max-violation of the
     balancers, :mod:`.moe_kernels`); ``capacity_factor`` (Megatron's
     ``moe_expert_capacity_factor``, token drop) caps the slowest rank at that multiple of
-    the mean (None: dropless).
+    the mean (None: dropless).  ``router_padding``: Megatron's
+    ``moe_router_padding_for_quantization`` (the routing map is padded so expert token counts
+    are FP8-aligned; no padding copies), off by default as in Megatron Core.
     """
 
     shape: bool = True
@@ -92,11 +94,14 @@ class Mechanisms:
     interleave: bool = True
     balance: str = "forced"
     capacity_factor: float | None = None
+    router_padding: bool = False
 
     @property
     def switches(self) -> tuple[str, ...]:
         """Names of the boolean switches (what ``--ablate`` accepts)."""
-        return tuple(f.name for f in fields(self) if f.type in (bool, "bool"))
+        return tuple(
+            f.name for f in fields(self) if f.type in (bool, "bool") and f.name != "router_padding"
+        )
 
 
 #: Routing regimes the load-imbalance mechanism knows.

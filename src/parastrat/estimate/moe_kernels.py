@@ -131,6 +131,18 @@ def sort_bytes(model: ModelSpec) -> float:
     return 2 * 2 * model.hidden_size * BF16
 
 
+def padding_bytes(model: ModelSpec) -> float:
+    """HBM bytes per routed copy, one direction, of the FP8/FP4 quantisation padding.
+
+    Megatron Core's ``TEGroupedMLP`` (0.16) pads each expert's tokens to a multiple of 16
+    (32 for MXFP8) with TE's ``Fp8Padding`` before FC1 and strips it from FC2's output with
+    ``Fp8Unpadding``: each a copy of the routed rows (read + write ``h`` BF16 elements), and
+    their backward the inverse copies.  Routed counts are almost never all aligned, so the
+    copies run every step, unless ``moe_router_padding_for_quantization`` pads the routing map
+    itself (:attr:`Mechanisms.router_padding`)."""
+    return 2 * 2 * model.hidden_size * BF16
+
+
 def lumped_moe_bytes(model: ModelSpec) -> tuple[float, float]:
     """(forward, backward) bytes per token of the MoE element-wise work as the model counted
     it before :func:`moe_elementwise_bytes` (``4 k h + act k f + 4 E`` BF16 elements,
@@ -145,16 +157,26 @@ def lumped_moe_bytes(model: ModelSpec) -> tuple[float, float]:
 
 
 def layer_bytes(
-    model: ModelSpec, tokens: float, tp: int, ep: int, load: ExpertLoad, mech: Mechanisms
+    model: ModelSpec,
+    tokens: float,
+    tp: int,
+    ep: int,
+    load: ExpertLoad,
+    mech: Mechanisms,
+    quantised: bool = False,
 ) -> tuple[float, float]:
     """(forward, backward) HBM bytes of one MoE layer's memory-bound kernels on the slowest
     EP rank for a micro-batch of ``tokens``: counted kernel by kernel (``moe_kernels``
     mechanism; without the ``alltoall`` dispatcher's chunk sort, :func:`sort_bytes`, which the
-    step model adds for that dispatcher) or lumped (mechanism off)."""
+    step model adds for that dispatcher; with the quantisation padding of FP8 / MXFP8
+    experts, :func:`padding_bytes`, when ``quantised``) or lumped (mechanism off)."""
     factor = load.factor if mech.imbalance else 1.0
     local_tokens = tokens / tp
     if mech.moe_kernels:
         pc_f, pc_b, pt_f, pt_b = moe_elementwise_bytes(model, ep, "flex")
+        if quantised and not mech.router_padding:
+            pc_f += padding_bytes(model)
+            pc_b += padding_bytes(model)
         copies = local_tokens * model.moe_router_topk * factor
         return copies * pc_f + local_tokens * pt_f, copies * pc_b + local_tokens * pt_b
     lump_f, lump_b = lumped_moe_bytes(model)
@@ -167,3 +189,11 @@ def quantise_launches(precision: str, local: int, mech: Mechanisms) -> int:
     split), one fused pass under MXFP8 (block scales need no amax); 1 with the
     ``moe_kernels`` mechanism off (the previous count)."""
     return local if (mech.moe_kernels and precision == "fp8") else 1
+
+
+def padding_launches(precision: str, mech: Mechanisms) -> int:
+    """Host launches of the FP8 quantisation padding per MoE layer forward (pad before FC1,
+    unpad after FC2: :func:`padding_bytes`); 0 without FP8, with router padding, or with the
+    ``moe_kernels`` mechanism off."""
+    quantised = precision in ("fp8", "mxfp8")
+    return 2 if (quantised and mech.moe_kernels and not mech.router_padding) else 0

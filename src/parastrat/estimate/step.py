@@ -232,11 +232,12 @@ def _host_ops(
         # kernels: per-tensor scaling needs one amax + cast per expert's split (TE
         # GroupedLinear keeps a quantizer per expert); MXFP8 block scales need no amax
         + len(experts)
-        # kernels: per-expert quantisation under per-tensor FP8
+        # kernels: per-expert quantisation under per-tensor FP8, FP8 padding / unpadding
         * (
             local * ops["gemm"]
             + moe_kernels.quantise_launches(precision, local, kernel_model.active()) * cast
         )
+        + moe_kernels.padding_launches(precision, kernel_model.active())
         + ops["act"]
         + ops["permute"]
     )
@@ -607,7 +608,7 @@ def _layer_cost(
     act = 3 if model.gated_linear_unit else 2
     moe_f = moe_b = 0.0
     if moe and load is not None:  # kernels: MoE memory-bound kernels on the slowest rank
-        moe_f, moe_b = moe_kernels.layer_bytes(model, tokens, tp, ep, load, mech)
+        moe_f, moe_b = moe_kernels.layer_bytes(model, tokens, tp, ep, load, mech, fp8)
     else:
         elems += act * model.ffn_hidden_size / tp
     e_bytes = tokens * elems * ELEM_BYTES
