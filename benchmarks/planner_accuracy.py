@@ -347,7 +347,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.ablation:
         return ablation_table()
-    with kernel_model.use(kernel_model.parse_ablation(args.ablate)):
+    try:
+        mechanisms = kernel_model.parse_ablation(args.ablate)
+    except UsageError as exc:
+        ap.error(str(exc))
+    with kernel_model.use(mechanisms):
         return report(args)
 
 
