@@ -28,6 +28,14 @@ TFLOP/s per GPU.
 
     python benchmarks/planner_accuracy.py            # every row, with plans
     python benchmarks/planner_accuracy.py --short    # CI: no plans for the largest rows
+    python benchmarks/planner_accuracy.py --ablate shape,fp8   # mechanisms switched off
+    python benchmarks/planner_accuracy.py --ablation           # the ablation table only
+
+``--ablate`` switches off kernel-level mechanisms of the step model
+(:class:`parastrat.spec.workload.Mechanisms`, a field of the ``Switches`` every row is priced
+with: shape, imbalance, moe_kernels, fp8,
+interleave; "all" for every one); ``--ablation`` prints tokens/s/GPU MAPE over all, dense and
+MoE rows (and the 2021 table) with everything on, each mechanism off alone, and all off.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from parastrat.errors import StrategyError, UsageError
 from parastrat.estimate.memory import estimate_memory
 from parastrat.estimate.step import estimate_step
 from parastrat.planner.search import pipeline_variants
+from parastrat.spec.workload import Mechanisms, Switches, parse_ablation
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = next(
@@ -115,20 +124,20 @@ RECIPE_CUDA_GRAPHS = {
 RECIPE_TP_OVERLAP_OFF = {("qwen3-235b-a22b", "h100")}
 
 
-def recipe_features(preset: str, gpu: str) -> dict:
+def recipe_switches(preset: str, gpu: str, mechanisms: Mechanisms) -> Switches:
     """Implementation switches of a published row's recipe (:data:`RECIPE_MOE`,
-    :data:`RECIPE_CUDA_GRAPHS`, :data:`RECIPE_TP_OVERLAP_OFF`), as ``estimate_step`` /
-    ``plan`` keyword arguments."""
+    :data:`RECIPE_CUDA_GRAPHS`, :data:`RECIPE_TP_OVERLAP_OFF`) with the cost model's
+    ``mechanisms``."""
     features = dict(RECIPE_MOE.get((preset, gpu), {}))
     graphs = RECIPE_CUDA_GRAPHS.get((preset, gpu))
     if graphs:
         features["cuda_graphs"] = graphs
     if (preset, gpu) in RECIPE_TP_OVERLAP_OFF:
         features["tp_comm_overlap"] = False
-    return features
+    return Switches(**features, mechanisms=mechanisms)
 
 
-def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision, **features):
+def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision, switches):
     """(StepReport, MemoryReport) with the cheapest recompute mode that fits, else the 'full'
     one and fits=False."""
     last = None
@@ -146,12 +155,11 @@ def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision, **feat
             model,
             strategy,
             cluster,
+            switches.with_recompute(mode),
             seq_len=seq,
             global_batch_size=gbs,
             micro_batch_size=mbs,
             precision=precision,
-            recompute=mode,
-            **features,
         )
         last = (step, mem, mem.fits(cluster.accel))
         if last[2]:
@@ -159,18 +167,18 @@ def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision, **feat
     return last
 
 
-def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicted_step, **features):
+def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicted_step, switches):
     """(rank in top 10 or None, published/best throughput ratio, plan seconds)."""
     t0 = time.perf_counter()
     try:
         plan = ps.plan(
             model,
             cluster,
+            switches,
             seq_len=seq,
             global_batch_size=gbs,
             precision=precision,
             top_k=10,
-            **features,
         )
     except UsageError:
         return None, float("nan"), time.perf_counter() - t0
@@ -180,7 +188,12 @@ def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicte
     return (None if rank is None or rank >= 10 else rank + 1), predicted_tps / best, elapsed
 
 
-def published_rows(short: bool) -> list[dict]:
+def published_rows(
+    short: bool, plans: bool = True, mechanisms: Mechanisms | None = None
+) -> list[dict]:
+    """One row per published run: prediction, error, fit and (with ``plans``) its rank in
+    the plan; priced with ``mechanisms`` (default: every one on)."""
+    mechanisms = mechanisms or Mechanisms()
     out = []
     with open(REFERENCE / "published_configs.csv") as fh:
         for r in csv.DictReader(fh):
@@ -202,9 +215,9 @@ def published_rows(short: bool) -> list[dict]:
                 **split,
             ).with_world_size(n)
             seq, gbs, mbs = int(r["seq_len"]), int(r["gbs"]), int(r["mbs"])
-            features = recipe_features(r["preset"], r["gpu"])
+            sw = recipe_switches(r["preset"], r["gpu"], mechanisms)
             step, mem, fits = _cheapest_fitting(
-                model, strategy, cluster, seq, gbs, mbs, r["precision"], **features
+                model, strategy, cluster, seq, gbs, mbs, r["precision"], sw
             )
             pub = float(r["tokens_per_s_per_gpu"])
             row = {
@@ -218,8 +231,9 @@ def published_rows(short: bool) -> list[dict]:
                 "predicted": step.tokens_per_s_per_gpu,
                 "ape": abs(step.tokens_per_s_per_gpu - pub) / pub,
                 "unit": "tok/s/GPU",
+                "moe": model.is_moe,
             }
-            if short and n > 256:
+            if not plans or (short and n > 256):
                 row.update(rank="-", ratio=float("nan"), plan_s=float("nan"))
             else:
                 rank, ratio, secs = _rank(
@@ -231,14 +245,17 @@ def published_rows(short: bool) -> list[dict]:
                     r["precision"],
                     step.tokens_per_s_per_gpu,
                     step.step_time_s,
-                    **features,
+                    sw,
                 )
                 row.update(rank=rank, ratio=ratio, plan_s=secs)
             out.append(row)
     return out
 
 
-def megatron_2021_rows(short: bool) -> list[dict]:
+def megatron_2021_rows(short: bool, mechanisms: Mechanisms | None = None) -> list[dict]:
+    """One row per run of Narayanan et al. 2021, Table 1 (step time), priced with the
+    2021 code base's switches and ``mechanisms``."""
+    switches = Switches(**ERA_2021, recompute="full", mechanisms=mechanisms or Mechanisms())
     out = []
     with open(REFERENCE / "megatron_2021_table1.csv") as fh:
         for r in csv.DictReader(fh):
@@ -283,12 +300,11 @@ def megatron_2021_rows(short: bool) -> list[dict]:
                         model,
                         strategy,
                         cluster,
+                        switches,
                         seq_len=s,
                         global_batch_size=B,
                         micro_batch_size=mbs,
-                        recompute="full",
                         precision="bf16",
-                        **ERA_2021,
                     )
                 except StrategyError:
                     continue
@@ -324,10 +340,63 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="CI mode: skip the plans of rows with more than 256 GPUs",
     )
+    ap.add_argument(
+        "--ablate",
+        default="",
+        help="comma-separated kernel mechanisms to switch off (shape, imbalance, moe_kernels, "
+        "fp8, interleave, or all)",
+    )
+    ap.add_argument(
+        "--ablation",
+        action="store_true",
+        help="print only the ablation table (each mechanism off alone; no plans)",
+    )
     args = ap.parse_args(argv)
+    if args.ablation:
+        return ablation_table()
+    try:
+        mechanisms = parse_ablation(args.ablate)
+    except UsageError as exc:
+        ap.error(str(exc))
+    return report(args, mechanisms)
+
+
+def _mapes(pub: list[dict], old: list[dict]) -> tuple[float, float, float, float]:
+    """(MAPE all published rows, dense rows, MoE rows, 2021 table)."""
+
+    def mean(rows: list[dict]) -> float:
+        return sum(r["ape"] for r in rows) / len(rows) if rows else float("nan")
+
+    moe = [r for r in pub if r["moe"]]
+    dense = [r for r in pub if not r["moe"]]
+    return mean(pub), mean(dense), mean(moe), mean(old)
+
+
+def ablation_table() -> int:
+    """Each mechanism off alone (and all off) against everything on: MAPE of the predicted
+    published strategies (no plans), as a Markdown table."""
+    print("| mechanisms | MAPE all | dense rows | MoE rows | 2021 table | max APE |")
+    print("|---|---|---|---|---|---|")
+    base = Mechanisms()
+    cases = [("all on", "")] + [(f"{n} off", n) for n in base.switches] + [("all off", "all")]
+    for label, off in cases:
+        mech = parse_ablation(off)
+        pub = published_rows(short=True, plans=False, mechanisms=mech)
+        old = megatron_2021_rows(short=True, mechanisms=mech)
+        a, d, m, o = _mapes(pub, old)
+        worst = max(pub, key=lambda r: r["ape"])
+        print(
+            f"| {label} | {a:.1%} | {d:.1%} | {m:.1%} | {o:.1%} | "
+            f"{worst['ape']:.0%} ({worst['name']}) |"
+        )
+    return 0
+
+
+def report(args: argparse.Namespace, mechanisms: Mechanisms) -> int:
+    """The full table: every row, with plans unless ``--short``."""
     t0 = time.perf_counter()
-    pub = published_rows(args.short)
-    old = megatron_2021_rows(args.short)
+    pub = published_rows(args.short, mechanisms=mechanisms)
+    old = megatron_2021_rows(args.short, mechanisms)
     print(
         f"{'row':<34} {'strategy':<34} {'rec':<9} {'fit':>3} {'GiB':>5} {'published':>10} "
         f"{'predicted':>10} {'APE':>6} {'top10':>5} {'pub/best':>8} {'plan s':>6}"
@@ -341,14 +410,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{'-' if rank == '-' else (rank or 'no'):>5} {row['ratio']:8.2f} "
             f"{row['plan_s']:6.2f}"
         )
-    mape_pub = sum(r["ape"] for r in pub) / len(pub)
-    mape_old = sum(r["ape"] for r in old) / len(old)
+    mape_pub, mape_dense, mape_moe, mape_old = _mapes(pub, old)
     ranked = [r for r in pub if r["rank"] != "-"]
     in_top = sum(1 for r in ranked if r["rank"]) / len(ranked) if ranked else float("nan")
     within = sum(1 for r in ranked if r["ratio"] >= 0.9) / len(ranked) if ranked else float("nan")
     fits = sum(1 for r in pub + old if r["fits"])
     print()
-    print(f"published_configs.csv: tokens/s/GPU MAPE {mape_pub:.1%} over {len(pub)} rows")
+    print(
+        f"published_configs.csv: tokens/s/GPU MAPE {mape_pub:.1%} over {len(pub)} rows "
+        f"(dense {mape_dense:.1%}, MoE {mape_moe:.1%}; worst row "
+        f"{max(r['ape'] for r in pub):.1%})"
+    )
+    if args.ablate:
+        print(f"mechanisms switched off: {args.ablate}")
     print(f"megatron_2021_table1.csv: step-time MAPE {mape_old:.1%} over {len(old)} rows")
     print(f"predicted to fit memory: {fits}/{len(pub) + len(old)} rows")
     print(
