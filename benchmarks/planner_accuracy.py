@@ -90,29 +90,44 @@ ERA_2021 = dict(
 #: * ``configs/gpt_oss/gpt_oss_workload_base_configs.py``: GPT_OSS_120B H100 V2 (PP4 EP8)
 #:   sets neither (alltoall, no overlap), so it is not listed.
 #: Mixtral 8x7B (NeMo 25.04) is not listed: its NeMo 2.0 recipe sets neither switch.
+#:
+#: The three GB200 MXFP8 rows come from the "MB summary 26.08" release, whose recipes are the
+#: ``src/megatron/bridge/perf_recipes`` functions that match each row's layout exactly:
+#: ``qwen/gb200/qwen3_moe.py`` ``qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config`` (EP8, MBS 4,
+#: GBS 512) and ``qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config`` (PP8 VP3 EP32, GBS
+#: 8192), both calling ``qwen/common.py`` ``_enable_hybridep_full_iteration_mxfp8``, and
+#: ``deepseek/gb200/deepseek_v3.py`` ``deepseek_v3_pretrain_256gpu_gb200_fp8mx_config`` (PP4
+#: VP4 EP64, GBS 4096) calling ``deepseek/common.py``
+#: ``_enable_deepseek_full_iteration_mxfp8``: HybridEP (flex) with
+#: ``overlap_moe_expert_parallel_comm=True`` and ``delay_wgrad_compute=True`` (the a2a
+#: overlap), and full-iteration CUDA graphs (:data:`RECIPE_CUDA_GRAPHS`).
 RECIPE_MOE = {
     ("deepseek-v3", "h100"): dict(moe_dispatcher="flex", moe_a2a_overlap=True),
-    ("deepseek-v3", "gb200"): dict(moe_dispatcher="flex"),
+    ("deepseek-v3", "gb200"): dict(moe_dispatcher="flex", moe_a2a_overlap=True),
     ("qwen3-30b-a3b", "h100"): dict(moe_dispatcher="flex"),
-    ("qwen3-30b-a3b", "gb200"): dict(moe_dispatcher="flex"),
+    ("qwen3-30b-a3b", "gb200"): dict(moe_dispatcher="flex", moe_a2a_overlap=True),
     ("qwen3-235b-a22b", "h100"): dict(moe_a2a_overlap=True),
-    ("qwen3-235b-a22b", "gb200"): dict(moe_dispatcher="flex"),
+    ("qwen3-235b-a22b", "gb200"): dict(moe_dispatcher="flex", moe_a2a_overlap=True),
 }
 
 
 #: CUDA-graph scopes the published recipes capture (Megatron Bridge ``cuda_graph_impl`` /
-#: ``cuda_graph_scope``), by (preset, accelerator), from
-#: ``scripts/performance/configs/qwen/qwen3_workload_base_configs.py`` (commit 01b2977e):
-#: QWEN3_30B_A3B GB200 FP8_MX_V1 has ``cuda_graph_impl="transformer_engine"``,
-#: ``cuda_graph_scope=["moe_router", "moe_preprocess"]``; QWEN3_235B_A22B GB200 FP8_MX_V2
-#: (built from GB200_FP8_CS_V1) has ``["attn", "moe_router", "moe_preprocess"]``; the H100
-#: FP8_CS presets of both set no CUDA graph (only the 30B's H100 *BF16* preset does), so those
-#: rows run eagerly (Megatron Core's default).  Other rows: no entry (eager) because we did
-#: not find the scope of the software version that produced the published figure
-#: (DeepSeek-V3's presets changed scopes between versions) or the recipe sets none.
+#: ``cuda_graph_scope``), by (preset, accelerator).  The three GB200 MXFP8 rows (MB summary
+#: 26.08) capture the whole iteration: ``cuda_graph_impl="full_iteration"`` in
+#: ``_enable_hybridep_full_iteration_mxfp8`` / ``_enable_deepseek_full_iteration_mxfp8``
+#: (Megatron Bridge ``src/megatron/bridge/perf_recipes``, see :data:`RECIPE_MOE`; with
+#: ``moe_pad_experts_for_cuda_graph_inference`` and ``moe_expert_rank_capacity_factor=1.5``
+#: for static expert shapes).  An earlier revision of this table took the older
+#: ``scripts/performance/configs`` presets (QWEN3_30B_A3B GB200 FP8_MX_V1: ``["moe_router",
+#: "moe_preprocess"]``), which predate that release.  The H100 FP8_CS presets set no CUDA
+#: graph (``scripts/performance/configs/qwen/qwen3_workload_base_configs.py``: only the 30B's
+#: H100 *BF16* preset does), so those rows run eagerly (Megatron Core's default).  Other
+#: rows: no entry (eager) because the recipe sets none or we did not find the scope of the
+#: software version that produced the published figure.
 RECIPE_CUDA_GRAPHS = {
-    ("qwen3-30b-a3b", "gb200"): ("moe_router", "moe_preprocess"),
-    ("qwen3-235b-a22b", "gb200"): ("attn", "moe_router", "moe_preprocess"),
+    ("deepseek-v3", "gb200"): ("full_iteration",),
+    ("qwen3-30b-a3b", "gb200"): ("full_iteration",),
+    ("qwen3-235b-a22b", "gb200"): ("full_iteration",),
 }
 
 
