@@ -101,6 +101,19 @@ ERA_2021 = dict(
 #: ``_enable_deepseek_full_iteration_mxfp8``: HybridEP (flex) with
 #: ``overlap_moe_expert_parallel_comm=True`` and ``delay_wgrad_compute=True`` (the a2a
 #: overlap), and full-iteration CUDA graphs (:data:`RECIPE_CUDA_GRAPHS`).
+#:
+#: Qwen3-30B-A3B on 16 H100 (MB archive 26.04.01) names HybridEP with EP 16, i.e. across two
+#: NVL8 nodes.  The step model's ``flex`` pricing (one RDMA copy per destination node, then
+#: NVLink forwarding) is DeepEP's internode design, checked against DeepEP's measured
+#: bandwidths (``benchmarks/comm_accuracy.py``).  HybridEP had no such path on NVL8 systems
+#: in that release: its RDMA support (DeepEP PR #494, 2025-11) needs a separate multi-node
+#: build, Megatron Bridge's maintainers wrote on 2026-03-18 that "HybridEP for NVL8 with EP>8"
+#: is not performant and limited EP to 8 (Megatron Bridge issue #2883, "Revisit 26.06"), and a
+#: two-node 16 x B300 HybridEP measurement reached about 37 % of its NVLink bandwidth across
+#: the NICs with no de-duplication gain (DeepEP issue #590).  With no published figure for
+#: that path, the row is priced with the NCCL all-to-all (one copy per routed expert), the
+#: dispatcher whose cost the model knows; see docs/accuracy.md for the doubt this leaves.
+HYBRIDEP_NVL8_AS_ALLTOALL = {("qwen3-30b-a3b", "h100")}
 RECIPE_MOE = {
     ("deepseek-v3", "h100"): dict(moe_dispatcher="flex", moe_a2a_overlap=True),
     ("deepseek-v3", "gb200"): dict(moe_dispatcher="flex", moe_a2a_overlap=True),
@@ -141,9 +154,12 @@ RECIPE_TP_OVERLAP_OFF = {("qwen3-235b-a22b", "h100")}
 
 def recipe_switches(preset: str, gpu: str, mechanisms: Mechanisms) -> Switches:
     """Implementation switches of a published row's recipe (:data:`RECIPE_MOE`,
-    :data:`RECIPE_CUDA_GRAPHS`, :data:`RECIPE_TP_OVERLAP_OFF`) with the cost model's
+    :data:`RECIPE_CUDA_GRAPHS`, :data:`RECIPE_TP_OVERLAP_OFF`; HybridEP across NVL8 nodes as
+    :data:`HYBRIDEP_NVL8_AS_ALLTOALL` says) with the cost model's
     ``mechanisms``."""
     features = dict(RECIPE_MOE.get((preset, gpu), {}))
+    if (preset, gpu) in HYBRIDEP_NVL8_AS_ALLTOALL:
+        features["moe_dispatcher"] = "alltoall"
     graphs = RECIPE_CUDA_GRAPHS.get((preset, gpu))
     if graphs:
         features["cuda_graphs"] = graphs
