@@ -152,15 +152,40 @@ RECIPE_CUDA_GRAPHS = {
 RECIPE_TP_OVERLAP_OFF = {("qwen3-235b-a22b", "h100")}
 
 
-def recipe_switches(preset: str, gpu: str, mechanisms: Mechanisms) -> Switches:
+#: The previous revision's reading of the GB200 MXFP8 rows' recipes (the older
+#: ``scripts/performance/configs`` presets: HybridEP without the a2a overlap, TE-scoped CUDA
+#: graphs), kept for the ablation (``--ablation``'s "older GB200 presets" row).
+OLDER_GB200_PRESETS = {
+    ("deepseek-v3", "gb200"): (dict(moe_dispatcher="flex"), ()),
+    ("qwen3-30b-a3b", "gb200"): (dict(moe_dispatcher="flex"), ("moe_router", "moe_preprocess")),
+    ("qwen3-235b-a22b", "gb200"): (
+        dict(moe_dispatcher="flex"),
+        ("attn", "moe_router", "moe_preprocess"),
+    ),
+}
+
+
+def recipe_switches(
+    preset: str,
+    gpu: str,
+    mechanisms: Mechanisms,
+    *,
+    release_recipes: bool = True,
+    hybridep_nvl8: bool = True,
+) -> Switches:
     """Implementation switches of a published row's recipe (:data:`RECIPE_MOE`,
     :data:`RECIPE_CUDA_GRAPHS`, :data:`RECIPE_TP_OVERLAP_OFF`; HybridEP across NVL8 nodes as
-    :data:`HYBRIDEP_NVL8_AS_ALLTOALL` says) with the cost model's
-    ``mechanisms``."""
-    features = dict(RECIPE_MOE.get((preset, gpu), {}))
-    if (preset, gpu) in HYBRIDEP_NVL8_AS_ALLTOALL:
+    :data:`HYBRIDEP_NVL8_AS_ALLTOALL` says) with the cost model's ``mechanisms``.
+    ``release_recipes=False``: the GB200 rows as :data:`OLDER_GB200_PRESETS`;
+    ``hybridep_nvl8=False``: HybridEP across NVL8 nodes priced as DeepEP (both for the
+    ablation)."""
+    key = (preset, gpu)
+    features = dict(RECIPE_MOE.get(key, {}))
+    if hybridep_nvl8 and key in HYBRIDEP_NVL8_AS_ALLTOALL:
         features["moe_dispatcher"] = "alltoall"
-    graphs = RECIPE_CUDA_GRAPHS.get((preset, gpu))
+    graphs = RECIPE_CUDA_GRAPHS.get(key)
+    if not release_recipes and key in OLDER_GB200_PRESETS:
+        features, graphs = dict(OLDER_GB200_PRESETS[key][0]), OLDER_GB200_PRESETS[key][1]
     if graphs:
         features["cuda_graphs"] = graphs
     if (preset, gpu) in RECIPE_TP_OVERLAP_OFF:
@@ -220,10 +245,11 @@ def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicte
 
 
 def published_rows(
-    short: bool, plans: bool = True, mechanisms: Mechanisms | None = None
+    short: bool, plans: bool = True, mechanisms: Mechanisms | None = None, **recipes: bool
 ) -> list[dict]:
     """One row per published run: prediction, error, fit and (with ``plans``) its rank in
-    the plan; priced with ``mechanisms`` (default: every one on)."""
+    the plan; priced with ``mechanisms`` (default: every one on) and the recipe readings
+    ``recipes`` (:func:`recipe_switches`' keywords)."""
     mechanisms = mechanisms or Mechanisms()
     out = []
     with open(REFERENCE / "published_configs.csv") as fh:
@@ -246,7 +272,7 @@ def published_rows(
                 **split,
             ).with_world_size(n)
             seq, gbs, mbs = int(r["seq_len"]), int(r["gbs"]), int(r["mbs"])
-            sw = recipe_switches(r["preset"], r["gpu"], mechanisms)
+            sw = recipe_switches(r["preset"], r["gpu"], mechanisms, **recipes)
             step, mem, fits = _cheapest_fitting(
                 model, strategy, cluster, seq, gbs, mbs, r["precision"], sw
             )
@@ -409,10 +435,15 @@ def ablation_table() -> int:
     print("| mechanisms | MAPE all | dense rows | MoE rows | 2021 table | max APE |")
     print("|---|---|---|---|---|---|")
     base = Mechanisms()
-    cases = [("all on", "")] + [(f"{n} off", n) for n in base.switches] + [("all off", "all")]
-    for label, off in cases:
+    cases: list[tuple[str, str, dict]] = [("all on", "", {})]
+    cases += [(f"{n} off", n, {}) for n in base.switches] + [("all off", "all", {})]
+    cases += [
+        ("older GB200 presets (recipe data)", "", {"release_recipes": False}),
+        ("HybridEP EP>8 on NVL8 as DeepEP (recipe data)", "", {"hybridep_nvl8": False}),
+    ]
+    for label, off, recipes in cases:
         mech = parse_ablation(off)
-        pub = published_rows(short=True, plans=False, mechanisms=mech)
+        pub = published_rows(short=True, plans=False, mechanisms=mech, **recipes)
         old = megatron_2021_rows(short=True, mechanisms=mech)
         a, d, m, o = _mapes(pub, old)
         worst = max(pub, key=lambda r: r["ape"])
