@@ -28,6 +28,14 @@ TFLOP/s per GPU.
 
     python benchmarks/planner_accuracy.py            # every row, with plans
     python benchmarks/planner_accuracy.py --short    # CI: no plans for the largest rows
+    python benchmarks/planner_accuracy.py --ablate shape,fp8   # mechanisms switched off
+    python benchmarks/planner_accuracy.py --ablation           # the ablation table only
+
+``--ablate`` switches off kernel-level mechanisms of the step model
+(:class:`parastrat.spec.workload.Mechanisms`, a field of the ``Switches`` every row is priced
+with: shape, imbalance, moe_kernels, fp8,
+interleave; "all" for every one); ``--ablation`` prints tokens/s/GPU MAPE over all, dense and
+MoE rows (and the 2021 table) with everything on, each mechanism off alone, and all off.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from parastrat.errors import StrategyError, UsageError
 from parastrat.estimate.memory import estimate_memory
 from parastrat.estimate.step import estimate_step
 from parastrat.planner.search import pipeline_variants
+from parastrat.spec.workload import Mechanisms, Switches, parse_ablation
 
 ROOT = Path(__file__).resolve().parents[1]
 REFERENCE = ROOT / "benchmarks" / "data"  # published tables, sources in its README.md
@@ -74,29 +83,57 @@ ERA_2021 = dict(
 #: * ``configs/gpt_oss/gpt_oss_workload_base_configs.py``: GPT_OSS_120B H100 V2 (PP4 EP8)
 #:   sets neither (alltoall, no overlap), so it is not listed.
 #: Mixtral 8x7B (NeMo 25.04) is not listed: its NeMo 2.0 recipe sets neither switch.
+#:
+#: The three GB200 MXFP8 rows come from the "MB summary 26.08" release, whose recipes are the
+#: ``src/megatron/bridge/perf_recipes`` functions that match each row's layout exactly:
+#: ``qwen/gb200/qwen3_moe.py`` ``qwen3_30b_a3b_pretrain_8gpu_gb200_fp8mx_config`` (EP8, MBS 4,
+#: GBS 512) and ``qwen3_235b_a22b_pretrain_256gpu_gb200_fp8mx_config`` (PP8 VP3 EP32, GBS
+#: 8192), both calling ``qwen/common.py`` ``_enable_hybridep_full_iteration_mxfp8``, and
+#: ``deepseek/gb200/deepseek_v3.py`` ``deepseek_v3_pretrain_256gpu_gb200_fp8mx_config`` (PP4
+#: VP4 EP64, GBS 4096) calling ``deepseek/common.py``
+#: ``_enable_deepseek_full_iteration_mxfp8``: HybridEP (flex) with
+#: ``overlap_moe_expert_parallel_comm=True`` and ``delay_wgrad_compute=True`` (the a2a
+#: overlap), and full-iteration CUDA graphs (:data:`RECIPE_CUDA_GRAPHS`).
+#:
+#: Qwen3-30B-A3B on 16 H100 (MB archive 26.04.01) names HybridEP with EP 16, i.e. across two
+#: NVL8 nodes.  The step model's ``flex`` pricing (one RDMA copy per destination node, then
+#: NVLink forwarding) is DeepEP's internode design, checked against DeepEP's measured
+#: bandwidths (``benchmarks/comm_accuracy.py``).  HybridEP had no such path on NVL8 systems
+#: in that release: its RDMA support (DeepEP PR #494, 2025-11) needs a separate multi-node
+#: build, Megatron Bridge's maintainers wrote on 2026-03-18 that "HybridEP for NVL8 with EP>8"
+#: is not performant and limited EP to 8 (Megatron Bridge issue #2883, "Revisit 26.06"), and a
+#: two-node 16 x B300 HybridEP measurement reached about 37 % of its NVLink bandwidth across
+#: the NICs with no de-duplication gain (DeepEP issue #590).  With no published figure for
+#: that path, the row is priced with the NCCL all-to-all (one copy per routed expert), the
+#: dispatcher whose cost the model knows; see docs/accuracy.md for the doubt this leaves.
+HYBRIDEP_NVL8_AS_ALLTOALL = {("qwen3-30b-a3b", "h100")}
 RECIPE_MOE = {
     ("deepseek-v3", "h100"): dict(moe_dispatcher="flex", moe_a2a_overlap=True),
-    ("deepseek-v3", "gb200"): dict(moe_dispatcher="flex"),
+    ("deepseek-v3", "gb200"): dict(moe_dispatcher="flex", moe_a2a_overlap=True),
     ("qwen3-30b-a3b", "h100"): dict(moe_dispatcher="flex"),
-    ("qwen3-30b-a3b", "gb200"): dict(moe_dispatcher="flex"),
+    ("qwen3-30b-a3b", "gb200"): dict(moe_dispatcher="flex", moe_a2a_overlap=True),
     ("qwen3-235b-a22b", "h100"): dict(moe_a2a_overlap=True),
-    ("qwen3-235b-a22b", "gb200"): dict(moe_dispatcher="flex"),
+    ("qwen3-235b-a22b", "gb200"): dict(moe_dispatcher="flex", moe_a2a_overlap=True),
 }
 
 
 #: CUDA-graph scopes the published recipes capture (Megatron Bridge ``cuda_graph_impl`` /
-#: ``cuda_graph_scope``), by (preset, accelerator), from
-#: ``scripts/performance/configs/qwen/qwen3_workload_base_configs.py`` (commit 01b2977e):
-#: QWEN3_30B_A3B GB200 FP8_MX_V1 has ``cuda_graph_impl="transformer_engine"``,
-#: ``cuda_graph_scope=["moe_router", "moe_preprocess"]``; QWEN3_235B_A22B GB200 FP8_MX_V2
-#: (built from GB200_FP8_CS_V1) has ``["attn", "moe_router", "moe_preprocess"]``; the H100
-#: FP8_CS presets of both set no CUDA graph (only the 30B's H100 *BF16* preset does), so those
-#: rows run eagerly (Megatron Core's default).  Other rows: no entry (eager) because we did
-#: not find the scope of the software version that produced the published figure
-#: (DeepSeek-V3's presets changed scopes between versions) or the recipe sets none.
+#: ``cuda_graph_scope``), by (preset, accelerator).  The three GB200 MXFP8 rows (MB summary
+#: 26.08) capture the whole iteration: ``cuda_graph_impl="full_iteration"`` in
+#: ``_enable_hybridep_full_iteration_mxfp8`` / ``_enable_deepseek_full_iteration_mxfp8``
+#: (Megatron Bridge ``src/megatron/bridge/perf_recipes``, see :data:`RECIPE_MOE`; with
+#: ``moe_pad_experts_for_cuda_graph_inference`` and ``moe_expert_rank_capacity_factor=1.5``
+#: for static expert shapes).  An earlier revision of this table took the older
+#: ``scripts/performance/configs`` presets (QWEN3_30B_A3B GB200 FP8_MX_V1: ``["moe_router",
+#: "moe_preprocess"]``), which predate that release.  The H100 FP8_CS presets set no CUDA
+#: graph (``scripts/performance/configs/qwen/qwen3_workload_base_configs.py``: only the 30B's
+#: H100 *BF16* preset does), so those rows run eagerly (Megatron Core's default).  Other
+#: rows: no entry (eager) because the recipe sets none or we did not find the scope of the
+#: software version that produced the published figure.
 RECIPE_CUDA_GRAPHS = {
-    ("qwen3-30b-a3b", "gb200"): ("moe_router", "moe_preprocess"),
-    ("qwen3-235b-a22b", "gb200"): ("attn", "moe_router", "moe_preprocess"),
+    ("deepseek-v3", "gb200"): ("full_iteration",),
+    ("qwen3-30b-a3b", "gb200"): ("full_iteration",),
+    ("qwen3-235b-a22b", "gb200"): ("full_iteration",),
 }
 
 
@@ -108,20 +145,48 @@ RECIPE_CUDA_GRAPHS = {
 RECIPE_TP_OVERLAP_OFF = {("qwen3-235b-a22b", "h100")}
 
 
-def recipe_features(preset: str, gpu: str) -> dict:
+#: The previous revision's reading of the GB200 MXFP8 rows' recipes (the older
+#: ``scripts/performance/configs`` presets: HybridEP without the a2a overlap, TE-scoped CUDA
+#: graphs), kept for the ablation (``--ablation``'s "older GB200 presets" row).
+OLDER_GB200_PRESETS = {
+    ("deepseek-v3", "gb200"): (dict(moe_dispatcher="flex"), ()),
+    ("qwen3-30b-a3b", "gb200"): (dict(moe_dispatcher="flex"), ("moe_router", "moe_preprocess")),
+    ("qwen3-235b-a22b", "gb200"): (
+        dict(moe_dispatcher="flex"),
+        ("attn", "moe_router", "moe_preprocess"),
+    ),
+}
+
+
+def recipe_switches(
+    preset: str,
+    gpu: str,
+    mechanisms: Mechanisms,
+    *,
+    release_recipes: bool = True,
+    hybridep_nvl8: bool = True,
+) -> Switches:
     """Implementation switches of a published row's recipe (:data:`RECIPE_MOE`,
-    :data:`RECIPE_CUDA_GRAPHS`, :data:`RECIPE_TP_OVERLAP_OFF`), as ``estimate_step`` /
-    ``plan`` keyword arguments."""
-    features = dict(RECIPE_MOE.get((preset, gpu), {}))
-    graphs = RECIPE_CUDA_GRAPHS.get((preset, gpu))
+    :data:`RECIPE_CUDA_GRAPHS`, :data:`RECIPE_TP_OVERLAP_OFF`; HybridEP across NVL8 nodes as
+    :data:`HYBRIDEP_NVL8_AS_ALLTOALL` says) with the cost model's ``mechanisms``.
+    ``release_recipes=False``: the GB200 rows as :data:`OLDER_GB200_PRESETS`;
+    ``hybridep_nvl8=False``: HybridEP across NVL8 nodes priced as DeepEP (both for the
+    ablation)."""
+    key = (preset, gpu)
+    features = dict(RECIPE_MOE.get(key, {}))
+    if hybridep_nvl8 and key in HYBRIDEP_NVL8_AS_ALLTOALL:
+        features["moe_dispatcher"] = "alltoall"
+    graphs = RECIPE_CUDA_GRAPHS.get(key)
+    if not release_recipes and key in OLDER_GB200_PRESETS:
+        features, graphs = dict(OLDER_GB200_PRESETS[key][0]), OLDER_GB200_PRESETS[key][1]
     if graphs:
         features["cuda_graphs"] = graphs
     if (preset, gpu) in RECIPE_TP_OVERLAP_OFF:
         features["tp_comm_overlap"] = False
-    return features
+    return Switches(**features, mechanisms=mechanisms)
 
 
-def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision, **features):
+def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision, switches):
     """(StepReport, MemoryReport) with the cheapest recompute mode that fits, else the 'full'
     one and fits=False."""
     last = None
@@ -139,12 +204,11 @@ def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision, **feat
             model,
             strategy,
             cluster,
+            switches.with_recompute(mode),
             seq_len=seq,
             global_batch_size=gbs,
             micro_batch_size=mbs,
             precision=precision,
-            recompute=mode,
-            **features,
         )
         last = (step, mem, mem.fits(cluster.accel))
         if last[2]:
@@ -152,18 +216,18 @@ def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision, **feat
     return last
 
 
-def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicted_step, **features):
+def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicted_step, switches):
     """(rank in top 10 or None, published/best throughput ratio, plan seconds)."""
     t0 = time.perf_counter()
     try:
         plan = ps.plan(
             model,
             cluster,
+            switches,
             seq_len=seq,
             global_batch_size=gbs,
             precision=precision,
             top_k=10,
-            **features,
         )
     except UsageError:
         return None, float("nan"), time.perf_counter() - t0
@@ -173,7 +237,13 @@ def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicte
     return (None if rank is None or rank >= 10 else rank + 1), predicted_tps / best, elapsed
 
 
-def published_rows(short: bool) -> list[dict]:
+def published_rows(
+    short: bool, plans: bool = True, mechanisms: Mechanisms | None = None, **recipes: bool
+) -> list[dict]:
+    """One row per published run: prediction, error, fit and (with ``plans``) its rank in
+    the plan; priced with ``mechanisms`` (default: every one on) and the recipe readings
+    ``recipes`` (:func:`recipe_switches`' keywords)."""
+    mechanisms = mechanisms or Mechanisms()
     out = []
     with open(REFERENCE / "published_configs.csv") as fh:
         for r in csv.DictReader(fh):
@@ -195,9 +265,9 @@ def published_rows(short: bool) -> list[dict]:
                 **split,
             ).with_world_size(n)
             seq, gbs, mbs = int(r["seq_len"]), int(r["gbs"]), int(r["mbs"])
-            features = recipe_features(r["preset"], r["gpu"])
+            sw = recipe_switches(r["preset"], r["gpu"], mechanisms, **recipes)
             step, mem, fits = _cheapest_fitting(
-                model, strategy, cluster, seq, gbs, mbs, r["precision"], **features
+                model, strategy, cluster, seq, gbs, mbs, r["precision"], sw
             )
             pub = float(r["tokens_per_s_per_gpu"])
             row = {
@@ -211,8 +281,9 @@ def published_rows(short: bool) -> list[dict]:
                 "predicted": step.tokens_per_s_per_gpu,
                 "ape": abs(step.tokens_per_s_per_gpu - pub) / pub,
                 "unit": "tok/s/GPU",
+                "moe": model.is_moe,
             }
-            if short and n > 256:
+            if not plans or (short and n > 256):
                 row.update(rank="-", ratio=float("nan"), plan_s=float("nan"))
             else:
                 rank, ratio, secs = _rank(
@@ -224,14 +295,17 @@ def published_rows(short: bool) -> list[dict]:
                     r["precision"],
                     step.tokens_per_s_per_gpu,
                     step.step_time_s,
-                    **features,
+                    sw,
                 )
                 row.update(rank=rank, ratio=ratio, plan_s=secs)
             out.append(row)
     return out
 
 
-def megatron_2021_rows(short: bool) -> list[dict]:
+def megatron_2021_rows(short: bool, mechanisms: Mechanisms | None = None) -> list[dict]:
+    """One row per run of Narayanan et al. 2021, Table 1 (step time), priced with the
+    2021 code base's switches and ``mechanisms``."""
+    switches = Switches(**ERA_2021, recompute="full", mechanisms=mechanisms or Mechanisms())
     out = []
     with open(REFERENCE / "megatron_2021_table1.csv") as fh:
         for r in csv.DictReader(fh):
@@ -276,12 +350,11 @@ def megatron_2021_rows(short: bool) -> list[dict]:
                         model,
                         strategy,
                         cluster,
+                        switches,
                         seq_len=s,
                         global_batch_size=B,
                         micro_batch_size=mbs,
-                        recompute="full",
                         precision="bf16",
-                        **ERA_2021,
                     )
                 except StrategyError:
                     continue
@@ -317,10 +390,68 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="CI mode: skip the plans of rows with more than 256 GPUs",
     )
+    ap.add_argument(
+        "--ablate",
+        default="",
+        help="comma-separated kernel mechanisms to switch off (shape, imbalance, moe_kernels, "
+        "fp8, interleave, or all)",
+    )
+    ap.add_argument(
+        "--ablation",
+        action="store_true",
+        help="print only the ablation table (each mechanism off alone; no plans)",
+    )
     args = ap.parse_args(argv)
+    if args.ablation:
+        return ablation_table()
+    try:
+        mechanisms = parse_ablation(args.ablate)
+    except UsageError as exc:
+        ap.error(str(exc))
+    return report(args, mechanisms)
+
+
+def _mapes(pub: list[dict], old: list[dict]) -> tuple[float, float, float, float]:
+    """(MAPE all published rows, dense rows, MoE rows, 2021 table)."""
+
+    def mean(rows: list[dict]) -> float:
+        return sum(r["ape"] for r in rows) / len(rows) if rows else float("nan")
+
+    moe = [r for r in pub if r["moe"]]
+    dense = [r for r in pub if not r["moe"]]
+    return mean(pub), mean(dense), mean(moe), mean(old)
+
+
+def ablation_table() -> int:
+    """Each mechanism off alone (and all off) against everything on: MAPE of the predicted
+    published strategies (no plans), as a Markdown table."""
+    print("| mechanisms | MAPE all | dense rows | MoE rows | 2021 table | max APE |")
+    print("|---|---|---|---|---|---|")
+    base = Mechanisms()
+    cases: list[tuple[str, str, dict]] = [("all on", "", {})]
+    cases += [(f"{n} off", n, {}) for n in base.switches] + [("all off", "all", {})]
+    cases += [
+        ("older GB200 presets (recipe data)", "", {"release_recipes": False}),
+        ("HybridEP EP>8 on NVL8 as DeepEP (recipe data)", "", {"hybridep_nvl8": False}),
+    ]
+    for label, off, recipes in cases:
+        mech = parse_ablation(off)
+        pub = published_rows(short=True, plans=False, mechanisms=mech, **recipes)
+        old = megatron_2021_rows(short=True, mechanisms=mech)
+        a, d, m, o = _mapes(pub, old)
+        worst = max(pub, key=lambda r: r["ape"])
+        print(
+            f"| {label} | {a:.1%} | {d:.1%} | {m:.1%} | {o:.1%} | "
+            f"{worst['ape']:.0%} ({worst['name']}) |"
+        )
+    return 0
+
+
+def report(args: argparse.Namespace, mechanisms: Mechanisms) -> int:
+    """The full table: every row, with plans unless ``--short``."""
     t0 = time.perf_counter()
-    pub = published_rows(args.short)
-    old = megatron_2021_rows(args.short)
+    pub = published_rows(args.short, mechanisms=mechanisms)
+    old = megatron_2021_rows(args.short, mechanisms)
     print(
         f"{'row':<34} {'strategy':<34} {'rec':<9} {'fit':>3} {'GiB':>5} {'published':>10} "
         f"{'predicted':>10} {'APE':>6} {'top10':>5} {'pub/best':>8} {'plan s':>6}"
@@ -334,14 +465,19 @@ def main(argv: list[str] | None = None) -> int:
             f"{'-' if rank == '-' else (rank or 'no'):>5} {row['ratio']:8.2f} "
             f"{row['plan_s']:6.2f}"
         )
-    mape_pub = sum(r["ape"] for r in pub) / len(pub)
-    mape_old = sum(r["ape"] for r in old) / len(old)
+    mape_pub, mape_dense, mape_moe, mape_old = _mapes(pub, old)
     ranked = [r for r in pub if r["rank"] != "-"]
     in_top = sum(1 for r in ranked if r["rank"]) / len(ranked) if ranked else float("nan")
     within = sum(1 for r in ranked if r["ratio"] >= 0.9) / len(ranked) if ranked else float("nan")
     fits = sum(1 for r in pub + old if r["fits"])
     print()
-    print(f"published_configs.csv: tokens/s/GPU MAPE {mape_pub:.1%} over {len(pub)} rows")
+    print(
+        f"published_configs.csv: tokens/s/GPU MAPE {mape_pub:.1%} over {len(pub)} rows "
+        f"(dense {mape_dense:.1%}, MoE {mape_moe:.1%}; worst row "
+        f"{max(r['ape'] for r in pub):.1%})"
+    )
+    if args.ablate:
+        print(f"mechanisms switched off: {args.ablate}")
     print(f"megatron_2021_table1.csv: step-time MAPE {mape_old:.1%} over {len(old)} rows")
     print(f"predicted to fit memory: {fits}/{len(pub) + len(old)} rows")
     print(

@@ -83,18 +83,45 @@ def test_cpu_measurements_run_and_fp8_is_refused_on_cpu():
         measure_gemm("fp8", size=64, device="cpu", iters=1, warmup=0)
 
 
-def test_cli_kernels_merge_into_a_calibration_and_plan_reads_it(tmp_path, capsys):
+def test_cli_kernels_refuse_a_cpu_labelled_as_a_gpu(capsys, monkeypatch):
     from parastrat.cli import main
 
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    # no CUDA here: the CPU's rates must not be written as an H100's (exit 2, no file)
+    for accel in ("h100", "a100"):
+        code = main(["bench", "--kernels", "--accelerator", accel, "--gemm-size", "64"])
+        assert code == 2
+        err = capsys.readouterr().err
+        assert "cuda" in err and accel in err and "Traceback" not in err
+    assert main(["bench", "--kernels", "--grid", "--accelerator", "gb200"]) == 2
+    # no accelerator: a clear usage error, not a traceback
+    assert main(["bench", "--kernels"]) == 2
+    assert "--accelerator" in capsys.readouterr().err
+
+
+def test_grid_fit_is_written_merged_and_read_by_plan(tmp_path, capsys):
+    """The GPU path's writer and reader, run on the CPU at the function level: a measured grid
+    becomes a calibration whose gemm_eff the step model reads."""
+    from parastrat.bench.kernels import GemmShape, fit_grid, gemm_grid, measure_grid
+    from parastrat.cli import main
+    from parastrat.cli.bench import _merge_kernels
+
+    shapes = [GemmShape(64, 64, 64, 1, "square 64"), GemmShape(32, 48, 64, 3, "grouped")]
+    rows = measure_grid(shapes, ["bf16"], device="cpu", iters=2, warmup=1)
+    assert [r["groups"] for r in rows] == [1, 3] and all(r["flops_per_s"] > 0 for r in rows)
+    cal = fit_grid("a100", rows, 1e9, source="cpu test")
+    eff = cal["kernels"]["gemm_eff"]["bf16"]
+    assert 0 < eff < 0.1  # a CPU is far below an A100's tensor cores
+    assert len(cal["kernel_grid"]) == 2 and all(
+        "model_flops_per_s" in r for r in cal["kernel_grid"]
+    )
     path = tmp_path / "cal.json"
     ops = {"all_reduce": {"intra": {"alpha_s": 5e-6, "busbw_Bps": 3e11}}}
     path.write_text(json.dumps({"ops": ops, "source": "earlier sweep"}))
-    args = ["bench", "--kernels", "--accelerator", "a100", "--gemm-size", "64", "--iters", "2"]
-    assert main([*args, "--fit", str(path)]) == 0
+    _merge_kernels(path, cal)
     data = json.loads(path.read_text())
-    assert data["ops"] == ops  # the collective section is kept
-    assert 0 < data["kernels"]["gemm_eff"]["bf16"] <= 1
-    assert "earlier sweep" in data["source"]
+    assert data["ops"] == ops and data["kernels"]["gemm_eff"]["bf16"] == eff
+    assert data["kernel_grid"] and "earlier sweep" in data["source"]
     capsys.readouterr()
     plan = ["plan", "--model", "llama3-8b", "--gpus", "8", "--accelerator", "a100"]
     plan += ["--seq-len", "2048", "--format", "json", "--top-k", "1"]
@@ -102,7 +129,27 @@ def test_cli_kernels_merge_into_a_calibration_and_plan_reads_it(tmp_path, capsys
     default = json.loads(capsys.readouterr().out)["candidates"][0]["step"]["step_time_s"]
     assert main([*plan, "--calibration", str(path)]) == 0
     measured = json.loads(capsys.readouterr().out)["candidates"][0]["step"]["step_time_s"]
-    assert measured > default  # this CPU is far slower than an A100's tensor cores
-    # no accelerator: a clear usage error, not a traceback
-    assert main(["bench", "--kernels"]) == 2
-    assert "--accelerator" in capsys.readouterr().err
+    assert measured > 5 * default
+    # the grid names the MoE presets' grouped expert GEMMs at their per-expert tokens
+    grid = {g.label: g for g in gemm_grid(8192)}
+    qwen = grid["qwen3-30b-a3b EP8 fc1 x8"]
+    assert (qwen.m, qwen.n, qwen.k) == (4096 * 8 // 16, 2 * 768, 2048)
+
+
+def test_grid_fit_recovers_the_efficiency_of_a_device_that_follows_the_model():
+    """Rows made by the shape model itself at a known efficiency fit back to it, and a rate
+    above the peak names the wrong preset."""
+    from parastrat.bench.kernels import fit_grid, gemm_grid, model_fraction
+
+    accel = ps.hardware.get("h100")
+    rows = []
+    for sh in gemm_grid(8192):
+        row = {"label": sh.label, "m": sh.m, "n": sh.n, "k": sh.k, "groups": sh.groups}
+        row["precision"] = "bf16"
+        row["flops_per_s"] = 989e12 * 0.6 * model_fraction(accel, row)
+        rows.append(row)
+    cal = fit_grid("h100", rows)
+    assert cal["kernels"]["gemm_eff"]["bf16"] == pytest.approx(0.6)
+    rows[0]["flops_per_s"] = 2e15
+    with pytest.raises(UsageError, match="h100"):
+        fit_grid("h100", rows)

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 import parastrat as ps
 from parastrat.errors import StrategyError
-from parastrat.estimate import efficiency
+from parastrat.estimate import efficiency, kernel_model
 from parastrat.estimate.step import estimate_step, pipeline_split
 
 LLAMA70 = ps.models.get("llama3-70b")
@@ -131,9 +131,12 @@ def test_gemm_efficiency_shapes():
     h100 = ps.hardware.get("h100")
     big = efficiency.gemm_time(h100, 8192, 8192, 8192, "bf16")
     # 2*8192^3 / (989e12 * 0.68 * shape) with shape = 1 * (64*32=2048 tiles /132 -> 16 waves:
-    # 2048/2112) * 8192/(8192+64)
-    shape = (2048 / (16 * 132)) * (8192 / 8256)
+    # 2048/2112) * 128 K-iterations of 64 / (128 + K_PIPE = 2)
+    shape = (2048 / (16 * 132)) * (128 / 130)
     assert big == pytest.approx(2 * 8192**3 / (989e12 * 0.68 * shape))
+    # the previous shape model (one profile tile, K_HALF = 64) with the mechanism off
+    old = efficiency.gemm_time(h100, 8192, 8192, 8192, "bf16", shape=False)
+    assert old == pytest.approx(2 * 8192**3 / (989e12 * 0.68 * (2048 / 2112) * (8192 / 8256)))
     # a skinny GEMM is memory bound: 16 x 8192 x 8192 bf16 streams the 128 MiB weight
     thin = efficiency.gemm_time(h100, 16, 8192, 8192, "bf16")
     assert thin == pytest.approx((16 * 8192 * 2 + 8192 * 8192 * 2 + 16 * 8192 * 2) / (3350e9 * 0.8))
@@ -210,17 +213,25 @@ def test_host_ops_moe_layer_counts_and_graph_scopes():
     # Qwen3-30B-A3B, FP8, EP 16 (128 / 16 = 8 local experts):
     # attention: norms 1 + 2 (QK-norm) + 2 GEMMs x (1 + 2 casts) + rope 2 + attn 1 + residual 1
     #   = 3 + 6 + 4 = 13
-    # MoE block: norm 1 + residual 1 + 2 grouped matrices x (8 GEMMs + 2 casts) + act 1
-    #   + permute/unpermute 2 + EP dispatch/combine 2 + sort/unsort 2 = 29
-    # router 3 + preprocess 2 + counts exchange 1 = 6                         -> 48, synced
-    assert host_ops(QWEN30, True, s, "fp8") == (48, True)
-    # graphed router and preprocessing: one launch each instead of 3 and 3 -> 44, still synced
+    # MoE block: norm 1 + residual 1 + 2 grouped matrices x 8 experts x (1 GEMM + 2 casts:
+    #   per-tensor scaling quantises each expert's split) + act 1 + permute/unpermute 2
+    #   + EP dispatch/combine 2 + sort/unsort 2 + FP8 padding/unpadding 2 = 59
+    # router 3 + preprocess 2 + counts exchange 1 = 6                         -> 78, synced
+    assert host_ops(QWEN30, True, s, "fp8") == (78, True)
+    # the previous count (one cast per grouped matrix) with the moe_kernels mechanism off
+    no_kernels = kernel_model.parse_ablation("moe_kernels")
+    assert host_ops(QWEN30, True, s, "fp8", frozenset(), no_kernels) == (48, True)
+    # graphed router and preprocessing: one launch each instead of 3 and 3 -> 74, still synced
     assert host_ops(QWEN30, True, s, "fp8", frozenset({"moe_router", "moe_preprocess"})) == (
-        44,
+        74,
         True,
     )
     # graphed attention: 13 -> 1
-    assert host_ops(QWEN30, True, s, "fp8", frozenset({"attn"})) == (36, True)
+    assert host_ops(QWEN30, True, s, "fp8", frozenset({"attn"})) == (66, True)
+    # MXFP8 (one quantise op per GEMM input, block scales need no per-expert amax): attention
+    # 3 + 2 x (1 + 1) + 4 = 11; MoE block 2 + 2 x (8 GEMMs + 1 fused quantise) + 7 + padding
+    # 2 = 29; router and preprocessing 6 -> 46
+    assert host_ops(QWEN30, True, s, "mxfp8") == (46, True)
     # the whole MoE block graphed (padded shapes): no sync, attention 13 + one launch
     assert host_ops(QWEN30, True, s, "fp8", frozenset({"moe"})) == (14, False)
     assert host_ops(QWEN30, True, s, "fp8", frozenset({"full_iteration"})) == (0, False)

@@ -16,9 +16,11 @@ from parastrat.planner.search import plan
 from parastrat.spec.workload import (
     SWITCH_FIELDS,
     WORKLOAD_FIELDS,
+    Mechanisms,
     SearchSpace,
     Switches,
     Workload,
+    parse_ablation,
 )
 
 LLAMA8 = ps.models.get("llama3-8b")
@@ -139,8 +141,12 @@ def test_a_memo_cannot_serve_another_workload():
     memo now belongs to a StepModel built for one workload, which it keeps read-only; a
     micro-batch size (what one StepModel varies) is part of every key."""
     s = ps.Strategy(tp=2, sp=True).with_world_size(8)
+    # the issue's figure was priced before issue 15's kernel mechanisms: switch them off
+    then = Switches(mechanisms=parse_ablation("all"))
+    before = estimate_step(LLAMA8, s, H100_8, then, seq_len=4096, global_batch_size=64)
+    assert before.step_time_s == pytest.approx(2.888, abs=0.005)
     fresh = estimate_step(LLAMA8, s, H100_8, seq_len=4096, global_batch_size=64)
-    assert fresh.step_time_s == pytest.approx(2.888, abs=0.005)
+    assert fresh.step_time_s != before.step_time_s  # another Switches, another memo
     short = StepModel(
         H100_8,
         Workload(model=LLAMA8, seq_len=2048, global_batch_size=64, micro_batch_size=2),
@@ -179,3 +185,28 @@ def test_cli_switch_flags_change_what_is_priced(capsys):
     assert off["step"]["step_time_s"] > plain["step"]["step_time_s"]
     assert off["memory"]["peak_bytes"] > plain["memory"]["peak_bytes"]
     assert not off["memory"]["distributed_optimizer"]
+
+
+def test_mechanisms_are_a_typed_switch_value_not_a_keyword():
+    """The cost model's kernel mechanisms travel inside Switches (so every StepModel memo is
+    keyed by them), are checked at construction, and are neither a keyword switch nor part of
+    the JSON keyword form."""
+    assert "mechanisms" not in SWITCH_FIELDS
+    off = parse_ablation("shape,imbalance")
+    sw = Switches(mechanisms=off)
+    assert (sw.mechanisms.shape, sw.mechanisms.imbalance, sw.mechanisms.fp8) == (False, False, True)
+    assert "mechanisms" not in sw.to_kwargs()
+    assert Switches(mechanisms=off) == sw and Switches() != sw
+    with pytest.raises(UsageError, match="capacity_factor"):
+        Mechanisms(capacity_factor=True)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="shape"):
+        Mechanisms(shape=1)  # type: ignore[arg-type]
+    with pytest.raises(UsageError, match="tiles"):
+        parse_ablation("tiles")
+    # a step priced with mechanisms off differs from the default one and neither leaks
+    s = ps.Strategy(tp=2, sp=True).with_world_size(8)
+    kw = dict(seq_len=4096, global_batch_size=64)
+    on = estimate_step(LLAMA8, s, H100_8, **kw)
+    ablated = estimate_step(LLAMA8, s, H100_8, Switches(mechanisms=parse_ablation("all")), **kw)
+    assert ablated.step_time_s != on.step_time_s
+    assert estimate_step(LLAMA8, s, H100_8, **kw) == on

@@ -13,22 +13,33 @@ section of a calibration (:class:`parastrat.spec.cluster.Calibration`), which
 * :func:`measure_copy`: a ``nbytes`` device-to-device copy (read + write);
 * :func:`kernel_calibration`: the measured rates over the accelerator preset's peaks.
 
-On the CPU the numbers describe the CPU, not an accelerator: useful for testing the path, not
-as a calibration (``kernel_calibration`` refuses a rate above the preset's peak, and a CPU
-against a GPU preset gives tiny fractions that a planner would treat as a very slow device).
+* :func:`gemm_grid` / :func:`measure_grid` / :func:`fit_grid`: a grid of GEMM shapes (large and
+  skinny dense GEMMs, and grouped GEMMs at the MoE presets' expert sizes, one GEMM per expert
+  as TE's GroupedLinear issues them) measured on the device, and the shape model's parameter
+  fitted to them: per precision, the median of ``measured / (peak x shape factor)``, i.e.
+  the large-GEMM fraction that makes :mod:`parastrat.estimate.kernel_model` reproduce the
+  grid.  The calibration carries the grid itself (``kernel_grid``) beside the fitted
+  ``kernels.gemm_eff``, so the fit can be checked.
+
+A CPU measurement describes the CPU, not an accelerator: :func:`check_device` refuses to label
+one with a GPU or NPU preset's name (UsageError; ``parastrat bench --kernels --accelerator
+h100`` on a machine without CUDA exits 2 instead of writing a calibration that makes the
+planner think the H100 is a thousand times slower).  The measuring functions themselves run on
+the CPU (that is how the path is tested).
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import date
 from typing import Any
 
 from .._deps import require
 from ..errors import UsageError
 from ..spec.cluster import Calibration
-from ..spec.hardware import canonical_precision
+from ..spec.hardware import Accelerator, canonical_precision
 from ..spec.hardware import get as get_accelerator
 from .timing import measure
 
@@ -163,3 +174,214 @@ def kernel_calibration(
     }
     Calibration.from_dict(out)  # the cost model's own validation
     return out
+
+
+#: Device kind each preset vendor's devices appear as in torch.
+_DEVICE_KIND = {"nvidia": "cuda", "huawei": "npu"}
+
+
+def check_device(accelerator: str | Accelerator, device: Any = None) -> str:
+    """The torch device kind a measurement for ``accelerator`` must run on ("cuda" for NVIDIA
+    presets, "npu" for Ascend), checked against ``device`` (default: the first accelerator
+    torch sees, else the CPU).  UsageError when they differ: a CPU's rates must never be
+    written under a GPU's name."""
+    torch = require("torch", why="measuring kernel rates")
+    accel = get_accelerator(accelerator)
+    want = _DEVICE_KIND.get(accel.vendor, "cuda")
+    got = _device(torch, device).type
+    if got != want:
+        raise UsageError(
+            f"bench --kernels --accelerator {accel.name} measures a {want} device, but this "
+            f"process runs on '{got}' ({want} not available): rates measured here would be "
+            f"written as {accel.name}'s.  Run it on the {accel.name} itself"
+        )
+    return want
+
+
+@dataclass(frozen=True)
+class GemmShape:
+    """One GEMM of the calibration grid: ``groups`` products of (m x k) @ (k x n)."""
+
+    m: int
+    n: int
+    k: int
+    groups: int = 1
+    label: str = ""
+
+    @property
+    def flops(self) -> float:
+        """FLOPs of all the groups."""
+        return 2.0 * self.m * self.n * self.k * self.groups
+
+
+#: MoE presets whose expert GEMMs the grid measures, with the expert-parallel degree that
+#: puts them on one 8-GPU node, at 4,096 tokens per rank.
+GRID_MOE = (("qwen3-30b-a3b", 8), ("gpt-oss-120b", 8), ("deepseek-v3", 64), ("mixtral-8x7b", 8))
+#: Tokens per rank of the grid's MoE and skinny GEMMs (micro-batch 1 at sequence 4,096).
+GRID_TOKENS = 4096
+
+
+def gemm_grid(max_size: int = GEMM_SIZE, tokens: int = GRID_TOKENS) -> list[GemmShape]:
+    """The calibration grid: square GEMMs of 1,024 up to ``max_size``; ``tokens`` x 4,096 x
+    {1,024, 14,336}; and each :data:`GRID_MOE` preset's expert FC1 / FC2 forward GEMMs at the
+    tokens one local expert sees (``tokens x topk / local experts``), grouped over its local
+    experts (at most 8 in the grid, to keep the run short)."""
+    from ..spec.models import get as get_model
+
+    out: list[GemmShape] = []
+    size = 1024
+    while size <= max_size:
+        out.append(GemmShape(size, size, size, 1, f"square {size}"))
+        size *= 2
+    for n in (1024, 14336):
+        if max(n, tokens) <= 4 * max_size:
+            out.append(GemmShape(tokens, n, 4096, 1, f"tokens x {n} x 4096"))
+    for name, ep in GRID_MOE:
+        model = get_model(name)
+        local = max(model.num_experts // ep, 1)
+        m = max(1, tokens * model.moe_router_topk // local)
+        f = model.moe_ffn_hidden_size or model.ffn_hidden_size
+        up = 2 * f if model.gated_linear_unit else f
+        h = model.hidden_size
+        g = min(local, 8)
+        out.append(GemmShape(m, up, h, g, f"{name} EP{ep} fc1 x{g}"))
+        out.append(GemmShape(m, h, f, g, f"{name} EP{ep} fc2 x{g}"))
+    return out
+
+
+def measure_grouped_gemm(
+    shape: GemmShape,
+    precision: str = "bf16",
+    *,
+    device: Any = None,
+    iters: int = 5,
+    warmup: int = 2,
+) -> float:
+    """Achieved FLOP/s of ``shape`` at ``precision``: its ``groups`` GEMMs issued one after
+    another (BF16 ``torch.matmul``; FP8 ``torch._scaled_mm`` where available)."""
+    torch = require("torch", why="measuring kernel rates")
+    key = canonical_precision(precision)
+    dev = _device(torch, device)
+    a = [
+        torch.randn(shape.m, shape.k, device=dev, dtype=torch.bfloat16) for _ in range(shape.groups)
+    ]
+    b = [
+        torch.randn(shape.k, shape.n, device=dev, dtype=torch.bfloat16) for _ in range(shape.groups)
+    ]
+    if key == "bf16":
+
+        def run() -> Any:
+            return [torch.matmul(x, y) for x, y in zip(a, b)]
+
+    else:
+        scaled_mm = getattr(torch, "_scaled_mm", None)
+        fp8 = getattr(torch, "float8_e4m3fn", None)
+        if scaled_mm is None or fp8 is None or dev.type == "cpu":
+            raise UsageError(
+                f"{precision} GEMMs need torch._scaled_mm on an FP8-capable accelerator; "
+                f"measure bf16 on {dev.type}"
+            )
+        a8 = [x.to(fp8) for x in a]
+        b8 = [y.t().contiguous().to(fp8).t() for y in b]
+        one = torch.ones((), device=dev, dtype=torch.float32)
+
+        def run() -> Any:
+            return [
+                scaled_mm(x, y, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
+                for x, y in zip(a8, b8)
+            ]
+
+    seconds = _median_seconds(torch, dev, run, iters, warmup)
+    return shape.flops / seconds
+
+
+def measure_grid(
+    shapes: list[GemmShape],
+    precisions: list[str],
+    *,
+    device: Any = None,
+    iters: int = 5,
+    warmup: int = 2,
+) -> list[dict[str, Any]]:
+    """Rows ``{label, m, n, k, groups, precision, flops_per_s}`` of every shape at every
+    precision."""
+    rows = []
+    for p in precisions:
+        for sh in shapes:
+            rate = measure_grouped_gemm(sh, p, device=device, iters=iters, warmup=warmup)
+            rows.append(
+                {
+                    "label": sh.label,
+                    "m": sh.m,
+                    "n": sh.n,
+                    "k": sh.k,
+                    "groups": sh.groups,
+                    "precision": canonical_precision(p),
+                    "flops_per_s": rate,
+                }
+            )
+    return rows
+
+
+def model_fraction(accel: Accelerator, row: dict[str, Any]) -> float:
+    """The shape model's share of the large-GEMM rate for a grid row (its tile, wave and
+    K-depth factor; the groups run one after another, as measured)."""
+    from ..estimate import kernel_model
+    from ..estimate.efficiency import profile
+
+    in_bytes = 1 if row["precision"] in ("fp8", "mxfp8") else 2
+    return kernel_model.gemm_shape_factor(
+        kernel_model.tiling(accel),
+        profile(accel).units,
+        row["m"],
+        row["n"],
+        row["k"],
+        in_bytes,
+        int(row.get("groups", 1)),
+        1,
+    )
+
+
+def fit_grid(
+    accelerator: str | Accelerator,
+    rows: list[dict[str, Any]],
+    copy_Bps: float | None = None,
+    *,
+    source: str | None = None,
+) -> dict[str, Any]:
+    """The calibration of a measured grid: per precision, the shape model's large-GEMM
+    fraction ``gemm_eff`` = median of ``measured / (peak x model_fraction)`` (so the model
+    reproduces the grid's typical shape), the copy's ``mem_eff``, and the grid itself under
+    ``kernel_grid`` (each row with its fitted model rate, for checking).  The same refusals
+    as :func:`kernel_calibration` (a rate above the peak means the wrong preset)."""
+    accel = get_accelerator(accelerator)
+    if not rows:
+        raise UsageError("nothing measured: the kernel grid is empty")
+    by_prec: dict[str, list[float]] = {}
+    for row in rows:
+        peak = accel.peak(row["precision"])
+        if not 0 < row["flops_per_s"] <= peak:
+            raise UsageError(
+                f"measured {row['label']} {row['precision']} rate "
+                f"{row['flops_per_s'] / 1e12:.1f} TFLOP/s is outside (0, {peak / 1e12:.0f}] "
+                f"TFLOP/s of {accel.name}: is --accelerator the device that ran it?"
+            )
+        frac = row["flops_per_s"] / (peak * model_fraction(accel, row))
+        by_prec.setdefault(row["precision"], []).append(frac)
+    eff = {p: min(1.0, statistics.median(v)) for p, v in by_prec.items()}
+    cal = kernel_calibration(
+        accel.name,
+        {p: e * accel.peak(p) for p, e in eff.items()},
+        copy_Bps,
+        source=source or f"parastrat bench --kernels --grid on {accel.name}, {date.today()}",
+    )
+    cal["kernel_grid"] = [
+        {
+            **row,
+            "model_flops_per_s": accel.peak(row["precision"])
+            * eff[row["precision"]]
+            * model_fraction(accel, row),
+        }
+        for row in rows
+    ]
+    return cal

@@ -119,6 +119,12 @@ def register(subparsers: Any) -> None:
         help="GEMM precisions to measure, comma-separated: bf16, fp8 (default bf16)",
     )
     k.add_argument(
+        "--grid",
+        action="store_true",
+        help="measure the GEMM shape grid (square, skinny and the MoE presets' grouped expert "
+        "GEMMs) and fit the shape model's GEMM efficiency to it (kernel_grid in --fit FILE)",
+    )
+    k.add_argument(
         "--gemm-size",
         type=positive_int,
         default=None,
@@ -191,10 +197,11 @@ def _run_kernels(args: argparse.Namespace) -> int:
     print them against the preset's peaks, and merge them into ``--fit FILE`` if given."""
     from rich.table import Table
 
-    from ..bench import format_bytes, save
+    from ..bench import format_bytes
     from ..bench.kernels import (
         COPY_BYTES,
         GEMM_SIZE,
+        check_device,
         kernel_calibration,
         measure_copy,
         measure_gemm,
@@ -205,8 +212,12 @@ def _run_kernels(args: argparse.Namespace) -> int:
     if not args.accelerator:
         raise UsageError("--kernels needs --accelerator NAME (the preset whose peaks to divide by)")
     accel = get_accelerator(args.accelerator)
+    check_device(accel)  # a CPU's rates are never written under a GPU's name
     size = args.gemm_size or GEMM_SIZE
     iters, warmup = args.iters, max(args.warmup, 0)
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    if args.grid:
+        return _run_kernel_grid(args, accel, precisions, size, iters, warmup)
     gemm = {
         p.strip(): measure_gemm(p.strip(), size=size, iters=iters, warmup=warmup)
         for p in args.precisions.split(",")
@@ -237,19 +248,57 @@ def _run_kernels(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(cal)
     if args.fit:
-        from .._io import read_json
-
-        path = Path(args.fit)
-        merged: dict[str, Any] = {}
-        if path.exists():
-            merged = read_json(path, what="calibration file (to add the kernel rates to)")
-            if not isinstance(merged, dict):
-                raise UsageError(f"{path} is not a calibration (a JSON object); give another file")
-        merged["kernels"] = cal["kernels"]
-        merged["source"] = "; ".join(x for x in (merged.get("source"), cal["source"]) if x)
-        written = save(merged, path)
-        err_console.print(f"wrote the kernel constants to {escape(str(written))}")
+        _merge_kernels(Path(args.fit), cal)
     return 0
+
+
+def _run_kernel_grid(
+    args: argparse.Namespace, accel: Any, precisions: list[str], size: int, iters: int, warmup: int
+) -> int:
+    """``bench --kernels --grid``: the shape grid, its fit, the table, and ``--fit FILE``."""
+    from rich.table import Table
+
+    from ..bench.kernels import COPY_BYTES, fit_grid, gemm_grid, measure_copy, measure_grid
+
+    rows = measure_grid(gemm_grid(size), precisions, iters=iters, warmup=warmup)
+    copy_bytes = COPY_BYTES if args.gemm_size is None else min(COPY_BYTES, 4 * size * size)
+    cal = fit_grid(accel, rows, measure_copy(nbytes=copy_bytes, iters=iters, warmup=warmup))
+    table = Table(title=f"GEMM grid on {accel.name}: measured vs the fitted shape model")
+    for col in ("shape", "precision", "measured TFLOP/s", "model TFLOP/s"):
+        table.add_column(col, justify="left" if col == "shape" else "right")
+    for row in cal["kernel_grid"]:
+        table.add_row(
+            row["label"],
+            row["precision"],
+            f"{row['flops_per_s'] / 1e12:.1f}",
+            f"{row['model_flops_per_s'] / 1e12:.1f}",
+        )
+    console.print(table)
+    if args.format == "json":
+        print_json(cal)
+    if args.fit:
+        _merge_kernels(Path(args.fit), cal)
+    return 0
+
+
+def _merge_kernels(path: Path, cal: dict[str, Any]) -> None:
+    """Merge a kernel calibration (and its grid) into the calibration file at ``path``, whole
+    or not at all."""
+    from .._io import read_json
+    from ..bench import save
+    from ..errors import UsageError
+
+    merged: dict[str, Any] = {}
+    if path.exists():
+        merged = read_json(path, what="calibration file (to add the kernel rates to)")
+        if not isinstance(merged, dict):
+            raise UsageError(f"{path} is not a calibration (a JSON object); give another file")
+    merged["kernels"] = cal["kernels"]
+    if "kernel_grid" in cal:
+        merged["kernel_grid"] = cal["kernel_grid"]
+    merged["source"] = "; ".join(x for x in (merged.get("source"), cal["source"]) if x)
+    written = save(merged, path)
+    err_console.print(f"wrote the kernel constants to {escape(str(written))}")
 
 
 def _measure(args: argparse.Namespace) -> list[Any] | None:

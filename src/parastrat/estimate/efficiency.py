@@ -34,6 +34,7 @@ from dataclasses import dataclass, replace
 from math import ceil
 
 from ..spec.hardware import Accelerator, canonical_precision
+from . import kernel_model
 
 #: K at which the per-tile prologue/epilogue equals the main loop (elements).
 K_HALF = 64
@@ -124,11 +125,17 @@ PROFILES: dict[str, KernelProfile] = {
         tile_n=256,
         source="NVIDIA Blackwell cuBLASLt / cuDNN published figures",
     ),
+    # Blackwell Ultra doubles the SFU exponential rate (kernel_model.TILINGS): at head dim
+    # 128 attention costs (1 + 0.5 x 0.5) instead of (1 + 0.5 x 1.0) tensor-core times
+    # (kernel_model.attention_head_factor), so B300 / GB300 reach 1.5 / 1.25 = 1.2x the
+    # B200 / GB200 attention rate: 0.45 x 1.2 = 0.54, 0.41 x 1.2 = 0.49.  Blackwell Ultra has
+    # 160 SMs (NVIDIA technical blog "Inside NVIDIA Blackwell Ultra", 2025-08: 160 SMs, 640
+    # tensor cores, 10.7 T exponentials/s against Blackwell's 5).
     "b300": KernelProfile(
         gemm_eff={"bf16": 0.68, "fp8": 0.62, "mxfp8": 0.60},
-        attn_eff=0.50,
+        attn_eff=0.54,
         mem_eff=0.80,
-        units=148,
+        units=160,
         tile_m=256,
         tile_n=256,
         source="as B200 (Blackwell Ultra doubles the attention SFU rate)",
@@ -147,9 +154,9 @@ PROFILES: dict[str, KernelProfile] = {
     ),
     "gb300": KernelProfile(
         gemm_eff={"bf16": 0.61, "fp8": 0.56, "mxfp8": 0.54},
-        attn_eff=0.45,
+        attn_eff=0.49,
         mem_eff=0.80,
-        units=148,
+        units=160,
         tile_m=256,
         tile_n=256,
         source="as GB200 (Blackwell Ultra attention)",
@@ -266,29 +273,68 @@ def gemm_time(
     precision: str = "bf16",
     groups: int = 1,
     prof: KernelProfile | None = None,
+    streams: int = 0,
+    random_m: bool = False,
+    shape: bool = True,
 ) -> float:
     """Seconds for ``groups`` GEMMs of (m x k) @ (k x n) at ``precision`` on ``accel``.
 
     The slower of the compute time (at the shape-dependent achievable rate) and the time to
     stream the operands and the BF16 result through HBM, and at least one kernel launch.
+    ``streams`` > 0: the groups are separate GEMMs issued over that many streams (TE
+    GroupedLinear); 0: one grouped kernel whose tiles share the waves.  With ``shape`` (the
+    mechanism of :class:`~parastrat.spec.workload.Mechanisms`) the rate comes from
+    :func:`~parastrat.estimate.kernel_model.gemm_shape_factor` (per-architecture tiles, FP8
+    K tiles; ``random_m``: ``m`` is the mean of a routed token count); off, from
+    :func:`shape_factor` with the profile's tile.
     """
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0
     prof = prof or profile(accel)
     key = precision if precision in _CANONICAL else canonical_precision(precision)
-    rate = _peak(accel, key) * prof.gemm_fraction(key) * shape_factor(prof, m, n, k, groups)
+    in_bytes = 1 if key in ("fp8", "mxfp8") and key in accel.peak_flops else 2
+    launches = 1
+    if shape:
+        tiles = kernel_model.tiling(accel)
+        together = streams if streams > 0 else groups
+        sf = kernel_model.gemm_shape_factor(
+            tiles, prof.units, m, n, k, in_bytes, groups, together, random_m
+        )
+        if streams > 0:
+            launches = ceil(groups / streams)
+    else:
+        sf = shape_factor(prof, m, n, k, groups)
+    rate = _peak(accel, key) * prof.gemm_fraction(key) * sf
     flops = 2.0 * m * n * k * groups
-    in_bytes = 1.0 if key in ("fp8", "mxfp8") and key in accel.peak_flops else 2.0
     nbytes = groups * ((m * k + k * n) * in_bytes + m * n * 2.0)
-    return max(flops / rate, nbytes / (accel.mem_bandwidth_Bps * prof.mem_eff), MIN_KERNEL_S)
+    return max(
+        flops / rate,
+        nbytes / (accel.mem_bandwidth_Bps * prof.mem_eff),
+        launches * MIN_KERNEL_S,
+    )
 
 
-def attention_time(accel: Accelerator, hw_flops: float, prof: KernelProfile | None = None) -> float:
-    """Seconds for fused attention doing ``hw_flops`` (always BF16: FP8 recipes keep it)."""
+def attention_time(
+    accel: Accelerator,
+    hw_flops: float,
+    prof: KernelProfile | None = None,
+    head_dim: float = 128,
+    backward: bool = False,
+    shape: bool = True,
+) -> float:
+    """Seconds for fused attention doing ``hw_flops`` (always BF16: FP8 recipes keep it).
+
+    ``attn_eff`` is quoted at head dimension 128; other head dimensions scale by
+    :func:`~parastrat.estimate.kernel_model.attention_head_factor` (the SFU exponentials
+    against the tensor-core products) when the ``shape`` mechanism is on.
+    """
     if hw_flops <= 0:
         return 0.0
     prof = prof or profile(accel)
-    return hw_flops / (accel.peak("bf16") * prof.attn_eff)
+    t = hw_flops / (accel.peak("bf16") * prof.attn_eff)
+    if shape and head_dim != 128:
+        t *= kernel_model.attention_head_factor(accel, head_dim, backward)
+    return t
 
 
 def memory_time(accel: Accelerator, nbytes: float, prof: KernelProfile | None = None) -> float:

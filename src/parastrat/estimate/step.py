@@ -35,10 +35,11 @@ from ..grid import expert_dp
 from ..spec.hardware import Accelerator
 from ..spec.model import ModelSpec
 from ..spec.workload import CUDA_GRAPH_SCOPES as CUDA_GRAPH_SCOPES
-from ..spec.workload import Switches, Workload, normalize_recompute, resolve
+from ..spec.workload import Mechanisms, Switches, Workload, normalize_recompute, resolve
 from ..spec.workload import cuda_graph_scopes as cuda_graph_scopes
 from ..spec.workload import moe_dispatcher as _moe_dispatcher
-from . import comm, memo
+from . import comm, kernel_model, memo, moe_kernels  # kernels: shape model, expert load
+from . import fp8 as fp8_overheads  # kernels: FP8 recipe overheads
 from .efficiency import KernelProfile, attention_time, gemm_time, host_op_time, memory_time
 from .efficiency import profile as kernel_profile
 from .flops import (
@@ -101,6 +102,8 @@ CE_BYTES_PER_LOGIT = 12
 #: writes the FP32 dQ accumulator (4 + 4), plus the same per K/V element for dK/dV.
 CP_CORRECTION_BYTES_FWD = 10
 CP_CORRECTION_BYTES_BWD = 8
+#: Every kernel mechanism on (the default of the functions that take ``mech``).
+ALL_MECHANISMS = Mechanisms()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -144,7 +147,12 @@ HOST_BWD_RATIO = 2.0
 
 
 def host_ops(
-    model: ModelSpec, moe: bool, s: Strategy, precision: str, graphs: frozenset[str] = frozenset()
+    model: ModelSpec,
+    moe: bool,
+    s: Strategy,
+    precision: str,
+    graphs: frozenset[str] = frozenset(),
+    mech: Mechanisms = ALL_MECHANISMS,
 ) -> tuple[float, bool]:
     """(forward host operations, MoE token-count sync) of one layer and micro-batch.
 
@@ -152,9 +160,10 @@ def host_ops(
     counts as one graph launch.  The sync: Megatron's dispatchers copy the tokens-per-expert
     counts to the host (all-to-all split sizes, TE GroupedLinear's ``m_splits``) once per MoE
     layer in the forward pass, unless the whole MoE block is graphed (``moe`` /
-    ``full_iteration`` with padded expert shapes).  Memoised on everything it reads.
+    ``full_iteration`` with padded expert shapes).  ``mech``: the kernel mechanisms (per-expert
+    FP8 quantisation and padding launches).  Memoised on everything it reads.
     """
-    return _host_ops(model, moe, s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs)
+    return _host_ops(model, moe, s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs, mech)
 
 
 @per_model
@@ -168,6 +177,7 @@ def _host_ops(
     ulysses: int,
     precision: str,
     graphs: frozenset[str],
+    mech: Mechanisms,
 ) -> tuple[float, bool]:
     if "full_iteration" in graphs:
         return 0.0, False
@@ -205,7 +215,12 @@ def _host_ops(
         ops["norm"]
         + ops["residual"]
         + tp_coll
-        + len(experts) * (local * ops["gemm"] + cast)
+        # kernels: per-tensor scaling needs one amax + cast per expert's split (TE
+        # GroupedLinear keeps a quantizer per expert); MXFP8 block scales need no amax;
+        # FP8 padding / unpadding of the routed rows
+        + len(experts)
+        * (local * ops["gemm"] + moe_kernels.quantise_launches(precision, local, mech) * cast)
+        + moe_kernels.padding_launches(precision, mech)
         + ops["act"]
         + ops["permute"]
     )
@@ -368,8 +383,13 @@ def _matrix_times(
     etp: int,
     num_experts: int,
     precision: str,
+    mech: Mechanisms = ALL_MECHANISMS,
+    expert_m: float | None = None,
 ) -> tuple[float, float, float]:
-    """(forward s, backward s, fp8-cast elements per micro-batch) of one matrix."""
+    """(forward s, backward s, fp8-cast elements per micro-batch) of one matrix.
+
+    ``expert_m``: tokens per local expert GEMM on the slowest EP rank (kernels: the
+    imbalance mechanism, :func:`parastrat.estimate.moe_kernels.expert_load`)."""
     k_in: float = mat.in_dim
     n_out: float = mat.out_dim
     groups = 1
@@ -377,6 +397,8 @@ def _matrix_times(
         local = max(num_experts // ep, 1)
         groups = local
         m = tokens / tp * mat.per_token * etp / local
+        if expert_m is not None:  # kernels: slowest rank's tokens per expert
+            m = expert_m
         if mat.split == "col":
             n_out = n_out / etp
         else:
@@ -390,11 +412,17 @@ def _matrix_times(
         else:
             k_in = k_in / tp
     prec = "bf16" if mat.block in ("router", "logits") else precision
-    fwd = gemm_time(accel, m, n_out, k_in, prec, groups, prof)
+    # kernels: TE GroupedLinear runs one GEMM per local expert over its streams
+    streams = kernel_model.GROUPED_STREAMS if (mech.shape and groups > 1) else 0
+    rnd = expert_m is not None  # kernels: routed counts are random around their mean
+    sh = mech.shape
+    fwd = gemm_time(accel, m, n_out, k_in, prec, groups, prof, streams, rnd, sh)
     bwd = (
-        gemm_time(accel, m, k_in, n_out, prec, groups, prof)  # dgrad
-        + gemm_time(accel, k_in, n_out, m, prec, groups, prof)
+        gemm_time(accel, m, k_in, n_out, prec, groups, prof, streams, rnd, sh)  # dgrad
+        + gemm_time(accel, k_in, n_out, m, prec, groups, prof, streams, shape=sh)
     )  # wgrad
+    if mech.fp8 and prec in ("fp8", "mxfp8"):  # kernels: Hopper's split accumulation
+        bwd *= fp8_overheads.backward_gemm_slowdown(kernel_model.ARCH.get(accel.name, ""))
     cast = groups * m * (k_in + n_out) if prec in ("fp8", "mxfp8") else 0.0
     return fwd, bwd, cast
 
@@ -412,18 +440,30 @@ def layer_cost(
     ep: int,
     etp: int,
     flash_attention: bool = True,
+    mech: Mechanisms = ALL_MECHANISMS,
 ) -> LayerCost:
     """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp
-    (uncached: :class:`StepModel` memoises it per workload)."""
+    with the kernel mechanisms ``mech`` (uncached: :class:`StepModel` memoises it per
+    workload and switches)."""
     prof = kernel_profile(accel)
     fp8 = precision in ("fp8", "mxfp8") and accel.supports(precision)
     prec = precision if fp8 else "bf16"
+    load = (  # kernels: the slowest EP rank's routed tokens
+        moe_kernels.expert_load(
+            model, tokens, tp, ep, etp, mech.balance, mech.capacity_factor, mech.imbalance
+        )
+        if moe
+        else None
+    )
+    expert_m = load.per_expert if (load is not None and mech.imbalance) else None
     mats = attention_matrices(model) + mlp_matrices(model, moe)
     g_fwd = g_bwd = cast = 0.0
     mlp_f = mlp_b = shared = 0.0
     for mat in mats:
-        f, b, c = _matrix_times(accel, prof, mat, tokens, tp, sp, ep, etp, model.num_experts, prec)
-        if mat.block == "expert":
+        f, b, c = _matrix_times(
+            accel, prof, mat, tokens, tp, sp, ep, etp, model.num_experts, prec, mech, expert_m
+        )
+        if mat.block == "expert" and not mech.shape:
             f, b = f / GROUPED_GEMM_EFF, b / GROUPED_GEMM_EFF
         g_fwd += f
         g_bwd += b
@@ -434,7 +474,9 @@ def layer_cost(
         if mat.block == "shared":
             shared += f + b
     h = model.hidden_size
-    a_fwd, a_bwd = _attention_times(model, accel, prof, tokens, seq_len, tp, cp, flash_attention)
+    a_fwd, a_bwd = _attention_times(
+        model, accel, prof, tokens, seq_len, tp, cp, flash_attention, mech.shape
+    )
     # memory-bound kernels: elements touched per token (forward)
     h_local = h / tp if sp else h
     a, g = model.num_attention_heads, model.query_groups
@@ -442,17 +484,15 @@ def layer_cost(
     if getattr(model, "qk_layernorm", False):
         elems += 2 * (a + g) * model.head_dim / tp
     act = 3 if model.gated_linear_unit else 2
-    if moe:
-        topk = model.moe_router_topk
-        f_moe = model.moe_ffn_hidden_size or model.ffn_hidden_size
-        elems += (4 * topk * h + act * topk * f_moe + 4 * model.num_experts) / tp
-        elems += act * model.moe_shared_expert_intermediate_size / tp
+    moe_f = moe_b = 0.0
+    if moe and load is not None:  # kernels: MoE memory-bound kernels on the slowest rank
+        moe_f, moe_b = moe_kernels.layer_bytes(model, tokens, tp, ep, load, mech, fp8)
     else:
         elems += act * model.ffn_hidden_size / tp
     e_bytes = tokens * elems * ELEM_BYTES
-    cast_b = cast * FP8_CAST_BYTES.get(prec, 0) / 2  # half forward (inputs), half backward
-    e_fwd = memory_time(accel, e_bytes + cast_b, prof)
-    e_bwd = memory_time(accel, 2 * e_bytes + cast_b, prof)
+    cast_b = _cast_bytes(cast, prec, accel, mech)
+    e_fwd = memory_time(accel, e_bytes + cast_b + moe_f, prof)
+    e_bwd = memory_time(accel, 2 * e_bytes + cast_b + moe_b, prof)
     rec = layer_record(model, moe, tp, ep, etp)  # the one parameter accounting
     return LayerCost(
         g_fwd,
@@ -469,6 +509,19 @@ def layer_cost(
     )
 
 
+def _cast_bytes(cast: float, prec: str, accel: Accelerator, mech: Mechanisms) -> float:
+    """HBM bytes of one direction (half forward: inputs, half backward: output gradients) of
+    the FP8 casts of ``cast`` GEMM operand elements."""
+    if prec not in ("fp8", "mxfp8"):
+        return 0.0
+    if mech.fp8:  # kernels: bytes per element of the recipe on this architecture
+        per_elem = fp8_overheads.cast_bytes_per_element(
+            fp8_overheads.RECIPE_OF.get(prec, "current"), kernel_model.ARCH.get(accel.name, "")
+        )
+        return cast * per_elem / 2
+    return cast * FP8_CAST_BYTES.get(prec, 0) / 2
+
+
 def _attention_times(
     model: ModelSpec,
     accel: Accelerator,
@@ -478,19 +531,28 @@ def _attention_times(
     tp: int,
     cp: int,
     flash_attention: bool,
+    shape: bool = True,
 ) -> tuple[float, float]:
-    """(forward s, backward s) of the attention core of one layer and micro-batch."""
+    """(forward s, backward s) of the attention core of one layer and micro-batch
+    (``shape``: the kernel-shape mechanism, whole key blocks and the head dimension)."""
     # attention core: heads split by TP, keys halved by the causal mask
     core = mean_attention_core_flops_per_token(model, seq_len) * tokens / tp
     if flash_attention:
-        return attention_time(accel, core, prof), attention_time(accel, ATTN_BWD_RATIO * core, prof)
+        d_attn: float = 128
+        if shape:  # kernels: whole key blocks, head dimension vs the SFU
+            core *= kernel_model.attention_block_ratio(model, seq_len)
+            d_attn = kernel_model.attention_head_dim(model)
+        return (
+            attention_time(accel, core, prof, d_attn, shape=shape),
+            attention_time(accel, ATTN_BWD_RATIO * core, prof, d_attn, True, shape),
+        )
     # unfused: Q K^T and A V as batched GEMMs over every key (no causal skipping) and the
     # score matrix through HBM (scale-mask-softmax, dropout)
     heads = max(model.num_attention_heads // tp, 1)
     d = model.head_dim
     b_s = tokens / max(seq_len / cp, 1)  # sequences in the micro-batch
     q, keys = seq_len / cp, seq_len
-    one = gemm_time(accel, q, keys, d, "bf16", int(heads * b_s), prof)
+    one = gemm_time(accel, q, keys, d, "bf16", int(heads * b_s), prof, shape=shape)
     a_fwd = 2 * one + memory_time(accel, heads * b_s * q * keys * SCORE_BYTES_FWD, prof)
     a_bwd = 4 * one + memory_time(accel, heads * b_s * q * keys * 2 * SCORE_BYTES_FWD, prof)
     return a_fwd, a_bwd
@@ -501,15 +563,17 @@ def head_cost(
     accel: Accelerator,
     tokens: float,
     tp: int,
+    shape: bool = True,
 ) -> float:
-    """Seconds (forward + backward) of the output layer and cross-entropy, one micro-batch."""
+    """Seconds (forward + backward) of the output layer and cross-entropy, one micro-batch
+    (``shape``: the kernel-shape mechanism)."""
     prof = kernel_profile(accel)
     mat = logits_matrix(model)
     n = mat.out_dim / tp
     t = (
-        gemm_time(accel, tokens, n, mat.in_dim, "bf16", 1, prof)
-        + gemm_time(accel, tokens, mat.in_dim, n, "bf16", 1, prof)
-        + gemm_time(accel, mat.in_dim, n, tokens, "bf16", 1, prof)
+        gemm_time(accel, tokens, n, mat.in_dim, "bf16", 1, prof, shape=shape)
+        + gemm_time(accel, tokens, mat.in_dim, n, "bf16", 1, prof, shape=shape)
+        + gemm_time(accel, mat.in_dim, n, tokens, "bf16", 1, prof, shape=shape)
     )
     t += memory_time(accel, tokens * n * CE_BYTES_PER_LOGIT, prof)
     return t
@@ -586,6 +650,11 @@ class StepModel:
         default)."""
         return self._switches
 
+    @property
+    def mechanisms(self) -> Mechanisms:
+        """The kernel mechanisms every price is for (the switches' ``mechanisms``)."""
+        return self._switches.mechanisms
+
     def split(self, s: Strategy) -> PipelineSplit:
         """:func:`pipeline_split` of this workload's model, memoised on the split's fields."""
         key = (
@@ -623,6 +692,7 @@ class StepModel:
                 ep,
                 etp,
                 self._switches.flash_attention,
+                self._switches.mechanisms,
             )
         return hit
 
@@ -632,7 +702,7 @@ class StepModel:
         hit = self._heads.get(key)
         if hit is None:
             hit = self._heads[key] = head_cost(
-                self._workload.model, self._cluster.accel, tokens, tp
+                self._workload.model, self._cluster.accel, tokens, tp, self.mechanisms.shape
             )
         return hit
 
@@ -692,6 +762,8 @@ class StepModel:
                 model, s, tokens, strides, moe_comm.dispatcher, cluster.scale_up_domain
             )
             t_ep = comm.total_time(ep_items, cluster)
+        t_ep, t_amax, c = self._kernel_terms(s, moe, tokens, strides, moe_comm, c, t_ep)
+        t_tp += t_amax
         rec = 0.0
         rec_comm = 0.0
         if mode == "selective":
@@ -702,7 +774,7 @@ class StepModel:
         corr_f, corr_b = _cp_correction(model, s, tokens, accel)
         if corr_f:
             c = replace(c, elem_fwd=c.elem_fwd + corr_f, elem_bwd=c.elem_bwd + corr_b)
-        tp_exp = _exposed(t_tp, c.gemm, tp_overlap)
+        tp_exp = _exposed(t_tp - t_amax, c.gemm, tp_overlap) + t_amax
         ep_exp = _ep_exposed(c, t_ep, moe_comm, mode) if moe else 0.0
         ring_exp = _exposed(t_ring, c.attn, True)
         host, host_exp = _host_exposed(
@@ -716,6 +788,7 @@ class StepModel:
             c,
             tp_exp + ring_exp + t_a2a + ep_exp,
             rec + rec_comm,
+            self.mechanisms,
         )
         terms = {
             "compute": c.fwd + c.bwd,
@@ -732,6 +805,47 @@ class StepModel:
             "bwd": c.bwd,
         }
         return terms, c
+
+    def _kernel_terms(
+        self,
+        s: Strategy,
+        moe: bool,
+        tokens: float,
+        strides: dict[str, int],
+        moe_comm: MoEComm,
+        c: LayerCost,
+        t_ep: float,
+    ) -> tuple[float, float, LayerCost]:
+        """(EP seconds, TP amax all-reduce seconds, layer cost) after the kernel mechanisms of
+        one layer: the slowest EP rank sets the all-to-all's pace (imbalance), FP8 current
+        scaling's TP amax reductions with SP (fp8), the ``alltoall`` dispatcher's chunk sort
+        (moe_kernels)."""
+        mech, model, cluster = self.mechanisms, self._workload.model, self._cluster
+        prec, accel = self._workload.precision, cluster.accel
+        load = (
+            moe_kernels.expert_load(
+                model, tokens, s.tp, s.ep, s.etp, mech.balance, mech.capacity_factor
+            )
+            if moe
+            else None
+        )
+        if load is not None and mech.imbalance:  # kernels: the slowest EP rank's pace
+            t_ep *= load.factor
+        t_amax = 0.0
+        if mech.fp8 and accel.supports(prec):  # kernels: TP amax all-reduces (current scaling)
+            n_amax = fp8_overheads.amax_reductions(
+                fp8_overheads.RECIPE_OF.get(prec, ""), s.tp, s.sp
+            )
+            if n_amax:
+                t_amax = comm.Collective(
+                    "tp", "all_reduce", fp8_overheads.AMAX_BYTES, s.tp, strides["tp"], n_amax
+                ).time(cluster)
+        sort = mech.moe_kernels and moe_comm.dispatcher == "alltoall" and s.ep > 1
+        if load is not None and sort:  # kernels: the alltoall dispatcher's chunk sort / unsort
+            copies = load.slowest if mech.imbalance else load.mean
+            sort_t = memory_time(accel, copies * moe_kernels.sort_bytes(model))
+            c = replace(c, elem_fwd=c.elem_fwd + sort_t, elem_bwd=c.elem_bwd + sort_t)
+        return t_ep, t_amax, c
 
     # ---- the planner's bound -----------------------------------------------------------------
     def lower_bound(self, s: Strategy, micro_batch_size: int) -> float:
@@ -847,7 +961,9 @@ class StepModel:
         last_moe = is_moe_layer(model, model.num_layers - 1)
         terms = {k: model.mtp_num_layers * val for k, val in per[last_moe].items()}
         h = model.hidden_size
-        proj = gemm_time(self._cluster.accel, tokens, h / tp, 2 * h, wl.precision)
+        proj = gemm_time(
+            self._cluster.accel, tokens, h / tp, 2 * h, wl.precision, shape=self.mechanisms.shape
+        )
         terms["compute"] += model.mtp_num_layers * (3 * proj + head_t)
         return terms
 
@@ -871,7 +987,12 @@ class StepModel:
         pp_exposed = 0.0
         if p > 1:
             steady = (OVERLAP_SLOWDOWN if v > 1 else 1.0) * 2 * v * m * t_p2p
-            pp_exposed = 2 * (p - 1) * t_p2p + steady
+            fill = 2 * (p - 1) * t_p2p
+            if self.mechanisms.interleave and v > 1:
+                # kernels: the first micro-batch crosses every chunk boundary (p v - 1 sends
+                # forward and as many backward), each with its host launch
+                fill = 2 * (p * v - 1) * (t_p2p + host_op_time(self._cluster.accel))
+            pp_exposed = fill + steady
         best: tuple[float, dict[str, float]] | None = None
         for st, block in stages:
             self._dp_and_optimizer(s, st, block, strides)
@@ -917,6 +1038,16 @@ class StepModel:
             shard = local
         accel = self._cluster.accel
         opt = memory_time(accel, shard * ADAM_BYTES_PER_PARAM + local * 2, kernel_profile(accel))
+        prec = self._workload.precision
+        if self.mechanisms.fp8 and prec in ("fp8", "mxfp8") and accel.supports(prec):
+            # kernels: each weight cast to FP8 once per step (TE caches it across micro-batches)
+            opt += memory_time(
+                accel,
+                local
+                * fp8_overheads.weight_cast_bytes_per_param(
+                    fp8_overheads.RECIPE_OF[prec], kernel_model.ARCH.get(accel.name, "")
+                ),
+            )
         st.update(dp=t_rs + t_ag, dp_exposed=exposed, optimizer=opt)
 
     def _report(
@@ -1117,6 +1248,7 @@ def _host_exposed(
     c: LayerCost,
     exposed_comm: float,
     recompute: float,
+    mech: Mechanisms = ALL_MECHANISMS,
 ) -> tuple[float, float]:
     """(host seconds, host seconds the GPU waits for) of one layer and micro-batch.
 
@@ -1130,7 +1262,7 @@ def _host_exposed(
     while the host issues the next operation (one more operation's host time).
     """
     fp8 = prec if prec in FP8_CAST_OPS and accel.supports(prec) else "bf16"
-    ops_f, sync = host_ops(model, moe, s, fp8, graphs)
+    ops_f, sync = host_ops(model, moe, s, fp8, graphs, mech)
     if not ops_f and not sync:
         return 0.0, 0.0
     h_op = host_op_time(accel)

@@ -185,6 +185,94 @@ class Workload:
 # ---------------------------------------------------------------------------------------------
 # Switches
 # ---------------------------------------------------------------------------------------------
+#: Routing regimes the expert load-imbalance mechanism knows (:class:`Mechanisms`).
+BALANCE_MODES = ("forced", "aux_loss", "loss_free")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mechanisms:
+    """Which kernel-level mechanisms the step model prices (all on by default), and the MoE
+    routing options they read.  A field of :class:`Switches`, so every memo of the step model
+    (built per ``Switches``) is keyed by it.
+
+    * ``shape``: per-architecture CTA tiles, FP8 K tiles, grouped GEMMs per expert on
+      streams, attention by head dimension and block granularity (off: one 128 x 256 tile per
+      device, grouped GEMMs at a flat 0.85 of dense, attention at its ``d = 128`` rate);
+    * ``imbalance``: the slowest expert-parallel rank's routed tokens set the pace of the
+      expert GEMMs, the MoE element-wise kernels and the dispatch/combine;
+    * ``moe_kernels``: the memory-bound MoE kernels counted one by one (router score and
+      top-k in FP32, permute/unpermute, chunk sort, probability scaling, and their backward)
+      instead of a lumped element count;
+    * ``fp8``: FP8 casts per recipe (current-scaling amax pass, transposes on Hopper, weight
+      casts once per step, MXFP8 scale bytes) and the TP amax reductions;
+    * ``interleave``: deep pipeline interleaving lengthens the fill/drain chain by one P2P
+      transfer (and its host launches) per chunk boundary.
+
+    ``balance`` is the routing regime the imbalance assumes (:data:`BALANCE_MODES`):
+    "forced" (``moe_router_force_load_balancing``: random routing, what Megatron Bridge's
+    performance recipes set), "aux_loss" or "loss_free" (measured max-violation of the
+    balancers, :mod:`parastrat.estimate.moe_kernels`); ``capacity_factor`` (Megatron's
+    ``moe_expert_capacity_factor``, token drop) caps the slowest rank at that multiple of
+    the mean (None: dropless).  ``router_padding``: Megatron's
+    ``moe_router_padding_for_quantization`` (the routing map is padded so expert token counts
+    are FP8-aligned; no padding copies), off by default as in Megatron Core.
+    """
+
+    shape: bool = True
+    imbalance: bool = True
+    moe_kernels: bool = True
+    fp8: bool = True
+    interleave: bool = True
+    balance: str = "forced"
+    capacity_factor: float | None = None
+    router_padding: bool = False
+
+    def __post_init__(self) -> None:
+        for name in (*self.switches, "router_padding"):
+            _flag(name, getattr(self, name))
+        if self.balance not in BALANCE_MODES:
+            raise UsageError(
+                f"unknown balance {self.balance!r}; use one of {', '.join(BALANCE_MODES)}"
+            )
+        cf = self.capacity_factor
+        if cf is not None and (isinstance(cf, bool) or not isinstance(cf, (int, float))):
+            raise UsageError(f"capacity_factor must be a number >= 1 or None, got {cf!r}")
+        if cf is not None and not cf >= 1.0:
+            raise UsageError(f"capacity_factor must be >= 1 (or None for dropless), got {cf!r}")
+
+    @property
+    def switches(self) -> tuple[str, ...]:
+        """Names of the mechanism switches (what ``--ablate`` accepts)."""
+        return MECHANISM_SWITCHES
+
+    def ablate(self, text: str | None) -> Mechanisms:
+        """These mechanisms with the comma-separated ones of ``text`` switched off (e.g.
+        ``"shape,fp8"``; "" or None: unchanged; "all": every switch off); UsageError naming
+        the switches for an unknown name."""
+        if not text:
+            return self
+        names = {t.strip().lower().replace("-", "_") for t in text.split(",") if t.strip()}
+        if names == {"all"}:
+            names = set(MECHANISM_SWITCHES)
+        bad = sorted(names - set(MECHANISM_SWITCHES))
+        if bad:
+            raise UsageError(
+                f"unknown mechanism(s) {', '.join(bad)} to ablate; use any of "
+                f"{', '.join(MECHANISM_SWITCHES)} or 'all'"
+            )
+        return replace(self, **{n: False for n in names})  # type: ignore[arg-type]
+
+
+#: The mechanism switches of :class:`Mechanisms` (each can be ablated).
+MECHANISM_SWITCHES = ("shape", "imbalance", "moe_kernels", "fp8", "interleave")
+
+
+def parse_ablation(text: str | None, base: Mechanisms | None = None) -> Mechanisms:
+    """``base`` (default: everything on) with the mechanisms named in ``text`` switched off
+    (:meth:`Mechanisms.ablate`)."""
+    return (base or Mechanisms()).ablate(text)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Switches:
     """The implementation switches that change a step's memory or time (Megatron Core / Bridge
@@ -200,7 +288,9 @@ class Switches:
     ``overlap_moe_expert_parallel_comm`` (combined 1F1B).  ``moe_shared_expert_overlap``: shared
     experts during dispatch / combine.  ``cuda_graphs``: captured scopes
     (:func:`cuda_graph_scopes`; None = eager).  ``fp8_param_gather``: primary linear weights
-    kept in FP8 (None: Megatron Bridge's FP8 recipes, which set it).
+    kept in FP8 (None: Megatron Bridge's FP8 recipes, which set it).  ``mechanisms``: the
+    cost model's kernel-level mechanisms and MoE routing options (:class:`Mechanisms`; a
+    typed value only, not a keyword of the conveniences).
     """
 
     recompute: str | None = None
@@ -213,6 +303,7 @@ class Switches:
     moe_shared_expert_overlap: bool = False
     cuda_graphs: frozenset[str] = field(default_factory=frozenset)
     fp8_param_gather: bool | None = None
+    mechanisms: Mechanisms = field(default_factory=Mechanisms)
 
     def __post_init__(self) -> None:
         if self.recompute is not None:
@@ -229,6 +320,11 @@ class Switches:
         _flag("fp8_param_gather", self.fp8_param_gather, optional=True)
         object.__setattr__(self, "moe_dispatcher", moe_dispatcher(self.moe_dispatcher))
         object.__setattr__(self, "cuda_graphs", cuda_graph_scopes(self.cuda_graphs))
+        if not isinstance(self.mechanisms, Mechanisms):
+            raise UsageError(
+                f"mechanisms must be a Mechanisms, got {type(self.mechanisms).__name__} "
+                "(e.g. Mechanisms(shape=False) or parse_ablation('shape'))"
+            )
 
     @property
     def mode(self) -> str:
@@ -240,14 +336,17 @@ class Switches:
         return replace(self, recompute=recompute)
 
     def to_kwargs(self) -> dict[str, Any]:
-        """Every switch as an ``estimate_step`` keyword argument (JSON-ready)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
+        """Every switch as an ``estimate_step`` keyword argument (JSON-ready; the cost
+        model's :class:`Mechanisms` are not a keyword and are left out)."""
+        out = {name: getattr(self, name) for name in SWITCH_FIELDS}
         out["cuda_graphs"] = sorted(self.cuda_graphs) or None
         return out
 
 
-#: Fields of :class:`Switches` (the keyword names every entry point accepts).
-SWITCH_FIELDS = tuple(f.name for f in fields(Switches))
+#: Fields of :class:`Switches` that are keyword names every entry point accepts (all but
+#: ``mechanisms``: the cost model's own switches, for its ablation, set through a
+#: ``Switches`` value).
+SWITCH_FIELDS = tuple(f.name for f in fields(Switches) if f.name != "mechanisms")
 #: Fields of :class:`Workload`.
 WORKLOAD_FIELDS = tuple(f.name for f in fields(Workload))
 
