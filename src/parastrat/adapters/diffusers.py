@@ -24,7 +24,7 @@ from typing import Any
 
 from .._deps import require
 from ..errors import MissingExtraError, StrategyError, Violation
-from ..strategy import Strategy
+from ..strategy import Strategy, require_strategy
 
 #: Rules :func:`to_context_parallel_config` drops when ``ulysses_anything=True`` (diffusers then
 #: pads heads itself).
@@ -103,8 +103,7 @@ def to_context_parallel_config(
     ``ulysses_anything=True`` lets diffusers handle any head count.  ``world_size`` defaults to
     ``s.world_size`` when dp is set and must equal ulysses * ring.
     """
-    if not isinstance(s, Strategy):
-        raise TypeError(f"expected a parastrat.Strategy, got {type(s).__name__}")
+    require_strategy(s, "diffusers adapter")
     if world_size is None:
         world_size = s.world_size
     problems = _common_violations(s, world_size, s.cp)
@@ -138,8 +137,7 @@ def to_context_parallel_config(
 def to_parallel_config(s: Strategy, model: Any = None, *, world_size: int | None = None) -> Any:
     """``diffusers.ParallelConfig`` holding a context-parallel config (ulysses/ring > 1) or a
     tensor-parallel one (tp > 1 only)."""
-    if not isinstance(s, Strategy):
-        raise TypeError(f"expected a parastrat.Strategy, got {type(s).__name__}")
+    require_strategy(s, "diffusers adapter")
     if s.cp > 1 or s.tp == 1:
         cp = to_context_parallel_config(s, model, world_size=world_size)
         return _diffusers().ParallelConfig(context_parallel_config=cp)

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import MissingExtraError, StrategyError, Violation
-from ..strategy import Strategy
+from ..strategy import Strategy, require_strategy
 
 #: Where the MindIE-SD model ports keep their ``ParallelConfig`` (tried in order).
 PORT_CONFIG_MODULES: tuple[str, ...] = ("wan.distributed.parallel_mgr",)
@@ -208,8 +208,7 @@ def to_parallel_config(
     ``world_size`` defaults to ``s.world_size`` (when dp is set), else ``cfg * sp * tp``.
     Raises StrategyError with every rule broken.
     """
-    if not isinstance(s, Strategy):
-        raise TypeError(f"expected a parastrat.Strategy, got {type(s).__name__}")
+    require_strategy(s, "to_parallel_config()")
     if world_size is None:
         world_size = s.world_size
     problems = _violations(s, world_size)

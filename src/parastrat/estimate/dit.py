@@ -37,7 +37,7 @@ from ..spec.cluster import Cluster
 from ..spec.dit import DiTSpec, ceil_div
 from ..spec.dit import get as get_dit
 from ..spec.hardware import Accelerator, GiB
-from ..strategy import XDIT_ORDER, Strategy
+from ..strategy import XDIT_ORDER, Strategy, require_strategy
 from . import efficiency
 from .dit_serial import SerialParts, scheduler_time, text_encode_times, vae_decode
 
@@ -266,14 +266,7 @@ class DiTReport:
 def as_inference(strategy: Strategy) -> Strategy:
     """The strategy on the xDiT grid (``tp-sp-pp-cfg-dp``): ring-only or TP-only strategies
     built without an order get Megatron's order by default; the degrees are the same."""
-    if not isinstance(strategy, Strategy):
-        raise StrategyError(
-            Violation(
-                "strategy-type",
-                f"expected a parastrat.Strategy, got {type(strategy).__name__}",
-                "pass parastrat.Strategy(ulysses=..., ring=..., cfg=..., tp=...)",
-            )
-        )
+    require_strategy(strategy, "estimate_dit()")
     if strategy.is_inference:
         return strategy
     # Re-reading the degrees on the xDiT grid lets the Strategy's own rules refuse what

@@ -52,14 +52,14 @@ from dataclasses import dataclass, field
 from typing import Any, cast
 
 from .._deps import require
-from ..errors import SpecError, StrategyError, UsageError
+from ..errors import SpecError, StrategyError
 from ..rules import batch_violations
 from ..spec.hardware import Accelerator, GiB
 from ..spec.hardware import get as get_accelerator
 from ..spec.hardware import names as accelerator_names
 from ..spec.model import ModelSpec
 from ..spec.workload import Switches, Workload, resolve
-from ..strategy import Strategy
+from ..strategy import Strategy, require_strategy
 from ..viz import save_figure
 from .layers import (
     FP8_EXTRA_BYTES,
@@ -415,8 +415,7 @@ def estimate_memory(
             f"estimate_memory needs a ModelSpec, got {type(model).__name__} "
             "(use parastrat.models.get(name))"
         )
-    if not isinstance(strategy, Strategy):
-        raise UsageError(f"estimate_memory needs a Strategy, got {type(strategy).__name__}")
+    require_strategy(strategy, "estimate_memory()")
     wl, sw = resolve(
         model,
         workload,

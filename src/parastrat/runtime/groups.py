@@ -30,7 +30,7 @@ from typing import Any
 
 from ..errors import UsageError
 from ..layout import KINDS, coordinates, layout
-from ..strategy import Strategy
+from ..strategy import Strategy, require_strategy
 from .backend import as_timedelta, device_for, init_distributed
 
 #: layout kind -> (Megatron getter, its keyword arguments).  Kinds not listed here (and the
@@ -122,8 +122,7 @@ def initialize(
     cannot express the strategy.
     """
     global _active
-    if not isinstance(strategy, Strategy):
-        raise UsageError(f"initialize() takes a parastrat.Strategy, got {type(strategy).__name__}")
+    require_strategy(strategy, "initialize()")
     if _active is not None and _active.alive:
         raise UsageError(
             "parastrat process groups are already initialized in this process; "
