@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_RECOMPUTE,
         help=RECOMPUTE_HELP,
     )
-    p.add_argument("--precision", default="bf16", help="bf16, fp8 or mxfp8")
+    p.add_argument("--precision", default="bf16", help="bf16, fp8, mxfp8 or nvfp4 (fp4)")
     add_switch_args(p, step=False)
     p.add_argument("--accelerator", default="h100", help="device for the memory line")
     p.add_argument("--headroom", type=headroom_fraction, default=None, help=HEADROOM_HELP)
