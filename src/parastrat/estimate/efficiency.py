@@ -299,8 +299,9 @@ def gemm_time(
     :func:`~parastrat.estimate.kernel_model.gemm_shape_factor` (per-architecture tiles, FP8
     and FP4 K tiles; ``random_m``: ``m`` is the mean of a routed token count); off, from
     :func:`shape_factor` with the profile's tile.  ``fp4_tile`` (the ``nvfp4`` mechanism):
-    NVFP4 GEMMs use the 256-deep FP4 K tile (off: FP8's).  Operands are read at their
-    quantised size (:data:`~parastrat.estimate.fp8.OPERAND_BYTES`, scales included).
+    NVFP4 GEMMs use the 256-deep FP4 K tile (off: FP8's); their operands stream
+    at 0.5 + 1/16 B per element (:data:`~parastrat.estimate.fp8.OPERAND_BYTES`: E2M1 values
+    and their E4M3 block scales), FP8's at 1 B, BF16's at 2.
     """
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0

@@ -106,7 +106,7 @@ class Accelerator:
     name: str
     vendor: str  # "nvidia" | "huawei"
     memory_bytes: int
-    #: Dense FLOP/s per precision key ("bf16", "fp8", "mxfp8").
+    #: Dense FLOP/s per precision key ("bf16", "fp8", "mxfp8", "nvfp4").
     peak_flops: dict[str, float]
     mem_bandwidth_Bps: float
     #: Devices in one NVLink / HCCS domain (8 on HGX, 72 on GB200/GB300 NVL72).
@@ -137,7 +137,8 @@ class Accelerator:
     kernels: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def peak(self, precision: str = "bf16") -> float:
-        """Dense peak FLOP/s at ``precision``; fp8/mxfp8 fall back to bf16 where unsupported."""
+        """Dense peak FLOP/s at ``precision``; fp8/mxfp8 fall back to bf16 where unsupported
+        (nvfp4 too, but :func:`require_precision` refuses it there before any pricing)."""
         key = canonical_precision(precision)
         flops = self.peak_flops
         if key in flops:
