@@ -167,6 +167,7 @@ def test_cli_plan_explain_memory(capsys):
     assert json.loads(capsys.readouterr().out)["precision"] == "nvfp4"
     # a device without FP4 tensor cores: exit 2, a message with the fix, no traceback
     h100 = ["--model", "llama3-8b", "--gpus", "8", "--accelerator", "h100"]
-    assert main(["plan", *h100, *prec]) == 2
-    err = capsys.readouterr().err
-    assert "FP4 tensor cores" in err and "--precision fp8" in err and "Traceback" not in err
+    for cmd in ("plan", "explain", "memory"):
+        assert main([cmd, *h100, *prec]) == 2
+        err = capsys.readouterr().err
+        assert "FP4 tensor cores" in err and "--precision fp8" in err and "Traceback" not in err
