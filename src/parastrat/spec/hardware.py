@@ -282,9 +282,8 @@ register(
 # = 9 PFLOPS FP8 sparse per GPU -> 4.5 PFLOPS FP8 dense, 2.25 PFLOPS BF16 dense; 1,440 GB HBM3e
 # for 8 GPUs = 180 GB, 64 TB/s total = 8 TB/s per GPU; NVLink5 1.8 TB/s bidirectional (900 GB/s
 # each way); 8x ConnectX-7 400 Gb/s.  MXFP8 runs at the FP8 rate.  Achievable NVLink5 all-reduce
-# busbw ~720 GB/s (80 % of the link peak, as for NVLink4).  FP4: DGX B200 144 PFLOPS FP4
-# sparse for 8 GPUs = 18 sparse, 9 PFLOPS dense per GPU (NVIDIA HGX platform page: HGX B200
-# FP4 "144 | 72 PFLOPS" with | without sparsity).
+# busbw ~720 GB/s (80 % of the link peak, as for NVLink4).  FP4: DGX B200 datasheet, 144
+# PFLOPS FP4 inference (with sparsity) for 8 GPUs = 18 sparse, 9 PFLOPS dense per GPU.
 register(
     Accelerator(
         name="b200",
@@ -312,10 +311,10 @@ register(
 # B300 (HGX B300, Blackwell Ultra). NVIDIA HGX B300 / DGX B300 datasheet: 2.3 TB HBM3e for 8 GPUs
 # = 288 GB per GPU, 8 TB/s per GPU; dense BF16 2.25 PFLOPS and FP8 4.5 PFLOPS per GPU (the
 # Ultra gains are in FP4 and attention); NVLink5 900 GB/s each way; ConnectX-8 SuperNIC
-# 800 Gb/s per GPU (100 GB/s).  FP4: NVIDIA HGX platform page, HGX B300 FP4 "144 | 105
-# PFLOPS" (with | without sparsity) for 8 GPUs = 13.125 PFLOPS dense per GPU (the same
-# 13,125 TFLOPS in G. Lockwood's B300 notes); the HGX B300 runs at 1,100 W, below GB300's
-# 1,400 W, hence less than GB300's 15.
+# 800 Gb/s per GPU (100 GB/s).  FP4: 13,125 TFLOPS dense per GPU for the HGX B300 (G.
+# Lockwood's B300 notes, from NVIDIA's HGX B300 figures: 105 PFLOPS dense FP4 for 8 GPUs);
+# third-party tables round it to 14.  Below GB300's 15: the HGX part runs at 1,100 W against
+# GB300's 1,400 W.
 register(
     Accelerator(
         name="b300",
