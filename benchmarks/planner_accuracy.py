@@ -33,7 +33,7 @@ TFLOP/s per GPU.
 
 ``--ablate`` switches off kernel-level mechanisms of the step model
 (:class:`parastrat.spec.workload.Mechanisms`, a field of the ``Switches`` every row is priced
-with: shape, imbalance, moe_kernels, fp8,
+with: shape, imbalance, moe_kernels, fp8, nvfp4,
 interleave; "all" for every one); ``--ablation`` prints tokens/s/GPU MAPE over all, dense and
 MoE rows (and the 2021 table) with everything on, each mechanism off alone, and all off.
 """
@@ -394,7 +394,7 @@ def main(argv: list[str] | None = None) -> int:
         "--ablate",
         default="",
         help="comma-separated kernel mechanisms to switch off (shape, imbalance, moe_kernels, "
-        "fp8, interleave, or all)",
+        "fp8, nvfp4, interleave, or all)",
     )
     ap.add_argument(
         "--ablation",

@@ -26,7 +26,7 @@ def test_kernel_section_validated_with_the_key_named():
         ({"attn_eff": 0}, "attn_eff"),
         ({"host_op_s": 1.0}, "host_op_s"),
         ({"tflops": 500}, "tflops"),
-        ({"gemm_eff": {"fp4": 0.5}}, "fp4"),
+        ({"gemm_eff": {"int4": 0.5}}, "int4"),
     ):
         with pytest.raises(SpecError, match=named):
             Calibration.from_dict({"kernels": bad})
@@ -81,6 +81,9 @@ def test_cpu_measurements_run_and_fp8_is_refused_on_cpu():
     assert measure_copy(nbytes=1 << 16, device="cpu", iters=2, warmup=1) > 0
     with pytest.raises(UsageError, match="fp8"):
         measure_gemm("fp8", size=64, device="cpu", iters=1, warmup=0)
+    # an FP8 _scaled_mm is never written down as an NVFP4 rate
+    with pytest.raises(UsageError, match="NVFP4"):
+        measure_gemm("nvfp4", size=64, device="cpu", iters=1, warmup=0)
 
 
 def test_cli_kernels_refuse_a_cpu_labelled_as_a_gpu(capsys, monkeypatch):

@@ -326,7 +326,7 @@ def test_user_errors():
         ps.estimate_memory(gpt(), s, seq_len=512, micro_batch_size=2, global_batch_size=6)
     assert info.value.rules == ["batch-divisible"]
     with pytest.raises(SpecError, match="precision"):
-        ps.estimate_memory(gpt(), s, seq_len=512, precision="fp4")
+        ps.estimate_memory(gpt(), s, seq_len=512, precision="int4")
 
 
 # ---- properties --------------------------------------------------------------------------------

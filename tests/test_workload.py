@@ -35,7 +35,7 @@ def test_values_are_checked_at_construction():
     with pytest.raises(UsageError, match="micro_batch_size"):
         Workload(model=LLAMA8, seq_len=8, micro_batch_size=True)
     with pytest.raises(SpecError, match="precision"):
-        Workload(model=LLAMA8, seq_len=8, precision="fp4")
+        Workload(model=LLAMA8, seq_len=8, precision="int4")
     with pytest.raises(TypeError):
         Workload(LLAMA8, 4096)  # keyword-only
     sw = Switches(recompute="OFF", cuda_graphs="attn, moe-router", moe_dispatcher="deepep")

@@ -85,6 +85,11 @@ def measure_gemm(
             f"size and iters must be >= 1 and warmup >= 0, got {size}, {iters}, {warmup}"
         )
     key = canonical_precision(precision)
+    if key == "nvfp4":  # an FP8 _scaled_mm must not be written down as an NVFP4 rate
+        raise UsageError(
+            "bench --kernels measures bf16 and fp8 GEMMs only; NVFP4 GEMMs need Transformer "
+            "Engine's block-scaled kernels, not torch._scaled_mm: measure fp8"
+        )
     dev = _device(torch, device)
     a = torch.randn(size, size, device=dev, dtype=torch.bfloat16)
     b = torch.randn(size, size, device=dev, dtype=torch.bfloat16)

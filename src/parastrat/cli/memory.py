@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         default=DEFAULT_RECOMPUTE,
         help=RECOMPUTE_HELP,
     )
-    p.add_argument("--precision", default="bf16", help="bf16, fp8 or mxfp8")
+    p.add_argument("--precision", default="bf16", help="bf16, fp8, mxfp8 or nvfp4 (fp4)")
     add_switch_args(p, step=False)
     p.add_argument("--accelerator", default="h100", help="device for the memory line")
     p.add_argument("--headroom", type=headroom_fraction, default=None, help=HEADROOM_HELP)
@@ -75,12 +75,14 @@ def run(args: argparse.Namespace) -> int:
     or not it fits."""
     from ..estimate.memory import estimate_memory
     from ..spec.cluster import Cluster
+    from ..spec.hardware import require_precision
 
     model = load_model(args)
     # the memory the device exposes (Cluster: usable_memory_bytes where measured), as plan uses
     accel = Cluster(args.accelerator, num_devices=args.gpus).accel
     strategy = strategy_from_args(args).with_world_size(args.gpus)
     workload = workload_from_args(args, model, args.global_batch_size)
+    require_precision(accel, workload.precision)  # NVFP4 only where FP4 tensor cores exist
     report = estimate_memory(workload, strategy, switches_from_args(args))
     fits = report.fits(accel, headroom=args.headroom or 0.0)
     plot_path = None

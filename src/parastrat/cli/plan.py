@@ -60,7 +60,11 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
         default=None,
         help="sequences per step (default: 4 x the number of devices)",
     )
-    p.add_argument("--precision", default="bf16", help="bf16, fp8 (fp8-cs, ...) or mxfp8")
+    p.add_argument(
+        "--precision",
+        default="bf16",
+        help="bf16, fp8 (fp8-cs, ...), mxfp8 or nvfp4 (fp4; Blackwell only)",
+    )
     p.add_argument(
         "--calibration",
         default=None,

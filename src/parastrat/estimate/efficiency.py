@@ -35,6 +35,7 @@ from math import ceil
 
 from ..spec.hardware import Accelerator, canonical_precision
 from . import kernel_model
+from .fp8 import OPERAND_BYTES
 
 #: K at which the per-tile prologue/epilogue equals the main loop (elements).
 K_HALF = 64
@@ -76,12 +77,22 @@ class KernelProfile:
     source: str = ""
 
     def gemm_fraction(self, precision: str) -> float:
-        """Achievable fraction of peak for large GEMMs at ``precision`` (FP8 falls back to BF16)."""
+        """Achievable fraction of peak for large GEMMs at ``precision``: NVFP4 falls back to
+        MXFP8's (no sustained NVFP4 GEMM rate is published; both are ``tcgen05`` block-scaled
+        kernels), MXFP8 to FP8's, FP8 to BF16's."""
         key = precision if precision in self.gemm_eff else canonical_precision(precision)
-        return self.gemm_eff.get(
-            key, self.gemm_eff.get("fp8" if key == "mxfp8" else "bf16", self.gemm_eff["bf16"])
-        )
+        for k in _FRACTION_CHAIN.get(key, (key,)):
+            if k in self.gemm_eff:
+                return self.gemm_eff[k]
+        return self.gemm_eff["bf16"]
 
+
+#: Where a precision without its own measured fraction borrows one (see ``gemm_fraction``).
+_FRACTION_CHAIN = {
+    "nvfp4": ("nvfp4", "mxfp8", "fp8"),
+    "mxfp8": ("mxfp8", "fp8"),
+    "fp8": ("fp8",),
+}
 
 PROFILES: dict[str, KernelProfile] = {
     # A100: cuBLAS BF16 GEMMs reach ~270 of 312 TFLOP/s at 8192^3 (NVIDIA's A100 whitepaper
@@ -205,7 +216,7 @@ for _name, _units in (("l40", 142), ("l40s", 142), ("l20", 92), ("rtx-4090", 128
 DEFAULT = PROFILES["h100"]
 
 
-_CANONICAL = frozenset({"bf16", "fp8", "mxfp8"})
+_CANONICAL = frozenset({"bf16", "fp8", "mxfp8", "nvfp4"})
 
 
 def _peak(accel: Accelerator, key: str) -> float:
@@ -276,6 +287,7 @@ def gemm_time(
     streams: int = 0,
     random_m: bool = False,
     shape: bool = True,
+    fp4_tile: bool = True,
 ) -> float:
     """Seconds for ``groups`` GEMMs of (m x k) @ (k x n) at ``precision`` on ``accel``.
 
@@ -285,14 +297,21 @@ def gemm_time(
     GroupedLinear); 0: one grouped kernel whose tiles share the waves.  With ``shape`` (the
     mechanism of :class:`~parastrat.spec.workload.Mechanisms`) the rate comes from
     :func:`~parastrat.estimate.kernel_model.gemm_shape_factor` (per-architecture tiles, FP8
-    K tiles; ``random_m``: ``m`` is the mean of a routed token count); off, from
-    :func:`shape_factor` with the profile's tile.
+    and FP4 K tiles; ``random_m``: ``m`` is the mean of a routed token count); off, from
+    :func:`shape_factor` with the profile's tile.  ``fp4_tile`` (the ``nvfp4`` mechanism):
+    NVFP4 GEMMs use the 256-deep FP4 K tile (off: FP8's); their operands stream
+    at 0.5 + 1/16 B per element (:data:`~parastrat.estimate.fp8.OPERAND_BYTES`: E2M1 values
+    and their E4M3 block scales), FP8's at 1 B, BF16's at 2.
     """
     if m <= 0 or n <= 0 or k <= 0 or groups <= 0:
         return 0.0
     prof = prof or profile(accel)
     key = precision if precision in _CANONICAL else canonical_precision(precision)
-    in_bytes = 1 if key in ("fp8", "mxfp8") and key in accel.peak_flops else 2
+    in_bytes: float = 1 if key in ("fp8", "mxfp8") and key in accel.peak_flops else 2
+    op_bytes = in_bytes
+    if key == "nvfp4":  # require_precision keeps NVFP4 off parts without FP4 tensor cores
+        in_bytes = 0.5 if fp4_tile else 1
+        op_bytes = OPERAND_BYTES["nvfp4"]
     launches = 1
     if shape:
         tiles = kernel_model.tiling(accel)
@@ -306,7 +325,7 @@ def gemm_time(
         sf = shape_factor(prof, m, n, k, groups)
     rate = _peak(accel, key) * prof.gemm_fraction(key) * sf
     flops = 2.0 * m * n * k * groups
-    nbytes = groups * ((m * k + k * n) * in_bytes + m * n * 2.0)
+    nbytes = groups * ((m * k + k * n) * op_bytes + m * n * 2.0)
     return max(
         flops / rate,
         nbytes / (accel.mem_bandwidth_Bps * prof.mem_eff),

@@ -1,4 +1,5 @@
-"""FP8 training overheads: quantisation traffic, weight casts, amax reductions, accumulation.
+"""FP8 / NVFP4 training overheads: quantisation traffic, weight casts, amax reductions,
+accumulation.
 
 Transformer Engine runs a linear layer's GEMMs in FP8 by quantising their BF16 operands first.
 What that costs depends on the recipe and the architecture (pure functions here; the step
@@ -30,6 +31,23 @@ model calls them when its switches' ``Mechanisms.fp8`` is on):
   output gradients backward (projection, FC2) per layer, each a 4-byte all-reduce on the
   compute stream (latency-bound: 13.7 us for an 8-byte all-reduce on 8 H100, nccl-tests
   sample in ``collectives_measured.csv`` C001).
+* **NVFP4** (Transformer Engine's ``NVFP4BlockScaling``, Megatron Bridge's
+  ``bf16_with_nvfp4_mixed``: ``fp4="e2m1"``, ``fp4_recipe="nvfp4"``; NVIDIA, "Pretraining
+  Large Language Models with NVFP4", arXiv:2509.25149, section 4): the fprop, dgrad and wgrad
+  GEMMs of every linear layer take E2M1 operands (0.5 B) with one E4M3 scale per 16
+  elements (+1/16 B) and one FP32 scale per tensor.  The per-tensor scale needs the tensor's
+  amax before the cast, so every activation / gradient operand costs an amax pass (read
+  2 B; TE computes the amax of the tensor and of its Hadamard transform in that one read),
+  a row-wise cast for fprop / dgrad (read 2, write 0.5 + 1/16; gradients stochastically
+  rounded, which is arithmetic in the same memory-bound pass) and a column-wise cast for
+  wgrad after a 16 x 16 random Hadamard transform (RHT; read 2, write 0.5 + 1/16; the
+  transform is 32 FLOP per element, far under the HBM roofline): 7 + 1/8 B per element.
+  Weights use 2D 16 x 16 block scales, so one cast writes both orientations: amax (2) +
+  read (2) + two FP4 copies with scales (2 x 9/16) = 5 + 1/8 B per parameter, once per step.
+  With the ``nvfp4`` mechanism off, NVFP4 operands cost one MXFP8-like pass at FP4 sizes
+  (read 2, write 2 x 9/16: no amax pass, no separate RHT cast).  NVFP4's per-tensor amax is
+  all-reduced over TP with SP like current scaling's (TE ``NVFP4Quantizer`` with
+  ``with_amax_reduction``).
 * **Split accumulation on Hopper**: Hopper's FP8 tensor cores accumulate in reduced
   precision (DeepSeek-V3 report section 3.3.2: ~14 bits); TE promotes partial sums to FP32
   ("2x accumulation", ``_2X_ACC_DGRAD`` / ``_2X_ACC_WGRAD`` True, ``_2X_ACC_FPROP`` False)
@@ -51,10 +69,22 @@ _CAST = {
     ("blockwise", False): 4.0 + 2 / 128,
     ("mxfp8", True): 4.0 + 2 / 32,
     ("mxfp8", False): 4.0 + 2 / 32,
+    ("nvfp4", True): 7.0 + 2 / 16,
+    ("nvfp4", False): 7.0 + 2 / 16,
+    # the nvfp4 mechanism switched off: one block-scaled pass at FP4 sizes
+    ("nvfp4-flat", True): 2.0 + 2 * (0.5 + 1 / 16),
+    ("nvfp4-flat", False): 2.0 + 2 * (0.5 + 1 / 16),
 }
+#: Bytes per element of one quantised GEMM operand as the tensor cores read it (data + block
+#: scales): FP8 1 (MXFP8 +1/32 E8M0 scale), NVFP4 0.5 + 1/16 (E4M3 scale per 16).
+OPERAND_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0 + 1 / 32, "nvfp4": 0.5 + 1 / 16}
+#: Bytes per element of the copy of a linear layer's input that TE keeps for the wgrad GEMM
+#: (the memory model's ``lin``): BF16 2, FP8 / MXFP8 1 (the existing accounting, scales not
+#: counted), NVFP4 the column-wise RHT-quantised copy, 0.5 + 1/16.
+SAVED_INPUT_BYTES = {"bf16": 2.0, "fp8": 1.0, "mxfp8": 1.0, "nvfp4": 0.5 + 1 / 16}
 #: The recipe each canonical precision stands for (the recipes' spelling: FP8-CS on H100,
 #: MXFP8 on Blackwell; "fp8-delayed" / "fp8-blockwise" select the others).
-RECIPE_OF = {"fp8": "current", "mxfp8": "mxfp8"}
+RECIPE_OF = {"fp8": "current", "mxfp8": "mxfp8", "nvfp4": "nvfp4"}
 #: Backward (dgrad, wgrad) FP8 GEMM slowdown from split accumulation on Hopper.
 HOPPER_SPLIT_ACC = 1.15
 #: Per-layer amax all-reduces under current scaling with SP (2 forward + 2 backward).
@@ -66,6 +96,8 @@ AMAX_BYTES = 4
 def recipe(precision: str) -> str:
     """The FP8 recipe of a precision spelling: "current", "delayed", "blockwise", "mxfp8"."""
     p = str(precision).lower().replace("_", "-")
+    if "fp4" in p or p == "e2m1":
+        return "nvfp4"
     if "delayed" in p or p == "fp8-ds":
         return "delayed"
     if "block" in p:
@@ -86,8 +118,12 @@ def cast_bytes_per_element(fp8_recipe: str, arch: str) -> float:
 
 
 def weight_cast_bytes_per_param(fp8_recipe: str, arch: str) -> float:
-    """HBM bytes to cast one BF16 weight to FP8 (once per step; both orientations where the
-    GEMMs need them)."""
+    """HBM bytes to cast one BF16 weight to FP8 / NVFP4 (once per step; both orientations
+    where the GEMMs need them)."""
+    if fp8_recipe == "nvfp4":  # amax + read + two 16x16-scaled FP4 copies
+        return 2.0 + 2.0 + 2 * OPERAND_BYTES["nvfp4"]
+    if fp8_recipe == "nvfp4-flat":
+        return 2.0 + 2 * OPERAND_BYTES["nvfp4"]
     second = needs_transpose(arch) or fp8_recipe in ("blockwise", "mxfp8")
     return 2.0 + 1.0 + (1.0 if second else 0.0)
 
@@ -99,4 +135,12 @@ def backward_gemm_slowdown(arch: str) -> float:
 
 def amax_reductions(fp8_recipe: str, tp: int, sp: bool) -> int:
     """Amax all-reduces over the TP group per layer and micro-batch (current scaling + SP)."""
-    return AMAX_REDUCTIONS_PER_LAYER if fp8_recipe == "current" and sp and tp > 1 else 0
+    per_tensor = fp8_recipe in ("current", "nvfp4")
+    return AMAX_REDUCTIONS_PER_LAYER if per_tensor and sp and tp > 1 else 0
+
+
+def recipe_for(precision: str, nvfp4_mechanism: bool = True) -> str:
+    """The recipe a canonical quantised precision is priced with: :data:`RECIPE_OF`, with
+    NVFP4 priced as one flat block-scaled pass ("nvfp4-flat") when its mechanism is off."""
+    r = RECIPE_OF.get(precision, "current")
+    return "nvfp4-flat" if (r == "nvfp4" and not nvfp4_mechanism) else r

@@ -231,7 +231,9 @@ class ByteSizes:
         prec = canonical_precision(precision)
         extra = FP8_EXTRA_BYTES[prec]
         gather = float(comm.PARAM_BYTES)
-        if prec != "bf16" and fp8_param_gather is not False:
+        if fp8_param_gather is None:  # Bridge's recipes: on for FP8 / MXFP8, off for NVFP4
+            fp8_param_gather = prec != "nvfp4"
+        if prec != "bf16" and fp8_param_gather:
             extra -= 2.0
             gather = 1.0
         return cls(fp8_extra=extra, gather=gather)

@@ -8,7 +8,11 @@ is a hardware or library fact with its source here and in ``docs/step-model.md``
 * **CTA tiles per architecture** (:data:`TILINGS`).  cuBLAS/CUTLASS pick output tiles of
   128 x 256 on Hopper (two consumer warpgroups of 64 x 256 each: CUTLASS's
   ``KernelTmaWarpSpecializedCooperative`` with ``TileShape 128x256``; FP8 kernels deepen the K
-  tile to 128 because one FP8 ``wgmma`` consumes 32 bytes of K), and on Blackwell 256 x 256
+  tile to 128 because one FP8 ``wgmma`` consumes 32 bytes of K; NVFP4 block-scaled kernels
+  on Blackwell deepen it to 256 4-bit elements, the same 128 bytes per stage: CUTLASS's
+  ``72a_blackwell_nvfp4_bf16_gemm`` example, ``MmaTileShape 256x256x256``, and the
+  ``tcgen05.mma.kind::mxf4nvf4`` instruction's K of 64 elements, 4x BF16's 16), and on
+  Blackwell 256 x 256
   *per pair of SMs* (``tcgen05`` 2-SM UMMA, CUTLASS ``KernelTmaWarpSpecialized2SmSm100``:
   M = 256 spans the two CTAs of a cluster, so each SM computes 128 x 256).  A100 cuBLAS runs
   256 x 128 per SM with a 32/64-deep K.  The SM counts are the datasheet ones (H100 SXM 132,
@@ -66,8 +70,9 @@ class Tiling:
     #: output rows x columns of one SM's share of a CTA tile
     tile_m: int
     tile_n: int
-    #: K depth of one main-loop iteration, by input bytes per element (2: BF16, 1: FP8)
-    tile_k: dict[int, int]
+    #: K depth of one main-loop iteration, by input bytes per element (2: BF16, 1: FP8,
+    #: 0.5: NVFP4)
+    tile_k: dict[float, int]
     #: one tensor-core FLOP per clock per SM (dense BF16), for the SFU ratio
     bf16_flops_per_clk: int
     #: exponentials per clock per SM (SFU / MUFU ``ex2``)
@@ -78,8 +83,8 @@ class Tiling:
 TILINGS = {
     "ampere": Tiling(128, 256, {2: 32, 1: 32}, 2048, 16),
     "hopper": Tiling(128, 256, {2: 64, 1: 128}, 4096, 16),
-    "blackwell": Tiling(128, 256, {2: 64, 1: 128}, 8192, 16),
-    "blackwell-ultra": Tiling(128, 256, {2: 64, 1: 128}, 8192, 32),
+    "blackwell": Tiling(128, 256, {2: 64, 1: 128, 0.5: 256}, 8192, 16),
+    "blackwell-ultra": Tiling(128, 256, {2: 64, 1: 128, 0.5: 256}, 8192, 32),
     # Ascend cube units: 16 x 16 x 16 fractal, MatMul L0C tiles of 128 x 256 per AI core
     "ascend": Tiling(128, 256, {2: 64, 1: 64}, 4096, 16),
 }
@@ -120,7 +125,7 @@ def gemm_shape_factor(
     m: float,
     n: float,
     k: float,
-    in_bytes: int = 2,
+    in_bytes: float = 2,
     groups: int = 1,
     streams: int = 1,
     random_m: bool = False,

@@ -43,16 +43,20 @@ WEIGHT_BYTES = 2.0
 GRAD_BYTES = 4.0
 OPTIM_BYTES = 12.0
 #: Extra bytes per *linear-layer* parameter under FP8: row-wise and column-wise 1-byte copies
-#: (MXFP8 adds one 1-byte scale per 32 values to each).
-FP8_EXTRA_BYTES = {"bf16": 0.0, "fp8": 2.0, "mxfp8": 2.0 + 2.0 / 32}
+#: (MXFP8 adds one 1-byte scale per 32 values to each); NVFP4 caches two FP4 copies (0.5 B)
+#: with one E4M3 scale per 16 values each (TE ``NVFP4Tensor`` row-wise and column-wise data).
+FP8_EXTRA_BYTES = {"bf16": 0.0, "fp8": 2.0, "mxfp8": 2.0 + 2.0 / 32, "nvfp4": 2 * (0.5 + 1 / 16)}
 
 
 def fp8_extra_bytes(precision: str, fp8_param_gather: bool | None) -> float:
     """Extra bytes per linear-layer parameter at ``precision``: :data:`FP8_EXTRA_BYTES`, less
-    the bf16 copy that ``fp8_param_gather`` (None: Megatron Bridge's FP8 recipes, which set
-    it) removes."""
+    the bf16 copy that ``fp8_param_gather`` removes (None: what Megatron Bridge's recipes set,
+    True for FP8 / MXFP8, False for NVFP4: ``bf16_with_nvfp4_mixed`` keeps the BF16 weights,
+    FP4 parameter gather being unsupported)."""
     extra = FP8_EXTRA_BYTES[precision]
-    if (fp8_param_gather is None or fp8_param_gather) and precision != "bf16":
+    if fp8_param_gather is None:
+        fp8_param_gather = precision != "nvfp4"
+    if fp8_param_gather and precision != "bf16":
         extra -= 2.0  # the bf16 copy of each linear weight is gone
     return extra
 

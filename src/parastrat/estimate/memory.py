@@ -61,6 +61,7 @@ from ..spec.model import ModelSpec
 from ..spec.workload import Switches, Workload, resolve
 from ..strategy import Strategy, require_strategy
 from ..viz import save_figure
+from .fp8 import SAVED_INPUT_BYTES
 from .layers import (
     FP8_EXTRA_BYTES,
     GRAD_BYTES,
@@ -307,7 +308,7 @@ def activations(
     """:class:`Activations` of one micro-batch on a rank of this shape (memoised: the planner
     asks for the same shapes many times)."""
     h = model.hidden_size
-    lin = 1.0 if precision != "bf16" else 2.0  # TE keeps FP8 copies of linear-layer inputs
+    lin = SAVED_INPUT_BYTES[precision]  # TE keeps FP8 / NVFP4 copies of linear-layer inputs
     mask = h if model.hidden_dropout > 0 else 0.0
     rep_div = float(tp) if sp else 1.0
     tokens = seq_len / cp * micro_batch_size  # tokens of one micro-batch on this rank
@@ -401,11 +402,12 @@ def estimate_memory(
     gives the number of micro-batches ``m = gbs / (mbs * dp)`` (fewer than ``pp`` means fewer
     in flight); without it the pipeline is assumed full.  ``recompute`` is "none",
     "selective" (Megatron's default core-attention recompute) or "full" (every layer, uniform,
-    one layer per checkpoint).  ``precision`` "bf16", "fp8" or "mxfp8".
+    one layer per checkpoint).  ``precision`` "bf16", "fp8", "mxfp8" or "nvfp4".
     ``fp8_param_gather`` (Megatron's ``--fp8-param-gather``) keeps the primary linear weights
     in FP8, so FP8 costs no extra weight bytes; with False the bf16 weights stay and FP8 adds
     two 1-byte copies per linear weight.  None (default) follows Megatron Bridge's FP8/MXFP8
-    mixed-precision recipes, which set it True.
+    mixed-precision recipes, which set it True, and its NVFP4 recipe, which sets it False (the
+    BF16 weights stay and two FP4 copies with their E4M3 block scales are added).
     ``flash_attention=False`` adds the ``5 a s / h`` score matrices Korthikanti counts (unless
     recompute is selective).  ``other_bytes``/``fragmentation`` override the allowance in
     ``.other`` (defaults :data:`OTHER_FIXED_BYTES`, :data:`FRAGMENTATION`).

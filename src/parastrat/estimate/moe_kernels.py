@@ -44,6 +44,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from math import sqrt
 
+from ..spec.hardware import QUANTISED
 from ..spec.model import ModelSpec
 from ..spec.workload import Mechanisms
 from .kernel_model import expected_max_factor
@@ -196,5 +197,5 @@ def padding_launches(precision: str, mech: Mechanisms) -> int:
     """Host launches of the FP8 quantisation padding per MoE layer forward (pad before FC1,
     unpad after FC2: :func:`padding_bytes`); 0 without FP8, with router padding, or with the
     ``moe_kernels`` mechanism off."""
-    quantised = precision in ("fp8", "mxfp8")
+    quantised = precision in QUANTISED
     return 2 if (quantised and mech.moe_kernels and not mech.router_padding) else 0

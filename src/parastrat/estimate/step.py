@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StrategyError, UsageError
 from ..grid import expert_dp
-from ..spec.hardware import Accelerator
+from ..spec.hardware import QUANTISED, Accelerator, require_precision
 from ..spec.model import ModelSpec
 from ..spec.workload import CUDA_GRAPH_SCOPES as CUDA_GRAPH_SCOPES
 from ..spec.workload import Mechanisms, Switches, Workload, normalize_recompute, resolve
@@ -85,8 +85,8 @@ ELEM_BYTES = 2
 #: Extra HBM bytes per GEMM activation operand element under FP8 (inputs forward, output
 #: gradients backward): per-tensor current scaling reads the BF16 tensor twice (amax, cast)
 #: and writes the FP8 copy and its transpose (2 + 2 + 1 + 1); MXFP8 finds its block scales in
-#: the cast pass (2 + 1 + 1).
-FP8_CAST_BYTES = {"fp8": 6, "mxfp8": 4}
+#: the cast pass (2 + 1 + 1); NVFP4 one block-scaled pass at FP4 sizes (2 + 2 x 9/16).
+FP8_CAST_BYTES = {"fp8": 6, "mxfp8": 4, "nvfp4": 3.125}
 #: HBM bytes per attention-score element in an unfused forward: write the scores, the fused
 #: scale-mask-softmax reads and writes them, dropout reads them and writes its output and
 #: a 1-byte mask, A V reads them (2 + 4 + 5 + 2); the backward moves about twice as much.
@@ -139,8 +139,9 @@ HOST_OPS = {
     "permute": 2,
     "sort": 2,
 }
-#: Host operations per GEMM input under FP8 (see :data:`HOST_OPS`).
-FP8_CAST_OPS = {"fp8": 2, "mxfp8": 1}
+#: Host operations per GEMM input under FP8 (see :data:`HOST_OPS`); NVFP4: amax (with the
+#: Hadamard amax), row-wise cast, RHT column-wise cast = 3 (:mod:`.fp8`).
+FP8_CAST_OPS = {"fp8": 2, "mxfp8": 1, "nvfp4": 3}
 #: Backward host operations per forward operation: autograd issues dgrad + wgrad for every
 #: GEMM and one or two kernels per element-wise op.
 HOST_BWD_RATIO = 2.0
@@ -415,15 +416,15 @@ def _matrix_times(
     # kernels: TE GroupedLinear runs one GEMM per local expert over its streams
     streams = kernel_model.GROUPED_STREAMS if (mech.shape and groups > 1) else 0
     rnd = expert_m is not None  # kernels: routed counts are random around their mean
-    sh = mech.shape
-    fwd = gemm_time(accel, m, n_out, k_in, prec, groups, prof, streams, rnd, sh)
+    sh, f4 = mech.shape, mech.nvfp4
+    fwd = gemm_time(accel, m, n_out, k_in, prec, groups, prof, streams, rnd, sh, f4)
     bwd = (
-        gemm_time(accel, m, k_in, n_out, prec, groups, prof, streams, rnd, sh)  # dgrad
-        + gemm_time(accel, k_in, n_out, m, prec, groups, prof, streams, shape=sh)
+        gemm_time(accel, m, k_in, n_out, prec, groups, prof, streams, rnd, sh, f4)  # dgrad
+        + gemm_time(accel, k_in, n_out, m, prec, groups, prof, streams, shape=sh, fp4_tile=f4)
     )  # wgrad
     if mech.fp8 and prec in ("fp8", "mxfp8"):  # kernels: Hopper's split accumulation
         bwd *= fp8_overheads.backward_gemm_slowdown(kernel_model.ARCH.get(accel.name, ""))
-    cast = groups * m * (k_in + n_out) if prec in ("fp8", "mxfp8") else 0.0
+    cast = groups * m * (k_in + n_out) if prec in QUANTISED else 0.0
     return fwd, bwd, cast
 
 
@@ -446,7 +447,7 @@ def layer_cost(
     with the kernel mechanisms ``mech`` (uncached: :class:`StepModel` memoises it per
     workload and switches)."""
     prof = kernel_profile(accel)
-    fp8 = precision in ("fp8", "mxfp8") and accel.supports(precision)
+    fp8 = precision in QUANTISED and accel.supports(precision)
     prec = precision if fp8 else "bf16"
     load = (  # kernels: the slowest EP rank's routed tokens
         moe_kernels.expert_load(
@@ -512,11 +513,11 @@ def layer_cost(
 def _cast_bytes(cast: float, prec: str, accel: Accelerator, mech: Mechanisms) -> float:
     """HBM bytes of one direction (half forward: inputs, half backward: output gradients) of
     the FP8 casts of ``cast`` GEMM operand elements."""
-    if prec not in ("fp8", "mxfp8"):
+    if prec not in QUANTISED:
         return 0.0
     if mech.fp8:  # kernels: bytes per element of the recipe on this architecture
         per_elem = fp8_overheads.cast_bytes_per_element(
-            fp8_overheads.RECIPE_OF.get(prec, "current"), kernel_model.ARCH.get(accel.name, "")
+            fp8_overheads.recipe_for(prec, mech.nvfp4), kernel_model.ARCH.get(accel.name, "")
         )
         return cast * per_elem / 2
     return cast * FP8_CAST_BYTES.get(prec, 0) / 2
@@ -622,6 +623,7 @@ class StepModel:
     """
 
     def __init__(self, cluster: Cluster, workload: Workload, switches: Switches) -> None:
+        require_precision(cluster.accel, workload.precision)  # NVFP4 only on Blackwell
         self._cluster, self._workload, self._switches = cluster, workload, switches
         self._moe_comm = MoEComm(
             switches.moe_dispatcher, switches.moe_a2a_overlap, switches.moe_shared_expert_overlap
@@ -1039,13 +1041,14 @@ class StepModel:
         accel = self._cluster.accel
         opt = memory_time(accel, shard * ADAM_BYTES_PER_PARAM + local * 2, kernel_profile(accel))
         prec = self._workload.precision
-        if self.mechanisms.fp8 and prec in ("fp8", "mxfp8") and accel.supports(prec):
+        if self.mechanisms.fp8 and prec in QUANTISED and accel.supports(prec):
             # kernels: each weight cast to FP8 once per step (TE caches it across micro-batches)
             opt += memory_time(
                 accel,
                 local
                 * fp8_overheads.weight_cast_bytes_per_param(
-                    fp8_overheads.RECIPE_OF[prec], kernel_model.ARCH.get(accel.name, "")
+                    fp8_overheads.recipe_for(prec, self.mechanisms.nvfp4),
+                    kernel_model.ARCH.get(accel.name, ""),
                 ),
             )
         st.update(dp=t_rs + t_ag, dp_exposed=exposed, optimizer=opt)

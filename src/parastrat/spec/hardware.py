@@ -7,7 +7,9 @@ Every number comes from a vendor datasheet (named in ``source``); where a figure
   device really exposes where measured (NVIDIA's "80 GB" H100 shows 81,559 MiB = 79.6 GiB in
   ``nvidia-smi``), which is what a :class:`~parastrat.Cluster` plans against.
 * ``peak_flops``: *dense* (not 2:4 sparse) tensor-core FLOP/s per device, keyed by precision
-  ("bf16", "fp8", "mxfp8"); a precision the device lacks falls back to bf16 in :meth:`peak`.
+  ("bf16", "fp8", "mxfp8", "nvfp4"); an FP8 precision the device lacks falls back to bf16 in
+  :meth:`peak`; NVFP4 has no fallback (:func:`require_precision` refuses it on parts without
+  FP4 tensor cores, as Transformer Engine does).
 * ``scale_up_bw_Bps``: *achievable* all-reduce bus bandwidth per device inside one scale-up
   domain (NVLink / HCCS), as nccl-tests reports it; ``scale_up_peak_Bps`` records the link's
   unidirectional peak for comparison.  NVLink collectives reach ~75-85 % of the link peak.
@@ -47,8 +49,18 @@ _PRECISION_ALIASES = {
     "fp8-block": "fp8",
     "mxfp8": "mxfp8",
     "mx-fp8": "mxfp8",
+    "nvfp4": "nvfp4",
+    "nv-fp4": "nvfp4",
+    "fp4": "nvfp4",
+    "nvfp4-bs": "nvfp4",
+    "nvfp4-blockscaling": "nvfp4",
+    "nvfp4blockscaling": "nvfp4",
+    "e2m1": "nvfp4",
 }
-PRECISIONS = ("bf16", "fp8", "mxfp8")
+PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
+#: Precisions whose linear-layer GEMMs run on quantised operands (Transformer Engine recipes);
+#: the one list the step, memory and MoE-kernel models test against.
+QUANTISED = ("fp8", "mxfp8", "nvfp4")
 
 
 def canonical_precision(precision: str) -> str:
@@ -62,8 +74,29 @@ def canonical_precision(precision: str) -> str:
     except KeyError:
         raise SpecError(
             f"unknown precision {precision!r}; use one of "
-            f"{', '.join(PRECISIONS)} (FP8 recipes such as 'fp8-cs' map to fp8)"
+            f"{', '.join(PRECISIONS)} (FP8 recipes such as 'fp8-cs' map to fp8; "
+            "'fp4' / 'nvfp4-bs' map to nvfp4)"
         ) from None
+
+
+def require_precision(accel: Accelerator, precision: str) -> str:
+    """The canonical ``precision``, or :class:`~parastrat.errors.SpecError` when it is NVFP4 and
+    ``accel`` has no FP4 tensor cores.
+
+    FP8 on a part without FP8 tensor cores is priced at BF16 (:meth:`Accelerator.peak`); NVFP4
+    is refused instead: Transformer Engine's ``NVFP4BlockScaling`` recipe needs Blackwell
+    (compute capability 10.x) and raises on anything older, so a plan that prices it at a
+    fallback rate would describe a run that cannot start.
+    """
+    key = canonical_precision(precision)
+    if key == "nvfp4" and key not in accel.peak_flops:
+        able = ", ".join(n for n, a in _PRESETS.items() if "nvfp4" in a.peak_flops)
+        raise SpecError(
+            f"precision nvfp4 needs FP4 tensor cores, which {accel.name} lacks "
+            f"(Transformer Engine's NVFP4BlockScaling runs on Blackwell only: {able}); "
+            "use --precision fp8 (or mxfp8 on Blackwell) on this device"
+        )
+    return key
 
 
 @dataclass(frozen=True)
@@ -73,7 +106,7 @@ class Accelerator:
     name: str
     vendor: str  # "nvidia" | "huawei"
     memory_bytes: int
-    #: Dense FLOP/s per precision key ("bf16", "fp8", "mxfp8").
+    #: Dense FLOP/s per precision key ("bf16", "fp8", "mxfp8", "nvfp4").
     peak_flops: dict[str, float]
     mem_bandwidth_Bps: float
     #: Devices in one NVLink / HCCS domain (8 on HGX, 72 on GB200/GB300 NVL72).
@@ -104,7 +137,8 @@ class Accelerator:
     kernels: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def peak(self, precision: str = "bf16") -> float:
-        """Dense peak FLOP/s at ``precision``; fp8/mxfp8 fall back to bf16 where unsupported."""
+        """Dense peak FLOP/s at ``precision``; fp8/mxfp8 fall back to bf16 where unsupported
+        (nvfp4 too, but :func:`require_precision` refuses it there before any pricing)."""
         key = canonical_precision(precision)
         flops = self.peak_flops
         if key in flops:
@@ -248,13 +282,19 @@ register(
 # = 9 PFLOPS FP8 sparse per GPU -> 4.5 PFLOPS FP8 dense, 2.25 PFLOPS BF16 dense; 1,440 GB HBM3e
 # for 8 GPUs = 180 GB, 64 TB/s total = 8 TB/s per GPU; NVLink5 1.8 TB/s bidirectional (900 GB/s
 # each way); 8x ConnectX-7 400 Gb/s.  MXFP8 runs at the FP8 rate.  Achievable NVLink5 all-reduce
-# busbw ~720 GB/s (80 % of the link peak, as for NVLink4).
+# busbw ~720 GB/s (80 % of the link peak, as for NVLink4).  FP4: DGX B200 datasheet, 144
+# PFLOPS FP4 inference (with sparsity) for 8 GPUs = 18 sparse, 9 PFLOPS dense per GPU.
 register(
     Accelerator(
         name="b200",
         vendor="nvidia",
         memory_bytes=180 * GiB,
-        peak_flops={"bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "mxfp8": 4500 * TFLOPS},
+        peak_flops={
+            "bf16": 2250 * TFLOPS,
+            "fp8": 4500 * TFLOPS,
+            "mxfp8": 4500 * TFLOPS,
+            "nvfp4": 9000 * TFLOPS,
+        },
         mem_bandwidth_Bps=8000 * GBps,
         scale_up_domain=8,
         scale_up_bw_Bps=720 * GBps,
@@ -271,13 +311,21 @@ register(
 # B300 (HGX B300, Blackwell Ultra). NVIDIA HGX B300 / DGX B300 datasheet: 2.3 TB HBM3e for 8 GPUs
 # = 288 GB per GPU, 8 TB/s per GPU; dense BF16 2.25 PFLOPS and FP8 4.5 PFLOPS per GPU (the
 # Ultra gains are in FP4 and attention); NVLink5 900 GB/s each way; ConnectX-8 SuperNIC
-# 800 Gb/s per GPU (100 GB/s).
+# 800 Gb/s per GPU (100 GB/s).  FP4: 13,125 TFLOPS dense per GPU for the HGX B300 (G.
+# Lockwood's B300 notes, from NVIDIA's HGX B300 figures: 105 PFLOPS dense FP4 for 8 GPUs);
+# third-party tables round it to 14.  Below GB300's 15: the HGX part runs at 1,100 W against
+# GB300's 1,400 W.
 register(
     Accelerator(
         name="b300",
         vendor="nvidia",
         memory_bytes=288 * GiB,
-        peak_flops={"bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "mxfp8": 4500 * TFLOPS},
+        peak_flops={
+            "bf16": 2250 * TFLOPS,
+            "fp8": 4500 * TFLOPS,
+            "mxfp8": 4500 * TFLOPS,
+            "nvfp4": 13125 * TFLOPS,
+        },
         mem_bandwidth_Bps=8000 * GBps,
         scale_up_domain=8,
         scale_up_bw_Bps=720 * GBps,
@@ -294,13 +342,19 @@ register(
 # GB200 NVL72. NVIDIA GB200 NVL72 datasheet: per GPU 2.5 PFLOPS BF16 dense (5 sparse), FP8 5
 # PFLOPS dense, HBM3e 186 GB (13.4 TB / 72) at 8 TB/s; the whole rack is one NVLink5 domain of 72
 # GPUs (900 GB/s each way per GPU); compute trays hold 4 GPUs (2 superchips); ConnectX-7
-# 400 Gb/s per GPU for scale-out.
+# 400 Gb/s per GPU for scale-out.  FP4: the datasheet's 1,440 PFLOPS FP4 for the rack is
+# with sparsity (720 PFLOPS FP8 likewise); dense 720 / 72 = 10 PFLOPS FP4 per GPU.
 register(
     Accelerator(
         name="gb200",
         vendor="nvidia",
         memory_bytes=186 * GiB,
-        peak_flops={"bf16": 2500 * TFLOPS, "fp8": 5000 * TFLOPS, "mxfp8": 5000 * TFLOPS},
+        peak_flops={
+            "bf16": 2500 * TFLOPS,
+            "fp8": 5000 * TFLOPS,
+            "mxfp8": 5000 * TFLOPS,
+            "nvfp4": 10000 * TFLOPS,
+        },
         mem_bandwidth_Bps=8000 * GBps,
         scale_up_domain=72,
         scale_up_bw_Bps=720 * GBps,
@@ -316,12 +370,20 @@ register(
 
 # GB300 NVL72. NVIDIA GB300 NVL72 datasheet: per GPU 288 GB HBM3e at 8 TB/s, dense BF16 2.5
 # PFLOPS and FP8 5 PFLOPS, NVLink5 in a 72-GPU domain, ConnectX-8 800 Gb/s (XDR) per GPU.
+# FP4: "1,440 | 1,080 PFLOPS" (with | without sparsity) for the rack = 15 PFLOPS dense per GPU,
+# 3x its dense FP8 (NVIDIA's "Inside NVIDIA Blackwell Ultra" blog, 2025-08: 15 PFLOPS dense
+# NVFP4 per GPU, 1.5x Blackwell's 10).
 register(
     Accelerator(
         name="gb300",
         vendor="nvidia",
         memory_bytes=288 * GiB,
-        peak_flops={"bf16": 2500 * TFLOPS, "fp8": 5000 * TFLOPS, "mxfp8": 5000 * TFLOPS},
+        peak_flops={
+            "bf16": 2500 * TFLOPS,
+            "fp8": 5000 * TFLOPS,
+            "mxfp8": 5000 * TFLOPS,
+            "nvfp4": 15000 * TFLOPS,
+        },
         mem_bandwidth_Bps=8000 * GBps,
         scale_up_domain=72,
         scale_up_bw_Bps=720 * GBps,

@@ -143,8 +143,8 @@ class Workload:
     ``seq_len``: tokens per sequence.  ``global_batch_size``: sequences per optimizer step
     (None: unknown, which only the memory estimate accepts: it then assumes a full pipeline).
     ``micro_batch_size``: sequences per micro-batch (None: 1 when estimating, searched when
-    planning).  ``precision``: of the linear layers, "bf16", "fp8" or "mxfp8" (FP8 recipe
-    spellings such as "fp8-cs" are accepted and canonicalised).
+    planning).  ``precision``: of the linear layers, "bf16", "fp8", "mxfp8" or "nvfp4" (recipe
+    spellings such as "fp8-cs" or "fp4" are accepted and canonicalised).
     """
 
     model: ModelSpec
@@ -205,6 +205,10 @@ class Mechanisms:
       instead of a lumped element count;
     * ``fp8``: FP8 casts per recipe (current-scaling amax pass, transposes on Hopper, weight
       casts once per step, MXFP8 scale bytes) and the TP amax reductions;
+    * ``nvfp4``: the NVFP4 recipe's own quantisation passes (per-tensor amax pass, a separate
+      random-Hadamard column-wise cast for wgrad, 2D weight scales) and FP4 GEMMs at their
+      deeper K tile (off: NVFP4 operands cost one flat block-scaled pass and the FP8 K tile;
+      :mod:`parastrat.estimate.fp8`);
     * ``interleave``: deep pipeline interleaving lengthens the fill/drain chain by one P2P
       transfer (and its host launches) per chunk boundary.
 
@@ -222,6 +226,7 @@ class Mechanisms:
     imbalance: bool = True
     moe_kernels: bool = True
     fp8: bool = True
+    nvfp4: bool = True
     interleave: bool = True
     balance: str = "forced"
     capacity_factor: float | None = None
@@ -264,7 +269,7 @@ class Mechanisms:
 
 
 #: The mechanism switches of :class:`Mechanisms` (each can be ablated).
-MECHANISM_SWITCHES = ("shape", "imbalance", "moe_kernels", "fp8", "interleave")
+MECHANISM_SWITCHES = ("shape", "imbalance", "moe_kernels", "fp8", "nvfp4", "interleave")
 
 
 def parse_ablation(text: str | None, base: Mechanisms | None = None) -> Mechanisms:
