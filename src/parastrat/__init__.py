@@ -33,6 +33,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "Accelerator": ("parastrat.spec.hardware", "Accelerator"),
     "Cluster": ("parastrat.spec.cluster", "Cluster"),
     "DiTSpec": ("parastrat.spec.dit", "DiTSpec"),
+    "Workload": ("parastrat.spec.workload", "Workload"),
+    "Switches": ("parastrat.spec.workload", "Switches"),
+    "SearchSpace": ("parastrat.spec.workload", "SearchSpace"),
     # estimates
     "estimate_memory": ("parastrat.estimate.memory", "estimate_memory"),
     "MemoryReport": ("parastrat.estimate.memory", "MemoryReport"),
