@@ -115,17 +115,34 @@ def print_time(args, report: ps.MemoryReport) -> None:
         f"\nFSDP communication per step, stage {big} ({len(work)} units, {m} micro-batches, "
         f"layer compute {layer_s * 1e3:.1f} ms per micro-batch) on {args.gpus} {args.device}"
     )
-    print(f"{'level':<19} {'span':>6} {'total s':>8} {'exposed s':>10}")
+    print(
+        f"{'level':<19} {'span':>6} {'total s':>8} {'exposed s':>10}   step model: "
+        f"{'dp s':>7} {'exposed s':>9} {'step s':>7}"
+    )
+    model = ps.models.get(args.model)
     for level in LEVELS:
         sh = Sharding(level, dp_shard=strategy.dp or 1)
         groups = ShardGroups.dense(sh, tp=args.tp)
         t = fsdp_stage_comm(work, sh, groups, cluster, micro_batches=m)
         span = cluster.span(groups.shard, groups.shard_stride)
-        print(f"{level:<19} {span:>6} {t.total:8.3f} {t.exposed:10.3f}")
-    b = step.breakdown
+        wired = ps.estimate_step(
+            model,
+            strategy.replace(fsdp=None if level == "no_shard" else level).with_world_size(
+                args.gpus
+            ),
+            cluster,
+            seq_len=args.seq_len,
+            global_batch_size=args.global_batch_size,
+            distributed_optimizer=level != "no_shard",
+        )
+        b = wired.breakdown
+        print(
+            f"{level:<19} {span:>6} {t.total:8.3f} {t.exposed:10.3f}   {'':12}"
+            f"{b['dp']:7.3f} {b['dp_exposed']:9.3f} {wired.step_time_s:7.2f}"
+        )
     print(
-        f"step model today (distributed optimizer): dp {b['dp']:.3f} s, exposed "
-        f"{b['dp_exposed']:.3f} s; step {step.step_time_s:.2f} s"
+        "(left: this stage's units alone; right: the step model on its slowest stage, "
+        "no_shard without the distributed optimizer)"
     )
 
 

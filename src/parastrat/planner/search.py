@@ -207,7 +207,8 @@ def _sharding_variants(s: Strategy, space: SearchSpace, scale_up_domain: int) ->
             continue  # nothing to shard over
         yield s.replace(fsdp=level, dp_shard=dp).with_world_size(world)
         shard = hsdp_shard(s, scale_up_domain)
-        if 1 < shard < dp or (shard == 1 and s.cp > 1 and dp > 1):
+        inside = shard * s.cp * s.tp <= scale_up_domain
+        if inside and shard < dp and shard * s.cp > 1:
             yield s.replace(fsdp=level, dp_shard=shard, dp_replicate=dp // shard).with_world_size(
                 world
             )
