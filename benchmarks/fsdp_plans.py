@@ -7,7 +7,7 @@ as FSDP and HSDP at ``optim_grads`` and ``optim_grads_params``).  Prints the cho
 predicted throughput and peak memory per GPU, and :func:`~parastrat.planner.explain.fsdp_verdict`
 (why the FSDP choice wins or loses), as a Markdown table (``docs/fsdp.md`` holds its output).
 
-    python benchmarks/fsdp_plans.py            # 8B, 70B, 405B on 8, 64, 512 H100
+    python benchmarks/fsdp_plans.py            # 8B, 70B, 405B on 8, 64, 128, 512 H100
     python benchmarks/fsdp_plans.py --short    # CI subset: 8B on 8, 70B on 64
 """
 
@@ -22,7 +22,7 @@ from parastrat.planner.explain import fsdp_verdict
 from parastrat.spec.hardware import GiB
 
 MODELS = ("llama3.1-8b", "llama3.1-70b", "llama3.1-405b")
-DEVICES = (8, 64, 512)
+DEVICES = (8, 64, 128, 512)
 SHORT = (("llama3.1-8b", 8), ("llama3.1-70b", 64))
 SEQ = 8192
 

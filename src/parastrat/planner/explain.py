@@ -220,11 +220,14 @@ def fsdp_verdict(plan: Plan) -> str:
             else f"tied ({gain:+.1%}, within the model's {RANK_TIE:.0%} resolution) and ranked "
             "ahead of"
         )
-        return (
-            f"FSDP chosen, {edge} the best unsharded strategy ({plain.label()}). {head}: "
-            f"{saved:+.2f} s of pipeline bubble and PP send/recv saved for {exposed:.2f} s of "
+        trade = (
+            f"saves {saved:.2f} s of pipeline bubble and PP send/recv for {exposed:.2f} s of "
             "exposed FSDP communication"
+            if saved > 0.005 * fs.step.step_time_s
+            else f"{difference(fs.step, plain.step)}, for {exposed:.2f} s of exposed FSDP "
+            "communication"
         )
+        return f"FSDP chosen, {edge} the best unsharded strategy ({plain.label()}). {head}: {trade}"
     m = fs.step.micro_batches
     why = (
         f"it gathers every layer each micro-batch: {m} x (AG fwd + AG bwd + RS) = "
