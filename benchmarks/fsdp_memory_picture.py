@@ -6,8 +6,10 @@ state come from :mod:`parastrat.estimate.fsdp` at each of Megatron FSDP's levels
 ``dp_shard = dp``, prefetch one layer: the double buffer), plus the unsharded working set of the
 layers in flight; activations and the allowance for context/buffers/fragmentation are
 :func:`parastrat.estimate_memory`'s for the same strategy (they do not depend on the level).
-The per-layer parameters are the memory model's own: its stage totals, split into equal
-transformer layers and the embedding / output layer on the end stages.
+The table and picture are :func:`parastrat.estimate_memory` itself with ``Strategy.fsdp`` set
+(the wired model: its per-block parameter records, the working set of each stage's largest
+unit); ``--time`` and ``--ablation`` split the stage into equal transformer layers and the
+embedding / output layer on the end stages.
 
     python benchmarks/fsdp_memory_picture.py                 # table + docs/img/fsdp_memory.png
     python benchmarks/fsdp_memory_picture.py --no-plot       # table only
@@ -33,13 +35,13 @@ import parastrat as ps
 from parastrat.estimate.fsdp import (
     LEVELS,
     LayerWork,
-    ShardedStage,
     ShardGroups,
     Sharding,
     fsdp_stage_comm,
     fsdp_stage_memory,
     megatron_prefetch_depth,
 )
+from parastrat.estimate.memory import StageMemory
 from parastrat.spec.hardware import get as get_accelerator
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,34 +70,40 @@ def layer_params(model: ps.ModelSpec, report, tp: int) -> list[list[float]]:
     return out
 
 
-def stage_rows(args) -> tuple[ps.MemoryReport, dict[str, list[ShardedStage]]]:
+def stage_rows(args) -> tuple[ps.MemoryReport, dict[str, list[StageMemory]]]:
+    """The memory estimate of the strategy at each level (``Strategy.fsdp``, sharded over
+    ``dp_shard = dp``): ``no_shard`` is the estimate without the distributed optimizer."""
     model = ps.models.get(args.model)
     strategy = ps.Strategy(tp=args.tp, pp=args.pp, sp=args.tp > 1).with_world_size(args.gpus)
     report = ps.estimate_memory(
         model, strategy, seq_len=args.seq_len, global_batch_size=args.global_batch_size
     )
-    units = layer_params(model, report, args.tp)
-    dp = strategy.dp or 1
-    rows = {
-        level: [fsdp_stage_memory(u, Sharding(level, dp_shard=dp)) for u in units]
-        for level in LEVELS
-    }
+    rows = {}
+    for level in LEVELS:
+        sharded = strategy.replace(fsdp=None if level == "no_shard" else level)
+        rows[level] = ps.estimate_memory(
+            model,
+            sharded.with_world_size(args.gpus),
+            seq_len=args.seq_len,
+            global_batch_size=args.global_batch_size,
+            distributed_optimizer=level != "no_shard",
+        ).stages
     return report, rows
 
 
-def print_table(report: ps.MemoryReport, rows: dict[str, list[ShardedStage]]) -> None:
+def print_table(report: ps.MemoryReport, rows: dict[str, list[StageMemory]]) -> None:
     print(f"{report.model} | {report.strategy} | seq {report.seq_len} | {report.recompute}")
     print(
         f"{'level':<19} {'stage':>5} {'weights':>8} {'grads':>8} {'optim':>8} "
         f"{'working':>8} {'act+oth':>8} {'total':>8}  (GiB)"
     )
     for level, stages in rows.items():
-        for mem, st in zip(stages, report.stages):
+        for st in stages:
             rest = st.activations + st.other
             print(
-                f"{level:<19} {st.stage:>5} {mem.weights / GiB:8.2f} {mem.gradients / GiB:8.2f} "
-                f"{mem.optimizer / GiB:8.2f} {mem.working.total / GiB:8.2f} {rest / GiB:8.2f} "
-                f"{(mem.total + rest) / GiB:8.2f}"
+                f"{level:<19} {st.stage:>5} {st.weights / GiB:8.2f} {st.gradients / GiB:8.2f} "
+                f"{st.optimizer / GiB:8.2f} {st.working / GiB:8.2f} {rest / GiB:8.2f} "
+                f"{st.total / GiB:8.2f}"
             )
 
 
@@ -107,17 +115,34 @@ def print_time(args, report: ps.MemoryReport) -> None:
         f"\nFSDP communication per step, stage {big} ({len(work)} units, {m} micro-batches, "
         f"layer compute {layer_s * 1e3:.1f} ms per micro-batch) on {args.gpus} {args.device}"
     )
-    print(f"{'level':<19} {'span':>6} {'total s':>8} {'exposed s':>10}")
+    print(
+        f"{'level':<19} {'span':>6} {'total s':>8} {'exposed s':>10}   step model: "
+        f"{'dp s':>7} {'exposed s':>9} {'step s':>7}"
+    )
+    model = ps.models.get(args.model)
     for level in LEVELS:
         sh = Sharding(level, dp_shard=strategy.dp or 1)
         groups = ShardGroups.dense(sh, tp=args.tp)
         t = fsdp_stage_comm(work, sh, groups, cluster, micro_batches=m)
         span = cluster.span(groups.shard, groups.shard_stride)
-        print(f"{level:<19} {span:>6} {t.total:8.3f} {t.exposed:10.3f}")
-    b = step.breakdown
+        wired = ps.estimate_step(
+            model,
+            strategy.replace(fsdp=None if level == "no_shard" else level).with_world_size(
+                args.gpus
+            ),
+            cluster,
+            seq_len=args.seq_len,
+            global_batch_size=args.global_batch_size,
+            distributed_optimizer=level != "no_shard",
+        )
+        b = wired.breakdown
+        print(
+            f"{level:<19} {span:>6} {t.total:8.3f} {t.exposed:10.3f}   {'':12}"
+            f"{b['dp']:7.3f} {b['dp_exposed']:9.3f} {wired.step_time_s:7.2f}"
+        )
     print(
-        f"step model today (distributed optimizer): dp {b['dp']:.3f} s, exposed "
-        f"{b['dp_exposed']:.3f} s; step {step.step_time_s:.2f} s"
+        "(left: this stage's units alone; right: the step model on its slowest stage, "
+        "no_shard without the distributed optimizer)"
     )
 
 
@@ -188,8 +213,8 @@ def plot(report, rows, device: str, out: Path) -> None:
             [m.weights / GiB for m in stages],
             [m.gradients / GiB for m in stages],
             [m.optimizer / GiB for m in stages],
-            [m.working.total / GiB for m in stages],
-            [(st.activations + st.other) / GiB for st in report.stages],
+            [m.working / GiB for m in stages],
+            [(st.activations + st.other) / GiB for st in stages],
         ]
         bottom = [0.0] * len(xs)
         for name, vals, color in zip(PARTS, parts, colors):

@@ -43,6 +43,7 @@ from .._deps import require
 from ..errors import StrategyError, Violation
 from ..strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, Strategy
 from .megatron_fields import (
+    CONTAINER_SECTIONS,
     CP_COMM_HIERARCHICAL,
     CP_COMM_RING,
     CP_COMM_ULYSSES,
@@ -152,7 +153,7 @@ def is_model_parallel_config(cfg: Any) -> bool:
 
 def _target(cfg: Any) -> _Target:
     if is_bridge_container(cfg):
-        names = ("model", "train", "dist", "comm_overlap")
+        names = ("model", "train", "dist", "comm_overlap", "ddp", "optimizer", "checkpoint")
         found = {n: getattr(cfg, n, None) for n in names}
         return _Target(cfg, {n: v for n, v in found.items() if v is not None}, True)
     if is_model_parallel_config(cfg):
@@ -282,7 +283,7 @@ def _writes(t: _Target, a: Applied) -> list[_Write]:
         new = f.value(a)
         where = t.place(f)
         if where is None or not hasattr(where[0], f.name):
-            if where is None and f.sections[0] in ("train", "comm_overlap", "dist"):
+            if where is None and f.sections[0] in CONTAINER_SECTIONS:
                 if f.name == "use_tp_pp_dp_mapping" and new and t.container:
                     missing.append(_missing(t, f, new, "this container has no dist section"))
                 continue  # a bare Megatron Core config has no train/dist section
@@ -584,7 +585,7 @@ def _cp_split(m: Any, cp: int, prefix: str) -> tuple[int, int]:
 
 
 #: Sections ``to_overrides`` assumes a Bridge recipe's container has.
-_OVERRIDE_SECTIONS = {"model": True, "train": True, "dist": True, "comm_overlap": True}
+_OVERRIDE_SECTIONS = {"model": True, **dict.fromkeys(CONTAINER_SECTIONS, True)}
 
 
 def _applied_to_recipe(s: Any, mbs: int | None, gbs: int | None) -> Applied:

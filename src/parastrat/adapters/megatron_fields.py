@@ -20,6 +20,10 @@ from typing import Any
 
 from ..strategy import MEGATRON_TP_PP_DP_ORDER, Strategy
 
+#: Sections only a Megatron Bridge ``ConfigContainer`` has (a bare Megatron Core config has none:
+#: their fields are skipped there).
+CONTAINER_SECTIONS = ("train", "comm_overlap", "dist", "ddp", "optimizer", "checkpoint")
+
 #: Megatron's ``cp_comm_type`` values and how they read back as Ulysses x ring.
 CP_COMM_RING = ("p2p", "all_gather")
 CP_COMM_ULYSSES = "a2a"
@@ -164,6 +168,71 @@ def _int_or_one(v: Any) -> int:
     return int(v) if v else 1
 
 
+def _fsdp_on(a: Applied) -> bool:
+    return a.s.fsdp is not None
+
+
+def _read_sharding(value: Any) -> dict[str, Any]:
+    return {"fsdp": None if value in (None, "no_shard") else value}
+
+
+#: Megatron FSDP (Bridge 0.3.1 ``ConfigContainer.validate()``: ``dist.use_megatron_fsdp`` and
+#: ``ddp.use_megatron_fsdp`` are set together, ``use_tp_pp_dp_mapping`` is refused, saving or
+#: loading needs ``ckpt_format="fsdp_dtensor"``; ``ddp.use_distributed_optimizer`` and
+#: ``optimizer.use_distributed_optimizer`` are synced to True when either is: megatron-core
+#: builds FSDP's sharded optimizer through its ``DistributedOptimizer``).  HSDP's replicas are
+#: Megatron's distributed-optimizer instances.  Written only for an FSDP strategy, so a
+#: strategy without ``fsdp`` leaves every one of them as the config has it.
+FSDP_FIELDS: tuple[Field, ...] = (
+    Field("use_megatron_fsdp", lambda a: True, False, _fsdp_on, None, ("dist",)),
+    Field(
+        "use_megatron_fsdp",
+        lambda a: True,
+        False,
+        _fsdp_on,
+        None,
+        ("ddp",),
+        arg="--use-megatron-fsdp",
+    ),
+    Field(
+        "data_parallel_sharding_strategy",
+        lambda a: a.s.fsdp,
+        "no_shard",
+        _fsdp_on,
+        _read_sharding,
+        ("ddp",),
+        arg="--data-parallel-sharding-strategy",
+    ),
+    Field(
+        "num_distributed_optimizer_instances",
+        lambda a: a.s.dp_replicate,
+        1,
+        _fsdp_on,
+        lambda v: {"dp_replicate": _int_or_one(v)},
+        ("ddp",),
+        arg="--num-distributed-optimizer-instances",
+    ),
+    Field(
+        "use_distributed_optimizer",
+        lambda a: True,
+        False,
+        _fsdp_on,
+        None,
+        ("ddp",),
+        arg="--use-distributed-optimizer",
+    ),
+    Field("use_distributed_optimizer", lambda a: True, False, _fsdp_on, None, ("optimizer",)),
+    Field(
+        "ckpt_format",
+        lambda a: "fsdp_dtensor",
+        None,
+        _fsdp_on,
+        None,
+        ("checkpoint",),
+        arg="--ckpt-format",
+    ),
+)
+
 #: The strategy's own fields, in the order they are written.
 STRATEGY_FIELDS: tuple[Field, ...] = (
     Field(
@@ -264,6 +333,7 @@ STRATEGY_FIELDS: tuple[Field, ...] = (
         sections=("dist",),
         arg="--use-tp-pp-dp-mapping",
     ),
+    *FSDP_FIELDS,
 )
 
 #: What a plan candidate was priced with (written only for a candidate or a plan).

@@ -10,6 +10,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from ..rules import FSDP_LEVELS
 from ..spec.workload import RECOMPUTE_MODES
 from ._common import (
     HEADROOM_HELP,
@@ -138,6 +139,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         type=positive_int,
         default=None,
         help="fewest tokens per CP rank worth splitting a sequence for (default 1024)",
+    )
+    g.add_argument(
+        "--fsdp",
+        choices=("auto", "off", *FSDP_LEVELS[1:]),
+        default=None,
+        help="data-parallel sharding to search beside PP/TP/CP/EP: auto (no sharding, "
+        "optim_grads and optim_grads_params, each as FSDP and HSDP), off (default) or one level",
     )
     add_switch_args(p)
     p.set_defaults(func=run)

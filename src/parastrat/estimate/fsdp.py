@@ -49,7 +49,7 @@ from ..errors import UsageError
 from ..rules import FSDP_ALIASES, FSDP_LEVELS
 from ..spec.hardware import canonical_precision
 from . import comm
-from .memory import FP8_EXTRA_BYTES, GRAD_BYTES, OPTIM_BYTES, WEIGHT_BYTES
+from .layers import FP8_EXTRA_BYTES, GRAD_BYTES, OPTIM_BYTES, WEIGHT_BYTES
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster

@@ -62,6 +62,7 @@ from ..spec.workload import Switches, Workload, resolve
 from ..strategy import Strategy, require_strategy
 from ..viz import save_figure
 from .fp8 import SAVED_INPUT_BYTES
+from .fsdp import ByteSizes, Sharding, fsdp_layer_memory, fsdp_working_set
 from .layers import (
     FP8_EXTRA_BYTES,
     GRAD_BYTES,
@@ -69,7 +70,10 @@ from .layers import (
     WEIGHT_BYTES,
     Block,
     PipelineSplit,
+    embedding_record,
     fp8_extra_bytes,
+    layer_record,
+    output_record,
     pipeline_split,
     stage_params,
 )
@@ -101,7 +105,9 @@ class StageMemory:
 
     ``layers``/``moe_layers``: transformer layers on the stage (all its virtual chunks);
     ``in_flight``: micro-batches (or, with VPP, model chunks) whose activations are held at the
-    peak; ``params``: parameters held by the rank (dense and routed-expert).
+    peak; ``params``: parameters held by the rank (dense and routed-expert); ``working``: the
+    unsharded FSDP units in flight (gathered weights, gradients awaiting their reduce-scatter;
+    0 unless ``Strategy.fsdp`` shards gradients or parameters, :mod:`parastrat.estimate.fsdp`).
     """
 
     stage: int
@@ -117,12 +123,20 @@ class StageMemory:
     expert_params: float
     has_embedding: bool
     has_output: bool
+    working: float = 0.0
 
     @property
     def total(self) -> float:
         """Bytes one rank of this stage holds at its peak: weights + gradients + optimizer +
-        activations + other."""
-        return self.weights + self.gradients + self.optimizer + self.activations + self.other
+        FSDP working set + activations + other."""
+        return (
+            self.weights
+            + self.gradients
+            + self.optimizer
+            + self.working
+            + self.activations
+            + self.other
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """The stage as a JSON-ready dict (with ``total``): one entry of ``stages`` in
@@ -134,6 +148,7 @@ class StageMemory:
             "weights": self.weights,
             "gradients": self.gradients,
             "optimizer": self.optimizer,
+            "working": self.working,
             "activations": self.activations,
             "other": self.other,
             "total": self.total,
@@ -208,16 +223,19 @@ class MemoryReport:
             f"{self.model} | {self.strategy} | seq {self.seq_len} x mbs "
             f"{self.micro_batch_size} | recompute {self.recompute} | {self.precision}"
         )
+        fsdp = any(st.working for st in self.stages)  # the FSDP column only when it holds any
         rows = [
             head,
             f"{'stage':>5} {'layers':>6} {'weights':>8} {'grads':>8} {'optim':>8} "
-            f"{'activ':>8} {'other':>7} {'total':>8}  (GiB)",
+            + (f"{'fsdp':>7} " if fsdp else "")
+            + f"{'activ':>8} {'other':>7} {'total':>8}  (GiB)",
         ]
         for st in self.stages:
             rows.append(
                 f"{st.stage:>5} {st.layers:>6} {st.weights / GiB:8.2f} "
                 f"{st.gradients / GiB:8.2f} {st.optimizer / GiB:8.2f} "
-                f"{st.activations / GiB:8.2f} {st.other / GiB:7.2f} "
+                + (f"{st.working / GiB:7.2f} " if fsdp else "")
+                + f"{st.activations / GiB:8.2f} {st.other / GiB:7.2f} "
                 f"{st.total / GiB:8.2f}"
             )
         rows.append(f"peak {self.peak_bytes / GiB:.2f} GiB on stage {self.peak_stage.stage}")
@@ -234,7 +252,16 @@ class MemoryReport:
         mpl = require("matplotlib", "plot", "needed for --plot")
         mpl.use("Agg")
         plt = require("matplotlib.pyplot", "plot")
-        parts = ("weights", "gradients", "optimizer", "activations", "other")
+        parts: tuple[str, ...] = (
+            "weights",
+            "gradients",
+            "optimizer",
+            "working",
+            "activations",
+            "other",
+        )
+        if not any(st.working for st in self.stages):
+            parts = tuple(p for p in parts if p != "working")
         xs = [st.stage for st in self.stages]
         fig, ax = plt.subplots(figsize=(max(6.5, 0.5 * len(xs) + 4.5), 4.5))
         bottom = [0.0] * len(xs)
@@ -523,9 +550,15 @@ class _StageShape:
     ) -> None:
         dist = switches.distributed_optimizer
         self.p, self.v, self.m = s.pp, s.vpp, m
-        self.dense_shard = float(cast(int, s.dp) * s.cp) if dist else 1.0
-        self.expert_shard = float(s.expert_dp or 1) if dist else 1.0
+        # One sharding for every level: no fsdp is "optim" with the distributed optimizer over
+        # dp x cp, else "no_shard" (the identity tests hold these figures to the old ones).
+        self.sh = Sharding.from_strategy(s, distributed_optimizer=dist)
+        self.dense_shard = self.sh.dp_shard * s.cp
+        edp = s.expert_dp or 1
+        self.expert_shard = max(1, edp // self.sh.dp_replicate) if s.fsdp else edp
+        self.sizes = ByteSizes.megatron(workload.precision, switches.fp8_param_gather)
         self.fp8x = fp8_extra_bytes(workload.precision, switches.fp8_param_gather)
+        self.model, self.s = model, s
         self.full = switches.mode == "full"
         self.mtp, self.moe_model = model.mtp_num_layers, model.is_moe
         self.fixed, self.frag = alloc
@@ -560,13 +593,15 @@ class _StageShape:
                 mtp_act = (acts.moe if self.moe_model else acts.dense) + 4 * acts.hidden
                 per_mtp = acts.layer_input if self.full else mtp_act
                 stored += self.mtp * (per_mtp + acts.logits)
+        kept = self.kept(block)
         return StageMemory(
             stage=st,
             layers=n_layers,
             moe_layers=n_moe,
-            weights=block.weight_bytes(self.fp8x),
-            gradients=block.gradient_bytes(),
-            optimizer=block.optimizer_bytes(self.dense_shard, self.expert_shard),
+            weights=kept[0],
+            gradients=kept[1],
+            optimizer=kept[2],
+            working=self.working(n_layers, n_moe, first, last),
             activations=stored,
             other=self.fixed + self.frag * stored,
             in_flight=in_flight,
@@ -575,3 +610,52 @@ class _StageShape:
             has_embedding=first,
             has_output=last,
         )
+
+    def kept(self, block: Block) -> tuple[float, float, float]:
+        """(weights, gradients, optimizer) bytes of a stage's parameter record under the
+        strategy's sharding (:func:`~parastrat.estimate.fsdp.fsdp_layer_memory`): dense
+        parameters over ``dp_shard * cp``, routed experts over the expert data-parallel group."""
+        expert_lin = min(block.expert_params, block.linear_params)
+        lvl = self.sh.level
+        dense = fsdp_layer_memory(
+            block.dense_params,
+            lvl,
+            self.dense_shard,
+            linear_params=block.linear_params - expert_lin,
+            sizes=self.sizes,
+        )
+        expert = fsdp_layer_memory(
+            block.expert_params, lvl, self.expert_shard, linear_params=expert_lin, sizes=self.sizes
+        )
+        return (
+            dense.weights + expert.weights,
+            dense.gradients + expert.gradients,
+            dense.optimizer + expert.optimizer,
+        )
+
+    def working(self, n_layers: int, n_moe: int, first: bool, last: bool) -> float:
+        """Unsharded bytes of the FSDP units in flight on a stage: its largest unit (a layer,
+        the embedding or the output layer), :func:`~parastrat.estimate.fsdp.fsdp_working_set`."""
+        if self.sh.rank < 2:
+            return 0.0
+        model, s = self.model, self.s
+        units: list[Block] = []
+        if n_layers - n_moe:
+            units.append(layer_record(model, False, s.tp, s.ep, s.etp))
+        if n_moe:
+            units.append(layer_record(model, True, s.tp, s.ep, s.etp))
+        if first:
+            units.append(embedding_record(model, s.tp))
+        if last:
+            units.append(output_record(model, s.tp, s.pp > 1 or not model.tied_embeddings))
+        if not units:
+            return 0.0
+        unit = max(units, key=lambda b: b.params)
+        return fsdp_working_set(
+            unit.params,
+            self.sh,
+            layers=n_layers + int(first) + int(last),
+            shard=self.dense_shard,
+            linear_params=unit.linear_params,
+            sizes=self.sizes,
+        ).total

@@ -51,6 +51,7 @@ from .flops import (
     mlp_matrices,
     model_flops_per_token,
 )
+from .fsdp import ByteSizes, ShardGroups, Sharding, fsdp_layer_comm
 from .layers import MTP_LAYOUT_RULES as MTP_LAYOUT_RULES
 from .layers import PipelineSplit as PipelineSplit
 from .layers import (
@@ -997,7 +998,7 @@ class StepModel:
             pp_exposed = fill + steady
         best: tuple[float, dict[str, float]] | None = None
         for st, block in stages:
-            self._dp_and_optimizer(s, st, block, strides)
+            self._dp_and_optimizer(s, st, block, strides, m)
             st["total"] = m * st["mb"] + bubble + pp_exposed + st["dp_exposed"] + st["optimizer"]
             if best is None or st["total"] > best[0]:
                 best = (st["total"], st)
@@ -1005,15 +1006,19 @@ class StepModel:
         return best[0], best[1], (bubble, pp_total, pp_exposed)
 
     def _dp_and_optimizer(
-        self, s: Strategy, st: dict[str, float], block: Any, strides: dict[str, int]
+        self, s: Strategy, st: dict[str, float], block: Any, strides: dict[str, int], m: int = 1
     ) -> None:
         """Add a stage's DP gradient / parameter synchronisation (total and exposed) and its
-        optimizer step to ``st``, from the stage's parameter record."""
+        optimizer step to ``st``, from the stage's parameter record (FSDP strategies:
+        :meth:`_fsdp`)."""
         dp = _dp(s)
         world = s.world_size if s.world_size is not None else s.min_world_size * dp
         edp = expert_dp(world, s.etp, s.ep, s.pp)
         sw = self._switches
         dense, expert = block.dense_params, block.expert_params
+        if s.fsdp is not None:
+            self._fsdp(s, st, block, strides, m, (dp, edp))
+            return
         key = (dense, expert, dp, edp, s.cp, strides["dp-cp"], strides["edp"])
         hit = self._dp.get(key)
         if hit is None:
@@ -1052,6 +1057,67 @@ class StepModel:
                 ),
             )
         st.update(dp=t_rs + t_ag, dp_exposed=exposed, optimizer=opt)
+
+    def _fsdp(
+        self,
+        s: Strategy,
+        st: dict[str, float],
+        block: Any,
+        strides: dict[str, int],
+        m: int,
+        dps: tuple[int, int],
+    ) -> None:
+        """A stage's FSDP collectives (:func:`~parastrat.estimate.fsdp.fsdp_layer_comm` per unit
+        kind: dense layer, MoE layer, the embedding/output rest; routed experts over the expert
+        data-parallel group) and its optimizer step over the local shard.
+
+        Each unit's compute window is the stage's per-layer share of forward and backward;
+        ``dp`` is every collective's time, ``dp_exposed`` each unit's exposed share plus the
+        largest pass-edge tail once."""
+        dp, edp = dps
+        sh = Sharding.from_strategy(s, distributed_optimizer=True)
+        split = self.split(s)
+        j = int(st["stage"])
+        n_layers, n_moe = split.stage_layers[j], split.stage_moe[j]
+        model, cl = self._workload.model, self._cluster
+        sizes = ByteSizes.megatron(self._workload.precision, self._switches.fp8_param_gather)
+        dense_g = ShardGroups.of_strategy(s, dp)
+        r = sh.dp_replicate
+        expert_g = ShardGroups(max(1, edp // r), strides["edp"], r, strides["edp"] * (edp // r))
+        units: list[tuple[int, float, ShardGroups]] = []
+        rest_dense, rest_expert = block.dense_params, block.expert_params
+        for n, moe in ((n_layers - n_moe, False), (n_moe, True)):
+            if n <= 0:
+                continue
+            rec = layer_record(model, moe, s.tp, s.ep, s.etp)
+            units += [(n, rec.dense_params, dense_g), (n, rec.expert_params, expert_g)]
+            rest_dense -= n * rec.dense_params
+            rest_expert -= n * rec.expert_params
+        units += [(1, rest_dense, dense_g), (1, rest_expert, expert_g)]
+        per = max(n_layers, 1)
+        total = exposed = tail = 0.0
+        for n, params, groups in units:
+            if params <= 0:
+                continue
+            t = fsdp_layer_comm(
+                params,
+                sh,
+                groups,
+                cl,
+                fwd_s=st["fwd"] / per,
+                bwd_s=st["bwd"] / per,
+                micro_batches=m,
+                sizes=sizes,
+            )
+            total += n * t.total
+            exposed += n * t.exposed
+            tail = max(tail, t.tail)
+        local = block.dense_params + block.expert_params
+        shard = block.dense_params / dense_g.shard + block.expert_params / expert_g.shard
+        written = shard if sh.shards_params else local  # the bf16 weights the step rewrites
+        accel = cl.accel
+        opt = memory_time(accel, shard * ADAM_BYTES_PER_PARAM + written * 2, kernel_profile(accel))
+        st.update(dp=total, dp_exposed=exposed + tail, optimizer=opt, fsdp_tail=tail)
 
     def _report(
         self,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, StrategyError, UsageError
+from ..estimate.fsdp import ShardGroups
 from ..estimate.memory import memory_of
 from ..estimate.step import StepModel, StepReport, validate_strategy
 from ..spec.hardware import GiB
@@ -138,6 +139,8 @@ def explain_plan(plan: Plan) -> str:
         f"{best.step.step_time_s:.2f} s",
         f"  why: {best.why}",
     ]
+    if plan.search.fsdp:
+        lines.append(f"  fsdp: {fsdp_verdict(plan)}")
     heur = plan.heuristic
     if heur is None:
         return "\n".join(lines)
@@ -177,6 +180,98 @@ def explain_plan(plan: Plan) -> str:
             if abs(a - b) > 0.005 * step.step_time_s:
                 lines.append(f"    {name:<28} {a:8.3f} -> {b:8.3f}")
     return "\n".join(lines)
+
+
+def _pipeline_cost(c: Candidate) -> float:
+    """Seconds of pipeline bubble plus exposed PP send/recv in a candidate's step."""
+    return c.step.breakdown.get("bubble", 0.0) + c.step.breakdown.get("pp_exposed", 0.0)
+
+
+def _shard_where(c: Candidate, cluster: Cluster) -> str:
+    """``"8 GPUs (inside the scale-up domain)"``: an FSDP candidate's shard group."""
+    s = c.strategy
+    groups = ShardGroups.of_strategy(s, s.dp or 1)
+    span = cluster.span(groups.shard, groups.shard_stride)
+    where = "inside the scale-up domain" if span == "intra" else "across nodes"
+    hsdp = f", {groups.replicate} replicas" if groups.replicate > 1 else ""
+    return f"{groups.shard} GPUs ({where}{hsdp})"
+
+
+def fsdp_verdict(plan: Plan) -> str:
+    """Why the plan's choice uses FSDP or not: its best FSDP candidate against its best
+    unsharded one (pipeline bubble saved vs exposed FSDP communication), or why no FSDP
+    candidate made the ranking (it does not fit, or is slower)."""
+    ranked = plan.ranked or plan.candidates
+    fs = next((c for c in ranked if c.strategy.fsdp is not None), None)
+    plain = next((c for c in ranked if c.strategy.fsdp is None), None)
+    if fs is None:
+        return _no_fsdp(plan, plain)
+    comm = fs.step.breakdown.get("dp", 0.0)
+    exposed = fs.step.breakdown.get("dp_exposed", 0.0)
+    head = f"{fs.label()}: FSDP over {_shard_where(fs, plan.cluster)} at pp={fs.strategy.pp}"
+    if plain is None:
+        return f"{head}; no unsharded strategy made the ranking (none fits or all are slower)"
+    gain = plain.step.step_time_s / fs.step.step_time_s - 1
+    saved = _pipeline_cost(plain) - _pipeline_cost(fs)
+    if ranked.index(fs) < ranked.index(plain):
+        edge = (
+            f"{gain:.1%} faster than"
+            if gain >= RANK_TIE
+            else f"tied ({gain:+.1%}, within the model's {RANK_TIE:.0%} resolution) and ranked "
+            "ahead of"
+        )
+        trade = (
+            f"saves {saved:.2f} s of pipeline bubble and PP send/recv for {exposed:.2f} s of "
+            "exposed FSDP communication"
+            if saved > 0.005 * fs.step.step_time_s
+            else f"{difference(fs.step, plain.step)}, for {exposed:.2f} s of exposed FSDP "
+            "communication"
+        )
+        return f"FSDP chosen, {edge} the best unsharded strategy ({plain.label()}). {head}: {trade}"
+    m = fs.step.micro_batches
+    why = (
+        f"it gathers every layer each micro-batch: {m} x (AG fwd + AG bwd + RS) = "
+        f"{comm:.2f} s of FSDP communication, {exposed:.2f} s exposed, more than the "
+        f"{saved:.2f} s of bubble and PP send/recv it saves"
+        if fs.strategy.fsdp == "optim_grads_params" and saved < exposed
+        else "the unsharded strategy's " + difference(plain.step, fs.step)
+    )
+    loss = 1 - fs.step.tokens_per_s_per_gpu / plain.step.tokens_per_s_per_gpu
+    return f"FSDP not chosen: {head} is {loss:.1%} slower than {plain.label()}; {why}"
+
+
+def _no_fsdp(plan: Plan, plain: Candidate | None) -> str:
+    """No FSDP candidate ranked: price full sharding at pp=1 beside the best unsharded one."""
+    if plain is None:
+        return "no candidate ranked"
+    s = plain.strategy
+    world = plan.num_devices or plan.cluster.num_devices
+    dp = world // (s.tp * s.cp)
+    try:
+        probe = Strategy(
+            tp=s.tp, cp=s.cp, ep=s.ep, etp=s.etp, sp=s.sp, fsdp="optim_grads_params", dp_shard=dp
+        ).with_world_size(world)
+    except StrategyError:
+        return f"no FSDP strategy ranked; TP{s.tp} CP{s.cp} at pp=1 breaks a rule"
+    priced = _price(plan, probe)
+    if priced is None:
+        wl = plan.workload or Workload(model=plan.model, seq_len=plan.seq_len)
+        try:
+            mem = memory_of(wl.with_micro_batch(1), probe, plan.switches.with_recompute("full"))
+        except (StrategyError, UsageError, SpecError) as exc:
+            return f"no FSDP strategy ranked; {probe} is not legal here ({exc})"
+        st = mem.peak_stage
+        kept = (st.weights + st.gradients + st.optimizer + st.working) / GiB
+        return (
+            f"FSDP does not fit: {probe} needs {mem.peak_bytes / GiB:.1f} GiB per GPU even "
+            f"with full recompute (weights, gradients, optimizer and gathered layers "
+            f"{kept:.1f} GiB) > {plan.cluster.memory_bytes / GiB:.0f} GiB"
+        )
+    step, mbs, mode, _peak = priced
+    return (
+        f"FSDP is slower: {probe} mbs{mbs} {mode} gives {step.tokens_per_s_per_gpu:,.0f} "
+        f"tokens/s/GPU vs {plain.step.tokens_per_s_per_gpu:,.0f} for {plain.label()}"
+    )
 
 
 def _price(plan: Plan, strategy: Strategy) -> tuple[StepReport, int, str, float] | None:

@@ -36,10 +36,12 @@ def layout_degrees(s: Strategy) -> tuple:
 
 
 def layout_key(s: Strategy, micro_batch_size: int, recompute: str) -> tuple:
-    """Ranking identity of a candidate: TP, PP, CP, EP, ETP, micro-batch and recompute.  VPP,
-    the layer split and the Ulysses x ring split of CP are sub-choices of one layout: the best
-    is the candidate, near-equal ones its ``alternatives``."""
-    return (s.tp, s.pp, s.cp, s.ep, s.etp, micro_batch_size, recompute)
+    """Ranking identity of a candidate: TP, PP, CP, EP, ETP, the data-parallel sharding (FSDP
+    level and HSDP replicas), micro-batch and recompute.  VPP, the layer split and the
+    Ulysses x ring split of CP are sub-choices of one layout: the best is the candidate,
+    near-equal ones its ``alternatives``."""
+    shard = (s.fsdp, s.dp_replicate) if s.fsdp is not None else ()
+    return (s.tp, s.pp, s.cp, s.ep, s.etp, micro_batch_size, recompute, *shard)
 
 
 def exposure_class(c: Candidate, tie: float = RANK_TIE) -> int:

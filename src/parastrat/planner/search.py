@@ -35,6 +35,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, StrategyError, UsageError
+from ..estimate.fsdp import fsdp_layer_memory
 from ..estimate.layers import stage_params, try_split
 from ..estimate.memo import per_model
 from ..estimate.memory import MemoryReport, memory_of
@@ -171,14 +172,46 @@ def legal_strategies(
                         if prefilter is not None and not prefilter(t, p, v, c, e, et, kw):
                             continue
                         s = _make(t, p, v, c, u, e, et, world, kw)
-                        if s is not None and not check_errors(
-                            model,
-                            s,
-                            world_size=world,
-                            seq_len=seq_len,
-                            global_batch_size=global_batch_size,
-                        ):
-                            yield s
+                        if s is None:
+                            continue
+                        for f in _sharding_variants(s, space, scale_up_domain):
+                            if not check_errors(
+                                model,
+                                f,
+                                world_size=world,
+                                seq_len=seq_len,
+                                global_batch_size=global_batch_size,
+                            ):
+                                yield f
+
+
+def hsdp_shard(s: Strategy, scale_up_domain: int) -> int:
+    """HSDP's shard degree for ``s``: the largest divisor of its dp whose shard group
+    (``dp_shard * cp``, with each rank's TP group) stays inside one scale-up domain."""
+    dp = s.dp or 1
+    return max(d for d in divisors(dp) if d == 1 or d * s.cp * s.tp <= scale_up_domain)
+
+
+def _sharding_variants(s: Strategy, space: SearchSpace, scale_up_domain: int) -> Iterator[Strategy]:
+    """``s`` under each sharding level the search space tries: plain FSDP over the whole dp
+    (``dp_shard = dp``) and HSDP (:func:`hsdp_shard` ranks inside the scale-up domain, whole
+    copies across); ``no_shard`` is dominated by ``optim`` (the distributed optimizer every
+    candidate has), so None stands for both."""
+    levels = space.fsdp or (None,)
+    dp, world = s.dp or 1, s.world_size or 1
+    for level in levels:
+        if level is None:
+            yield s
+            continue
+        if dp * s.cp <= 1:
+            continue  # nothing to shard over
+        yield s.replace(fsdp=level, dp_shard=dp).with_world_size(world)
+        shard = hsdp_shard(s, scale_up_domain)
+        inside = shard * s.cp * s.tp <= scale_up_domain
+        if inside and shard < dp and shard * s.cp > 1:
+            yield s.replace(fsdp=level, dp_shard=shard, dp_replicate=dp // shard).with_world_size(
+                world
+            )
 
 
 def _inner(
@@ -242,14 +275,17 @@ def static_lower_bound(
     etp: int,
     split: dict[str, Any],
     distributed_optimizer: bool = True,
+    fsdp: str | None = None,
 ) -> float:
     """Bytes that weights, gradients and optimizer state need on the fullest stage at least,
     from the degrees alone: the stages' parameter records
     (:func:`parastrat.estimate.layers.stage_params`, what the memory estimate reads) at their
     BF16 weight, FP32 gradient and sharded optimizer bytes, with no FP8 weight copies, no
-    activations and no allowance for buffers."""
+    activations and no allowance for buffers.  ``fsdp``: the most sharded level the search
+    tries, over the whole ``dp * cp`` (plain FSDP, the least any of its variants needs)."""
     key = tuple(sorted(split.items()))
-    return _static_bound(model, world, tp, pp, vpp, cp, ep, etp, key, distributed_optimizer)
+    level = fsdp or ("optim" if distributed_optimizer else "no_shard")
+    return _static_bound(model, world, tp, pp, vpp, cp, ep, etp, key, level)
 
 
 @per_model
@@ -263,16 +299,16 @@ def _static_bound(
     ep: int,
     etp: int,
     split: tuple[tuple[str, Any], ...],
-    distributed_optimizer: bool,
+    level: str,
 ) -> float:
     sp = try_split(model, pp, vpp, split)
     if sp is None:
         return 0.0  # an impossible split: the rules say why later
     dp = world // (tp * cp * pp)
     edp = max(expert_dp(world, etp, ep, pp), 1)
-    dense_shard, expert_shard = (dp * cp, edp) if distributed_optimizer else (1, 1)
     return max(
-        b.weight_bytes() + b.gradient_bytes() + b.optimizer_bytes(dense_shard, expert_shard)
+        fsdp_layer_memory(b.dense_params, level, dp * cp).total
+        + fsdp_layer_memory(b.expert_params, level, edp).total
         for b in set(stage_params(model, tp, ep, etp, sp.stage_layers, sp.stage_moe))
     )
 
@@ -323,7 +359,8 @@ class Search:
         """Weights + gradients + optimizer state alone fit (cheap, before any Strategy)."""
         world = self.cluster.num_devices
         dist = self.switches.distributed_optimizer
-        need = static_lower_bound(self.workload.model, world, t, p, v, c, e, et, kw, dist)
+        most = (self.space.fsdp or (None,))[-1]  # levels are ordered, most sharded last
+        need = static_lower_bound(self.workload.model, world, t, p, v, c, e, et, kw, dist, most)
         if need <= self.cluster.memory_bytes:
             return True
         self.memory_pruned += 1

@@ -27,6 +27,7 @@ from typing import Any
 
 from ..checks import is_count
 from ..errors import SpecError, UsageError
+from ..rules import FSDP_LEVELS, fsdp_value_violations
 from .hardware import canonical_precision
 from .model import ModelSpec
 from .models import get as get_model
@@ -386,6 +387,28 @@ def _modes(value: Any) -> tuple[str, ...] | None:
     return tuple(m for m in RECOMPUTE_MODES if m in modes)
 
 
+#: What ``fsdp="auto"`` searches: no sharding beside gradient and full sharding (``no_shard``
+#: is today's DDP and ``optim`` the distributed optimizer, which every candidate already has).
+FSDP_AUTO = (None, "optim_grads", "optim_grads_params")
+
+
+def _fsdp_levels(value: Any) -> tuple[str | None, ...] | None:
+    """None (FSDP off), or the sharding levels to try: ``"auto"``, ``"off"``, one level or a
+    collection of levels (``None`` / ``"no_shard"`` in it: also the unsharded strategies)."""
+    if value is None or value == "off":
+        return None
+    if value == "auto":
+        return FSDP_AUTO
+    items = [value] if isinstance(value, str) else list(value)
+    levels = {None if v in (None, "no_shard", "off") else v for v in items}
+    for v in levels:
+        for bad in fsdp_value_violations(v):
+            raise UsageError(f"fsdp: {bad.message}; {bad.hint}, 'auto' or 'off'")
+    if levels <= {None}:
+        return None
+    return tuple(lv for lv in (None, *FSDP_LEVELS[1:]) if lv in levels)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SearchSpace:
     """Where the planner looks: pins or choices, bounds, and the memory headroom.
@@ -395,6 +418,9 @@ class SearchSpace:
     the modes tried (None: all of :data:`RECOMPUTE_MODES`).  ``max_*``: upper bounds.
     ``headroom``: the memory margin passed to :meth:`MemoryReport.fits` (None: its default).
     ``min_cp_tokens``: fewest tokens per CP rank worth splitting a sequence for.
+    ``fsdp``: the data-parallel sharding levels tried beside PP/TP/CP/EP (None, the default:
+    off, today's strategies only; ``"auto"``: :data:`FSDP_AUTO`; a level or levels, with None
+    meaning the unsharded strategies too), each as plain FSDP and as HSDP (``docs/fsdp.md``).
     """
 
     tp: tuple[int, ...] | None = None
@@ -414,8 +440,10 @@ class SearchSpace:
     max_etp: int | None = None
     headroom: float | None = None
     min_cp_tokens: int = MIN_CP_TOKENS
+    fsdp: tuple[str | None, ...] | None = None
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "fsdp", _fsdp_levels(self.fsdp))
         for name in (*DEGREES, "ulysses", "micro_batch_size"):
             object.__setattr__(self, name, _choices(name, getattr(self, name)))
         for name in DEGREES:
