@@ -273,7 +273,7 @@ def _static_bound(
     dense_shard, expert_shard = (dp * cp, edp) if distributed_optimizer else (1, 1)
     return max(
         b.weight_bytes() + b.gradient_bytes() + b.optimizer_bytes(dense_shard, expert_shard)
-        for b in set(stage_params(model, tp, ep, etp, sp.stage_layers, sp.stage_moe))
+        for b in set(stage_params(model, tp, ep, etp, sp.stage_layers, sp.stage_moe, sp.ends))
     )
 
 
