@@ -418,13 +418,13 @@ def recipe_layouts(num_layers: int, pp: int, vpp: int = 1, mtp_num_layers: int =
     count one slot each; the stages get ``k = ceil(slots / stages)`` slots each (the last the
     rest), or the slots spread so that stages differ by one at most: the first holds the
     embedding and its decoders, the middle ones their decoders, the last the rest with the MTP
-    layers and the loss.  Among equally balanced layouts, those with fewer empty stages come
-    first.
+    layers and the loss.  Among equally balanced layouts, those with fewer empty stages, then
+    those that give the embedding and the loss a slot, come first.
     DeepSeek-V3 (61 + 1 MTP) at pp 8 vpp 2 gives Bridge's recipe ``Et*4|(t*4|)*14tmL`` among
     them; at pp 8 vpp 4 without MTP, NVIDIA's ``Et|(tt|)*30L``.
     """
     n = pp * vpp
-    found: dict[str, tuple[int, int]] = {}
+    found: dict[str, tuple[int, int, int]] = {}
     for emb_w in (0, 1):
         for loss_w in (0, 1):
             slots = num_layers + emb_w + mtp_num_layers + loss_w
@@ -446,5 +446,6 @@ def recipe_layouts(num_layers: int, pp: int, vpp: int = 1, mtp_num_layers: int =
                     for s in rows
                 )
                 empty = sum(1 for s in rows if not s)
-                found.setdefault(compact(rows), (weight, empty))
+                key, text = (weight, empty, -emb_w - loss_w), compact(rows)
+                found[text] = min(found.get(text, key), key)
     return sorted(found, key=lambda text: (found[text], text))
