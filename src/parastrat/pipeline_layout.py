@@ -378,74 +378,35 @@ def split_stages(
     return PipelineLayout(tuple(tuple(s) for s in stages), pp)
 
 
-def _fill(num_layers: int, rooms: list[int]) -> list[int] | None:
-    """Decoder layers per stage when stage ``i`` takes at most ``rooms[i]`` in order and the
-    last stage takes what is left (None when a stage would stay empty or overflow)."""
-    left, out = num_layers, []
-    for room in rooms[:-1]:
-        take = max(0, min(room, left))
-        out.append(take)
-        left -= take
-    out.append(left)
-    return out if left >= 0 else None
-
-
-def _recipe_rooms(slots: int, n: int, emb_w: int, loss_w: int, mtp: int) -> list[list[int]]:
-    """Decoder room per stage, two ways: every stage ``ceil(slots / n)`` slots (the last gets
-    the rest), and ``slots`` spread so stages differ by one at most (the extra slots on the
-    middle stages)."""
-    k = -(-slots // n)
-    ceil = [k] * n
-    base, extra = divmod(slots, n)
-    spread = [base] * n
-    order = list(range(1, n - 1)) + [0, n - 1] if n > 2 else list(range(n))
-    for i in order[:extra]:
-        spread[i] += 1
-    out = []
-    for weights in (ceil, spread):
-        rooms = list(weights)
-        rooms[0] -= emb_w
-        rooms[-1] -= loss_w + mtp
-        out.append(rooms)
-    return out
-
-
 def recipe_layouts(num_layers: int, pp: int, vpp: int = 1, mtp_num_layers: int = 0) -> list[str]:
     """Layouts written the way recipe authors write them, most balanced first, each one
     Megatron accepts for the model.
 
     The embedding and the loss each count as a slot or as nothing (four ways), MTP layers
-    count one slot each; the stages get ``k = ceil(slots / stages)`` slots each (the last the
-    rest), or the slots spread so that stages differ by one at most: the first holds the
-    embedding and its decoders, the middle ones their decoders, the last the rest with the MTP
-    layers and the loss.  Among equally balanced layouts, those with fewer empty stages, then
-    those that give the embedding and the loss a slot, come first.
-    DeepSeek-V3 (61 + 1 MTP) at pp 8 vpp 2 gives Bridge's recipe ``Et*4|(t*4|)*14tmL`` among
-    them; at pp 8 vpp 4 without MTP, NVIDIA's ``Et|(tt|)*30L``.
+    count one slot each; with ``k = ceil(slots / stages)``, the first stage holds the
+    embedding and ``k`` slots' worth of decoders, every middle stage exactly ``k`` decoders
+    (balanced), the last the decoders left with the MTP layers and the loss.  Among layouts
+    of equal ``k``, those with fewer empty stages, then those that give the embedding and the
+    loss a slot, come first.  DeepSeek-V3 (61 + 1 MTP) at pp 8 vpp 2 gives Bridge's recipe
+    ``Et*4|(t*4|)*14tmL`` among them; at pp 8 vpp 4, NVIDIA's ``Et|(tt|)*30mL``.  Empty for
+    a single stage (nothing to lay out).
     """
     n = pp * vpp
     found: dict[str, tuple[int, int, int]] = {}
-    for emb_w in (0, 1):
+    for emb_w in (0, 1) if n > 1 else ():
         for loss_w in (0, 1):
             slots = num_layers + emb_w + mtp_num_layers + loss_w
-            for rooms in _recipe_rooms(slots, n, emb_w, loss_w, mtp_num_layers):
-                sizes = _fill(num_layers, rooms)
-                if sizes is None:
-                    continue
-                stages = [["decoder"] * k for k in sizes]
-                stages[0].insert(0, "embedding")
-                stages[-1] += ["mtp"] * mtp_num_layers + ["loss"]
-                rows = tuple(tuple(s) for s in stages)
-                if layout_violations(PipelineLayout(rows, pp), num_layers, mtp_num_layers):
-                    continue
-                weight = max(
-                    s.count("decoder")
-                    + s.count("mtp")
-                    + emb_w * ("embedding" in s)
-                    + loss_w * ("loss" in s)
-                    for s in rows
-                )
-                empty = sum(1 for s in rows if not s)
-                key, text = (weight, empty, -emb_w - loss_w), compact(rows)
-                found[text] = min(found.get(text, key), key)
+            k = -(-slots // n)
+            first = k - emb_w
+            last = num_layers - first - (n - 2) * k
+            if first < 0 or last < 0:
+                continue
+            stages = [["decoder"] * c for c in [first] + [k] * (n - 2) + [last]]
+            stages[0].insert(0, "embedding")
+            stages[-1] += ["mtp"] * mtp_num_layers + ["loss"]
+            rows = tuple(tuple(s) for s in stages)
+            if layout_violations(PipelineLayout(rows, pp), num_layers, mtp_num_layers):
+                continue
+            key, text = (k, sum(1 for s in rows if not s), -emb_w - loss_w), compact(rows)
+            found[text] = min(found.get(text, key), key)
     return sorted(found, key=lambda text: (found[text], text))
