@@ -9,7 +9,8 @@ from ..estimate.memo import per_model
 from ..pipeline_layout import recipe_layouts
 from ..spec.model import ModelSpec
 
-#: Recipe-style layouts tried per (pp, vpp), most balanced first.
+#: Recipe-style layouts kept per (pp, vpp) beside the other splits (most balanced first,
+#: placements another variant already gives skipped).
 MAX_LAYOUTS = 2
 
 
@@ -25,7 +26,8 @@ def pipeline_variants(model: ModelSpec, pp: int, vpp: int = 1) -> tuple[dict[str
     middle stages ``ceil(L / pp)`` layers and shares the rest between the two ends (which
     carry the embedding and the loss/MTP); and the layouts recipe authors write
     (:func:`parastrat.pipeline_layout.recipe_layouts`: the embedding and the loss/MTP given a
-    slot, balanced middle stages), the most balanced :data:`MAX_LAYOUTS`.  Variants that put
+    slot, balanced middle stages), the :data:`MAX_LAYOUTS` most balanced that place the
+    layers differently from the variants before them.  Variants that put
     the same decoder layers on each chunk with the same ends are listed once; ``()`` when
     nothing works.  Legality is :func:`pipeline_split`'s (``Strategy.placements``, the same
     rules ``validate`` applies), never re-derived here.
@@ -44,18 +46,20 @@ def pipeline_variants(model: ModelSpec, pp: int, vpp: int = 1) -> tuple[dict[str
             last = rest // 2
             if rest >= 2 and rest - last <= middle:
                 tries.append({"first_stage_layers": rest - last, "last_stage_layers": last})
-        tries += [
-            {"pipeline_layout": text} for text in recipe_layouts(L, pp, vpp, mtp)[:MAX_LAYOUTS]
-        ]
+        tries += [{"pipeline_layout": text} for text in recipe_layouts(L, pp, vpp, mtp)]
     out: list[dict[str, Any]] = []
     seen: set[tuple] = set()
+    layouts = 0
     for kw in tries:
+        if "pipeline_layout" in kw and layouts == MAX_LAYOUTS:
+            break
         split = try_split(model, pp, vpp, tuple(sorted(kw.items())))
         if split is None or min(split.stage_layers) < 1:
             continue
         shape = (split.chunk_layers, split.ends)
         if shape in seen:
-            continue
+            continue  # the same placement spelled another way
         seen.add(shape)
         out.append(kw)
+        layouts += "pipeline_layout" in kw
     return tuple(out)
