@@ -11,7 +11,7 @@ from ..spec.model import ModelSpec
 
 #: Recipe-style layouts kept per (pp, vpp) beside the other splits (most balanced first,
 #: placements another variant already gives skipped).
-MAX_LAYOUTS = 2
+MAX_LAYOUTS = 1
 
 
 @per_model
