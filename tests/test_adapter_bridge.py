@@ -429,3 +429,72 @@ def test_moe_bias_needs_etp_1_as_megatron_says(bridge):
     assert unchanged(cfg, before) == []
     mg.apply(cfg, s.replace(etp=1), world_size=1024)
     assert cfg.model.expert_tensor_parallel_size == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# The flex backend priced is the one written.
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("backend", ["deepep", "hybridep"])
+def test_flex_backend_priced_is_written(bridge, monkeypatch, backend):
+    """A plan priced with a named flex backend keeps its name (the step model only needs to
+    know it is flex): its step options give it back, the overrides and a real Kimi K2 recipe
+    container get it as ``moe_flex_dispatcher_backend``, and Bridge's validate() passes."""
+    plan = ps.plan(
+        get("kimi-k2"),
+        ps.Cluster(accelerator="h100", num_devices=256),
+        seq_len=4096,
+        global_batch_size=1024,
+        top_k=1,
+        moe_dispatcher=backend,
+    )
+    assert plan.switches.moe_dispatcher == backend
+    assert plan.step_options["moe_dispatcher"] == backend
+    overrides = mg.to_overrides(plan)
+    assert "model.moe_token_dispatcher_type=flex" in overrides
+    assert f"model.moe_flex_dispatcher_backend={backend}" in overrides
+    cfg = kimi_recipe()
+    cfg.model.moe_permute_fusion = False  # its Transformer Engine kernels are not on CPU
+    mg.apply(cfg, plan, world_size=256)
+    assert cfg.model.moe_token_dispatcher_type == "flex"
+    assert cfg.model.moe_flex_dispatcher_backend == backend
+    # Bridge checks the backend against the GPU (torch.cuda.get_device_properties(0)); this
+    # CPU machine has none, so the query answers as the H100 the plan was made for would
+    import types
+
+    import torch
+
+    h100 = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: h100)
+    validate(cfg, 256, monkeypatch)
+    # the same switches priced again through the keyword form give the same step
+    again = ps.estimate_step(
+        get("kimi-k2"),
+        plan.best.strategy,
+        plan.cluster,
+        seq_len=4096,
+        global_batch_size=1024,
+        micro_batch_size=plan.best.micro_batch_size,
+        recompute=plan.best.recompute,
+        **{k: v for k, v in plan.step_options.items() if k != "micro_batch_size"},
+    )
+    assert again.step_time_s == pytest.approx(plan.best.step.step_time_s)
+
+
+def test_flex_backend_name_is_kept_and_priced_as_flex():
+    from parastrat.errors import UsageError
+    from parastrat.spec.workload import Switches, moe_dispatcher
+
+    assert Switches(moe_dispatcher="HybridEP").moe_dispatcher == "hybridep"
+    assert moe_dispatcher("hybridep") == moe_dispatcher("deepep") == "flex"
+    # the step model prices a backend as flex: both names give the same step
+    w = dict(seq_len=4096, global_batch_size=512, micro_batch_size=1)
+    s = Strategy(tp=2, pp=8, ep=8, sp=True, pipeline_layout="Et*4|(t*4|)*14tL")
+    s = s.with_world_size(128)
+    cl = ps.Cluster(accelerator="h100", num_devices=128)
+    steps = {
+        d: ps.estimate_step(get("kimi-k2"), s, cl, **w, moe_dispatcher=d).step_time_s
+        for d in ("flex", "deepep", "hybridep")
+    }
+    assert len(set(steps.values())) == 1
+    with pytest.raises(UsageError, match="deepep/hybridep"):
+        Switches(moe_dispatcher="nccl")

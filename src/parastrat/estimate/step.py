@@ -558,7 +558,9 @@ class StepModel:
     def __init__(self, cluster: Cluster, workload: Workload, switches: Switches) -> None:
         self._cluster, self._workload, self._switches = cluster, workload, switches
         self._moe_comm = MoEComm(
-            switches.moe_dispatcher, switches.moe_a2a_overlap, switches.moe_shared_expert_overlap
+            _moe_dispatcher(switches.moe_dispatcher),
+            switches.moe_a2a_overlap,
+            switches.moe_shared_expert_overlap,
         )
         self._layers: dict[tuple, LayerCost] = {}
         self._heads: dict[tuple, float] = {}
