@@ -29,7 +29,7 @@ from tests.conftest import import_bridge  # noqa: E402
 CASES = {
     "deepseek-v3": (
         "megatron.bridge.models.DeepSeekV3ModelProvider",
-        {"mtp_num_layers": 1},
+        {"mtp_num_layers": 1, "add_bias_linear": False},
         (256, 1024),
     ),
     "kimi-k2": ("megatron.bridge.models.kimi.KimiK2Provider", {}, (256, 1024)),

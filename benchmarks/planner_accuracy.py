@@ -14,9 +14,10 @@ H100, GB200) and ``megatron_2021_table1.csv`` (Narayanan et al. 2021, A100):
   candidate's;
 * the mean absolute percentage errors and the share of rows meeting the ranking targets.
 
-Layer counts that do not divide over PP x VPP get the split the recipes use
-(``pipeline_variants``: Megatron's ``account_for_embedding/loss_in_pipeline_split``; for
-DeepSeek-V3 the MTP-layout approximation of ``estimate.step.pipeline_split``).
+Layer counts that do not divide over PP x VPP get the planner's first split for them
+(``pipeline_variants``: Megatron's ``account_for_embedding/loss_in_pipeline_split``, a
+first/last stage split, or a recipe-style ``pipeline_model_parallel_layout``; DeepSeek-V3 on
+PP 8 x VPP 4 gets ``Et|(tt|)*30mL``, the layout NVIDIA's runs use).
 
 The 2021 rows are priced as Megatron-LM ran then (``ERA_2021``: no flash attention, no TP
 overlap, no DP overlap, no distributed optimizer) and with the micro-batch among 1, 2, 4, 8 that

@@ -209,18 +209,38 @@ def test_world_size_checked_when_given():
     assert "world-dense" in err.value.rules
 
 
-def test_megatron_own_checks_are_a_second_opinion():
-    # Megatron Core: "Bias in Moe is only supported when ETP==1" - a rule parastrat does not
-    # model; the copy re-running __post_init__ catches it and the config stays as it was.
+def test_moe_bias_needs_etp_1():
+    # Megatron Core: "Bias in Moe is only supported when ETP==1", a model rule of parastrat's
     cfg = moe(add_bias_linear=True)
     before = snapshot(cfg)
     with pytest.raises(StrategyError) as err:
         mg.apply(cfg, Strategy(tp=2, ep=2, etp=2, sp=True))
-    assert err.value.rules == ["megatron-config"]
-    assert "ETP" in str(err.value)
+    assert err.value.rules == ["moe-bias-etp"]
     assert_untouched(cfg, before)
     mg.apply(cfg, Strategy(tp=2, ep=2, etp=1, sp=True))  # the fix the message points to
     assert cfg.expert_tensor_parallel_size == 1
+
+
+def test_megatron_own_checks_are_a_second_opinion():
+    # Megatron Core: "Cannot defer embedding wgrad compute when pipeline model parallel is not
+    # used" - a rule about the rest of the config; the copy re-running __post_init__ catches
+    # it and the config stays as it was.
+    import torch
+
+    cfg = dense(
+        pipeline_model_parallel_size=2,
+        pipeline_dtype=torch.bfloat16,
+        defer_embedding_wgrad_compute=True,
+        gradient_accumulation_fusion=True,
+    )
+    before = snapshot(cfg)
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, Strategy(tp=2, sp=True))
+    assert err.value.rules == ["megatron-config"]
+    assert "defer embedding wgrad" in str(err.value)
+    assert_untouched(cfg, before)
+    mg.apply(cfg, Strategy(tp=2, pp=4, sp=True))  # keeping a pipeline clears it
+    assert cfg.pipeline_model_parallel_size == 4
 
 
 def test_uneven_split_clears_the_configs_pipeline_accounting():

@@ -142,21 +142,29 @@ def test_pipeline_variants_make_real_strategies():
 
     ds = ps.models.get("deepseek-v3")
     # 61 layers on PP 8: middle stages ceil(61/8) = 8, the ends share 61 - 6*8 = 13 -> 7 + 6
-    (kw,) = pipeline_variants(ds, 8, 1)
+    kw, *layouts = pipeline_variants(ds, 8, 1)
     assert kw == {"first_stage_layers": 7, "last_stage_layers": 6}
     assert ps.Strategy(pp=8, **kw).stage_layers(61) == [7] + [8] * 6 + [6]
-    # with VPP only the accounted split works (through the MTP-layout approximation)
-    assert pipeline_variants(ds, 8, 4) == (
-        {"account_for_embedding": True, "account_for_loss": True},
-    )
+    # beside it, the layouts recipe authors write (embedding and MTP/loss given a slot)
+    assert layouts and all(set(k) == {"pipeline_layout"} for k in layouts)
+    # with VPP the accounted split is refused (61 + 2 slots do not divide into 32 chunks):
+    # the variants are layouts, Bridge's own "Et|(tt|)*30mL" among them
+    vpp4 = pipeline_variants(ds, 8, 4)
+    assert {"pipeline_layout": "Et|(t*2|)*30mL"} in vpp4
+    assert all(set(k) == {"pipeline_layout"} for k in vpp4)
+    # every variant passes the rules validate() applies
+    for pp, vpp in ((8, 1), (8, 2), (8, 4), (16, 1), (4, 4)):
+        for kw in pipeline_variants(ds, pp, vpp):
+            s = ps.Strategy(tp=2, pp=pp, vpp=vpp, ep=8, sp=True, **kw)
+            assert not [v for v in s.check(ds) if v.severity == "error"], (pp, vpp, kw)
     # Llama 3.1 405B: 126 + 2 = 128 = 8 stages x 8 chunks x 2 -> Megatron's own rule holds
     big = ps.models.get("llama3.1-405b")
-    (kw,) = pipeline_variants(big, 8, 8)
+    kw = pipeline_variants(big, 8, 8)[0]
+    assert kw == {"account_for_embedding": True, "account_for_loss": True}
     s = ps.Strategy(tp=8, pp=8, vpp=8, **kw)
     assert not [v for v in s.check(big) if v.severity == "error"]
-    # an even split needs nothing; an impossible one gives nothing
+    # an even split needs nothing
     assert pipeline_variants(LLAMA70, 8, 5) == ({},)
-    assert pipeline_variants(LLAMA70, 8, 3) == ()
 
 
 def test_vpp_variants_do_not_crowd_the_ranking(result):

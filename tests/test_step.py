@@ -7,6 +7,7 @@ from hypothesis import strategies as st
 import parastrat as ps
 from parastrat.errors import StrategyError
 from parastrat.estimate import efficiency, kernel_model
+from parastrat.estimate.layers import embedding_record, layer_record, mtp_record
 from parastrat.estimate.step import estimate_step, pipeline_split
 
 LLAMA70 = ps.models.get("llama3-70b")
@@ -99,23 +100,34 @@ def test_account_for_embedding_split():
     assert "layers-pp" in exc.value.rules
 
 
-def test_mtp_layout_is_the_one_approximation():
+def test_layout_prices_the_exact_placement():
     ds = ps.models.get("deepseek-v3")
-    s = ps.Strategy(
+    flags = ps.Strategy(
         tp=2, pp=8, vpp=4, ep=64, sp=True, account_for_embedding=True, account_for_loss=True
     )
-    # Megatron's own rule: 61 + 1 + 1 = 63 slots do not divide into 8 * 4 = 32 chunks
-    assert "layers-accounted" in {v.rule for v in s.check(ds)}
+    # Megatron's own rule: 61 + 1 + 1 = 63 slots do not divide into 8 * 4 = 32 chunks, and
+    # the estimate refuses what Megatron refuses (no approximation stands in for it)
+    assert "layers-accounted" in {v.rule for v in flags.check(ds)}
+    with pytest.raises(StrategyError):
+        pipeline_split(ds, flags)
+    # the layout Megatron Bridge's recipes write for it: 2 slots per chunk, the embedding in
+    # the first chunk, MTP and the loss alone in the last
+    s = ps.Strategy(tp=2, pp=8, ep=64, sp=True, pipeline_layout="Et|(tt|)*30mL")
+    assert s.vpp == 4 and not [v for v in s.check(ds) if v.severity == "error"]
     split = pipeline_split(ds, s)
-    # 61 + emb + MTP + loss = 64 slots, 2 per chunk (Bridge layout "Et|(tt|)*30mL"):
-    # stage 0 = 4 chunks * 2 - emb = 7, stage 7 = 8 - MTP - loss = 6, others 8
-    assert split.how == "mtp-layout" and "pipeline_model_parallel_layout" in split.note
+    assert split.how == "layout" and "Et|(tt|)*30mL" in split.note
+    # stage 0 = 4 chunks * 2 - emb = 7, stage 7 = 3 chunks * 2 (the last holds no decoder)
     assert list(split.stage_layers) == [7, 8, 8, 8, 8, 8, 8, 6]
     assert split.chunk_layers[0] == 1 and split.chunk_layers[-1] == 0
     # layers follow chunk order, chunk c on stage c % 8: chunk 0 (stage 0) holds layer 0,
     # chunk 1 (stage 1) layers 1-2; DeepSeek-V3's first 3 layers are dense, so stage 0 has
     # 7 - 1 = 6 MoE layers, stage 1 8 - 2 = 6, stage 2 all 8
     assert split.stage_moe[:3] == (6, 6, 8)
+    first, last = split.ends[0], split.ends[-1]
+    assert first.embedding and not first.loss and not first.mtp
+    # the last stage: output layer, loss, the MTP module and its embedding copy
+    assert last.loss and last.mtp == 1 and last.embedding_copies == 1 and last.output_weights
+    assert not any(e.embedding or e.loss or e.mtp for e in split.ends[1:-1])
     rep = estimate_step(
         ds,
         s.with_world_size(1024),
@@ -124,7 +136,28 @@ def test_mtp_layout_is_the_one_approximation():
         global_batch_size=8192,
         precision="fp8",
     )
-    assert any("pipeline_model_parallel_layout" in n for n in rep.notes)
+    assert any("pipeline layout" in n for n in rep.notes)
+
+
+def test_layout_moves_the_ends():
+    """A layout that puts the MTP module on another rank prices it there: that rank gains the
+    MTP parameters and an embedding copy, the last rank holds only its layers and the loss."""
+    ds = ps.models.get("deepseek-v3")
+    # pp 4 x vpp 2: the MTP module ends chunk 1 of rank 2, the loss is alone on rank 3's
+    moved = ps.Strategy(tp=2, pp=4, ep=64, sp=True, pipeline_layout="E(t*9|)*6t*7m|L")
+    assert not [v for v in moved.check(ds) if v.severity == "error"]
+    split = pipeline_split(ds, moved)
+    assert split.stage_layers == (18, 18, 16, 9)
+    assert split.ends[2].mtp == 1 and split.ends[2].embedding_copies == 1
+    assert split.ends[3].loss and not split.ends[3].mtp and not split.ends[3].embedding_copies
+    mem = ps.estimate_memory(ds, moved.with_world_size(512), seq_len=4096, micro_batch_size=1)
+    # stage 2 holds two layers fewer than stage 1, and the MTP module with its embedding
+    assert split.stage_moe[1] == split.stage_moe[2] + 2
+    extra = mem.stages[2].params - mem.stages[1].params + 2 * layer_record(ds, True, 2, 64).params
+    mtp = mtp_record(ds, 2, 64, 1).params + embedding_record(ds, 2).params
+    assert extra == pytest.approx(mtp)
+    assert mem.stages[0].has_embedding and mem.stages[3].has_output
+    assert not mem.stages[2].has_output
 
 
 def test_gemm_efficiency_shapes():

@@ -39,7 +39,7 @@ def test_values_are_checked_at_construction():
     with pytest.raises(TypeError):
         Workload(LLAMA8, 4096)  # keyword-only
     sw = Switches(recompute="OFF", cuda_graphs="attn, moe-router", moe_dispatcher="deepep")
-    assert (sw.recompute, sw.moe_dispatcher) == ("none", "flex")
+    assert (sw.recompute, sw.moe_dispatcher) == ("none", "deepep")  # the backend kept (flex)
     assert sw.cuda_graphs == {"attn", "moe_router"}
     with pytest.raises(UsageError, match="flash_attention"):
         Switches(flash_attention="no")

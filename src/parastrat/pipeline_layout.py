@@ -383,39 +383,30 @@ def recipe_layouts(num_layers: int, pp: int, vpp: int = 1, mtp_num_layers: int =
     Megatron accepts for the model.
 
     The embedding and the loss each count as a slot or as nothing (four ways), MTP layers
-    count one slot each; every stage gets ``k = ceil(slots / stages)``: the first holds the
-    embedding and its decoders, the middle ones ``k`` decoders, the last the rest with the MTP
-    layers and the loss.  DeepSeek-V3 (61 + 1 MTP) at pp 8 vpp 2 gives Bridge's recipe
-    ``Et*4|(t*4|)*14tmL`` among them; at pp 8 vpp 4 without MTP, NVIDIA's ``Et|(tt|)*30L``.
+    count one slot each; with ``k = ceil(slots / stages)``, the first stage holds the
+    embedding and ``k`` slots' worth of decoders, every middle stage exactly ``k`` decoders
+    (balanced), the last the decoders left with the MTP layers and the loss.  Among layouts
+    of equal ``k``, those with fewer empty stages, then those that give the embedding and the
+    loss a slot, come first.  DeepSeek-V3 (61 + 1 MTP) at pp 8 vpp 2 gives Bridge's recipe
+    ``Et*4|(t*4|)*14tmL`` among them; at pp 8 vpp 4, NVIDIA's ``Et|(tt|)*30mL``.  Empty for
+    a single stage (nothing to lay out).
     """
     n = pp * vpp
-    found: dict[str, int] = {}
-    for emb_w in (0, 1):
+    found: dict[str, tuple[int, int, int]] = {}
+    for emb_w in (0, 1) if n > 1 else ():
         for loss_w in (0, 1):
             slots = num_layers + emb_w + mtp_num_layers + loss_w
             k = -(-slots // n)
-            left = num_layers
-            stages = []
-            for i in range(n):
-                room = k - (emb_w if i == 0 else 0)
-                if i == n - 1:
-                    take = left
-                else:
-                    take = max(0, min(room, left))
-                left -= take
-                stages.append(["decoder"] * take)
+            first = k - emb_w
+            last = num_layers - first - (n - 2) * k
+            if first < 0 or last < 0:
+                continue
+            stages = [["decoder"] * c for c in [first] + [k] * (n - 2) + [last]]
             stages[0].insert(0, "embedding")
             stages[-1] += ["mtp"] * mtp_num_layers + ["loss"]
             rows = tuple(tuple(s) for s in stages)
-            layout = PipelineLayout(rows, pp)
-            if layout_violations(layout, num_layers, mtp_num_layers):
+            if layout_violations(PipelineLayout(rows, pp), num_layers, mtp_num_layers):
                 continue
-            weight = max(
-                s.count("decoder")
-                + s.count("mtp")
-                + emb_w * ("embedding" in s)
-                + loss_w * ("loss" in s)
-                for s in rows
-            )
-            found.setdefault(compact(rows), weight)
+            key, text = (k, sum(1 for s in rows if not s), -emb_w - loss_w), compact(rows)
+            found[text] = min(found.get(text, key), key)
     return sorted(found, key=lambda text: (found[text], text))

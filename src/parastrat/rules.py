@@ -479,6 +479,15 @@ def model_violations(s: Strategy, model: Any) -> list[Violation]:
                     )
     if layers:
         out += layer_split_violations(s, layers, getattr(model, "mtp_num_layers", None))
+    if experts and getattr(model, "add_bias_linear", False) and s.etp != 1:
+        out.append(
+            _err(
+                "moe-bias-etp",
+                f"etp={s.etp} on {name}, whose expert linear layers carry a bias "
+                "(add_bias_linear): Megatron Core supports bias in MoE only with etp=1",
+                "use etp=1 (experts split by ep alone)",
+            )
+        )
     if s.ep > 1:
         if not experts:
             out.append(

@@ -89,6 +89,7 @@ class ModelView:
     num_query_groups: int | None
     num_moe_experts: int | None
     mtp_num_layers: int | None = None
+    add_bias_linear: bool = False
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ def model_view(cfg: Any) -> ModelView:
         num_query_groups=positive("num_query_groups"),
         num_moe_experts=positive("num_moe_experts"),
         mtp_num_layers=positive("mtp_num_layers"),
+        add_bias_linear=getattr(m, "add_bias_linear", False) is True,
     )
 
 

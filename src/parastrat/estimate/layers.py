@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StrategyError
+from ..pipeline_layout import StagePlacement
 from ..spec.model import ModelSpec
 from ..strategy import Strategy
 from .flops import Matrix, attention_matrices, is_moe_layer, logits_matrix, mlp_matrices
@@ -182,6 +183,34 @@ def mtp_record(model: ModelSpec, tp: int, ep: int = 1, etp: int = 1) -> Block:
     )
 
 
+@dataclass(frozen=True)
+class StageEnds:
+    """What one physical pipeline stage holds besides its decoder layers, summed over its
+    virtual chunks, as Megatron Core's ``GPTModel`` builds them: the input embedding where a
+    chunk is ``pre_process``; the final norm, output layer and loss where it is
+    ``post_process`` (the output weights unless they are tied to an embedding of the same
+    chunk); the MTP modules, and an embedding copy for every chunk with MTP but no input
+    embedding (``pre_process or mtp_process``)."""
+
+    embedding: bool = False
+    loss: bool = False
+    mtp: int = 0
+    embedding_copies: int = 0
+    output_weights: bool = False
+
+
+def _ends_default(model: ModelSpec, p: int) -> tuple[StageEnds, ...]:
+    """The ends of a split given without a layout: embedding first, loss and MTP last."""
+    mtp = model.mtp_num_layers or 0
+    out = []
+    for j in range(p):
+        first, last = j == 0, j == p - 1
+        copies = int(first) + int(last and mtp > 0 and p > 1)
+        weights = last and (p > 1 or not model.tied_embeddings)
+        out.append(StageEnds(first, last, mtp if last else 0, copies, weights))
+    return tuple(out)
+
+
 @per_model
 def stage_params(
     model: ModelSpec,
@@ -190,23 +219,24 @@ def stage_params(
     etp: int,
     stage_layers: tuple[int, ...],
     stage_moe: tuple[int, ...],
+    ends: tuple[StageEnds, ...] | None = None,
 ) -> tuple[Block, ...]:
-    """What each pipeline stage's rank holds, as one :class:`Block` per stage (layers, and the
-    embedding / output / MTP ends; see the module docstring)."""
+    """What each pipeline stage's rank holds, as one :class:`Block` per stage: its layers and
+    the ends ``ends`` places on it (:attr:`PipelineSplit.ends`; None: embedding on the first
+    stage, output, loss and MTP on the last)."""
     p = len(stage_layers)
+    ends = ends if ends is not None else _ends_default(model, p)
     dense = layer_record(model, False, tp, ep, etp)
     moe = layer_record(model, True, tp, ep, etp) if model.is_moe else EMPTY
     out: list[Block] = []
-    for j, (n, k) in enumerate(zip(stage_layers, stage_moe)):
+    for n, k, end in zip(stage_layers, stage_moe, ends):
         st = dense.times(n - k) + moe.times(k)
-        if j == 0:
-            st = st + embedding_record(model, tp)
-        if j == p - 1:
-            st = st + output_record(model, tp, p > 1 or not model.tied_embeddings)
-            if model.mtp_num_layers:
-                st = st + mtp_record(model, tp, ep, etp).times(model.mtp_num_layers)
-                if p > 1:
-                    st = st + embedding_record(model, tp)  # MTP's embedding copy
+        if end.embedding_copies:
+            st = st + embedding_record(model, tp).times(end.embedding_copies)
+        if end.loss:
+            st = st + output_record(model, tp, end.output_weights)
+        if end.mtp:
+            st = st + mtp_record(model, tp, ep, etp).times(end.mtp)
         out.append(Block("stage", st.dense_params, st.expert_params, st.linear_params))
     return tuple(out)
 
@@ -216,14 +246,16 @@ def stage_params(
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PipelineSplit:
-    """Where the transformer layers of a model sit in a strategy's pipeline.
+    """Where the layers of a model sit in a strategy's pipeline, exactly as Megatron Core
+    places them (:meth:`Strategy.placements`).
 
-    ``stage_layers[j]``: layers held by physical stage ``j`` (all its virtual chunks);
-    ``stage_moe[j]``: how many of them carry routed experts; ``chunk_layers[c]``: layers of
-    model chunk ``c`` (``pp * vpp`` chunks in Megatron's order, chunk ``c`` on stage
-    ``c % pp``).  ``how`` is "even", "uneven" (first/last stage counts), "accounted"
-    (``account_for_embedding/loss_in_pipeline_split``) or "mtp-layout" (the one approximation,
-    see :func:`pipeline_split`); ``note`` says so in words (None for an even split).
+    ``stage_layers[j]``: decoder layers held by physical stage ``j`` (all its virtual chunks);
+    ``stage_moe[j]``: how many of them carry routed experts; ``chunk_layers[c]``: decoder
+    layers of model chunk ``c`` (``pp * vpp`` chunks in Megatron's order, chunk ``c`` on
+    stage ``c % pp``); ``ends[j]``: the embedding, loss and MTP modules stage ``j`` holds.
+    ``how`` is "even", "uneven" (first/last stage counts), "accounted"
+    (``account_for_embedding/loss_in_pipeline_split``) or "layout"
+    (``pipeline_model_parallel_layout``); ``note`` says so in words (None for an even split).
     """
 
     stage_layers: tuple[int, ...]
@@ -231,46 +263,14 @@ class PipelineSplit:
     chunk_layers: tuple[int, ...]
     how: str
     note: str | None = None
-
-
-#: Rule ids that the MTP-layout approximation (and only it) stands in for.
-MTP_LAYOUT_RULES = frozenset({"layers-accounted"})
-
-
-def _mtp_slots(model: ModelSpec, strategy: Strategy) -> int | None:
-    """Pipeline slots when the MTP modules count as slots of the last stage, or None."""
-    s = strategy
-    if (
-        not model.mtp_num_layers
-        or s.pp == 1
-        or not s.account_for_loss
-        or s.first_stage_layers is not None
-        or s.last_stage_layers is not None
-    ):
-        return None
-    total = model.num_layers + s.account_for_embedding + s.account_for_loss
-    if total % (s.pp * s.vpp) == 0:
-        return None  # Megatron's own accounted split works; no approximation needed
-    slots = total + model.mtp_num_layers
-    return slots if slots % (s.pp * s.vpp) == 0 else None
+    ends: tuple[StageEnds, ...] = ()
 
 
 def pipeline_split(model: ModelSpec, strategy: Strategy) -> PipelineSplit:
-    """Layers per stage and per model chunk, from :meth:`Strategy.stage_layers`.
-
-    The strategy's own split is the one source of truth (even, first/last stage counts, or
-    Megatron's ``account_for_embedding/loss_in_pipeline_split``); an impossible split raises
-    the rules' :class:`StrategyError` with the fix.
-
-    One documented approximation lives here and nowhere else: a model with MTP whose
-    ``L + embedding + loss`` slots do not divide into ``pp * vpp`` chunks, but whose
-    ``L + embedding + MTP + loss`` slots do (DeepSeek-V3: 61 + 1 + 1 + 1 = 64 on PP 8 x VPP 4
-    or PP 4 x VPP 4), is split as Megatron Bridge's ``pipeline_model_parallel_layout`` does
-    for those recipes (``"Et|(tt|)*30mL"``): every chunk holds the same number of slots, the
-    first chunk gives one to the embedding and the last gives one to the MTP modules and one to
-    the loss.  Megatron itself needs that layout string for it (``account_for_*`` alone is
-    rejected), which the note says.
-    """
+    """Decoder layers per stage and per model chunk, and where the embedding, loss and MTP
+    modules sit, from :meth:`Strategy.placements` (the layout, ``account_for_*``, first/last
+    stage counts or the even split).  An impossible split raises the rules'
+    :class:`StrategyError` with the fix."""
     s = strategy
     key = (
         "pipeline_split",
@@ -280,6 +280,7 @@ def pipeline_split(model: ModelSpec, strategy: Strategy) -> PipelineSplit:
         s.last_stage_layers,
         s.account_for_embedding,
         s.account_for_loss,
+        s.pipeline_layout,
     )
     memo = model_memo(model)  # the model's own memo, keyed by every field the split reads
     hit = memo.get(key)
@@ -289,47 +290,43 @@ def pipeline_split(model: ModelSpec, strategy: Strategy) -> PipelineSplit:
 
 
 def _split(model: ModelSpec, s: Strategy) -> PipelineSplit:
-    chunks, how, note = _chunks(model, s)
-    p = s.pp
+    p, v = s.pp, s.vpp
+    places = s.placements(model.num_layers, model.mtp_num_layers or 0)  # rank-major
+    chunks = [places[r * v + c] for c in range(v) for r in range(p)]  # Megatron's chunk order
     stage = [0] * p
     moe = [0] * p
     start = 0
-    for c, size in enumerate(chunks):
-        stage[c % p] += size
-        moe[c % p] += sum(1 for i in range(start, start + size) if is_moe_layer(model, i))
-        start += size
-    return PipelineSplit(tuple(stage), tuple(moe), tuple(chunks), how, note)
-
-
-def _chunks(model: ModelSpec, s: Strategy) -> tuple[list[int], str, str | None]:
-    """(layers per model chunk, how, note) of a strategy's split."""
-    L, p, v = model.num_layers, s.pp, s.vpp
-    n = p * v
-    slots = _mtp_slots(model, s)
-    if slots is not None:
-        per = slots // n
-        chunks = [per] * n
-        chunks[0] -= int(s.account_for_embedding)
-        chunks[-1] -= int(s.account_for_loss) + model.mtp_num_layers
-        if min(chunks) < 0:
-            s.stage_layers(L)  # raises the rules' error
-        note = (
-            f"{L} layers + embedding + {model.mtp_num_layers} MTP + loss = {slots} slots "
-            f"over pp*vpp = {n} chunks: priced as Megatron Bridge's "
-            "pipeline_model_parallel_layout places them (MTP in the last chunk); Megatron "
-            "needs that layout string, account_for_*_in_pipeline_split alone is rejected"
+    for pl in chunks:
+        stage[pl.pp_rank] += pl.decoder
+        moe[pl.pp_rank] += sum(
+            1 for i in range(start, start + pl.decoder) if is_moe_layer(model, i)
         )
-        return chunks, "mtp-layout", note
-    per_stage = s.stage_layers(L)  # raises StrategyError with the fix when impossible
-    chunks = [0] * n
-    for st, layers in enumerate(per_stage):
-        base, extra = divmod(layers, v)
-        for j in range(v):
-            # a short chunk sits where the embedding (first chunk of stage 0) or the loss
-            # (last chunk of the last stage) takes a slot
-            short_first = st == 0 and s.account_for_embedding
-            bonus = (j >= v - extra) if short_first else (j < extra)
-            chunks[j * p + st] = base + (1 if bonus else 0)
+        start += pl.decoder
+    ends = tuple(_stage_ends(model, places[r * v : (r + 1) * v]) for r in range(p))
+    how, note = _describe(s, stage)
+    return PipelineSplit(
+        tuple(stage), tuple(moe), tuple(pl.decoder for pl in chunks), how, note, ends
+    )
+
+
+def _stage_ends(model: ModelSpec, chunks: list[StagePlacement]) -> StageEnds:
+    """The :class:`StageEnds` of one rank's chunks."""
+    tied = model.tied_embeddings
+    return StageEnds(
+        embedding=any(c.embedding for c in chunks),
+        loss=any(c.loss for c in chunks),
+        mtp=sum(c.mtp for c in chunks),
+        embedding_copies=sum(1 for c in chunks if c.embedding or c.mtp),
+        output_weights=any(c.loss and not (tied and c.embedding) for c in chunks),
+    )
+
+
+def _describe(s: Strategy, per_stage: list[int]) -> tuple[str, str | None]:
+    """(how, note) of a strategy's split."""
+    if s.pipeline_layout is not None:
+        return "layout", (
+            f"pipeline layout {s.layout_parsed}: {per_stage} decoder layers per stage"
+        )
     if s.account_for_embedding or s.account_for_loss:
         names = [
             name
@@ -339,19 +336,12 @@ def _chunks(model: ModelSpec, s: Strategy) -> tuple[list[int], str, str | None]:
             )
             if on
         ]
-        return (
-            chunks,
-            "accounted",
-            ("layers split with " + " and ".join(names) + f": {list(per_stage)} layers per stage"),
+        return "accounted", (
+            "layers split with " + " and ".join(names) + f": {per_stage} layers per stage"
         )
     if s.uneven:
-        return chunks, "uneven", f"uneven pipeline split: {list(per_stage)} layers per stage"
-    return chunks, "even", None
-
-
-def split_waived_rules(model: ModelSpec, strategy: Strategy) -> frozenset[str]:
-    """Rule ids the layer-split approximation of :func:`pipeline_split` stands in for."""
-    return MTP_LAYOUT_RULES if _mtp_slots(model, strategy) is not None else frozenset()
+        return "uneven", f"uneven pipeline split: {per_stage} layers per stage"
+    return "even", None
 
 
 @per_model

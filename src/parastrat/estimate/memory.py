@@ -496,7 +496,7 @@ def memory_of(
     split = pipeline_split(model, s)
     if split.note:
         notes.append(split.note)
-    blocks = stage_params(model, s.tp, s.ep, s.etp, split.stage_layers, split.stage_moe)
+    blocks = stage_params(model, s.tp, s.ep, s.etp, split.stage_layers, split.stage_moe, split.ends)
     alloc = (
         OTHER_FIXED_BYTES if other_bytes is None else float(other_bytes),
         FRAGMENTATION if fragmentation is None else float(fragmentation),
@@ -560,7 +560,7 @@ class _StageShape:
         self.fp8x = fp8_extra_bytes(workload.precision, switches.fp8_param_gather)
         self.model, self.s = model, s
         self.full = switches.mode == "full"
-        self.mtp, self.moe_model = model.mtp_num_layers, model.is_moe
+        self.moe_model = model.is_moe
         self.fixed, self.frag = alloc
 
     def in_flight(self, st: int) -> tuple[int, float]:
@@ -576,7 +576,8 @@ class _StageShape:
         """What one rank of pipeline stage ``st`` holds: the stage's parameter record, and the
         activations of the micro-batches (or model chunks) in flight at its peak."""
         n_layers, n_moe = split.stage_layers[st], split.stage_moe[st]
-        first, last = st == 0, st == self.p - 1
+        ends = split.ends[st]  # where the layout puts the embedding, loss and MTP modules
+        first, last = ends.embedding, ends.loss
         in_flight, per_unit = self.in_flight(st)
         if self.full:
             one_layer = acts.moe if n_moe else acts.dense
@@ -589,10 +590,10 @@ class _StageShape:
             stored += (min(self.p, self.m) if self.m is not None else self.p) * acts.embedding
         if last:
             stored += acts.final
-            if self.mtp:
-                mtp_act = (acts.moe if self.moe_model else acts.dense) + 4 * acts.hidden
-                per_mtp = acts.layer_input if self.full else mtp_act
-                stored += self.mtp * (per_mtp + acts.logits)
+        if ends.mtp:
+            mtp_act = (acts.moe if self.moe_model else acts.dense) + 4 * acts.hidden
+            per_mtp = acts.layer_input if self.full else mtp_act
+            stored += ends.mtp * (per_mtp + acts.logits)
         kept = self.kept(block)
         return StageMemory(
             stage=st,

@@ -52,12 +52,10 @@ from .flops import (
     model_flops_per_token,
 )
 from .fsdp import ByteSizes, ShardGroups, Sharding, fsdp_layer_comm
-from .layers import MTP_LAYOUT_RULES as MTP_LAYOUT_RULES
 from .layers import PipelineSplit as PipelineSplit
 from .layers import (
     layer_record,
     pipeline_split,
-    split_waived_rules,
     stage_params,
 )
 from .memo import per_model
@@ -627,7 +625,9 @@ class StepModel:
         require_precision(cluster.accel, workload.precision)  # NVFP4 only on Blackwell
         self._cluster, self._workload, self._switches = cluster, workload, switches
         self._moe_comm = MoEComm(
-            switches.moe_dispatcher, switches.moe_a2a_overlap, switches.moe_shared_expert_overlap
+            _moe_dispatcher(switches.moe_dispatcher),
+            switches.moe_a2a_overlap,
+            switches.moe_shared_expert_overlap,
         )
         self._layers: dict[tuple, LayerCost] = {}
         self._heads: dict[tuple, float] = {}
@@ -667,6 +667,7 @@ class StepModel:
             s.last_stage_layers,
             s.account_for_embedding,
             s.account_for_loss,
+            s.pipeline_layout,
         )
         hit = self._splits.get(key)
         if hit is None:
@@ -921,24 +922,27 @@ class StepModel:
         p = s.pp
         head_t = self.head_cost(tokens, s.tp)
         mtp = self._mtp_terms(per, tokens, s.tp, head_t)
-        blocks = stage_params(model, s.tp, s.ep, s.etp, split.stage_layers, split.stage_moe)
-        signatures: dict[tuple[int, int, bool, bool], int] = {}
+        blocks = stage_params(
+            model, s.tp, s.ep, s.etp, split.stage_layers, split.stage_moe, split.ends
+        )
+        signatures: dict[tuple[int, int, Any], int] = {}
         for j in range(p):
-            sig = (split.stage_layers[j], split.stage_moe[j], j == 0, j == p - 1)
+            sig = (split.stage_layers[j], split.stage_moe[j], split.ends[j])
             signatures.setdefault(sig, j)
         out = []
-        for (n_layers, n_moe, _first, last), j in signatures.items():
+        n_mtp = model.mtp_num_layers or 1
+        for (n_layers, n_moe, ends), j in signatures.items():
             n_dense = n_layers - n_moe
             st = {
                 k: n_dense * per[False][k] + (n_moe * per[True][k] if n_moe else 0.0)
                 for k in LAYER_TERMS
             }
-            if last:
+            if ends.loss:
                 st["compute"] += head_t
                 st["fwd"] += head_t / 3
                 st["bwd"] += 2 * head_t / 3
-                for k, val in mtp.items():
-                    st[k] += val
+            for k, val in mtp.items():  # the MTP modules where the split puts them
+                st[k] += val * ends.mtp / n_mtp
             st["mb"] = (
                 st["compute"]
                 + st["recompute"]
@@ -955,7 +959,7 @@ class StepModel:
     def _mtp_terms(
         self, per: dict[bool, dict[str, float]], tokens: float, tp: int, head_t: float
     ) -> dict[str, float]:
-        """Per-micro-batch terms of the MTP modules on the last stage: one layer of the last
+        """Per-micro-batch terms of all the model's MTP modules: one layer of the last
         layer's kind each, the ``[h; h] -> h`` projection and the shared output layer."""
         wl = self._workload
         model = wl.model
@@ -1199,8 +1203,9 @@ def estimate_step(
     ``strategy.dp`` may be unset: the world is then ``cluster.num_devices``.  With
     ``validate`` (the default) the strategy is checked against the model, world size, sequence
     and batch first (StrategyError listing every broken rule).  The layer split is the
-    strategy's own (:func:`pipeline_split`): set ``account_for_embedding``/``account_for_loss``
-    or ``first_stage_layers``/``last_stage_layers`` for layer counts that do not divide.
+    strategy's own (:func:`pipeline_split`): set ``account_for_embedding``/``account_for_loss``,
+    ``first_stage_layers``/``last_stage_layers`` or a ``pipeline_layout`` for layer counts that
+    do not divide; the embedding, loss and MTP modules are priced where the split puts them.
 
     Implementation switches (defaults: today's Megatron Core / Bridge): ``flash_attention``
     (False prices the attention scores as batched GEMMs plus their softmax/dropout traffic),
@@ -1257,8 +1262,7 @@ def check_errors(
     global_batch_size: int,
     micro_batch_size: int | None = None,
 ) -> list[Any]:
-    """The hard rules ``strategy`` breaks (:meth:`Strategy.check`), less the layer-split rule
-    that :func:`pipeline_split`'s MTP-layout approximation stands in for."""
+    """The hard rules ``strategy`` breaks (:meth:`Strategy.check`)."""
     errors = [
         v
         for v in strategy.check(
@@ -1270,10 +1274,6 @@ def check_errors(
         )
         if v.severity == "error"
     ]
-    if errors:
-        waived = split_waived_rules(model, strategy)
-        if waived:
-            errors = [v for v in errors if v.rule not in waived]
     return errors
 
 

@@ -309,7 +309,7 @@ def _static_bound(
     return max(
         fsdp_layer_memory(b.dense_params, level, dp * cp).total
         + fsdp_layer_memory(b.expert_params, level, edp).total
-        for b in set(stage_params(model, tp, ep, etp, sp.stage_layers, sp.stage_moe))
+        for b in set(stage_params(model, tp, ep, etp, sp.stage_layers, sp.stage_moe, sp.ends))
     )
 
 

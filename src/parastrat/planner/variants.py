@@ -6,23 +6,34 @@ from typing import Any
 
 from ..estimate.layers import try_split
 from ..estimate.memo import per_model
+from ..pipeline_layout import recipe_layouts
 from ..spec.model import ModelSpec
+
+#: Recipe-style layouts kept per (pp, vpp) beside the other splits (most balanced first,
+#: placements another variant already gives skipped).
+MAX_LAYOUTS = 1
 
 
 @per_model
 def pipeline_variants(model: ModelSpec, pp: int, vpp: int = 1) -> tuple[dict[str, Any], ...]:
     """The ways to put ``model``'s layers on ``pp`` stages x ``vpp`` chunks, as Strategy
-    keyword arguments (``first_stage_layers``, ``last_stage_layers``, ``account_for_*``).
+    keyword arguments (``first_stage_layers``, ``last_stage_layers``, ``account_for_*``,
+    ``pipeline_layout``).
 
     ``({},)`` when the even split works.  Otherwise Megatron's
     ``account_for_embedding/loss_in_pipeline_split`` (embedding and loss each take a layer's
-    slot; both, else one of them), and without VPP also an uneven first/last split that gives
-    the middle stages ``ceil(L / pp)`` layers and shares the rest between the two ends (which
-    carry the embedding and the loss/MTP).  Variants that put the same layers on each stage are
-    listed once; ``()`` when nothing works.  Legality is :func:`pipeline_split`'s
-    (``Strategy.stage_layers``), never re-derived here.
+    slot; both, else one of them); without VPP an uneven first/last split that gives the
+    middle stages ``ceil(L / pp)`` layers and shares the rest between the two ends (which
+    carry the embedding and the loss/MTP); and the layouts recipe authors write
+    (:func:`parastrat.pipeline_layout.recipe_layouts`: the embedding and the loss/MTP given a
+    slot, balanced middle stages), the :data:`MAX_LAYOUTS` most balanced that place the
+    layers differently from the variants before them.  Variants that put
+    the same decoder layers on each chunk with the same ends are listed once; ``()`` when
+    nothing works.  Legality is :func:`pipeline_split`'s (``Strategy.placements``, the same
+    rules ``validate`` applies), never re-derived here.
     """
     L = model.num_layers
+    mtp = model.mtp_num_layers or 0
     tries: list[dict[str, Any]] = [{}]
     if pp > 1 and (L % pp or (L // pp) % vpp):
         tries = [
@@ -35,20 +46,20 @@ def pipeline_variants(model: ModelSpec, pp: int, vpp: int = 1) -> tuple[dict[str
             last = rest // 2
             if rest >= 2 and rest - last <= middle:
                 tries.append({"first_stage_layers": rest - last, "last_stage_layers": last})
-    legal: list[tuple[bool, dict[str, Any], tuple[int, ...]]] = []
-    for kw in tries:
-        split = try_split(model, pp, vpp, tuple(sorted(kw.items())))
-        if split is not None and min(split.stage_layers) >= 1:
-            legal.append((split.how == "mtp-layout", kw, split.stage_layers))
-    # splits Megatron takes as they are come before the MTP-layout approximation
-    legal.sort(key=lambda item: item[0])
+        tries += [{"pipeline_layout": text} for text in recipe_layouts(L, pp, vpp, mtp)]
     out: list[dict[str, Any]] = []
-    seen: set[tuple[int, ...]] = set()
-    for _, kw, layers in legal:
-        if layers in seen:
+    seen: set[tuple] = set()
+    layouts = 0
+    for kw in tries:
+        if "pipeline_layout" in kw and layouts == MAX_LAYOUTS:
+            break
+        split = try_split(model, pp, vpp, tuple(sorted(kw.items())))
+        if split is None or min(split.stage_layers) < 1:
             continue
-        seen.add(layers)
+        shape = (split.chunk_layers, split.ends)
+        if shape in seen:
+            continue  # the same placement spelled another way
+        seen.add(shape)
         out.append(kw)
-        if vpp > 1:
-            break  # with VPP one accounted variant is enough (uneven needs vpp | every stage)
+        layouts += "pipeline_layout" in kw
     return tuple(out)

@@ -114,10 +114,16 @@ def cuda_graph_scopes(value: Any) -> frozenset[str]:
 def moe_dispatcher(name: Any) -> str:
     """ "alltoall" or "flex" (DeepEP / HybridEP name the flex dispatcher); UsageError naming
     the choices otherwise."""
+    key = moe_dispatcher_name(name)
+    return "flex" if key in FLEX_BACKENDS else key
+
+
+def moe_dispatcher_name(name: Any) -> str:
+    """The dispatcher as named, lower-case: "alltoall", "flex", or a flex backend ("deepep",
+    "hybridep": what apply writes as ``moe_flex_dispatcher_backend``); UsageError naming the
+    choices otherwise."""
     key = str(name).strip().lower()
-    if key in FLEX_BACKENDS:
-        key = "flex"
-    if key not in DISPATCHERS:
+    if key not in DISPATCHERS and key not in FLEX_BACKENDS:
         raise UsageError(
             f"unknown MoE dispatcher {name!r}; use one of "
             f"{', '.join(DISPATCHERS)} (deepep/hybridep mean flex)"
@@ -290,7 +296,8 @@ class Switches:
     collectives behind the GEMMs (None: on with SP inside the scale-up domain).
     ``overlap_grad_reduce``: DP reduce-scatter / all-gather behind backward / forward.
     ``distributed_optimizer``: optimizer state sharded over data parallelism.
-    ``moe_dispatcher``: "alltoall" or "flex" (DeepEP / HybridEP).  ``moe_a2a_overlap``:
+    ``moe_dispatcher``: "alltoall", "flex", or the flex backend by name ("deepep",
+    "hybridep", kept as given; the step model prices both as flex).  ``moe_a2a_overlap``:
     ``overlap_moe_expert_parallel_comm`` (combined 1F1B).  ``moe_shared_expert_overlap``: shared
     experts during dispatch / combine.  ``cuda_graphs``: captured scopes
     (:func:`cuda_graph_scopes`; None = eager).  ``fp8_param_gather``: primary linear weights
@@ -324,7 +331,9 @@ class Switches:
             _flag(name, getattr(self, name))
         _flag("tp_comm_overlap", self.tp_comm_overlap, optional=True)
         _flag("fp8_param_gather", self.fp8_param_gather, optional=True)
-        object.__setattr__(self, "moe_dispatcher", moe_dispatcher(self.moe_dispatcher))
+        # the backend's name is kept (apply writes the backend priced); the step model reads
+        # the dispatcher through moe_dispatcher(), to which both backends are "flex"
+        object.__setattr__(self, "moe_dispatcher", moe_dispatcher_name(self.moe_dispatcher))
         object.__setattr__(self, "cuda_graphs", cuda_graph_scopes(self.cuda_graphs))
         if not isinstance(self.mechanisms, Mechanisms):
             raise UsageError(
