@@ -68,9 +68,11 @@ def _unroll(text: str) -> str:
     return _SINGLE.sub(lambda m: m.group(1) * int(m.group(2)), text)
 
 
+@lru_cache(maxsize=4096)
 def parse_string(text: str) -> tuple[tuple[str, ...], ...]:
     """The stages of a layout string, each a tuple of layer names; StrategyError on an
-    unknown character."""
+    unknown character.  Memoised: the planner builds thousands of strategies that share a few
+    layouts."""
     stages = []
     for stage in _unroll(text).split("|"):
         bad = sorted({c for c in stage if c not in LAYER_CHARS})

@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
@@ -274,6 +275,7 @@ class WorkingSet:
         return self.weights + self.gradients
 
 
+@lru_cache(maxsize=65536)
 def fsdp_layer_memory(
     params: float,
     level: str | None,

@@ -42,6 +42,7 @@ from ..estimate.memory import MemoryReport, memory_of
 from ..estimate.step import StepModel, check_errors
 from ..estimate.step import clear_caches as clear_step_caches
 from ..grid import expert_dp
+from ..pipeline_layout import parse_string
 from ..spec.cluster import MAX_DEVICES
 from ..spec.hardware import GiB
 from ..spec.model import ModelSpec
@@ -317,6 +318,8 @@ def clear_caches() -> None:
     """Empty every memo the planner and the estimates keep between plans (for timing a plan
     from a cold start)."""
     clear_step_caches()
+    fsdp_layer_memory.cache_clear()
+    parse_string.cache_clear()
 
 
 # ---------------------------------------------------------------------------------------------
