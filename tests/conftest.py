@@ -25,7 +25,7 @@ settings.load_profile("thorough" if os.environ.get("PARASTRAT_THOROUGH") else "d
 
 
 # ---------------------------------------------------------------------------------------------
-# The real Megatron Bridge without Transformer Engine (facts: shared/reference/bridge_on_cpu.md).
+# The real Megatron Bridge without Transformer Engine (how and why: docs/adapters.md).
 # ---------------------------------------------------------------------------------------------
 #: Megatron Core modules that probe for Transformer Engine at import: imported before the
 #: stand-in exists, so that they see the truth (no TE) and never ask for its version.
