@@ -214,15 +214,12 @@ def cp_layer(
     return ring, a2a
 
 
-#: MoE token dispatchers: Megatron's ``alltoall`` permutes a token into one row per routed
-#: expert before the all-to-all, so it sends one copy per expert; ``flex`` (DeepEP / HybridEP)
-#: sends it once per destination rank inside a scale-up domain (DeepEP's dispatch layout marks
-#: ``is_token_in_rank``; the receiver permutes to its local experts) and once per destination
-#: scale-up domain across the scale-out link (RDMA to one rank there, then NVLink forwarding).
-DISPATCHERS = ("alltoall", "flex")
-#: Backends of the flex dispatcher, accepted as its names (Megatron's
-#: ``moe_flex_dispatcher_backend``).
-FLEX_BACKENDS = ("deepep", "hybridep")
+# MoE token dispatchers (the names live in spec.workload.DISPATCHERS): Megatron's
+# ``alltoall`` permutes a token into one row per routed expert before the all-to-all, so it
+# sends one copy per expert; ``flex`` (DeepEP / HybridEP) sends it once per destination rank
+# inside a scale-up domain (DeepEP's dispatch layout marks ``is_token_in_rank``; the receiver
+# permutes to its local experts) and once per destination scale-up domain across the
+# scale-out link (RDMA to one rank there, then NVLink forwarding).
 
 
 def expected_groups_hit(
