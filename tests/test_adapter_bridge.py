@@ -498,3 +498,90 @@ def test_flex_backend_name_is_kept_and_priced_as_flex():
     assert len(set(steps.values())) == 1
     with pytest.raises(UsageError, match="deepep/hybridep"):
         Switches(moe_dispatcher="nccl")
+
+
+# ---------------------------------------------------------------------------------------------
+# The flex backend must start on the device: Bridge's own start-up check, run for real.
+# ---------------------------------------------------------------------------------------------
+#: How each NVIDIA preset answers torch.cuda.get_device_properties (name, major): the data
+#: sheets' compute capabilities (Ampere 8.0, Ada 8.9, Hopper 9.0, Blackwell 10.0 / 10.3).
+CUDA_PROPS = {
+    "a100": ("NVIDIA A100-SXM4-80GB", 8),
+    "a800": ("NVIDIA A800-SXM4-80GB", 8),
+    "l40": ("NVIDIA L40", 8),
+    "l40s": ("NVIDIA L40S", 8),
+    "l20": ("NVIDIA L20", 8),
+    "rtx-4090": ("NVIDIA GeForce RTX 4090", 8),
+    "h100": ("NVIDIA H100 80GB HBM3", 9),
+    "h200": ("NVIDIA H200", 9),
+    "h20": ("NVIDIA H20", 9),
+    "h800": ("NVIDIA H800", 9),
+    "b200": ("NVIDIA B200", 10),
+    "b300": ("NVIDIA B300", 10),
+    "gb200": ("NVIDIA GB200", 10),
+    "gb300": ("NVIDIA GB300", 10),
+}
+
+
+@pytest.mark.parametrize("accel", sorted(CUDA_PROPS))
+@pytest.mark.parametrize("backend", ["deepep", "hybridep"])
+def test_flex_backend_refusals_match_bridge(bridge, monkeypatch, accel, backend):
+    """parastrat refuses a flex backend on a device exactly when Megatron Bridge's real
+    ``validate_flex_dispatcher_backend`` would stop the run at start-up."""
+    import types
+
+    import torch
+    from megatron.bridge.training.flex_dispatcher_backend import validate_flex_dispatcher_backend
+
+    from parastrat.errors import SpecError
+    from parastrat.spec.hardware import get as get_accel
+    from parastrat.spec.hardware import require_dispatcher
+
+    name, major = CUDA_PROPS[accel]
+    props = types.SimpleNamespace(name=name, major=major, minor=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: props)
+    model = types.SimpleNamespace(
+        moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend=backend
+    )
+    try:
+        validate_flex_dispatcher_backend(model)
+        bridge_ok = True
+    except ValueError:
+        bridge_ok = False
+    try:
+        require_dispatcher(get_accel(accel), backend)
+        ours_ok = True
+    except SpecError:
+        ours_ok = False
+    assert ours_ok == bridge_ok
+
+
+def test_flex_on_grace_blackwell_writes_hybridep(bridge, monkeypatch):
+    """``flex`` planned on GB200 is written as HybridEP (DeepEP does not start there), the
+    real Kimi K2 container takes it and Bridge's validate() and its start-up backend check
+    pass; asking for DeepEP there is refused before any pricing, naming the fix."""
+    import types
+
+    import torch
+    from megatron.bridge.training.flex_dispatcher_backend import validate_flex_dispatcher_backend
+
+    from parastrat.errors import SpecError
+
+    cluster = ps.Cluster(accelerator="gb200", num_devices=256)
+    plan = ps.plan(
+        get("kimi-k2"), cluster, seq_len=4096, global_batch_size=1024, top_k=1,
+        moe_dispatcher="flex",
+    )  # fmt: skip
+    assert "model.moe_flex_dispatcher_backend=hybridep" in mg.to_overrides(plan)
+    cfg = kimi_recipe()
+    cfg.model.moe_permute_fusion = False  # its Transformer Engine kernels are not on CPU
+    mg.apply(cfg, plan, world_size=256)
+    assert cfg.model.moe_flex_dispatcher_backend == "hybridep"
+    gb200 = types.SimpleNamespace(name="NVIDIA GB200", major=10, minor=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: gb200)
+    validate(cfg, 256, monkeypatch)
+    validate_flex_dispatcher_backend(cfg.model)
+    with pytest.raises(SpecError, match="use --moe-dispatcher hybridep"):
+        ps.plan(
+            get("kimi-k2"), cluster, seq_len=4096, global_batch_size=1024, moe_dispatcher="deepep"
+        )

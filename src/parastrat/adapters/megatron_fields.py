@@ -465,7 +465,7 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
         micro_batch_size=getattr(obj, "micro_batch_size", None),
         global_batch_size=getattr(plan, "global_batch_size", None),
         recompute=_mode(mode),
-        moe_dispatcher=switches.get("moe_dispatcher"),
+        moe_dispatcher=_dispatcher_on(switches.get("moe_dispatcher"), plan),
         moe_a2a_overlap=switches.get("moe_a2a_overlap"),
         moe_shared_expert_overlap=switches.get("moe_shared_expert_overlap"),
         tp_comm_overlap=tp_overlap,
@@ -473,6 +473,17 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
         cuda_graphs_known="cuda_graphs" in switches,
         moe_model=bool(getattr(getattr(plan, "model", None), "num_moe_experts", 0)) or None,
     )
+
+
+def _dispatcher_on(dispatcher: Any, plan: Any) -> Any:
+    """``flex`` made concrete for the plan's device: HybridEP where Bridge refuses DeepEP
+    (GB200 / GB300), so what is written starts there; other names as given."""
+    accel = getattr(getattr(plan, "cluster", None), "accel", None)
+    if dispatcher != "flex" or accel is None:
+        return dispatcher
+    from ..spec.hardware import flex_backend
+
+    return flex_backend(accel)
 
 
 def _mode(mode: Any) -> str | None:

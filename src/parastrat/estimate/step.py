@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StrategyError, UsageError
 from ..grid import expert_dp
-from ..spec.hardware import QUANTISED, Accelerator, require_precision
+from ..spec.hardware import QUANTISED, Accelerator, require_dispatcher, require_precision
 from ..spec.model import ModelSpec
 from ..spec.workload import CUDA_GRAPH_SCOPES as CUDA_GRAPH_SCOPES
 from ..spec.workload import Mechanisms, Switches, Workload, normalize_recompute, resolve
@@ -623,6 +623,8 @@ class StepModel:
 
     def __init__(self, cluster: Cluster, workload: Workload, switches: Switches) -> None:
         require_precision(cluster.accel, workload.precision)  # NVFP4 only on Blackwell
+        if workload.model.num_moe_experts:  # a flex backend Bridge refuses on this device
+            require_dispatcher(cluster.accel, switches.moe_dispatcher)
         self._cluster, self._workload, self._switches = cluster, workload, switches
         self._moe_comm = MoEComm(
             _moe_dispatcher(switches.moe_dispatcher),

@@ -99,6 +99,43 @@ def require_precision(accel: Accelerator, precision: str) -> str:
     return key
 
 
+#: NVIDIA parts on which Megatron Bridge refuses DeepEP: Bridge 0.3.1
+#: ``training/flex_dispatcher_backend.py`` ``validate_flex_dispatcher_backend`` accepts DeepEP
+#: on compute capability 8.x / 9.x and on devices named "NVIDIA B200" / "NVIDIA B300" only, so
+#: the Grace-Blackwell superchips (compute capability 10.x, named GB200 / GB300) are refused;
+#: HybridEP is accepted on every 8.x / 9.x / 10.x part (its message: "GB200, GB300 with NVL72
+#: and ... Ampere, Hopper, B200 and B300").
+DEEPEP_REFUSED = ("gb200", "gb300")
+
+
+def flex_backend(accel: Accelerator) -> str:
+    """The backend the ``flex`` dispatcher runs on ``accel``: HybridEP where Bridge refuses
+    DeepEP (GB200 / GB300, as their Megatron Bridge performance recipes use), else DeepEP
+    (``moe_flex_dispatcher_backend``'s default)."""
+    return "hybridep" if accel.name in DEEPEP_REFUSED else "deepep"
+
+
+def require_dispatcher(accel: Accelerator, dispatcher: str) -> str:
+    """``dispatcher`` (``Switches.moe_dispatcher``: "alltoall", "flex", "deepep", "hybridep"),
+    or :class:`~parastrat.errors.SpecError` when Megatron Bridge would refuse its flex backend
+    on ``accel`` at start-up (``validate_flex_dispatcher_backend``, which the CPU
+    ``validate()`` does not reach: a planned run would die after its queue wait)."""
+    if dispatcher == "alltoall":
+        return dispatcher
+    if accel.vendor != "nvidia":
+        raise SpecError(
+            f"moe dispatcher {dispatcher!r} runs on NVIDIA GPUs only (DeepEP / HybridEP "
+            f"kernels), not on {accel.name}; use --moe-dispatcher alltoall"
+        )
+    if dispatcher == "deepep" and accel.name in DEEPEP_REFUSED:
+        raise SpecError(
+            f"moe dispatcher 'deepep' does not start on {accel.name}: Megatron Bridge's "
+            "validate_flex_dispatcher_backend accepts DeepEP on Ampere, Hopper, B200 and B300 "
+            "only; use --moe-dispatcher hybridep (or flex, which runs HybridEP there)"
+        )
+    return dispatcher
+
+
 @dataclass(frozen=True)
 class Accelerator:
     """One device type: what the memory, step-time and DiT models need to know about it."""
