@@ -190,7 +190,8 @@ def test_apply_plan_writes_strategy_and_what_it_was_priced_with(bridge, monkeypa
     # TP overlap as priced (on with SP inside the NVLink domain), in Bridge's comm_overlap
     s = best.strategy
     assert cfg.comm_overlap.tp_comm_overlap is (s.tp > 1 and s.sp and s.tp <= 8)
-    assert {c.path.split(".")[0] for c in changes} <= {"model", "train", "comm_overlap", "dist"}
+    sections = {"model", "train", "comm_overlap", "dist", "ddp", "mixed_precision"}
+    assert {c.path.split(".")[0] for c in changes} <= sections
     validate(cfg, 64, monkeypatch)
 
 
@@ -585,3 +586,48 @@ def test_flex_on_grace_blackwell_writes_hybridep(bridge, monkeypatch):
         ps.plan(
             get("kimi-k2"), cluster, seq_len=4096, global_batch_size=1024, moe_dispatcher="deepep"
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# The gradient buffer's dtype priced is the one the run gets.
+# ---------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("fp32", [False, True])
+def test_gradient_dtype_priced_is_run(bridge, monkeypatch, fp32):
+    """A plan priced with BF16 (or FP32) gradients writes ``grad_reduce_in_fp32`` on both the
+    mixed-precision and DDP sections, so Bridge's own start-up step (the first step of
+    ``runtime_config_update``, run here: ``MixedPrecisionConfig.setup`` copies its value onto
+    the DDP config; the rest needs a GPU build) leaves the DDP gradient buffer in the dtype
+    the memory estimate counted; a container whose mixed precision is a recipe name gets the
+    resolved recipe."""
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+    plan = ps.plan(
+        get("gpt3-175b"),
+        ps.Cluster(accelerator="h100", num_devices=512),
+        seq_len=2048,
+        global_batch_size=2048,
+        top_k=1,
+        grad_reduce_in_fp32=fp32,
+    )
+    assert plan.step_options["grad_reduce_in_fp32"] is fp32
+    overrides = mg.to_overrides(plan)
+    assert f"ddp.grad_reduce_in_fp32={str(fp32).lower()}" in overrides
+    assert f"mixed_precision.grad_reduce_in_fp32={str(fp32).lower()}" in overrides
+    assert ("--accumulate-allreduce-grads-in-fp32" in mg.megatron_lm_args(plan)) is fp32
+    for named in (False, True):
+        cfg = gpt3_recipe()
+        if named:
+            cfg.mixed_precision = "bf16_mixed"  # FP32 gradients in that recipe
+        mg.apply(cfg, plan, world_size=512)
+        assert cfg.ddp.grad_reduce_in_fp32 is fp32
+        if isinstance(cfg.mixed_precision, str):  # the named recipe already had the value
+            assert named and fp32
+            cfg.mixed_precision = get_mixed_precision_config(cfg.mixed_precision)
+        assert cfg.mixed_precision.grad_reduce_in_fp32 is fp32
+        cfg.mixed_precision.finalize()
+        cfg.mixed_precision.setup(cfg.model, cfg.optimizer, cfg.ddp)
+        assert cfg.ddp.grad_reduce_in_fp32 is fp32
+        validate(cfg, 512, monkeypatch)
+    # the estimate counted that buffer: 2 or 4 bytes per parameter of the stage
+    st = plan.best.memory.stages[0]
+    assert st.gradients == pytest.approx((4 if fp32 else 2) * st.params)

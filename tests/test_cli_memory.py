@@ -35,7 +35,8 @@ def test_table(capsys):
 
 
 def test_json_is_one_document(capsys):
-    assert main(ARGS + ["--format", "json", "--accelerator", "a100"]) == 0
+    # FP32 gradients (Bridge's bf16_mixed) push the bf16 run past an A100's 80 GiB
+    assert main(ARGS + ["--format", "json", "--accelerator", "a100", "--grad-reduce-in-fp32"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["accelerator"] == "a100" and doc["fits"] is False
     assert len(doc["stages"]) == 8 and doc["num_microbatches"] == 128

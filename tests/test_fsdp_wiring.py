@@ -165,8 +165,8 @@ def test_explanation_when_no_fsdp_candidate_ranks():
         ps.models.get("llama3-70b"), ps.Cluster("h100", 16), seq_len=8192, global_batch_size=32
     )
     verdict = fsdp_verdict(plan)
-    assert verdict.startswith(("FSDP is slower: TP8 PP1", "FSDP does not fit: TP8 PP1")), verdict
-    assert "FSDP:optim_grads_params" in verdict
+    assert verdict.startswith(("FSDP is slower: TP", "FSDP does not fit: TP")), verdict
+    assert " PP1 " in verdict and "FSDP:optim_grads_params" in verdict
 
 
 def test_cli_plan_fsdp(capsys):

@@ -154,7 +154,7 @@ def is_model_parallel_config(cfg: Any) -> bool:
 
 def _target(cfg: Any) -> _Target:
     if is_bridge_container(cfg):
-        names = ("model", "train", "dist", "comm_overlap", "ddp", "optimizer", "checkpoint")
+        names = ("model", *CONTAINER_SECTIONS)
         found = {n: getattr(cfg, n, None) for n in names}
         return _Target(cfg, {n: v for n, v in found.items() if v is not None}, True)
     if is_model_parallel_config(cfg):
@@ -283,6 +283,9 @@ def _writes(t: _Target, a: Applied) -> list[_Write]:
         if not f.when(a):
             continue
         new = f.value(a)
+        if f.sections == ("mixed_precision",) and isinstance(t.sections.get(f.sections[0]), str):
+            writes += _named_precision_write(t, f.name, new)
+            continue
         where = t.place(f)
         if where is None or not hasattr(where[0], f.name):
             if where is None and f.sections[0] in CONTAINER_SECTIONS:
@@ -297,6 +300,19 @@ def _writes(t: _Target, a: Applied) -> list[_Write]:
     if missing:
         raise StrategyError(missing)
     return writes
+
+
+def _named_precision_write(t: _Target, name: str, new: Any) -> list[_Write]:
+    """A container whose ``mixed_precision`` is a recipe name ("bf16_mixed"): Bridge resolves
+    it at start-up, so the field is written on the resolved config, which replaces the name
+    (nothing is written when the named recipe already has the value)."""
+    mp = require("megatron.bridge.training.mixed_precision", "megatron", "a named recipe")
+    old = t.sections["mixed_precision"]
+    resolved = mp.get_mixed_precision_config(old)
+    if _same(getattr(resolved, name, None), new):
+        return []
+    setattr(resolved, name, new)
+    return [_Write(t.root, "mixed_precision", "mixed_precision", old, resolved)]
 
 
 def _missing(t: _Target, f: Field, new: Any, why: str) -> Violation:

@@ -22,7 +22,15 @@ from ..strategy import MEGATRON_TP_PP_DP_ORDER, Strategy
 
 #: Sections only a Megatron Bridge ``ConfigContainer`` has (a bare Megatron Core config has none:
 #: their fields are skipped there).
-CONTAINER_SECTIONS = ("train", "comm_overlap", "dist", "ddp", "optimizer", "checkpoint")
+CONTAINER_SECTIONS = (
+    "train",
+    "comm_overlap",
+    "dist",
+    "ddp",
+    "optimizer",
+    "checkpoint",
+    "mixed_precision",
+)
 
 #: Megatron's ``cp_comm_type`` values and how they read back as Ulysses x ring.
 CP_COMM_RING = ("p2p", "all_gather")
@@ -52,6 +60,7 @@ class RunSettings:
     tp_comm_overlap: bool | None = None
     cuda_graphs: Any = None
     cuda_graphs_known: bool = False
+    grad_reduce_in_fp32: bool | None = None
     moe_model: bool | None = None  # the priced model has experts (known from a plan)
 
 
@@ -414,6 +423,21 @@ RUN_FIELDS: tuple[Field, ...] = (
         when=lambda a: bool(a.run and a.run.cuda_graphs_known),
     ),
     Field("cuda_graph_scope", _graph_scopes, when=lambda a: bool(a.run and _graph_scopes(a))),
+    # the gradient buffer's dtype priced: Bridge's MixedPrecisionConfig.setup() copies its
+    # value onto the DDP config at start-up, so both are written
+    Field(
+        "grad_reduce_in_fp32",
+        lambda a: bool(_run(a, "grad_reduce_in_fp32")),
+        when=_knows("grad_reduce_in_fp32"),
+        sections=("mixed_precision",),
+    ),
+    Field(
+        "grad_reduce_in_fp32",
+        lambda a: bool(_run(a, "grad_reduce_in_fp32")),
+        when=_knows("grad_reduce_in_fp32"),
+        sections=("ddp",),
+        arg="--accumulate-allreduce-grads-in-fp32",
+    ),
 )
 
 FIELDS: tuple[Field, ...] = STRATEGY_FIELDS + RUN_FIELDS
@@ -471,6 +495,7 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
         tp_comm_overlap=tp_overlap,
         cuda_graphs=switches.get("cuda_graphs"),
         cuda_graphs_known="cuda_graphs" in switches,
+        grad_reduce_in_fp32=switches.get("grad_reduce_in_fp32"),
         moe_model=bool(getattr(getattr(plan, "model", None), "num_moe_experts", 0)) or None,
     )
 

@@ -39,8 +39,8 @@ from .rows import Row, parse_sizes
 
 #: Bytes per gradient element of the swept DP bucket: FP32, Megatron's main-gradient buffer
 #: reduced with ``grad_reduce_in_fp32`` (Bridge's ``bf16_mixed`` default).  The step model
-#: prices the BF16 reduction the MoE performance recipes set (``comm.GRAD_BYTES``); a sweep
-#: of the larger message bounds both.
+#: prices the dtype its ``Switches.grad_reduce_in_fp32`` names (BF16 by default, as the
+#: performance recipes set); a sweep of the larger message bounds both.
 BUCKET_GRAD_BYTES = 4
 
 

@@ -293,6 +293,15 @@ def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> No
         default=None,
         help="FP8 primary weights (default: as Bridge's FP8 recipes, on)",
     )
+    g.add_argument(
+        "--grad-reduce-in-fp32",
+        dest="grad_reduce_in_fp32",
+        action="store_const",
+        const=True,
+        default=None,
+        help="FP32 gradient buffer and reduce-scatter (Bridge's bf16_mixed; default BF16, as "
+        "Megatron Core and Bridge's performance recipes)",
+    )
     if not step:
         return
     off("--no-tp-comm-overlap", "tp_comm_overlap", "TP communication not overlapped with GEMMs")

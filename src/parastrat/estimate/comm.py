@@ -38,7 +38,9 @@ if TYPE_CHECKING:
 
 #: Bytes per activation / gradient element on the wire (BF16).
 ACT_BYTES = 2
-#: Bytes per gradient element in the DP reduce-scatter (Megatron's grad_reduce_in_fp32=False).
+#: Bytes per gradient element in the DP reduce-scatter: BF16 (Megatron's
+#: ``grad_reduce_in_fp32=False``, the default of ``Switches``); FP32 with it on
+#: (:func:`grad_wire_bytes`).
 GRAD_BYTES = 2
 #: Bytes per parameter element in the distributed optimizer's parameter all-gather (BF16).
 PARAM_BYTES = 2
@@ -340,6 +342,12 @@ def pp_microbatch(
 # ---------------------------------------------------------------------------------------------
 # Per step.
 # ---------------------------------------------------------------------------------------------
+def grad_wire_bytes(grad_reduce_in_fp32: bool) -> int:
+    """Bytes per gradient element reduced over data parallelism: the gradient buffer's dtype
+    (Megatron reduces the buffer it accumulates into: FP32 with ``grad_reduce_in_fp32``)."""
+    return 4 if grad_reduce_in_fp32 else GRAD_BYTES
+
+
 def dp_step(
     strategy: Strategy,
     dense_params: float,
@@ -348,8 +356,10 @@ def dp_step(
     edp: int,
     strides: dict[str, int],
     distributed_optimizer: bool = True,
+    grad_bytes: int = GRAD_BYTES,
 ) -> list[Collective]:
-    """Gradient (and parameter) collectives of one step for one rank's local parameters."""
+    """Gradient (and parameter) collectives of one step for one rank's local parameters
+    (``grad_bytes`` per gradient element on the wire: :func:`grad_wire_bytes`)."""
     out: list[Collective] = []
     dense_group = dp * strategy.cp
     for params, group, stride, kind in (
@@ -359,8 +369,8 @@ def dp_step(
         if params <= 0 or group <= 1:
             continue
         if distributed_optimizer:
-            out.append(Collective(kind, "reduce_scatter", params * GRAD_BYTES, group, stride))
+            out.append(Collective(kind, "reduce_scatter", params * grad_bytes, group, stride))
             out.append(Collective(kind, "all_gather", params * PARAM_BYTES, group, stride))
         else:
-            out.append(Collective(kind, "all_reduce", params * GRAD_BYTES, group, stride))
+            out.append(Collective(kind, "all_reduce", params * grad_bytes, group, stride))
     return out

@@ -50,7 +50,7 @@ from ..errors import UsageError
 from ..rules import FSDP_ALIASES, FSDP_LEVELS
 from ..spec.hardware import canonical_precision
 from . import comm
-from .layers import FP8_EXTRA_BYTES, GRAD_BYTES, OPTIM_BYTES, WEIGHT_BYTES
+from .layers import FP8_EXTRA_BYTES, GRAD_BYTES, MAIN_GRAD_BYTES, OPTIM_BYTES, WEIGHT_BYTES
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -212,7 +212,7 @@ class ByteSizes:
     weights, ``reduce`` for gradients).
 
     The defaults are the project's Megatron accounting (:mod:`parastrat.estimate.memory`:
-    bf16 weight 2, fp32 main grad 4, fp32 master + Adam 12) and its wire sizes
+    bf16 weight 2, bf16 main grad 2, fp32 master + Adam 12) and its wire sizes
     (:mod:`parastrat.estimate.comm`: BF16 all-gather and reduce-scatter).
     """
 
@@ -224,11 +224,17 @@ class ByteSizes:
     reduce: float = float(comm.GRAD_BYTES)
 
     @classmethod
-    def megatron(cls, precision: str = "bf16", fp8_param_gather: bool | None = None) -> ByteSizes:
+    def megatron(
+        cls,
+        precision: str = "bf16",
+        fp8_param_gather: bool | None = None,
+        grad_reduce_in_fp32: bool = False,
+    ) -> ByteSizes:
         """Megatron's bytes at ``precision`` ("bf16", "fp8", "mxfp8"), as
         :func:`~parastrat.estimate_memory` counts them: FP8 adds row- and column-wise copies of
         linear weights unless ``fp8_param_gather`` (default: on, as Bridge's FP8 recipes) makes
-        the primary weight FP8, which is then gathered in FP8 (1 byte)."""
+        the primary weight FP8, which is then gathered in FP8 (1 byte).  The gradient buffer
+        and its reduce-scatter are FP32 with ``grad_reduce_in_fp32``, else BF16."""
         prec = canonical_precision(precision)
         extra = FP8_EXTRA_BYTES[prec]
         gather = float(comm.PARAM_BYTES)
@@ -237,7 +243,8 @@ class ByteSizes:
         if prec != "bf16" and fp8_param_gather:
             extra -= 2.0
             gather = 1.0
-        return cls(fp8_extra=extra, gather=gather)
+        grad = MAIN_GRAD_BYTES[bool(grad_reduce_in_fp32)]
+        return cls(grad=grad, fp8_extra=extra, gather=gather, reduce=grad)
 
     @classmethod
     def torchtitan(cls) -> ByteSizes:

@@ -38,10 +38,13 @@ from ..strategy import Strategy
 from .flops import Matrix, attention_matrices, is_moe_layer, logits_matrix, mlp_matrices
 from .memo import model_memo, per_model
 
-#: Bytes per parameter: bf16 weight, fp32 main gradient (Megatron Bridge's ``bf16_mixed``
-#: keeps the gradient buffer in FP32: ``grad_reduce_in_fp32``), fp32 master + Adam m and v.
+#: Bytes per parameter: bf16 weight, main gradient, fp32 master + Adam m and v.  The main
+#: gradient (Megatron's DDP gradient buffer) is BF16, or FP32 with ``grad_reduce_in_fp32``
+#: (:data:`MAIN_GRAD_BYTES`; the switch is ``Switches.grad_reduce_in_fp32``, default off as
+#: Megatron Core and Megatron Bridge's performance recipes run).
 WEIGHT_BYTES = 2.0
-GRAD_BYTES = 4.0
+MAIN_GRAD_BYTES = {False: 2.0, True: 4.0}
+GRAD_BYTES = MAIN_GRAD_BYTES[False]
 OPTIM_BYTES = 12.0
 #: Extra bytes per *linear-layer* parameter under FP8: row-wise and column-wise 1-byte copies
 #: (MXFP8 adds one 1-byte scale per 32 values to each); NVFP4 caches two FP4 copies (0.5 B)
@@ -96,9 +99,9 @@ class Block:
         """BF16 weights plus ``fp8_extra`` bytes per linear-layer parameter."""
         return WEIGHT_BYTES * self.params + fp8_extra * self.linear_params
 
-    def gradient_bytes(self) -> float:
-        """FP32 main gradients."""
-        return GRAD_BYTES * self.params
+    def gradient_bytes(self, grad_reduce_in_fp32: bool = False) -> float:
+        """Main gradients (BF16, or FP32 with ``grad_reduce_in_fp32``)."""
+        return MAIN_GRAD_BYTES[grad_reduce_in_fp32] * self.params
 
     def optimizer_bytes(self, dense_shard: float = 1.0, expert_shard: float = 1.0) -> float:
         """FP32 master weights and Adam moments, sharded ``dense_shard`` / ``expert_shard``

@@ -415,6 +415,7 @@ def estimate_memory(
     precision: str | None = None,
     flash_attention: bool | None = None,
     fp8_param_gather: bool | None = None,
+    grad_reduce_in_fp32: bool | None = None,
     other_bytes: float | None = None,
     fragmentation: float | None = None,
     workload: Workload | None = None,
@@ -435,6 +436,8 @@ def estimate_memory(
     two 1-byte copies per linear weight.  None (default) follows Megatron Bridge's FP8/MXFP8
     mixed-precision recipes, which set it True, and its NVFP4 recipe, which sets it False (the
     BF16 weights stay and two FP4 copies with their E4M3 block scales are added).
+    ``grad_reduce_in_fp32``: Megatron's gradient buffer in FP32 (4 bytes per parameter)
+    instead of BF16 (2; the default, as Megatron Core and Bridge's performance recipes).
     ``flash_attention=False`` adds the ``5 a s / h`` score matrices Korthikanti counts (unless
     recompute is selective).  ``other_bytes``/``fragmentation`` override the allowance in
     ``.other`` (defaults :data:`OTHER_FIXED_BYTES`, :data:`FRAGMENTATION`).
@@ -458,6 +461,7 @@ def estimate_memory(
         distributed_optimizer=distributed_optimizer,
         flash_attention=flash_attention,
         fp8_param_gather=fp8_param_gather,
+        grad_reduce_in_fp32=grad_reduce_in_fp32,
     )
     return memory_of(wl, strategy, sw, other_bytes=other_bytes, fragmentation=fragmentation)
 
@@ -556,7 +560,9 @@ class _StageShape:
         self.dense_shard = self.sh.dp_shard * s.cp
         edp = s.expert_dp or 1
         self.expert_shard = max(1, edp // self.sh.dp_replicate) if s.fsdp else edp
-        self.sizes = ByteSizes.megatron(workload.precision, switches.fp8_param_gather)
+        self.sizes = ByteSizes.megatron(
+            workload.precision, switches.fp8_param_gather, switches.grad_reduce_in_fp32
+        )
         self.fp8x = fp8_extra_bytes(workload.precision, switches.fp8_param_gather)
         self.model, self.s = model, s
         self.full = switches.mode == "full"

@@ -1028,7 +1028,10 @@ class StepModel:
         key = (dense, expert, dp, edp, s.cp, strides["dp-cp"], strides["edp"])
         hit = self._dp.get(key)
         if hit is None:
-            items = comm.dp_step(s, dense, expert, dp, edp, strides, sw.distributed_optimizer)
+            items = comm.dp_step(
+                s, dense, expert, dp, edp, strides, sw.distributed_optimizer,
+                grad_bytes=comm.grad_wire_bytes(sw.grad_reduce_in_fp32),
+            )  # fmt: skip
             hit = self._dp[key] = (
                 sum(
                     c.time(self._cluster) for c in items if c.op in ("reduce_scatter", "all_reduce")
@@ -1086,7 +1089,10 @@ class StepModel:
         j = int(st["stage"])
         n_layers, n_moe = split.stage_layers[j], split.stage_moe[j]
         model, cl = self._workload.model, self._cluster
-        sizes = ByteSizes.megatron(self._workload.precision, self._switches.fp8_param_gather)
+        sw = self._switches
+        sizes = ByteSizes.megatron(
+            self._workload.precision, sw.fp8_param_gather, sw.grad_reduce_in_fp32
+        )
         dense_g = ShardGroups.of_strategy(s, dp)
         r = sh.dp_replicate
         expert_g = ShardGroups(max(1, edp // r), strides["edp"], r, strides["edp"] * (edp // r))
@@ -1192,6 +1198,7 @@ def estimate_step(
     moe_a2a_overlap: bool | None = None,
     moe_shared_expert_overlap: bool | None = None,
     cuda_graphs: Any = None,
+    grad_reduce_in_fp32: bool | None = None,
     validate: bool = True,
     workload: Workload | None = None,
 ) -> StepReport:
@@ -1238,6 +1245,7 @@ def estimate_step(
         moe_a2a_overlap=moe_a2a_overlap,
         moe_shared_expert_overlap=moe_shared_expert_overlap,
         cuda_graphs=cuda_graphs,
+        grad_reduce_in_fp32=grad_reduce_in_fp32,
     )
     gbs = wl.needs_global_batch("estimate_step")
     world = int(strategy.world_size or cluster.num_devices)

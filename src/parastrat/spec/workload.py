@@ -301,7 +301,13 @@ class Switches:
     ``overlap_moe_expert_parallel_comm`` (combined 1F1B).  ``moe_shared_expert_overlap``: shared
     experts during dispatch / combine.  ``cuda_graphs``: captured scopes
     (:func:`cuda_graph_scopes`; None = eager).  ``fp8_param_gather``: primary linear weights
-    kept in FP8 (None: Megatron Bridge's FP8 recipes, which set it).  ``mechanisms``: the
+    kept in FP8 (None: Megatron Bridge's FP8 recipes, which set it).  ``grad_reduce_in_fp32``:
+    the data-parallel gradient buffer, and its reduce-scatter, in FP32 instead of BF16
+    (Megatron Core's ``DistributedDataParallelConfig`` default False, as Megatron-LM's
+    ``--accumulate-allreduce-grads-in-fp32`` and every Megatron Bridge performance recipe
+    (``set_llama31_common_configs``, ``set_deepseek_v3_common_configs``, ...); Bridge's
+    ``bf16_mixed`` and its standard recipes set True; ``apply`` writes the value priced).
+    ``mechanisms``: the
     cost model's kernel-level mechanisms and MoE routing options (:class:`Mechanisms`; a
     typed value only, not a keyword of the conveniences).
     """
@@ -316,6 +322,7 @@ class Switches:
     moe_shared_expert_overlap: bool = False
     cuda_graphs: frozenset[str] = field(default_factory=frozenset)
     fp8_param_gather: bool | None = None
+    grad_reduce_in_fp32: bool = False
     mechanisms: Mechanisms = field(default_factory=Mechanisms)
 
     def __post_init__(self) -> None:
@@ -327,6 +334,7 @@ class Switches:
             "distributed_optimizer",
             "moe_a2a_overlap",
             "moe_shared_expert_overlap",
+            "grad_reduce_in_fp32",
         ):
             _flag(name, getattr(self, name))
         _flag("tp_comm_overlap", self.tp_comm_overlap, optional=True)
