@@ -10,8 +10,10 @@ decode when a parallel VAE splits it):
   passes over the latent (:data:`SCHEDULER_PASSES`) plus the CFG combination of the two
   predictions, and their host-side launches.
 * **VAE decode** (:class:`~parastrat.spec.vae.VAEDecoder`): convolution FLOPs at
-  :data:`VAE_CONV_EFF` of the peak plus the element-wise traffic at HBM speed, times the work
-  a tiled decode repeats in its overlaps.  A patch-parallel decode (xDiT's DistVAE, MindIE-SD
+  :data:`VAE_CONV_EFF` of the peak (of the TF32 rate, :data:`TF32_PER_BF16`, for an fp32 VAE)
+  plus the element-wise traffic at HBM speed, times the work a tiled decode repeats in its
+  overlaps; plus, where the VAE builds its causal mask row by row, one host operation per row
+  while the device waits (``mask_host_s``).  A patch-parallel decode (xDiT's DistVAE, MindIE-SD
   ``--vae_parallel``) splits the frame's height over ``n`` devices: FLOPs and traffic divide by
   ``n``; each convolution then exchanges one boundary row with each neighbour and each group
   norm all-reduces its statistics.
@@ -32,6 +34,13 @@ from . import efficiency
 #: or slower kernels -- SGLang measured 1.6-1.7x faster video-VAE decodes on H100 from
 #: switching Conv3d to channels-last (sgl-project/sglang PR 23200) -> ~0.30.
 VAE_CONV_EFF = 0.30
+
+#: TF32 tensor-core rate over the dense BF16 rate: 0.5 on every NVIDIA datasheet the presets
+#: use (A100/A800 156 vs 312 TFLOP/s, H100/H800 SXM 495 vs 989, H20 74 vs 148, L40 90.5 vs
+#: 181).  An fp32 VAE's convolutions run there: PyTorch lets cuDNN use TF32 for convolutions by
+#: default (``torch.backends.cudnn.allow_tf32 = True``).  Devices without a published TF32 rate
+#: take the same ratio.
+TF32_PER_BF16 = 0.5
 
 #: fp32 passes over the latent per scheduler step: FlowMatchEuler's step upcasts the sample and
 #: the prediction (2 reads, 2 writes), forms ``sample + dt * pred`` (2 reads, 1 write) and casts
@@ -108,26 +117,35 @@ def vae_decode(
     prof = efficiency.profile(accel)
     shape = model.latent_shape(height, width, frames)
     lh, lw = height // vae.spatial_factor, width // vae.spatial_factor
+    nbytes = max(nbytes, vae.act_bytes)
     work = vae.work(shape.latent_frames, lh, lw, nbytes=nbytes)
     use_tiles = vae.tiling is not None if tiled is None else tiled
     factor = vae.tile_factor(frames, height, width) if use_tiles else 1.0
     n = max(1, int(devices))
-    conv_s = factor * work.conv_flops / (accel.peak("bf16") * VAE_CONV_EFF * n)
+    rate = accel.peak("bf16") * VAE_CONV_EFF * (TF32_PER_BF16 if vae.precision == "fp32" else 1)
+    conv_s = factor * work.conv_flops / (rate * n)
     act_s = factor * efficiency.memory_time(accel, work.act_bytes / n, prof)
+    # the row-by-row mask: one eager slice assignment per row, issued by the host one after
+    # another while the device (which has only the latent-resolution layers queued) waits
+    rows = vae.mask_rows(shape.latent_frames, lh, lw, use_tiles)
+    mask_s = rows * efficiency.host_op_time(accel)
     halo_s = norm_s = 0.0
     if n > 1:
         span = cluster.span(n)
         halo_s = cluster.collective_time("send_recv", work.halo_bytes, 2, span)
         norm_s = work.norms * cluster.collective_time("all_reduce", 2 * 32 * 4.0, n, span)
-    total = conv_s + act_s + halo_s + norm_s
+    total = conv_s + act_s + mask_s + halo_s + norm_s
     detail = {
         "vae": vae.name,
+        "precision": vae.precision,
         "conv_flops": work.conv_flops * factor,
         "act_bytes": work.act_bytes * factor,
         "tile_factor": factor,
         "devices": n,
         "conv_s": conv_s,
         "activation_s": act_s,
+        "mask_rows": rows,
+        "mask_host_s": mask_s,
         "halo_s": halo_s,
         "norm_allreduce_s": norm_s,
     }
