@@ -33,6 +33,7 @@ from typing import Any
 import parastrat as ps
 from parastrat.errors import SpecError, StrategyError
 from parastrat.estimate import dit as dit_est
+from parastrat.estimate import dit_serial
 from parastrat.estimate.dit import estimate_dit
 from parastrat.spec import dit
 from parastrat.spec.vae import HUNYUAN_VAE_2024
@@ -111,6 +112,7 @@ ABLATIONS = (
     "no host launch overhead",
     "no row-by-row VAE mask",
     "Wan VAE in bf16",
+    "no Hopper VAE ceiling",
 )
 _ABLATE = {"mode": "full model"}
 
@@ -225,13 +227,18 @@ def evaluate() -> dict[str, Any]:
 def ablation() -> dict[str, dict[str, float]]:
     """MAPE and speed-up rows within target with each mechanism switched off."""
     out = {}
-    saved = dict(dit_est.HOST_OPS), dict(dit_est.FUSED_CHAINS)
+    saved = dict(dit_est.HOST_OPS), dict(dit_est.FUSED_CHAINS), dict(dit_serial.VAE_CONV_CEILING)
     try:
         for mode in ABLATIONS:
             _ABLATE["mode"] = mode
+            dit_est.HOST_OPS.update(saved[0])  # each variant switches one mechanism off
+            dit_est.FUSED_CHAINS.update(saved[1])
+            dit_serial.VAE_CONV_CEILING.update(saved[2])
             if mode == "no host launch overhead":
                 for table in (dit_est.HOST_OPS, dit_est.FUSED_CHAINS):
                     table.update(dict.fromkeys(table, -1000))
+            if mode == "no Hopper VAE ceiling":
+                dit_serial.VAE_CONV_CEILING.clear()
             res = evaluate()
             hy = hunyuan()
             out[mode] = {
@@ -245,6 +252,7 @@ def ablation() -> dict[str, dict[str, float]]:
         _ABLATE["mode"] = "full model"
         dit_est.HOST_OPS.update(saved[0])
         dit_est.FUSED_CHAINS.update(saved[1])
+        dit_serial.VAE_CONV_CEILING.update(saved[2])
     return out
 
 
