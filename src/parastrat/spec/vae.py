@@ -293,6 +293,7 @@ HUNYUAN_VAE_2024 = replace(
     HUNYUAN_VAE,
     name="hunyuanvideo-vae-2024",
     tiling=Tiling(tile=256, stride=192, tile_frames=64, stride_frames=48),
+    precision="fp16",
     causal_mask_rows=True,
     source="Tencent/HunyuanVideo (Dec 2024) hyvideo/vae: AutoencoderKLCausal3D tiling "
     "(sample_size 256, sample_tsize 64, overlap 0.25) and prepare_causal_attention_mask's row "
