@@ -50,7 +50,7 @@ def test_row_by_row_causal_mask_counts_the_rows_of_every_tile():
     # 6 x 32 + 16 columns -> 43 x 114 x 208 mask rows over the 84 decoder calls
     assert HUNYUAN_VAE_2024.mask_rows(33, 90, 160, tiled=True) == 43 * 114 * 208
     assert HUNYUAN_VAE_2024.mask_rows(33, 90, 160, tiled=False) == 33 * 90 * 160
-    assert HUNYUAN_VAE.mask_rows(33, 90, 160, tiled=True) == 0  # diffusers 0.35: vectorised
+    assert HUNYUAN_VAE.mask_rows(33, 90, 160, tiled=True) == 0  # diffusers: vectorised
     m = dataclasses.replace(dit.get("hunyuanvideo"), vae=HUNYUAN_VAE_2024)
     secs = {}
     for device in ("h100", "h20"):
