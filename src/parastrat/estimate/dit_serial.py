@@ -11,10 +11,10 @@ decode when a parallel VAE splits it):
   predictions, and their host-side launches.
 * **VAE decode** (:class:`~parastrat.spec.vae.VAEDecoder`): convolution FLOPs at
   :data:`VAE_CONV_EFF` of the peak, at most :data:`VAE_CONV_CEILING` on Hopper (half that, the
-  TF32 rate :data:`TF32_PER_BF16`, for an fp32 VAE)
-  plus the element-wise traffic at HBM speed, times the work a tiled decode repeats in its
-  overlaps; plus, where the VAE builds its causal mask row by row, one host operation per row
-  while the device waits (``mask_host_s``).  A patch-parallel decode (xDiT's DistVAE, MindIE-SD
+  TF32 rate :data:`TF32_PER_BF16`, for an fp32 VAE), plus the element-wise traffic at HBM
+  speed, times the work a tiled decode repeats in its overlaps; plus, where the VAE builds its
+  causal mask row by row, one host operation per row while the device waits
+  (``mask_host_s``).  A patch-parallel decode (xDiT's DistVAE, MindIE-SD
   ``--vae_parallel``) splits the frame's height over ``n`` devices: FLOPs and traffic divide by
   ``n``; each convolution then exchanges one boundary row with each neighbour and each group
   norm all-reduces its statistics.
