@@ -10,8 +10,11 @@ decode when a parallel VAE splits it):
   passes over the latent (:data:`SCHEDULER_PASSES`) plus the CFG combination of the two
   predictions, and their host-side launches.
 * **VAE decode** (:class:`~parastrat.spec.vae.VAEDecoder`): convolution FLOPs at
-  :data:`VAE_CONV_EFF` of the peak plus the element-wise traffic at HBM speed, times the work
-  a tiled decode repeats in its overlaps.  A patch-parallel decode (xDiT's DistVAE, MindIE-SD
+  :data:`VAE_CONV_EFF` of the peak, at most :data:`VAE_CONV_CEILING` on Hopper (half that, the
+  TF32 rate :data:`TF32_PER_BF16`, for an fp32 VAE), plus the element-wise traffic at HBM
+  speed, times the work a tiled decode repeats in its overlaps; plus, where the VAE builds its
+  causal mask row by row, one host operation per row while the device waits
+  (``mask_host_s``).  A patch-parallel decode (xDiT's DistVAE, MindIE-SD
   ``--vae_parallel``) splits the frame's height over ``n`` devices: FLOPs and traffic divide by
   ``n``; each convolution then exchanges one boundary row with each neighbour and each group
   norm all-reduces its statistics.
@@ -24,6 +27,7 @@ from typing import Any
 
 from ..spec.cluster import Cluster
 from ..spec.dit import DiTSpec
+from ..spec.hardware import Accelerator
 from . import efficiency
 
 #: Fraction of the dense peak the VAE decoder's convolutions reach.  cuDNN implicit-GEMM
@@ -32,6 +36,29 @@ from . import efficiency
 #: or slower kernels -- SGLang measured 1.6-1.7x faster video-VAE decodes on H100 from
 #: switching Conv3d to channels-last (sgl-project/sglang PR 23200) -> ~0.30.
 VAE_CONV_EFF = 0.30
+
+#: Highest rate, FLOP/s, a diffusers VAE decoder (channels-first, eager, bf16) reaches on Hopper,
+#: whatever the part's tensor peak: SGLang measured the stock diffusers ``AutoencoderKL`` decode
+#: on one H200 at 89.9 ms for FLUX.1-schnell at 1024^2 (sgl-project/sglang PR 33818) and at
+#: 97.6 / 437.2 ms for FLUX.2's at 1024^2 / 2048^2 (PR 33451); less the element-wise traffic
+#: priced here, that is 1.05e13 FLOPs in 83 ms and 4.85e13 in 411 ms: 118-126 TFLOP/s, 12-13 %
+#: of the 989 TFLOP/s peak, the same at both sizes (a rate, not an overhead).  SGLang reports
+#: channels-first Conv3d 2.7-3.7x slower than channels-last on Hopper (PR 27431).  The parts'
+#: own fraction (:data:`VAE_CONV_EFF`) stays the limit where it is lower: H20 (148 TFLOP/s peak,
+#: 44 at 0.30) sits under this ceiling, as it sits under FlashAttention-2's mma.sync limit.
+VAE_CONV_CEILING: dict[str, float] = {
+    "h100": 1.2e14,
+    "h800": 1.2e14,
+    "h200": 1.2e14,
+    "h20": 1.2e14,
+}
+
+#: TF32 tensor-core rate over the dense BF16 rate: 0.5 on every NVIDIA datasheet the presets
+#: use (A100/A800 156 vs 312 TFLOP/s, H100/H800 SXM 495 vs 989, H20 74 vs 148, L40 90.5 vs
+#: 181).  An fp32 VAE's convolutions run there: PyTorch lets cuDNN use TF32 for convolutions by
+#: default (``torch.backends.cudnn.allow_tf32 = True``).  Devices without a published TF32 rate
+#: take the same ratio.
+TF32_PER_BF16 = 0.5
 
 #: fp32 passes over the latent per scheduler step: FlowMatchEuler's step upcasts the sample and
 #: the prediction (2 reads, 2 writes), forms ``sample + dt * pred`` (2 reads, 1 write) and casts
@@ -85,6 +112,12 @@ def scheduler_time(model: DiTSpec, cluster: Cluster, latent_elements: int, cfg: 
     return gpu + SCHEDULER_OPS * efficiency.host_op_time(accel)
 
 
+def vae_conv_rate(accel: Accelerator) -> float:
+    """FLOP/s of a VAE decoder's convolutions in bf16 on ``accel``: :data:`VAE_CONV_EFF` of the
+    dense peak, capped by the measured :data:`VAE_CONV_CEILING` where one is known."""
+    return min(accel.peak("bf16") * VAE_CONV_EFF, VAE_CONV_CEILING.get(accel.name, float("inf")))
+
+
 def vae_decode(
     model: DiTSpec,
     cluster: Cluster,
@@ -108,26 +141,35 @@ def vae_decode(
     prof = efficiency.profile(accel)
     shape = model.latent_shape(height, width, frames)
     lh, lw = height // vae.spatial_factor, width // vae.spatial_factor
+    nbytes = max(nbytes, vae.act_bytes)
     work = vae.work(shape.latent_frames, lh, lw, nbytes=nbytes)
     use_tiles = vae.tiling is not None if tiled is None else tiled
     factor = vae.tile_factor(frames, height, width) if use_tiles else 1.0
     n = max(1, int(devices))
-    conv_s = factor * work.conv_flops / (accel.peak("bf16") * VAE_CONV_EFF * n)
+    rate = vae_conv_rate(accel) * (TF32_PER_BF16 if vae.precision == "fp32" else 1)
+    conv_s = factor * work.conv_flops / (rate * n)
     act_s = factor * efficiency.memory_time(accel, work.act_bytes / n, prof)
+    # the row-by-row mask: one eager slice assignment per row, issued by the host one after
+    # another while the device (which has only the latent-resolution layers queued) waits
+    rows = vae.mask_rows(shape.latent_frames, lh, lw, use_tiles)
+    mask_s = rows * efficiency.host_op_time(accel)
     halo_s = norm_s = 0.0
     if n > 1:
         span = cluster.span(n)
         halo_s = cluster.collective_time("send_recv", work.halo_bytes, 2, span)
         norm_s = work.norms * cluster.collective_time("all_reduce", 2 * 32 * 4.0, n, span)
-    total = conv_s + act_s + halo_s + norm_s
+    total = conv_s + act_s + mask_s + halo_s + norm_s
     detail = {
         "vae": vae.name,
+        "precision": vae.precision,
         "conv_flops": work.conv_flops * factor,
         "act_bytes": work.act_bytes * factor,
         "tile_factor": factor,
         "devices": n,
         "conv_s": conv_s,
         "activation_s": act_s,
+        "mask_rows": rows,
+        "mask_host_s": mask_s,
         "halo_s": halo_s,
         "norm_allreduce_s": norm_s,
     }

@@ -36,7 +36,16 @@ from .text_encoder import (
     UMT5_XXL,
     TextEncoder,
 )
-from .vae import COGVIDEOX_VAE, HUNYUAN_VAE, KL_2D, MOCHI_VAE, WAN21_VAE, WAN22_VAE, VAEDecoder
+from .vae import (
+    COGVIDEOX_VAE,
+    HUNYUAN_VAE,
+    KL_2D,
+    MOCHI_VAE,
+    WAN21_VAE,
+    WAN21_VAE_FP32,
+    WAN22_VAE,
+    VAEDecoder,
+)
 
 #: Block kinds a DiT is built from (see the module docstring).
 BLOCK_KINDS = ("double", "single", "cross", "joint")
@@ -366,7 +375,7 @@ register(
 
 
 def _wan(name: str, dim: int, ffn: int, heads: int, layers: int, **kw: Any) -> DiTSpec:
-    kw.setdefault("vae", WAN21_VAE)
+    kw.setdefault("vae", WAN21_VAE_FP32)
     kw.setdefault("vae_spatial", 8)
     return DiTSpec(
         name=name,

@@ -224,7 +224,7 @@ def _wan(f: _Fields, name: str) -> DiTSpec:
         patch_size_t=pt,
         latent_channels=out,
         text_encoders=(te.UMT5_XXL,),
-        vae=vaes.WAN22_VAE if wan22 else vaes.WAN21_VAE,
+        vae=vaes.WAN22_VAE if wan22 else vaes.WAN21_VAE_FP32,
         is_video=True,
         source=f"{f.where} (WanTransformer3DModel; umT5 512 tokens; "
         f"{'Wan2.2' if wan22 else 'Wan2.1'} VAE)",

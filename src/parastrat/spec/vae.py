@@ -15,6 +15,12 @@ spatial expansions); :meth:`VAEDecoder.work` turns a latent size into
   one boundary row per side per 3x3 convolution;
 * ``norms``: group norms (a patch-parallel decode all-reduces their statistics).
 
+Two properties of how a VAE is *run* change its cost and are part of its preset:
+``precision`` ("fp32" where the reference code keeps the VAE in float32: its convolutions then
+run on TF32 tensor cores and every activation is 4 bytes) and ``causal_mask_rows`` (the
+mid-block causal attention mask built one row per eager operation, which the host issues one
+after the other while the device waits: :meth:`VAEDecoder.mask_rows` counts them).
+
 Tiled decoding (diffusers ``enable_tiling``; HunyuanVideo's frame-wise decode) decodes
 overlapping tiles and blends them: :meth:`VAEDecoder.tile_factor` is the work of all tiles over
 the work of one untiled decode.  Everything is computed from the published shapes; the time
@@ -23,7 +29,7 @@ per FLOP and per byte is the estimator's business (``estimate/dit.py``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from math import ceil
 
 from ..errors import SpecError
@@ -94,6 +100,11 @@ class VAEDecoder:
     unpatch: int = 1
     out_channels: int = 3
     tiling: Tiling | None = None
+    #: "bf16"/"fp16" (2-byte activations) or "fp32" (the reference code keeps the VAE in float32).
+    precision: str = "bf16"
+    #: The mid-block causal mask is built with one slice assignment per row (a Python loop over
+    #: the attention's sequence), each an eager operation the host issues while the device waits.
+    causal_mask_rows: bool = False
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -105,6 +116,21 @@ class VAEDecoder:
             "video",
         ):
             raise SpecError(f"VAE {self.name!r}: bad up_kind/mid_attention")
+        if self.precision not in ("bf16", "fp16", "fp32"):
+            raise SpecError(f"VAE {self.name!r}: precision must be bf16, fp16 or fp32")
+
+    @property
+    def act_bytes(self) -> int:
+        """Bytes per activation element (4 for an fp32 VAE, else 2)."""
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def temporal_factor(self) -> int:
+        """Output frames per latent frame (after the first)."""
+        f = 1
+        for s in self.stages:
+            f *= s.up_temporal
+        return f
 
     @property
     def spatial_factor(self) -> int:
@@ -169,6 +195,34 @@ class VAEDecoder:
         voxels = vox * self.unpatch**2
         return VAEWork(conv_flops=flops, act_bytes=act, halo_bytes=halo, norms=norms, voxels=voxels)
 
+    def mask_rows(self, latent_frames: int, latent_h: int, latent_w: int, tiled: bool) -> int:
+        """Rows of the mid-block causal attention mask one decode builds: the attention's
+        sequence length (latent frames x height x width) summed over the decoder calls.
+
+        Tiled, the decoder runs once per tile; the tiles start every ``stride`` from 0 to the
+        end (``range(0, size, stride)``, as the tiled decoders loop) and are cut at the edge;
+        a temporal tile of ``tile_frames`` output frames holds ``tile_frames / t + 1`` latent
+        frames (the causal first frame).  0 when the mask is not built row by row.
+        """
+        if not self.causal_mask_rows or self.mid_attention != "video":
+            return 0
+        tl = self.tiling if tiled else None
+
+        def extents(size: int, tile: int, stride: int) -> list[int]:
+            if not tile or not stride or size <= tile:
+                return [size]
+            return [min(tile, size - start) for start in range(0, size, stride)]
+
+        sf, tf = self.spatial_factor, self.temporal_factor
+        if tl is None:
+            hs, ws, ts = [latent_h], [latent_w], [latent_frames]
+        else:
+            hs = extents(latent_h, tl.tile // sf, tl.stride // sf)
+            ws = extents(latent_w, tl.tile // sf, tl.stride // sf)
+            t_tile = tl.tile_frames // tf + 1 if tl.tile_frames else 0
+            ts = extents(latent_frames, t_tile, tl.stride_frames // tf)
+        return sum(ts) * sum(hs) * sum(ws)
+
     def tile_factor(self, frames: int, height: int, width: int) -> float:
         """Work of a tiled decode over an untiled one (1.0 when not tiled or one tile fits)."""
         if self.tiling is None:
@@ -226,6 +280,26 @@ HUNYUAN_VAE = VAEDecoder(
     "from diffusers 0.35 AutoencoderKLHunyuanVideo.__init__",
 )
 
+#: HunyuanVideo's VAE as its own repository ran it when xDiT measured HunyuanVideo on H100/H20
+#: (docs/performance/hunyuanvideo.md: "benchmarks are done with the official HunyuanVideo
+#: repository", Dec 2024): fp16 under autocast (--vae-precision fp16), tiling on by default
+#: (--vae-tiling): spatial tiles of sample_size 256 px with overlap 0.25 (stride 192), temporal
+#: tiles of sample_tsize 64 frames (16 latent + the causal first) with stride 48 (12 latent)
+#: (hyvideo/vae/autoencoder_kl_causal_3d.py); and the mid-block causal mask built row by row,
+#: ``for i in range(seq_len): mask[i, :(i_frame + 1) * n_hw] = 0`` (hyvideo/vae/
+#: unet_causal_3d_blocks.py), vectorised only later (Tencent-Hunyuan/HunyuanVideo PR #208,
+#: 2025-01-29: "very slow ... it needs to make 1000s of calls"; diffusers PR #10764, 2025-02-11).
+HUNYUAN_VAE_2024 = replace(
+    HUNYUAN_VAE,
+    name="hunyuanvideo-vae-2024",
+    tiling=Tiling(tile=256, stride=192, tile_frames=64, stride_frames=48),
+    precision="fp16",
+    causal_mask_rows=True,
+    source="Tencent/HunyuanVideo (Dec 2024) hyvideo/vae: AutoencoderKLCausal3D tiling "
+    "(sample_size 256, sample_tsize 64, overlap 0.25) and prepare_causal_attention_mask's row "
+    "loop; fixed by Tencent-Hunyuan/HunyuanVideo PR #208 and diffusers PR #10764",
+)
+
 #: CogVideoX 3D VAE: block_out_channels (128, 256, 256, 512), layers_per_block 3 (4 resnets per
 #: up block), causal 3x3x3 convs, 2D upsampler convs with time compression in the first two up
 #: blocks, no mid attention.
@@ -260,6 +334,15 @@ WAN21_VAE = VAEDecoder(
     kernel_t=3,
     source="Wan-AI/Wan2.1-T2V-14B-Diffusers vae/config.json (AutoencoderKLWan: base_dim 96, "
     "dim_mult [1,2,4,4], num_res_blocks 2, temperal_downsample [False,True,True])",
+)
+
+#: The Wan2.1 VAE as Wan's own code runs it: ``WanVAE(..., dtype=torch.float)`` (Wan2.1
+#: wan/modules/vae.py; Wan2.2 keeps ``Wan2_1_VAE(dtype=torch.float)``) decodes in float32, so
+#: its convolutions run on TF32 tensor cores and every activation is 4 bytes.
+WAN21_VAE_FP32 = replace(
+    WAN21_VAE,
+    precision="fp32",
+    source=WAN21_VAE.source + "; Wan2.1 wan/modules/vae.py WanVAE(dtype=torch.float): fp32",
 )
 
 #: Wan2.2 VAE (TI2V-5B): decoder_base_dim 256, dim_mult (1, 2, 4, 4), z_dim 48, 16x spatial
@@ -306,9 +389,11 @@ MOCHI_VAE = VAEDecoder(
 __all__ = [
     "COGVIDEOX_VAE",
     "HUNYUAN_VAE",
+    "HUNYUAN_VAE_2024",
     "KL_2D",
     "MOCHI_VAE",
     "WAN21_VAE",
+    "WAN21_VAE_FP32",
     "WAN22_VAE",
     "Tiling",
     "VAEDecoder",
