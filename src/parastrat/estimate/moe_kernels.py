@@ -37,6 +37,21 @@ FP32 router scores (Megatron's ``moe_router_dtype="fp32"`` in the recipes):
 * unpermute with probability scaling (read ``k`` copies and the probabilities, write one
   row); backward: scatter the gradient to ``k`` copies and the probability gradient's dot
   product (read copy and gradient).
+
+**Expert biases** (:func:`expert_bias_bytes`, the ``expert_bias`` mechanism).  With
+``add_bias_linear`` (GPT-OSS) Megatron Core's ``TEGroupedMLP`` (0.16.1,
+``transformer/moe/experts.py``) builds FC1 with ``skip_bias_add=False`` (the bias rides in
+the grouped GEMM's epilogue) but FC2 with ``skip_bias_add=True``, and adds FC2's bias in
+``TEGroupedMLP._apply_bias``: a Python loop over the local experts of
+``t + b * p`` on ``torch.split`` views of the output and of the routed probabilities, then
+``torch.cat`` and ``.to(dtype)``.  Per routed row, BF16 (the probabilities are in the router's
+dtype, BF16 unless ``moe_router_dtype`` is set, as in the GPT-OSS recipe): ``b * p`` writes a
+row, the add reads two and writes one, the concatenation reads and writes one: ``6 h``
+elements forward.  Autograd of ``b * p`` (the add and the concatenation pass views):
+``grad * p`` written and reduced over the rows for the bias gradient, ``grad * b`` written and
+reduced over the hidden dimension for the probability gradient: ``6 h`` elements backward.
+Host: a multiply and an add per local expert and one concatenation forward
+(:func:`expert_bias_launches`).
 """
 
 from __future__ import annotations
@@ -127,6 +142,24 @@ def moe_elementwise_bytes(
     return per_copy_f, per_copy_b, router_f + shared_f, router_b + shared_b
 
 
+def has_expert_bias(model: ModelSpec) -> bool:
+    """Whether the routed experts carry biases that Megatron adds outside the grouped GEMM."""
+    return bool(model.is_moe and model.add_bias_linear)
+
+
+def expert_bias_bytes(model: ModelSpec) -> float:
+    """HBM bytes per routed copy, one direction (the forward and the backward each move this
+    much), of ``TEGroupedMLP._apply_bias`` (module docstring): ``6 h`` BF16 elements."""
+    return 6 * model.hidden_size * BF16 if has_expert_bias(model) else 0.0
+
+
+def expert_bias_launches(model: ModelSpec, local: int, mech: Mechanisms) -> int:
+    """Host launches of the expert-bias loop per MoE layer forward: a multiply and an add per
+    local expert and one concatenation; 0 without expert biases or with the ``expert_bias``
+    mechanism off."""
+    return 2 * local + 1 if (mech.expert_bias and has_expert_bias(model)) else 0
+
+
 def sort_bytes(model: ModelSpec) -> float:
     """HBM bytes per routed copy of the ``alltoall`` dispatcher's chunk sort by local expert
     and its inverse (one direction: forward or backward)."""
@@ -171,9 +204,25 @@ def layer_bytes(
     EP rank for a micro-batch of ``tokens``: counted kernel by kernel (``moe_kernels``
     mechanism; without the ``alltoall`` dispatcher's chunk sort, :func:`sort_bytes`, which the
     step model adds for that dispatcher; with the quantisation padding of FP8 / MXFP8
-    experts, :func:`padding_bytes`, when ``quantised``) or lumped (mechanism off)."""
+    experts, :func:`padding_bytes`, when ``quantised``) or lumped (mechanism off); plus the
+    expert-bias loop (:func:`expert_bias_bytes`, ``expert_bias`` mechanism)."""
     factor = load.factor if mech.imbalance else 1.0
     local_tokens = tokens / tp
+    bias = expert_bias_bytes(model) if mech.expert_bias else 0.0  # the per-expert bias loop
+    bias_b = local_tokens * model.moe_router_topk * factor * bias
+    fwd, bwd = _elementwise_bytes(model, local_tokens, ep, factor, mech, quantised)
+    return fwd + bias_b, bwd + bias_b
+
+
+def _elementwise_bytes(
+    model: ModelSpec,
+    local_tokens: float,
+    ep: int,
+    factor: float,
+    mech: Mechanisms,
+    quantised: bool,
+) -> tuple[float, float]:
+    """(forward, backward) bytes of :func:`layer_bytes` without the expert biases."""
     if mech.moe_kernels:
         pc_f, pc_b, pt_f, pt_b = moe_elementwise_bytes(model, ep, "flex")
         if quantised and not mech.router_padding:
