@@ -137,19 +137,31 @@ def test_selective_modules_priced_where_megatron_runs_them():
 
 def test_recipe_recompute_slows_the_step_by_the_modules():
     """estimate_step with selective recompute and the recipe's modules is slower than with
-    none by the modules' forward time, and layernorm + moe_act cost less than core_attn."""
+    none, and the clamped activation's eager passes make GPT-OSS's moe_act recompute dearer."""
     s = ps.Strategy(tp=1, pp=4, ep=8, etp=1).with_world_size(64)
     cluster = ps.Cluster("h100", num_devices=64)
 
-    def step(mode, mods=("core_attn",)):
-        sw = ps.Switches(mechanisms=Mechanisms(recompute_modules=mods), recompute=mode)
+    def step(mode, mech):
+        sw = ps.Switches(mechanisms=mech, recompute=mode)
         return ps.estimate_step(
             GPT_OSS, s, cluster, sw, seq_len=4096, global_batch_size=1280, micro_batch_size=1
         )
 
-    none, recipe, attn = (
-        step("none"),
-        step("selective", ("layernorm", "moe_act")),
-        step("selective"),
-    )
-    assert none.step_time_s < recipe.step_time_s < attn.step_time_s
+    mods = Mechanisms(recompute_modules=("layernorm", "moe_act"))
+    none, recipe = step("none", mods), step("selective", mods)
+    assert none.step_time_s < recipe.step_time_s
+    assert recipe.breakdown["recompute"] > 0
+    plain = step("selective", replace(mods, act_clamp=False))
+    assert plain.breakdown["recompute"] < recipe.breakdown["recompute"]
+
+
+def test_clamped_activation_bytes_and_sync():
+    """GPT-OSS's clamp outside the compiled activation: 8 f / 10 f BF16 elements per routed
+    copy and one more host-device sync per MoE layer forward; nothing for unclamped models."""
+    f = GPT_OSS.moe_ffn_hidden_size
+    assert moe_kernels.clamp_bytes(GPT_OSS) == (16 * f, 20 * f)
+    assert moe_kernels.clamp_bytes(QWEN) == (0.0, 0.0)
+    s = ps.Strategy(tp=1, pp=4, ep=8, etp=1)
+    assert host_ops(GPT_OSS, True, s, "bf16")[1] == 2
+    assert host_ops(GPT_OSS, True, s, "bf16", mech=parse_ablation("act_clamp"))[1] == 1
+    assert host_ops(QWEN, True, s, "bf16")[1] == 1

@@ -153,15 +153,17 @@ def host_ops(
     precision: str,
     graphs: frozenset[str] = frozenset(),
     mech: Mechanisms = ALL_MECHANISMS,
-) -> tuple[float, bool]:
-    """(forward host operations, MoE token-count sync) of one layer and micro-batch.
+) -> tuple[float, int]:
+    """(forward host operations, host-device syncs) of one layer and micro-batch.
 
     Counts :data:`HOST_OPS` over the blocks of the layer; a block inside a CUDA-graph scope
-    counts as one graph launch.  The sync: Megatron's dispatchers copy the tokens-per-expert
+    counts as one graph launch.  The syncs: Megatron's dispatchers copy the tokens-per-expert
     counts to the host (all-to-all split sizes, TE GroupedLinear's ``m_splits``) once per MoE
     layer in the forward pass, unless the whole MoE block is graphed (``moe`` /
-    ``full_iteration`` with padded expert shapes).  ``mech``: the kernel mechanisms (per-expert
-    FP8 quantisation and padding launches).  Memoised on everything it reads.
+    ``full_iteration`` with padded expert shapes); a clamped activation copies its offset to
+    the device, one more (:func:`~parastrat.estimate.moe_kernels.activation_syncs`).
+    ``mech``: the kernel mechanisms (per-expert FP8 quantisation and padding launches, the
+    expert-bias loop, the clamped activation).  Memoised on everything it reads.
     """
     return _host_ops(model, moe, s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs, mech)
 
@@ -178,9 +180,9 @@ def _host_ops(
     precision: str,
     graphs: frozenset[str],
     mech: Mechanisms,
-) -> tuple[float, bool]:
+) -> tuple[float, int]:
     if "full_iteration" in graphs:
-        return 0.0, False
+        return 0.0, 0
     ops = HOST_OPS
     cast = FP8_CAST_OPS.get(precision, 0)
     tp_coll = 2 * ops["collective"] if tp > 1 else 0
@@ -207,7 +209,7 @@ def _host_ops(
         mlp: float = ops["norm"] + gemms(mlp_mats) + ops["act"] + ops["residual"] + tp_coll
         if "mlp" in graphs:
             mlp = 1.0
-        return attn + mlp, False
+        return attn + mlp, 0
     local = max(model.num_experts // ep, 1)
     experts = [m for m in mlp_mats if m.block == "expert"]
     shared = [m for m in mlp_mats if m.block == "shared"]
@@ -223,6 +225,7 @@ def _host_ops(
         + moe_kernels.padding_launches(precision, mech)
         # kernels: the expert-bias loop (TEGroupedMLP._apply_bias), one add per local expert
         + moe_kernels.expert_bias_launches(model, local, mech)
+        + moe_kernels.clamp_launches(model, mech)  # kernels: the clamped activation
         + ops["act"]
         + ops["permute"]
     )
@@ -235,12 +238,13 @@ def _host_ops(
     router = float(ops["router"])
     pre: float = ops["preprocess"] + (ops["collective"] if ep > 1 else 0)
     if "moe" in graphs:
-        return attn + 1.0, False
+        return attn + 1.0, 0
     if "moe_router" in graphs:
         router = 1.0
     if "moe_preprocess" in graphs:
         pre = 1.0
-    return attn + block + router + pre, True
+    # the token-count sync, and the clamped activation's offset copy (kernels: act_clamp)
+    return attn + block + router + pre, 1 + moe_kernels.activation_syncs(model, mech)
 
 
 @dataclass(frozen=True)
@@ -548,7 +552,8 @@ def _selective_fwd(
     * ``mla_up_proj``: MLA's query and key/value up-projections (and RoPE, not counted);
     * ``mlp``: a dense layer's MLP (Megatron skips MoE layers: ``if not self.is_moe_layer``);
     * ``moe_act``: the routed experts' activation (TEGroupedMLP's output-discarding
-      checkpoint), memory-bound, on the slowest EP rank's copies.
+      checkpoint), memory-bound, on the slowest EP rank's copies, with a clamped activation's
+      eager clamp and concatenation (``act_clamp``).
     """
     mods, (tp, etp) = mech.recompute_modules, tp_etp
     t = 0.0
@@ -563,7 +568,8 @@ def _selective_fwd(
     if "moe_act" in mods and moe and load is not None:
         f = model.moe_ffn_hidden_size or model.ffn_hidden_size
         copies = load.slowest if mech.imbalance else load.mean
-        t += memory_time(accel, copies * act * f / etp * ELEM_BYTES, prof)
+        clamp = moe_kernels.clamp_bytes(model)[0] if mech.act_clamp else 0.0  # kernels
+        t += memory_time(accel, copies * (act * f * ELEM_BYTES + clamp) / etp, prof)
     return t
 
 
@@ -1400,7 +1406,7 @@ def _host_exposed(
     host_b = (HOST_BWD_RATIO * ops_f + rec_ops) * h_op
     gpu_f = c.fwd + exposed_comm / 3
     gpu_b = c.bwd + 2 * exposed_comm / 3 + recompute
-    waited = max(0.0, host_f - gpu_f) + max(0.0, host_b - gpu_b) + (h_op if sync else 0.0)
+    waited = max(0.0, host_f - gpu_f) + max(0.0, host_b - gpu_b) + h_op * sync
     return host_f + host_b, waited
 
 

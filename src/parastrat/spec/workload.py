@@ -225,7 +225,10 @@ class Mechanisms:
     * ``expert_bias``: routed experts with biases (``add_bias_linear``, GPT-OSS) add their
       FC2 bias outside the grouped GEMM, one probability-weighted add per local expert
       (Megatron Core ``TEGroupedMLP._apply_bias``): its HBM traffic forward and backward and
-      its host launches (:mod:`parastrat.estimate.moe_kernels`).
+      its host launches (:mod:`parastrat.estimate.moe_kernels`);
+    * ``act_clamp``: a clamped gated activation (GPT-OSS) clamps and re-concatenates FC1's
+      output outside the compiled activation kernel and copies its offset to the device,
+      a host-device synchronisation (Megatron Core ``weighted_bias_quick_geglu_impl``).
 
     ``balance`` is the routing regime the imbalance assumes (:data:`BALANCE_MODES`):
     "forced" (``moe_router_force_load_balancing``: random routing, what Megatron Bridge's
@@ -251,6 +254,7 @@ class Mechanisms:
     capacity_factor: float | None = None
     router_padding: bool = False
     expert_bias: bool = True
+    act_clamp: bool = True
     recompute_modules: tuple[str, ...] = ("core_attn",)
 
     def __post_init__(self) -> None:
@@ -312,6 +316,7 @@ MECHANISM_SWITCHES = (
     "nvfp4",
     "interleave",
     "expert_bias",
+    "act_clamp",
 )
 
 
