@@ -165,3 +165,13 @@ def test_clamped_activation_bytes_and_sync():
     assert host_ops(GPT_OSS, True, s, "bf16")[1] == 2
     assert host_ops(GPT_OSS, True, s, "bf16", mech=parse_ablation("act_clamp"))[1] == 1
     assert host_ops(QWEN, True, s, "bf16")[1] == 1
+
+
+def test_gpt_oss_clamp_read_from_its_config():
+    """The preset's clamp is the one GPT-OSS's config.json states (``swiglu_limit``)."""
+    from pathlib import Path
+
+    data = Path(__file__).parent / "data" / "hf" / "gpt-oss-120b.json"
+    assert ps.ModelSpec.from_hf_config(data).activation_clamp == GPT_OSS.activation_clamp == 7.0
+    qwen = Path(__file__).parent / "data" / "hf" / "qwen3-30b-a3b.json"
+    assert ps.ModelSpec.from_hf_config(qwen).activation_clamp is None
