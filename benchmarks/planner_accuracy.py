@@ -256,10 +256,10 @@ def _cheapest_fitting(
         mem = estimate_memory(
             model,
             strategy,
+            switches.with_recompute(mode),
             seq_len=seq,
             micro_batch_size=mbs,
             global_batch_size=gbs,
-            recompute=mode,
             precision=precision,
         )
         step = estimate_step(

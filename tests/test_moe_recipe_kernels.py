@@ -175,3 +175,23 @@ def test_gpt_oss_clamp_read_from_its_config():
     assert ps.ModelSpec.from_hf_config(data).activation_clamp == GPT_OSS.activation_clamp == 7.0
     qwen = Path(__file__).parent / "data" / "hf" / "qwen3-30b-a3b.json"
     assert ps.ModelSpec.from_hf_config(qwen).activation_clamp is None
+
+
+def test_recompute_modules_free_the_memory_megatron_frees():
+    """Selective recompute with the recipes' modules keeps less than Megatron's default
+    (moe_act drops FC2's input, layernorm the pre-MLP norm output, mla_up_proj MLA's Q/K/V);
+    "mlp" leaves MoE layers alone; other modes ignore the modules."""
+    from parastrat.estimate.memory import activations
+
+    def acts(model, mods, recompute="selective", tp=1):
+        return activations(model, tp, tp > 1, 1, 1, 1, 4096, "bf16", recompute, True, mods)
+
+    base, recipe = acts(GPT_OSS, ("core_attn",)), acts(GPT_OSS, ("layernorm", "moe_act"))
+    assert recipe.moe < base.moe and recipe.dense == base.dense
+    f, k = GPT_OSS.moe_ffn_hidden_size, GPT_OSS.moe_router_topk
+    assert base.moe - recipe.moe == pytest.approx(4096 * (k * 2 * f + 2 * GPT_OSS.hidden_size))
+    assert acts(GPT_OSS, ("mlp",)).moe == base.moe  # Megatron skips MoE layers for "mlp"
+    assert acts(GPT_OSS, ("layernorm", "moe_act"), "none").moe == acts(GPT_OSS, (), "none").moe
+    dsv3 = acts(DSV3, ("core_attn",), tp=2)
+    up = acts(DSV3, ("mla_up_proj", "mlp"), tp=2)
+    assert up.moe < dsv3.moe and up.dense < dsv3.dense
