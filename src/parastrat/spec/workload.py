@@ -240,8 +240,8 @@ class Mechanisms:
     are FP8-aligned; no padding copies), off by default as in Megatron Core.
     ``recompute_modules``: Megatron's ``recompute_modules``, what the "selective" recompute
     mode re-runs in backward (:data:`RECOMPUTE_MODULES`; default Megatron's
-    ``["core_attn"]``).  A recipe fact the step model reads (like ``router_padding``); the
-    memory model's selective mode stays the core-attention one.
+    ``["core_attn"]``).  A recipe fact the step and memory models read (like
+    ``router_padding``): the time of each module's forward again, and the tensors it frees.
     """
 
     shape: bool = True
