@@ -45,6 +45,7 @@ import argparse
 import csv
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import parastrat as ps
@@ -146,6 +147,41 @@ RECIPE_CUDA_GRAPHS = {
 RECIPE_TP_OVERLAP_OFF = {("qwen3-235b-a22b", "h100")}
 
 
+#: Selective-recompute modules the published recipes set (Megatron's ``recompute_modules``
+#: with ``recompute_granularity="selective"``), priced as the step model's "selective" mode
+#: (:attr:`Mechanisms.recompute_modules`):
+#:
+#: * GPT-OSS 120B on H100: ``GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1/V2``
+#:   (``scripts/performance/configs/gpt_oss/gpt_oss_workload_base_configs.py``)
+#:   ``recompute_modules=["layernorm", "moe_act"]``; the resolved config of that preset
+#:   (``scripts/performance/dryrun_configs/gpt_oss/gpt_oss_120b_pretrain_h100_fp8_mx_v2.yaml``,
+#:   commit a9497c6b) reads ``recompute_granularity: selective`` with those two modules;
+#: * DeepSeek-V3 on 1,024 H100: ``recompute_modules=["mla_up_proj", "mlp"]`` in every H100
+#:   preset we read: ``configs/deepseek/deepseek_llm_pretrain.py`` (commit 01328424, the
+#:   2025 layout with ``parallelism_configs``), ``configs/deepseek/workload_base_configs.py``
+#:   (commit 0fa501ac) and ``deepseek_workload_base_configs.py`` (commit 04264182).
+#:   Megatron Core skips "mlp" on MoE layers, so on this model it re-runs the three dense
+#:   layers' MLPs only.
+RECIPE_RECOMPUTE = {
+    ("gpt-oss-120b", "h100"): ("layernorm", "moe_act"),
+    ("deepseek-v3", "h100"): ("mla_up_proj", "mlp"),
+}
+
+#: Rows whose recipe turns the data-parallel gradient overlap off
+#: (``cfg.comm_overlap.overlap_grad_reduce = False``): ``deepseek_v3_h100_1024gpus_fp8_config``
+#: in ``configs/deepseek/deepseek_llm_pretrain.py`` (commit 01328424: "Disabling to avoid
+#: functional errors"), the function that also sets DeepEP and
+#: ``set_moe_a2a_overlap_overrides`` (``overlap_moe_expert_parallel_comm=True``,
+#: ``delay_wgrad_compute=True``, ``utils/helpers.py``), i.e. :data:`RECIPE_MOE`'s reading.
+RECIPE_DP_OVERLAP_OFF = {("deepseek-v3", "h100")}
+#: Rows whose model recipe builds ``CommOverlapConfig(tp_comm_overlap=False)``: Megatron
+#: Bridge 0.3.1 ``recipes/deepseek/deepseek_v3.py`` (``deepseek_v3_pretrain_config``, which
+#: the H100 performance config above starts from), and the resolved H100 preset
+#: (``dryrun_configs/deepseek/deepseek_v3_pretrain_h100_fp8_sc_v1.yaml``:
+#: ``tp_comm_overlap: false``).  The 25.09 library recipe itself was not read.
+RECIPE_TP_OVERLAP_OFF |= {("deepseek-v3", "h100")}
+
+
 #: The previous revision's reading of the GB200 MXFP8 rows' recipes (the older
 #: ``scripts/performance/configs`` presets: HybridEP without the a2a overlap, TE-scoped CUDA
 #: graphs), kept for the ablation (``--ablation``'s "older GB200 presets" row).
@@ -166,14 +202,21 @@ def recipe_switches(
     *,
     release_recipes: bool = True,
     hybridep_nvl8: bool = True,
+    recipe_recompute: bool = True,
+    recipe_overlaps: bool = True,
 ) -> Switches:
     """Implementation switches of a published row's recipe (:data:`RECIPE_MOE`,
-    :data:`RECIPE_CUDA_GRAPHS`, :data:`RECIPE_TP_OVERLAP_OFF`; HybridEP across NVL8 nodes as
+    :data:`RECIPE_CUDA_GRAPHS`, :data:`RECIPE_TP_OVERLAP_OFF`, :data:`RECIPE_DP_OVERLAP_OFF`,
+    :data:`RECIPE_RECOMPUTE`; HybridEP across NVL8 nodes as
     :data:`HYBRIDEP_NVL8_AS_ALLTOALL` says) with the cost model's ``mechanisms``.
     ``release_recipes=False``: the GB200 rows as :data:`OLDER_GB200_PRESETS`;
-    ``hybridep_nvl8=False``: HybridEP across NVL8 nodes priced as DeepEP (both for the
+    ``hybridep_nvl8=False``: HybridEP across NVL8 nodes priced as DeepEP;
+    ``recipe_recompute=False``: Megatron's default selective modules;
+    ``recipe_overlaps=False``: DeepSeek-V3 H100's TP / DP overlaps left on (each for the
     ablation)."""
     key = (preset, gpu)
+    if recipe_recompute and key in RECIPE_RECOMPUTE:
+        mechanisms = replace(mechanisms, recompute_modules=RECIPE_RECOMPUTE[key])
     features = dict(RECIPE_MOE.get(key, {}))
     if hybridep_nvl8 and key in HYBRIDEP_NVL8_AS_ALLTOALL:
         features["moe_dispatcher"] = "alltoall"
@@ -182,23 +225,41 @@ def recipe_switches(
         features, graphs = dict(OLDER_GB200_PRESETS[key][0]), OLDER_GB200_PRESETS[key][1]
     if graphs:
         features["cuda_graphs"] = graphs
-    if (preset, gpu) in RECIPE_TP_OVERLAP_OFF:
+    deepseek = key == ("deepseek-v3", "h100")
+    if key in RECIPE_TP_OVERLAP_OFF and (recipe_overlaps or not deepseek):
         features["tp_comm_overlap"] = False
+    if key in RECIPE_DP_OVERLAP_OFF and recipe_overlaps:
+        features["overlap_grad_reduce"] = False
     return Switches(**features, mechanisms=mechanisms)
 
 
-def _cheapest_fitting(model, strategy, cluster, seq, gbs, mbs, precision, switches):
-    """(StepReport, MemoryReport) with the cheapest recompute mode that fits, else the 'full'
-    one and fits=False."""
+#: Recompute modes, cheapest first.
+ALL_MODES = ("none", "selective", "full")
+
+
+def recipe_modes(preset: str, gpu: str, recipe_recompute: bool = True) -> tuple[str, ...]:
+    """Recompute modes to try for a row, cheapest first: the recipe's "selective" (then
+    "full") where :data:`RECIPE_RECOMPUTE` has its modules, else every mode (the published
+    configs do not state theirs)."""
+    if recipe_recompute and (preset, gpu) in RECIPE_RECOMPUTE:
+        return ALL_MODES[1:]
+    return ALL_MODES
+
+
+def _cheapest_fitting(
+    model, strategy, cluster, seq, gbs, mbs, precision, switches, modes=ALL_MODES
+):
+    """(StepReport, MemoryReport) with the cheapest recompute mode of ``modes`` that fits,
+    else the 'full' one and fits=False."""
     last = None
-    for mode in ("none", "selective", "full"):
+    for mode in modes:
         mem = estimate_memory(
             model,
             strategy,
+            switches.with_recompute(mode),
             seq_len=seq,
             micro_batch_size=mbs,
             global_batch_size=gbs,
-            recompute=mode,
             precision=precision,
         )
         step = estimate_step(
@@ -267,8 +328,9 @@ def published_rows(
             ).with_world_size(n)
             seq, gbs, mbs = int(r["seq_len"]), int(r["gbs"]), int(r["mbs"])
             sw = recipe_switches(r["preset"], r["gpu"], mechanisms, **recipes)
+            modes = recipe_modes(r["preset"], r["gpu"], recipes.get("recipe_recompute", True))
             step, mem, fits = _cheapest_fitting(
-                model, strategy, cluster, seq, gbs, mbs, r["precision"], sw
+                model, strategy, cluster, seq, gbs, mbs, r["precision"], sw, modes
             )
             pub = float(r["tokens_per_s_per_gpu"])
             row = {
@@ -395,7 +457,7 @@ def main(argv: list[str] | None = None) -> int:
         "--ablate",
         default="",
         help="comma-separated kernel mechanisms to switch off (shape, imbalance, moe_kernels, "
-        "fp8, nvfp4, interleave, or all)",
+        "fp8, nvfp4, interleave, expert_bias, or all)",
     )
     ap.add_argument(
         "--ablation",
@@ -434,6 +496,8 @@ def ablation_table() -> int:
     cases += [
         ("older GB200 presets (recipe data)", "", {"release_recipes": False}),
         ("HybridEP EP>8 on NVL8 as DeepEP (recipe data)", "", {"hybridep_nvl8": False}),
+        ("recipe recompute modules off (recipe data)", "", {"recipe_recompute": False}),
+        ("DeepSeek-V3 H100 TP/DP overlaps on (recipe data)", "", {"recipe_overlaps": False}),
     ]
     for label, off, recipes in cases:
         mech = parse_ablation(off)

@@ -35,6 +35,11 @@ Pipeline
     ``estimate.layers.pipeline_split``).  Recompute: "none" and "selective" keep every
     tensor above except the attention scores (removed by selective recompute or flash
     attention); "full" keeps only each layer's input plus one layer's working set.
+    "selective" drops what Megatron's ``recompute_modules`` re-run
+    (``Mechanisms.recompute_modules``, default ``core_attn``: the scores): ``moe_act`` the
+    routed experts' FC2 input (output-discarding checkpoint), ``layernorm`` an MoE layer's
+    pre-MLP norm output, ``mla_up_proj`` MLA's up-projected Q/K/V, ``mlp`` a dense layer's
+    MLP tensors but its input (MoE layers are skipped, as in Megatron Core).
 
 Other (``StageMemory.other``)
     What no formula sees: CUDA/NPU context, NCCL/HCCL communicator buffers, cuBLAS/TE
@@ -331,20 +336,26 @@ def activations(
     precision: str,
     recompute: str,
     flash_attention: bool,
+    modules: tuple[str, ...] = ("core_attn",),
 ) -> Activations:
     """:class:`Activations` of one micro-batch on a rank of this shape (memoised: the planner
-    asks for the same shapes many times)."""
+    asks for the same shapes many times); ``modules``: the selective recompute's modules."""
     h = model.hidden_size
     lin = SAVED_INPUT_BYTES[precision]  # TE keeps FP8 / NVFP4 copies of linear-layer inputs
     mask = h if model.hidden_dropout > 0 else 0.0
     rep_div = float(tp) if sp else 1.0
     tokens = seq_len / cp * micro_batch_size  # tokens of one micro-batch on this rank
-    attn = _attention_bytes(model, tp, rep_div, cp, seq_len, lin, mask, recompute, flash_attention)
+    sel = set(modules) if recompute == "selective" else set()
+    attn = _attention_bytes(model, tp, rep_div, cp, seq_len, lin, mask, sel, flash_attention)
     mats_in = 4.0 if model.gated_linear_unit else 2.0  # activation input bytes per FFN column
     dense_mlp = (2 * h + lin * h + mask) / rep_div + (mats_in + lin) * model.ffn_hidden_size / tp
+    if "mlp" in sel:  # checkpointed dense MLP: only its input stays
+        dense_mlp = 2 * h / rep_div
     act_moe = 0.0
     if model.is_moe:
         moe_rep = 2 * h + lin * h + mask + 6.0 * model.num_experts  # norm, dispatch, scores
+        if "layernorm" in sel:  # the pre-MLP norm's output is recomputed
+            moe_rep -= lin * h
         shared = model.moe_shared_expert_intermediate_size
         moe_tok = moe_rep / rep_div + (mats_in + lin) * shared / tp
         local = tokens / rep_div  # tokens this rank routes
@@ -354,7 +365,8 @@ def activations(
         # probs are applied inside the fused activation (Megatron Core >= 0.13), so the expert
         # outputs need not be kept for the combine.
         fe = model.moe_ffn_hidden_size or model.ffn_hidden_size
-        experts = gathered * (lin * h + (mats_in + lin) * fe / etp + 4.0)
+        fc2_in = 0.0 if "moe_act" in sel else lin  # moe_act: FC2's input is recomputed
+        experts = gathered * (lin * h + (mats_in + fc2_in) * fe / etp + 4.0)
         act_moe = (attn * tokens) + moe_tok * tokens + experts
     logits = 4.0 * model.padded_vocab_size(tp) / tp * tokens  # fp32 vocab-parallel softmax
     return Activations(
@@ -376,10 +388,11 @@ def _attention_bytes(
     seq_len: int,
     lin: float,
     mask: float,
-    recompute: str,
+    sel: set[str],
     flash_attention: bool,
 ) -> float:
-    """Attention-block activation bytes per token (norm input to the output projection)."""
+    """Attention-block activation bytes per token (norm input to the output projection);
+    ``sel``: the modules the selective recompute re-runs (empty for other modes)."""
     h, a, g, d = model.hidden_size, model.num_attention_heads, model.query_groups, model.head_dim
     if model.multi_latent_attention:
         qk = model.qk_head_dim + model.qk_pos_emb_head_dim
@@ -388,6 +401,8 @@ def _attention_bytes(
         if ql:
             rep_attn += 2 * ql + lin * ql
         tp_attn = 2 * a * qk * 2 + 2 * a * model.v_head_dim + lin * a * model.v_head_dim
+        if "mla_up_proj" in sel:  # the up-projected Q, K, V are recomputed
+            tp_attn -= 2 * a * qk * 2 + 2 * a * model.v_head_dim
     else:
         rep_attn = 2 * h + lin * h + mask
         tp_attn = 2 * (a * d + 2 * g * d) + lin * a * d
@@ -395,7 +410,7 @@ def _attention_bytes(
             tp_attn += 2 * (a * d + g * d)
     if flash_attention:
         tp_attn += 4 * a  # softmax log-sum-exp, fp32
-    elif recompute != "selective":
+    elif "core_attn" not in sel:
         # scores (2 B), and with attention dropout its mask (1 B) and output (2 B)
         tp_attn += a * (seq_len / cp) * (5 if model.attention_dropout > 0 else 2)
     return rep_attn / rep_div + tp_attn / float(tp)
@@ -496,6 +511,7 @@ def memory_of(
         workload.precision,
         mode,
         switches.flash_attention,
+        switches.mechanisms.recompute_modules,
     )
     split = pipeline_split(model, s)
     if split.note:

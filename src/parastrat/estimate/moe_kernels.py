@@ -37,6 +37,34 @@ FP32 router scores (Megatron's ``moe_router_dtype="fp32"`` in the recipes):
 * unpermute with probability scaling (read ``k`` copies and the probabilities, write one
   row); backward: scatter the gradient to ``k`` copies and the probability gradient's dot
   product (read copy and gradient).
+
+**Expert biases** (:func:`expert_bias_bytes`, the ``expert_bias`` mechanism).  With
+``add_bias_linear`` (GPT-OSS) Megatron Core's ``TEGroupedMLP`` (0.16.1,
+``transformer/moe/experts.py``) builds FC1 with ``skip_bias_add=False`` (the bias rides in
+the grouped GEMM's epilogue) but FC2 with ``skip_bias_add=True``, and adds FC2's bias in
+``TEGroupedMLP._apply_bias``: a Python loop over the local experts of
+``t + b * p`` on ``torch.split`` views of the output and of the routed probabilities, then
+``torch.cat`` and ``.to(dtype)``.  Per routed row, BF16 (the probabilities are in the router's
+dtype, BF16 unless ``moe_router_dtype`` is set, as in the GPT-OSS recipe): ``b * p`` writes a
+row, the add reads two and writes one, the concatenation reads and writes one: ``6 h``
+elements forward.  Autograd of ``b * p`` (the add and the concatenation pass views):
+``grad * p`` written and reduced over the rows for the bias gradient, ``grad * b`` written and
+reduced over the hidden dimension for the probability gradient: ``6 h`` elements backward.
+Host: a multiply and an add per local expert and one concatenation forward
+(:func:`expert_bias_launches`).
+
+**Clamped activation** (:func:`clamp_bytes`, the ``act_clamp`` mechanism).  A model with a
+clamped gated activation (GPT-OSS, ``activation_func_clamp_value=7.0``) runs Megatron Core's
+``weighted_bias_quick_geglu_impl`` (0.16.1, ``fusions/fused_bias_geglu.py``), which clamps
+outside the compiled kernel: ``chunk`` of FC1's output, ``clamp`` of each half (read and
+write ``f`` each) and ``torch.cat`` back (read and write ``2 f``): ``8 f`` elements per routed
+copy forward; autograd: each clamp's backward reads the gradient and its input and writes
+the masked gradient (``3 f`` each), and the chunk's backward concatenates the two halves
+(``4 f``): ``10 f`` backward.  The same function then builds
+``torch.tensor(linear_offset, device=input.device)``: a pageable host-to-device copy, which
+PyTorch performs with ``memcpy_and_sync`` (``aten/src/ATen/native/cuda/Copy.cu``,
+``copy_kernel_cuda`` with ``non_blocking=False``): a second host-device synchronisation per
+MoE layer forward, besides the dispatcher's token counts (:func:`activation_syncs`).
 """
 
 from __future__ import annotations
@@ -127,6 +155,47 @@ def moe_elementwise_bytes(
     return per_copy_f, per_copy_b, router_f + shared_f, router_b + shared_b
 
 
+def has_expert_bias(model: ModelSpec) -> bool:
+    """Whether the routed experts carry biases that Megatron adds outside the grouped GEMM."""
+    return bool(model.is_moe and model.add_bias_linear)
+
+
+def expert_bias_bytes(model: ModelSpec) -> float:
+    """HBM bytes per routed copy, one direction (the forward and the backward each move this
+    much), of ``TEGroupedMLP._apply_bias`` (module docstring): ``6 h`` BF16 elements."""
+    return 6 * model.hidden_size * BF16 if has_expert_bias(model) else 0.0
+
+
+def expert_bias_launches(model: ModelSpec, local: int, mech: Mechanisms) -> int:
+    """Host launches of the expert-bias loop per MoE layer forward: a multiply and an add per
+    local expert and one concatenation; 0 without expert biases or with the ``expert_bias``
+    mechanism off."""
+    return 2 * local + 1 if (mech.expert_bias and has_expert_bias(model)) else 0
+
+
+def clamp_bytes(model: ModelSpec) -> tuple[float, float]:
+    """(forward, backward) HBM bytes per routed copy of the clamped activation's eager clamp
+    and concatenation (module docstring): ``8 f`` and ``10 f`` BF16 elements; 0 without a
+    clamp."""
+    if not (model.is_moe and model.activation_clamp is not None and model.gated_linear_unit):
+        return 0.0, 0.0
+    f = model.moe_ffn_hidden_size or model.ffn_hidden_size
+    return 8 * f * BF16, 10 * f * BF16
+
+
+def activation_syncs(model: ModelSpec, mech: Mechanisms) -> int:
+    """Host-device synchronisations per MoE layer forward in the clamped activation (the
+    ``torch.tensor(linear_offset, device=...)`` copy): 1 with a clamp and the ``act_clamp``
+    mechanism on, else 0."""
+    return 1 if (mech.act_clamp and clamp_bytes(model)[0] > 0) else 0
+
+
+def clamp_launches(model: ModelSpec, mech: Mechanisms) -> int:
+    """Host launches of the clamped activation per MoE layer forward: two clamps, the
+    concatenation and the offset's copy (4); 0 without a clamp or with ``act_clamp`` off."""
+    return 4 * activation_syncs(model, mech)
+
+
 def sort_bytes(model: ModelSpec) -> float:
     """HBM bytes per routed copy of the ``alltoall`` dispatcher's chunk sort by local expert
     and its inverse (one direction: forward or backward)."""
@@ -171,9 +240,27 @@ def layer_bytes(
     EP rank for a micro-batch of ``tokens``: counted kernel by kernel (``moe_kernels``
     mechanism; without the ``alltoall`` dispatcher's chunk sort, :func:`sort_bytes`, which the
     step model adds for that dispatcher; with the quantisation padding of FP8 / MXFP8
-    experts, :func:`padding_bytes`, when ``quantised``) or lumped (mechanism off)."""
+    experts, :func:`padding_bytes`, when ``quantised``) or lumped (mechanism off); plus the
+    expert-bias loop (:func:`expert_bias_bytes`, ``expert_bias`` mechanism) and the clamped
+    activation's eager passes (:func:`clamp_bytes`, ``act_clamp`` mechanism)."""
     factor = load.factor if mech.imbalance else 1.0
     local_tokens = tokens / tp
+    copies = local_tokens * model.moe_router_topk * factor
+    bias = expert_bias_bytes(model) if mech.expert_bias else 0.0  # the per-expert bias loop
+    clamp_f, clamp_b = clamp_bytes(model) if mech.act_clamp else (0.0, 0.0)  # eager clamp
+    fwd, bwd = _elementwise_bytes(model, local_tokens, ep, factor, mech, quantised)
+    return fwd + copies * (bias + clamp_f), bwd + copies * (bias + clamp_b)
+
+
+def _elementwise_bytes(
+    model: ModelSpec,
+    local_tokens: float,
+    ep: int,
+    factor: float,
+    mech: Mechanisms,
+    quantised: bool,
+) -> tuple[float, float]:
+    """(forward, backward) bytes of :func:`layer_bytes` without the expert biases."""
     if mech.moe_kernels:
         pc_f, pc_b, pt_f, pt_b = moe_elementwise_bytes(model, ep, "flex")
         if quantised and not mech.router_padding:

@@ -153,15 +153,17 @@ def host_ops(
     precision: str,
     graphs: frozenset[str] = frozenset(),
     mech: Mechanisms = ALL_MECHANISMS,
-) -> tuple[float, bool]:
-    """(forward host operations, MoE token-count sync) of one layer and micro-batch.
+) -> tuple[float, int]:
+    """(forward host operations, host-device syncs) of one layer and micro-batch.
 
     Counts :data:`HOST_OPS` over the blocks of the layer; a block inside a CUDA-graph scope
-    counts as one graph launch.  The sync: Megatron's dispatchers copy the tokens-per-expert
+    counts as one graph launch.  The syncs: Megatron's dispatchers copy the tokens-per-expert
     counts to the host (all-to-all split sizes, TE GroupedLinear's ``m_splits``) once per MoE
     layer in the forward pass, unless the whole MoE block is graphed (``moe`` /
-    ``full_iteration`` with padded expert shapes).  ``mech``: the kernel mechanisms (per-expert
-    FP8 quantisation and padding launches).  Memoised on everything it reads.
+    ``full_iteration`` with padded expert shapes); a clamped activation copies its offset to
+    the device, one more (:func:`~parastrat.estimate.moe_kernels.activation_syncs`).
+    ``mech``: the kernel mechanisms (per-expert FP8 quantisation and padding launches, the
+    expert-bias loop, the clamped activation).  Memoised on everything it reads.
     """
     return _host_ops(model, moe, s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs, mech)
 
@@ -178,9 +180,9 @@ def _host_ops(
     precision: str,
     graphs: frozenset[str],
     mech: Mechanisms,
-) -> tuple[float, bool]:
+) -> tuple[float, int]:
     if "full_iteration" in graphs:
-        return 0.0, False
+        return 0.0, 0
     ops = HOST_OPS
     cast = FP8_CAST_OPS.get(precision, 0)
     tp_coll = 2 * ops["collective"] if tp > 1 else 0
@@ -207,7 +209,7 @@ def _host_ops(
         mlp: float = ops["norm"] + gemms(mlp_mats) + ops["act"] + ops["residual"] + tp_coll
         if "mlp" in graphs:
             mlp = 1.0
-        return attn + mlp, False
+        return attn + mlp, 0
     local = max(model.num_experts // ep, 1)
     experts = [m for m in mlp_mats if m.block == "expert"]
     shared = [m for m in mlp_mats if m.block == "shared"]
@@ -221,6 +223,9 @@ def _host_ops(
         + len(experts)
         * (local * ops["gemm"] + moe_kernels.quantise_launches(precision, local, mech) * cast)
         + moe_kernels.padding_launches(precision, mech)
+        # kernels: the expert-bias loop (TEGroupedMLP._apply_bias), one add per local expert
+        + moe_kernels.expert_bias_launches(model, local, mech)
+        + moe_kernels.clamp_launches(model, mech)  # kernels: the clamped activation
         + ops["act"]
         + ops["permute"]
     )
@@ -233,12 +238,13 @@ def _host_ops(
     router = float(ops["router"])
     pre: float = ops["preprocess"] + (ops["collective"] if ep > 1 else 0)
     if "moe" in graphs:
-        return attn + 1.0, False
+        return attn + 1.0, 0
     if "moe_router" in graphs:
         router = 1.0
     if "moe_preprocess" in graphs:
         pre = 1.0
-    return attn + block + router + pre, True
+    # the token-count sync, and the clamped activation's offset copy (kernels: act_clamp)
+    return attn + block + router + pre, 1 + moe_kernels.activation_syncs(model, mech)
 
 
 @dataclass(frozen=True)
@@ -350,6 +356,9 @@ class LayerCost:
     mlp_bwd: float = 0.0
     #: GEMM seconds of the shared experts alone, forward + backward
     shared: float = 0.0
+    #: forward seconds the "selective" recompute mode re-runs in backward
+    #: (:attr:`~parastrat.spec.workload.Mechanisms.recompute_modules`, :func:`_selective_fwd`)
+    selective: float = 0.0
 
     @property
     def fwd(self) -> float:
@@ -459,10 +468,12 @@ def layer_cost(
     mats = attention_matrices(model) + mlp_matrices(model, moe)
     g_fwd = g_bwd = cast = 0.0
     mlp_f = mlp_b = shared = 0.0
+    fwd_of: dict[str, float] = {}
     for mat in mats:
         f, b, c = _matrix_times(
             accel, prof, mat, tokens, tp, sp, ep, etp, model.num_experts, prec, mech, expert_m
         )
+        fwd_of[mat.name] = f
         if mat.block == "expert" and not mech.shape:
             f, b = f / GROUPED_GEMM_EFF, b / GROUPED_GEMM_EFF
         g_fwd += f
@@ -494,6 +505,9 @@ def layer_cost(
     e_fwd = memory_time(accel, e_bytes + cast_b + moe_f, prof)
     e_bwd = memory_time(accel, 2 * e_bytes + cast_b + moe_b, prof)
     rec = layer_record(model, moe, tp, ep, etp)  # the one parameter accounting
+    h_norm = h_local if sp else h  # SP: the norms run on the token shard
+    sel = _selective_fwd(model, accel, prof, moe, tokens, (tp, etp), h_norm, load, mech, fwd_of)
+    sel += a_fwd if "core_attn" in mech.recompute_modules else 0.0
     return LayerCost(
         g_fwd,
         g_bwd,
@@ -506,7 +520,57 @@ def layer_cost(
         mlp_f,
         mlp_b,
         shared,
+        sel,
     )
+
+
+#: HBM bytes per element of one norm forward that the ``layernorm`` recompute module re-runs
+#: (read the BF16 input, write the BF16 output).
+NORM_BYTES = 2 * ELEM_BYTES
+
+
+def _selective_fwd(
+    model: ModelSpec,
+    accel: Accelerator,
+    prof: KernelProfile,
+    moe: bool,
+    tokens: float,
+    tp_etp: tuple[int, int],
+    h_norm: float,
+    load: moe_kernels.ExpertLoad | None,
+    mech: Mechanisms,
+    fwd_of: dict[str, float],
+) -> float:
+    """Forward seconds of one layer and micro-batch that Megatron's selective recompute runs
+    again in backward, module by module (``recompute_modules``, Megatron Core 0.16.1
+    ``TransformerLayer.__init__`` / ``TEGroupedMLP`` / ``MLASelfAttention``):
+
+    * ``core_attn``: the attention core (Megatron's default; added by the caller);
+    * ``layernorm``: norms that are separate modules; Transformer Engine's layer spec fuses the
+      input norm into the QKV projection and a dense layer's pre-MLP norm into FC1 (both
+      ``IdentityOp``, not recomputed), so only an MoE layer's pre-MLP norm runs again;
+    * ``mla_up_proj``: MLA's query and key/value up-projections (and RoPE, not counted);
+    * ``mlp``: a dense layer's MLP (Megatron skips MoE layers: ``if not self.is_moe_layer``);
+    * ``moe_act``: the routed experts' activation (TEGroupedMLP's output-discarding
+      checkpoint), memory-bound, on the slowest EP rank's copies, with a clamped activation's
+      eager clamp and concatenation (``act_clamp``).
+    """
+    mods, (tp, etp) = mech.recompute_modules, tp_etp
+    t = 0.0
+    if "layernorm" in mods and moe:
+        t += memory_time(accel, tokens * h_norm * NORM_BYTES, prof)
+    if "mla_up_proj" in mods and model.multi_latent_attention:
+        t += fwd_of.get("q_up", 0.0) + fwd_of.get("kv_up", 0.0)
+    act = 3 if model.gated_linear_unit else 2
+    if "mlp" in mods and not moe:
+        t += fwd_of.get("fc1", 0.0) + fwd_of.get("fc2", 0.0)
+        t += memory_time(accel, tokens * act * model.ffn_hidden_size / tp * ELEM_BYTES, prof)
+    if "moe_act" in mods and moe and load is not None:
+        f = model.moe_ffn_hidden_size or model.ffn_hidden_size
+        copies = load.slowest if mech.imbalance else load.mean
+        clamp = moe_kernels.clamp_bytes(model)[0] if mech.act_clamp else 0.0  # kernels
+        t += memory_time(accel, copies * (act * f * ELEM_BYTES + clamp) / etp, prof)
+    return t
 
 
 def _cast_bytes(cast: float, prec: str, accel: Accelerator, mech: Mechanisms) -> float:
@@ -772,8 +836,8 @@ class StepModel:
         t_tp += t_amax
         rec = 0.0
         rec_comm = 0.0
-        if mode == "selective":
-            rec = c.attn_fwd
+        if mode == "selective":  # the recipe's modules (Mechanisms.recompute_modules)
+            rec = c.selective
         elif mode == "full":
             rec = c.fwd
             rec_comm = 0.5 * (t_tp + t_a2a + t_ep)  # the forward's collectives run again
@@ -1331,12 +1395,12 @@ def _host_exposed(
 ) -> tuple[float, float]:
     """(host seconds, host seconds the GPU waits for) of one layer and micro-batch.
 
-    The host issues :func:`host_ops` operations forward and :data:`HOST_BWD_RATIO` times as
-    many backward (plus the forward again under full recompute, the attention core under
-    selective), each :func:`host_op_time`.  Kernels run asynchronously, so without a sync a
+    The host issues :func:`host_ops` operations forward and :data:`HOST_BWD_RATIO` times as many
+    backward (plus the forward again under full recompute, one launch per recomputed module
+    under selective), each :func:`host_op_time`. Kernels run asynchronously, so without a sync a
     pass costs the longer of its host and GPU times (the GPU's being its compute, exposed
     communication and recompute; the forward gets a third of the exposed communication, the
-    backward two thirds): the GPU waits ``max(0, host - gpu)``.  The MoE token-count sync
+    backward two thirds): the GPU waits ``max(0, host - gpu)``. The MoE token-count sync
     (:func:`host_ops`) empties the GPU's queue once per MoE layer forward: the GPU then idles
     while the host issues the next operation (one more operation's host time).
     """
@@ -1345,12 +1409,14 @@ def _host_exposed(
     if not ops_f and not sync:
         return 0.0, 0.0
     h_op = host_op_time(accel)
-    rec_ops = ops_f if mode == "full" else (HOST_OPS["attention"] if mode == "selective" else 0.0)
+    # selective: about one launch per recomputed module (the core-attention kernel by default)
+    n_sel = len(mech.recompute_modules) * HOST_OPS["attention"]
+    rec_ops = ops_f if mode == "full" else (n_sel if mode == "selective" else 0.0)
     host_f = ops_f * h_op
     host_b = (HOST_BWD_RATIO * ops_f + rec_ops) * h_op
     gpu_f = c.fwd + exposed_comm / 3
     gpu_b = c.bwd + 2 * exposed_comm / 3 + recompute
-    waited = max(0.0, host_f - gpu_f) + max(0.0, host_b - gpu_b) + (h_op if sync else 0.0)
+    waited = max(0.0, host_f - gpu_f) + max(0.0, host_b - gpu_b) + h_op * sync
     return host_f + host_b, waited
 
 

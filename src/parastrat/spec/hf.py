@@ -30,6 +30,7 @@ size``
                                 (when ``n_group`` > 1)
 ``sliding_window``,             ``sliding_window``, ``window_attn_skip_freq``
 ``layer_types``                 (the period of full-attention layers)
+``swiglu_limit``                ``activation_clamp`` (GPT-OSS)
 ==============================  ==========================================
 """
 
@@ -169,6 +170,11 @@ def spec_from_hf_config(
     fields["add_qkv_bias"] = bias or model_type in _QKV_BIAS
     # GPT-OSS also puts biases on the output projection and the experts.
     fields["add_bias_linear"] = bias and model_type == "gpt_oss"
+    limit = opt("swiglu_limit")  # GPT-OSS clamps its gated activation's inputs
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+            raise SpecError(f"{where}: field 'swiglu_limit' must be a number > 0, got {limit!r}")
+        fields["activation_clamp"] = float(limit)
 
     if model_type in _MLA or opt("kv_lora_rank") is not None:
         fields.update(

@@ -63,6 +63,10 @@ class ModelSpec:
     kv_channels: int | None = None
     #: SwiGLU/GeGLU-style MLP with three matrices instead of two.
     gated_linear_unit: bool = False
+    #: Clamp of the gated activation's inputs (GPT-OSS ``swiglu_limit``; Megatron's
+    #: ``activation_func_clamp_value``, which Megatron Bridge's GPT-OSS provider sets to 7.0);
+    #: None: no clamp.
+    activation_clamp: float | None = None
     #: Input embedding and output layer share one matrix.
     tied_embeddings: bool = True
     #: "learned", "rope" or "none".

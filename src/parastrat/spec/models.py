@@ -394,7 +394,7 @@ register(
 # ---- GPT-OSS -------------------------------------------------------------------------------
 # openai/gpt-oss-120b config.json (36 layers, 2880 hidden, 64 heads x 64, 8 KV heads, 128 experts
 # of 2880, top-4, biases on attention and experts, attention sinks, a 128-token sliding window
-# on every other layer, `layer_types`); model card: 116.8B total,
+# on every other layer, `layer_types`, `swiglu_limit` 7.0); model card: 116.8B total,
 # 5.1B active (OpenAI's active count leaves out the input embedding, 0.58B).
 register(
     _nodrop(
@@ -407,6 +407,7 @@ register(
         ffn_hidden_size=2880,
         vocab_size=201088,
         gated_linear_unit=True,
+        activation_clamp=7.0,
         tied_embeddings=False,
         position_embedding_type="rope",
         normalization="rmsnorm",

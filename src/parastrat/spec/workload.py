@@ -194,6 +194,10 @@ class Workload:
 # ---------------------------------------------------------------------------------------------
 #: Routing regimes the expert load-imbalance mechanism knows (:class:`Mechanisms`).
 BALANCE_MODES = ("forced", "aux_loss", "loss_free")
+#: Megatron Core's ``recompute_modules`` (``TransformerConfig``, 0.16) that the step model
+#: prices under the "selective" recompute mode (:attr:`Mechanisms.recompute_modules`).
+#: ("moe", "shared_experts" and the offloading variants are not priced and are refused.)
+RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,7 +221,14 @@ class Mechanisms:
       deeper K tile (off: NVFP4 operands cost one flat block-scaled pass and the FP8 K tile;
       :mod:`parastrat.estimate.fp8`);
     * ``interleave``: deep pipeline interleaving lengthens the fill/drain chain by one P2P
-      transfer (and its host launches) per chunk boundary.
+      transfer (and its host launches) per chunk boundary;
+    * ``expert_bias``: routed experts with biases (``add_bias_linear``, GPT-OSS) add their
+      FC2 bias outside the grouped GEMM, one probability-weighted add per local expert
+      (Megatron Core ``TEGroupedMLP._apply_bias``): its HBM traffic forward and backward and
+      its host launches (:mod:`parastrat.estimate.moe_kernels`);
+    * ``act_clamp``: a clamped gated activation (GPT-OSS) clamps and re-concatenates FC1's
+      output outside the compiled activation kernel and copies its offset to the device,
+      a host-device synchronisation (Megatron Core ``weighted_bias_quick_geglu_impl``).
 
     ``balance`` is the routing regime the imbalance assumes (:data:`BALANCE_MODES`):
     "forced" (``moe_router_force_load_balancing``: random routing, what Megatron Bridge's
@@ -227,6 +238,10 @@ class Mechanisms:
     the mean (None: dropless).  ``router_padding``: Megatron's
     ``moe_router_padding_for_quantization`` (the routing map is padded so expert token counts
     are FP8-aligned; no padding copies), off by default as in Megatron Core.
+    ``recompute_modules``: Megatron's ``recompute_modules``, what the "selective" recompute
+    mode re-runs in backward (:data:`RECOMPUTE_MODULES`; default Megatron's
+    ``["core_attn"]``).  A recipe fact the step and memory models read (like
+    ``router_padding``): the time of each module's forward again, and the tensors it frees.
     """
 
     shape: bool = True
@@ -238,10 +253,27 @@ class Mechanisms:
     balance: str = "forced"
     capacity_factor: float | None = None
     router_padding: bool = False
+    expert_bias: bool = True
+    act_clamp: bool = True
+    recompute_modules: tuple[str, ...] = ("core_attn",)
 
     def __post_init__(self) -> None:
         for name in (*self.switches, "router_padding"):
             _flag(name, getattr(self, name))
+        mods = self.recompute_modules
+        if isinstance(mods, str) or not isinstance(mods, Iterable):
+            raise UsageError(
+                f"recompute_modules must be a collection of module names, got {mods!r} "
+                "(e.g. ('core_attn',))"
+            )
+        bad = sorted(set(mods) - set(RECOMPUTE_MODULES))
+        if bad:
+            raise UsageError(
+                f"unknown or unpriced recompute module(s) {', '.join(map(str, bad))}; use any "
+                f"of {', '.join(RECOMPUTE_MODULES)}"
+            )
+        ordered = tuple(m for m in RECOMPUTE_MODULES if m in set(mods))
+        object.__setattr__(self, "recompute_modules", ordered)
         if self.balance not in BALANCE_MODES:
             raise UsageError(
                 f"unknown balance {self.balance!r}; use one of {', '.join(BALANCE_MODES)}"
@@ -276,7 +308,16 @@ class Mechanisms:
 
 
 #: The mechanism switches of :class:`Mechanisms` (each can be ablated).
-MECHANISM_SWITCHES = ("shape", "imbalance", "moe_kernels", "fp8", "nvfp4", "interleave")
+MECHANISM_SWITCHES = (
+    "shape",
+    "imbalance",
+    "moe_kernels",
+    "fp8",
+    "nvfp4",
+    "interleave",
+    "expert_bias",
+    "act_clamp",
+)
 
 
 def parse_ablation(text: str | None, base: Mechanisms | None = None) -> Mechanisms:
