@@ -86,6 +86,24 @@ def test_cpu_measurements_run_and_fp8_is_refused_on_cpu():
         measure_gemm("nvfp4", size=64, device="cpu", iters=1, warmup=0)
 
 
+def test_host_op_time_is_measured_and_kept_as_measured():
+    """The host's seconds per eager op (the step model's HOST_OP_S, by measurement) go into
+    the calibration as measured and replace the preset's figure in the cost model."""
+    from parastrat.bench.kernels import kernel_calibration, measure_host_op
+    from parastrat.estimate.efficiency import host_op_time
+
+    host = measure_host_op(device="cpu", ops=20, iters=3, warmup=1)
+    assert 0 < host < 0.01
+    cal = kernel_calibration("h100", {"bf16": 500e12}, host_op_s=host, source="test")
+    assert cal["kernels"]["host_op_s"] == host
+    cluster = ps.Cluster("h100", 8).calibrate(cal)
+    assert host_op_time(cluster.accel) == host
+    with pytest.raises(SpecError, match="host_op_s"):
+        kernel_calibration("h100", {"bf16": 500e12}, host_op_s=1.0)  # one second per op
+    with pytest.raises(UsageError):
+        measure_host_op(device="cpu", ops=0)
+
+
 def test_cli_kernels_refuse_a_cpu_labelled_as_a_gpu(capsys, monkeypatch):
     from parastrat.cli import main
 

@@ -17,7 +17,7 @@ Importing this package imports neither torch nor matplotlib; running and plottin
 from __future__ import annotations
 
 from .calibrate import fit, load, save
-from .kernels import kernel_calibration, measure_copy, measure_gemm
+from .kernels import kernel_calibration, measure_copy, measure_gemm, measure_host_op
 from .plot import plot_busbw as plot
 from .rows import (
     OPS,
@@ -43,6 +43,7 @@ __all__ = [
     "load_rows",
     "measure_copy",
     "measure_gemm",
+    "measure_host_op",
     "measurements",
     "parse_sizes",
     "plot",

@@ -11,6 +11,9 @@ section of a calibration (:class:`parastrat.spec.cluster.Calibration`), which
   ``fp8`` (``torch._scaled_mm`` on devices that have it), median of timed repetitions after
   warm-up, device-event timed (:class:`parastrat.bench.timing.Clock`);
 * :func:`measure_copy`: a ``nbytes`` device-to-device copy (read + write);
+* :func:`measure_host_op`: host seconds to issue one eager operation (a small
+  ``torch.nn.Linear`` forward, launched and not waited for: the measurement behind the step
+  model's ``HOST_OP_S``, Transformer Engine issue #2053), on this machine's host CPU;
 * :func:`kernel_calibration`: the measured rates over the accelerator preset's peaks.
 
 * :func:`gemm_grid` / :func:`measure_grid` / :func:`fit_grid`: a grid of GEMM shapes (large and
@@ -31,6 +34,7 @@ the CPU (that is how the path is tested).
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import date
@@ -41,12 +45,15 @@ from ..errors import UsageError
 from ..spec.cluster import Calibration
 from ..spec.hardware import Accelerator, canonical_precision
 from ..spec.hardware import get as get_accelerator
-from .timing import measure
+from .timing import measure, synchronize
 
 #: Matrix size of the GEMM measurement: 8192^3, the "large GEMM" the defaults are quoted at.
 GEMM_SIZE = 8192
 #: Bytes of the copy measurement (1 GiB: far beyond any cache).
 COPY_BYTES = 1 << 30
+#: Eager operations issued per host-time sample (a loop long enough to time with
+#: ``perf_counter``, short enough that the launch queue never fills).
+HOST_OPS_PER_SAMPLE = 200
 
 
 def _device(torch: Any, device: Any) -> Any:
@@ -133,19 +140,49 @@ def measure_copy(
     return 2.0 * src.numel() * 2 / seconds
 
 
+def measure_host_op(
+    *, device: Any = None, ops: int = HOST_OPS_PER_SAMPLE, iters: int = 10, warmup: int = 3
+) -> float:
+    """Host seconds to issue one eager operation: the median over ``iters`` samples of
+    ``ops`` back-to-back forwards of a 64-wide ``torch.nn.Linear`` on 64 tokens, timed on the
+    host without waiting for the device (the queue is drained between samples, outside the
+    timing).  On an accelerator the kernels are tiny, so the loop runs at the host's dispatch
+    and launch rate; on the CPU the op also executes, so the figure is an upper bound."""
+    torch = require("torch", why="measuring the host's operation rate")
+    if ops < 1 or iters < 1 or warmup < 0:
+        raise UsageError(f"ops and iters must be >= 1, warmup >= 0; got {ops}, {iters}, {warmup}")
+    dev = _device(torch, device)
+    layer = torch.nn.Linear(64, 64, device=dev)
+    x = torch.randn(64, 64, device=dev)
+    samples = []
+    with torch.no_grad():
+        for i in range(warmup + iters):
+            synchronize(torch, dev)
+            t0 = time.perf_counter()
+            for _ in range(ops):
+                layer(x)
+            elapsed = time.perf_counter() - t0
+            if i >= warmup:
+                samples.append(elapsed / ops)
+    synchronize(torch, dev)
+    return statistics.median(samples)
+
+
 def kernel_calibration(
     accelerator: str,
     gemm_flops: Mapping[str, float],
     copy_Bps: float | None = None,
     *,
+    host_op_s: float | None = None,
     source: str | None = None,
 ) -> dict[str, Any]:
     """The ``kernels`` calibration of measured rates on an ``accelerator`` preset.
 
     ``gemm_flops`` maps precisions to measured FLOP/s (:func:`measure_gemm`); ``copy_Bps`` is a
     measured copy bandwidth (:func:`measure_copy`).  Each becomes a fraction of the preset's
-    dense peak / HBM bandwidth.  A rate above the preset's peak means the wrong preset (or a
-    device that is not the preset): UsageError says so rather than writing a fraction > 1.
+    dense peak / HBM bandwidth; ``host_op_s`` (:func:`measure_host_op`) is kept as measured.
+    A rate above the preset's peak means the wrong preset (or a device that is not the
+    preset): UsageError says so rather than writing a fraction > 1.
     """
     accel = get_accelerator(accelerator)
     if not gemm_flops and copy_Bps is None:
@@ -173,6 +210,8 @@ def kernel_calibration(
                 f"{accel.mem_bandwidth_Bps / 1e9:.0f}] GB/s of {accel.name}"
             )
         kernels["mem_eff"] = copy_Bps / accel.mem_bandwidth_Bps
+    if host_op_s is not None:
+        kernels["host_op_s"] = host_op_s  # validated by Calibration.from_dict below
     out = {
         "kernels": kernels,
         "source": source or f"parastrat bench --kernels on {accel.name}, {date.today()}",
@@ -352,6 +391,7 @@ def fit_grid(
     rows: list[dict[str, Any]],
     copy_Bps: float | None = None,
     *,
+    host_op_s: float | None = None,
     source: str | None = None,
 ) -> dict[str, Any]:
     """The calibration of a measured grid: per precision, the shape model's large-GEMM
@@ -378,6 +418,7 @@ def fit_grid(
         accel.name,
         {p: e * accel.peak(p) for p, e in eff.items()},
         copy_Bps,
+        host_op_s=host_op_s,
         source=source or f"parastrat bench --kernels --grid on {accel.name}, {date.today()}",
     )
     cal["kernel_grid"] = [

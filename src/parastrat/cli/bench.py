@@ -6,7 +6,8 @@ rank runs the sweep on the device's backend and rank 0 prints.  Strategy flags (
 switch to a strategy-aware run: each collective on the group of the strategy that uses it.
 ``--load FILE`` re-reads rows written earlier, to print, plot or fit them without running.
 ``--kernels --accelerator NAME`` measures GEMM rates and HBM copy bandwidth on this process's
-device instead, as fractions of the preset's peaks (the ``kernels`` section of a calibration).
+device instead, as fractions of the preset's peaks, and the host's seconds per eager operation
+(the ``kernels`` section of a calibration).
 """
 
 from __future__ import annotations
@@ -205,6 +206,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
         kernel_calibration,
         measure_copy,
         measure_gemm,
+        measure_host_op,
     )
     from ..errors import UsageError
     from ..spec.hardware import get as get_accelerator
@@ -226,7 +228,8 @@ def _run_kernels(args: argparse.Namespace) -> int:
     # the 1 GiB copy, or one the size of a GEMM operand pair when a small GEMM is asked for
     copy_bytes = COPY_BYTES if args.gemm_size is None else min(COPY_BYTES, 4 * size * size)
     copy = measure_copy(nbytes=copy_bytes, iters=iters, warmup=warmup)
-    cal = kernel_calibration(accel.name, gemm, copy)
+    host = measure_host_op(iters=iters, warmup=warmup)
+    cal = kernel_calibration(accel.name, gemm, copy, host_op_s=host)
     table = Table(title=f"kernel rates against {accel.name}'s peaks")
     for col in ("kernel", "measured", "peak", "fraction"):
         table.add_column(col, justify="right" if col != "kernel" else "left")
@@ -244,6 +247,7 @@ def _run_kernels(args: argparse.Namespace) -> int:
         f"{accel.mem_bandwidth_Bps / 1e9:.0f} GB/s",
         f"{copy / accel.mem_bandwidth_Bps:.3f}",
     )
+    table.add_row("host: one eager op", f"{host * 1e6:.1f} us", "-", "-")
     console.print(table)
     if args.format == "json":
         print_json(cal)
@@ -258,11 +262,19 @@ def _run_kernel_grid(
     """``bench --kernels --grid``: the shape grid, its fit, the table, and ``--fit FILE``."""
     from rich.table import Table
 
-    from ..bench.kernels import COPY_BYTES, fit_grid, gemm_grid, measure_copy, measure_grid
+    from ..bench.kernels import (
+        COPY_BYTES,
+        fit_grid,
+        gemm_grid,
+        measure_copy,
+        measure_grid,
+        measure_host_op,
+    )
 
     rows = measure_grid(gemm_grid(size), precisions, iters=iters, warmup=warmup)
     copy_bytes = COPY_BYTES if args.gemm_size is None else min(COPY_BYTES, 4 * size * size)
-    cal = fit_grid(accel, rows, measure_copy(nbytes=copy_bytes, iters=iters, warmup=warmup))
+    copy = measure_copy(nbytes=copy_bytes, iters=iters, warmup=warmup)
+    cal = fit_grid(accel, rows, copy, host_op_s=measure_host_op(iters=iters, warmup=warmup))
     table = Table(title=f"GEMM grid on {accel.name}: measured vs the fitted shape model")
     for col in ("shape", "precision", "measured TFLOP/s", "model TFLOP/s"):
         table.add_column(col, justify="left" if col == "shape" else "right")
