@@ -79,6 +79,16 @@ def test_parse_strategy_split_flags():
     assert s.stage_layers(126) == [15] + [16] * 6 + [15]  # (126 + 2) / 8 = 16 slots a stage
 
 
+def test_parse_strategy_takes_layouts_and_fsdp_as_text():
+    """A recipe's layout and an FSDP level can be compared from the command line: the
+    DeepSeek-V3 H100 recipe's layout reaches the strategy whole (its placement is priced)."""
+    s = parse_strategy("tp=2,pp=8,vpp=4,ep=64,sp,pipeline_layout=Et|(t*2|)*30mL")
+    assert s.pipeline_layout == "Et|(t*2|)*30mL" and (s.pp, s.vpp, s.ep) == (8, 4, 64)
+    assert parse_strategy("tp=2,dp_shard=4,fsdp=optim_grads_params").fsdp == "optim_grads_params"
+    with pytest.raises(UsageError, match="whole number"):
+        parse_strategy("tp=two")
+
+
 def test_compare_prices_memory_with_the_step_switches():
     """A switch both models read (distributed optimizer off: full optimizer state on every
     rank) must change the memory compare reports, not only the step."""

@@ -29,12 +29,16 @@ if TYPE_CHECKING:
 
 #: Every field a Strategy takes (one source of truth: the dataclass itself).
 _FIELDS = tuple(f.name for f in fields(Strategy))
-_FLAGS = ("sp", "account_for_embedding", "account_for_loss")
+_FLAGS = tuple(f.name for f in fields(Strategy) if f.type == "bool")
+#: Fields given as text: the rank order, a pipeline layout (``Et*4|(t*4|)*14tmL``), an FSDP level.
+_TEXT = ("order", "pipeline_layout", "fsdp")
 
 
 def parse_strategy(text: str) -> Strategy:
     """``"tp=4,pp=2,vpp=5,sp"`` -> Strategy (a bare flag name such as ``sp`` or
-    ``account_for_loss`` means True; UsageError otherwise)."""
+    ``account_for_loss`` means True; ``order``, ``pipeline_layout`` and ``fsdp`` take text,
+    e.g. ``"tp=2,pp=8,vpp=4,ep=64,sp,pipeline_layout=Et|(t*2|)*30mL"``; UsageError
+    otherwise)."""
     kwargs: dict[str, Any] = {}
     for part in (p.strip() for p in str(text).replace(" ", ",").split(",")):
         if not part:
@@ -47,8 +51,8 @@ def parse_strategy(text: str) -> Strategy:
             )
         if key in _FLAGS:
             kwargs[key] = value.strip().lower() not in ("0", "false", "no", "off")
-        elif key == "order":
-            kwargs["order"] = value.strip()
+        elif key in _TEXT:
+            kwargs[key] = value.strip()
         else:
             try:
                 kwargs[key] = int(value)
