@@ -53,3 +53,19 @@ def test_user_errors_exit_2(capsys):
     assert main([a if a != "50" else "0" for a in BASE]) == 2
     assert main([a if a != "hunyuanvideo" else "nope" for a in BASE]) == 2
     assert "flux.1-dev" in capsys.readouterr().err
+
+
+def test_calibration_prices_the_host(capsys, tmp_path):
+    """A measured host (``kernels.host_op_s`` from ``bench --kernels``) reaches plan-dit: a
+    slower host makes eager FLUX.1-dev on 4 H100 slower; a missing file is a usage error."""
+    flux = ["plan-dit", "--model", "flux.1-dev", "--devices", "4", "--accelerator", "h100"]
+    flux += ["--height", "1024", "--width", "1024", "--steps", "28", "--format", "json"]
+    assert main(flux) == 0
+    base = json.loads(capsys.readouterr().out)["best"]["latency_s"]
+    cal = tmp_path / "cal.json"
+    cal.write_text(json.dumps({"kernels": {"host_op_s": 3e-5}, "source": "test"}))
+    assert main(flux + ["--calibration", str(cal)]) == 0
+    slow = json.loads(capsys.readouterr().out)["best"]["latency_s"]
+    assert slow > base
+    assert main(flux + ["--calibration", str(tmp_path / "missing.json")]) == 2
+    assert "Traceback" not in capsys.readouterr().err

@@ -44,6 +44,12 @@ def register(subparsers) -> None:
     p.add_argument("--height", type=positive_int, required=True, help="output height, pixels")
     p.add_argument("--width", type=positive_int, required=True, help="output width, pixels")
     p.add_argument("--frames", type=positive_int, default=1, help="output frames (video)")
+    p.add_argument(
+        "--calibration",
+        default=None,
+        help="calibration JSON from `parastrat bench` (collectives; with --kernels also the "
+        "GEMM/HBM fractions and the host's seconds per eager op)",
+    )
     p.add_argument("--steps", type=int, required=True, help="denoising steps")
     g = p.add_mutually_exclusive_group()
     g.add_argument(
@@ -116,10 +122,11 @@ def cli_terms(message: str) -> str:
 
 def _plan(args: argparse.Namespace):
     from ..planner.dit import plan_dit
-    from ..spec.cluster import Cluster
+    from ..spec.cluster import Cluster, load_calibration
     from ..spec.dit import DiTSpec
 
-    cluster = Cluster(accelerator=args.accelerator, num_devices=args.devices)
+    cal = load_calibration(args.calibration) if args.calibration else None
+    cluster = Cluster(accelerator=args.accelerator, num_devices=args.devices, calibration=cal)
     model = DiTSpec.from_diffusers_config(args.config) if args.config else args.model
     return plan_dit(
         model,
