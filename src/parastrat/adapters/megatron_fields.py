@@ -160,6 +160,10 @@ def _flex_backend(a: Applied) -> str:
     return "hybridep" if d == "hybridep" else "deepep"
 
 
+def _grad_fp32(a: Applied) -> bool:
+    return bool(_run(a, "grad_reduce_in_fp32"))
+
+
 def _graph_impl(a: Applied) -> str:
     scopes = _graph_scopes(a)
     if not scopes:
@@ -427,13 +431,13 @@ RUN_FIELDS: tuple[Field, ...] = (
     # value onto the DDP config at start-up, so both are written
     Field(
         "grad_reduce_in_fp32",
-        lambda a: bool(_run(a, "grad_reduce_in_fp32")),
+        _grad_fp32,
         when=_knows("grad_reduce_in_fp32"),
         sections=("mixed_precision",),
     ),
     Field(
         "grad_reduce_in_fp32",
-        lambda a: bool(_run(a, "grad_reduce_in_fp32")),
+        _grad_fp32,
         when=_knows("grad_reduce_in_fp32"),
         sections=("ddp",),
         arg="--accumulate-allreduce-grads-in-fp32",

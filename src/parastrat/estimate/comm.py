@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from ..grid import RankGrid, training_grid
 from ..spec.model import ModelSpec
+from .layers import MAIN_GRAD_BYTES
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -41,7 +42,7 @@ ACT_BYTES = 2
 #: Bytes per gradient element in the DP reduce-scatter: BF16 (Megatron's
 #: ``grad_reduce_in_fp32=False``, the default of ``Switches``); FP32 with it on
 #: (:func:`grad_wire_bytes`).
-GRAD_BYTES = 2
+GRAD_BYTES = MAIN_GRAD_BYTES[False]
 #: Bytes per parameter element in the distributed optimizer's parameter all-gather (BF16).
 PARAM_BYTES = 2
 
@@ -342,10 +343,10 @@ def pp_microbatch(
 # ---------------------------------------------------------------------------------------------
 # Per step.
 # ---------------------------------------------------------------------------------------------
-def grad_wire_bytes(grad_reduce_in_fp32: bool) -> int:
+def grad_wire_bytes(grad_reduce_in_fp32: bool) -> float:
     """Bytes per gradient element reduced over data parallelism: the gradient buffer's dtype
     (Megatron reduces the buffer it accumulates into: FP32 with ``grad_reduce_in_fp32``)."""
-    return 4 if grad_reduce_in_fp32 else GRAD_BYTES
+    return MAIN_GRAD_BYTES[bool(grad_reduce_in_fp32)]
 
 
 def dp_step(
@@ -356,7 +357,7 @@ def dp_step(
     edp: int,
     strides: dict[str, int],
     distributed_optimizer: bool = True,
-    grad_bytes: int = GRAD_BYTES,
+    grad_bytes: float = GRAD_BYTES,
 ) -> list[Collective]:
     """Gradient (and parameter) collectives of one step for one rank's local parameters
     (``grad_bytes`` per gradient element on the wire: :func:`grad_wire_bytes`)."""

@@ -95,19 +95,6 @@ class Block:
         """Backward FLOPs of the block's matrices per token (data + weight gradients)."""
         return 2.0 * self.flops_fwd_per_token
 
-    def weight_bytes(self, fp8_extra: float = 0.0) -> float:
-        """BF16 weights plus ``fp8_extra`` bytes per linear-layer parameter."""
-        return WEIGHT_BYTES * self.params + fp8_extra * self.linear_params
-
-    def gradient_bytes(self, grad_reduce_in_fp32: bool = False) -> float:
-        """Main gradients (BF16, or FP32 with ``grad_reduce_in_fp32``)."""
-        return MAIN_GRAD_BYTES[grad_reduce_in_fp32] * self.params
-
-    def optimizer_bytes(self, dense_shard: float = 1.0, expert_shard: float = 1.0) -> float:
-        """FP32 master weights and Adam moments, sharded ``dense_shard`` / ``expert_shard``
-        ways by the distributed optimizer (1: not sharded)."""
-        return OPTIM_BYTES * (self.dense_params / dense_shard + self.expert_params / expert_shard)
-
     def __add__(self, other: Block) -> Block:
         return Block(
             f"{self.name}+{other.name}",
