@@ -628,6 +628,13 @@ def test_gradient_dtype_priced_is_run(bridge, monkeypatch, fp32):
         cfg.mixed_precision.setup(cfg.model, cfg.optimizer, cfg.ddp)
         assert cfg.ddp.grad_reduce_in_fp32 is fp32
         validate(cfg, 512, monkeypatch)
+    # a recipe name Bridge does not know: refused with the rule, the container untouched
+    cfg = gpt3_recipe()
+    cfg.mixed_precision = "no_such_recipe"
+    before = snapshot(cfg)
+    with pytest.raises(StrategyError, match="mixed-precision-unknown"):
+        mg.apply(cfg, plan, world_size=512)
+    assert snapshot(cfg) == before and cfg.mixed_precision == "no_such_recipe"
     # the estimate counted that buffer: 2 or 4 bytes per parameter of the stage
     st = plan.best.memory.stages[0]
     assert st.gradients == pytest.approx((4 if fp32 else 2) * st.params)

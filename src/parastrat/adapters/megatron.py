@@ -308,7 +308,17 @@ def _named_precision_write(t: _Target, name: str, new: Any) -> list[_Write]:
     (nothing is written when the named recipe already has the value)."""
     mp = require("megatron.bridge.training.mixed_precision", "megatron", "a named recipe")
     old = t.sections["mixed_precision"]
-    resolved = mp.get_mixed_precision_config(old)
+    try:
+        resolved = mp.get_mixed_precision_config(old)
+    except ValueError as err:  # Bridge's message lists the recipe names it knows
+        raise StrategyError(
+            Violation(
+                "mixed-precision-unknown",
+                f"mixed_precision={old!r} names no Megatron Bridge recipe ({err})",
+                "set cfg.mixed_precision to a known recipe name such as 'bf16_mixed' or to a "
+                "MixedPrecisionConfig",
+            )
+        ) from None
     if _same(getattr(resolved, name, None), new):
         return []
     setattr(resolved, name, new)
