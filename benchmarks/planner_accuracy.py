@@ -20,8 +20,9 @@ first/last stage split, or a recipe-style ``pipeline_model_parallel_layout``; De
 PP 8 x VPP 4 gets ``Et|(tt|)*30mL``, the layout NVIDIA's runs use).
 
 The 2021 rows are priced as Megatron-LM ran then (``ERA_2021``: no flash attention, no TP
-overlap, no DP overlap, no distributed optimizer) and with the micro-batch among 1, 2, 4, 8 that
-is fastest and fits (the paper tuned it; the CSV does not give it).
+overlap, synchronous TP backward all-reduces, no DP overlap, no distributed optimizer) and
+with the micro-batch among 1, 2, 4, 8 that is fastest and fits (the paper tuned it; the CSV
+does not give it).
 
 The published step time of a 2021 row is ``F / (N * X)`` with ``F = 96 B s L h^2 (1 + s/(6h) +
 V/(16 L h))`` (the paper's FLOPs with full recompute), ``N`` GPUs and ``X`` the published
@@ -53,6 +54,7 @@ from parastrat.errors import StrategyError, UsageError
 from parastrat.estimate.memory import estimate_memory
 from parastrat.estimate.step import estimate_step
 from parastrat.planner.search import pipeline_variants
+from parastrat.spec.hardware import canonical_precision
 from parastrat.spec.workload import Mechanisms, Switches, parse_ablation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -62,6 +64,12 @@ REFERENCE = ROOT / "benchmarks" / "data"  # published tables, sources in its REA
 #: How Megatron-LM ran in 2021 (Narayanan et al.): no flash attention (scores through HBM), no
 #: TP communication overlap (no SP), data-parallel all-reduce after the backward pass, no
 #: distributed optimizer.  Implementation facts of that code base, not fitted constants.
+#: Its tensor-parallel backward all-reduces were synchronous too: the asynchronous dgrad
+#: all-reduce behind the wgrad GEMM (Megatron-LM's ``--async-tensor-model-parallel-allreduce``,
+#: apex's ``ColumnParallelLinearWithAsyncAllreduce``, apex PR #1183) came to the code base
+#: after the paper's measurements (arXiv 2104.04473, April 2021), so the ``tp_async``
+#: mechanism is off for these rows (:data:`ERA_2021_OFF`).
+ERA_2021_OFF = "tp_async"
 ERA_2021 = dict(
     flash_attention=False,
     tp_comm_overlap=False,
@@ -204,6 +212,8 @@ def recipe_switches(
     hybridep_nvl8: bool = True,
     recipe_recompute: bool = True,
     recipe_overlaps: bool = True,
+    precision: str = "bf16",
+    nvfp4_tp_overlap_off: bool = True,
 ) -> Switches:
     """Implementation switches of a published row's recipe (:data:`RECIPE_MOE`,
     :data:`RECIPE_CUDA_GRAPHS`, :data:`RECIPE_TP_OVERLAP_OFF`, :data:`RECIPE_DP_OVERLAP_OFF`,
@@ -212,8 +222,9 @@ def recipe_switches(
     ``release_recipes=False``: the GB200 rows as :data:`OLDER_GB200_PRESETS`;
     ``hybridep_nvl8=False``: HybridEP across NVL8 nodes priced as DeepEP;
     ``recipe_recompute=False``: Megatron's default selective modules;
-    ``recipe_overlaps=False``: DeepSeek-V3 H100's TP / DP overlaps left on (each for the
-    ablation)."""
+    ``recipe_overlaps=False``: DeepSeek-V3 H100's TP / DP overlaps left on;
+    ``nvfp4_tp_overlap_off=False``: an NVFP4 row (``precision``) with TP comm overlap on,
+    not off as its recipe and the step model's default have it (each for the ablation)."""
     key = (preset, gpu)
     if recipe_recompute and key in RECIPE_RECOMPUTE:
         mechanisms = replace(mechanisms, recompute_modules=RECIPE_RECOMPUTE[key])
@@ -230,6 +241,8 @@ def recipe_switches(
         features["tp_comm_overlap"] = False
     if key in RECIPE_DP_OVERLAP_OFF and recipe_overlaps:
         features["overlap_grad_reduce"] = False
+    if not nvfp4_tp_overlap_off and canonical_precision(precision) == "nvfp4":
+        features["tp_comm_overlap"] = True
     return Switches(**features, mechanisms=mechanisms)
 
 
@@ -327,7 +340,9 @@ def published_rows(
                 **split,
             ).with_world_size(n)
             seq, gbs, mbs = int(r["seq_len"]), int(r["gbs"]), int(r["mbs"])
-            sw = recipe_switches(r["preset"], r["gpu"], mechanisms, **recipes)
+            sw = recipe_switches(
+                r["preset"], r["gpu"], mechanisms, precision=r["precision"], **recipes
+            )
             modes = recipe_modes(r["preset"], r["gpu"], recipes.get("recipe_recompute", True))
             step, mem, fits = _cheapest_fitting(
                 model, strategy, cluster, seq, gbs, mbs, r["precision"], sw, modes
@@ -368,7 +383,8 @@ def published_rows(
 def megatron_2021_rows(short: bool, mechanisms: Mechanisms | None = None) -> list[dict]:
     """One row per run of Narayanan et al. 2021, Table 1 (step time), priced with the
     2021 code base's switches and ``mechanisms``."""
-    switches = Switches(**ERA_2021, recompute="full", mechanisms=mechanisms or Mechanisms())
+    era = (mechanisms or Mechanisms()).ablate(ERA_2021_OFF)
+    switches = Switches(**ERA_2021, recompute="full", mechanisms=era)
     out = []
     with open(REFERENCE / "megatron_2021_table1.csv") as fh:
         for r in csv.DictReader(fh):
@@ -498,6 +514,7 @@ def ablation_table() -> int:
         ("HybridEP EP>8 on NVL8 as DeepEP (recipe data)", "", {"hybridep_nvl8": False}),
         ("recipe recompute modules off (recipe data)", "", {"recipe_recompute": False}),
         ("DeepSeek-V3 H100 TP/DP overlaps on (recipe data)", "", {"recipe_overlaps": False}),
+        ("NVFP4 with TP comm overlap on (recipe data)", "", {"nvfp4_tp_overlap_off": False}),
     ]
     for label, off, recipes in cases:
         mech = parse_ablation(off)

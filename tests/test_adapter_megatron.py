@@ -512,3 +512,23 @@ def test_candidate_on_a_bare_transformer_config_writes_the_model_rows():
     cfg.recompute_method = cfg.recompute_num_layers = None
     mg.apply(cfg, s)
     assert cfg.recompute_granularity == "selective"
+
+
+def test_an_nvfp4_plan_writes_tp_comm_overlap_off():
+    """The step model prices an NVFP4 plan's TP without userbuffers overlap (Bridge's NVFP4
+    recipes set it off): ``apply`` writes what was priced, on a bare TransformerConfig."""
+    plan = parastrat.plan(
+        parastrat.models.get("llama3-70b"),
+        parastrat.Cluster(accelerator="gb200", num_devices=64),
+        seq_len=8192,
+        global_batch_size=256,
+        precision="nvfp4",
+        top_k=1,
+        search=parastrat.SearchSpace(tp=(2,), pp=(4,), vpp=(5,), cp=(1,)),
+    )
+    assert plan.best.strategy.tp == 2 and plan.best.strategy.sp
+    cfg = TransformerConfig(
+        num_layers=80, hidden_size=8192, num_attention_heads=64, num_query_groups=8
+    )
+    mg.apply(cfg, plan)
+    assert cfg.tp_comm_overlap is False

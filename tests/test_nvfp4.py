@@ -171,3 +171,54 @@ def test_cli_plan_explain_memory(capsys):
         assert main([cmd, *h100, *prec]) == 2
         err = capsys.readouterr().err
         assert "FP4 tensor cores" in err and "--precision fp8" in err and "Traceback" not in err
+
+
+def _tp_run(switches: Switches | None = None, precision: str = "nvfp4"):
+    return estimate_step(
+        ps.models.get("llama3-70b"),
+        ps.Strategy(tp=2, pp=4, vpp=5, sp=True).with_world_size(64),
+        ps.Cluster("gb200", num_devices=64),
+        switches or Switches(),
+        seq_len=8192,
+        global_batch_size=256,
+        precision=precision,
+    )
+
+
+def test_tp_comm_overlap_defaults_off_at_nvfp4_as_bridges_recipes_run():
+    """Bridge's NVFP4 recipes set tp_comm_overlap=False (TE's NVFP4 GEMM takes no userbuffers
+    overlap): an unset switch prices it off at NVFP4, on at MXFP8; True restores it."""
+    default = _tp_run()
+    forced = _tp_run(Switches(tp_comm_overlap=True))
+    off = _tp_run(Switches(tp_comm_overlap=False))
+    assert default.step_time_s == pytest.approx(off.step_time_s)
+    assert forced.step_time_s < default.step_time_s
+    assert forced.breakdown["tp_exposed"] < 0.5 * default.breakdown["tp_exposed"]
+    mx = _tp_run(precision="mxfp8")
+    mx_on = _tp_run(Switches(tp_comm_overlap=True), precision="mxfp8")
+    assert mx.step_time_s == pytest.approx(mx_on.step_time_s)
+    rule = Switches()
+    assert not rule.tp_overlap(tp=2, sp=True, intra=True, precision="fp4")
+    assert rule.tp_overlap(tp=2, sp=True, intra=True, precision="fp8-cs")
+    assert not rule.tp_overlap(tp=2, sp=False, intra=True, precision="bf16")
+    assert not Switches(tp_comm_overlap=True).tp_overlap(
+        tp=8, sp=True, intra=False, precision="bf16"
+    )
+
+
+def test_tp_async_hides_the_column_parallel_dgrad_reduce_scatter():
+    """Without TP overlap, TE still reduce-scatters the QKV / FC1 dgrad behind their wgrad
+    GEMM (2 of a layer's 8 SP collectives): exposed TP time is up to a quarter lower with the
+    ``tp_async`` mechanism than without, and never below what userbuffers hide."""
+    off = Switches(tp_comm_overlap=False)
+    with_async = _tp_run(off)
+    sync = _tp_run(Switches(tp_comm_overlap=False, mechanisms=parse_ablation("tp_async")))
+    total = with_async.breakdown["tp"]
+    assert sync.breakdown["tp"] == pytest.approx(total)
+    assert sync.breakdown["tp_exposed"] == pytest.approx(total)
+    # a quarter hidden, less the slowdown of the GEMM it shares the SMs with (and the amax
+    # all-reduces, which stay on the critical path)
+    assert 0.75 * total < with_async.breakdown["tp_exposed"] < 0.9 * total
+    assert with_async.breakdown["tp_exposed"] > _tp_run(Switches(tp_comm_overlap=True)).breakdown[
+        "tp_exposed"
+    ]

@@ -469,8 +469,8 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
 
     A Strategy carries no run settings.  A candidate gives its micro-batch and recompute mode,
     and its implementation switches when it carries them; a plan adds its global batch and
-    ``step_options``.  ``tp_comm_overlap=None`` (on with SP inside the scale-up domain, as the
-    step model prices it) is resolved here.
+    ``step_options``.  ``tp_comm_overlap=None`` (on with SP inside the scale-up domain, off at
+    NVFP4, as the step model prices it) is resolved here.
     """
     if isinstance(obj, Strategy):
         return obj, None
@@ -486,8 +486,7 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
     switches = _switches_of(obj) or (_switches_of(plan) if plan is not None else None) or {}
     tp_overlap = switches.get("tp_comm_overlap", None) if switches else None
     if switches and tp_overlap is None:
-        domain = getattr(getattr(plan, "cluster", None), "scale_up_domain", None) or s.tp
-        tp_overlap = s.tp > 1 and s.sp and s.tp <= domain
+        tp_overlap = _tp_overlap_default(s, plan)
     mode = getattr(obj, "recompute", None)
     return s, RunSettings(
         micro_batch_size=getattr(obj, "micro_batch_size", None),
@@ -502,6 +501,16 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
         grad_reduce_in_fp32=switches.get("grad_reduce_in_fp32"),
         moe_model=bool(getattr(getattr(plan, "model", None), "num_moe_experts", 0)) or None,
     )
+
+
+def _tp_overlap_default(s: Strategy, plan: Any) -> bool:
+    """The step model's reading of an unset ``tp_comm_overlap`` for the plan's cluster and
+    precision (:meth:`~parastrat.spec.workload.Switches.tp_overlap`: off at NVFP4)."""
+    from ..spec.workload import Switches
+
+    domain = getattr(getattr(plan, "cluster", None), "scale_up_domain", None) or s.tp
+    precision = getattr(plan, "precision", None) or "bf16"
+    return Switches().tp_overlap(tp=s.tp, sp=s.sp, intra=s.tp <= domain, precision=precision)
 
 
 def _dispatcher_on(dispatcher: Any, plan: Any) -> Any:

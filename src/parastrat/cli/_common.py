@@ -277,8 +277,9 @@ def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> No
     from ..spec.workload import CUDA_GRAPH_SCOPES, DISPATCHERS, FLEX_BACKENDS
 
     g = parser.add_argument_group(
-        "implementation switches (Megatron Core / Bridge defaults: flash attention, TP and DP "
-        "overlap, distributed optimizer on; CUDA graphs and MoE overlaps off)"
+        "implementation switches (Megatron Core / Bridge defaults: flash attention, TP "
+        "overlap (off at NVFP4, as Bridge's NVFP4 recipes), DP overlap, distributed optimizer "
+        "on; CUDA graphs and MoE overlaps off)"
     )
 
     def off(flag: str, dest: str, text: str) -> None:

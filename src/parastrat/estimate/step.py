@@ -654,6 +654,27 @@ def _exposed(t_comm: float, window: float, overlap: bool) -> float:
     return t_comm - hidden + OVERLAP_SLOWDOWN * hidden
 
 
+#: Share of a layer's TP collectives that run asynchronously behind a wgrad GEMM when TP
+#: comm overlap (userbuffers) is off: the dgrad reduce-scatter of the two column-parallel
+#: matrices (QKV, FC1) with SP, 2 of the 8 per layer; their dgrad all-reduce without SP, 2 of 4
+#: (Transformer Engine ``_Linear.backward``, "Overlap dgrad-RS/AR with wgrad").
+TP_ASYNC_SHARE = {True: 0.25, False: 0.5}
+#: Share of a layer's backward GEMM time that those async collectives hide behind: the wgrad
+#: GEMMs (half of the backward) of the column-parallel matrices (about half of them).
+TP_ASYNC_WINDOW = 0.25
+
+
+def _tp_exposed(t_tp: float, c: LayerCost, overlap: bool, sp: bool, mech: Mechanisms) -> float:
+    """Critical-path seconds of a layer's TP collectives (``t_tp``): behind the GEMMs with TP
+    comm overlap; else all exposed but the async backward share (mechanism ``tp_async``)."""
+    if overlap:
+        return _exposed(t_tp, c.gemm, True)
+    if not mech.tp_async:
+        return t_tp
+    hidden = TP_ASYNC_SHARE[sp] * t_tp
+    return t_tp - hidden + _exposed(hidden, TP_ASYNC_WINDOW * c.gemm_bwd, True)
+
+
 #: Per-micro-batch terms of one layer (and of a stage, summed over its layers).
 LAYER_TERMS = (
     "compute",
@@ -777,10 +798,13 @@ class StepModel:
         return hit
 
     def tp_overlap(self, s: Strategy, strides: dict[str, int]) -> bool:
-        """Whether TP communication hides behind the GEMMs: SP inside the scale-up domain, and
-        ``tp_comm_overlap`` not switched off."""
-        on = s.sp and s.tp > 1 and self._cluster.span(s.tp, strides["tp"]) == "intra"
-        return on and self._switches.tp_comm_overlap is not False
+        """Whether TP communication hides behind the GEMMs (:meth:`Switches.tp_overlap`)."""
+        return self._switches.tp_overlap(
+            tp=s.tp,
+            sp=s.sp,
+            intra=self._cluster.span(s.tp, strides["tp"]) == "intra",
+            precision=self._workload.precision,
+        )
 
     def per_layer(
         self,
@@ -844,7 +868,7 @@ class StepModel:
         corr_f, corr_b = _cp_correction(model, s, tokens, accel)
         if corr_f:
             c = replace(c, elem_fwd=c.elem_fwd + corr_f, elem_bwd=c.elem_bwd + corr_b)
-        tp_exp = _exposed(t_tp - t_amax, c.gemm, tp_overlap) + t_amax
+        tp_exp = _tp_exposed(t_tp - t_amax, c, tp_overlap, s.sp, self.mechanisms) + t_amax
         ep_exp = _ep_exposed(c, t_ep, moe_comm, mode) if moe else 0.0
         ring_exp = _exposed(t_ring, c.attn, True)
         host, host_exp = _host_exposed(

@@ -228,7 +228,13 @@ class Mechanisms:
       its host launches (:mod:`parastrat.estimate.moe_kernels`);
     * ``act_clamp``: a clamped gated activation (GPT-OSS) clamps and re-concatenates FC1's
       output outside the compiled activation kernel and copies its offset to the device,
-      a host-device synchronisation (Megatron Core ``weighted_bias_quick_geglu_impl``).
+      a host-device synchronisation (Megatron Core ``weighted_bias_quick_geglu_impl``);
+    * ``tp_async``: without TP comm overlap (userbuffers off), Transformer Engine's linear
+      backward still launches the column-parallel dgrad's reduce-scatter (SP) or all-reduce
+      asynchronously behind the layer's wgrad GEMM (``_Linear.backward``: "Overlap dgrad-RS/AR
+      with wgrad"; Megatron Core's ``LinearWithGradAccumulationAndAsyncCommunication`` does
+      the same): that share of the TP collectives is hidden (off: every TP collective is
+      exposed when TP overlap is off).
 
     ``balance`` is the routing regime the imbalance assumes (:data:`BALANCE_MODES`):
     "forced" (``moe_router_force_load_balancing``: random routing, what Megatron Bridge's
@@ -255,6 +261,7 @@ class Mechanisms:
     router_padding: bool = False
     expert_bias: bool = True
     act_clamp: bool = True
+    tp_async: bool = True
     recompute_modules: tuple[str, ...] = ("core_attn",)
 
     def __post_init__(self) -> None:
@@ -317,6 +324,7 @@ MECHANISM_SWITCHES = (
     "interleave",
     "expert_bias",
     "act_clamp",
+    "tp_async",
 )
 
 
@@ -324,6 +332,15 @@ def parse_ablation(text: str | None, base: Mechanisms | None = None) -> Mechanis
     """``base`` (default: everything on) with the mechanisms named in ``text`` switched off
     (:meth:`Mechanisms.ablate`)."""
     return (base or Mechanisms()).ablate(text)
+
+
+#: Precisions at which an unset ``tp_comm_overlap`` means off.  NVFP4: every Megatron Bridge
+#: NVFP4 performance recipe sets ``comm_overlap.tp_comm_overlap = False`` (Llama 3 / 3.1 on
+#: B200, B300, GB200, GB300: ``scripts/performance/configs/llama/llama3_llm_pretrain.py`` and
+#: ``llama31_llm_pretrain.py``, ``False if precision == "nvfp4"``; Qwen3 NVFP4 presets,
+#: Megatron Bridge PR #4632), because Transformer Engine's NVFP4 forward GEMM does not take
+#: the userbuffers comm-GEMM overlap (it asserts ``ub is None``; same PR).
+TP_OVERLAP_OFF_BY_DEFAULT = frozenset({"nvfp4"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -334,7 +351,8 @@ class Switches:
     ``recompute``: "none", "selective" (Megatron's core-attention recompute) or "full" (None:
     selective when estimating, every mode when planning).  ``flash_attention``: fused
     attention (False: scores through HBM, batched GEMMs).  ``tp_comm_overlap``: TP
-    collectives behind the GEMMs (None: on with SP inside the scale-up domain).
+    collectives behind the GEMMs (None: on with SP inside the scale-up domain, off at NVFP4:
+    :meth:`tp_overlap`).
     ``overlap_grad_reduce``: DP reduce-scatter / all-gather behind backward / forward.
     ``distributed_optimizer``: optimizer state sharded over data parallelism.
     ``moe_dispatcher``: "alltoall", "flex", or the flex backend by name ("deepep",
@@ -389,6 +407,16 @@ class Switches:
                 f"mechanisms must be a Mechanisms, got {type(self.mechanisms).__name__} "
                 "(e.g. Mechanisms(shape=False) or parse_ablation('shape'))"
             )
+
+    def tp_overlap(self, *, tp: int, sp: bool, intra: bool, precision: str) -> bool:
+        """Whether TP communication runs behind the GEMMs: ``tp_comm_overlap`` as set, or when
+        unset (None) on with SP for a TP group inside the scale-up domain, except at the
+        precisions of :data:`TP_OVERLAP_OFF_BY_DEFAULT` (the step model prices it and
+        ``apply`` writes it from this one rule)."""
+        on = sp and tp > 1 and intra
+        if self.tp_comm_overlap is None:
+            return on and canonical_precision(precision) not in TP_OVERLAP_OFF_BY_DEFAULT
+        return on and self.tp_comm_overlap
 
     @property
     def mode(self) -> str:
