@@ -155,3 +155,36 @@ def test_unreadable_files(tmp_path):
     bad.write_text("{oops")
     with pytest.raises(SpecError, match="not valid JSON"):
         ps.ModelSpec.from_hf_config(bad)
+
+
+def test_nemotron_relu2_reads_as_an_eager_squared_relu():
+    """HF Nemotron configs name ``hidden_act: relu2`` (squared ReLU), which Megatron Core runs
+    eagerly; a SwiGLU model leaves the activation unset (the fused default)."""
+    nemotron = {
+        "model_type": "nemotron",
+        "num_hidden_layers": 32,
+        "hidden_size": 6144,
+        "num_attention_heads": 48,
+        "num_key_value_heads": 8,
+        "intermediate_size": 24576,
+        "vocab_size": 256000,
+        "hidden_act": "relu2",
+    }
+    m = ps.ModelSpec.from_hf_config(nemotron)
+    assert m.activation == "squared_relu" and m.eager_activation and not m.gated_linear_unit
+    unnamed = ps.ModelSpec.from_hf_config({k: v for k, v in nemotron.items() if k != "hidden_act"})
+    assert unnamed.activation == "squared_relu"
+    llama = ps.ModelSpec.from_hf_config(DATA / "llama3-8b.json")
+    assert llama.activation is None and not llama.eager_activation
+    odd = ps.ModelSpec.from_hf_config({**nemotron, "model_type": "llama", "hidden_act": 7})
+    assert odd.activation is None
+    with pytest.raises(SpecError, match="activation 'tanh' is not one of"):
+        ps.ModelSpec(
+            name="x",
+            num_layers=2,
+            hidden_size=64,
+            num_attention_heads=4,
+            ffn_hidden_size=256,
+            vocab_size=1000,
+            activation="tanh",
+        )

@@ -353,3 +353,38 @@ def test_small_micro_batches_are_host_bound_on_grace():
     four = estimate_step(QWEN30, s, cluster, micro_batch_size=4, **kw)
     assert one.breakdown["host"] == pytest.approx(4 * four.breakdown["host"])
     assert one.breakdown["host_exposed"] > four.breakdown["host_exposed"]
+
+
+def _nemotron_step(model: ps.ModelSpec, off: str = ""):
+    from parastrat.spec.workload import Switches, parse_ablation
+
+    return estimate_step(
+        model,
+        ps.Strategy(tp=1).with_world_size(64),
+        ps.Cluster("gb200", num_devices=64),
+        Switches(mechanisms=parse_ablation(off)),
+        seq_len=4096,
+        global_batch_size=256,
+        micro_batch_size=2,
+        precision="fp8",
+    )
+
+
+def test_eager_squared_relu_costs_its_extra_passes():
+    """Nemotron-4's squared ReLU runs as relu + pow forward and four autograd kernels backward
+    (8 extra passes over FC1's output per layer and micro-batch): the ``eager_act``
+    mechanism adds exactly that traffic; the same shape with a fused activation does not pay."""
+    from dataclasses import replace
+
+    from parastrat.estimate.step import EAGER_ACT_EXTRA_PASSES
+
+    nemo = ps.models.get("nemotron4-15b")
+    fused = replace(nemo, activation=None)
+    on, off = _nemotron_step(nemo), _nemotron_step(nemo, "eager_act")
+    assert _nemotron_step(fused).step_time_s == pytest.approx(off.step_time_s)
+    extra = on.breakdown["compute"] - off.breakdown["compute"]
+    # bytes: tokens x ffn x 2 B x passes, per layer and micro-batch (2 micro-batches per rank)
+    passes = sum(EAGER_ACT_EXTRA_PASSES)
+    bytes_ = 2 * nemo.num_layers * 8192 * nemo.ffn_hidden_size * 2 * passes
+    hbm = ps.hardware.get("gb200").mem_bandwidth_Bps
+    assert bytes_ / hbm < extra < 2 * bytes_ / hbm  # at the achievable fraction of HBM

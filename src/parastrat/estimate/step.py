@@ -206,7 +206,8 @@ def _host_ops(
         attn = 1.0
     mlp_mats = mlp_matrices(model, moe)
     if not moe:
-        mlp: float = ops["norm"] + gemms(mlp_mats) + ops["act"] + ops["residual"] + tp_coll
+        act = ops["act"] + (EAGER_ACT_EXTRA_OPS if mech.eager_act and model.eager_activation else 0)
+        mlp: float = ops["norm"] + gemms(mlp_mats) + act + ops["residual"] + tp_coll
         if "mlp" in graphs:
             mlp = 1.0
         return attn + mlp, 0
@@ -502,8 +503,9 @@ def layer_cost(
         elems += act * model.ffn_hidden_size / tp
     e_bytes = tokens * elems * ELEM_BYTES
     cast_b = _cast_bytes(cast, prec, accel, mech)
-    e_fwd = memory_time(accel, e_bytes + cast_b + moe_f, prof)
-    e_bwd = memory_time(accel, 2 * e_bytes + cast_b + moe_b, prof)
+    eager_f, eager_b = _eager_act_bytes(model, moe, tokens, tp, mech)
+    e_fwd = memory_time(accel, e_bytes + cast_b + moe_f + eager_f, prof)
+    e_bwd = memory_time(accel, 2 * e_bytes + cast_b + moe_b + eager_b, prof)
     rec = layer_record(model, moe, tp, ep, etp)  # the one parameter accounting
     h_norm = h_local if sp else h  # SP: the norms run on the token shard
     sel = _selective_fwd(model, accel, prof, moe, tokens, (tp, etp), h_norm, load, mech, fwd_of)
@@ -522,6 +524,29 @@ def layer_cost(
         shared,
         sel,
     )
+
+
+#: Passes over FC1's output (one read or write of each element) of an eagerly run activation
+#: beyond the fused bias-activation kernel's (forward 2, backward 4 in the element count
+#: above), for :data:`~parastrat.spec.model.EAGER_ACTIVATIONS`: squared ReLU forward is
+#: ``relu`` + ``pow`` (4 passes); backward ``pow_backward`` (``x.pow(1)`` copy, ``* 2``,
+#: ``* grad``) and ``threshold_backward`` (10 passes).
+EAGER_ACT_EXTRA_PASSES = (2.0, 6.0)
+#: Extra host operations per layer forward of an eager activation (two kernels instead of one;
+#: the backward follows through ``HOST_BWD_RATIO``).
+EAGER_ACT_EXTRA_OPS = 1
+
+
+def _eager_act_bytes(
+    model: ModelSpec, moe: bool, tokens: float, tp: int, mech: Mechanisms
+) -> tuple[float, float]:
+    """(forward, backward) extra HBM bytes of a dense layer's eagerly run activation
+    (mechanism ``eager_act``; MoE experts use Megatron's own grouped activation)."""
+    if moe or not (mech.eager_act and model.eager_activation):
+        return 0.0, 0.0
+    per_pass = tokens * model.ffn_hidden_size / tp * ELEM_BYTES
+    fwd, bwd = EAGER_ACT_EXTRA_PASSES
+    return fwd * per_pass, bwd * per_pass
 
 
 #: HBM bytes per element of one norm forward that the ``layernorm`` recompute module re-runs

@@ -62,6 +62,10 @@ _QK_NORM = {"qwen3", "qwen3_moe", "olmoe", "olmo2"}
 _QKV_BIAS = {"qwen2", "qwen2_moe"}
 _LAYERNORM = {"nemotron", "gpt2", "gpt_bigcode", "starcoder2", "falcon"}
 _MLA = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
+#: HF ``hidden_act`` spellings of activations Megatron Core runs eagerly ->
+#: ``ModelSpec.activation`` (Nemotron's ``relu2`` is squared ReLU).  Others leave it unset:
+#: Megatron's fused GELU / SwiGLU, which the step model prices alike.
+_EAGER_ACTIVATIONS = {"relu2": "squared_relu", "squared_relu": "squared_relu"}
 
 
 def _read(path: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
@@ -170,6 +174,11 @@ def spec_from_hf_config(
     fields["add_qkv_bias"] = bias or model_type in _QKV_BIAS
     # GPT-OSS also puts biases on the output projection and the experts.
     fields["add_bias_linear"] = bias and model_type == "gpt_oss"
+    act = opt("hidden_act", "activation_function")
+    if isinstance(act, str) and act.lower() in _EAGER_ACTIVATIONS:
+        fields["activation"] = _EAGER_ACTIVATIONS[act.lower()]
+    elif model_type == "nemotron":
+        fields["activation"] = "squared_relu"
     limit = opt("swiglu_limit")  # GPT-OSS clamps its gated activation's inputs
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:

@@ -45,6 +45,14 @@ MODEL_BOUNDS: dict[str, int] = {
 
 POSITION_EMBEDDINGS = ("learned", "rope", "none")
 NORMALIZATIONS = ("layernorm", "rmsnorm")
+#: MLP activations a model may name (``ModelSpec.activation``).  Megatron Core fuses GELU and
+#: (gated) SiLU with the FC1 bias (``bias_activation_fusion``); any other runs eagerly.
+ACTIVATIONS = ("gelu", "silu", "quick_gelu", "squared_relu")
+#: Activations Megatron Core 0.16 runs as eager PyTorch operations: ``MLP.forward`` fuses only
+#: GELU and SwiGLU ("Only support fusion of gelu and swiglu"), and ``squared_relu`` is
+#: ``torch.pow(F.relu(x), 2)`` (``megatron/core/activations.py``), so Nemotron-4 runs it
+#: with bias-activation fusion off.
+EAGER_ACTIVATIONS = ("squared_relu",)
 
 
 @dataclass(frozen=True)
@@ -67,6 +75,9 @@ class ModelSpec:
     #: ``activation_func_clamp_value``, which Megatron Bridge's GPT-OSS provider sets to 7.0);
     #: None: no clamp.
     activation_clamp: float | None = None
+    #: The MLP activation (:data:`ACTIVATIONS`); None: Megatron's fused default, GELU or, with
+    #: a gated MLP, SwiGLU.  Nemotron-4's squared ReLU runs eagerly (:data:`EAGER_ACTIVATIONS`).
+    activation: str | None = None
     #: Input embedding and output layer share one matrix.
     tied_embeddings: bool = True
     #: "learned", "rope" or "none".
@@ -131,6 +142,12 @@ class ModelSpec:
     def query_groups(self) -> int:
         """KV heads: num_query_groups, or the number of attention heads for MHA."""
         return self.num_query_groups or self.num_attention_heads
+
+    @property
+    def eager_activation(self) -> bool:
+        """Whether the MLP activation runs as eager PyTorch operations (not fused with the FC1
+        bias by Megatron Core: :data:`EAGER_ACTIVATIONS`)."""
+        return self.activation in EAGER_ACTIVATIONS
 
     @property
     def head_dim(self) -> int:
@@ -247,6 +264,8 @@ class ModelSpec:
             )
         if self.normalization not in NORMALIZATIONS:
             raise bad("normalization", f"{self.normalization!r} is not one of {NORMALIZATIONS}")
+        if self.activation is not None and self.activation not in ACTIVATIONS:
+            raise bad("activation", f"{self.activation!r} is not one of {ACTIVATIONS} (or None)")
         if self.num_moe_experts:
             if self.moe_router_topk > self.num_moe_experts:
                 raise bad(

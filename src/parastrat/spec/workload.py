@@ -234,7 +234,12 @@ class Mechanisms:
       asynchronously behind the layer's wgrad GEMM (``_Linear.backward``: "Overlap dgrad-RS/AR
       with wgrad"; Megatron Core's ``LinearWithGradAccumulationAndAsyncCommunication`` does
       the same): that share of the TP collectives is hidden (off: every TP collective is
-      exposed when TP overlap is off).
+      exposed when TP overlap is off);
+    * ``eager_act``: an MLP activation Megatron Core cannot fuse (Nemotron-4's squared ReLU,
+      ``ModelSpec.eager_activation``) runs as eager PyTorch kernels: ``relu`` and ``pow``
+      forward, autograd's ``pow_backward`` (copy, scale, multiply) and ``threshold_backward``
+      backward, each a full pass over FC1's output, and their host launches (off: priced as
+      the fused bias-activation kernel).
 
     ``balance`` is the routing regime the imbalance assumes (:data:`BALANCE_MODES`):
     "forced" (``moe_router_force_load_balancing``: random routing, what Megatron Bridge's
@@ -262,6 +267,7 @@ class Mechanisms:
     expert_bias: bool = True
     act_clamp: bool = True
     tp_async: bool = True
+    eager_act: bool = True
     recompute_modules: tuple[str, ...] = ("core_attn",)
 
     def __post_init__(self) -> None:
@@ -325,6 +331,7 @@ MECHANISM_SWITCHES = (
     "expert_bias",
     "act_clamp",
     "tp_async",
+    "eager_act",
 )
 
 
