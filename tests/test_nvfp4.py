@@ -194,6 +194,8 @@ def test_tp_comm_overlap_defaults_off_at_nvfp4_as_bridges_recipes_run():
     assert default.step_time_s == pytest.approx(off.step_time_s)
     assert forced.step_time_s < default.step_time_s
     assert forced.breakdown["tp_exposed"] < 0.5 * default.breakdown["tp_exposed"]
+    assert any("tp_comm_overlap=False" in n for n in default.notes)
+    assert not any("tp_comm_overlap" in n for n in forced.notes + off.notes)
     mx = _tp_run(precision="mxfp8")
     mx_on = _tp_run(Switches(tp_comm_overlap=True), precision="mxfp8")
     assert mx.step_time_s == pytest.approx(mx_on.step_time_s)
@@ -223,3 +225,22 @@ def test_tp_async_hides_the_column_parallel_dgrad_reduce_scatter():
         with_async.breakdown["tp_exposed"]
         > _tp_run(Switches(tp_comm_overlap=True)).breakdown["tp_exposed"]
     )
+
+
+def test_cli_names_its_flag_for_the_nvfp4_tp_overlap(capsys):
+    """On the command line the NVFP4 note names ``--tp-comm-overlap`` (not the Python
+    argument), and the flag prices the overlap on."""
+    base = [
+        "explain", "--model", "llama3-70b", "--gpus", "64", "--accelerator", "gb200",
+        "--seq-len", "8192", "--global-batch-size", "256", "--precision", "nvfp4",
+        "--tp", "2", "--pp", "4", "--vpp", "5", "--sp",
+    ]  # fmt: skip
+    assert main(base) == 0
+    text = capsys.readouterr().out
+    assert "--tp-comm-overlap prices it on" in text and "Switches(" not in text
+    assert main([*base, "--tp-comm-overlap", "--format", "json"]) == 0
+    on = json.loads(capsys.readouterr().out)["step"]
+    assert main([*base, "--format", "json"]) == 0
+    off = json.loads(capsys.readouterr().out)["step"]
+    assert on["step_time_s"] < off["step_time_s"]
+    assert not any("tp_comm_overlap" in n for n in on["notes"])

@@ -305,7 +305,14 @@ def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> No
     )
     if not step:
         return
-    off("--no-tp-comm-overlap", "tp_comm_overlap", "TP communication not overlapped with GEMMs")
+    g.add_argument(
+        "--tp-comm-overlap",
+        dest="tp_comm_overlap",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="TP communication behind the GEMMs (userbuffers; default: on with SP inside the "
+        "scale-up domain, off at NVFP4 as Bridge's NVFP4 recipes)",
+    )
     off("--no-overlap-grad-reduce", "overlap_grad_reduce", "DP gradient sync after the backward")
     g.add_argument(
         "--cuda-graphs",
@@ -405,3 +412,14 @@ def report_user_error(exc: BaseException) -> int:
         # that rich would otherwise read as markup and drop.
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
     return 2
+
+
+#: Python spellings in library messages -> the flag that does the same on the command line.
+PY_TO_CLI = {"Switches(tp_comm_overlap=True)": "--tp-comm-overlap"}
+
+
+def cli_words(text: str) -> str:
+    """``text`` with the Python arguments it names replaced by this CLI's flags."""
+    for py, flag in PY_TO_CLI.items():
+        text = text.replace(py, flag)
+    return text

@@ -11,6 +11,7 @@ from ._common import (
     RECOMPUTE_HELP,
     add_strategy_flags,
     add_switch_args,
+    cli_words,
     console,
     positive_int,
     print_json,
@@ -83,5 +84,5 @@ def run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    console.print(explain_strategy(workload, strategy, cluster, switches), markup=False)
+    console.print(cli_words(explain_strategy(workload, strategy, cluster, switches)), markup=False)
     return 0

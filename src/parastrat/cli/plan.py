@@ -16,6 +16,7 @@ from ._common import (
     HEADROOM_HELP,
     add_model_args,
     add_switch_args,
+    cli_words,
     console,
     device_count,
     err_console,
@@ -332,7 +333,7 @@ def shared_notes(top) -> list[tuple[str, str]]:
             return f"#{idx[0]}-#{idx[-1]}"
         return ", ".join(f"#{i}" for i in idx)
 
-    return [(n, span(idx)) for n, idx in rows.items()]
+    return [(cli_words(n), span(idx)) for n, idx in rows.items()]
 
 
 def ascend_torchrun_line(result, cluster) -> str:

@@ -35,7 +35,14 @@ from ..grid import expert_dp
 from ..spec.hardware import QUANTISED, Accelerator, require_dispatcher, require_precision
 from ..spec.model import ModelSpec
 from ..spec.workload import CUDA_GRAPH_SCOPES as CUDA_GRAPH_SCOPES
-from ..spec.workload import Mechanisms, Switches, Workload, normalize_recompute, resolve
+from ..spec.workload import (
+    TP_OVERLAP_OFF_BY_DEFAULT,
+    Mechanisms,
+    Switches,
+    Workload,
+    normalize_recompute,
+    resolve,
+)
 from ..spec.workload import cuda_graph_scopes as cuda_graph_scopes
 from ..spec.workload import moe_dispatcher as _moe_dispatcher
 from . import comm, kernel_model, memo, moe_kernels  # kernels: shape model, expert load
@@ -1026,7 +1033,22 @@ class StepModel:
                 f"{self._cluster.scale_up_domain}: every layer's TP collectives use the "
                 "scale-out link"
             )
+        if self._nvfp4_overlap_off(s):
+            notes.append(
+                "TP communication priced without userbuffers overlap: Megatron Bridge's NVFP4 "
+                "recipes set tp_comm_overlap=False (Transformer Engine's NVFP4 GEMM does not "
+                "take it); Switches(tp_comm_overlap=True) prices it on"
+            )
         return self._report(step, st, _breakdown(m, st, pp), m, world, mode, notes)
+
+    def _nvfp4_overlap_off(self, s: Strategy) -> bool:
+        """Whether the NVFP4 default alone turned TP overlap off for ``s`` (a report note)."""
+        return (
+            self._switches.tp_comm_overlap is None
+            and s.sp
+            and s.tp > 1
+            and self._workload.precision in TP_OVERLAP_OFF_BY_DEFAULT
+        )
 
     def _stages(
         self, s: Strategy, split: PipelineSplit, per: dict[bool, dict[str, float]], tokens: float
