@@ -638,3 +638,30 @@ def test_gradient_dtype_priced_is_run(bridge, monkeypatch, fp32):
     # the estimate counted that buffer: 2 or 4 bytes per parameter of the stage
     st = plan.best.memory.stages[0]
     assert st.gradients == pytest.approx((4 if fp32 else 2) * st.params)
+
+
+def test_nvfp4_plan_writes_tp_overlap_off_as_bridges_nvfp4_recipes(bridge, monkeypatch):
+    """An NVFP4 plan was priced without TP comm overlap (Bridge's NVFP4 performance recipes
+    turn it off: TE's NVFP4 GEMM takes no userbuffers overlap): ``apply`` writes
+    ``comm_overlap.tp_comm_overlap=False`` into a real recipe whose mixed precision is Bridge's
+    own ``bf16_with_nvfp4_mixed``, and the container still validates."""
+    from megatron.bridge.training.mixed_precision import bf16_with_nvfp4_mixed
+
+    plan = ps.plan(
+        get("llama3-70b"),
+        ps.Cluster(accelerator="gb200", num_devices=64),
+        seq_len=2048,
+        global_batch_size=256,
+        precision="nvfp4",
+        top_k=1,
+        search=ps.SearchSpace(tp=(2,), pp=(4,), cp=(1,)),
+    )
+    s = plan.best.strategy
+    assert s.tp == 2 and s.sp
+    cfg = with_provider("Llama3ModelProvider70B")
+    cfg.mixed_precision = bf16_with_nvfp4_mixed()
+    cfg.comm_overlap.tp_comm_overlap = True
+    mg.apply(cfg, plan, world_size=64)
+    assert cfg.comm_overlap.tp_comm_overlap is False
+    assert "comm_overlap.tp_comm_overlap=false" in mg.to_overrides(plan)
+    validate(cfg, 64, monkeypatch)
