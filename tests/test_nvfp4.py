@@ -244,3 +244,23 @@ def test_cli_names_its_flag_for_the_nvfp4_tp_overlap(capsys):
     off = json.loads(capsys.readouterr().out)["step"]
     assert on["step_time_s"] < off["step_time_s"]
     assert not any("tp_comm_overlap" in n for n in on["notes"])
+
+
+def test_tp_async_hides_nothing_when_combined_1f1b_delays_the_wgrad():
+    """Combined 1F1B comes with ``delay_wgrad_compute`` in Bridge's recipes: TE stores the wgrad
+    GEMM and waits for the dgrad collective at once, so ``tp_async`` hides nothing there."""
+
+    def run(**kw):
+        return estimate_step(
+            ps.models.get("qwen3-30b-a3b"),
+            ps.Strategy(tp=2, ep=8, sp=True).with_world_size(16),
+            ps.Cluster("h100", num_devices=16),
+            Switches(tp_comm_overlap=False, **kw),
+            seq_len=4096,
+            global_batch_size=64,
+            precision="bf16",
+        ).breakdown["tp_exposed"]
+
+    sync = parse_ablation("tp_async")
+    assert run(moe_a2a_overlap=True) == pytest.approx(run(moe_a2a_overlap=True, mechanisms=sync))
+    assert run() < run(mechanisms=sync)

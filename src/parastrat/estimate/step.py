@@ -696,12 +696,21 @@ TP_ASYNC_SHARE = {True: 0.25, False: 0.5}
 TP_ASYNC_WINDOW = 0.25
 
 
-def _tp_exposed(t_tp: float, c: LayerCost, overlap: bool, sp: bool, mech: Mechanisms) -> float:
+def _tp_exposed(
+    t_tp: float,
+    c: LayerCost,
+    overlap: bool,
+    sp: bool,
+    mech: Mechanisms,
+    wgrad_delayed: bool = False,
+) -> float:
     """Critical-path seconds of a layer's TP collectives (``t_tp``): behind the GEMMs with TP
-    comm overlap; else all exposed but the async backward share (mechanism ``tp_async``)."""
+    comm overlap; else all exposed but the async backward share (mechanism ``tp_async``),
+    which has no wgrad GEMM to hide behind when the wgrad is delayed (``delay_wgrad_compute``:
+    TE puts the GEMM in its wgrad store and waits for the collective at once)."""
     if overlap:
         return _exposed(t_tp, c.gemm, True)
-    if not mech.tp_async:
+    if not mech.tp_async or wgrad_delayed:
         return t_tp
     hidden = TP_ASYNC_SHARE[sp] * t_tp
     return t_tp - hidden + _exposed(hidden, TP_ASYNC_WINDOW * c.gemm_bwd, True)
@@ -900,7 +909,10 @@ class StepModel:
         corr_f, corr_b = _cp_correction(model, s, tokens, accel)
         if corr_f:
             c = replace(c, elem_fwd=c.elem_fwd + corr_f, elem_bwd=c.elem_bwd + corr_b)
-        tp_exp = _tp_exposed(t_tp - t_amax, c, tp_overlap, s.sp, self.mechanisms) + t_amax
+        # Bridge's set_moe_a2a_overlap_overrides delays every TE wgrad with combined 1F1B
+        delayed = moe_comm.a2a_overlap
+        tp_exp = _tp_exposed(t_tp - t_amax, c, tp_overlap, s.sp, self.mechanisms, delayed)
+        tp_exp += t_amax
         ep_exp = _ep_exposed(c, t_ep, moe_comm, mode) if moe else 0.0
         ring_exp = _exposed(t_ring, c.attn, True)
         host, host_exp = _host_exposed(

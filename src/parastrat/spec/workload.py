@@ -234,7 +234,9 @@ class Mechanisms:
       asynchronously behind the layer's wgrad GEMM (``_Linear.backward``: "Overlap dgrad-RS/AR
       with wgrad"; Megatron Core's ``LinearWithGradAccumulationAndAsyncCommunication`` does
       the same): that share of the TP collectives is hidden (off: every TP collective is
-      exposed when TP overlap is off);
+      exposed when TP overlap is off).  Not with combined 1F1B (``moe_a2a_overlap``): Megatron
+      Bridge's ``set_moe_a2a_overlap_overrides`` sets ``delay_wgrad_compute`` with it, and TE
+      then stores the wgrad GEMM for later and waits for the collective at once;
     * ``eager_act``: an MLP activation Megatron Core cannot fuse (Nemotron-4's squared ReLU,
       ``ModelSpec.eager_activation``) runs as eager PyTorch kernels: ``relu`` and ``pow``
       forward, autograd's ``pow_backward`` (copy, scale, multiply) and ``threshold_backward``
