@@ -182,6 +182,24 @@ RECIPE_RECOMPUTE = {
 #: ``set_moe_a2a_overlap_overrides`` (``overlap_moe_expert_parallel_comm=True``,
 #: ``delay_wgrad_compute=True``, ``utils/helpers.py``), i.e. :data:`RECIPE_MOE`'s reading.
 RECIPE_DP_OVERLAP_OFF = {("deepseek-v3", "h100")}
+#: The FP8 recipe of the rows measured with NeMo 2.0's performance scripts ("NeMo 25.02 /
+#: 25.04 docs" in the ``source`` column, published as plain "FP8"): those scripts' ``-fr /
+#: --fp8_recipe`` defaults to ``ds``, per-tensor delayed scaling (NeMo
+#: ``scripts/performance/argument_parser.py``: "Options- ds (per-tensor delayed scaling), cs
+#: (per-tensor current scaling), mxfp8. Defaults to ds"), and the 25.02 container predates
+#: Transformer Engine's current-scaling recipe (TE 2.1).  Megatron Bridge's rows ("MB ...")
+#: run FP8-CS, current scaling, on Hopper (``get_precision_config("fp8_cs")``).
+NEMO_FP8 = "fp8-delayed"
+
+
+def row_precision(row: dict[str, str], nemo_delayed: bool = True) -> str:
+    """The precision spelling a published row is priced with (:data:`NEMO_FP8` for the NeMo
+    rows' plain "FP8" unless ``nemo_delayed`` is False, for the ablation)."""
+    if nemo_delayed and row["source"].startswith("NeMo") and row["precision"].upper() == "FP8":
+        return NEMO_FP8
+    return row["precision"]
+
+
 #: Rows whose model recipe builds ``CommOverlapConfig(tp_comm_overlap=False)``: Megatron
 #: Bridge 0.3.1 ``recipes/deepseek/deepseek_v3.py`` (``deepseek_v3_pretrain_config``, which
 #: the H100 performance config above starts from), and the resolved H100 preset
@@ -319,6 +337,7 @@ def published_rows(
     the plan; priced with ``mechanisms`` (default: every one on) and the recipe readings
     ``recipes`` (:func:`recipe_switches`' keywords)."""
     mechanisms = mechanisms or Mechanisms()
+    nemo_delayed = recipes.pop("nemo_delayed", True)
     out = []
     with open(REFERENCE / "published_configs.csv") as fh:
         for r in csv.DictReader(fh):
@@ -340,12 +359,11 @@ def published_rows(
                 **split,
             ).with_world_size(n)
             seq, gbs, mbs = int(r["seq_len"]), int(r["gbs"]), int(r["mbs"])
-            sw = recipe_switches(
-                r["preset"], r["gpu"], mechanisms, precision=r["precision"], **recipes
-            )
+            precision = row_precision(r, nemo_delayed)
+            sw = recipe_switches(r["preset"], r["gpu"], mechanisms, precision=precision, **recipes)
             modes = recipe_modes(r["preset"], r["gpu"], recipes.get("recipe_recompute", True))
             step, mem, fits = _cheapest_fitting(
-                model, strategy, cluster, seq, gbs, mbs, r["precision"], sw, modes
+                model, strategy, cluster, seq, gbs, mbs, precision, sw, modes
             )
             pub = float(r["tokens_per_s_per_gpu"])
             row = {
@@ -370,7 +388,7 @@ def published_rows(
                     strategy,
                     seq,
                     gbs,
-                    r["precision"],
+                    precision,
                     step.tokens_per_s_per_gpu,
                     step.step_time_s,
                     sw,
@@ -515,6 +533,7 @@ def ablation_table() -> int:
         ("recipe recompute modules off (recipe data)", "", {"recipe_recompute": False}),
         ("DeepSeek-V3 H100 TP/DP overlaps on (recipe data)", "", {"recipe_overlaps": False}),
         ("NVFP4 with TP comm overlap on (recipe data)", "", {"nvfp4_tp_overlap_off": False}),
+        ("NeMo rows' FP8 as current scaling (recipe data)", "", {"nemo_delayed": False}),
     ]
     for label, off, recipes in cases:
         mech = parse_ablation(off)

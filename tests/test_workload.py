@@ -210,3 +210,47 @@ def test_mechanisms_are_a_typed_switch_value_not_a_keyword():
     ablated = estimate_step(LLAMA8, s, H100_8, Switches(mechanisms=parse_ablation("all")), **kw)
     assert ablated.step_time_s != on.step_time_s
     assert estimate_step(LLAMA8, s, H100_8, **kw) == on
+
+
+def test_fp8_recipe_follows_the_spelling_and_is_priced():
+    """``fp8-ds`` / ``fp8-delayed`` and ``fp8-blockwise`` keep their recipe through the
+    canonical precision, and the step model prices it: on H100 current scaling (amax pass +
+    cast + transpose, 6 B per operand element, and its TP amax all-reduces) costs more than
+    delayed scaling (4 B, no amax pass)."""
+    import parastrat as ps
+    from parastrat.errors import SpecError
+    from parastrat.estimate.fp8 import cast_bytes_per_element
+    from parastrat.estimate.step import estimate_step
+    from parastrat.spec.workload import Workload
+
+    m = ps.models.get("llama3-70b")
+    assert Workload(model=m, seq_len=4096, precision="fp8").fp8_recipe == "current"
+    assert Workload(model=m, seq_len=4096, precision="FP8-CS").fp8_recipe == "current"
+    assert Workload(model=m, seq_len=4096, precision="fp8-ds").fp8_recipe == "delayed"
+    assert Workload(model=m, seq_len=4096, precision="fp8_delayed").fp8_recipe == "delayed"
+    assert Workload(model=m, seq_len=4096, precision="fp8-blockwise").fp8_recipe == "blockwise"
+    assert Workload(model=m, seq_len=4096, precision="mxfp8").fp8_recipe == "mxfp8"
+    assert Workload(model=m, seq_len=4096).fp8_recipe is None
+    wl = Workload(model=m, seq_len=4096, precision="fp8", fp8_recipe="delayed")
+    assert wl.precision == "fp8" and wl.fp8_recipe == "delayed"
+    with pytest.raises(SpecError, match="does not apply to precision 'bf16'"):
+        Workload(model=m, seq_len=4096, fp8_recipe="delayed")
+    with pytest.raises(SpecError, match="current, delayed, blockwise"):
+        Workload(model=m, seq_len=4096, precision="fp8", fp8_recipe="tensorwise")
+
+    def step(precision):
+        return estimate_step(
+            m,
+            ps.Strategy(tp=4, pp=2, sp=True).with_world_size(64),
+            ps.Cluster("h100", num_devices=64),
+            seq_len=4096,
+            global_batch_size=256,
+            precision=precision,
+        )
+
+    cs, ds = step("fp8-cs"), step("fp8-delayed")
+    assert cast_bytes_per_element("current", "hopper") > cast_bytes_per_element("delayed", "hopper")
+    assert ds.step_time_s < cs.step_time_s
+    assert ds.breakdown["compute"] < cs.breakdown["compute"]
+    assert ds.breakdown["tp_exposed"] < cs.breakdown["tp_exposed"]  # no amax all-reduces
+    assert step("fp8").step_time_s == pytest.approx(cs.step_time_s)

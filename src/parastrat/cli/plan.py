@@ -65,7 +65,8 @@ def add_target_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--precision",
         default="bf16",
-        help="bf16, fp8 (fp8-cs, ...), mxfp8 or nvfp4 (fp4; Blackwell only)",
+        help="bf16, fp8 (current scaling, Bridge's FP8-CS; fp8-ds / fp8-delayed and "
+        "fp8-blockwise price those recipes), mxfp8 or nvfp4 (fp4; Blackwell only)",
     )
     p.add_argument(
         "--calibration",

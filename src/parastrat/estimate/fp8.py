@@ -59,6 +59,8 @@ model calls them when its switches' ``Mechanisms.fp8`` is on):
 
 from __future__ import annotations
 
+from ..spec.hardware import precision_recipe
+
 #: Bytes per element of an FP8 GEMM operand's quantisation, by (recipe, needs transpose).
 _CAST = {
     ("current", True): 6.0,
@@ -94,17 +96,9 @@ AMAX_BYTES = 4
 
 
 def recipe(precision: str) -> str:
-    """The FP8 recipe of a precision spelling: "current", "delayed", "blockwise", "mxfp8"."""
-    p = str(precision).lower().replace("_", "-")
-    if "fp4" in p or p == "e2m1":
-        return "nvfp4"
-    if "delayed" in p or p == "fp8-ds":
-        return "delayed"
-    if "block" in p:
-        return "blockwise"
-    if "mx" in p:
-        return "mxfp8"
-    return "current"
+    """The FP8 recipe of a precision spelling: "current", "delayed", "blockwise", "mxfp8",
+    "nvfp4" (:func:`parastrat.spec.hardware.precision_recipe`; BF16 reads as "current")."""
+    return precision_recipe(precision) or "current"
 
 
 def needs_transpose(arch: str) -> bool:
@@ -139,8 +133,9 @@ def amax_reductions(fp8_recipe: str, tp: int, sp: bool) -> int:
     return AMAX_REDUCTIONS_PER_LAYER if per_tensor and sp and tp > 1 else 0
 
 
-def recipe_for(precision: str, nvfp4_mechanism: bool = True) -> str:
-    """The recipe a canonical quantised precision is priced with: :data:`RECIPE_OF`, with
-    NVFP4 priced as one flat block-scaled pass ("nvfp4-flat") when its mechanism is off."""
-    r = RECIPE_OF.get(precision, "current")
+def recipe_for(precision: str, nvfp4_mechanism: bool = True, fp8_recipe: str | None = None) -> str:
+    """The recipe a canonical quantised precision is priced with: the workload's
+    ``fp8_recipe`` when it names one, else :data:`RECIPE_OF`, with NVFP4 priced as one flat
+    block-scaled pass ("nvfp4-flat") when its mechanism is off."""
+    r = fp8_recipe or RECIPE_OF.get(precision, "current")
     return "nvfp4-flat" if (r == "nvfp4" and not nvfp4_mechanism) else r

@@ -458,10 +458,12 @@ def layer_cost(
     etp: int,
     flash_attention: bool = True,
     mech: Mechanisms = ALL_MECHANISMS,
+    fp8_recipe: str | None = None,
 ) -> LayerCost:
     """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp
-    with the kernel mechanisms ``mech`` (uncached: :class:`StepModel` memoises it per
-    workload and switches)."""
+    with the kernel mechanisms ``mech`` and the quantisation recipe ``fp8_recipe`` (None:
+    the precision's default; uncached: :class:`StepModel` memoises it per workload and
+    switches)."""
     prof = kernel_profile(accel)
     fp8 = precision in QUANTISED and accel.supports(precision)
     prec = precision if fp8 else "bf16"
@@ -509,7 +511,7 @@ def layer_cost(
     else:
         elems += act * model.ffn_hidden_size / tp
     e_bytes = tokens * elems * ELEM_BYTES
-    cast_b = _cast_bytes(cast, prec, accel, mech)
+    cast_b = _cast_bytes(cast, prec, accel, mech, fp8_recipe)
     eager_f, eager_b = _eager_act_bytes(model, moe, tokens, tp, mech)
     e_fwd = memory_time(accel, e_bytes + cast_b + moe_f + eager_f, prof)
     e_bwd = memory_time(accel, 2 * e_bytes + cast_b + moe_b + eager_b, prof)
@@ -605,14 +607,17 @@ def _selective_fwd(
     return t
 
 
-def _cast_bytes(cast: float, prec: str, accel: Accelerator, mech: Mechanisms) -> float:
+def _cast_bytes(
+    cast: float, prec: str, accel: Accelerator, mech: Mechanisms, fp8_recipe: str | None = None
+) -> float:
     """HBM bytes of one direction (half forward: inputs, half backward: output gradients) of
-    the FP8 casts of ``cast`` GEMM operand elements."""
+    the FP8 casts of ``cast`` GEMM operand elements (``fp8_recipe``: the workload's)."""
     if prec not in QUANTISED:
         return 0.0
     if mech.fp8:  # kernels: bytes per element of the recipe on this architecture
         per_elem = fp8_overheads.cast_bytes_per_element(
-            fp8_overheads.recipe_for(prec, mech.nvfp4), kernel_model.ARCH.get(accel.name, "")
+            fp8_overheads.recipe_for(prec, mech.nvfp4, fp8_recipe),
+            kernel_model.ARCH.get(accel.name, ""),
         )
         return cast * per_elem / 2
     return cast * FP8_CAST_BYTES.get(prec, 0) / 2
@@ -825,6 +830,7 @@ class StepModel:
                 etp,
                 self._switches.flash_attention,
                 self._switches.mechanisms,
+                wl.fp8_recipe,
             )
         return hit
 
@@ -972,7 +978,7 @@ class StepModel:
         t_amax = 0.0
         if mech.fp8 and accel.supports(prec):  # kernels: TP amax all-reduces (current scaling)
             n_amax = fp8_overheads.amax_reductions(
-                fp8_overheads.RECIPE_OF.get(prec, ""), s.tp, s.sp
+                self._workload.fp8_recipe or fp8_overheads.RECIPE_OF.get(prec, ""), s.tp, s.sp
             )
             if n_amax:
                 t_amax = comm.Collective(
@@ -1208,7 +1214,9 @@ class StepModel:
                 accel,
                 local
                 * fp8_overheads.weight_cast_bytes_per_param(
-                    fp8_overheads.recipe_for(prec, self.mechanisms.nvfp4),
+                    fp8_overheads.recipe_for(
+                        prec, self.mechanisms.nvfp4, self._workload.fp8_recipe
+                    ),
                     kernel_model.ARCH.get(accel.name, ""),
                 ),
             )

@@ -63,6 +63,29 @@ PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
 QUANTISED = ("fp8", "mxfp8", "nvfp4")
 
 
+#: Scaling recipes of canonical FP8 (Transformer Engine's ``Float8CurrentScaling``,
+#: ``DelayedScaling``, ``Float8BlockScaling``); MXFP8 and NVFP4 have one recipe each.
+FP8_RECIPES = ("current", "delayed", "blockwise")
+
+
+def precision_recipe(precision: str) -> str | None:
+    """The quantisation recipe a precision spelling names: "current" (``fp8``, ``fp8-cs``,
+    ``fp8-tensorwise``: Megatron Bridge's FP8-CS), "delayed" (``fp8-ds``, ``fp8-delayed``),
+    "blockwise" (``fp8-blockwise``), "mxfp8", "nvfp4"; None for BF16.  SpecError for an
+    unknown spelling (as :func:`canonical_precision`)."""
+    canon = canonical_precision(precision)
+    if canon not in QUANTISED:
+        return None
+    if canon != "fp8":
+        return canon
+    key = str(precision).strip().lower().replace("_", "-")
+    if "delayed" in key or key == "fp8-ds":
+        return "delayed"
+    if "block" in key:
+        return "blockwise"
+    return "current"
+
+
 def canonical_precision(precision: str) -> str:
     """Map a precision spelling ("BF16", "FP8-CS", "MXFP8", "fp16") to bf16 / fp8 / mxfp8.
 

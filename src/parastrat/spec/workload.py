@@ -28,7 +28,7 @@ from typing import Any
 from ..checks import is_count
 from ..errors import SpecError, UsageError
 from ..rules import FSDP_LEVELS, fsdp_value_violations
-from .hardware import canonical_precision
+from .hardware import FP8_RECIPES, canonical_precision, precision_recipe
 from .model import ModelSpec
 from .models import get as get_model
 
@@ -151,7 +151,10 @@ class Workload:
     (None: unknown, which only the memory estimate accepts: it then assumes a full pipeline).
     ``micro_batch_size``: sequences per micro-batch (None: 1 when estimating, searched when
     planning).  ``precision``: of the linear layers, "bf16", "fp8", "mxfp8" or "nvfp4" (recipe
-    spellings such as "fp8-cs" or "fp4" are accepted and canonicalised).
+    spellings such as "fp8-cs" or "fp4" are accepted and canonicalised).  ``fp8_recipe``: the
+    quantisation recipe the step model prices (:data:`~parastrat.spec.hardware.FP8_RECIPES`
+    for FP8: "current", Megatron Bridge's FP8-CS, by default; "delayed" for ``fp8-ds`` /
+    ``fp8-delayed``; "blockwise"); None: read from the precision's spelling.
     """
 
     model: ModelSpec
@@ -159,6 +162,7 @@ class Workload:
     global_batch_size: int | None = None
     micro_batch_size: int | None = None
     precision: str = "bf16"
+    fp8_recipe: str | None = None
 
     def __post_init__(self) -> None:
         if isinstance(self.model, str):
@@ -171,7 +175,17 @@ class Workload:
         whole("seq_len", self.seq_len)
         whole("global_batch_size", self.global_batch_size, optional=True)
         whole("micro_batch_size", self.micro_batch_size, optional=True)
+        spelled = precision_recipe(self.precision)
         object.__setattr__(self, "precision", canonical_precision(self.precision))
+        recipe = self.fp8_recipe if self.fp8_recipe is not None else spelled
+        allowed = FP8_RECIPES if self.precision == "fp8" else (spelled,)
+        if recipe not in allowed:
+            raise SpecError(
+                f"fp8_recipe={self.fp8_recipe!r} does not apply to precision "
+                f"{self.precision!r}; use one of {allowed} (FP8 only: "
+                f"{', '.join(FP8_RECIPES)})"
+            )
+        object.__setattr__(self, "fp8_recipe", recipe)
 
     @property
     def mbs(self) -> int:
