@@ -377,6 +377,30 @@ def _host_ops(model: DiTSpec, kind: str, compiled: bool, U: int, R: int, tp: int
     return ops
 
 
+#: Switch for the counted eager traffic (:mod:`~parastrat.spec.block_traffic`); off, every
+#: model is priced with the generic :data:`ELEMENTWISE_PASSES_H` (the ablation of
+#: ``benchmarks/dit_accuracy.py`` turns it off).
+USE_EAGER_TRAFFIC = True
+
+
+def _elementwise_bytes_per_token(
+    model: DiTSpec, kind: str, compiled: bool, nbytes: int, tp: int
+) -> float:
+    """HBM bytes per token of one block's element-wise kernels (the MLP part divided by TP)."""
+    if not compiled and USE_EAGER_TRAFFIC:
+        for e in model.eager_traffic:
+            if e.kind == kind:
+                return e.hidden_bytes * model.hidden_size + e.ffn_bytes * model.ffn_hidden_size / tp
+    return (
+        2
+        * nbytes
+        * (
+            ELEMENTWISE_PASSES_H[compiled] / 2 * model.hidden_size
+            + ELEMENTWISE_PASSES_F * model.ffn_hidden_size / tp
+        )
+    )
+
+
 def _tp_allreduces(kind: str, img: float, txt: float) -> list[float]:
     """Tokens in each TP all-reduce of one block (one per row-split matrix output)."""
     if kind == "double":
@@ -568,16 +592,10 @@ def estimate_dit(
         if kind == "cross":  # cross-attention to the text: local queries, all heads / tp
             attn_flops += batch * 4.0 * d * (model.num_attention_heads / tp) * per_dev * text
         attn = attn_flops / (peak * a_eff)
-        # element-wise traffic: read + write of each pass over the tokens this rank holds
-        ew_bytes = (
-            2
-            * nbytes
-            * (img + (txt if kind != "cross" else 0))
-            * (
-                ELEMENTWISE_PASSES_H[compiled] / 2 * model.hidden_size
-                + ELEMENTWISE_PASSES_F * model.ffn_hidden_size / tp
-            )
-        )
+        # element-wise traffic over the tokens this rank holds: eager, the bytes counted on the
+        # family's real block where known; compiled (or uncounted), the generic passes
+        ew_tokens = img + (txt if kind != "cross" else 0)
+        ew_bytes = ew_tokens * _elementwise_bytes_per_token(model, kind, compiled, nbytes, tp)
         ew = efficiency.memory_time(accel, ew_bytes, prof)
         # Ulysses: Q, K, V in and the output back, each the local buffer of the image tokens
         uly = 0.0

@@ -1,0 +1,121 @@
+"""Eager element-wise traffic counted on each family's real diffusers block, and how the DiT
+estimator prices it (compiled execution, TP, the switch, specs without a count)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+import parastrat as ps
+from parastrat.estimate import dit as dit_est
+from parastrat.estimate.dit import estimate_dit
+from parastrat.spec import dit
+from parastrat.spec.block_traffic import EAGER_TRAFFIC, EagerTraffic
+from parastrat.spec.dit import DiTSpec
+
+X = "tp-sp-pp-cfg-dp"
+IMG = dict(height=1024, width=1024, steps=20)
+
+
+def _counter():
+    path = Path(__file__).parent.parent / "benchmarks" / "dit_elementwise.py"
+    spec = importlib.util.spec_from_file_location("dit_elementwise", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["dit_elementwise"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize(
+    "block, family, kind",
+    [("sd3 double", "sd3", "double"), ("cogvideox-5b joint", "cogvideox-5b", "joint")],
+)
+def test_table_is_what_the_real_block_moves(block, family, kind):
+    pytest.importorskip("diffusers")
+    mod = _counter()
+    tot, mlp, ti, tt, h, ffn = mod._blocks()[block]()
+    counted = {e.kind: e for e in EAGER_TRAFFIC[family]}[kind]
+    assert (tot - mlp) / ((ti + tt) * h) == pytest.approx(counted.hidden_bytes, rel=0.01)
+    assert mlp / ((ti + tt) * ffn) == pytest.approx(counted.ffn_bytes, rel=0.01)
+
+
+def test_counts_differ_by_family_as_the_code_does():
+    byte = {f: {e.kind: e.hidden_bytes for e in t} for f, t in EAGER_TRAFFIC.items()}
+    # SD3-medium has neither QK-norm nor RoPE; SD3.5 adds RMS QK-norm; FLUX adds RoPE on top
+    assert byte["sd3"]["double"] < byte["sd3.5"]["double"] < byte["flux"]["double"]
+    # CogVideoX-5b rotates Q and K, 2b does not
+    assert byte["cogvideox-2b"]["joint"] < byte["cogvideox-5b"]["joint"]
+    # Wan and Mochi keep norms and modulation in fp32: the most traffic per token
+    assert min(byte["wan"]["cross"], byte["mochi"]["double"]) > byte["flux"]["double"]
+    assert dit.get("cogvideox-2b").eager_traffic == EAGER_TRAFFIC["cogvideox-2b"]
+    assert dit.get("cogvideox1.5-5b").eager_traffic == EAGER_TRAFFIC["cogvideox-5b"]
+    with pytest.raises(ps.SpecError):
+        EagerTraffic("double", -1.0, 4.0)
+
+
+def _elementwise(model, compiled=False, **deg):
+    n = deg.get("tp", 1) * deg.get("ulysses", 1)
+    s = ps.Strategy(order=X, **deg)
+    rep = estimate_dit(model, s, ps.Cluster("a100", num_devices=n), compiled=compiled, **IMG)
+    return rep.breakdown["elementwise"]
+
+
+def test_eager_prices_the_count_and_compiled_does_not():
+    sd3 = dit.get("sd3-medium")
+    generic = dataclasses.replace(sd3, eager_traffic=())
+    # SD3's block moves fewer bytes than the generic 80 passes; Mochi's more
+    assert _elementwise(sd3) < 0.5 * _elementwise(generic)
+    mochi = dit.get("mochi-1")
+    assert _elementwise(mochi) > 1.5 * _elementwise(dataclasses.replace(mochi, eager_traffic=()))
+    # compiled: the chains are fused whatever the eager count
+    assert _elementwise(sd3, compiled=True) == pytest.approx(_elementwise(generic, compiled=True))
+    # the counted bytes are what the estimate charges: tokens x (hidden + ffn) bytes at HBM rate
+    e = sd3.eager_traffic[0]
+    a100 = ps.Cluster("a100", num_devices=1).accel
+    from parastrat.estimate import efficiency
+
+    tokens = 2 * (sd3.tokens(1024, 1024) + sd3.text_tokens)  # CFG batch of two
+    per_block = tokens * (e.hidden_bytes * sd3.hidden_size + e.ffn_bytes * sd3.ffn_hidden_size)
+    want = 20 * sd3.num_layers * efficiency.memory_time(a100, per_block)
+    assert _elementwise(sd3) == pytest.approx(want, rel=1e-9)
+
+
+def test_tp_divides_only_the_mlp_part():
+    flux = dit.get("flux.1-dev")
+    e = {t.kind: t for t in flux.eager_traffic}["double"]
+    h, f = flux.hidden_size, flux.ffn_hidden_size
+    one = dit_est._elementwise_bytes_per_token(flux, "double", False, 2, 1)
+    two = dit_est._elementwise_bytes_per_token(flux, "double", False, 2, 2)
+    assert one == pytest.approx(e.hidden_bytes * h + e.ffn_bytes * f)
+    assert one - two == pytest.approx(e.ffn_bytes * f / 2)
+
+
+def test_switch_and_uncounted_kinds_fall_back_to_generic_passes(monkeypatch):
+    wan = dit.get("wan2.1-t2v-14b")
+    generic = dit_est._elementwise_bytes_per_token(
+        dataclasses.replace(wan, eager_traffic=()), "cross", False, 2, 1
+    )
+    assert dit_est._elementwise_bytes_per_token(wan, "cross", False, 2, 1) > generic
+    # a kind the model has no count for is priced with the generic passes
+    h, f = wan.hidden_size, wan.ffn_hidden_size
+    per_h, per_f = dit_est.ELEMENTWISE_PASSES_H[False], dit_est.ELEMENTWISE_PASSES_F
+    passes = 2 * 2 * (per_h / 2 * h + per_f * f)
+    assert dit_est._elementwise_bytes_per_token(wan, "double", False, 2, 1) == pytest.approx(passes)
+    assert generic == pytest.approx(passes)
+    monkeypatch.setattr(dit_est, "USE_EAGER_TRAFFIC", False)
+    assert dit_est._elementwise_bytes_per_token(wan, "cross", False, 2, 1) == pytest.approx(generic)
+
+
+def test_config_reader_picks_the_family_count():
+    sd3 = {"_class_name": "SD3Transformer2DModel", "num_layers": 2}
+    assert DiTSpec.from_diffusers_config(sd3).eager_traffic == EAGER_TRAFFIC["sd3"]
+    sd35 = {**sd3, "qk_norm": "rms_norm"}
+    assert DiTSpec.from_diffusers_config(sd35).eager_traffic == EAGER_TRAFFIC["sd3.5"]
+    cog = {"_class_name": "CogVideoXTransformer3DModel", "num_layers": 2}
+    rope = {**cog, "use_rotary_positional_embeddings": True}
+    assert DiTSpec.from_diffusers_config(cog).eager_traffic == EAGER_TRAFFIC["cogvideox-2b"]
+    assert DiTSpec.from_diffusers_config(rope).eager_traffic == EAGER_TRAFFIC["cogvideox-5b"]
