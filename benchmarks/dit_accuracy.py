@@ -114,12 +114,22 @@ ABLATIONS = (
     "Wan VAE in bf16",
     "no Hopper VAE ceiling",
     "generic element-wise passes",
+    "no output post-processing",
 )
 _ABLATE = {"mode": "full model"}
 
 
 def _model(name: str) -> Any:
     return _variant(dit.get(name))
+
+
+def _output(model: str) -> str:
+    """The row's ``output_type``: Wan's and HunyuanVideo's own repositories return the decoded
+    tensor (the video is written after the timed call); the diffusers pipelines that xDiT and
+    ParaAttention time default to PIL images (``VaeImageProcessor.postprocess``)."""
+    if _ABLATE["mode"] == "no output post-processing" or model.startswith(("wan", "hunyuan")):
+        return "pt"
+    return "pil"
 
 
 def _variant(spec: Any) -> Any:
@@ -161,7 +171,9 @@ def price(r: dict[str, str]) -> Row | str:
     s = ps.Strategy(ulysses=u, ring=ring, cfg=cfg, order=X)
     try:
         cluster = ps.Cluster(device, num_devices=n)
-        rep = estimate_dit(_model(model), s, cluster, compiled=compiled, **kw)
+        rep = estimate_dit(
+            _model(model), s, cluster, compiled=compiled, output_type=_output(model), **kw
+        )
     except (SpecError, StrategyError) as exc:
         return f"refused: {exc}"
     per_step = r["latency_scope"].startswith("seconds per diffusion step")
@@ -268,7 +280,8 @@ def hunyuan() -> dict[str, Any]:
         rows = {}
         for n, measured in table.items():
             s = ps.Strategy(ulysses=n, order=X)
-            rep = estimate_dit(model, s, ps.Cluster(device, num_devices=n), **kw)
+            cluster = ps.Cluster(device, num_devices=n)
+            rep = estimate_dit(model, s, cluster, output_type=_output("hunyuanvideo"), **kw)
             rows[n] = {
                 "measured": measured,
                 "predicted": rep.latency_s,

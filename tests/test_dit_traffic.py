@@ -1,5 +1,6 @@
 """Eager element-wise traffic counted on each family's real diffusers block, and how the DiT
-estimator prices it (compiled execution, TP, the switch, specs without a count)."""
+estimator prices it (compiled execution, TP, the switch, specs without a count); the host's
+output post-processing (``output_type``)."""
 
 from __future__ import annotations
 
@@ -119,3 +120,36 @@ def test_config_reader_picks_the_family_count():
     rope = {**cog, "use_rotary_positional_embeddings": True}
     assert DiTSpec.from_diffusers_config(cog).eager_traffic == EAGER_TRAFFIC["cogvideox-2b"]
     assert DiTSpec.from_diffusers_config(rope).eager_traffic == EAGER_TRAFFIC["cogvideox-5b"]
+
+
+# ---- output post-processing (output_type) --------------------------------------------------
+def _report(output_type, model="flux.1-schnell", **kw):
+    kw = {**dict(height=1024, width=1024, steps=4), **kw}
+    c = ps.Cluster("a100", num_devices=1)
+    return estimate_dit(model, ps.Strategy(order=X), c, output_type=output_type, **kw)
+
+
+def test_output_type_prices_the_host_conversion_per_output_element():
+    from parastrat.estimate.dit_serial import POSTPROCESS_S_PER_ELEMENT
+
+    pil, np_, pt = (_report(t) for t in ("pil", "np", "pt"))
+    per = POSTPROCESS_S_PER_ELEMENT
+    assert pil.breakdown["postprocess"] == pytest.approx(3 * 1024 * 1024 * per["pil"])
+    assert np_.breakdown["postprocess"] == pytest.approx(3 * 1024 * 1024 * per["np"])
+    assert pt.breakdown["postprocess"] == 0.0
+    assert pil.latency_s - pt.latency_s == pytest.approx(pil.breakdown["postprocess"])
+    assert sum(pil.breakdown.values()) == pytest.approx(pil.latency_s)
+    assert pil.serial["postprocess_s"] == pil.breakdown["postprocess"]
+    # four times the pixels, four times the host work; video: every frame
+    big = _report("pil", height=2048, width=2048)
+    assert big.breakdown["postprocess"] == pytest.approx(4 * pil.breakdown["postprocess"])
+    video = _report("pil", model="cogvideox-2b", height=480, width=720, frames=49, steps=2)
+    assert video.breakdown["postprocess"] == pytest.approx(49 * 3 * 480 * 720 * per["pil"])
+
+
+def test_latent_output_skips_the_decode_and_bad_output_types_are_refused():
+    latent, pt = _report("latent"), _report("pt")
+    assert latent.breakdown["vae_decode"] == 0.0 < pt.breakdown["vae_decode"]
+    assert latent.latency_s == pytest.approx(pt.latency_s - pt.breakdown["vae_decode"])
+    with pytest.raises(ps.SpecError, match="known: pil, np, pt, latent"):
+        _report("png")

@@ -39,7 +39,14 @@ from ..spec.dit import get as get_dit
 from ..spec.hardware import Accelerator, GiB
 from ..strategy import XDIT_ORDER, Strategy, require_strategy
 from . import efficiency
-from .dit_serial import SerialParts, scheduler_time, text_encode_times, vae_decode
+from .dit_serial import (
+    POSTPROCESS_S_PER_ELEMENT,
+    SerialParts,
+    postprocess_time,
+    scheduler_time,
+    text_encode_times,
+    vae_decode,
+)
 
 #: Forward-only fused attention's fraction of the dense BF16 peak, per accelerator, for the
 #: kernels DiT serving stacks use (FlashAttention-2 in xDiT/yunchang and diffusers; CANN
@@ -428,6 +435,7 @@ def estimate_dit(
     attention_eff: float | None = None,
     compiled: bool = False,
     vae_tiling: bool | None = None,
+    output_type: str = "pil",
 ) -> DiTReport:
     """Latency, memory and its breakdown for one generation of ``model`` under ``strategy``.
 
@@ -437,7 +445,10 @@ def estimate_dit(
     guidance-distilled (FLUX.1, HunyuanVideo: one branch); ``True``/``False`` override.
     ``compiled=True`` prices the transformer under torch.compile (fused element-wise chains,
     fewer host launches); ``vae_tiling`` forces tiled VAE decoding on/off (None: the VAE's
-    default).  The serial parts (text encoders, scheduler, VAE decode) are in ``.serial``.
+    default).  ``output_type`` is the pipeline's: "pil" (diffusers' default) and "np" add the
+    host's conversion of the decoded pixels, "pt" keeps the tensor, "latent" also skips the VAE
+    decode.  The serial parts (text encoders, scheduler, VAE decode, output post-processing)
+    are in ``.serial``.
     Raises :class:`SpecError` for a workload the
     VAE/patch cannot split or ``steps < 1``, :class:`StrategyError` for a strategy the model or
     cluster cannot take (heads vs Ulysses/TP, more devices than the cluster has, more
@@ -447,6 +458,11 @@ def estimate_dit(
     if not isinstance(cluster, Cluster):
         raise SpecError(f"cluster must be a parastrat.Cluster, got {type(cluster).__name__}")
     check_workload(model, height=height, width=width, frames=frames, steps=steps)
+    if output_type not in POSTPROCESS_S_PER_ELEMENT:
+        raise SpecError(
+            f"output_type={output_type!r} is not one a diffusers pipeline takes; known: "
+            f"{', '.join(POSTPROCESS_S_PER_ELEMENT)}"
+        )
     explicit_guidance = guidance is not None
     guidance = resolve_guidance(model, guidance)
     nbytes = _precision(precision)
@@ -668,12 +684,19 @@ def estimate_dit(
         tiled=vae_tiling,
         nbytes=nbytes,
     )
+    if output_type == "latent":  # the pipeline returns the latents: no decode at all
+        vae_s, vae_detail = 0.0, {"vae": None, "skipped": "output_type='latent'"}
+    post_s = postprocess_time(
+        model, height=height, width=width, frames=frames, output_type=output_type
+    )
     serial = SerialParts(
         text_encode_s=text_s,
         text_encoders=encoders_s,
         scheduler_s=steps * sched,
         vae_decode_s=vae_s,
         vae=vae_detail,
+        postprocess_s=post_s,
+        output_type=output_type,
     )
 
     breakdown = {k: steps * v for k, v in t.items()}
@@ -683,7 +706,8 @@ def estimate_dit(
     breakdown["scheduler"] = steps * sched
     breakdown["text_encode"] = text_s
     breakdown["vae_decode"] = vae_s
-    latency = steps * per_step + text_s + vae_s
+    breakdown["postprocess"] = post_s
+    latency = steps * per_step + text_s + vae_s + post_s
     hidden = {"ring_kv_exchange": steps * ring_hidden}
     if R > 1 and ring_uncovered > 0.05 * ring_total:
         warnings.append(

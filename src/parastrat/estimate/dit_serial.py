@@ -18,6 +18,10 @@ decode when a parallel VAE splits it):
   ``--vae_parallel``) splits the frame's height over ``n`` devices: FLOPs and traffic divide by
   ``n``; each convolution then exchanges one boundary row with each neighbour and each group
   norm all-reduces its statistics.
+* **Output post-processing** (``output_type``): a diffusers pipeline hands the decoded pixels
+  back as PIL images by default -- copied to the host, converted to float32 channels-last,
+  rounded to uint8 and wrapped per image/frame -- on the host CPU, per output element
+  (:data:`POSTPROCESS_S_PER_ELEMENT`).
 """
 
 from __future__ import annotations
@@ -65,6 +69,25 @@ TF32_PER_BF16 = 0.5
 #: back (1 read, 1 write) -> ~9; CFG's ``uncond + s * (cond - uncond)`` adds 3 reads, 2 writes.
 SCHEDULER_PASSES = 9
 CFG_COMBINE_PASSES = 5
+#: Host seconds per output element (pixel x channel x frame) to hand the decoded pixels back as
+#: the pipeline's ``output_type`` asks.  diffusers' ``VaeImageProcessor.postprocess`` (and
+#: ``VideoProcessor.postprocess_video`` frame by frame) runs ``pt_to_numpy`` --
+#: ``.cpu().permute(0, 2, 3, 1).float().numpy()`` -- for "np", then ``numpy_to_pil`` --
+#: ``(x * 255).round().astype("uint8")`` and one ``PIL.Image`` per image -- for "pil" (the
+#: default of the FLUX, SD3, CogVideoX and Mochi pipelines and of xDiT's examples); "pt" keeps
+#: the tensor on the device; "latent" also skips the VAE decode.  Measured with diffusers' own
+#: functions by ``python benchmarks/dit_postprocess.py`` on this project's CI-class x86 host
+#: (AMD EPYC, 2 threads), 1024^2 and 2048^2 RGB, four runs: "np" 4.1-4.9 ns, "pil" 7.5-13.7 ns
+#: per element (numpy's passes are single-threaded; the host is shared, hence the spread)
+#: -> 4.5 and 10 ns.  The device-to-host copy (2 bytes per element over PCIe, ~0.1 ns) is
+#: inside the noise.
+POSTPROCESS_S_PER_ELEMENT: dict[str, float] = {
+    "pil": 1.0e-8,
+    "np": 4.5e-9,
+    "pt": 0.0,
+    "latent": 0.0,
+}
+
 #: Eager operations per step outside the transformer (scheduler step, CFG combination, timestep
 #: embedding inputs, latent concatenation for the batch of two): ~20 launches.
 SCHEDULER_OPS = 20
@@ -79,6 +102,8 @@ class SerialParts:
     scheduler_s: float
     vae_decode_s: float
     vae: dict[str, Any]
+    postprocess_s: float = 0.0
+    output_type: str = "pil"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: each part in seconds, with the per-encoder and VAE details."""
@@ -88,6 +113,8 @@ class SerialParts:
             "scheduler_s": self.scheduler_s,
             "vae_decode_s": self.vae_decode_s,
             "vae": dict(self.vae),
+            "postprocess_s": self.postprocess_s,
+            "output_type": self.output_type,
         }
 
 
@@ -110,6 +137,17 @@ def scheduler_time(model: DiTSpec, cluster: Cluster, latent_elements: int, cfg: 
     passes = SCHEDULER_PASSES + (CFG_COMBINE_PASSES if cfg else 0)
     gpu = efficiency.memory_time(accel, passes * 4.0 * latent_elements)
     return gpu + SCHEDULER_OPS * efficiency.host_op_time(accel)
+
+
+def postprocess_time(
+    model: DiTSpec, *, height: int, width: int, frames: int, output_type: str = "pil"
+) -> float:
+    """Host seconds to hand ``frames`` decoded ``height`` x ``width`` RGB frames back as
+    ``output_type`` (see :data:`POSTPROCESS_S_PER_ELEMENT`); 0 without a VAE."""
+    if model.vae is None:
+        return 0.0
+    elements = float(max(1, frames)) * height * width * model.vae.out_channels
+    return elements * POSTPROCESS_S_PER_ELEMENT[output_type]
 
 
 def vae_conv_rate(accel: Accelerator) -> float:
