@@ -115,6 +115,7 @@ ABLATIONS = (
     "no Hopper VAE ceiling",
     "generic element-wise passes",
     "no output post-processing",
+    "no sequence-parallel copies",
 )
 _ABLATE = {"mode": "full model"}
 
@@ -253,6 +254,7 @@ def ablation() -> dict[str, dict[str, float]]:
             if mode == "no Hopper VAE ceiling":
                 dit_serial.VAE_CONV_CEILING.clear()
             dit_est.USE_EAGER_TRAFFIC = mode != "generic element-wise passes"
+            dit_est.USE_USP_COPIES = mode != "no sequence-parallel copies"
             res = evaluate()
             hy = hunyuan()
             out[mode] = {
@@ -265,6 +267,7 @@ def ablation() -> dict[str, dict[str, float]]:
     finally:
         _ABLATE["mode"] = "full model"
         dit_est.USE_EAGER_TRAFFIC = True
+        dit_est.USE_USP_COPIES = True
         dit_est.HOST_OPS.update(saved[0])
         dit_est.FUSED_CHAINS.update(saved[1])
         dit_serial.VAE_CONV_CEILING.update(saved[2])

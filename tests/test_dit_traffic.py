@@ -153,3 +153,49 @@ def test_latent_output_skips_the_decode_and_bad_output_types_are_refused():
     assert latent.latency_s == pytest.approx(pt.latency_s - pt.breakdown["vae_decode"])
     with pytest.raises(ps.SpecError, match="known: pil, np, pt, latent"):
         _report("png")
+
+
+# ---- the sequence-parallel attention path's copies (yunchang / xDiT) -----------------------
+COG = dict(height=480, width=720, frames=49, steps=1)
+
+
+def _layout(model, u=1, r=1, cfg=1, **kw):
+    n = u * r * cfg
+    s = ps.Strategy(ulysses=u, ring=r, cfg=cfg, order=X)
+    rep = estimate_dit(model, s, ps.Cluster("a100", num_devices=n), **{**COG, **kw})
+    return rep.breakdown["sp_layout"]
+
+
+def test_sequence_parallel_path_copies_follow_the_code():
+    # none without a sequence split (CFG alone runs flash_attn_func directly)
+    assert _layout("cogvideox-2b") == 0.0 == _layout("cogvideox-2b", cfg=2)
+    uly, ring = _layout("cogvideox-2b", u=2), _layout("cogvideox-2b", r=2)
+    # Ulysses and ring pass through the same all_to_all_4D copies (batch of two: CFG) and the
+    # same fp32 output conversion; CFG 2 halves the batch each rank copies
+    assert uly > 0 and ring == pytest.approx(uly, rel=0.05)
+    assert _layout("cogvideox-2b", u=2, cfg=2) == pytest.approx(uly / 2, rel=0.05)
+
+
+def test_copy_bytes_count_each_copy_once():
+    m = dit.get("cogvideox-2b")
+    img, txt, nb = 1000.0, 100.0, 2
+    q = (img + txt) * m.inner_dim * nb
+    kv = img * m.kv_dim * nb
+    a2a = dit_est.USP_A2A_COPIES * 2 * (2 * q + 2 * kv)
+    fp32 = dit_est.USP_OUT_FP32_BYTES * q / nb
+    joint = dit_est.USP_JOINT_Q_COPIES * 2 * q + dit_est.USP_JOINT_KV_COPIES * 4 * kv
+    got = dit_est._usp_copy_bytes(m, "joint", img, txt, 2, 2, 1, nb)
+    assert got == pytest.approx(a2a + fp32 + joint)
+    # ring only, one sample: the all-to-all transposes are views, no copy
+    assert dit_est._usp_copy_bytes(m, "joint", img, txt, 1, 1, 1, nb) == pytest.approx(fp32 + joint)
+    # Wan's cross-attention blocks have no joint text: no joint or KV-cache copies
+    wan = dit.get("wan2.1-t2v-14b")
+    qw = img * wan.inner_dim * nb
+    kw_ = img * wan.kv_dim * nb
+    want = dit_est.USP_A2A_COPIES * 2 * (2 * qw + 2 * kw_) + dit_est.USP_OUT_FP32_BYTES * qw / nb
+    assert dit_est._usp_copy_bytes(wan, "cross", img, txt, 2, 2, 1, nb) == pytest.approx(want)
+
+
+def test_sequence_parallel_copies_switch(monkeypatch):
+    monkeypatch.setattr(dit_est, "USE_USP_COPIES", False)
+    assert _layout("cogvideox-2b", u=2) == 0.0

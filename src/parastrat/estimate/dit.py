@@ -108,6 +108,29 @@ ACT_LIVE_H = 6
 #: or two fp32 tensors and writes one: ~9 tensor passes.
 RING_MERGE_PASSES = 9
 
+#: Memory traffic of the sequence-parallel attention path as xDiT runs it (yunchang 0.6 and
+#: xfuser's ``xFuserLongContextAttention``), counted from the code; all are copies the
+#: single-device path does not make, in reads + writes of the per-rank tensor:
+#: * yunchang ``all_to_all_4D`` makes every all-to-all'd tensor (Q, K, V in, the output back)
+#:   contiguous twice -- ``input.reshape(...).transpose(0, 2).contiguous()`` before
+#:   ``all_to_all_single`` and ``output.transpose(0, 1).contiguous()`` after -- also when the
+#:   Ulysses group has one rank (ring only) and the batch is two (:data:`USP_A2A_COPIES`);
+#: * the ring attention (``xdit_ring_flash_attn_forward``) converts the first block's output
+#:   to fp32 (``update_out_and_lse``) and back (``out.to(q.dtype)``): 2 + 4 and 4 + 2 bytes
+#:   per output element (:data:`USP_OUT_FP32_BYTES`);
+#: * with joint text (xDiT's FLUX / SD3 / CogVideoX / HunyuanVideo processors:
+#:   ``joint_strategy="front"``, ``use_long_ctx_attn_kvcache`` on) the query is concatenated
+#:   with the text before the all-to-all and K, V at the first ring step, and the KV-cache
+#:   manager concatenates K and V (``torch.cat([k, v], dim=-1)``) and makes the chunks
+#:   contiguous again (xfuser/core/cache_manager/cache_manager.py): one copy of Q and three of
+#:   K and V (:data:`USP_JOINT_Q_COPIES`, :data:`USP_JOINT_KV_COPIES`).
+USP_A2A_COPIES = 2
+USP_OUT_FP32_BYTES = 12
+USP_JOINT_Q_COPIES = 1
+USP_JOINT_KV_COPIES = 3
+#: Switch for the sequence-parallel path's copies (the ablation of dit_accuracy.py).
+USE_USP_COPIES = True
+
 #: Fraction of the overlapped compute time that a hidden ring transfer still costs: NCCL's
 #: point-to-point kernels occupy ~8-16 of 132 SMs (one CTA per channel) and share HBM
 #: bandwidth while attention runs, so "hidden" communication is not free (~10 %).
@@ -408,6 +431,23 @@ def _elementwise_bytes_per_token(
     )
 
 
+def _usp_copy_bytes(
+    model: DiTSpec, kind: str, img: float, txt: float, batch: int, U: int, tp: int, nbytes: int
+) -> float:
+    """Bytes the sequence-parallel attention path copies per block and rank (see
+    :data:`USP_A2A_COPIES`): ``img``/``txt`` are the image and text rows this rank holds."""
+    joint = kind != "cross" and model.text_in_sequence
+    q = (img + (txt if joint else 0)) * model.inner_dim / tp * nbytes  # Q (and the output)
+    kv = img * model.kv_dim / tp * nbytes  # K or V
+    total = 0.0
+    if U > 1 or batch > 1:  # with one rank and one sample the transposes are views
+        total += USP_A2A_COPIES * 2 * (2 * q + 2 * kv)
+    total += USP_OUT_FP32_BYTES * q / nbytes
+    if joint:
+        total += USP_JOINT_Q_COPIES * 2 * q + USP_JOINT_KV_COPIES * 2 * 2 * kv
+    return total
+
+
 def _tp_allreduces(kind: str, img: float, txt: float) -> list[float]:
     """Tokens in each TP all-reduce of one block (one per row-split matrix output)."""
     if kind == "double":
@@ -583,6 +623,7 @@ def estimate_dit(
             "ulysses_all_to_all",
             "ring_kv_exchange",
             "ring_merge",
+            "sp_layout",
             "tp_all_reduce",
         ),
         0.0,
@@ -635,6 +676,11 @@ def estimate_dit(
             ring_hidden += n * (1 - OVERLAP_INTERFERENCE) * overlapped
             merge_bytes = batch * (R - 1) * RING_MERGE_PASSES * 4 * q_rows * heads_loc * (d + 1)
             merge = efficiency.memory_time(accel, merge_bytes, prof)
+        layout = 0.0
+        if sp > 1 and USE_USP_COPIES:
+            layout = efficiency.memory_time(
+                accel, _usp_copy_bytes(model, kind, img, txt, batch, U, tp, nbytes), prof
+            )
         ar = 0.0
         if tp > 1:
             ar = sum(
@@ -647,6 +693,7 @@ def estimate_dit(
         t["ulysses_all_to_all"] += n * uly
         t["ring_kv_exchange"] += n * exposed
         t["ring_merge"] += n * merge
+        t["sp_layout"] += n * layout
         t["tp_all_reduce"] += n * ar
         host_ops += n * _host_ops(model, kind, compiled, U, R, tp)
 
