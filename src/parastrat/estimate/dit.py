@@ -111,10 +111,14 @@ RING_MERGE_PASSES = 9
 #: Memory traffic of the sequence-parallel attention path as xDiT runs it (yunchang 0.6 and
 #: xfuser's ``xFuserLongContextAttention``), counted from the code; all are copies the
 #: single-device path does not make, in reads + writes of the per-rank tensor:
-#: * yunchang ``all_to_all_4D`` makes every all-to-all'd tensor (Q, K, V in, the output back)
-#:   contiguous twice -- ``input.reshape(...).transpose(0, 2).contiguous()`` before
-#:   ``all_to_all_single`` and ``output.transpose(0, 1).contiguous()`` after -- also when the
-#:   Ulysses group has one rank (ring only) and the batch is two (:data:`USP_A2A_COPIES`);
+#: * yunchang ``all_to_all_4D`` makes the all-to-all'd tensors contiguous before
+#:   ``all_to_all_single`` and after it, also when the Ulysses group has one rank (ring only):
+#:   the output (scatter the sequence, gather the heads) is copied twice whatever the shape;
+#:   Q, K and V (scatter the heads) are copied on the way in when the Ulysses group or the
+#:   batch is larger than one (``input.reshape(...).transpose(0, 2).contiguous()``) and on the
+#:   way out when the batch is (``output.transpose(0, 1).contiguous()``; with one sample the
+#:   transposed dimension has size one and ``contiguous()`` returns the view) -- see
+#:   :func:`_usp_copy_bytes`;
 #: * the ring attention (``xdit_ring_flash_attn_forward``) converts the first block's output
 #:   to fp32 (``update_out_and_lse``) and back (``out.to(q.dtype)``): 2 + 4 and 4 + 2 bytes
 #:   per output element (:data:`USP_OUT_FP32_BYTES`);
@@ -124,7 +128,6 @@ RING_MERGE_PASSES = 9
 #:   manager concatenates K and V (``torch.cat([k, v], dim=-1)``) and makes the chunks
 #:   contiguous again (xfuser/core/cache_manager/cache_manager.py): one copy of Q and three of
 #:   K and V (:data:`USP_JOINT_Q_COPIES`, :data:`USP_JOINT_KV_COPIES`).
-USP_A2A_COPIES = 2
 USP_OUT_FP32_BYTES = 12
 USP_JOINT_Q_COPIES = 1
 USP_JOINT_KV_COPIES = 3
@@ -435,13 +438,13 @@ def _usp_copy_bytes(
     model: DiTSpec, kind: str, img: float, txt: float, batch: int, U: int, tp: int, nbytes: int
 ) -> float:
     """Bytes the sequence-parallel attention path copies per block and rank (see
-    :data:`USP_A2A_COPIES`): ``img``/``txt`` are the image and text rows this rank holds."""
+    :data:`USP_OUT_FP32_BYTES`): ``img``/``txt`` are the image and text rows this rank holds,
+    ``batch`` the samples per forward, ``U`` the Ulysses degree."""
     joint = kind != "cross" and model.text_in_sequence
     q = (img + (txt if joint else 0)) * model.inner_dim / tp * nbytes  # Q (and the output)
     kv = img * model.kv_dim / tp * nbytes  # K or V
-    total = 0.0
-    if U > 1 or batch > 1:  # with one rank and one sample the transposes are views
-        total += USP_A2A_COPIES * 2 * (2 * q + 2 * kv)
+    qkv_copies = (1 if U > 1 or batch > 1 else 0) + (1 if batch > 1 else 0)
+    total = 2 * (qkv_copies * (q + 2 * kv) + 2 * q)  # reads + writes of each copy
     total += USP_OUT_FP32_BYTES * q / nbytes
     if joint:
         total += USP_JOINT_Q_COPIES * 2 * q + USP_JOINT_KV_COPIES * 2 * 2 * kv
