@@ -1,6 +1,6 @@
 """Eager element-wise traffic counted on each family's real diffusers block, and how the DiT
 estimator prices it (compiled execution, TP, the switch, specs without a count); the host's
-output post-processing (``output_type``)."""
+output post-processing (``output_type``); the sequence-parallel attention path's copies."""
 
 from __future__ import annotations
 
