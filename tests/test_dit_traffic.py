@@ -123,10 +123,11 @@ def test_config_reader_picks_the_family_count():
 
 
 # ---- output post-processing (output_type) --------------------------------------------------
-def _report(output_type, model="flux.1-schnell", **kw):
+def _report(output_type, model="flux.1-schnell", vae_cold=False, **kw):
     kw = {**dict(height=1024, width=1024, steps=4), **kw}
     c = ps.Cluster("a100", num_devices=1)
-    return estimate_dit(model, ps.Strategy(order=X), c, output_type=output_type, **kw)
+    s = ps.Strategy(order=X)
+    return estimate_dit(model, s, c, output_type=output_type, vae_cold=vae_cold, **kw)
 
 
 def test_output_type_prices_the_host_conversion_per_output_element():
@@ -205,3 +206,24 @@ def test_copy_bytes_count_each_copy_once():
 def test_sequence_parallel_copies_switch(monkeypatch):
     monkeypatch.setattr(dit_est, "USE_USP_COPIES", False)
     assert _layout("cogvideox-2b", u=2) == 0.0
+
+
+def test_cold_first_vae_decode_adds_the_measured_one_time_cost():
+    from parastrat.estimate.dit_serial import VAE_COLD_START_S
+
+    warm, cold = _report("pil"), _report("pil", vae_cold=True)
+    assert cold.breakdown["vae_decode"] - warm.breakdown["vae_decode"] == pytest.approx(
+        VAE_COLD_START_S
+    )
+    assert cold.latency_s - warm.latency_s == pytest.approx(VAE_COLD_START_S)
+    assert cold.serial["vae"]["cold_start_s"] == VAE_COLD_START_S
+    assert warm.serial["vae"]["cold_start_s"] == 0.0
+    # one decode per request, whatever the split: the same cost on 8 devices
+    s8 = ps.Strategy(ulysses=8, order=X)
+    c8 = ps.Cluster("a100", num_devices=8)
+    kw = dict(height=1024, width=1024, steps=4)
+    w8 = estimate_dit("flux.1-schnell", s8, c8, **kw)
+    k8 = estimate_dit("flux.1-schnell", s8, c8, vae_cold=True, **kw)
+    assert k8.latency_s - w8.latency_s == pytest.approx(VAE_COLD_START_S)
+    # no decode, nothing cold
+    assert _report("latent", vae_cold=True).breakdown["vae_decode"] == 0.0

@@ -479,6 +479,7 @@ def estimate_dit(
     compiled: bool = False,
     vae_tiling: bool | None = None,
     output_type: str = "pil",
+    vae_cold: bool = False,
 ) -> DiTReport:
     """Latency, memory and its breakdown for one generation of ``model`` under ``strategy``.
 
@@ -490,8 +491,9 @@ def estimate_dit(
     fewer host launches); ``vae_tiling`` forces tiled VAE decoding on/off (None: the VAE's
     default).  ``output_type`` is the pipeline's: "pil" (diffusers' default) and "np" add the
     host's conversion of the decoded pixels, "pt" keeps the tensor, "latent" also skips the VAE
-    decode.  The serial parts (text encoders, scheduler, VAE decode, output post-processing)
-    are in ``.serial``.
+    decode.  ``vae_cold=True``: the request's VAE decode is the serving process's first (no
+    warm-up decoded before it), which adds a measured one-time cost.  The serial parts (text
+    encoders, scheduler, VAE decode, output post-processing) are in ``.serial``.
     Raises :class:`SpecError` for a workload the
     VAE/patch cannot split or ``steps < 1``, :class:`StrategyError` for a strategy the model or
     cluster cannot take (heads vs Ulysses/TP, more devices than the cluster has, more
@@ -733,6 +735,7 @@ def estimate_dit(
         devices=vae_devices,
         tiled=vae_tiling,
         nbytes=nbytes,
+        cold=vae_cold,
     )
     if output_type == "latent":  # the pipeline returns the latents: no decode at all
         vae_s, vae_detail = 0.0, {"vae": None, "skipped": "output_type='latent'"}

@@ -88,6 +88,15 @@ POSTPROCESS_S_PER_ELEMENT: dict[str, float] = {
     "latent": 0.0,
 }
 
+#: Seconds a VAE decode costs on top of its work when it is the process's first (the timed
+#: call decodes "cold": buffers allocated, convolution algorithms chosen and their kernels
+#: loaded for the first time).  xDiT PR #300 ("Enable warm up for VAE", 2024-10-10) measured
+#: it on FLUX, two 2048x1024 images, 4 x L20, Ulysses 4: 7.27 s without a VAE warm-up, 7.02 s
+#: with one (the plain VAE; 0.98 against 0.37 s for the first and second patch-parallel
+#: decode).  Before that PR xDiT's ``prepare_run`` warmed the pipeline up with
+#: ``output_type="latent"``, so its published image timings include it.
+VAE_COLD_START_S = 0.25
+
 #: Eager operations per step outside the transformer (scheduler step, CFG combination, timestep
 #: embedding inputs, latent concatenation for the batch of two): ~20 launches.
 SCHEDULER_OPS = 20
@@ -166,11 +175,13 @@ def vae_decode(
     devices: int = 1,
     tiled: bool | None = None,
     nbytes: int = 2,
+    cold: bool = False,
 ) -> tuple[float, dict[str, Any]]:
     """Seconds of the VAE decode on ``devices`` (patch-parallel when > 1) and its details.
 
     ``tiled=None`` follows the VAE's default (frame-wise/tiled decoding where the VAE has a
-    tiling and the output is larger than one tile); ``True``/``False`` force it.
+    tiling and the output is larger than one tile); ``True``/``False`` force it.  ``cold``:
+    the decode is the process's first (:data:`VAE_COLD_START_S` on top).
     """
     vae = model.vae
     if vae is None:
@@ -196,7 +207,8 @@ def vae_decode(
         span = cluster.span(n)
         halo_s = cluster.collective_time("send_recv", work.halo_bytes, 2, span)
         norm_s = work.norms * cluster.collective_time("all_reduce", 2 * 32 * 4.0, n, span)
-    total = conv_s + act_s + mask_s + halo_s + norm_s
+    cold_s = VAE_COLD_START_S if cold else 0.0
+    total = conv_s + act_s + mask_s + halo_s + norm_s + cold_s
     detail = {
         "vae": vae.name,
         "precision": vae.precision,
@@ -210,5 +222,6 @@ def vae_decode(
         "mask_host_s": mask_s,
         "halo_s": halo_s,
         "norm_allreduce_s": norm_s,
+        "cold_start_s": cold_s,
     }
     return total, detail
