@@ -185,7 +185,8 @@ def test_copy_bytes_count_each_copy_once():
     kv = img * m.kv_dim * nb
     out = 2 * 2 * q  # the output: copied in and out of the all-to-all, read + write each
     fp32 = dit_est.USP_OUT_FP32_BYTES * q / nb
-    joint = dit_est.USP_JOINT_Q_COPIES * 2 * q + dit_est.USP_JOINT_KV_COPIES * 4 * kv
+    # CogVideoX's joint block: the KV-cache copies and the front concatenation of Q, K, V
+    joint = dit_est.USP_KV_CACHE_COPIES * 4 * kv + 2 * q + 4 * kv
     # batch of two, Ulysses 2: Q, K, V copied in and out too
     got = dit_est._usp_copy_bytes(m, "joint", img, txt, 2, 2, 1, nb)
     assert got == pytest.approx(2 * 2 * (q + 2 * kv) + out + fp32 + joint)
@@ -195,6 +196,20 @@ def test_copy_bytes_count_each_copy_once():
     # ring only, one sample: Q, K, V pass as views; the output is still copied twice
     got = dit_est._usp_copy_bytes(m, "joint", img, txt, 1, 1, 1, nb)
     assert got == pytest.approx(out + fp32 + joint)
+    # a dual-stream block concatenates text and image Q, K, V on one device too: only the
+    # KV-cache copies are extra
+    flux = dit.get("flux.1-dev")
+    qf = (img + txt) * flux.inner_dim * nb
+    kf = img * flux.kv_dim * nb
+    want = (
+        2 * 2 * (qf + 2 * kf)
+        + 2 * 2 * qf
+        + dit_est.USP_OUT_FP32_BYTES * qf / nb
+        + dit_est.USP_KV_CACHE_COPIES * 4 * kf
+    )
+    assert dit_est._usp_copy_bytes(flux, "double", img, txt, 2, 2, 1, nb) == pytest.approx(want)
+    single = dit_est._usp_copy_bytes(flux, "single", img, txt, 2, 2, 1, nb)
+    assert single == pytest.approx(want + 2 * qf + 4 * kf)
     # Wan's cross-attention blocks have no joint text: no joint or KV-cache copies
     wan = dit.get("wan2.1-t2v-14b")
     qw = img * wan.inner_dim * nb

@@ -123,14 +123,18 @@ RING_MERGE_PASSES = 9
 #:   to fp32 (``update_out_and_lse``) and back (``out.to(q.dtype)``): 2 + 4 and 4 + 2 bytes
 #:   per output element (:data:`USP_OUT_FP32_BYTES`);
 #: * with joint text (xDiT's FLUX / SD3 / CogVideoX / HunyuanVideo processors:
-#:   ``joint_strategy="front"``, ``use_long_ctx_attn_kvcache`` on) the query is concatenated
-#:   with the text before the all-to-all and K, V at the first ring step, and the KV-cache
-#:   manager concatenates K and V (``torch.cat([k, v], dim=-1)``) and makes the chunks
-#:   contiguous again (xfuser/core/cache_manager/cache_manager.py): one copy of Q and three of
-#:   K and V (:data:`USP_JOINT_Q_COPIES`, :data:`USP_JOINT_KV_COPIES`).
+#:   ``use_long_ctx_attn_kvcache`` on) the KV-cache manager concatenates K and V
+#:   (``torch.cat([k, v], dim=-1)``) and makes the chunks contiguous again
+#:   (xfuser/core/cache_manager/cache_manager.py): two copies of K and V
+#:   (:data:`USP_KV_CACHE_COPIES`);
+#: * ``joint_strategy="front"`` concatenates the text with the query before the all-to-all and
+#:   with K and V at the first ring step: one copy of each.  A dual-stream block's own
+#:   processor concatenates text and image Q, K, V the same way on one device (counted in its
+#:   eager traffic), so the copy is extra only for single-stream and CogVideoX-style joint
+#:   blocks, whose processors concatenate nothing there (:data:`USP_FRONT_CAT_KINDS`).
 USP_OUT_FP32_BYTES = 12
-USP_JOINT_Q_COPIES = 1
-USP_JOINT_KV_COPIES = 3
+USP_KV_CACHE_COPIES = 2
+USP_FRONT_CAT_KINDS = frozenset({"single", "joint"})
 #: Switch for the sequence-parallel path's copies (the ablation of dit_accuracy.py).
 USE_USP_COPIES = True
 
@@ -447,7 +451,9 @@ def _usp_copy_bytes(
     total = 2 * (qkv_copies * (q + 2 * kv) + 2 * q)  # reads + writes of each copy
     total += USP_OUT_FP32_BYTES * q / nbytes
     if joint:
-        total += USP_JOINT_Q_COPIES * 2 * q + USP_JOINT_KV_COPIES * 2 * 2 * kv
+        total += USP_KV_CACHE_COPIES * 2 * 2 * kv
+        if kind in USP_FRONT_CAT_KINDS:
+            total += 2 * q + 2 * 2 * kv
     return total
 
 
