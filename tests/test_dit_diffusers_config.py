@@ -156,6 +156,7 @@ def test_default_configs_match_the_presets():
             "vae_temporal",
             "guidance_distilled",
             "vae",
+            "eager_traffic",
         ):
             assert getattr(spec, field) == getattr(want, field), (cls, field)
 

@@ -90,7 +90,7 @@ def test_breakdown_sums_to_latency_and_steps_scale():
         steps=20,
     )
     assert sum(r1.breakdown.values()) == pytest.approx(r1.latency_s)
-    one_off = r1.breakdown["vae_decode"] + r1.breakdown["text_encode"]
+    one_off = sum(r1.breakdown[k] for k in ("vae_decode", "text_encode", "postprocess"))
     assert r2.latency_s - one_off == pytest.approx(2 * (r1.latency_s - one_off))
     assert r1.per_step_s == pytest.approx((r1.latency_s - one_off) / 10)
     json.dumps(r1.to_dict())

@@ -39,7 +39,14 @@ from ..spec.dit import get as get_dit
 from ..spec.hardware import Accelerator, GiB
 from ..strategy import XDIT_ORDER, Strategy, require_strategy
 from . import efficiency
-from .dit_serial import SerialParts, scheduler_time, text_encode_times, vae_decode
+from .dit_serial import (
+    POSTPROCESS_S_PER_ELEMENT,
+    SerialParts,
+    postprocess_time,
+    scheduler_time,
+    text_encode_times,
+    vae_decode,
+)
 
 #: Forward-only fused attention's fraction of the dense BF16 peak, per accelerator, for the
 #: kernels DiT serving stacks use (FlashAttention-2 in xDiT/yunchang and diffusers; CANN
@@ -100,6 +107,36 @@ ACT_LIVE_H = 6
 #: sigmoid of the log-sum-exp difference, subtract again -- each an eager kernel that reads one
 #: or two fp32 tensors and writes one: ~9 tensor passes.
 RING_MERGE_PASSES = 9
+
+#: Memory traffic of the sequence-parallel attention path as xDiT runs it (yunchang 0.6 and
+#: xfuser's ``xFuserLongContextAttention``), counted from the code; all are copies the
+#: single-device path does not make, in reads + writes of the per-rank tensor:
+#: * yunchang ``all_to_all_4D`` makes the all-to-all'd tensors contiguous before
+#:   ``all_to_all_single`` and after it, also when the Ulysses group has one rank (ring only):
+#:   the output (scatter the sequence, gather the heads) is copied twice whatever the shape;
+#:   Q, K and V (scatter the heads) are copied on the way in when the Ulysses group or the
+#:   batch is larger than one (``input.reshape(...).transpose(0, 2).contiguous()``) and on the
+#:   way out when the batch is (``output.transpose(0, 1).contiguous()``; with one sample the
+#:   transposed dimension has size one and ``contiguous()`` returns the view) -- see
+#:   :func:`_usp_copy_bytes`;
+#: * the ring attention (``xdit_ring_flash_attn_forward``) converts the first block's output
+#:   to fp32 (``update_out_and_lse``) and back (``out.to(q.dtype)``): 2 + 4 and 4 + 2 bytes
+#:   per output element (:data:`USP_OUT_FP32_BYTES`);
+#: * with joint text (xDiT's FLUX / SD3 / CogVideoX / HunyuanVideo processors:
+#:   ``use_long_ctx_attn_kvcache`` on) the KV-cache manager concatenates K and V
+#:   (``torch.cat([k, v], dim=-1)``) and makes the chunks contiguous again
+#:   (xfuser/core/cache_manager/cache_manager.py): two copies of K and V
+#:   (:data:`USP_KV_CACHE_COPIES`);
+#: * ``joint_strategy="front"`` concatenates the text with the query before the all-to-all and
+#:   with K and V at the first ring step: one copy of each.  A dual-stream block's own
+#:   processor concatenates text and image Q, K, V the same way on one device (counted in its
+#:   eager traffic), so the copy is extra only for single-stream and CogVideoX-style joint
+#:   blocks, whose processors concatenate nothing there (:data:`USP_FRONT_CAT_KINDS`).
+USP_OUT_FP32_BYTES = 12
+USP_KV_CACHE_COPIES = 2
+USP_FRONT_CAT_KINDS = frozenset({"single", "joint"})
+#: Switch for the sequence-parallel path's copies (the ablation of dit_accuracy.py).
+USE_USP_COPIES = True
 
 #: Fraction of the overlapped compute time that a hidden ring transfer still costs: NCCL's
 #: point-to-point kernels occupy ~8-16 of 132 SMs (one CTA per channel) and share HBM
@@ -377,6 +414,49 @@ def _host_ops(model: DiTSpec, kind: str, compiled: bool, U: int, R: int, tp: int
     return ops
 
 
+#: Switch for the counted eager traffic (:mod:`~parastrat.spec.block_traffic`); off, every
+#: model is priced with the generic :data:`ELEMENTWISE_PASSES_H` (the ablation of
+#: ``benchmarks/dit_accuracy.py`` turns it off).
+USE_EAGER_TRAFFIC = True
+
+
+def _elementwise_bytes_per_token(
+    model: DiTSpec, kind: str, compiled: bool, nbytes: int, tp: int
+) -> float:
+    """HBM bytes per token of one block's element-wise kernels (the MLP part divided by TP)."""
+    if not compiled and USE_EAGER_TRAFFIC:
+        for e in model.eager_traffic:
+            if e.kind == kind:
+                return e.hidden_bytes * model.hidden_size + e.ffn_bytes * model.ffn_hidden_size / tp
+    return (
+        2
+        * nbytes
+        * (
+            ELEMENTWISE_PASSES_H[compiled] / 2 * model.hidden_size
+            + ELEMENTWISE_PASSES_F * model.ffn_hidden_size / tp
+        )
+    )
+
+
+def _usp_copy_bytes(
+    model: DiTSpec, kind: str, img: float, txt: float, batch: int, U: int, tp: int, nbytes: int
+) -> float:
+    """Bytes the sequence-parallel attention path copies per block and rank (see
+    :data:`USP_OUT_FP32_BYTES`): ``img``/``txt`` are the image and text rows this rank holds,
+    ``batch`` the samples per forward, ``U`` the Ulysses degree."""
+    joint = kind != "cross" and model.text_in_sequence
+    q = (img + (txt if joint else 0)) * model.inner_dim / tp * nbytes  # Q (and the output)
+    kv = img * model.kv_dim / tp * nbytes  # K or V
+    qkv_copies = (1 if U > 1 or batch > 1 else 0) + (1 if batch > 1 else 0)
+    total = 2 * (qkv_copies * (q + 2 * kv) + 2 * q)  # reads + writes of each copy
+    total += USP_OUT_FP32_BYTES * q / nbytes
+    if joint:
+        total += USP_KV_CACHE_COPIES * 2 * 2 * kv
+        if kind in USP_FRONT_CAT_KINDS:
+            total += 2 * q + 2 * 2 * kv
+    return total
+
+
 def _tp_allreduces(kind: str, img: float, txt: float) -> list[float]:
     """Tokens in each TP all-reduce of one block (one per row-split matrix output)."""
     if kind == "double":
@@ -404,6 +484,8 @@ def estimate_dit(
     attention_eff: float | None = None,
     compiled: bool = False,
     vae_tiling: bool | None = None,
+    output_type: str = "pil",
+    vae_cold: bool = False,
 ) -> DiTReport:
     """Latency, memory and its breakdown for one generation of ``model`` under ``strategy``.
 
@@ -413,7 +495,11 @@ def estimate_dit(
     guidance-distilled (FLUX.1, HunyuanVideo: one branch); ``True``/``False`` override.
     ``compiled=True`` prices the transformer under torch.compile (fused element-wise chains,
     fewer host launches); ``vae_tiling`` forces tiled VAE decoding on/off (None: the VAE's
-    default).  The serial parts (text encoders, scheduler, VAE decode) are in ``.serial``.
+    default).  ``output_type`` is the pipeline's: "pil" (diffusers' default) and "np" add the
+    host's conversion of the decoded pixels, "pt" keeps the tensor, "latent" also skips the VAE
+    decode.  ``vae_cold=True``: the request's VAE decode is the serving process's first (no
+    warm-up decoded before it), which adds a measured one-time cost.  The serial parts (text
+    encoders, scheduler, VAE decode, output post-processing) are in ``.serial``.
     Raises :class:`SpecError` for a workload the
     VAE/patch cannot split or ``steps < 1``, :class:`StrategyError` for a strategy the model or
     cluster cannot take (heads vs Ulysses/TP, more devices than the cluster has, more
@@ -423,6 +509,11 @@ def estimate_dit(
     if not isinstance(cluster, Cluster):
         raise SpecError(f"cluster must be a parastrat.Cluster, got {type(cluster).__name__}")
     check_workload(model, height=height, width=width, frames=frames, steps=steps)
+    if output_type not in POSTPROCESS_S_PER_ELEMENT:
+        raise SpecError(
+            f"output_type={output_type!r} is not one a diffusers pipeline takes; known: "
+            f"{', '.join(POSTPROCESS_S_PER_ELEMENT)}"
+        )
     explicit_guidance = guidance is not None
     guidance = resolve_guidance(model, guidance)
     nbytes = _precision(precision)
@@ -543,6 +634,7 @@ def estimate_dit(
             "ulysses_all_to_all",
             "ring_kv_exchange",
             "ring_merge",
+            "sp_layout",
             "tp_all_reduce",
         ),
         0.0,
@@ -568,16 +660,10 @@ def estimate_dit(
         if kind == "cross":  # cross-attention to the text: local queries, all heads / tp
             attn_flops += batch * 4.0 * d * (model.num_attention_heads / tp) * per_dev * text
         attn = attn_flops / (peak * a_eff)
-        # element-wise traffic: read + write of each pass over the tokens this rank holds
-        ew_bytes = (
-            2
-            * nbytes
-            * (img + (txt if kind != "cross" else 0))
-            * (
-                ELEMENTWISE_PASSES_H[compiled] / 2 * model.hidden_size
-                + ELEMENTWISE_PASSES_F * model.ffn_hidden_size / tp
-            )
-        )
+        # element-wise traffic over the tokens this rank holds: eager, the bytes counted on the
+        # family's real block where known; compiled (or uncounted), the generic passes
+        ew_tokens = img + (txt if kind != "cross" else 0)
+        ew_bytes = ew_tokens * _elementwise_bytes_per_token(model, kind, compiled, nbytes, tp)
         ew = efficiency.memory_time(accel, ew_bytes, prof)
         # Ulysses: Q, K, V in and the output back, each the local buffer of the image tokens
         uly = 0.0
@@ -601,6 +687,11 @@ def estimate_dit(
             ring_hidden += n * (1 - OVERLAP_INTERFERENCE) * overlapped
             merge_bytes = batch * (R - 1) * RING_MERGE_PASSES * 4 * q_rows * heads_loc * (d + 1)
             merge = efficiency.memory_time(accel, merge_bytes, prof)
+        layout = 0.0
+        if sp > 1 and USE_USP_COPIES:
+            layout = efficiency.memory_time(
+                accel, _usp_copy_bytes(model, kind, img, txt, batch, U, tp, nbytes), prof
+            )
         ar = 0.0
         if tp > 1:
             ar = sum(
@@ -613,6 +704,7 @@ def estimate_dit(
         t["ulysses_all_to_all"] += n * uly
         t["ring_kv_exchange"] += n * exposed
         t["ring_merge"] += n * merge
+        t["sp_layout"] += n * layout
         t["tp_all_reduce"] += n * ar
         host_ops += n * _host_ops(model, kind, compiled, U, R, tp)
 
@@ -649,6 +741,12 @@ def estimate_dit(
         devices=vae_devices,
         tiled=vae_tiling,
         nbytes=nbytes,
+        cold=vae_cold,
+    )
+    if output_type == "latent":  # the pipeline returns the latents: no decode at all
+        vae_s, vae_detail = 0.0, {"vae": None, "skipped": "output_type='latent'"}
+    post_s = postprocess_time(
+        model, height=height, width=width, frames=frames, output_type=output_type
     )
     serial = SerialParts(
         text_encode_s=text_s,
@@ -656,6 +754,8 @@ def estimate_dit(
         scheduler_s=steps * sched,
         vae_decode_s=vae_s,
         vae=vae_detail,
+        postprocess_s=post_s,
+        output_type=output_type,
     )
 
     breakdown = {k: steps * v for k, v in t.items()}
@@ -665,7 +765,8 @@ def estimate_dit(
     breakdown["scheduler"] = steps * sched
     breakdown["text_encode"] = text_s
     breakdown["vae_decode"] = vae_s
-    latency = steps * per_step + text_s + vae_s
+    breakdown["postprocess"] = post_s
+    latency = steps * per_step + text_s + vae_s + post_s
     hidden = {"ring_kv_exchange": steps * ring_hidden}
     if R > 1 and ring_uncovered > 0.05 * ring_total:
         warnings.append(

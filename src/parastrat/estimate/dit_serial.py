@@ -18,6 +18,10 @@ decode when a parallel VAE splits it):
   ``--vae_parallel``) splits the frame's height over ``n`` devices: FLOPs and traffic divide by
   ``n``; each convolution then exchanges one boundary row with each neighbour and each group
   norm all-reduces its statistics.
+* **Output post-processing** (``output_type``): a diffusers pipeline hands the decoded pixels
+  back as PIL images by default -- copied to the host, converted to float32 channels-last,
+  rounded to uint8 and wrapped per image/frame -- on the host CPU, per output element
+  (:data:`POSTPROCESS_S_PER_ELEMENT`).
 """
 
 from __future__ import annotations
@@ -65,6 +69,34 @@ TF32_PER_BF16 = 0.5
 #: back (1 read, 1 write) -> ~9; CFG's ``uncond + s * (cond - uncond)`` adds 3 reads, 2 writes.
 SCHEDULER_PASSES = 9
 CFG_COMBINE_PASSES = 5
+#: Host seconds per output element (pixel x channel x frame) to hand the decoded pixels back as
+#: the pipeline's ``output_type`` asks.  diffusers' ``VaeImageProcessor.postprocess`` (and
+#: ``VideoProcessor.postprocess_video`` frame by frame) runs ``pt_to_numpy`` --
+#: ``.cpu().permute(0, 2, 3, 1).float().numpy()`` -- for "np", then ``numpy_to_pil`` --
+#: ``(x * 255).round().astype("uint8")`` and one ``PIL.Image`` per image -- for "pil" (the
+#: default of the FLUX, SD3, CogVideoX and Mochi pipelines and of xDiT's examples); "pt" keeps
+#: the tensor on the device; "latent" also skips the VAE decode.  Measured with diffusers' own
+#: functions by ``python benchmarks/dit_postprocess.py`` on this project's CI-class x86 host
+#: (AMD EPYC, 2 threads), 1024^2 and 2048^2 RGB, four runs: "np" 4.1-4.9 ns, "pil" 7.5-13.7 ns
+#: per element (numpy's passes are single-threaded; the host is shared, hence the spread)
+#: -> 4.5 and 10 ns.  The device-to-host copy (2 bytes per element over PCIe, ~0.1 ns) is
+#: inside the noise.
+POSTPROCESS_S_PER_ELEMENT: dict[str, float] = {
+    "pil": 1.0e-8,
+    "np": 4.5e-9,
+    "pt": 0.0,
+    "latent": 0.0,
+}
+
+#: Seconds a VAE decode costs on top of its work when it is the process's first (the timed
+#: call decodes "cold": buffers allocated, convolution algorithms chosen and their kernels
+#: loaded for the first time).  xDiT PR #300 ("Enable warm up for VAE", 2024-10-10) measured
+#: it on FLUX, two 2048x1024 images, 4 x L20, Ulysses 4: 7.27 s without a VAE warm-up, 7.02 s
+#: with one (the plain VAE; 0.98 against 0.37 s for the first and second patch-parallel
+#: decode).  Before that PR xDiT's ``prepare_run`` warmed the pipeline up with
+#: ``output_type="latent"``, so its published image timings include it.
+VAE_COLD_START_S = 0.25
+
 #: Eager operations per step outside the transformer (scheduler step, CFG combination, timestep
 #: embedding inputs, latent concatenation for the batch of two): ~20 launches.
 SCHEDULER_OPS = 20
@@ -79,6 +111,8 @@ class SerialParts:
     scheduler_s: float
     vae_decode_s: float
     vae: dict[str, Any]
+    postprocess_s: float = 0.0
+    output_type: str = "pil"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: each part in seconds, with the per-encoder and VAE details."""
@@ -88,6 +122,8 @@ class SerialParts:
             "scheduler_s": self.scheduler_s,
             "vae_decode_s": self.vae_decode_s,
             "vae": dict(self.vae),
+            "postprocess_s": self.postprocess_s,
+            "output_type": self.output_type,
         }
 
 
@@ -112,6 +148,17 @@ def scheduler_time(model: DiTSpec, cluster: Cluster, latent_elements: int, cfg: 
     return gpu + SCHEDULER_OPS * efficiency.host_op_time(accel)
 
 
+def postprocess_time(
+    model: DiTSpec, *, height: int, width: int, frames: int, output_type: str = "pil"
+) -> float:
+    """Host seconds to hand ``frames`` decoded ``height`` x ``width`` RGB frames back as
+    ``output_type`` (see :data:`POSTPROCESS_S_PER_ELEMENT`); 0 without a VAE."""
+    if model.vae is None:
+        return 0.0
+    elements = float(max(1, frames)) * height * width * model.vae.out_channels
+    return elements * POSTPROCESS_S_PER_ELEMENT[output_type]
+
+
 def vae_conv_rate(accel: Accelerator) -> float:
     """FLOP/s of a VAE decoder's convolutions in bf16 on ``accel``: :data:`VAE_CONV_EFF` of the
     dense peak, capped by the measured :data:`VAE_CONV_CEILING` where one is known."""
@@ -128,11 +175,13 @@ def vae_decode(
     devices: int = 1,
     tiled: bool | None = None,
     nbytes: int = 2,
+    cold: bool = False,
 ) -> tuple[float, dict[str, Any]]:
     """Seconds of the VAE decode on ``devices`` (patch-parallel when > 1) and its details.
 
     ``tiled=None`` follows the VAE's default (frame-wise/tiled decoding where the VAE has a
-    tiling and the output is larger than one tile); ``True``/``False`` force it.
+    tiling and the output is larger than one tile); ``True``/``False`` force it.  ``cold``:
+    the decode is the process's first (:data:`VAE_COLD_START_S` on top).
     """
     vae = model.vae
     if vae is None:
@@ -158,7 +207,8 @@ def vae_decode(
         span = cluster.span(n)
         halo_s = cluster.collective_time("send_recv", work.halo_bytes, 2, span)
         norm_s = work.norms * cluster.collective_time("all_reduce", 2 * 32 * 4.0, n, span)
-    total = conv_s + act_s + mask_s + halo_s + norm_s
+    cold_s = VAE_COLD_START_S if cold else 0.0
+    total = conv_s + act_s + mask_s + halo_s + norm_s + cold_s
     detail = {
         "vae": vae.name,
         "precision": vae.precision,
@@ -172,5 +222,6 @@ def vae_decode(
         "mask_host_s": mask_s,
         "halo_s": halo_s,
         "norm_allreduce_s": norm_s,
+        "cold_start_s": cold_s,
     }
     return total, detail

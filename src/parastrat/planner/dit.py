@@ -56,6 +56,7 @@ _LABELS = {
     "ulysses_all_to_all": "Ulysses all-to-all",
     "ring_kv_exchange": "exposed ring K/V exchange",
     "ring_merge": "ring output merges",
+    "sp_layout": "sequence-parallel layout copies",
     "tp_all_reduce": "TP all-reduces",
     "sp_gather": "sequence gather",
     "cfg_gather": "CFG gather",
@@ -63,6 +64,7 @@ _LABELS = {
     "scheduler": "scheduler steps",
     "text_encode": "text encoding",
     "vae_decode": "VAE decode",
+    "postprocess": "output conversion",
 }
 
 

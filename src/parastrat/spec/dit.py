@@ -27,6 +27,7 @@ from typing import Any
 
 from ..checks import is_count
 from ..errors import SpecError
+from .block_traffic import EAGER_TRAFFIC, EagerTraffic
 from .text_encoder import (
     CLIP_G,
     CLIP_L,
@@ -130,6 +131,10 @@ class DiTSpec:
     #: the default pipeline runs one branch per step, and CFG parallelism has nothing to split.
     guidance_distilled: bool = False
     is_video: bool = False
+    #: Eager element-wise bytes per token of each block kind, counted on the family's real
+    #: block (:mod:`~parastrat.spec.block_traffic`); a kind without a count is priced with the
+    #: generic pass counts of ``estimate/dit.py``.
+    eager_traffic: tuple[EagerTraffic, ...] = ()
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -351,6 +356,7 @@ def _flux(name: str, text: int, source: str) -> DiTSpec:
         embedder_params=0.07e9,
         vae=KL_2D,
         guidance_distilled=True,
+        eager_traffic=EAGER_TRAFFIC["flux"],
         source=source,
     )
 
@@ -389,6 +395,7 @@ def _wan(name: str, dim: int, ffn: int, heads: int, layers: int, **kw: Any) -> D
         patch_size=2,
         text_encoders=(UMT5_XXL,),
         is_video=True,
+        eager_traffic=EAGER_TRAFFIC["wan"],
         **kw,
     )
 
@@ -468,6 +475,7 @@ register(
         vae=HUNYUAN_VAE,
         guidance_distilled=True,
         is_video=True,
+        eager_traffic=EAGER_TRAFFIC["hunyuanvideo"],
         source="tencent/HunyuanVideo (arXiv 2412.03603; diffusers HunyuanVideoTransformer3DModel: "
         "20 dual + 40 single blocks, 24x128 heads, mlp_ratio 4, patch 2/1, text_len 256, "
         "guidance_embeds true); 3D causal VAE 4x8x8, 16 channels; LLaVA-LLaMA-3-8B + CLIP-L",
@@ -487,6 +495,7 @@ register(
         text_encoders=(CLIP_L, CLIP_G, T5_XXL.with_tokens(256)),
         embedder_params=0.06e9,
         vae=KL_2D,
+        eager_traffic=EAGER_TRAFFIC["sd3.5"],
         source="stabilityai/stable-diffusion-3.5-large transformer/config.json (38 joint blocks, "
         "38x64 heads); text = 77 CLIP + 256 T5 tokens; 16-channel 8x VAE, patch 2",
     )
@@ -504,6 +513,7 @@ register(
         text_encoders=(CLIP_L, CLIP_G, T5_XXL.with_tokens(256)),
         embedder_params=0.03e9,
         vae=KL_2D,
+        eager_traffic=EAGER_TRAFFIC["sd3"],
         source="stabilityai/stable-diffusion-3-medium-diffusers transformer/config.json "
         "(SD3Transformer2DModel: num_layers 24, 24x64 heads, patch 2, joint_attention_dim 4096); "
         "text = 77 CLIP + 256 T5 tokens (StableDiffusion3Pipeline max_sequence_length 256)",
@@ -511,7 +521,9 @@ register(
 )
 
 
-def _cogvideox(name: str, layers: int, heads: int, patch_t: int, text: int, **kw: Any) -> DiTSpec:
+def _cogvideox(
+    name: str, layers: int, heads: int, patch_t: int, text: int, rope: bool = True, **kw: Any
+) -> DiTSpec:
     return DiTSpec(
         name=name,
         blocks=(BlockGroup("joint", layers),),
@@ -529,6 +541,8 @@ def _cogvideox(name: str, layers: int, heads: int, patch_t: int, text: int, **kw
         text_encoders=(T5_XXL.with_tokens(text),),
         vae=COGVIDEOX_VAE,
         is_video=True,
+        # CogVideoX-2b has no RoPE; 5b and 1.5 rotate Q and K of the video tokens
+        eager_traffic=EAGER_TRAFFIC["cogvideox-5b" if rope else "cogvideox-2b"],
         **kw,
     )
 
@@ -540,6 +554,7 @@ register(
         30,
         1,
         226,
+        rope=False,
         embedder_params=0.02e9,
         source="THUDM/CogVideoX-2b transformer/config.json (30 layers, 30x64 heads, patch 2, "
         "max_text_seq_length 226, time_embed_dim 512); VAE 4x8x8, 16 channels",
@@ -591,6 +606,7 @@ register(
         embedder_params=0.1e9,
         vae=MOCHI_VAE,
         is_video=True,
+        eager_traffic=EAGER_TRAFFIC["mochi"],
         source="genmo/mochi-1-preview transformer/config.json (MochiTransformer3DModel: 48 "
         "layers, 24x128 heads, patch 2, SwiGLU, max_sequence_length 256, pooled_projection_dim "
         "1536 = the text stream's width); "
@@ -612,6 +628,7 @@ register(
         text_encoder_params=8.3e9,
         embedder_params=0.03e9,
         vae=WAN21_VAE,
+        eager_traffic=EAGER_TRAFFIC["qwen-image"],
         source="Qwen/Qwen-Image transformer/config.json (60 MMDiT blocks, 24x128 heads, patch 2); "
         "text from Qwen2.5-VL-7B, up to max_sequence_length 512 tokens (an upper bound: "
         "prompts are not padded); Wan-style VAE, 8x, 16 channels",

@@ -38,6 +38,7 @@ from typing import Any
 from ..errors import SpecError
 from . import text_encoder as te
 from . import vae as vaes
+from .block_traffic import EAGER_TRAFFIC
 from .dit import BlockGroup, DiTSpec
 
 #: Largest config file read (a transformer config is a few hundred bytes).
@@ -162,6 +163,7 @@ def _flux(f: _Fields, name: str) -> DiTSpec:
         text_encoders=(te.CLIP_L, te.T5_XXL.with_tokens(512)),
         vae=vaes.KL_2D,
         guidance_distilled=f.flag("guidance_embeds"),
+        eager_traffic=EAGER_TRAFFIC["flux"],
         source=f"{f.where} (FluxTransformer2DModel; text 512 tokens as FluxPipeline)",
     )
 
@@ -182,6 +184,7 @@ def _qwen(f: _Fields, name: str) -> DiTSpec:
         text_encoders=(te.QWEN25_VL_7B,),
         vae=vaes.WAN21_VAE,
         guidance_distilled=f.flag("guidance_embeds"),
+        eager_traffic=EAGER_TRAFFIC["qwen-image"],
         source=f"{f.where} (QwenImageTransformer2DModel; Qwen2.5-VL text, up to 512 tokens)",
     )
 
@@ -200,6 +203,7 @@ def _sd3(f: _Fields, name: str) -> DiTSpec:
         latent_channels=f.whole("in_channels", 16),
         text_encoders=(te.CLIP_L, te.CLIP_G, te.T5_XXL.with_tokens(256)),
         vae=vaes.KL_2D,
+        eager_traffic=EAGER_TRAFFIC["sd3.5" if f.cfg.get("qk_norm") else "sd3"],
         source=f"{f.where} (SD3Transformer2DModel; 77 CLIP + 256 T5 tokens; dual-attention "
         "layers of MMDiT-X priced as plain joint blocks)",
     )
@@ -226,6 +230,7 @@ def _wan(f: _Fields, name: str) -> DiTSpec:
         text_encoders=(te.UMT5_XXL,),
         vae=vaes.WAN22_VAE if wan22 else vaes.WAN21_VAE_FP32,
         is_video=True,
+        eager_traffic=EAGER_TRAFFIC["wan"],
         source=f"{f.where} (WanTransformer3DModel; umT5 512 tokens; "
         f"{'Wan2.2' if wan22 else 'Wan2.1'} VAE)",
     )
@@ -253,6 +258,7 @@ def _hunyuan(f: _Fields, name: str) -> DiTSpec:
         vae=vaes.HUNYUAN_VAE,
         guidance_distilled=f.flag("guidance_embeds", True),
         is_video=True,
+        eager_traffic=EAGER_TRAFFIC["hunyuanvideo"],
         source=f"{f.where} (HunyuanVideoTransformer3DModel; LLaVA + CLIP text, 256 tokens)",
     )
 
@@ -276,6 +282,9 @@ def _cogvideox(f: _Fields, name: str) -> DiTSpec:
         text_encoders=(te.T5_XXL.with_tokens(text),),
         vae=vaes.COGVIDEOX_VAE,
         is_video=True,
+        eager_traffic=EAGER_TRAFFIC[
+            "cogvideox-5b" if f.flag("use_rotary_positional_embeddings") else "cogvideox-2b"
+        ],
         source=f"{f.where} (CogVideoXTransformer3DModel; T5 {text} tokens)",
     )
 
@@ -298,6 +307,7 @@ def _mochi(f: _Fields, name: str) -> DiTSpec:
         text_encoders=(te.T5_XXL.with_tokens(text),),
         vae=vaes.MOCHI_VAE,
         is_video=True,
+        eager_traffic=EAGER_TRAFFIC["mochi"],
         source=f"{f.where} (MochiTransformer3DModel; T5 {text} tokens)",
     )
 
