@@ -37,7 +37,10 @@ def test_span():
     assert c.span(8) == "intra"
     assert c.span(2, stride=4) == "intra"  # ranks 0 and 4: same node
     assert c.span(2, stride=8) == "inter"  # ranks 0 and 8: next node
-    assert ps.Cluster("gb200", 144).span(64) == "intra"
+    # 144 GB200 = 36 nodes: Bridge's launcher places them in 18-node (72-GPU) segments, so a
+    # 64-rank block at rank 64 straddles two racks; 128 GPUs sit in 64-GPU segments
+    assert ps.Cluster("gb200", 144).span(64) == "inter"
+    assert ps.Cluster("gb200", 128).span(64) == "intra"
 
 
 def test_bus_factors_match_nccl_tests():
@@ -108,3 +111,38 @@ def test_time_grows_with_bytes_and_factor_below_two(op, n, nbytes):
     t1 = c.collective_time(op, nbytes, n)
     t2 = c.collective_time(op, 2 * nbytes, n)
     assert t2 > t1 > 0 and math.isfinite(t2)
+
+
+@pytest.mark.parametrize(
+    "gpus, segment",
+    [(64, 64), (72, 72), (128, 64), (256, 64), (144, 72), (80, 40), (8, 8), (36, 36)],
+)
+def test_nvl72_segments_follow_bridges_launcher(gpus, segment):
+    """GB200 NVL72 jobs are placed in Slurm segments of the largest divisor of the node count
+    up to 18 nodes (Megatron Bridge's performance launcher): 16 nodes for 32 / 64 nodes."""
+    c = ps.Cluster("gb200", gpus)
+    assert c.segment == segment
+    nodes = gpus // 4
+    assert segment // 4 == (
+        nodes if nodes <= 18 else max(k for k in range(1, 19) if nodes % k == 0)
+    )
+
+
+def test_span_prices_groups_that_straddle_two_racks():
+    """A block of ``size x stride`` consecutive ranks that does not divide the segment puts
+    some group across two NVL72 racks: priced over the scale-out link.  64-GPU segments keep
+    every power-of-two group of up to 64 ranks inside; 72-GPU segments (36 nodes) do not."""
+    by64, by72 = ps.Cluster("gb200", 256), ps.Cluster("gb200", 144)
+    for size, stride in ((8, 1), (16, 1), (64, 1), (8, 8), (4, 16)):
+        assert by64.span(size, stride) == "intra"
+    assert by72.span(8, 1) == "intra" and by72.span(72, 1) == "intra"
+    assert by72.span(16, 1) == by72.span(64, 1) == by72.span(8, 8) == "inter"
+    assert by64.span(72, 1) == "inter"  # wider than a segment
+    # single-node domains keep the size rule (the block's alignment inside a node not priced)
+    assert ps.Cluster("h100", 24).span(3, 1) == "intra"
+    assert ps.Cluster("h100", 24).span(16, 1) == "inter"
+    # the EP all-to-all of a 144-GPU job with EP 16 is priced across the racks
+    from parastrat.estimate import comm
+
+    a2a = comm.Collective("ep", "all_to_all", 64e6, 16, 1)
+    assert a2a.time(by72) > a2a.time(ps.Cluster("gb200", 128))

@@ -92,13 +92,14 @@ def _split_all_to_all(
 ) -> float:
     """An all-to-all whose group spans scale-up domains.
 
-    Of the ``n - 1`` peers of a rank, ``local - 1`` share its domain; only the rest of its
+    Of the ``n - 1`` peers of a rank, ``local - 1`` share its domain (the worst-placed rank's,
+    :meth:`Cluster.local_peers`: a group straddling two NVL72 segments); only the rest of its
     data crosses the scale-out link (NCCL sends each peer's slice directly), while the local
     slices move over NVLink/HCCS at the same time.  Both parts are priced by
     ``collective_time`` with the bytes that really take that link: the slower one wins.
     ``remote_scale`` / ``local_scale`` scale the two parts for a de-duplicating dispatcher.
     """
-    local = max(1, min(n, cluster.scale_up_domain // max(stride, 1)))
+    local = cluster.local_peers(n, stride)
     remote = n - local
     if remote <= 0:
         return cluster.collective_time("all_to_all", nbytes, n, "intra")

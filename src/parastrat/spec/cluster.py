@@ -15,8 +15,11 @@ with ``(alpha, busbw)`` per link class ("intra": inside one NVLink/HCCS scale-up
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from functools import lru_cache
+from math import gcd
 from pathlib import Path
 from typing import Any
 
@@ -309,10 +312,51 @@ class Cluster:
         """Dense peak FLOP/s of one device at ``precision``."""
         return self._accel.peak(precision)
 
+    @property
+    def segment(self) -> int:
+        """Devices of one contiguous placement unit inside a scale-up domain, which ranks fill
+        in order.  A single-node domain (8 GPUs of an HGX board) is its own unit.  A multi-node
+        domain (GB200 / GB300 NVL72: 18 trays of 4 GPUs) is cut into Slurm segments: Megatron
+        Bridge's performance launcher asks for ``--segment`` = the largest divisor of the node
+        count up to the domain's nodes (``scripts/performance/utils/executors.py``: 16 nodes,
+        64 GPUs, for 32 or 64 nodes; 18 for 36), so a job of more nodes than one domain holds
+        is placed in whole segments of that many nodes."""
+        dpn, dom = self.devices_per_node, self.scale_up_domain
+        domain_nodes = dom // dpn
+        if domain_nodes <= 1:
+            return min(dom, self.num_devices)
+        nodes = self.num_nodes
+        if nodes <= domain_nodes:
+            return nodes * dpn
+        return dpn * max(k for k in range(domain_nodes, 0, -1) if nodes % k == 0)
+
     # ---- communication -------------------------------------------------------------------
     def span(self, group_size: int, stride: int = 1) -> str:
-        """ "intra" when ``group_size`` ranks ``stride`` apart stay in one scale-up domain."""
-        return "intra" if group_size * stride <= self.scale_up_domain else "inter"
+        """ "intra" when every group of ``group_size`` ranks ``stride`` apart stays in one
+        scale-up domain: ``group_size * stride`` ranks fit in it, and, for a domain of several
+        nodes, in one :attr:`segment`.  Megatron's rank order places such a group in an aligned
+        block of ``group_size * stride`` consecutive ranks; the blocks stay inside the segment
+        they start in when their size divides it (or the job is one segment), else some group
+        straddles two segments (two racks) and runs at the scale-out link's pace.  (Inside one
+        node the block's alignment is not priced.)"""
+        extent = group_size * stride
+        if extent > self.scale_up_domain:
+            return "inter"
+        if self.scale_up_domain <= self.devices_per_node:
+            return "intra"
+        seg = self.segment
+        if extent > seg:
+            return "inter"
+        return "intra" if seg % extent == 0 or self.num_devices <= seg else "inter"
+
+    def local_peers(self, group_size: int, stride: int = 1) -> int:
+        """Fewest members of one group (a rank and those in its placement unit: the
+        :attr:`segment` of a multi-node domain, the node's domain otherwise) that share a
+        unit, over every group of ``group_size`` ranks ``stride`` apart: the ranks whose
+        all-to-all slices stay on the scale-up link for the worst-placed rank."""
+        dom = self.scale_up_domain
+        unit = self.segment if dom > self.devices_per_node else dom
+        return _local_peers(group_size, max(stride, 1), unit, self.num_devices)
 
     def link(self, span: str) -> tuple[float, float]:
         """(per-step latency in s, achievable bus bandwidth in B/s) of a link class."""
@@ -389,3 +433,18 @@ class Cluster:
             "scale_out_bw_Bps": self.scale_out_bw_Bps,
             "calibration": self.calibration.to_dict() if self.calibration else None,
         }
+
+
+@lru_cache(maxsize=4096)
+def _local_peers(n: int, stride: int, unit: int, world: int) -> int:
+    """:meth:`Cluster.local_peers` over one period of the rank layout (the groups of
+    ``n`` ranks ``stride`` apart tile aligned blocks of ``n * stride`` ranks; units of ``unit``
+    consecutive ranks)."""
+    extent = n * stride
+    period = min(max(world, extent), extent * unit // gcd(extent, unit))
+    fewest = n
+    for start in range(0, period, extent):
+        for offset in range(stride):
+            units = Counter((start + offset + i * stride) // unit for i in range(n))
+            fewest = min(fewest, min(units.values()))
+    return fewest
