@@ -254,3 +254,16 @@ def test_fp8_recipe_follows_the_spelling_and_is_priced():
     assert ds.breakdown["compute"] < cs.breakdown["compute"]
     assert ds.breakdown["tp_exposed"] < cs.breakdown["tp_exposed"]  # no amax all-reduces
     assert step("fp8").step_time_s == pytest.approx(cs.step_time_s)
+    assert (ds.fp8_recipe, cs.fp8_recipe) == ("delayed", "current")
+    assert ds.to_dict()["fp8_recipe"] == "delayed"
+    from parastrat.planner.explain import explain_strategy
+
+    text = explain_strategy(
+        m,
+        ps.Strategy(tp=4, pp=2, sp=True).with_world_size(64),
+        ps.Cluster("h100", num_devices=64),
+        seq_len=4096,
+        global_batch_size=256,
+        precision="fp8-ds",
+    )
+    assert "fp8 (delayed scaling) on 64 x h100" in text.splitlines()[0]

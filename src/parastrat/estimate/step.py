@@ -314,6 +314,9 @@ class StepReport:
     stage: int = 0
     stage_params: float = 0.0
     stage_expert_params: float = 0.0
+    #: the quantisation recipe priced (``Workload.fp8_recipe``: "current", "delayed",
+    #: "blockwise", "mxfp8", "nvfp4"; None for BF16)
+    fp8_recipe: str | None = None
 
     @property
     def exposed_comm_s(self) -> float:
@@ -333,6 +336,7 @@ class StepReport:
             "micro_batches": self.micro_batches,
             "world_size": self.world_size,
             "precision": self.precision,
+            "fp8_recipe": self.fp8_recipe,
             "recompute": self.recompute,
             "model_flops_per_token": self.model_flops_per_token,
             "flops_convention": "model FLOPs = 3 x forward (6 N_active per token + causal "
@@ -1310,6 +1314,7 @@ class StepModel:
             micro_batches=m,
             world_size=world,
             precision=wl.precision,
+            fp8_recipe=wl.fp8_recipe,
             recompute=mode,
             model_flops_per_token=fpt,
             notes=tuple(notes),

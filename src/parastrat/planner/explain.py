@@ -327,7 +327,7 @@ def explain_strategy(
     total = step.step_time_s
     lines = [
         f"{mem.model} | {s} | mbs {mem.micro_batch_size} | {step.recompute} recompute | "
-        f"{step.precision} on {cluster.num_devices} x {cluster.accel.name}",
+        f"{_precision_label(step)} on {cluster.num_devices} x {cluster.accel.name}",
         f"step {total:.3f} s, {step.tokens_per_s_per_gpu:,.0f} tokens/s/GPU, "
         f"{step.tflops_per_gpu:.0f} TFLOP/s/GPU, MFU {step.mfu:.1%}, "
         f"{step.micro_batches} micro-batches",
@@ -344,3 +344,10 @@ def explain_strategy(
     )
     lines += [f"note: {n}" for n in step.notes]
     return "\n".join(lines)
+
+
+def _precision_label(step: StepReport) -> str:
+    """The precision, with its FP8 scaling recipe when that is not FP8's default (current)."""
+    if step.precision == "fp8" and step.fp8_recipe not in (None, "current"):
+        return f"fp8 ({step.fp8_recipe} scaling)"
+    return step.precision
