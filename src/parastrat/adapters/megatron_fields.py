@@ -508,9 +508,10 @@ def _tp_overlap_default(s: Strategy, plan: Any) -> bool:
     precision (:meth:`~parastrat.spec.workload.Switches.tp_overlap`: off at NVFP4)."""
     from ..spec.workload import Switches
 
-    domain = getattr(getattr(plan, "cluster", None), "scale_up_domain", None) or s.tp
+    cluster = getattr(plan, "cluster", None)
+    intra = cluster.span(s.tp, 1) == "intra" if cluster is not None else True
     precision = getattr(plan, "precision", None) or "bf16"
-    return Switches().tp_overlap(tp=s.tp, sp=s.sp, intra=s.tp <= domain, precision=precision)
+    return Switches().tp_overlap(tp=s.tp, sp=s.sp, intra=intra, precision=precision)
 
 
 def _dispatcher_on(dispatcher: Any, plan: Any) -> Any:
