@@ -199,3 +199,26 @@ def test_tiny_image_plans_with_tp_not_sequence_ranks():
     r = plan_dit("flux.1-dev", ps.Cluster("h100", num_devices=8), height=32, width=32, steps=28)
     assert all(c.strategy.ulysses * c.strategy.ring <= 4 for c in r.candidates)
     assert any(c.strategy.tp > 1 for c in r.candidates)
+
+
+def test_every_breakdown_entry_has_a_label_for_the_why_lines():
+    """The planner's "why" lines name breakdown entries through one table: every entry an
+    estimate reports (sequence-parallel, TP and CFG splits, serial parts) has its label."""
+    from parastrat.planner.dit import _LABELS
+
+    keys: set[str] = set()
+    for s in (
+        ps.Strategy(ulysses=2, ring=2, cfg=2),
+        ps.Strategy(tp=2),
+    ):
+        r = ps.estimate_dit(
+            "cogvideox-2b",
+            s,
+            ps.Cluster("a100", 8),
+            height=480,
+            width=720,
+            frames=49,
+            steps=2,
+        )
+        keys |= set(r.breakdown)
+    assert keys and keys <= set(_LABELS), sorted(keys - set(_LABELS))

@@ -35,14 +35,7 @@ from ..grid import expert_dp
 from ..spec.hardware import QUANTISED, Accelerator, require_dispatcher, require_precision
 from ..spec.model import ModelSpec
 from ..spec.workload import CUDA_GRAPH_SCOPES as CUDA_GRAPH_SCOPES
-from ..spec.workload import (
-    TP_OVERLAP_OFF_BY_DEFAULT,
-    Mechanisms,
-    Switches,
-    Workload,
-    normalize_recompute,
-    resolve,
-)
+from ..spec.workload import Mechanisms, Switches, Workload, normalize_recompute, resolve
 from ..spec.workload import cuda_graph_scopes as cuda_graph_scopes
 from ..spec.workload import moe_dispatcher as _moe_dispatcher
 from . import comm, kernel_model, memo, moe_kernels  # kernels: shape model, expert load
@@ -1055,7 +1048,7 @@ class StepModel:
                 f"{self._cluster.scale_up_domain}: every layer's TP collectives use the "
                 "scale-out link"
             )
-        if self._nvfp4_overlap_off(s):
+        if self._default_turned_tp_overlap_off(s, strides):
             notes.append(
                 "TP communication priced without userbuffers overlap: Megatron Bridge's NVFP4 "
                 "recipes set tp_comm_overlap=False (Transformer Engine's NVFP4 GEMM does not "
@@ -1063,13 +1056,17 @@ class StepModel:
             )
         return self._report(step, st, _breakdown(m, st, pp), m, world, mode, notes)
 
-    def _nvfp4_overlap_off(self, s: Strategy) -> bool:
-        """Whether the NVFP4 default alone turned TP overlap off for ``s`` (a report note)."""
-        return (
-            self._switches.tp_comm_overlap is None
-            and s.sp
-            and s.tp > 1
-            and self._workload.precision in TP_OVERLAP_OFF_BY_DEFAULT
+    def _default_turned_tp_overlap_off(self, s: Strategy, strides: dict[str, int]) -> bool:
+        """Whether the unset switch's precision default alone prices TP without overlap for
+        ``s`` (:meth:`Switches.tp_overlap` read twice: as set, and with the overlap asked for)."""
+        sw = self._switches
+        if sw.tp_comm_overlap is not None:
+            return False
+        asked = replace(sw, tp_comm_overlap=True)
+        intra = self._cluster.span(s.tp, strides["tp"]) == "intra"
+        prec = self._workload.precision
+        return asked.tp_overlap(tp=s.tp, sp=s.sp, intra=intra, precision=prec) and not (
+            sw.tp_overlap(tp=s.tp, sp=s.sp, intra=intra, precision=prec)
         )
 
     def _stages(

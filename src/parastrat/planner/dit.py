@@ -49,6 +49,8 @@ COMM_KEYS = (
     "cfg_gather",
 )
 
+#: How the "why" lines name each breakdown entry of :class:`~parastrat.estimate.dit.DiTReport`
+#: (``tests/test_plan_dit.py`` checks that every entry has one).
 _LABELS = {
     "linear": "linear layers",
     "attention": "attention",

@@ -178,12 +178,17 @@ class Workload:
         spelled = precision_recipe(self.precision)
         object.__setattr__(self, "precision", canonical_precision(self.precision))
         recipe = self.fp8_recipe if self.fp8_recipe is not None else spelled
-        allowed = FP8_RECIPES if self.precision == "fp8" else (spelled,)
-        if recipe not in allowed:
+        if self.precision == "fp8" and recipe not in FP8_RECIPES:
+            raise SpecError(
+                f"fp8_recipe={self.fp8_recipe!r} is not an FP8 scaling recipe; use one of "
+                f"{', '.join(FP8_RECIPES)} (or a spelling such as precision='fp8-delayed')"
+            )
+        if self.precision != "fp8" and recipe != spelled:
             raise SpecError(
                 f"fp8_recipe={self.fp8_recipe!r} does not apply to precision "
-                f"{self.precision!r}; use one of {allowed} (FP8 only: "
-                f"{', '.join(FP8_RECIPES)})"
+                f"{self.precision!r} (it has {'no' if spelled is None else 'its own'} scaling "
+                f"recipe); drop fp8_recipe, or use precision='fp8' with one of "
+                f"{', '.join(FP8_RECIPES)}"
             )
         object.__setattr__(self, "fp8_recipe", recipe)
 
