@@ -264,3 +264,29 @@ def test_tp_async_hides_nothing_when_combined_1f1b_delays_the_wgrad():
     sync = parse_ablation("tp_async")
     assert run(moe_a2a_overlap=True) == pytest.approx(run(moe_a2a_overlap=True, mechanisms=sync))
     assert run() < run(mechanisms=sync)
+
+
+def test_ascend_prices_tp_without_comm_gemm_overlap_unless_asked():
+    """On Ascend an unset ``tp_comm_overlap`` is off (MindSpeed-LLM's MC2 is off by default;
+    no userbuffers): the TP collectives sit on the critical path, the note says why, and
+    ``tp_comm_overlap=True`` prices the overlap back on; an NVIDIA part keeps it on."""
+    kw = dict(seq_len=8192, global_batch_size=64, micro_batch_size=1)
+    strategy = ps.Strategy(tp=8, sp=True)
+    model = ps.models.get("llama3-8b")
+
+    def run(accel: str, switches: Switches):
+        return ps.estimate_step(model, strategy, ps.Cluster(accel, 8), switches, **kw)
+
+    default = run("ascend-910b", Switches())
+    forced = run("ascend-910b", Switches(tp_comm_overlap=True))
+    assert forced.step_time_s < default.step_time_s
+    assert default.breakdown["tp_exposed"] > 2 * forced.breakdown["tp_exposed"]
+    assert any("MC2" in n and "--use-ascend-mc2" in n for n in default.notes)
+    assert not any("MC2" in n for n in forced.notes)
+    h100 = run("h100", Switches())
+    assert h100.step_time_s == pytest.approx(
+        run("h100", Switches(tp_comm_overlap=True)).step_time_s
+    )
+    rule = Switches()
+    assert not rule.tp_overlap(tp=8, sp=True, intra=True, precision="bf16", vendor="huawei")
+    assert rule.tp_overlap(tp=8, sp=True, intra=True, precision="bf16", vendor="nvidia")

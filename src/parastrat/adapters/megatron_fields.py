@@ -505,13 +505,15 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
 
 def _tp_overlap_default(s: Strategy, plan: Any) -> bool:
     """The step model's reading of an unset ``tp_comm_overlap`` for the plan's cluster and
-    precision (:meth:`~parastrat.spec.workload.Switches.tp_overlap`: off at NVFP4)."""
+    precision (:meth:`~parastrat.spec.workload.Switches.tp_overlap`: off at NVFP4 and on
+    Ascend)."""
     from ..spec.workload import Switches
 
     cluster = getattr(plan, "cluster", None)
     intra = cluster.span(s.tp, 1) == "intra" if cluster is not None else True
     precision = getattr(plan, "precision", None) or "bf16"
-    return Switches().tp_overlap(tp=s.tp, sp=s.sp, intra=intra, precision=precision)
+    vendor = cluster.accel.vendor if cluster is not None else "nvidia"
+    return Switches().tp_overlap(tp=s.tp, sp=s.sp, intra=intra, precision=precision, vendor=vendor)
 
 
 def _dispatcher_on(dispatcher: Any, plan: Any) -> Any:

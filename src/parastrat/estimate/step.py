@@ -35,7 +35,14 @@ from ..grid import expert_dp
 from ..spec.hardware import QUANTISED, Accelerator, require_dispatcher, require_precision
 from ..spec.model import ModelSpec
 from ..spec.workload import CUDA_GRAPH_SCOPES as CUDA_GRAPH_SCOPES
-from ..spec.workload import Mechanisms, Switches, Workload, normalize_recompute, resolve
+from ..spec.workload import (
+    TP_OVERLAP_OFF_VENDORS,
+    Mechanisms,
+    Switches,
+    Workload,
+    normalize_recompute,
+    resolve,
+)
 from ..spec.workload import cuda_graph_scopes as cuda_graph_scopes
 from ..spec.workload import moe_dispatcher as _moe_dispatcher
 from . import comm, kernel_model, memo, moe_kernels  # kernels: shape model, expert load
@@ -848,6 +855,7 @@ class StepModel:
             sp=s.sp,
             intra=self._cluster.span(s.tp, strides["tp"]) == "intra",
             precision=self._workload.precision,
+            vendor=self._cluster.accel.vendor,
         )
 
     def per_layer(
@@ -1049,12 +1057,25 @@ class StepModel:
                 "scale-out link"
             )
         if self._default_turned_tp_overlap_off(s, strides):
-            notes.append(
-                "TP communication priced without userbuffers overlap: Megatron Bridge's NVFP4 "
-                "recipes set tp_comm_overlap=False (Transformer Engine's NVFP4 GEMM does not "
-                "take it); Switches(tp_comm_overlap=True) prices it on"
-            )
+            notes.append(self._tp_overlap_off_note())
         return self._report(step, st, _breakdown(m, st, pp), m, world, mode, notes)
+
+    def _tp_overlap_off_note(self) -> str:
+        """Why an unset ``tp_comm_overlap`` was priced off (:meth:`Switches.tp_overlap`)."""
+        if self._cluster.accel.vendor in TP_OVERLAP_OFF_VENDORS:
+            why = (
+                "on Ascend, MindSpeed-LLM keeps its matmul-collective fusion (MC2, "
+                "--use-ascend-mc2) off by default and Transformer Engine's userbuffers do not run"
+            )
+        else:
+            why = (
+                "Megatron Bridge's NVFP4 recipes set tp_comm_overlap=False (Transformer "
+                "Engine's NVFP4 GEMM does not take it)"
+            )
+        return (
+            f"TP communication priced without comm-GEMM overlap: {why}; "
+            "Switches(tp_comm_overlap=True) prices it on"
+        )
 
     def _default_turned_tp_overlap_off(self, s: Strategy, strides: dict[str, int]) -> bool:
         """Whether the unset switch's precision default alone prices TP without overlap for
@@ -1063,11 +1084,14 @@ class StepModel:
         if sw.tp_comm_overlap is not None:
             return False
         asked = replace(sw, tp_comm_overlap=True)
-        intra = self._cluster.span(s.tp, strides["tp"]) == "intra"
-        prec = self._workload.precision
-        return asked.tp_overlap(tp=s.tp, sp=s.sp, intra=intra, precision=prec) and not (
-            sw.tp_overlap(tp=s.tp, sp=s.sp, intra=intra, precision=prec)
+        where = dict(
+            tp=s.tp,
+            sp=s.sp,
+            intra=self._cluster.span(s.tp, strides["tp"]) == "intra",
+            precision=self._workload.precision,
+            vendor=self._cluster.accel.vendor,
         )
+        return asked.tp_overlap(**where) and not sw.tp_overlap(**where)
 
     def _stages(
         self, s: Strategy, split: PipelineSplit, per: dict[bool, dict[str, float]], tokens: float

@@ -369,6 +369,15 @@ def parse_ablation(text: str | None, base: Mechanisms | None = None) -> Mechanis
 #: Megatron Bridge PR #4632), because Transformer Engine's NVFP4 forward GEMM does not take
 #: the userbuffers comm-GEMM overlap (it asserts ``ub is None``; same PR).
 TP_OVERLAP_OFF_BY_DEFAULT = frozenset({"nvfp4"})
+#: Accelerator vendors on which an unset ``tp_comm_overlap`` means off.  Huawei: Megatron's
+#: ``--tp-comm-overlap`` is Transformer Engine's userbuffers (CUDA only), and the Ascend
+#: replacement, MC2 (matmul fused with the all-gather / reduce-scatter, ``--use-ascend-mc2``),
+#: is off by default in MindSpeed-LLM ("MindSpeed-LLM 中 MC2 功能默认关闭": its
+#: ``validate_args_decorator`` sets ``args.use_ascend_mc2 = False``;
+#: ``docs/zh/pytorch/features/mcore/mc2.md``) and not supported for MoE layers' MLPs.  The
+#: backward's asynchronous input-gradient collective behind the weight-gradient GEMM
+#: (Megatron's own linear layers) is priced either way (the ``tp_async`` mechanism).
+TP_OVERLAP_OFF_VENDORS = frozenset({"huawei"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -436,14 +445,21 @@ class Switches:
                 "(e.g. Mechanisms(shape=False) or parse_ablation('shape'))"
             )
 
-    def tp_overlap(self, *, tp: int, sp: bool, intra: bool, precision: str) -> bool:
+    def tp_overlap(
+        self, *, tp: int, sp: bool, intra: bool, precision: str, vendor: str = "nvidia"
+    ) -> bool:
         """Whether TP communication runs behind the GEMMs: ``tp_comm_overlap`` as set, or when
         unset (None) on with SP for a TP group inside the scale-up domain, except at the
-        precisions of :data:`TP_OVERLAP_OFF_BY_DEFAULT` (the step model prices it and
-        ``apply`` writes it from this one rule)."""
+        precisions of :data:`TP_OVERLAP_OFF_BY_DEFAULT` and on the accelerator vendors of
+        :data:`TP_OVERLAP_OFF_VENDORS` (the step model prices it and ``apply`` writes it from
+        this one rule)."""
         on = sp and tp > 1 and intra
         if self.tp_comm_overlap is None:
-            return on and canonical_precision(precision) not in TP_OVERLAP_OFF_BY_DEFAULT
+            return (
+                on
+                and canonical_precision(precision) not in TP_OVERLAP_OFF_BY_DEFAULT
+                and vendor not in TP_OVERLAP_OFF_VENDORS
+            )
         return on and self.tp_comm_overlap
 
     @property
