@@ -1084,14 +1084,13 @@ class StepModel:
         if sw.tp_comm_overlap is not None:
             return False
         asked = replace(sw, tp_comm_overlap=True)
-        where = dict(
-            tp=s.tp,
-            sp=s.sp,
-            intra=self._cluster.span(s.tp, strides["tp"]) == "intra",
-            precision=self._workload.precision,
-            vendor=self._cluster.accel.vendor,
-        )
-        return asked.tp_overlap(**where) and not sw.tp_overlap(**where)
+        intra = self._cluster.span(s.tp, strides["tp"]) == "intra"
+        prec, vendor = self._workload.precision, self._cluster.accel.vendor
+
+        def on(switches: Switches) -> bool:
+            return switches.tp_overlap(tp=s.tp, sp=s.sp, intra=intra, precision=prec, vendor=vendor)
+
+        return on(asked) and not on(sw)
 
     def _stages(
         self, s: Strategy, split: PipelineSplit, per: dict[bool, dict[str, float]], tokens: float
