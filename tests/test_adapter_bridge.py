@@ -665,3 +665,28 @@ def test_nvfp4_plan_writes_tp_overlap_off_as_bridges_nvfp4_recipes(bridge, monke
     assert cfg.comm_overlap.tp_comm_overlap is False
     assert "comm_overlap.tp_comm_overlap=false" in mg.to_overrides(plan)
     validate(cfg, 64, monkeypatch)
+
+
+def test_sink_and_window_attention_refuse_ring_cp_as_transformer_engine_does(bridge, monkeypatch):
+    """GPT-OSS (a 128-token window and learnable sinks, read from Bridge's real provider):
+    ring CP is refused by the project's rule with the container untouched (Transformer Engine
+    has no p2p context-parallel attention for either); the Ulysses fix the message names
+    applies as ``cp_comm_type='a2a'`` and passes Bridge's validate()."""
+    import megatron.bridge.models as models
+
+    from parastrat.strategy import MEGATRON_ORDER
+
+    cfg = gpt3_recipe()
+    cfg.dataset.sequence_length = 4096
+    cfg.model = models.GPTOSSProvider120B(seq_length=4096, apply_rope_fusion=False)
+    cfg.model.moe_permute_fusion = False
+    before = identities(cfg)
+    ring = Strategy(pp=4, cp=2, ep=8, order=MEGATRON_ORDER)
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, ring, world_size=64)
+    assert err.value.rules == ["cp-ring-attention"]
+    assert "ulysses=2" in err.value.violations[0].hint
+    assert unchanged(cfg, before) == []
+    mg.apply(cfg, ring.replace(ulysses=2, ring=1), world_size=64)
+    assert (cfg.model.context_parallel_size, cfg.model.cp_comm_type) == (2, "a2a")
+    validate(cfg, 64, monkeypatch)

@@ -83,6 +83,9 @@ def test_details_of_moe_and_mla_fields():
     assert (ds.moe_router_num_groups, ds.moe_router_group_topk) == (8, 4)
     oss = ps.ModelSpec.from_hf_config(DATA / "gpt-oss-120b.json")
     assert oss.add_bias_linear and oss.moe_ffn_hidden_size == 2880 and oss.moe_router_topk == 4
+    # GPT-OSS's attention sinks have no config field: the model type says so
+    assert oss.softmax_type == "learnable" == ps.models.get("gpt-oss-120b").softmax_type
+    assert ps.ModelSpec.from_hf_config(DATA / "qwen3-8b.json").softmax_type == "vanilla"
     assert ps.ModelSpec.from_hf_config(DATA / "qwen3-8b.json").qk_layernorm
     # GPT-OSS: 128-token window on the layers layer_types marks "sliding_attention", which
     # alternate starting with the first (full attention on every 2nd layer)

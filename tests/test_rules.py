@@ -216,3 +216,39 @@ def test_sp_without_tp_megatron_view():
     with pytest.raises(StrategyError) as e:
         Strategy(tp=1, sp=True)
     assert e.value.rules == ["sp-needs-tp"]
+
+
+@pytest.mark.parametrize(
+    ("extra", "what"),
+    [({"sliding_window": 4096}, "sliding window"), ({"softmax_type": "learnable"}, "sinks")],
+)
+def test_ring_cp_refused_for_window_and_sink_attention(extra, what):
+    """Transformer Engine's context-parallel attention takes a sliding window or attention
+    sinks only with cp_comm_type='a2a': ring (p2p) and hierarchical (a2a+p2p) CP are refused,
+    Ulysses is not, and the hint's Ulysses degree divides the heads per TP rank."""
+    import dataclasses
+
+    from parastrat.strategy import MEGATRON_ORDER
+
+    model = dataclasses.replace(LLAMA70, name="windowed", **extra)
+    ring = Strategy(tp=8, cp=2, sp=True)
+    found = ring.check(model)
+    assert [v.rule for v in found] == ["cp-ring-attention"] and what in found[0].message
+    assert "ulysses=2" in found[0].hint
+    assert rules(Strategy(tp=8, ulysses=2, ring=2, sp=True, order=MEGATRON_ORDER), model=model) == [
+        "cp-ring-attention"
+    ]
+    assert rules(Strategy(tp=8, cp=2, ulysses=2, sp=True, order=MEGATRON_ORDER), model=model) == []
+    assert rules(ring, model=LLAMA70) == []  # full softmax attention: ring is fine
+    # 64 heads / tp 8 = 8 per rank: cp 16 cannot be Ulysses, the hint says which can
+    hint = Strategy(tp=8, cp=16, sp=True).check(model)[0].hint
+    assert "{1, 2, 4, 8}" in hint
+
+
+def test_softmax_type_is_checked():
+    import dataclasses
+
+    from parastrat.errors import SpecError
+
+    with pytest.raises(SpecError, match="softmax_type"):
+        dataclasses.replace(LLAMA70, softmax_type="sink")

@@ -477,6 +477,8 @@ def model_violations(s: Strategy, model: Any) -> list[Violation]:
                             f"use ulysses in {fmt_set(divisors(local_kv))} and add ring",
                         )
                     )
+    if s.ring > 1 and not s.is_inference:
+        out += _ring_attention_violations(s, model, name)
     if layers:
         out += layer_split_violations(s, layers, getattr(model, "mtp_num_layers", None))
     if experts and getattr(model, "add_bias_linear", False) and s.etp != 1:
@@ -514,6 +516,34 @@ def model_violations(s: Strategy, model: Any) -> list[Violation]:
             )
         )
     return out
+
+
+def _ring_attention_violations(s: Strategy, model: Any, name: str) -> list[Violation]:
+    """Ring context parallelism (``cp_comm_type`` p2p or a2a+p2p) against the attention
+    variants Transformer Engine's context-parallel attention refuses it for: a sliding window
+    and attention sinks ("No support for SWA with cp_comm_type={p2p, a2a+p2p}" and "only
+    supports cp_comm_type=a2a for non-vanilla softmax types", TE
+    ``tests/pytorch/attention/test_attention_with_cp.py``; Megatron Bridge's GPT-OSS recipe:
+    "only a2a cp is supported for sink attention")."""
+    window = getattr(model, "sliding_window", None)
+    softmax = getattr(model, "softmax_type", "vanilla")
+    if not window and softmax == "vanilla":
+        return []
+    what = f"a {window}-token sliding window" if window else f"attention sinks ({softmax} softmax)"
+    heads = getattr(model, "num_attention_heads", None) or 0
+    local = heads // s.tp if heads and heads % s.tp == 0 else 0
+    fix = f"use ulysses={s.cp} (cp_comm_type='a2a')"
+    if local and local % s.cp:
+        fix = f"use cp in {fmt_set(divisors(local))} as ulysses (cp_comm_type='a2a'), or cp=1"
+    return [
+        _err(
+            "cp-ring-attention",
+            f"cp={s.cp} with ring={s.ring} (cp_comm_type={s.cp_comm_type!r}) on {name}, whose "
+            f"attention has {what}: Transformer Engine's context-parallel attention supports it "
+            "only with cp_comm_type='a2a'",
+            fix,
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

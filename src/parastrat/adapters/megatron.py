@@ -90,6 +90,9 @@ class ModelView:
     num_moe_experts: int | None
     mtp_num_layers: int | None = None
     add_bias_linear: bool = False
+    #: keys a query sees under Megatron's ``window_size = (left, 0)``: left + 1; None: full
+    sliding_window: int | None = None
+    softmax_type: str = "vanilla"
 
 
 @dataclass(frozen=True)
@@ -185,7 +188,25 @@ def model_view(cfg: Any) -> ModelView:
         num_moe_experts=positive("num_moe_experts"),
         mtp_num_layers=positive("mtp_num_layers"),
         add_bias_linear=getattr(m, "add_bias_linear", False) is True,
+        sliding_window=_sliding_window(getattr(m, "window_size", None)),
+        softmax_type=_text(getattr(m, "softmax_type", None)) or "vanilla",
     )
+
+
+def _sliding_window(window_size: Any) -> int | None:
+    """``ModelSpec.sliding_window`` from Megatron's ``window_size`` ((left, right); None or a
+    negative left: no window)."""
+    if isinstance(window_size, (tuple, list)) and window_size:
+        left = window_size[0]
+        if isinstance(left, int) and not isinstance(left, bool) and left >= 0:
+            return left + 1
+    return None
+
+
+def _text(value: Any) -> str | None:
+    """``value`` when it is a string (an enum member's ``value`` too), else None."""
+    value = getattr(value, "value", value)
+    return value if isinstance(value, str) else None
 
 
 def _seq_len(t: _Target) -> int | None:

@@ -160,7 +160,12 @@ def add_strategy_flags(parser: argparse.ArgumentParser) -> None:
         help="expert tensor parallel degree (default 1 with EP, else TP)",
     )
     g.add_argument("--sp", action="store_true", help="sequence parallelism (needs TP > 1)")
-    g.add_argument("--ulysses", type=positive_int, default=1, help="Ulysses (all-to-all) degree")
+    g.add_argument(
+        "--ulysses",
+        type=positive_int,
+        default=1,
+        help="Ulysses (all-to-all) degree; for a language model Megatron's cp_comm_type=a2a",
+    )
     g.add_argument(
         "--ring",
         type=positive_int,
@@ -242,10 +247,16 @@ def load_model(args: argparse.Namespace):
     return None
 
 
-def strategy_from_args(args: argparse.Namespace):
-    """Build the :class:`~parastrat.Strategy` the strategy flags describe."""
-    from ..strategy import Strategy
+def strategy_from_args(args: argparse.Namespace, training: bool = False):
+    """Build the :class:`~parastrat.Strategy` the strategy flags describe.  ``training`` (the
+    target is a language model): ``--ulysses`` without ``--order`` or ``--cfg`` is Megatron's
+    Ulysses context parallelism (``cp_comm_type='a2a'``) on the training order, not an
+    xDiT-style inference grid."""
+    from ..strategy import MEGATRON_ORDER, Strategy
 
+    order = args.order
+    if training and order is None and args.ulysses > 1 and args.cfg == 1:
+        order = MEGATRON_ORDER
     return Strategy(
         tp=args.tp,
         pp=args.pp,
@@ -257,7 +268,7 @@ def strategy_from_args(args: argparse.Namespace):
         ulysses=args.ulysses,
         ring=args.ring,
         cfg=args.cfg,
-        order=args.order,
+        order=order,
         first_stage_layers=args.first_stage_layers,
         last_stage_layers=args.last_stage_layers,
         account_for_embedding=args.account_for_embedding,

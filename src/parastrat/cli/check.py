@@ -74,8 +74,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``parastrat check``: print the derived sizes and every broken rule with its fix (or one
     JSON document); return 0 when valid, 2 when a rule is broken."""
-    strategy = strategy_from_args(args)
     model = load_model(args)
+    strategy = strategy_from_args(args, training=model is not None)
     findings = strategy.check(
         model,
         world_size=args.gpus,

@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> int:
     model, cluster, gbs = build_target(args)
     workload = workload_from_args(args, model, gbs)
     switches = switches_from_args(args)
-    strategy = strategy_from_args(args)
+    strategy = strategy_from_args(args, training=True)
     if args.compare:
         cmp = compare(strategy, args.compare, cluster=cluster, workload=workload, switches=switches)
         if args.format == "json":

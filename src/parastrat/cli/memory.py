@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args)
     # the memory the device exposes (Cluster: usable_memory_bytes where measured), as plan uses
     accel = Cluster(args.accelerator, num_devices=args.gpus).accel
-    strategy = strategy_from_args(args).with_world_size(args.gpus)
+    strategy = strategy_from_args(args, training=True).with_world_size(args.gpus)
     workload = workload_from_args(args, model, args.global_batch_size)
     require_precision(accel, workload.precision)  # NVFP4 only where FP4 tensor cores exist
     report = estimate_memory(workload, strategy, switches_from_args(args))

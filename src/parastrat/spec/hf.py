@@ -31,6 +31,7 @@ size``
 ``sliding_window``,             ``sliding_window``, ``window_attn_skip_freq``
 ``layer_types``                 (the period of full-attention layers)
 ``swiglu_limit``                ``activation_clamp`` (GPT-OSS)
+``model_type: gpt_oss``         ``softmax_type="learnable"`` (attention sinks)
 ==============================  ==========================================
 """
 
@@ -172,8 +173,11 @@ def spec_from_hf_config(
     fields.update(_sliding_window(cfg, layers, where, whole))
     bias = flag("attention_bias", opt("attention_bias", default=False))
     fields["add_qkv_bias"] = bias or model_type in _QKV_BIAS
-    # GPT-OSS also puts biases on the output projection and the experts.
+    # GPT-OSS also puts biases on the output projection and the experts, and learns one
+    # attention-sink logit per head (``GptOssAttention.sinks``; no config field names it).
     fields["add_bias_linear"] = bias and model_type == "gpt_oss"
+    if model_type == "gpt_oss":
+        fields["softmax_type"] = "learnable"
     act = opt("hidden_act", "activation_function")
     if isinstance(act, str) and act.lower() in _EAGER_ACTIVATIONS:
         fields["activation"] = _EAGER_ACTIVATIONS[act.lower()]

@@ -45,6 +45,8 @@ MODEL_BOUNDS: dict[str, int] = {
 
 POSITION_EMBEDDINGS = ("learned", "rope", "none")
 NORMALIZATIONS = ("layernorm", "rmsnorm")
+#: Attention softmax variants (Megatron Core ``TransformerConfig.softmax_type``).
+SOFTMAX_TYPES = ("vanilla", "off-by-one", "learnable")
 #: MLP activations a model may name (``ModelSpec.activation``).  Megatron Core fuses GELU and
 #: (gated) SiLU with the FC1 bias (``bias_activation_fusion``); any other runs eagerly.
 ACTIVATIONS = ("gelu", "silu", "quick_gelu", "squared_relu")
@@ -105,6 +107,9 @@ class ModelSpec:
     #: With a window, every n-th layer (1-based) keeps full attention (Megatron's
     #: ``window_attn_skip_freq``; GPT-OSS: 2, alternating).  None: every layer is windowed.
     window_attn_skip_freq: int | None = None
+    #: Attention softmax (Megatron's ``softmax_type``): "vanilla", or "off-by-one" / "learnable"
+    #: for attention sinks (GPT-OSS: a learned per-head logit in every softmax denominator).
+    softmax_type: str = "vanilla"
     # --- mixture of experts -------------------------------------------------------------
     #: Routed experts per MoE layer; None (or 0) for a dense model.
     num_moe_experts: int | None = None
@@ -264,6 +269,8 @@ class ModelSpec:
             )
         if self.normalization not in NORMALIZATIONS:
             raise bad("normalization", f"{self.normalization!r} is not one of {NORMALIZATIONS}")
+        if self.softmax_type not in SOFTMAX_TYPES:
+            raise bad("softmax_type", f"{self.softmax_type!r} is not one of {SOFTMAX_TYPES}")
         if self.activation is not None and self.activation not in ACTIVATIONS:
             raise bad("activation", f"{self.activation!r} is not one of {ACTIVATIONS} (or None)")
         if self.num_moe_experts:

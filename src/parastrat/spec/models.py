@@ -416,6 +416,7 @@ register(
         add_qkv_bias=True,
         sliding_window=128,
         window_attn_skip_freq=2,
+        softmax_type="learnable",
         num_moe_experts=128,
         moe_router_topk=4,
         moe_ffn_hidden_size=2880,
