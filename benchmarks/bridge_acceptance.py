@@ -1,7 +1,7 @@
 """How many plan candidates the real Megatron Bridge accepts (issue 14's closing figure).
 
-For DeepSeek-V3, Kimi K2, Qwen3-235B-A22B, Llama 3.1 405B and Llama 3 70B on a few H100
-cluster sizes: every candidate ``parastrat.plan`` returns (top 5) is applied to a real Bridge
+For DeepSeek-V3, Kimi K2, Qwen3-235B-A22B, Llama 3.1 405B, Llama 3 70B and GPT-OSS 120B on a
+few H100 cluster sizes: every candidate ``parastrat.plan`` returns (top 5) is applied to a real Bridge
 ``ConfigContainer`` (GPT-3 175B's recipe holding the model's real provider, at the plan's
 sequence length), then Bridge's ``ConfigContainer.validate()`` runs at that world size.
 Prints, per model, candidates applied / refused by ``apply`` / accepted by ``validate()``.
@@ -36,6 +36,7 @@ CASES = {
     "qwen3-235b-a22b": ("megatron.bridge.models.Qwen3MoEModelProvider235B_A22B", {}, (128, 512)),
     "llama3.1-405b": ("megatron.bridge.models.Llama31ModelProvider405B", {}, (128, 512)),
     "llama3-70b": ("megatron.bridge.models.Llama3ModelProvider70B", {}, (64, 256)),
+    "gpt-oss-120b": ("megatron.bridge.models.GPTOSSProvider120B", {}, (64, 256)),
 }
 SEQ = 4096
 

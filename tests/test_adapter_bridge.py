@@ -359,6 +359,7 @@ PROVIDERS = {
     "qwen3-235b-a22b": ("megatron.bridge.models.Qwen3MoEModelProvider235B_A22B", {}),
     "llama3.1-405b": ("megatron.bridge.models.Llama31ModelProvider405B", {}),
     "llama3-70b": ("megatron.bridge.models.Llama3ModelProvider70B", {}),
+    "gpt-oss-120b": ("megatron.bridge.models.GPTOSSProvider120B", {}),
 }
 FIVE = [
     ("deepseek-v3", 256),
@@ -371,6 +372,7 @@ FIVE = [
     ("llama3.1-405b", 512),
     ("llama3-70b", 64),
     ("llama3-70b", 256),
+    ("gpt-oss-120b", 64),
 ]
 
 

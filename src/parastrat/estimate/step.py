@@ -772,6 +772,8 @@ class StepModel:
         self._dp: dict[tuple, tuple[float, float]] = {}
         self._bounds: dict[tuple, float] = {}
         self._splits: dict[tuple, PipelineSplit] = {}
+        #: the same switches with TP overlap asked for (the default-off note compares the two)
+        self._overlap_asked = replace(switches, tp_comm_overlap=True)
 
     @property
     def cluster(self) -> Cluster:
@@ -1081,9 +1083,9 @@ class StepModel:
         """Whether the unset switch's precision default alone prices TP without overlap for
         ``s`` (:meth:`Switches.tp_overlap` read twice: as set, and with the overlap asked for)."""
         sw = self._switches
-        if sw.tp_comm_overlap is not None:
+        if sw.tp_comm_overlap is not None or s.tp == 1 or not s.sp:
             return False
-        asked = replace(sw, tp_comm_overlap=True)
+        asked = self._overlap_asked
         intra = self._cluster.span(s.tp, strides["tp"]) == "intra"
         prec, vendor = self._workload.precision, self._cluster.accel.vendor
 
