@@ -234,6 +234,11 @@ def test_host_ops_dense_layer_counts():
     assert host_ops(LLAMA70, False, s, "fp8") == (20, False)
     # MXFP8: one fused quantize per GEMM input: 12 + 4 = 16
     assert host_ops(LLAMA70, False, s, "mxfp8") == (16, False)
+    # delayed scaling casts with last step's scale and writes the amax in the same kernel,
+    # blockwise scales inside its quantise: one launch per GEMM input, as MXFP8
+    assert host_ops(LLAMA70, False, s, "fp8", fp8_recipe="delayed") == (16, False)
+    assert host_ops(LLAMA70, False, s, "fp8", fp8_recipe="blockwise") == (16, False)
+    assert host_ops(LLAMA70, False, s, "fp8", fp8_recipe="current") == (20, False)
     # TP 2 with SP: all-gather + reduce-scatter around attention and around the MLP: 12 + 4
     s2 = ps.Strategy(tp=2, sp=True).with_world_size(8)
     assert host_ops(LLAMA70, False, s2, "bf16") == (16, False)

@@ -145,9 +145,12 @@ HOST_OPS = {
     "permute": 2,
     "sort": 2,
 }
-#: Host operations per GEMM input under FP8 (see :data:`HOST_OPS`); NVFP4: amax (with the
+#: Host operations per GEMM input, by quantisation recipe (see :data:`HOST_OPS`; the recipe
+#: of :func:`.fp8.recipe_for`): per-tensor current scaling computes the amax, then casts (2);
+#: delayed scaling casts with the previous step's scale and writes the amax from the same
+#: kernel (1); blockwise and MXFP8 scale inside one fused quantise (1); NVFP4: amax (with the
 #: Hadamard amax), row-wise cast, RHT column-wise cast = 3 (:mod:`.fp8`).
-FP8_CAST_OPS = {"fp8": 2, "mxfp8": 1, "nvfp4": 3}
+FP8_CAST_OPS = {"current": 2, "delayed": 1, "blockwise": 1, "mxfp8": 1, "nvfp4": 3}
 #: Backward host operations per forward operation: autograd issues dgrad + wgrad for every
 #: GEMM and one or two kernels per element-wise op.
 HOST_BWD_RATIO = 2.0
@@ -160,6 +163,7 @@ def host_ops(
     precision: str,
     graphs: frozenset[str] = frozenset(),
     mech: Mechanisms = ALL_MECHANISMS,
+    fp8_recipe: str | None = None,
 ) -> tuple[float, int]:
     """(forward host operations, host-device syncs) of one layer and micro-batch.
 
@@ -170,9 +174,12 @@ def host_ops(
     ``full_iteration`` with padded expert shapes); a clamped activation copies its offset to
     the device, one more (:func:`~parastrat.estimate.moe_kernels.activation_syncs`).
     ``mech``: the kernel mechanisms (per-expert FP8 quantisation and padding launches, the
-    expert-bias loop, the clamped activation).  Memoised on everything it reads.
+    expert-bias loop, the clamped activation); ``fp8_recipe``: the workload's
+    (:data:`FP8_CAST_OPS`).  Memoised on everything it reads.
     """
-    return _host_ops(model, moe, s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs, mech)
+    recipe = fp8_overheads.recipe_for(precision, True, fp8_recipe) if precision in QUANTISED else ""
+    args = (s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs, mech, recipe)
+    return _host_ops(model, moe, *args)
 
 
 @per_model
@@ -187,11 +194,12 @@ def _host_ops(
     precision: str,
     graphs: frozenset[str],
     mech: Mechanisms,
+    recipe: str,
 ) -> tuple[float, int]:
     if "full_iteration" in graphs:
         return 0.0, 0
     ops = HOST_OPS
-    cast = FP8_CAST_OPS.get(precision, 0)
+    cast = FP8_CAST_OPS.get(recipe, 0)
     tp_coll = 2 * ops["collective"] if tp > 1 else 0
 
     def gemms(mats: list[Matrix], per_matrix: int = 1) -> float:
@@ -940,6 +948,7 @@ class StepModel:
             tp_exp + ring_exp + t_a2a + ep_exp,
             rec + rec_comm,
             self.mechanisms,
+            self._workload.fp8_recipe,
         )
         terms = {
             "compute": c.fwd + c.bwd,
@@ -1510,6 +1519,7 @@ def _host_exposed(
     exposed_comm: float,
     recompute: float,
     mech: Mechanisms = ALL_MECHANISMS,
+    fp8_recipe: str | None = None,
 ) -> tuple[float, float]:
     """(host seconds, host seconds the GPU waits for) of one layer and micro-batch.
 
@@ -1522,8 +1532,8 @@ def _host_exposed(
     (:func:`host_ops`) empties the GPU's queue once per MoE layer forward: the GPU then idles
     while the host issues the next operation (one more operation's host time).
     """
-    fp8 = prec if prec in FP8_CAST_OPS and accel.supports(prec) else "bf16"
-    ops_f, sync = host_ops(model, moe, s, fp8, graphs, mech)
+    fp8 = prec if prec in QUANTISED and accel.supports(prec) else "bf16"
+    ops_f, sync = host_ops(model, moe, s, fp8, graphs, mech, fp8_recipe)
     if not ops_f and not sync:
         return 0.0, 0.0
     h_op = host_op_time(accel)
