@@ -322,7 +322,8 @@ def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> No
         action=argparse.BooleanOptionalAction,
         default=None,
         help="TP communication behind the GEMMs (userbuffers; default: on with SP inside the "
-        "scale-up domain, off at NVFP4 as Bridge's NVFP4 recipes)",
+        "scale-up domain, off at NVFP4 as Bridge's NVFP4 recipes and on Ascend, where "
+        "MindSpeed-LLM keeps MC2 off)",
     )
     off("--no-overlap-grad-reduce", "overlap_grad_reduce", "DP gradient sync after the backward")
     g.add_argument(
