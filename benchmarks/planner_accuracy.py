@@ -573,7 +573,7 @@ def report(args: argparse.Namespace, mechanisms: Mechanisms) -> int:
     fits = sum(1 for r in pub + old if r["fits"])
     print()
     print(
-        f"published_configs.csv: tokens/s/GPU MAPE {mape_pub:.1%} over {len(pub)} rows "
+        f"published_configs.csv: tokens/s/GPU MAPE {mape_pub:.2%} over {len(pub)} rows "
         f"(dense {mape_dense:.1%}, MoE {mape_moe:.1%}; worst row "
         f"{max(r['ape'] for r in pub):.1%})"
     )

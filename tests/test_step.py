@@ -393,3 +393,54 @@ def test_eager_squared_relu_costs_its_extra_passes():
     bytes_ = 2 * nemo.num_layers * 8192 * nemo.ffn_hidden_size * 2 * passes
     hbm = ps.hardware.get("gb200").mem_bandwidth_Bps
     assert bytes_ / hbm < extra < 2 * bytes_ / hbm  # at the achievable fraction of HBM
+
+
+@pytest.mark.parametrize(("pp", "vpp", "m"), [(8, 4, 128), (4, 4, 64), (8, 3, 256), (4, 2, 4)])
+def test_unpaired_share_is_megatron_cores_warmup(pp, vpp, m):
+    """The chunk forwards combined 1F1B cannot pair are Megatron Core's own warm-up count with
+    ``overlap_moe_expert_parallel_comm`` (``get_pp_rank_microbatches`` run for every rank)."""
+    pytest.importorskip("megatron.core")
+    from types import SimpleNamespace
+
+    from megatron.core.pipeline_parallel.schedules import get_pp_rank_microbatches
+
+    from parastrat.estimate.step import unpaired_share
+
+    for rank in range(pp):
+        group = SimpleNamespace(size=lambda: pp, rank=lambda r=rank: r)
+        comm = SimpleNamespace(pp_group=group, virtual_pipeline_model_parallel_size=vpp)
+        total, _, warmup, _ = get_pp_rank_microbatches(
+            m, vpp, pp, overlap_moe_expert_parallel_comm=True, p2p_communicator=comm
+        )
+        assert unpaired_share(pp, vpp, m, rank) * total == pytest.approx(warmup)
+    assert unpaired_share(1, 1, 16, 0) == pytest.approx(1 / 16)  # first fwd, last bwd
+
+
+def test_combined_1f1b_exposes_the_warmup_all_to_alls():
+    """With combined 1F1B the all-to-alls of the warm-up / cool-down chunks run alone: fewer
+    micro-batches expose a larger share (the ``a2a_pairing`` mechanism); without the overlap
+    nothing changes."""
+    from parastrat.spec.workload import Switches, parse_ablation
+
+    model = ps.models.get("qwen3-30b-a3b")
+    s = ps.Strategy(pp=4, vpp=3, ep=8)
+    cluster = ps.Cluster("h100", 64)
+
+    def ep_exposed(gbs: int, **kw) -> float:
+        rep = ps.estimate_step(
+            model, s, cluster, Switches(**kw), seq_len=4096, global_batch_size=gbs,
+            micro_batch_size=1, precision="fp8",
+        )  # fmt: skip
+        return rep.breakdown["ep_exposed"] / rep.micro_batches
+
+    flat = parse_ablation("a2a_pairing")
+    for gbs in (64, 1024):
+        assert ep_exposed(gbs, moe_a2a_overlap=True) > ep_exposed(
+            gbs, moe_a2a_overlap=True, mechanisms=flat
+        )
+        assert ep_exposed(gbs) == pytest.approx(ep_exposed(gbs, mechanisms=flat))
+    extra = [
+        ep_exposed(g, moe_a2a_overlap=True) - ep_exposed(g, moe_a2a_overlap=True, mechanisms=flat)
+        for g in (64, 1024)
+    ]
+    assert extra[0] > 4 * extra[1]  # 4 vs 64 micro-batches: the warm-up weighs more

@@ -1060,7 +1060,7 @@ class StepModel:
         moe_comm = _effective_moe_comm(s, mode, self._moe_comm, notes)
         per = self.per_layer(s, mbs, mode, strides, self.tp_overlap(s, strides), moe_comm)
         stages = self._stages(s, split, per, mbs * wl.seq_len / s.cp)
-        step, st, pp = self._slowest(s, m, stages, strides, mbs)
+        step, st, pp = self._slowest(s, m, stages, strides, mbs, moe_comm.a2a_overlap)
         if self._cluster.span(s.tp, strides["tp"]) == "inter" and s.tp > 1:
             notes.append(
                 f"TP group of {s.tp} crosses the scale-up domain of "
@@ -1171,9 +1171,12 @@ class StepModel:
         stages: list[tuple[dict[str, float], Any]],
         strides: dict[str, int],
         mbs: int,
+        combined: bool = False,
     ) -> tuple[float, dict[str, float], tuple[float, float, float]]:
         """(step seconds, the slowest stage's terms, (bubble, pp, pp exposed)): the pipeline,
-        DP synchronisation and optimizer step of each stage; the slowest stage is the step."""
+        DP synchronisation and optimizer step of each stage; the slowest stage is the step.
+        ``combined``: combined 1F1B hides the all-to-alls of paired micro-batches only
+        (:func:`unpaired_share`, the ``a2a_pairing`` mechanism)."""
         p, v = s.pp, s.vpp
         tokens = mbs * self._workload.seq_len / s.cp
         p2p = comm.pp_microbatch(self._workload.model, s, tokens, strides)
@@ -1192,6 +1195,10 @@ class StepModel:
             pp_exposed = fill + steady
         best: tuple[float, dict[str, float]] | None = None
         for st, block in stages:
+            if combined and self.mechanisms.a2a_pairing:  # the warm-up / cool-down run alone
+                alone = unpaired_share(p, v, m, int(st["stage"])) * (st["ep"] - st["ep_exposed"])
+                st["ep_exposed"] += alone
+                st["mb"] += alone
             self._dp_and_optimizer(s, st, block, strides, m)
             st["total"] = m * st["mb"] + bubble + pp_exposed + st["dp_exposed"] + st["optimizer"]
             if best is None or st["total"] > best[0]:
@@ -1597,6 +1604,18 @@ def moe_a2a_overlap_ok(s: Strategy, recompute: str) -> bool:
     """Whether Megatron runs combined 1F1B for this strategy: EP > 1, PP = 1 or VPP > 1, and
     no full recompute (``overlap_moe_expert_parallel_comm``'s rules)."""
     return s.ep > 1 and (s.pp == 1 or s.vpp > 1) and recompute != "full"
+
+
+def unpaired_share(pp: int, vpp: int, m: int, rank: int) -> float:
+    """Share of a pipeline rank's chunk forwards (and as many backwards) that combined 1F1B
+    cannot pair with another micro-batch's compute: the warm-up forwards of Megatron Core's
+    interleaved schedule (0.16.1 ``get_pp_rank_microbatches``: ``2 (p - rank - 1) + (v - 1) p``
+    chunk steps, "one extra micro-batch forward step" with ``overlap_moe_expert_parallel_comm``)
+    and the cool-down backwards; without a pipeline
+    (``combined_1f1b_schedule_for_no_pipelining``) the first forward and the last backward."""
+    steps = m * vpp
+    warmup = 1 if pp == 1 else 2 * (pp - rank - 1) + (vpp - 1) * pp + 1
+    return min(1.0, warmup / steps) if steps else 0.0
 
 
 def _ep_exposed(c: LayerCost, t_ep: float, moe_comm: MoEComm, mode: str) -> float:

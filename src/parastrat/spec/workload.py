@@ -260,7 +260,13 @@ class Mechanisms:
       ``ModelSpec.eager_activation``) runs as eager PyTorch kernels: ``relu`` and ``pow``
       forward, autograd's ``pow_backward`` (copy, scale, multiply) and ``threshold_backward``
       backward, each a full pass over FC1's output, and their host launches (off: priced as
-      the fused bias-activation kernel).
+      the fused bias-activation kernel);
+    * ``a2a_pairing``: combined 1F1B (``moe_a2a_overlap``) hides a micro-batch's all-to-alls
+      only under another micro-batch's compute, so the chunk forwards of the pipeline's
+      warm-up and the backwards of its cool-down, which run alone, expose theirs (Megatron
+      Core's interleaved schedule: ``2 (p - rank - 1) + (v - 1) p + 1`` warm-up steps per
+      rank with the overlap; without a pipeline, the first forward and the last backward;
+      off: every micro-batch is paired).
 
     ``balance`` is the routing regime the imbalance assumes (:data:`BALANCE_MODES`):
     "forced" (``moe_router_force_load_balancing``: random routing, what Megatron Bridge's
@@ -289,6 +295,7 @@ class Mechanisms:
     act_clamp: bool = True
     tp_async: bool = True
     eager_act: bool = True
+    a2a_pairing: bool = True
     recompute_modules: tuple[str, ...] = ("core_attn",)
 
     def __post_init__(self) -> None:
@@ -353,6 +360,7 @@ MECHANISM_SWITCHES = (
     "act_clamp",
     "tp_async",
     "eager_act",
+    "a2a_pairing",
 )
 
 
