@@ -1,9 +1,9 @@
 """How many plan candidates the real Megatron Bridge accepts (issue 14's closing figure).
 
-For DeepSeek-V3, Kimi K2, Qwen3-235B-A22B, Llama 3.1 405B, Llama 3 70B and GPT-OSS 120B on a
-few H100 cluster sizes: every candidate ``parastrat.plan`` returns (top 5) is applied to a real Bridge
-``ConfigContainer`` (GPT-3 175B's recipe holding the model's real provider, at the plan's
-sequence length), then Bridge's ``ConfigContainer.validate()`` runs at that world size.
+For DeepSeek-V3, Kimi K2, Qwen3-235B-A22B, Llama 3.1 405B, Llama 3 70B and GPT-OSS 120B on
+a few H100 cluster sizes: every candidate ``parastrat.plan`` returns (top 5) is applied to a
+real Bridge ``ConfigContainer`` (GPT-3 175B's recipe holding the model's real provider, at the
+plan's sequence length), then Bridge's ``ConfigContainer.validate()`` runs at that world size.
 Prints, per model, candidates applied / refused by ``apply`` / accepted by ``validate()``.
 
 Needs megatron-bridge (README test command); imports it the way the test suite does
