@@ -54,8 +54,8 @@ MODELS = DATA / "npu_models.csv"
 ACCELERATOR = "ascend-910b"
 
 #: Rows priced in ``--short`` (CI): TP 8 / PP 1, PP with VPP, pure DP, an uneven pipeline split
-#: with full recompute, and the MoE row.
-SHORT_ROWS = ("T098", "T107", "T113", "T124", "T126")
+#: with full recompute and no flash attention, and an MoE row.
+SHORT_ROWS = ("T095", "T098", "T113", "T118", "T126")
 
 #: Device counts taken from the row's own notes where the table's cluster cannot hold the
 #: script's TP x PP: Mixtral-8x7B (table "2x8", script TP 8 x PP 4 = 32 NPUs);
@@ -174,10 +174,15 @@ def row_strategy(r: dict[str, str], m: NpuModel) -> ps.Strategy:
     return strategy.with_world_size(row_devices(r))
 
 
-def row_switches(m: NpuModel, tp_overlap: bool | None = None, defaults: bool = False) -> Switches:
+def row_switches(
+    m: NpuModel, tp_overlap: bool | None = None, defaults: bool = False, mc2: bool = False
+) -> Switches:
     """Switches the script sets (``--use-flash-attn``, ``--use-distributed-optimizer``,
     ``--overlap-grad-reduce``), TP overlap at ``tp_overlap`` (None: the library's default);
-    ``defaults``: Megatron Core's defaults instead of the script's flags (ablation)."""
+    ``defaults``: Megatron Core's defaults instead of the script's flags; ``mc2``: TP overlap
+    on where the script sets ``--use-mc2`` (both for the ablation)."""
+    if mc2:
+        tp_overlap = "--use-mc2" in m.flags or tp_overlap
     if defaults:
         return Switches(tp_comm_overlap=tp_overlap)
     return Switches(
@@ -225,6 +230,9 @@ def price_row(r: dict[str, str], models: dict[str, NpuModel], **switch_kw) -> di
         return out | {"skip": str(exc).splitlines()[0]}
     pred = step.tokens_per_s_per_gpu
     return out | {
+        "tp": strategy.tp,
+        "pp": strategy.pp,
+        "seq": int(r["seq_len"]),
         "devices": strategy.world_size,
         "strategy": f"{strategy} mbs{r['micro_batch_size']} gbs{r['global_batch_size']}",
         "recompute": step.recompute,
@@ -304,6 +312,17 @@ def print_table(rows: list[dict]) -> None:
         )
 
 
+def group_stats(rows: list[dict], key: str) -> list[str]:
+    """ "value: MAPE, mean signed error (rows)" for each value of ``key`` among dense rows."""
+    dense = [r for r in rows if not r["moe"]]
+    out = []
+    for value in sorted({r[key] for r in dense}):
+        group = [r for r in dense if r[key] == value]
+        bias = sum(r["error"] for r in group) / len(group)
+        out.append(f"{value}: {mape(group):.1%} MAPE, {bias:+.1%} signed ({len(group)})")
+    return out
+
+
 def print_summary(rows: list[dict]) -> None:
     """MAPE over all priced rows, by family, signed mean error, skipped rows."""
     all_, dense, moe, n = summary(rows)
@@ -325,6 +344,8 @@ def print_summary(rows: list[dict]) -> None:
         f"{mape([r for r in priced if r['drift']]):.1%}"
     )
     print(f"predicted to fit 64 GiB: {sum(1 for r in priced if r['fits'])}/{n}")
+    for label, key in (("TP", "tp"), ("PP", "pp"), ("seq", "seq")):
+        print(f"by {label}: " + "; ".join(group_stats(priced, key)))
     skipped = [r for r in rows if "skip" in r]
     print(f"skipped: {len(skipped)}")
     for r in skipped:
@@ -336,6 +357,7 @@ ABLATION = {
     "script flags, TP overlap at the library default": {},
     "script flags, TP overlap off everywhere": {"tp_overlap": False},
     "script flags, TP overlap on (SP, inside a node)": {"tp_overlap": True},
+    "script flags, TP overlap on where the script sets --use-mc2": {"mc2": True},
     "Megatron Core defaults (FA, dist. optimizer, DP overlap on)": {"defaults": True},
 }
 
