@@ -115,12 +115,11 @@ def model_from_row(r: dict[str, str]) -> NpuModel:
         attention_dropout=0.0,
         source=r["source"],
     )
-    split = r["stage_layers"].strip()
-    first_last = tuple(int(x) for x in split.split("/")) if split else None
+    split = r["stage_layers"].split("/") if r["stage_layers"].strip() else None
     return NpuModel(
         spec=spec,
         flags=frozenset(r["flags"].split()),
-        stage_layers=first_last,  # type: ignore[arg-type]
+        stage_layers=(int(split[0]), int(split[1])) if split else None,
         alibi=r["position"] == "alibi",
         script_config=r["script_config"],
     )
@@ -233,6 +232,7 @@ def price_row(r: dict[str, str], models: dict[str, NpuModel], **switch_kw) -> di
         "tp": strategy.tp,
         "pp": strategy.pp,
         "seq": int(r["seq_len"]),
+        "mc2": "--use-mc2" in m.flags,
         "devices": strategy.world_size,
         "strategy": f"{strategy} mbs{r['micro_batch_size']} gbs{r['global_batch_size']}",
         "recompute": step.recompute,
@@ -346,6 +346,8 @@ def print_summary(rows: list[dict]) -> None:
     print(f"predicted to fit 64 GiB: {sum(1 for r in priced if r['fits'])}/{n}")
     for label, key in (("TP", "tp"), ("PP", "pp"), ("seq", "seq")):
         print(f"by {label}: " + "; ".join(group_stats(priced, key)))
+    tp_rows = [r for r in priced if r["tp"] > 1]
+    print("TP > 1 by the script's --use-mc2: " + "; ".join(group_stats(tp_rows, "mc2")))
     skipped = [r for r in rows if "skip" in r]
     print(f"skipped: {len(skipped)}")
     for r in skipped:
