@@ -41,6 +41,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import parastrat as ps
 from parastrat.errors import SpecError, StrategyError, UsageError
@@ -204,9 +205,25 @@ def cheapest_fitting(m, strategy, cluster, r, switches) -> tuple[StepReport, boo
     last = None
     for mode in row_modes(m):
         sw = switches.with_recompute(mode)
-        kw = dict(seq_len=seq, global_batch_size=gbs, micro_batch_size=mbs, precision="bf16")
-        mem = estimate_memory(m.spec, strategy, sw, **kw)
-        step = estimate_step(m.spec, strategy, cluster, sw, **kw)
+        mem = estimate_memory(
+            m.spec,
+            strategy,
+            sw,
+            seq_len=seq,
+            global_batch_size=gbs,
+            micro_batch_size=mbs,
+            precision="bf16",
+        )
+        step = estimate_step(
+            m.spec,
+            strategy,
+            cluster,
+            sw,
+            seq_len=seq,
+            global_batch_size=gbs,
+            micro_batch_size=mbs,
+            precision="bf16",
+        )
         last = (step, mem.fits(cluster.accel), mem.peak_bytes / 2**30)
         if last[1]:
             break
@@ -214,9 +231,10 @@ def cheapest_fitting(m, strategy, cluster, r, switches) -> tuple[StepReport, boo
     return last
 
 
-def price_row(r: dict[str, str], models: dict[str, NpuModel], **switch_kw) -> dict:
+def price_row(r: dict[str, str], models: dict[str, NpuModel], **switch_kw: Any) -> dict:
     """One priced row (or one with ``skip`` set to the reason)."""
-    out = {"id": r["row_id"], "model": r["model"], "measured": float(r["tokens_per_sec_per_gpu"])}
+    measured = float(r["tokens_per_sec_per_gpu"])
+    out: dict[str, Any] = {"id": r["row_id"], "model": r["model"], "measured": measured}
     m = models.get(r["model"])
     if m is None:
         return out | {"skip": "model not in npu_models.csv"}
@@ -239,7 +257,7 @@ def price_row(r: dict[str, str], models: dict[str, NpuModel], **switch_kw) -> di
         "fits": fits,
         "peak_gib": peak,
         "predicted": pred,
-        "error": (pred - out["measured"]) / out["measured"],
+        "error": (pred - measured) / measured,
         "mfu": step.mfu,
         "note": _row_note(r, m),
         "drift": row_config(r) != m.script_config,
