@@ -175,21 +175,28 @@ def row_strategy(r: dict[str, str], m: NpuModel) -> ps.Strategy:
 
 
 def row_switches(
-    m: NpuModel, tp_overlap: bool | None = None, defaults: bool = False, mc2: bool = False
+    m: NpuModel,
+    tp_overlap: bool | None = None,
+    defaults: bool = False,
+    mc2: bool = False,
+    ce_fusion: bool | None = None,
 ) -> Switches:
     """Switches the script sets (``--use-flash-attn``, ``--use-distributed-optimizer``,
-    ``--overlap-grad-reduce``), TP overlap at ``tp_overlap`` (None: the library's default);
-    ``defaults``: Megatron Core's defaults instead of the script's flags; ``mc2``: TP overlap
-    on where the script sets ``--use-mc2`` (both for the ablation)."""
+    ``--overlap-grad-reduce``), TP overlap at ``tp_overlap`` and the loss fusion at
+    ``ce_fusion`` (None: the library's defaults on Ascend, both off; no script read sets
+    ``--cross-entropy-loss-fusion``); ``defaults``: Megatron Core's defaults instead of the
+    script's flags; ``mc2``: TP overlap on where the script sets ``--use-mc2`` (both for the
+    ablation)."""
     if mc2:
         tp_overlap = "--use-mc2" in m.flags or tp_overlap
     if defaults:
-        return Switches(tp_comm_overlap=tp_overlap)
+        return Switches(tp_comm_overlap=tp_overlap, cross_entropy_fusion=ce_fusion)
     return Switches(
         flash_attention="--use-flash-attn" in m.flags,
         distributed_optimizer="--use-distributed-optimizer" in m.flags,
         overlap_grad_reduce="--overlap-grad-reduce" in m.flags,
         tp_comm_overlap=tp_overlap,
+        cross_entropy_fusion=ce_fusion,
     )
 
 
@@ -378,6 +385,7 @@ ABLATION = {
     "script flags, TP overlap off everywhere": {"tp_overlap": False},
     "script flags, TP overlap on (SP, inside a node)": {"tp_overlap": True},
     "script flags, TP overlap on where the script sets --use-mc2": {"mc2": True},
+    "script flags, cross-entropy fused (Megatron Bridge's default)": {"ce_fusion": True},
     "Megatron Core defaults (FA, dist. optimizer, DP overlap on)": {"defaults": True},
 }
 

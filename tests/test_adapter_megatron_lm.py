@@ -173,3 +173,19 @@ def test_ascend_torchrun_names_hccl_and_megatron_lm_launcher():
 def test_source_is_recorded():
     assert DATA["source"].startswith("NVIDIA/Megatron-LM megatron/training/arguments.py")
     assert len(DATA["commit"]) == 40
+
+
+def test_cross_entropy_fusion_priced_is_written():
+    """A plan priced with the fused loss writes Megatron-LM's ``--cross-entropy-loss-fusion``
+    (a name Megatron-LM declares); one priced unfused, or with the switch unset, does not."""
+    model = ps.models.get("llama3-8b")
+    cluster = ps.Cluster("h100", 8)
+
+    def argv(**sw):
+        plan = ps.plan(model, cluster, seq_len=4096, global_batch_size=64, top_k=1, **sw)
+        return mg.megatron_lm_args(plan)
+
+    assert "--cross-entropy-loss-fusion" in argv(cross_entropy_fusion=True)
+    assert "--cross-entropy-loss-fusion" not in argv(cross_entropy_fusion=False)
+    assert "--cross-entropy-loss-fusion" not in argv()
+    assert parse(argv(cross_entropy_fusion=True)).cross_entropy_loss_fusion

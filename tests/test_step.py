@@ -444,3 +444,30 @@ def test_combined_1f1b_exposes_the_warmup_all_to_alls():
         for g in (64, 1024)
     ]
     assert extra[0] > 4 * extra[1]  # 4 vs 64 micro-batches: the warm-up weighs more
+
+
+def test_cross_entropy_fusion_default_follows_the_framework():
+    """Megatron Bridge's models fuse the vocabulary-parallel cross-entropy, MindSpeed-LLM's
+    scripts (Megatron-LM's ``--cross-entropy-loss-fusion`` off) do not: on Ascend an unset
+    switch prices the unfused op-by-op passes over FP32 logits, and setting it restores the
+    fused price; a large-vocabulary small model feels it most."""
+    from parastrat.estimate.step import CE_BYTES_PER_LOGIT, CE_UNFUSED_BYTES_PER_LOGIT, head_cost
+    from parastrat.spec.workload import Switches
+
+    qwen = ps.models.get("qwen3-8b")
+    kw = dict(seq_len=8192, global_batch_size=64, micro_batch_size=1)
+    s = ps.Strategy()
+
+    def step(accel: str, **sw) -> float:
+        cluster = ps.Cluster(accel, 8)
+        return ps.estimate_step(qwen, s, cluster, Switches(**sw), **kw).step_time_s
+
+    assert step("ascend-910b") > step("ascend-910b", cross_entropy_fusion=True)
+    assert step("ascend-910b") == pytest.approx(step("ascend-910b", cross_entropy_fusion=False))
+    assert step("h100") == pytest.approx(step("h100", cross_entropy_fusion=True))
+    assert step("h100", cross_entropy_fusion=False) > step("h100")
+    accel = ps.hardware.get("ascend-910b")
+    fused, unfused = (head_cost(qwen, accel, 8192, 1, fused_ce=f) for f in (True, False))
+    logits = 8192 * qwen.vocab_size
+    extra = (CE_UNFUSED_BYTES_PER_LOGIT - CE_BYTES_PER_LOGIT) * logits
+    assert unfused - fused == pytest.approx(extra / (accel.mem_bandwidth_Bps * 0.70), rel=0.01)

@@ -61,6 +61,7 @@ class RunSettings:
     cuda_graphs: Any = None
     cuda_graphs_known: bool = False
     grad_reduce_in_fp32: bool | None = None
+    cross_entropy_fusion: bool | None = None
     moe_model: bool | None = None  # the priced model has experts (known from a plan)
 
 
@@ -442,6 +443,13 @@ RUN_FIELDS: tuple[Field, ...] = (
         sections=("ddp",),
         arg="--accumulate-allreduce-grads-in-fp32",
     ),
+    # the loss priced: fused only when the switch was set (None keeps the config's value)
+    Field(
+        "cross_entropy_loss_fusion",
+        lambda a: bool(_run(a, "cross_entropy_fusion")),
+        when=_knows("cross_entropy_fusion"),
+        arg="--cross-entropy-loss-fusion",
+    ),
 )
 
 FIELDS: tuple[Field, ...] = STRATEGY_FIELDS + RUN_FIELDS
@@ -499,6 +507,7 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
         cuda_graphs=switches.get("cuda_graphs"),
         cuda_graphs_known="cuda_graphs" in switches,
         grad_reduce_in_fp32=switches.get("grad_reduce_in_fp32"),
+        cross_entropy_fusion=switches.get("cross_entropy_fusion"),
         moe_model=bool(getattr(getattr(plan, "model", None), "num_moe_experts", 0)) or None,
     )
 

@@ -317,6 +317,14 @@ def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> No
     if not step:
         return
     g.add_argument(
+        "--cross-entropy-fusion",
+        dest="cross_entropy_fusion",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="fused vocabulary-parallel cross-entropy (Megatron's cross_entropy_loss_fusion; "
+        "default: on as Megatron Bridge's models, off on Ascend as MindSpeed-LLM's scripts)",
+    )
+    g.add_argument(
         "--tp-comm-overlap",
         dest="tp_comm_overlap",
         action=argparse.BooleanOptionalAction,

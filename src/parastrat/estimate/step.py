@@ -97,8 +97,15 @@ FP8_CAST_BYTES = {"fp8": 6, "mxfp8": 4, "nvfp4": 3.125}
 #: scale-mask-softmax reads and writes them, dropout reads them and writes its output and
 #: a 1-byte mask, A V reads them (2 + 4 + 5 + 2); the backward moves about twice as much.
 SCORE_BYTES_FWD = 13
-#: HBM bytes per logit element for the vocabulary-parallel cross-entropy, forward + backward.
+#: HBM bytes per logit element for the fused vocabulary-parallel cross-entropy, forward +
+#: backward (``cross_entropy_loss_fusion``).
 CE_BYTES_PER_LOGIT = 12
+#: The same for Megatron Core's unfused ``_VocabParallelCrossEntropy``
+#: (``tensor_parallel/cross_entropy.py``), op by op over FP32 logits: forward ``.float()``
+#: (read 2, write 4), max (4), in-place subtract (8), in-place exp (8), sum (4), in-place
+#: divide to the softmax it saves (8) = 38; backward the in-place multiply by the loss
+#: gradient (8) and the cast back to BF16 for the output layer (6) = 14.
+CE_UNFUSED_BYTES_PER_LOGIT = 52
 #: Ring (P2P) context parallelism computes attention block by block and merges each new
 #: block's partial output into an FP32 accumulator with its log-sum-exp (Transformer
 #: Engine ``AttnFuncWithCPAndKVP2P``: ``flash_attn_fwd_out_correction`` per ring step; the
@@ -677,9 +684,11 @@ def head_cost(
     tokens: float,
     tp: int,
     shape: bool = True,
+    fused_ce: bool = True,
 ) -> float:
     """Seconds (forward + backward) of the output layer and cross-entropy, one micro-batch
-    (``shape``: the kernel-shape mechanism)."""
+    (``shape``: the kernel-shape mechanism; ``fused_ce``: :data:`CE_BYTES_PER_LOGIT`, else
+    :data:`CE_UNFUSED_BYTES_PER_LOGIT`)."""
     prof = kernel_profile(accel)
     mat = logits_matrix(model)
     n = mat.out_dim / tp
@@ -688,8 +697,8 @@ def head_cost(
         + gemm_time(accel, tokens, mat.in_dim, n, "bf16", 1, prof, shape=shape)
         + gemm_time(accel, mat.in_dim, n, tokens, "bf16", 1, prof, shape=shape)
     )
-    t += memory_time(accel, tokens * n * CE_BYTES_PER_LOGIT, prof)
-    return t
+    ce = CE_BYTES_PER_LOGIT if fused_ce else CE_UNFUSED_BYTES_PER_LOGIT
+    return t + memory_time(accel, tokens * n * ce, prof)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -853,8 +862,9 @@ class StepModel:
         key = (tokens, tp)
         hit = self._heads.get(key)
         if hit is None:
+            fused = self._switches.ce_fused(self._cluster.accel.vendor)
             hit = self._heads[key] = head_cost(
-                self._workload.model, self._cluster.accel, tokens, tp, self.mechanisms.shape
+                self._workload.model, self._cluster.accel, tokens, tp, self.mechanisms.shape, fused
             )
         return hit
 
@@ -1397,6 +1407,7 @@ def estimate_step(
     moe_shared_expert_overlap: bool | None = None,
     cuda_graphs: Any = None,
     grad_reduce_in_fp32: bool | None = None,
+    cross_entropy_fusion: bool | None = None,
     validate: bool = True,
     workload: Workload | None = None,
 ) -> StepReport:
@@ -1423,7 +1434,8 @@ def estimate_step(
     1F1B) and ``moe_shared_expert_overlap`` (all off by default, as in Megatron Core), and
     ``cuda_graphs`` (:func:`cuda_graph_scopes`: None = eager, Megatron Core's default; True =
     the whole iteration; or scopes such as ``"attn,moe_router,moe_preprocess"``), which
-    removes the host launch cost of the captured blocks.
+    removes the host launch cost of the captured blocks; ``cross_entropy_fusion`` (None: on,
+    off on Ascend: :meth:`~parastrat.spec.workload.Switches.ce_fused`).
     """
     wl, sw = resolve(
         model,
@@ -1444,6 +1456,7 @@ def estimate_step(
         moe_shared_expert_overlap=moe_shared_expert_overlap,
         cuda_graphs=cuda_graphs,
         grad_reduce_in_fp32=grad_reduce_in_fp32,
+        cross_entropy_fusion=cross_entropy_fusion,
     )
     gbs = wl.needs_global_batch("estimate_step")
     world = int(strategy.world_size or cluster.num_devices)

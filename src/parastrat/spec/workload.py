@@ -386,6 +386,12 @@ TP_OVERLAP_OFF_BY_DEFAULT = frozenset({"nvfp4"})
 #: backward's asynchronous input-gradient collective behind the weight-gradient GEMM
 #: (Megatron's own linear layers) is priced either way (the ``tp_async`` mechanism).
 TP_OVERLAP_OFF_VENDORS = frozenset({"huawei"})
+#: Accelerator vendors on which an unset ``cross_entropy_fusion`` means off.  Megatron Bridge's
+#: ``GPTModelProvider`` defaults ``cross_entropy_loss_fusion`` to True (and its pretraining
+#: recipes set it); Megatron Core's ``TransformerConfig`` and Megatron-LM's
+#: ``--cross-entropy-loss-fusion`` default to off, and MindSpeed-LLM, which takes Megatron-LM's
+#: arguments, leaves it off in its example scripts (e.g. ``pretrain_qwen15_0point5b_ptd.sh``).
+CE_FUSION_OFF_VENDORS = frozenset({"huawei"})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -411,6 +417,8 @@ class Switches:
     ``--accumulate-allreduce-grads-in-fp32`` and every Megatron Bridge performance recipe
     (``set_llama31_common_configs``, ``set_deepseek_v3_common_configs``, ...); Bridge's
     ``bf16_mixed`` and its standard recipes set True; ``apply`` writes the value priced).
+    ``cross_entropy_fusion``: the vocabulary-parallel cross-entropy as one fused pass
+    (Megatron's ``cross_entropy_loss_fusion``; None: :meth:`ce_fused`).
     ``mechanisms``: the
     cost model's kernel-level mechanisms and MoE routing options (:class:`Mechanisms`; a
     typed value only, not a keyword of the conveniences).
@@ -427,6 +435,7 @@ class Switches:
     cuda_graphs: frozenset[str] = field(default_factory=frozenset)
     fp8_param_gather: bool | None = None
     grad_reduce_in_fp32: bool = False
+    cross_entropy_fusion: bool | None = None
     mechanisms: Mechanisms = field(default_factory=Mechanisms)
 
     def __post_init__(self) -> None:
@@ -443,6 +452,7 @@ class Switches:
             _flag(name, getattr(self, name))
         _flag("tp_comm_overlap", self.tp_comm_overlap, optional=True)
         _flag("fp8_param_gather", self.fp8_param_gather, optional=True)
+        _flag("cross_entropy_fusion", self.cross_entropy_fusion, optional=True)
         # the backend's name is kept (apply writes the backend priced); the step model reads
         # the dispatcher through moe_dispatcher(), to which both backends are "flex"
         object.__setattr__(self, "moe_dispatcher", moe_dispatcher_name(self.moe_dispatcher))
@@ -469,6 +479,14 @@ class Switches:
                 and vendor not in TP_OVERLAP_OFF_VENDORS
             )
         return on and self.tp_comm_overlap
+
+    def ce_fused(self, vendor: str = "nvidia") -> bool:
+        """Whether the loss runs Megatron's fused vocabulary-parallel cross-entropy:
+        ``cross_entropy_fusion`` as set, or when unset on, except on the accelerator vendors
+        of :data:`CE_FUSION_OFF_VENDORS`."""
+        if self.cross_entropy_fusion is None:
+            return vendor not in CE_FUSION_OFF_VENDORS
+        return self.cross_entropy_fusion
 
     @property
     def mode(self) -> str:
