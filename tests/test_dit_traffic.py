@@ -5,9 +5,6 @@ output post-processing (``output_type``); the sequence-parallel attention path's
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import sys
-from pathlib import Path
 
 import pytest
 
@@ -18,17 +15,10 @@ from parastrat.spec import dit
 from parastrat.spec.block_traffic import EAGER_TRAFFIC, EagerTraffic
 from parastrat.spec.dit import DiTSpec
 
+from ._modules import load_script
+
 X = "tp-sp-pp-cfg-dp"
 IMG = dict(height=1024, width=1024, steps=20)
-
-
-def _counter():
-    path = Path(__file__).parent.parent / "benchmarks" / "dit_elementwise.py"
-    spec = importlib.util.spec_from_file_location("dit_elementwise", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["dit_elementwise"] = mod
-    spec.loader.exec_module(mod)
-    return mod
 
 
 @pytest.mark.parametrize(
@@ -37,7 +27,7 @@ def _counter():
 )
 def test_table_is_what_the_real_block_moves(block, family, kind):
     pytest.importorskip("diffusers")
-    mod = _counter()
+    mod = load_script("benchmarks/dit_elementwise.py")
     tot, mlp, ti, tt, h, ffn = mod._blocks()[block]()
     counted = {e.kind: e for e in EAGER_TRAFFIC[family]}[kind]
     assert (tot - mlp) / ((ti + tt) * h) == pytest.approx(counted.hidden_bytes, rel=0.01)

@@ -7,25 +7,13 @@ devices and batch, and that the model table agrees with the presets it duplicate
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
 
 import parastrat as ps
 
+from ._modules import load_script
 
-def _bench():
-    path = Path(__file__).parent.parent / "benchmarks" / "npu_training_accuracy.py"
-    spec = importlib.util.spec_from_file_location("npu_training_accuracy", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["npu_training_accuracy"] = mod
-    spec.loader.exec_module(mod)
-    return mod
-
-
-BENCH = _bench()
+BENCH = load_script("benchmarks/npu_training_accuracy.py")
 ROWS = BENCH.measured_rows(short=False)
 MODELS = BENCH.load_models()
 

@@ -6,19 +6,13 @@ main job with the installed package, so a broken command fails the suite too.
 
 from __future__ import annotations
 
-import importlib.util
 import shlex
 import subprocess
 import sys
-from pathlib import Path
 
-_spec = importlib.util.spec_from_file_location(
-    "readme_commands", Path(__file__).resolve().parents[1] / "tools" / "readme_commands.py"
-)
-assert _spec and _spec.loader
-_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(_mod)
-setup_commands = _mod.setup_commands
+from ._modules import load_script
+
+setup_commands = load_script("tools/readme_commands.py").setup_commands
 
 
 def test_exactly_two_setup_commands():
