@@ -779,6 +779,7 @@ class StepModel:
         self._per: dict[tuple, tuple[dict[str, float], LayerCost]] = {}
         self._dp: dict[tuple, tuple[float, float]] = {}
         self._bounds: dict[tuple, float] = {}
+        self._layer_bounds: dict[tuple, tuple[float, float]] = {}
         self._splits: dict[tuple, PipelineSplit] = {}
         #: the same switches with TP overlap asked for (the default-off note compares the two)
         self._overlap_asked = replace(switches, tp_comm_overlap=True)
@@ -1018,21 +1019,34 @@ class StepModel:
         mbs = micro_batch_size
         m = gbs // (dp * mbs)
         split = self.split(s)
-        # VPP variants of one layout share everything but the bubble factor: memoise the
-        # fullest stage's per-micro-batch time on the layout and the stage shapes
+        # VPP variants and layer splits of one layout share the per-layer times, and VPP
+        # variants everything but the bubble factor: memoise the layers' times on the layout
+        # and the fullest stage's per-micro-batch time on the layout and the stage shapes
         key: tuple = (s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, s.pp, dp, s.order, mbs)
-        key += (moe_comm, split.stage_layers, split.stage_moe)
-        worst = self._bounds.get(key)
+        key += (moe_comm,)
+        shapes = (key, split.stage_layers, split.stage_moe)
+        worst = self._bounds.get(shapes)
         if worst is None:
+            dense_mb, moe_mb = self._layer_bound(s, mbs, dp, moe_comm, key)
+            worst = self._bounds[shapes] = max(
+                (c - n) * dense_mb + n * moe_mb for c, n in zip(split.stage_layers, split.stage_moe)
+            )
+        return worst * (m + (s.pp - 1) / s.vpp)
+
+    def _layer_bound(
+        self, s: Strategy, mbs: int, dp: int, moe_comm: MoEComm, key: tuple
+    ) -> tuple[float, float]:
+        """(dense, MoE) layer seconds per micro-batch of :meth:`lower_bound`: compute plus
+        exposed TP/CP/EP communication and host time, memoised on ``key`` (the layout)."""
+        hit = self._layer_bounds.get(key)
+        if hit is None:
             strides = comm.group_strides(s, dp)
             per = self.per_layer(s, mbs, "none", strides, self.tp_overlap(s, strides), moe_comm)
             terms = ("compute", "tp_exposed", "cp_exposed", "ep_exposed", "host_exposed")
             dense_mb = sum(per[False][k] for k in terms)
             moe_mb = sum(per[True][k] for k in terms) if True in per else 0.0
-            worst = self._bounds[key] = max(
-                (c - n) * dense_mb + n * moe_mb for c, n in zip(split.stage_layers, split.stage_moe)
-            )
-        return worst * (m + (s.pp - 1) / s.vpp)
+            hit = self._layer_bounds[key] = (dense_mb, moe_mb)
+        return hit
 
     # ---- one step ----------------------------------------------------------------------------
     def price(

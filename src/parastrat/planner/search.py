@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from .. import rules
 from ..errors import SpecError, StrategyError, UsageError
 from ..estimate.fsdp import fsdp_layer_memory
 from ..estimate.layers import stage_params, try_split
@@ -286,7 +287,8 @@ def static_lower_bound(
     tries, over the whole ``dp * cp`` (plain FSDP, the least any of its variants needs)."""
     key = tuple(sorted(split.items()))
     level = fsdp or ("optim" if distributed_optimizer else "no_shard")
-    return _static_bound(model, world, tp, pp, vpp, cp, ep, etp, key, level)
+    dense_shard = world // (tp * cp * pp) * cp  # dp * cp: CP enters only through it
+    return _static_bound(model, world, tp, pp, vpp, dense_shard, ep, etp, key, level)
 
 
 @per_model
@@ -296,7 +298,7 @@ def _static_bound(
     tp: int,
     pp: int,
     vpp: int,
-    cp: int,
+    dense_shard: int,
     ep: int,
     etp: int,
     split: tuple[tuple[str, Any], ...],
@@ -305,10 +307,9 @@ def _static_bound(
     sp = try_split(model, pp, vpp, split)
     if sp is None:
         return 0.0  # an impossible split: the rules say why later
-    dp = world // (tp * cp * pp)
     edp = max(expert_dp(world, etp, ep, pp), 1)
     return max(
-        fsdp_layer_memory(b.dense_params, level, dp * cp).total
+        fsdp_layer_memory(b.dense_params, level, dense_shard).total
         + fsdp_layer_memory(b.expert_params, level, edp).total
         for b in set(stage_params(model, tp, ep, etp, sp.stage_layers, sp.stage_moe, sp.ends))
     )
@@ -320,6 +321,7 @@ def clear_caches() -> None:
     clear_step_caches()
     fsdp_layer_memory.cache_clear()
     parse_string.cache_clear()
+    rules.clear_caches()
 
 
 # ---------------------------------------------------------------------------------------------
