@@ -348,9 +348,11 @@ def layer_split_violations(
 ) -> list[Violation]:
     """Can ``num_layers`` be split over pp stages (and vpp chunks per stage)?  With a
     pipeline layout: Megatron's layout checks (decoder and MTP counts, placement)."""
-    split = (s.pp, s.vpp, s.first_stage_layers, s.last_stage_layers)
-    split += (s.account_for_embedding, s.account_for_loss, s.pipeline_layout)
-    return list(_split_violations(*split, num_layers, mtp_num_layers))
+    first, last = s.first_stage_layers, s.last_stage_layers
+    emb, loss, layout = s.account_for_embedding, s.account_for_loss, s.pipeline_layout
+    return list(
+        _split_violations(s.pp, s.vpp, first, last, emb, loss, layout, num_layers, mtp_num_layers)
+    )
 
 
 @lru_cache(maxsize=1 << 12)
