@@ -885,8 +885,10 @@ class StepModel:
         for moe in (False, True):
             if moe and not self._workload.model.is_moe:
                 continue
-            key: tuple = (moe, mbs, s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, mode, moe_comm)
-            key += (tp_overlap, *(strides[k] for k in ("tp", "ulysses", "ring", "ep", "etp")))
+            key: tuple = (moe, mbs, s.tp, s.sp, s.ulysses, s.ring, mode, moe_comm, tp_overlap)
+            key += (strides["tp"], strides["ulysses"], strides["ring"])
+            if moe:  # a dense layer reads no expert degree (its layer cost takes EP 1, ETP TP)
+                key += (s.ep, s.etp, strides["ep"], strides["etp"])
             hit = self._per.get(key)
             if hit is None:
                 hit = self._per[key] = self._layer_terms(
