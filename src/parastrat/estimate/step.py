@@ -471,11 +471,13 @@ def layer_cost(
     flash_attention: bool = True,
     mech: Mechanisms = ALL_MECHANISMS,
     fp8_recipe: str | None = None,
+    matrices: dict[tuple, tuple[float, float, float]] | None = None,
 ) -> LayerCost:
     """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp
     with the kernel mechanisms ``mech`` and the quantisation recipe ``fp8_recipe`` (None:
     the precision's default; uncached: :class:`StepModel` memoises it per workload and
-    switches)."""
+    switches).  ``matrices``: a memo of the times of matrices outside the routed experts,
+    which read no expert degree (only for this model, accelerator, precision and ``mech``)."""
     prof = kernel_profile(accel)
     fp8 = precision in QUANTISED and accel.supports(precision)
     prec = precision if fp8 else "bf16"
@@ -491,10 +493,17 @@ def layer_cost(
     g_fwd = g_bwd = cast = 0.0
     mlp_f = mlp_b = shared = 0.0
     fwd_of: dict[str, float] = {}
+    memo = {} if matrices is None else matrices
     for mat in mats:
-        f, b, c = _matrix_times(
-            accel, prof, mat, tokens, tp, sp, ep, etp, model.num_experts, prec, mech, expert_m
-        )
+        key = (mat, tokens, tp, sp, expert_m is not None)  # what a non-expert matrix reads
+        times = memo.get(key) if mat.block != "expert" else None
+        if times is None:
+            times = _matrix_times(
+                accel, prof, mat, tokens, tp, sp, ep, etp, model.num_experts, prec, mech, expert_m
+            )
+            if mat.block != "expert":
+                memo[key] = times
+        f, b, c = times
         fwd_of[mat.name] = f
         if mat.block == "expert" and not mech.shape:
             f, b = f / GROUPED_GEMM_EFF, b / GROUPED_GEMM_EFF
@@ -775,6 +784,7 @@ class StepModel:
             switches.moe_shared_expert_overlap,
         )
         self._layers: dict[tuple, LayerCost] = {}
+        self._matrices: dict[tuple, tuple[float, float, float]] = {}
         self._heads: dict[tuple, float] = {}
         self._per: dict[tuple, tuple[dict[str, float], LayerCost]] = {}
         self._dp: dict[tuple, tuple[float, float]] = {}
@@ -846,6 +856,7 @@ class StepModel:
                 self._switches.flash_attention,
                 self._switches.mechanisms,
                 wl.fp8_recipe,
+                self._matrices,
             )
         return hit
 
