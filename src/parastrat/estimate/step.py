@@ -788,9 +788,8 @@ class StepModel:
         self._heads: dict[tuple, float] = {}
         self._per: dict[tuple, tuple[dict[str, float], LayerCost]] = {}
         self._dp: dict[tuple, tuple[float, float]] = {}
-        self._bounds: dict[tuple, float] = {}
         self._layer_bounds: dict[tuple, tuple[float, float]] = {}
-        self._splits: dict[tuple, PipelineSplit] = {}
+        self._splits: dict[tuple, tuple[PipelineSplit, tuple[tuple[int, int], ...]]] = {}
         #: the same switches with TP overlap asked for (the default-off note compares the two)
         self._overlap_asked = replace(switches, tp_comm_overlap=True)
 
@@ -818,6 +817,10 @@ class StepModel:
 
     def split(self, s: Strategy) -> PipelineSplit:
         """:func:`pipeline_split` of this workload's model, memoised on the split's fields."""
+        return self._split_shapes(s)[0]
+
+    def _split_shapes(self, s: Strategy) -> tuple[PipelineSplit, tuple[tuple[int, int], ...]]:
+        """:meth:`split` and its distinct stage shapes (layers, MoE layers), memoised."""
         key = (
             s.pp,
             s.vpp,
@@ -829,7 +832,9 @@ class StepModel:
         )
         hit = self._splits.get(key)
         if hit is None:
-            hit = self._splits[key] = pipeline_split(self._workload.model, s)
+            split = pipeline_split(self._workload.model, s)
+            shapes = tuple(sorted(set(zip(split.stage_layers, split.stage_moe))))
+            hit = self._splits[key] = (split, shapes)
         return hit
 
     # ---- per layer --------------------------------------------------------------------------
@@ -1031,19 +1036,12 @@ class StepModel:
         gbs = self._workload.needs_global_batch("the step model")
         mbs = micro_batch_size
         m = gbs // (dp * mbs)
-        split = self.split(s)
-        # VPP variants and layer splits of one layout share the per-layer times, and VPP
-        # variants everything but the bubble factor: memoise the layers' times on the layout
-        # and the fullest stage's per-micro-batch time on the layout and the stage shapes
+        # VPP variants and layer splits of one layout share the per-layer times (memoised on
+        # the layout); the fullest of the split's distinct stage shapes sets the pace
         key: tuple = (s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, s.pp, dp, s.order, mbs)
         key += (moe_comm,)
-        shapes = (key, split.stage_layers, split.stage_moe)
-        worst = self._bounds.get(shapes)
-        if worst is None:
-            dense_mb, moe_mb = self._layer_bound(s, mbs, dp, moe_comm, key)
-            worst = self._bounds[shapes] = max(
-                (c - n) * dense_mb + n * moe_mb for c, n in zip(split.stage_layers, split.stage_moe)
-            )
+        dense_mb, moe_mb = self._layer_bound(s, mbs, dp, moe_comm, key)
+        worst = max((c - n) * dense_mb + n * moe_mb for c, n in self._split_shapes(s)[1])
         return worst * (m + (s.pp - 1) / s.vpp)
 
     def _layer_bound(
