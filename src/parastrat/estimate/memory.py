@@ -638,23 +638,9 @@ class _StageShape:
         """(weights, gradients, optimizer) bytes of a stage's parameter record under the
         strategy's sharding (:func:`~parastrat.estimate.fsdp.fsdp_layer_memory`): dense
         parameters over ``dp_shard * cp``, routed experts over the expert data-parallel group."""
-        expert_lin = min(block.expert_params, block.linear_params)
-        lvl = self.sh.level
-        dense = fsdp_layer_memory(
-            block.dense_params,
-            lvl,
-            self.dense_shard,
-            linear_params=block.linear_params - expert_lin,
-            sizes=self.sizes,
-        )
-        expert = fsdp_layer_memory(
-            block.expert_params, lvl, self.expert_shard, linear_params=expert_lin, sizes=self.sizes
-        )
-        return (
-            dense.weights + expert.weights,
-            dense.gradients + expert.gradients,
-            dense.optimizer + expert.optimizer,
-        )
+        counts = (block.dense_params, block.expert_params, block.linear_params)
+        shards = (self.sh.level, self.dense_shard, self.expert_shard)
+        return _kept(self.model, *counts, *shards, self.sizes)
 
     def working(self, n_layers: int, n_moe: int, first: bool, last: bool) -> float:
         """Unsharded bytes of the FSDP units in flight on a stage: its largest unit (a layer,
@@ -682,3 +668,30 @@ class _StageShape:
             linear_params=unit.linear_params,
             sizes=self.sizes,
         ).total
+
+
+@per_model
+def _kept(
+    model: ModelSpec,
+    dense_params: float,
+    expert_params: float,
+    linear_params: float,
+    level: str | None,
+    dense_shard: int,
+    expert_shard: int,
+    sizes: ByteSizes,
+) -> tuple[float, float, float]:
+    """:meth:`_StageShape.kept` of a parameter record's counts (memoised: the planner asks for
+    the same stages under every micro-batch size and recompute mode)."""
+    expert_lin = min(expert_params, linear_params)
+    dense = fsdp_layer_memory(
+        dense_params, level, dense_shard, linear_params=linear_params - expert_lin, sizes=sizes
+    )
+    expert = fsdp_layer_memory(
+        expert_params, level, expert_shard, linear_params=expert_lin, sizes=sizes
+    )
+    return (
+        dense.weights + expert.weights,
+        dense.gradients + expert.gradients,
+        dense.optimizer + expert.optimizer,
+    )

@@ -787,7 +787,7 @@ class StepModel:
         self._matrices: dict[tuple, tuple[float, float, float]] = {}
         self._heads: dict[tuple, float] = {}
         self._per: dict[tuple, tuple[dict[str, float], LayerCost]] = {}
-        self._dp: dict[tuple, tuple[float, float]] = {}
+        self._dp: dict[tuple, tuple[float, float, float]] = {}
         self._layer_bounds: dict[tuple, tuple[float, float]] = {}
         self._splits: dict[tuple, tuple[PipelineSplit, tuple[tuple[int, int], ...]]] = {}
         #: the same switches with TP overlap asked for (the default-off note compares the two)
@@ -1250,8 +1250,9 @@ class StepModel:
                     c.time(self._cluster) for c in items if c.op in ("reduce_scatter", "all_reduce")
                 ),
                 sum(c.time(self._cluster) for c in items if c.op == "all_gather"),
+                self._optimizer_step(dense, expert, dp * s.cp, edp),
             )
-        t_rs, t_ag = hit
+        t_rs, t_ag, opt = hit
         local = dense + expert
         if sw.overlap_grad_reduce:
             bucket_frac = min(1.0, max(BUCKET_PARAMS, 1e6 * dp) / local) if local > 0 else 0.0
@@ -1262,7 +1263,15 @@ class StepModel:
             )
         else:
             exposed = t_rs + t_ag
-        shard = dense / (dp * s.cp) + expert / max(edp, 1)
+        st.update(dp=t_rs + t_ag, dp_exposed=exposed, optimizer=opt)
+
+    def _optimizer_step(self, dense: float, expert: float, dense_shard: int, edp: int) -> float:
+        """Seconds of a stage's optimizer step (Adam over the local shard, and the FP8 weight
+        casts) for its ``dense`` and ``expert`` parameters (part of :meth:`_dp_and_optimizer`'s
+        memo: it reads nothing else of the strategy)."""
+        sw = self._switches
+        local = dense + expert
+        shard = dense / dense_shard + expert / max(edp, 1)
         if not sw.distributed_optimizer:
             shard = local
         accel = self._cluster.accel
@@ -1280,7 +1289,7 @@ class StepModel:
                     kernel_model.ARCH.get(accel.name, ""),
                 ),
             )
-        st.update(dp=t_rs + t_ag, dp_exposed=exposed, optimizer=opt)
+        return opt
 
     def _fsdp(
         self,

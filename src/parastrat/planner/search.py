@@ -40,7 +40,7 @@ from ..estimate.fsdp import fsdp_layer_memory
 from ..estimate.layers import stage_params, try_split
 from ..estimate.memo import per_model
 from ..estimate.memory import MemoryReport, memory_of
-from ..estimate.step import StepModel, check_errors
+from ..estimate.step import StepModel, StepReport, check_errors
 from ..estimate.step import clear_caches as clear_step_caches
 from ..grid import expert_dp
 from ..pipeline_layout import parse_string
@@ -413,7 +413,7 @@ class Search:
         """Visit by bound; price without recompute (a bound for every mode), then the
         cheapest mode that fits; stop once a bound is slower than the k-th best candidate."""
         first = self.space.modes[0]
-        pending: list[tuple[float, int, Strategy, int]] = []
+        pending: list[tuple[float, int, Strategy, int, StepReport]] = []
         while bounds or pending:
             # move the next compute bound into the priced queue when it could still be earlier
             if bounds and (not pending or bounds[0][0] < pending[0][0]):
@@ -423,21 +423,28 @@ class Search:
                     continue
                 rep0 = self.steps.price(s, micro_batch_size=mbs, recompute=first)
                 self.priced += 1
-                heapq.heappush(pending, (rep0.step_time_s, n, s, mbs))
+                heapq.heappush(pending, (rep0.step_time_s, n, s, mbs, rep0))
                 continue
-            t_lower, _, s, mbs = heapq.heappop(pending)
+            t_lower, _, s, mbs, rep0 = heapq.heappop(pending)
             if t_lower > self.cutoff:
                 break
-            self.price_fitting(s, mbs)
+            self.price_fitting(s, mbs, rep0)
 
-    def price_fitting(self, s: Strategy, mbs: int) -> Candidate | None:
-        """Price ``s`` at ``mbs`` with the cheapest recompute mode that fits, and admit it."""
-        for mode in self.space.modes:
+    def price_fitting(
+        self, s: Strategy, mbs: int, first: StepReport | None = None
+    ) -> Candidate | None:
+        """Price ``s`` at ``mbs`` with the cheapest recompute mode that fits, and admit it.
+        ``first``: ``s`` already priced at ``mbs`` in the search space's first mode (the same
+        report :meth:`StepModel.price` would give again; still counted as a pricing)."""
+        for i, mode in enumerate(self.space.modes):
             mem = memory_of(self._workloads[mbs], s, self._switches[mode])
             self.memory_checks += 1
             if not self._fits(mem):
                 continue
-            rep = self.steps.price(s, micro_batch_size=mbs, recompute=mode)
+            if i == 0 and first is not None:
+                rep = first
+            else:
+                rep = self.steps.price(s, micro_batch_size=mbs, recompute=mode)
             self.priced += 1
             cand = Candidate(s, mbs, mode, mem, rep, notes=rep.notes)
             self.admit(cand)
