@@ -106,7 +106,7 @@ def _int_violations(values: tuple[Any, ...]) -> list[Violation]:
     """:func:`_bad_int` of each of :data:`_INT_FIELDS` (``values`` in that order)."""
     out = []
     for (name, none_ok), value in zip(_INT_FIELDS, values):
-        if type(value) is int and value >= 1:  # the common case, without a call
+        if (type(value) is int and value >= 1) or (value is None and none_ok):  # without a call
             continue
         bad = _bad_int(name, value, allow_none=none_ok)
         if bad:
@@ -351,7 +351,7 @@ class Strategy:
     def is_inference(self) -> bool:
         """True for an xDiT / MindIE-SD inference grid (the order has ``sp`` or ``cfg``), False for
         a Megatron training grid."""
-        return self.kind == "inference"
+        return order_kind(self.order) == "inference"  # not through .kind: asked thousands of times
 
     @property
     def uneven(self) -> bool:

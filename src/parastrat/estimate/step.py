@@ -27,6 +27,7 @@ documented in ``docs/step-model.md``; none is fitted to a model or a published r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -1031,18 +1032,26 @@ class StepModel:
         """A lower bound of the step time under any recompute mode (no recompute, no
         PP/DP/optimizer terms): the fullest stage's layers, compute plus exposed TP/CP/EP
         communication and host time, times ``m + (p-1)/v``."""
+        return self.lower_bounds(s, (micro_batch_size,))[0]
+
+    def lower_bounds(self, s: Strategy, sizes: Iterable[int]) -> list[float]:
+        """:meth:`lower_bound` of ``s`` at each micro-batch size of ``sizes`` (what they share
+        is read once)."""
         moe_comm = _effective_moe_comm(s, "none", self._moe_comm, None)
         dp = _dp(s)
         gbs = self._workload.needs_global_batch("the step model")
-        mbs = micro_batch_size
-        m = gbs // (dp * mbs)
+        bubble = (s.pp - 1) / s.vpp
         # VPP variants and layer splits of one layout share the per-layer times (memoised on
         # the layout); the fullest of the split's distinct stage shapes sets the pace
-        key: tuple = (s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, s.pp, dp, s.order, mbs)
-        key += (moe_comm,)
-        dense_mb, moe_mb = self._layer_bound(s, mbs, dp, moe_comm, key)
-        worst = max((c - n) * dense_mb + n * moe_mb for c, n in self._split_shapes(s)[1])
-        return worst * (m + (s.pp - 1) / s.vpp)
+        layout = (s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, s.pp, dp, s.order)
+        shapes = self._split_shapes(s)[1]
+        out = []
+        for mbs in sizes:
+            key = (*layout, mbs, moe_comm)
+            dense_mb, moe_mb = self._layer_bound(s, mbs, dp, moe_comm, key)
+            worst = max((c - n) * dense_mb + n * moe_mb for c, n in shapes)
+            out.append(worst * (gbs // (dp * mbs) + bubble))
+        return out
 
     def _layer_bound(
         self, s: Strategy, mbs: int, dp: int, moe_comm: MoEComm, key: tuple

@@ -399,9 +399,9 @@ class Search:
             if self.progress and i % 256 == 0:
                 self.progress(i, total)
             dp = s.dp if s.dp is not None else 1
-            for mbs in self.space.micro_batch_sizes:
-                if gbs % (dp * mbs) == 0:
-                    heap.append((self.steps.lower_bound(s, mbs), len(heap), s, mbs))
+            sizes = [b for b in self.space.micro_batch_sizes if gbs % (dp * b) == 0]
+            for mbs, lb in zip(sizes, self.steps.lower_bounds(s, sizes)):
+                heap.append((lb, len(heap), s, mbs))
         if self.progress:
             self.progress(total, total)
         self.bounded = len(heap)
