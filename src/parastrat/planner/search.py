@@ -308,10 +308,11 @@ def _static_bound(
     if sp is None:
         return 0.0  # an impossible split: the rules say why later
     edp = max(expert_dp(world, etp, ep, pp), 1)
+    blocks = stage_params(model, tp, ep, etp, sp.stage_layers, sp.stage_moe, sp.ends)
     return max(
-        fsdp_layer_memory(b.dense_params, level, dense_shard).total
-        + fsdp_layer_memory(b.expert_params, level, edp).total
-        for b in set(stage_params(model, tp, ep, etp, sp.stage_layers, sp.stage_moe, sp.ends))
+        fsdp_layer_memory(dense, level, dense_shard).total
+        + fsdp_layer_memory(expert, level, edp).total
+        for dense, expert in {(b.dense_params, b.expert_params) for b in blocks}
     )
 
 
