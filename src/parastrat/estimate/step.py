@@ -472,13 +472,14 @@ def layer_cost(
     flash_attention: bool = True,
     mech: Mechanisms = ALL_MECHANISMS,
     fp8_recipe: str | None = None,
-    matrices: dict[tuple, tuple[float, float, float]] | None = None,
+    matrices: dict[tuple, tuple[float, ...]] | None = None,
 ) -> LayerCost:
     """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp
     with the kernel mechanisms ``mech`` and the quantisation recipe ``fp8_recipe`` (None:
     the precision's default; uncached: :class:`StepModel` memoises it per workload and
     switches).  ``matrices``: a memo of the times of matrices outside the routed experts,
-    which read no expert degree (only for this model, accelerator, precision and ``mech``)."""
+    which read no expert degree, and of the attention core (only for this model,
+    accelerator, precision and ``mech``)."""
     prof = kernel_profile(accel)
     fp8 = precision in QUANTISED and accel.supports(precision)
     prec = precision if fp8 else "bf16"
@@ -517,9 +518,13 @@ def layer_cost(
         if mat.block == "shared":
             shared += f + b
     h = model.hidden_size
-    a_fwd, a_bwd = _attention_times(
-        model, accel, prof, tokens, seq_len, tp, cp, flash_attention, mech.shape
-    )
+    core = ("attention", tokens, seq_len, tp, cp, flash_attention)  # what the core reads
+    attn = memo.get(core)
+    if attn is None:
+        attn = memo[core] = _attention_times(
+            model, accel, prof, tokens, seq_len, tp, cp, flash_attention, mech.shape
+        )
+    a_fwd, a_bwd = attn
     # memory-bound kernels: elements touched per token (forward)
     h_local = h / tp if sp else h
     a, g = model.num_attention_heads, model.query_groups
@@ -785,7 +790,7 @@ class StepModel:
             switches.moe_shared_expert_overlap,
         )
         self._layers: dict[tuple, LayerCost] = {}
-        self._matrices: dict[tuple, tuple[float, float, float]] = {}
+        self._matrices: dict[tuple, tuple[float, ...]] = {}
         self._heads: dict[tuple, float] = {}
         self._per: dict[tuple, tuple[dict[str, float], LayerCost]] = {}
         self._dp: dict[tuple, tuple[float, float, float]] = {}
