@@ -791,6 +791,7 @@ class StepModel:
         )
         self._layers: dict[tuple, LayerCost] = {}
         self._matrices: dict[tuple, tuple[float, ...]] = {}
+        self._comm: dict[tuple, float] = {}
         self._heads: dict[tuple, float] = {}
         self._per: dict[tuple, tuple[dict[str, float], LayerCost]] = {}
         self._dp: dict[tuple, tuple[float, float, float]] = {}
@@ -934,15 +935,15 @@ class StepModel:
         accel = cluster.accel
         tokens = mbs * self._workload.seq_len / s.cp
         c = self.layer_cost(moe, tokens, s)
-        t_tp = comm.total_time(comm.tp_layer(model, s, tokens, moe, strides), cluster)
+        t_tp = self._comm_time(comm.tp_layer(model, s, tokens, moe, strides))
         ring, a2a = comm.cp_layer(model, s, tokens, strides)
-        t_ring, t_a2a = comm.total_time(ring, cluster), comm.total_time(a2a, cluster)
+        t_ring, t_a2a = self._comm_time(ring), self._comm_time(a2a)
         t_ep = 0.0
         if moe:
             ep_items = comm.ep_layer(
                 model, s, tokens, strides, moe_comm.dispatcher, cluster.scale_up_domain
             )
-            t_ep = comm.total_time(ep_items, cluster)
+            t_ep = self._comm_time(ep_items)
         t_ep, t_amax, c = self._kernel_terms(s, moe, tokens, strides, moe_comm, c, t_ep)
         t_tp += t_amax
         rec = 0.0
@@ -990,6 +991,15 @@ class StepModel:
             "bwd": c.bwd,
         }
         return terms, c
+
+    def _comm_time(self, items: list[comm.Collective]) -> float:
+        """:func:`comm.total_time` on this cluster, memoised on the collectives (frozen values:
+        layers of many strategies share their TP and CP collectives)."""
+        key = tuple(items)
+        hit = self._comm.get(key)
+        if hit is None:
+            hit = self._comm[key] = comm.total_time(items, self._cluster)
+        return hit
 
     def _kernel_terms(
         self,
