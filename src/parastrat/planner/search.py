@@ -246,7 +246,9 @@ def _make(
     t: int, p: int, v: int, c: int, u: int, e: int, et: int, world: int, split: dict[str, Any]
 ) -> Strategy | None:
     try:
-        # the order is explicit: Ulysses > 1 alone would pick xDiT's inference order
+        # the order is explicit: Ulysses > 1 alone would pick xDiT's inference order; dp fills
+        # the world (the caller checked that tp * cp * pp divides it), checked like
+        # with_world_size(world) checks it
         return Strategy(
             tp=t,
             pp=p,
@@ -255,10 +257,11 @@ def _make(
             ring=c // u,
             ep=e,
             etp=et,
+            dp=world // (t * c * p),
             sp=t > 1,
             order=MEGATRON_ORDER,
             **split,
-        ).with_world_size(world)
+        )
     except StrategyError:
         return None
 
