@@ -13,6 +13,7 @@ why).  Rule ids are stable and documented in ``docs/troubleshooting.md``.
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .checks import divisors, fmt_set, is_count, lcm
@@ -347,17 +348,35 @@ def layer_split_violations(
 ) -> list[Violation]:
     """Can ``num_layers`` be split over pp stages (and vpp chunks per stage)?  With a
     pipeline layout: Megatron's layout checks (decoder and MTP counts, placement)."""
-    layout = s.layout_parsed
-    if layout is not None:
-        from .pipeline_layout import layout_violations
-
-        return layout_violations(layout, num_layers, mtp_num_layers)
-    out: list[Violation] = []
-    p, v = s.pp, s.vpp
     first, last = s.first_stage_layers, s.last_stage_layers
+    emb, loss, layout = s.account_for_embedding, s.account_for_loss, s.pipeline_layout
+    return list(
+        _split_violations(s.pp, s.vpp, first, last, emb, loss, layout, num_layers, mtp_num_layers)
+    )
+
+
+@lru_cache(maxsize=1 << 12)
+def _split_violations(
+    p: int,
+    v: int,
+    first: int | None,
+    last: int | None,
+    emb: bool,
+    loss: bool,
+    layout_value: Any,
+    num_layers: int,
+    mtp_num_layers: int | None,
+) -> tuple[Violation, ...]:
+    """:func:`layer_split_violations` of the strategy's split fields (memoised: the planner
+    checks thousands of strategies that share a few splits)."""
+    if layout_value is not None:
+        from .pipeline_layout import PipelineLayout, layout_violations
+
+        return tuple(layout_violations(PipelineLayout(layout_value, p), num_layers, mtp_num_layers))
+    out: list[Violation] = []
     if p == 1:
-        return out
-    if not s.uneven:
+        return ()
+    if not (first is not None or last is not None or emb or loss):
         if num_layers % p:
             out.append(
                 _err(
@@ -377,21 +396,20 @@ def layer_split_violations(
                     f"use vpp in {fmt_set(divisors(per))}",
                 )
             )
-        return out
-    if s.account_for_embedding or s.account_for_loss:
-        total = num_layers + s.account_for_embedding + s.account_for_loss
+        return tuple(out)
+    if emb or loss:
+        total = num_layers + emb + loss
         if total % (p * v):
             out.append(
                 _err(
                     "layers-accounted",
-                    f"{num_layers} layers + {int(s.account_for_embedding)} embedding + "
-                    f"{int(s.account_for_loss)} loss = {total} is not a multiple of "
-                    f"pp*vpp = {p * v}",
+                    f"{num_layers} layers + {int(emb)} embedding + {int(loss)} loss = {total} "
+                    f"is not a multiple of pp*vpp = {p * v}",
                     f"use pp*vpp in {fmt_set([d for d in divisors(total) if d > 1])}, or "
                     "first_stage_layers/last_stage_layers",
                 )
             )
-        return out
+        return tuple(out)
     middle = p - (first is not None) - (last is not None)
     rest = num_layers - (first or 0) - (last or 0)
     if rest < 0 or (middle == 0 and rest != 0) or (middle > 0 and (rest <= 0 or rest % middle)):
@@ -404,7 +422,7 @@ def layer_split_violations(
                 "middle stages",
             )
         )
-        return out
+        return tuple(out)
     counts = [c for c in (first, last, rest // middle if middle else None) if c is not None]
     if v > 1 and any(c % v for c in counts):
         out.append(
@@ -414,7 +432,12 @@ def layer_split_violations(
                 "make every stage's layer count a multiple of vpp",
             )
         )
-    return out
+    return tuple(out)
+
+
+def clear_caches() -> None:
+    """Empty the rules' memo of pipeline-split checks (for timing a plan from a cold start)."""
+    _split_violations.cache_clear()
 
 
 def model_violations(s: Strategy, model: Any) -> list[Violation]:

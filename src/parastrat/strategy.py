@@ -82,6 +82,38 @@ def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
     return None
 
 
+#: The whole-number arguments of :class:`Strategy` in the order it checks them, and whether
+#: each may be None.
+_INT_FIELDS = (
+    ("tp", False),
+    ("pp", False),
+    ("vpp", False),
+    ("cp", True),
+    ("ep", False),
+    ("etp", True),
+    ("dp", True),
+    ("ulysses", False),
+    ("ring", True),
+    ("cfg", False),
+    ("first_stage_layers", True),
+    ("last_stage_layers", True),
+    ("dp_shard", True),
+    ("dp_replicate", False),
+)
+
+
+def _int_violations(values: tuple[Any, ...]) -> list[Violation]:
+    """:func:`_bad_int` of each of :data:`_INT_FIELDS` (``values`` in that order)."""
+    out = []
+    for (name, none_ok), value in zip(_INT_FIELDS, values):
+        if (type(value) is int and value >= 1) or (value is None and none_ok):  # without a call
+            continue
+        bad = _bad_int(name, value, allow_none=none_ok)
+        if bad:
+            out.append(bad)
+    return out
+
+
 def require_strategy(value: Any, where: str) -> Strategy:
     """``value`` when it is a :class:`Strategy`; else :class:`StrategyTypeError` (rule
     ``strategy-type``) naming ``where`` and the type received: the one error every API raises
@@ -192,27 +224,11 @@ class Strategy:
         dp_shard = None if dp_shard == -1 else dp_shard  # torchtitan's "the rest of dp"
         dp_replicate = 1 if dp_replicate is None else dp_replicate
         fsdp = None if fsdp == "no_shard" else fsdp  # Megatron's name for no sharding
-        problems: list[Violation] = []
-        for name, value, none_ok in (
-            ("tp", tp, False),
-            ("pp", pp, False),
-            ("vpp", vpp, False),
-            ("cp", cp, True),
-            ("ep", ep, False),
-            ("etp", etp, True),
-            ("dp", dp, True),
-            ("ulysses", ulysses, False),
-            ("ring", ring, True),
-            ("cfg", cfg, False),
-            ("first_stage_layers", first_stage_layers, True),
-            ("last_stage_layers", last_stage_layers, True),
-            ("dp_shard", dp_shard, True),
-            ("dp_replicate", dp_replicate, False),
-        ):
-            bad = _bad_int(name, value, allow_none=none_ok)
-            if bad:
-                problems.append(bad)
-        if not any(v.rule.startswith("cfg-") for v in problems) and cfg not in (1, 2):
+        problems = _int_violations(
+            (tp, pp, vpp, cp, ep, etp, dp, ulysses, ring, cfg)
+            + (first_stage_layers, last_stage_layers, dp_shard, dp_replicate)
+        )
+        if cfg not in (1, 2) and not any(v.rule.startswith("cfg-") for v in problems):
             problems.append(
                 Violation(
                     "cfg-degree",
@@ -289,29 +305,29 @@ class Strategy:
         if dp is None and dp_shard is not None:
             dp = dp_shard * dp_replicate  # torchtitan: dp_shard * dp_replicate is the dp degree
 
-        for name, resolved in (
-            ("tp", tp),
-            ("pp", pp),
-            ("vpp", vpp),
-            ("cp", cp),
-            ("ep", ep),
-            ("etp", etp),
-            ("dp", dp),
-            ("sp", sp),
-            ("ulysses", ulysses),
-            ("ring", ring),
-            ("cfg", cfg),
-            ("order", order),
-            ("first_stage_layers", first_stage_layers),
-            ("last_stage_layers", last_stage_layers),
-            ("account_for_embedding", account_for_embedding),
-            ("account_for_loss", account_for_loss),
-            ("pipeline_layout", pipeline_layout),
-            ("dp_shard", dp_shard),
-            ("dp_replicate", dp_replicate),
-            ("fsdp", fsdp),
-        ):
-            object.__setattr__(self, name, resolved)
+        # the fields, in their declared order (one update: the planner builds thousands)
+        self.__dict__.update(
+            tp=tp,
+            pp=pp,
+            vpp=vpp,
+            cp=cp,
+            ep=ep,
+            etp=etp,
+            dp=dp,
+            sp=sp,
+            ulysses=ulysses,
+            ring=ring,
+            cfg=cfg,
+            order=order,
+            first_stage_layers=first_stage_layers,
+            last_stage_layers=last_stage_layers,
+            account_for_embedding=account_for_embedding,
+            account_for_loss=account_for_loss,
+            pipeline_layout=pipeline_layout,
+            dp_shard=dp_shard,
+            dp_replicate=dp_replicate,
+            fsdp=fsdp,
+        )
 
         problems = rules.structural_violations(self)
         if not problems and dp is not None:
@@ -335,7 +351,7 @@ class Strategy:
     def is_inference(self) -> bool:
         """True for an xDiT / MindIE-SD inference grid (the order has ``sp`` or ``cfg``), False for
         a Megatron training grid."""
-        return self.kind == "inference"
+        return order_kind(self.order) == "inference"  # not through .kind: asked thousands of times
 
     @property
     def uneven(self) -> bool:

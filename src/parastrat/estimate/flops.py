@@ -67,6 +67,12 @@ def is_moe_layer(model: ModelSpec, index: int) -> bool:
 
 def attention_matrices(model: ModelSpec) -> list[Matrix]:
     """Attention projections: fused QKV + output for MHA/GQA; down/up projections for MLA."""
+    return list(_attention_matrices(model))
+
+
+@per_model
+def _attention_matrices(model: ModelSpec) -> tuple[Matrix, ...]:
+    """:func:`attention_matrices`, memoised (the step model asks for every layer shape)."""
     h, a = model.hidden_size, model.num_attention_heads
     if model.multi_latent_attention:
         qk = model.qk_head_dim + model.qk_pos_emb_head_dim
@@ -89,12 +95,12 @@ def attention_matrices(model: ModelSpec) -> list[Matrix]:
             )
         )
         mats.append(Matrix("proj", a * model.v_head_dim, h, "attn", "row"))
-        return mats
+        return tuple(mats)
     d, g = model.head_dim, model.query_groups
-    return [
+    return (
         Matrix("qkv", h, (a + 2 * g) * d, "attn", "col"),
         Matrix("proj", a * d, h, "attn", "row"),
-    ]
+    )
 
 
 def _mlp(
@@ -116,15 +122,21 @@ def _mlp(
 
 def mlp_matrices(model: ModelSpec, moe: bool) -> list[Matrix]:
     """The MLP of a dense layer, or router + routed experts (top-k) + shared experts."""
+    return list(_mlp_matrices(model, moe))
+
+
+@per_model
+def _mlp_matrices(model: ModelSpec, moe: bool) -> tuple[Matrix, ...]:
+    """:func:`mlp_matrices`, memoised (the step model asks for every layer shape)."""
     h, gated = model.hidden_size, model.gated_linear_unit
     if not moe:
-        return _mlp("", h, model.ffn_hidden_size, gated, "mlp")
+        return tuple(_mlp("", h, model.ffn_hidden_size, gated, "mlp"))
     f = model.moe_ffn_hidden_size or model.ffn_hidden_size
     mats = [Matrix("router", h, model.num_experts, "router", "dup")]
     mats += _mlp("expert_", h, f, gated, "expert", float(model.moe_router_topk))
     if model.moe_shared_expert_intermediate_size:
         mats += _mlp("shared_", h, model.moe_shared_expert_intermediate_size, gated, "shared")
-    return mats
+    return tuple(mats)
 
 
 def layer_matrices(model: ModelSpec, index: int) -> list[Matrix]:

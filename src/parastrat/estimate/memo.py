@@ -42,7 +42,8 @@ def per_model(fn: F) -> F:
 
     @functools.wraps(fn)
     def wrapper(model: ModelSpec, *args: Any, **kwargs: Any) -> Any:
-        memo = model_memo(model)
+        hit = _MEMOS.get(id(model))  # model_memo's common case, without the call
+        memo = hit[1] if hit is not None and hit[0] is model else model_memo(model)
         key = (name, *args, *sorted(kwargs.items())) if kwargs else (name, *args)
         try:
             return memo[key]

@@ -54,6 +54,7 @@ activations per micro-batch); one call costs tens of microseconds
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import lru_cache
 from typing import Any, cast
 
 from .._deps import require
@@ -576,9 +577,12 @@ class _StageShape:
         self.dense_shard = self.sh.dp_shard * s.cp
         edp = s.expert_dp or 1
         self.expert_shard = max(1, edp // self.sh.dp_replicate) if s.fsdp else edp
-        self.sizes = ByteSizes.megatron(
-            workload.precision, switches.fp8_param_gather, switches.grad_reduce_in_fp32
+        self.bytes_of = (
+            workload.precision,
+            switches.fp8_param_gather,
+            switches.grad_reduce_in_fp32,
         )
+        self.sizes = _byte_sizes(*self.bytes_of)
         self.fp8x = fp8_extra_bytes(workload.precision, switches.fp8_param_gather)
         self.model, self.s = model, s
         self.full = switches.mode == "full"
@@ -638,23 +642,9 @@ class _StageShape:
         """(weights, gradients, optimizer) bytes of a stage's parameter record under the
         strategy's sharding (:func:`~parastrat.estimate.fsdp.fsdp_layer_memory`): dense
         parameters over ``dp_shard * cp``, routed experts over the expert data-parallel group."""
-        expert_lin = min(block.expert_params, block.linear_params)
-        lvl = self.sh.level
-        dense = fsdp_layer_memory(
-            block.dense_params,
-            lvl,
-            self.dense_shard,
-            linear_params=block.linear_params - expert_lin,
-            sizes=self.sizes,
-        )
-        expert = fsdp_layer_memory(
-            block.expert_params, lvl, self.expert_shard, linear_params=expert_lin, sizes=self.sizes
-        )
-        return (
-            dense.weights + expert.weights,
-            dense.gradients + expert.gradients,
-            dense.optimizer + expert.optimizer,
-        )
+        counts = (block.dense_params, block.expert_params, block.linear_params)
+        shards = (self.sh.level, self.dense_shard, self.expert_shard)
+        return _kept(self.model, *counts, *shards, *self.bytes_of)
 
     def working(self, n_layers: int, n_moe: int, first: bool, last: bool) -> float:
         """Unsharded bytes of the FSDP units in flight on a stage: its largest unit (a layer,
@@ -682,3 +672,40 @@ class _StageShape:
             linear_params=unit.linear_params,
             sizes=self.sizes,
         ).total
+
+
+@per_model
+def _kept(
+    model: ModelSpec,
+    dense_params: float,
+    expert_params: float,
+    linear_params: float,
+    level: str | None,
+    dense_shard: int,
+    expert_shard: int,
+    precision: str,
+    fp8_param_gather: bool | None,
+    grad_reduce_in_fp32: bool,
+) -> tuple[float, float, float]:
+    """:meth:`_StageShape.kept` of a parameter record's counts and the byte sizes' arguments
+    (memoised: the planner asks for the same stages under every micro-batch size and
+    recompute mode)."""
+    sizes = _byte_sizes(precision, fp8_param_gather, grad_reduce_in_fp32)
+    expert_lin = min(expert_params, linear_params)
+    dense = fsdp_layer_memory(
+        dense_params, level, dense_shard, linear_params=linear_params - expert_lin, sizes=sizes
+    )
+    expert = fsdp_layer_memory(
+        expert_params, level, expert_shard, linear_params=expert_lin, sizes=sizes
+    )
+    return (
+        dense.weights + expert.weights,
+        dense.gradients + expert.gradients,
+        dense.optimizer + expert.optimizer,
+    )
+
+
+@lru_cache(maxsize=64)
+def _byte_sizes(precision: str, fp8_param_gather: bool | None, grad_reduce: bool) -> ByteSizes:
+    """:meth:`ByteSizes.megatron` (a frozen value), memoised."""
+    return ByteSizes.megatron(precision, fp8_param_gather, grad_reduce)

@@ -27,6 +27,7 @@ documented in ``docs/step-model.md``; none is fitted to a model or a published r
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
@@ -478,11 +479,14 @@ def layer_cost(
     flash_attention: bool = True,
     mech: Mechanisms = ALL_MECHANISMS,
     fp8_recipe: str | None = None,
+    matrices: dict[tuple, tuple[float, ...]] | None = None,
 ) -> LayerCost:
     """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp
     with the kernel mechanisms ``mech`` and the quantisation recipe ``fp8_recipe`` (None:
     the precision's default; uncached: :class:`StepModel` memoises it per workload and
-    switches)."""
+    switches).  ``matrices``: a memo of the times of matrices outside the routed experts,
+    which read no expert degree, and of the attention core (only for this model,
+    accelerator, precision and ``mech``)."""
     prof = kernel_profile(accel)
     fp8 = precision in QUANTISED and accel.supports(precision)
     prec = precision if fp8 else "bf16"
@@ -498,10 +502,17 @@ def layer_cost(
     g_fwd = g_bwd = cast = 0.0
     mlp_f = mlp_b = shared = 0.0
     fwd_of: dict[str, float] = {}
+    memo = {} if matrices is None else matrices
     for mat in mats:
-        f, b, c = _matrix_times(
-            accel, prof, mat, tokens, tp, sp, ep, etp, model.num_experts, prec, mech, expert_m
-        )
+        key = (mat, tokens, tp, sp, expert_m is not None)  # what a non-expert matrix reads
+        times = memo.get(key) if mat.block != "expert" else None
+        if times is None:
+            times = _matrix_times(
+                accel, prof, mat, tokens, tp, sp, ep, etp, model.num_experts, prec, mech, expert_m
+            )
+            if mat.block != "expert":
+                memo[key] = times
+        f, b, c = times
         fwd_of[mat.name] = f
         if mat.block == "expert" and not mech.shape:
             f, b = f / GROUPED_GEMM_EFF, b / GROUPED_GEMM_EFF
@@ -514,9 +525,13 @@ def layer_cost(
         if mat.block == "shared":
             shared += f + b
     h = model.hidden_size
-    a_fwd, a_bwd = _attention_times(
-        model, accel, prof, tokens, seq_len, tp, cp, flash_attention, mech.shape
-    )
+    core = ("attention", tokens, seq_len, tp, cp, flash_attention)  # what the core reads
+    attn = memo.get(core)
+    if attn is None:
+        attn = memo[core] = _attention_times(
+            model, accel, prof, tokens, seq_len, tp, cp, flash_attention, mech.shape
+        )
+    a_fwd, a_bwd = attn
     # memory-bound kernels: elements touched per token (forward)
     h_local = h / tp if sp else h
     a, g = model.num_attention_heads, model.query_groups
@@ -784,11 +799,13 @@ class StepModel:
             switches.moe_shared_expert_overlap,
         )
         self._layers: dict[tuple, LayerCost] = {}
+        self._matrices: dict[tuple, tuple[float, ...]] = {}
+        self._comm: dict[tuple, float] = {}
         self._heads: dict[tuple, float] = {}
         self._per: dict[tuple, tuple[dict[str, float], LayerCost]] = {}
-        self._dp: dict[tuple, tuple[float, float]] = {}
-        self._bounds: dict[tuple, float] = {}
-        self._splits: dict[tuple, PipelineSplit] = {}
+        self._dp: dict[tuple, tuple[float, float, float]] = {}
+        self._layer_bounds: dict[tuple, tuple[float, float]] = {}
+        self._splits: dict[tuple, tuple[PipelineSplit, tuple[tuple[int, int], ...]]] = {}
         #: the same switches with TP overlap asked for (the default-off note compares the two)
         self._overlap_asked = replace(switches, tp_comm_overlap=True)
 
@@ -816,6 +833,10 @@ class StepModel:
 
     def split(self, s: Strategy) -> PipelineSplit:
         """:func:`pipeline_split` of this workload's model, memoised on the split's fields."""
+        return self._split_shapes(s)[0]
+
+    def _split_shapes(self, s: Strategy) -> tuple[PipelineSplit, tuple[tuple[int, int], ...]]:
+        """:meth:`split` and its distinct stage shapes (layers, MoE layers), memoised."""
         key = (
             s.pp,
             s.vpp,
@@ -827,7 +848,9 @@ class StepModel:
         )
         hit = self._splits.get(key)
         if hit is None:
-            hit = self._splits[key] = pipeline_split(self._workload.model, s)
+            split = pipeline_split(self._workload.model, s)
+            shapes = tuple(sorted(set(zip(split.stage_layers, split.stage_moe))))
+            hit = self._splits[key] = (split, shapes)
         return hit
 
     # ---- per layer --------------------------------------------------------------------------
@@ -854,6 +877,7 @@ class StepModel:
                 self._switches.flash_attention,
                 self._switches.mechanisms,
                 wl.fp8_recipe,
+                self._matrices,
             )
         return hit
 
@@ -894,8 +918,10 @@ class StepModel:
         for moe in (False, True):
             if moe and not self._workload.model.is_moe:
                 continue
-            key: tuple = (moe, mbs, s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, mode, moe_comm)
-            key += (tp_overlap, *(strides[k] for k in ("tp", "ulysses", "ring", "ep", "etp")))
+            key: tuple = (moe, mbs, s.tp, s.sp, s.ulysses, s.ring, mode, moe_comm, tp_overlap)
+            key += (strides["tp"], strides["ulysses"], strides["ring"])
+            if moe:  # a dense layer reads no expert degree (its layer cost takes EP 1, ETP TP)
+                key += (s.ep, s.etp, strides["ep"], strides["etp"])
             hit = self._per.get(key)
             if hit is None:
                 hit = self._per[key] = self._layer_terms(
@@ -919,15 +945,15 @@ class StepModel:
         accel = cluster.accel
         tokens = mbs * self._workload.seq_len / s.cp
         c = self.layer_cost(moe, tokens, s)
-        t_tp = comm.total_time(comm.tp_layer(model, s, tokens, moe, strides), cluster)
+        t_tp = self._comm_time(comm.tp_layer(model, s, tokens, moe, strides))
         ring, a2a = comm.cp_layer(model, s, tokens, strides)
-        t_ring, t_a2a = comm.total_time(ring, cluster), comm.total_time(a2a, cluster)
+        t_ring, t_a2a = self._comm_time(ring), self._comm_time(a2a)
         t_ep = 0.0
         if moe:
             ep_items = comm.ep_layer(
                 model, s, tokens, strides, moe_comm.dispatcher, cluster.scale_up_domain
             )
-            t_ep = comm.total_time(ep_items, cluster)
+            t_ep = self._comm_time(ep_items)
         t_ep, t_amax, c = self._kernel_terms(s, moe, tokens, strides, moe_comm, c, t_ep)
         t_tp += t_amax
         rec = 0.0
@@ -976,6 +1002,15 @@ class StepModel:
         }
         return terms, c
 
+    def _comm_time(self, items: list[comm.Collective]) -> float:
+        """:func:`comm.total_time` on this cluster, memoised on the collectives (frozen values:
+        layers of many strategies share their TP and CP collectives)."""
+        key = tuple(items)
+        hit = self._comm.get(key)
+        if hit is None:
+            hit = self._comm[key] = comm.total_time(items, self._cluster)
+        return hit
+
     def _kernel_terms(
         self,
         s: Strategy,
@@ -1022,27 +1057,41 @@ class StepModel:
         """A lower bound of the step time under any recompute mode (no recompute, no
         PP/DP/optimizer terms): the fullest stage's layers, compute plus exposed TP/CP/EP
         communication and host time, times ``m + (p-1)/v``."""
+        return self.lower_bounds(s, (micro_batch_size,))[0]
+
+    def lower_bounds(self, s: Strategy, sizes: Iterable[int]) -> list[float]:
+        """:meth:`lower_bound` of ``s`` at each micro-batch size of ``sizes`` (what they share
+        is read once)."""
         moe_comm = _effective_moe_comm(s, "none", self._moe_comm, None)
         dp = _dp(s)
         gbs = self._workload.needs_global_batch("the step model")
-        mbs = micro_batch_size
-        m = gbs // (dp * mbs)
-        split = self.split(s)
-        # VPP variants of one layout share everything but the bubble factor: memoise the
-        # fullest stage's per-micro-batch time on the layout and the stage shapes
-        key: tuple = (s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, s.pp, dp, s.order, mbs)
-        key += (moe_comm, split.stage_layers, split.stage_moe)
-        worst = self._bounds.get(key)
-        if worst is None:
+        bubble = (s.pp - 1) / s.vpp
+        # VPP variants and layer splits of one layout share the per-layer times (memoised on
+        # the layout); the fullest of the split's distinct stage shapes sets the pace
+        layout = (s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, s.pp, dp, s.order)
+        shapes = self._split_shapes(s)[1]
+        out = []
+        for mbs in sizes:
+            key = (*layout, mbs, moe_comm)
+            dense_mb, moe_mb = self._layer_bound(s, mbs, dp, moe_comm, key)
+            worst = max((c - n) * dense_mb + n * moe_mb for c, n in shapes)
+            out.append(worst * (gbs // (dp * mbs) + bubble))
+        return out
+
+    def _layer_bound(
+        self, s: Strategy, mbs: int, dp: int, moe_comm: MoEComm, key: tuple
+    ) -> tuple[float, float]:
+        """(dense, MoE) layer seconds per micro-batch of :meth:`lower_bound`: compute plus
+        exposed TP/CP/EP communication and host time, memoised on ``key`` (the layout)."""
+        hit = self._layer_bounds.get(key)
+        if hit is None:
             strides = comm.group_strides(s, dp)
             per = self.per_layer(s, mbs, "none", strides, self.tp_overlap(s, strides), moe_comm)
             terms = ("compute", "tp_exposed", "cp_exposed", "ep_exposed", "host_exposed")
             dense_mb = sum(per[False][k] for k in terms)
             moe_mb = sum(per[True][k] for k in terms) if True in per else 0.0
-            worst = self._bounds[key] = max(
-                (c - n) * dense_mb + n * moe_mb for c, n in zip(split.stage_layers, split.stage_moe)
-            )
-        return worst * (m + (s.pp - 1) / s.vpp)
+            hit = self._layer_bounds[key] = (dense_mb, moe_mb)
+        return hit
 
     # ---- one step ----------------------------------------------------------------------------
     def price(
@@ -1242,8 +1291,9 @@ class StepModel:
                     c.time(self._cluster) for c in items if c.op in ("reduce_scatter", "all_reduce")
                 ),
                 sum(c.time(self._cluster) for c in items if c.op == "all_gather"),
+                self._optimizer_step(dense, expert, dp * s.cp, edp),
             )
-        t_rs, t_ag = hit
+        t_rs, t_ag, opt = hit
         local = dense + expert
         if sw.overlap_grad_reduce:
             bucket_frac = min(1.0, max(BUCKET_PARAMS, 1e6 * dp) / local) if local > 0 else 0.0
@@ -1254,7 +1304,15 @@ class StepModel:
             )
         else:
             exposed = t_rs + t_ag
-        shard = dense / (dp * s.cp) + expert / max(edp, 1)
+        st.update(dp=t_rs + t_ag, dp_exposed=exposed, optimizer=opt)
+
+    def _optimizer_step(self, dense: float, expert: float, dense_shard: int, edp: int) -> float:
+        """Seconds of a stage's optimizer step (Adam over the local shard, and the FP8 weight
+        casts) for its ``dense`` and ``expert`` parameters (part of :meth:`_dp_and_optimizer`'s
+        memo: it reads nothing else of the strategy)."""
+        sw = self._switches
+        local = dense + expert
+        shard = dense / dense_shard + expert / max(edp, 1)
         if not sw.distributed_optimizer:
             shard = local
         accel = self._cluster.accel
@@ -1272,7 +1330,7 @@ class StepModel:
                     kernel_model.ARCH.get(accel.name, ""),
                 ),
             )
-        st.update(dp=t_rs + t_ag, dp_exposed=exposed, optimizer=opt)
+        return opt
 
     def _fsdp(
         self,

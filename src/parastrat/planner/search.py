@@ -34,12 +34,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from .. import rules
 from ..errors import SpecError, StrategyError, UsageError
 from ..estimate.fsdp import fsdp_layer_memory
 from ..estimate.layers import stage_params, try_split
 from ..estimate.memo import per_model
 from ..estimate.memory import MemoryReport, memory_of
-from ..estimate.step import StepModel, check_errors
+from ..estimate.step import StepModel, StepReport, check_errors
 from ..estimate.step import clear_caches as clear_step_caches
 from ..grid import expert_dp
 from ..pipeline_layout import parse_string
@@ -245,7 +246,9 @@ def _make(
     t: int, p: int, v: int, c: int, u: int, e: int, et: int, world: int, split: dict[str, Any]
 ) -> Strategy | None:
     try:
-        # the order is explicit: Ulysses > 1 alone would pick xDiT's inference order
+        # the order is explicit: Ulysses > 1 alone would pick xDiT's inference order; dp fills
+        # the world (the caller checked that tp * cp * pp divides it), checked like
+        # with_world_size(world) checks it
         return Strategy(
             tp=t,
             pp=p,
@@ -254,10 +257,11 @@ def _make(
             ring=c // u,
             ep=e,
             etp=et,
+            dp=world // (t * c * p),
             sp=t > 1,
             order=MEGATRON_ORDER,
             **split,
-        ).with_world_size(world)
+        )
     except StrategyError:
         return None
 
@@ -286,7 +290,8 @@ def static_lower_bound(
     tries, over the whole ``dp * cp`` (plain FSDP, the least any of its variants needs)."""
     key = tuple(sorted(split.items()))
     level = fsdp or ("optim" if distributed_optimizer else "no_shard")
-    return _static_bound(model, world, tp, pp, vpp, cp, ep, etp, key, level)
+    dense_shard = world // (tp * cp * pp) * cp  # dp * cp: CP enters only through it
+    return _static_bound(model, world, tp, pp, vpp, dense_shard, ep, etp, key, level)
 
 
 @per_model
@@ -296,7 +301,7 @@ def _static_bound(
     tp: int,
     pp: int,
     vpp: int,
-    cp: int,
+    dense_shard: int,
     ep: int,
     etp: int,
     split: tuple[tuple[str, Any], ...],
@@ -305,12 +310,12 @@ def _static_bound(
     sp = try_split(model, pp, vpp, split)
     if sp is None:
         return 0.0  # an impossible split: the rules say why later
-    dp = world // (tp * cp * pp)
     edp = max(expert_dp(world, etp, ep, pp), 1)
+    blocks = stage_params(model, tp, ep, etp, sp.stage_layers, sp.stage_moe, sp.ends)
     return max(
-        fsdp_layer_memory(b.dense_params, level, dp * cp).total
-        + fsdp_layer_memory(b.expert_params, level, edp).total
-        for b in set(stage_params(model, tp, ep, etp, sp.stage_layers, sp.stage_moe, sp.ends))
+        fsdp_layer_memory(dense, level, dense_shard).total
+        + fsdp_layer_memory(expert, level, edp).total
+        for dense, expert in {(b.dense_params, b.expert_params) for b in blocks}
     )
 
 
@@ -320,6 +325,7 @@ def clear_caches() -> None:
     clear_step_caches()
     fsdp_layer_memory.cache_clear()
     parse_string.cache_clear()
+    rules.clear_caches()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -397,9 +403,9 @@ class Search:
             if self.progress and i % 256 == 0:
                 self.progress(i, total)
             dp = s.dp if s.dp is not None else 1
-            for mbs in self.space.micro_batch_sizes:
-                if gbs % (dp * mbs) == 0:
-                    heap.append((self.steps.lower_bound(s, mbs), len(heap), s, mbs))
+            sizes = [b for b in self.space.micro_batch_sizes if gbs % (dp * b) == 0]
+            for mbs, lb in zip(sizes, self.steps.lower_bounds(s, sizes)):
+                heap.append((lb, len(heap), s, mbs))
         if self.progress:
             self.progress(total, total)
         self.bounded = len(heap)
@@ -411,7 +417,7 @@ class Search:
         """Visit by bound; price without recompute (a bound for every mode), then the
         cheapest mode that fits; stop once a bound is slower than the k-th best candidate."""
         first = self.space.modes[0]
-        pending: list[tuple[float, int, Strategy, int]] = []
+        pending: list[tuple[float, int, Strategy, int, StepReport]] = []
         while bounds or pending:
             # move the next compute bound into the priced queue when it could still be earlier
             if bounds and (not pending or bounds[0][0] < pending[0][0]):
@@ -421,21 +427,28 @@ class Search:
                     continue
                 rep0 = self.steps.price(s, micro_batch_size=mbs, recompute=first)
                 self.priced += 1
-                heapq.heappush(pending, (rep0.step_time_s, n, s, mbs))
+                heapq.heappush(pending, (rep0.step_time_s, n, s, mbs, rep0))
                 continue
-            t_lower, _, s, mbs = heapq.heappop(pending)
+            t_lower, _, s, mbs, rep0 = heapq.heappop(pending)
             if t_lower > self.cutoff:
                 break
-            self.price_fitting(s, mbs)
+            self.price_fitting(s, mbs, rep0)
 
-    def price_fitting(self, s: Strategy, mbs: int) -> Candidate | None:
-        """Price ``s`` at ``mbs`` with the cheapest recompute mode that fits, and admit it."""
-        for mode in self.space.modes:
+    def price_fitting(
+        self, s: Strategy, mbs: int, first: StepReport | None = None
+    ) -> Candidate | None:
+        """Price ``s`` at ``mbs`` with the cheapest recompute mode that fits, and admit it.
+        ``first``: ``s`` already priced at ``mbs`` in the search space's first mode (the same
+        report :meth:`StepModel.price` would give again; still counted as a pricing)."""
+        for i, mode in enumerate(self.space.modes):
             mem = memory_of(self._workloads[mbs], s, self._switches[mode])
             self.memory_checks += 1
             if not self._fits(mem):
                 continue
-            rep = self.steps.price(s, micro_batch_size=mbs, recompute=mode)
+            if i == 0 and first is not None:
+                rep = first
+            else:
+                rep = self.steps.price(s, micro_batch_size=mbs, recompute=mode)
             self.priced += 1
             cand = Candidate(s, mbs, mode, mem, rep, notes=rep.notes)
             self.admit(cand)
