@@ -471,3 +471,24 @@ def test_cross_entropy_fusion_default_follows_the_framework():
     logits = 8192 * qwen.vocab_size
     extra = (CE_UNFUSED_BYTES_PER_LOGIT - CE_BYTES_PER_LOGIT) * logits
     assert unfused - fused == pytest.approx(extra / (accel.mem_bandwidth_Bps * 0.70), rel=0.01)
+
+
+def test_random_token_counts_round_only_the_routed_experts_gemms():
+    """The imbalance mechanism's random routed counts (half an empty row tile on average)
+    apply to the routed experts' GEMMs; an MoE layer's attention, router and shared-expert
+    GEMMs see every token and are timed as in a dense layer."""
+    from parastrat.estimate.efficiency import profile
+    from parastrat.estimate.flops import attention_matrices, mlp_matrices
+    from parastrat.estimate.step import _matrix_times
+
+    model = ps.models.get("deepseek-v3")
+    accel = ps.hardware.get("h100")
+    prof = profile(accel)
+    args = (4096, 2, True, 8, 1, model.num_experts, "fp8")
+    for mat in attention_matrices(model) + mlp_matrices(model, True):
+        plain = _matrix_times(accel, prof, mat, *args)
+        routed = _matrix_times(accel, prof, mat, *args, expert_m=4096 * 8 / 256)
+        if mat.block == "expert":
+            assert routed != plain
+        else:
+            assert routed == plain, mat

@@ -451,7 +451,9 @@ def _matrix_times(
     prec = "bf16" if mat.block in ("router", "logits") else precision
     # kernels: TE GroupedLinear runs one GEMM per local expert over its streams
     streams = kernel_model.GROUPED_STREAMS if (mech.shape and groups > 1) else 0
-    rnd = expert_m is not None  # kernels: routed counts are random around their mean
+    # kernels: routed counts are random around their mean (the routed experts' GEMMs only;
+    # attention, router and shared-expert GEMMs see every token of the micro-batch)
+    rnd = expert_m is not None and mat.block == "expert"
     sh, f4 = mech.shape, mech.nvfp4
     fwd = gemm_time(accel, m, n_out, k_in, prec, groups, prof, streams, rnd, sh, f4)
     bwd = (
