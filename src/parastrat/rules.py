@@ -350,9 +350,8 @@ def layer_split_violations(
     pipeline layout: Megatron's layout checks (decoder and MTP counts, placement)."""
     first, last = s.first_stage_layers, s.last_stage_layers
     emb, loss, layout = s.account_for_embedding, s.account_for_loss, s.pipeline_layout
-    return list(
-        _split_violations(s.pp, s.vpp, first, last, emb, loss, layout, num_layers, mtp_num_layers)
-    )
+    split = (s.pp, s.vpp, first, last, emb, loss, s.uneven, layout)
+    return list(_split_violations(*split, num_layers, mtp_num_layers))
 
 
 @lru_cache(maxsize=1 << 12)
@@ -363,6 +362,7 @@ def _split_violations(
     last: int | None,
     emb: bool,
     loss: bool,
+    uneven: bool,
     layout_value: Any,
     num_layers: int,
     mtp_num_layers: int | None,
@@ -376,7 +376,7 @@ def _split_violations(
     out: list[Violation] = []
     if p == 1:
         return ()
-    if not (first is not None or last is not None or emb or loss):
+    if not uneven:
         if num_layers % p:
             out.append(
                 _err(
