@@ -85,6 +85,24 @@ def test_invalid_strategy_raises_with_every_rule():
     assert {"heads-tp", "layers-pp"} <= set(exc.value.rules)
 
 
+def test_strategy_spanning_another_world_is_refused(capsys):
+    """A stated dp (or dp_shard) fixes the rank count; pricing it on a cluster of another size
+    must refuse (it once priced 32 ranks while reporting the cluster's 64 devices)."""
+    with pytest.raises(StrategyError) as exc:
+        step(ps.Strategy(tp=8, dp=4))  # 32 ranks on 64 devices
+    assert "dp-world" in exc.value.rules
+    fsdp = ps.Strategy(tp=8, dp_shard=4, fsdp="optim")
+    with pytest.raises(StrategyError) as exc:
+        step(fsdp)
+    assert {"dp-world", "dp-shard-world"} <= set(exc.value.rules)
+    assert step(ps.Strategy(tp=8, dp=8)).world_size == 64  # the same strategy at its world
+    from parastrat.cli import main
+
+    argv = ["explain", "--model", "llama3-8b", "--gpus", "8", "--tp", "8", "--dp-shard", "4"]
+    assert main([*argv, "--fsdp", "optim"]) == 2
+    assert "dp-world" in capsys.readouterr().err
+
+
 def test_account_for_embedding_split():
     m = ps.models.get("llama3.1-405b")
     s = ps.Strategy(tp=8, pp=8, vpp=8, sp=True, account_for_embedding=True, account_for_loss=True)

@@ -1478,7 +1478,8 @@ def estimate_step(
     the keyword form (``model, strategy, cluster, seq_len=..., recompute=...``) builds them
     (an omitted keyword takes the default of its field).
 
-    ``strategy.dp`` may be unset: the world is then ``cluster.num_devices``.  With
+    The world is ``cluster.num_devices``: ``strategy.dp`` may be unset (it follows), and a
+    ``dp`` (or ``dp_shard x dp_replicate``) that spans another rank count is refused.  With
     ``validate`` (the default) the strategy is checked against the model, world size, sequence
     and batch first (StrategyError listing every broken rule).  The layer split is the
     strategy's own (:func:`pipeline_split`): set ``account_for_embedding``/``account_for_loss``,
@@ -1519,7 +1520,7 @@ def estimate_step(
         cross_entropy_fusion=cross_entropy_fusion,
     )
     gbs = wl.needs_global_batch("estimate_step")
-    world = int(strategy.world_size or cluster.num_devices)
+    world = int(cluster.num_devices)  # a strategy's stated dp must fill it ("dp-world")
     if validate:
         validate_strategy(wl.model, strategy, world, wl.seq_len, gbs, wl.mbs)
     if strategy.dp is None:
