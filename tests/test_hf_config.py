@@ -19,6 +19,8 @@ SAME_AS_PRESET = {
     "deepseek-v3.json": "deepseek-v3",
     "gpt-oss-120b.json": "gpt-oss-120b",
     "olmoe-1b-7b.json": "olmoe-7b",
+    "llama4-scout.json": "llama4-scout",
+    "llama4-maverick.json": "llama4-maverick",
 }
 
 SHAPE_FIELDS = (
@@ -40,6 +42,8 @@ SHAPE_FIELDS = (
     "moe_ffn_hidden_size",
     "moe_shared_expert_intermediate_size",
     "moe_first_dense_layers",
+    "moe_layer_freq",
+    "qk_layernorm",
     "multi_latent_attention",
     "q_lora_rank",
     "kv_lora_rank",

@@ -2,9 +2,9 @@
 
 Only the file on disk is read; nothing is downloaded.  Understood ``model_type`` families:
 Llama / Mistral / Mixtral, Qwen2 / Qwen2-MoE / Qwen3 / Qwen3-MoE, DeepSeek-V2 / V3 (and
-Kimi K2, which reuses the V3 architecture), GPT-OSS, OLMoE and Nemotron.  Other decoder-only
-configs that use the same standard field names load too; a missing or nonsensical field raises
-:class:`~parastrat.errors.SpecError` naming the field and the file.
+Kimi K2, which reuses the V3 architecture), GPT-OSS, Llama 4, OLMoE and Nemotron.  Other
+decoder-only configs that use the same standard field names load too; a missing or nonsensical
+field raises :class:`~parastrat.errors.SpecError` naming the field and the file.
 
 HF -> Megatron field map (the ones that matter for cost):
 
@@ -31,6 +31,11 @@ size``
 ``sliding_window``,             ``sliding_window``, ``window_attn_skip_freq``
 ``layer_types``                 (the period of full-attention layers)
 ``swiglu_limit``                ``activation_clamp`` (GPT-OSS)
+``interleave_moe_layer_step``   ``moe_layer_freq`` and ``moe_first_dense_layers`` (Llama 4:
+                                experts on layers k-1, 2k-1, ...)
+``intermediate_size_mlp``       ``ffn_hidden_size`` of Llama 4's dense layers (its
+                                ``intermediate_size`` is the expert and shared-expert size)
+``use_qk_norm``                 ``qk_layernorm``
 ``model_type: gpt_oss``         ``softmax_type="learnable"`` (attention sinks)
 ==============================  ==========================================
 """
@@ -66,6 +71,8 @@ _MLA = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
 #: HF ``hidden_act`` spellings of activations Megatron Core runs eagerly ->
 #: ``ModelSpec.activation`` (Nemotron's ``relu2`` is squared ReLU).  Others leave it unset:
 #: Megatron's fused GELU / SwiGLU, which the step model prices alike.
+#: Llama 4's text model (``model_type`` of its ``text_config``, or of the wrapper).
+_LLAMA4 = ("llama4_text", "llama4")
 _EAGER_ACTIVATIONS = {"relu2": "squared_relu", "squared_relu": "squared_relu"}
 
 
@@ -160,7 +167,7 @@ def spec_from_hf_config(
             opt("max_position_embeddings", "n_positions", "seq_length", default=4096),
         ),
         normalization="layernorm" if model_type in _LAYERNORM else "rmsnorm",
-        qk_layernorm=model_type in _QK_NORM,
+        qk_layernorm=model_type in _QK_NORM or opt("use_qk_norm", default=False) is True,
         hidden_dropout=fraction(
             "hidden_dropout", opt("hidden_dropout", "resid_pdrop", default=0.0)
         ),
@@ -226,7 +233,9 @@ def spec_from_hf_config(
         )
         expert_ffn = whole("moe_intermediate_size", opt("moe_intermediate_size", default=ffn))
         shared = 0
-        if opt("n_shared_experts"):
+        if model_type in _LLAMA4:  # one shared expert of intermediate_size on every MoE layer
+            shared = expert_ffn
+        elif opt("n_shared_experts"):
             shared = whole("n_shared_experts", cfg["n_shared_experts"]) * expert_ffn
         elif opt("shared_expert_intermediate_size"):
             shared = whole(
@@ -234,6 +243,10 @@ def spec_from_hf_config(
             )
         first_dense = whole("first_k_dense_replace", opt("first_k_dense_replace", default=0), 0)
         freq = whole("moe_layer_freq", opt("moe_layer_freq", "decoder_sparse_step", default=1))
+        step = opt("interleave_moe_layer_step")
+        if step is not None:  # Llama 4: experts on layers step-1, 2 step-1, ...
+            freq = whole("interleave_moe_layer_step", step)
+            first_dense = max(first_dense, freq - 1)
         dense_only = opt("mlp_only_layers", default=[]) or []
         if not isinstance(dense_only, list):
             raise SpecError(f"{where}: field 'mlp_only_layers' must be a list of layer indices")
@@ -249,6 +262,10 @@ def spec_from_hf_config(
             fields["moe_router_num_groups"] = whole("n_group", groups)
             fields["moe_router_group_topk"] = whole(
                 "topk_group", need("topk_group", "moe_router_group_topk")
+            )
+        if model_type in _LLAMA4:  # its dense layers' MLP has a size of its own
+            fields["ffn_hidden_size"] = whole(
+                "intermediate_size_mlp", opt("intermediate_size_mlp", default=ffn)
             )
         fields.update(
             num_moe_experts=experts,

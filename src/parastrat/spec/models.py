@@ -396,7 +396,7 @@ register(
 # of 2880, top-4, biases on attention and experts, attention sinks, a 128-token sliding window
 # on every other layer, `layer_types`, `swiglu_limit` 7.0); model card: 116.8B total,
 # 5.1B active (OpenAI's active count leaves out the input embedding, 0.58B).
-register(
+GPT_OSS_120B = register(
     _nodrop(
         name="gpt-oss-120b",
         num_layers=36,
@@ -422,6 +422,74 @@ register(
         moe_ffn_hidden_size=2880,
         source="openai/gpt-oss-120b config.json; model card: 116.8B/5.1B",
     )
+)
+
+# openai/gpt-oss-20b config.json: the 120B's layer (2880 hidden, 64 heads x 64, 8 KV heads, experts
+# of 2880, top-4, biases, sinks, a 128-token window on every other layer) with 24 layers and 32
+# experts; model card (arXiv 2508.10925, table 1): 20.91B total, 3.61B active without the input
+# embedding.
+register(
+    GPT_OSS_120B.with_(
+        name="gpt-oss-20b",
+        num_layers=24,
+        num_moe_experts=32,
+        source="openai/gpt-oss-20b config.json; model card: 20.91B/3.61B",
+    )
+)
+
+# ---- Llama 4 (MoE with one shared expert, top-1 sigmoid routing) --------------------------
+# meta-llama/Llama-4-Scout-17B-16E config.json (text_config: 48 layers, 5120 hidden, 40 heads,
+# 8 KV heads of 128, 16 experts of 8192 plus a shared expert of 8192 on every layer
+# (interleave_moe_layer_step 1), top-1, vocabulary 202048, untied); model card: 109B total,
+# 17B active.  Megatron Bridge's Llama4Experts16ModelProvider has the same shape.  Chunked
+# attention (8192-token chunks on three of four layers) equals full causal attention up to
+# 8192 tokens, the length of Bridge's recipes; longer sequences are priced as full attention.
+register(
+    _llama(
+        "llama4-scout",
+        48,
+        5120,
+        40,
+        8,
+        16384,
+        202048,
+        head_dim=128,
+        max_pos=10485760,
+        source="meta-llama/Llama-4-Scout-17B-16E config.json; model card: 109B/17B",
+    ).with_(
+        num_moe_experts=16,
+        moe_router_topk=1,
+        moe_ffn_hidden_size=8192,
+        moe_shared_expert_intermediate_size=8192,
+        qk_layernorm=True,
+    ),
+    "llama4-e16",
+)
+# meta-llama/Llama-4-Maverick-17B-128E config.json: the same layer with 128 experts on every
+# other layer (interleave_moe_layer_step 2: layers 1, 3, ..., 47; Bridge's
+# Llama4Experts128ModelProvider: moe_layer_freq [0, 1] * 24) and dense layers of 16384
+# (intermediate_size_mlp), no QK norm; model card: 400B total, 17B active.
+register(
+    _llama(
+        "llama4-maverick",
+        48,
+        5120,
+        40,
+        8,
+        16384,
+        202048,
+        head_dim=128,
+        max_pos=1048576,
+        source="meta-llama/Llama-4-Maverick-17B-128E config.json; model card: 400B/17B",
+    ).with_(
+        num_moe_experts=128,
+        moe_router_topk=1,
+        moe_ffn_hidden_size=8192,
+        moe_shared_expert_intermediate_size=8192,
+        moe_first_dense_layers=1,
+        moe_layer_freq=2,
+    ),
+    "llama4-e128",
 )
 
 # ---- Nemotron-4 (squared-ReLU MLP, GQA, untied 256k vocabulary) ---------------------------
@@ -533,6 +601,9 @@ PUBLISHED_PARAMS: dict[str, tuple[float, float | None]] = {
     # OpenAI model card: 116.83B total, 5.13B active *without* the input embedding
     # (201088 x 2880 = 0.579B); num_active_params counts it, as Mixtral and DeepSeek do.
     "gpt-oss-120b": (116.83 * _B, 5.13 * _B + 201088 * 2880),
+    "gpt-oss-20b": (20.91 * _B, 3.61 * _B + 201088 * 2880),  # model card, same convention
+    "llama4-scout": (109 * _B, 17 * _B),  # Llama 4 model card: 109B / 17B
+    "llama4-maverick": (400 * _B, 17 * _B),  # Llama 4 model card: 400B / 17B
     "nemotron4-15b": (15.7 * _B, None),  # Nemotron-4 15B report: 12.5B + 3.2B embedding
     "nemotron4-340b": (341 * _B, None),  # Nemotron-4 340B report
     "gpt3-175b": (175 * _B, None),  # GPT-3 paper
