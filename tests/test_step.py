@@ -5,7 +5,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import parastrat as ps
-from parastrat.errors import StrategyError
+from parastrat.errors import SpecError, StrategyError
 from parastrat.estimate import efficiency, kernel_model
 from parastrat.estimate.layers import embedding_record, layer_record, mtp_record
 from parastrat.estimate.step import estimate_step, pipeline_split
@@ -70,13 +70,22 @@ def test_tp_across_nodes_is_slower_and_noted():
     assert any("scale-out" in n for n in inter.notes)
 
 
-def test_fp8_faster_than_bf16_on_h100_not_on_a100():
+def test_fp8_faster_than_bf16_on_h100_refused_on_a100():
     s = ps.Strategy(tp=8, pp=4, sp=True)
     assert step(s, precision="FP8-CS").step_time_s < step(s, precision="BF16").step_time_s
+    # Transformer Engine stops FP8 below compute capability 8.9 and MXFP8 / NVFP4 below 10.0;
+    # each refusal names a precision that runs on that device, and that one prices
     a100 = ps.Cluster("a100", num_devices=64)
-    x = estimate_step(LLAMA70, s, a100, seq_len=4096, global_batch_size=64, precision="fp8")
-    y = estimate_step(LLAMA70, s, a100, seq_len=4096, global_batch_size=64, precision="bf16")
-    assert x.step_time_s == pytest.approx(y.step_time_s)
+    for precision, device, need, fix in (
+        ("fp8", a100, "needs FP8 tensor cores", "bf16"),
+        ("mxfp8", H100, "needs MXFP8", "fp8"),
+        ("nvfp4", H100, "needs FP4", "fp8"),
+    ):
+        kw = dict(seq_len=4096, global_batch_size=64)
+        with pytest.raises(SpecError) as exc:
+            estimate_step(LLAMA70, s, device, precision=precision, **kw)
+        assert need in str(exc.value) and f"use --precision {fix} " in str(exc.value)
+        assert estimate_step(LLAMA70, s, device, precision=fix, **kw).step_time_s > 0
 
 
 def test_invalid_strategy_raises_with_every_rule():

@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     accel = Cluster(args.accelerator, num_devices=args.gpus).accel
     strategy = strategy_from_args(args, training=True).with_world_size(args.gpus)
     workload = workload_from_args(args, model, args.global_batch_size)
-    require_precision(accel, workload.precision)  # NVFP4 only where FP4 tensor cores exist
+    require_precision(accel, workload.precision)  # a format the device has (as TE checks)
     report = estimate_memory(workload, strategy, switches_from_args(args))
     fits = report.fits(accel, headroom=args.headroom or 0.0)
     plot_path = None

@@ -791,7 +791,7 @@ class StepModel:
     """
 
     def __init__(self, cluster: Cluster, workload: Workload, switches: Switches) -> None:
-        require_precision(cluster.accel, workload.precision)  # NVFP4 only on Blackwell
+        require_precision(cluster.accel, workload.precision)  # as Transformer Engine checks
         if workload.model.num_moe_experts:  # a flex backend Bridge refuses on this device
             require_dispatcher(cluster.accel, switches.moe_dispatcher)
         self._cluster, self._workload, self._switches = cluster, workload, switches

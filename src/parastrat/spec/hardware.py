@@ -7,9 +7,9 @@ Every number comes from a vendor datasheet (named in ``source``); where a figure
   device really exposes where measured (NVIDIA's "80 GB" H100 shows 81,559 MiB = 79.6 GiB in
   ``nvidia-smi``), which is what a :class:`~parastrat.Cluster` plans against.
 * ``peak_flops``: *dense* (not 2:4 sparse) tensor-core FLOP/s per device, keyed by precision
-  ("bf16", "fp8", "mxfp8", "nvfp4"); an FP8 precision the device lacks falls back to bf16 in
-  :meth:`peak`; NVFP4 has no fallback (:func:`require_precision` refuses it on parts without
-  FP4 tensor cores, as Transformer Engine does).
+  ("bf16", "fp8", "mxfp8", "nvfp4"); a quantised format the device lacks is refused by
+  :func:`require_precision` before any training estimate, as Transformer Engine refuses it
+  (:meth:`peak` still falls back to bf16 for callers that only want a rate).
 * ``scale_up_bw_Bps``: *achievable* all-reduce bus bandwidth per device inside one scale-up
   domain (NVLink / HCCS), as nccl-tests reports it; ``scale_up_peak_Bps`` records the link's
   unidirectional peak for comparison.  NVLink collectives reach ~75-85 % of the link peak.
@@ -102,22 +102,35 @@ def canonical_precision(precision: str) -> str:
         ) from None
 
 
-def require_precision(accel: Accelerator, precision: str) -> str:
-    """The canonical ``precision``, or :class:`~parastrat.errors.SpecError` when it is NVFP4 and
-    ``accel`` has no FP4 tensor cores.
+#: What Transformer Engine requires of a device for each quantised format, as it checks before
+#: any training step (``transformer_engine/pytorch/quantization.py``: ``check_fp8_support``
+#: "Device compute capability 8.9 or higher required for FP8 execution", i.e. Ada, Hopper and
+#: later; ``_compute_mxfp8_support`` / ``_compute_nvfp4_support``: compute capability 10.0,
+#: Blackwell).  ``fp8_autocast`` asserts them, so a run that asks for the format on an older part
+#: stops at its first step.  A device preset lists a format in ``peak_flops`` exactly when it
+#: has the tensor cores (Ascend 910B/910C have no FP8 or FP4 units at all).
+PRECISION_NEEDS = {
+    "fp8": "FP8 tensor cores (Transformer Engine: compute capability 8.9+, Ada / Hopper / "
+    "Blackwell)",
+    "mxfp8": "MXFP8 block-scaled tensor cores (Transformer Engine's MXFP8BlockScaling: compute "
+    "capability 10.0, Blackwell)",
+    "nvfp4": "FP4 tensor cores (Transformer Engine's NVFP4BlockScaling: compute capability "
+    "10.0, Blackwell)",
+}
 
-    FP8 on a part without FP8 tensor cores is priced at BF16 (:meth:`Accelerator.peak`); NVFP4
-    is refused instead: Transformer Engine's ``NVFP4BlockScaling`` recipe needs Blackwell
-    (compute capability 10.x) and raises on anything older, so a plan that prices it at a
-    fallback rate would describe a run that cannot start.
-    """
+
+def require_precision(accel: Accelerator, precision: str) -> str:
+    """The canonical ``precision``, or :class:`~parastrat.errors.SpecError` when it is a
+    quantised format (:data:`PRECISION_NEEDS`) that ``accel`` has no tensor cores for: pricing
+    it at a fallback rate would describe a run that Transformer Engine stops before its first
+    step.  The message names the parts that have the format and a precision that runs here."""
     key = canonical_precision(precision)
-    if key == "nvfp4" and key not in accel.peak_flops:
-        able = ", ".join(n for n, a in _PRESETS.items() if "nvfp4" in a.peak_flops)
+    if key in PRECISION_NEEDS and key not in accel.peak_flops:
+        able = ", ".join(n for n, a in _PRESETS.items() if key in a.peak_flops)
+        here = [k for k in ("fp8", "bf16") if k in accel.peak_flops]
         raise SpecError(
-            f"precision nvfp4 needs FP4 tensor cores, which {accel.name} lacks "
-            f"(Transformer Engine's NVFP4BlockScaling runs on Blackwell only: {able}); "
-            "use --precision fp8 (or mxfp8 on Blackwell) on this device"
+            f"precision {key} needs {PRECISION_NEEDS[key]}, which {accel.name} lacks "
+            f"(devices with it: {able}); use --precision {here[0]} on this device"
         )
     return key
 
@@ -197,8 +210,8 @@ class Accelerator:
     kernels: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def peak(self, precision: str = "bf16") -> float:
-        """Dense peak FLOP/s at ``precision``; fp8/mxfp8 fall back to bf16 where unsupported
-        (nvfp4 too, but :func:`require_precision` refuses it there before any pricing)."""
+        """Dense peak FLOP/s at ``precision``; a quantised format falls back to fp8 / bf16 where
+        unsupported (training estimates refuse it first: :func:`require_precision`)."""
         key = canonical_precision(precision)
         flops = self.peak_flops
         if key in flops:
