@@ -44,6 +44,7 @@ SHAPE_FIELDS = (
     "moe_first_dense_layers",
     "moe_layer_freq",
     "qk_layernorm",
+    "attention_chunk_size",
     "multi_latent_attention",
     "q_lora_rank",
     "kv_lora_rank",

@@ -602,6 +602,32 @@ def sequence_violations(s: Strategy, seq_len: int) -> list[Violation]:
     return out
 
 
+def chunk_violations(s: Strategy, model: Any, seq_len: int) -> list[Violation]:
+    """Context parallelism against chunked attention (Llama 4): Megatron Bridge's
+    ``Llama4SelfAttention.forward`` asserts that each rank's two load-balanced CP chunks hold
+    whole attention chunks when the sequence is longer than one (``seq_len % (2 cp) == 0`` and
+    ``(seq_len / (2 cp)) % attention_chunk_size == 0``), so any other CP stops at the first
+    forward."""
+    chunk = getattr(model, "attention_chunk_size", None)
+    if s.is_inference or s.cp <= 1 or not chunk or seq_len <= chunk:
+        return []
+    unit = 2 * s.cp * chunk
+    if seq_len % unit == 0:
+        return []
+    ok = [c for c in divisors(seq_len // 2) if c > 1 and (seq_len // (2 * c)) % chunk == 0]
+    fix = f"use cp in {fmt_set(ok)}" if ok else "use cp=1"
+    return [
+        _err(
+            "cp-attention-chunk",
+            f"cp={s.cp} splits seq_len={seq_len} into {2 * s.cp} pieces of "
+            f"{seq_len / (2 * s.cp):g} tokens, not whole {chunk}-token attention chunks of "
+            f"{getattr(model, 'name', 'the model')} (Megatron Bridge's Llama 4 attention asserts "
+            "it)",
+            f"{fix}, or a seq_len that is a multiple of {unit}",
+        )
+    ]
+
+
 def batch_violations(
     s: Strategy, dp: int, global_batch_size: int | None, micro_batch_size: int | None
 ) -> list[Violation]:
@@ -773,6 +799,8 @@ def check(
             )
         else:
             out += sequence_violations(s, seq_len)
+            if model is not None:
+                out += chunk_violations(s, model, seq_len)
     if world_ok and world is not None and s.fsdp is not None:
         out += fsdp_soft_violations(s, world // s.model_parallel_size)
     if global_batch_size is not None or micro_batch_size is not None:

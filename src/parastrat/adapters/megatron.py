@@ -93,6 +93,8 @@ class ModelView:
     #: keys a query sees under Megatron's ``window_size = (left, 0)``: left + 1; None: full
     sliding_window: int | None = None
     softmax_type: str = "vanilla"
+    #: Llama 4's chunked attention (Bridge's ``attention_chunk_size``); None: not chunked
+    attention_chunk_size: int | None = None
 
 
 @dataclass(frozen=True)
@@ -190,6 +192,7 @@ def model_view(cfg: Any) -> ModelView:
         add_bias_linear=getattr(m, "add_bias_linear", False) is True,
         sliding_window=_sliding_window(getattr(m, "window_size", None)),
         softmax_type=_text(getattr(m, "softmax_type", None)) or "vanilla",
+        attention_chunk_size=positive("attention_chunk_size"),
     )
 
 

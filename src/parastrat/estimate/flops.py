@@ -161,14 +161,16 @@ def attention_core_flops_per_token(
     model: ModelSpec, seq_len: int, causal: bool = True, window: int | None = None
 ) -> float:
     """Forward FLOPs of ``Q K^T`` and ``A V`` per token; causal masking counts as half, a
-    sliding ``window`` (keys per query) caps the keys (:func:`causal_keys`)."""
+    sliding ``window`` (keys per query) caps the keys (:func:`causal_keys`), chunked attention
+    attends within its chunk (:meth:`~parastrat.ModelSpec.attended_len`)."""
     a = model.num_attention_heads
     if model.multi_latent_attention:
         d_qk = model.qk_head_dim + model.qk_pos_emb_head_dim
         d_v = model.v_head_dim
     else:
         d_qk = d_v = model.head_dim
-    keys = causal_keys(seq_len, window) if causal else min(seq_len, window or seq_len)
+    seq = model.attended_len(seq_len)  # chunked attention: causal within each chunk
+    keys = causal_keys(seq, window) if causal else min(seq, window or seq)
     return 2.0 * a * (d_qk + d_v) * keys
 
 

@@ -230,6 +230,7 @@ def attention_block_ratio(model: ModelSpec, seq_len: int) -> float:
     layers (:func:`attention_block_keys` over :func:`parastrat.estimate.flops.causal_keys`)."""
     from .flops import causal_keys
 
+    seq_len = model.attended_len(seq_len)  # chunked attention: one causal chunk
     if not model.sliding_window:
         return attention_block_keys(seq_len) / causal_keys(seq_len)
     hw = counted = 0.0

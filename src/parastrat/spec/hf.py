@@ -36,6 +36,7 @@ size``
 ``intermediate_size_mlp``       ``ffn_hidden_size`` of Llama 4's dense layers (its
                                 ``intermediate_size`` is the expert and shared-expert size)
 ``use_qk_norm``                 ``qk_layernorm``
+``attention_chunk_size``        ``attention_chunk_size`` (Llama 4's chunked attention)
 ``model_type: gpt_oss``         ``softmax_type="learnable"`` (attention sinks)
 ==============================  ==========================================
 """
@@ -262,6 +263,10 @@ def spec_from_hf_config(
             fields["moe_router_num_groups"] = whole("n_group", groups)
             fields["moe_router_group_topk"] = whole(
                 "topk_group", need("topk_group", "moe_router_group_topk")
+            )
+        if model_type in _LLAMA4 and opt("attention_chunk_size") is not None:
+            fields["attention_chunk_size"] = whole(
+                "attention_chunk_size", cfg["attention_chunk_size"]
             )
         if model_type in _LLAMA4:  # its dense layers' MLP has a size of its own
             fields["ffn_hidden_size"] = whole(

@@ -28,6 +28,7 @@ MODEL_BOUNDS: dict[str, int] = {
     "ffn_hidden_size": 2**20,
     "vocab_size": 2**24,
     "max_position_embeddings": 2**30,
+    "attention_chunk_size": 2**30,
     "num_query_groups": 2**14,
     "kv_channels": 2**14,
     "num_moe_experts": 2**16,
@@ -110,6 +111,11 @@ class ModelSpec:
     #: Attention softmax (Megatron's ``softmax_type``): "vanilla", or "off-by-one" / "learnable"
     #: for attention sinks (GPT-OSS: a learned per-head logit in every softmax denominator).
     softmax_type: str = "vanilla"
+    #: Chunked attention (Megatron Bridge's Llama 4 ``attention_chunk_size``, HF
+    #: ``attention_chunk_size``): a sequence longer than this is cut into chunks of this many
+    #: tokens and each chunk attends causally within itself (Bridge's ``Llama4SelfAttention``
+    #: chunks every layer).  None: no chunking.
+    attention_chunk_size: int | None = None
     # --- mixture of experts -------------------------------------------------------------
     #: Routed experts per MoE layer; None (or 0) for a dense model.
     num_moe_experts: int | None = None
@@ -169,6 +175,12 @@ class ModelSpec:
         """Routed experts per MoE layer (0 for a dense model)."""
         return self.num_moe_experts or 0
 
+    def attended_len(self, seq_len: int) -> int:
+        """The sequence length one causal attention runs over: ``seq_len``, or with chunked
+        attention the chunk (a longer sequence is a batch of chunks)."""
+        chunk = self.attention_chunk_size
+        return min(seq_len, chunk) if chunk else seq_len
+
     def is_window_layer(self, index: int) -> bool:
         """True when layer ``index`` (0-based) uses sliding-window attention (Megatron's
         ``is_layer_window_attention`` rule: 1-based layer numbers divisible by
@@ -224,6 +236,7 @@ class ModelSpec:
             "moe_router_group_topk",
             "sliding_window",
             "window_attn_skip_freq",
+            "attention_chunk_size",
         ):
             v = getattr(self, f)
             if v is not None and not is_count(v, 0):

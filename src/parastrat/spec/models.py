@@ -442,8 +442,8 @@ register(
 # 8 KV heads of 128, 16 experts of 8192 plus a shared expert of 8192 on every layer
 # (interleave_moe_layer_step 1), top-1, vocabulary 202048, untied); model card: 109B total,
 # 17B active.  Megatron Bridge's Llama4Experts16ModelProvider has the same shape.  Chunked
-# attention (8192-token chunks on three of four layers) equals full causal attention up to
-# 8192 tokens, the length of Bridge's recipes; longer sequences are priced as full attention.
+# attention: 8192-token chunks (HF chunks the RoPE layers; Bridge's Llama4SelfAttention chunks
+# every layer, which is what is priced: causal within each chunk beyond 8192 tokens).
 register(
     _llama(
         "llama4-scout",
@@ -461,6 +461,7 @@ register(
         moe_router_topk=1,
         moe_ffn_hidden_size=8192,
         moe_shared_expert_intermediate_size=8192,
+        attention_chunk_size=8192,
         qk_layernorm=True,
     ),
     "llama4-e16",
@@ -486,6 +487,7 @@ register(
         moe_router_topk=1,
         moe_ffn_hidden_size=8192,
         moe_shared_expert_intermediate_size=8192,
+        attention_chunk_size=8192,
         moe_first_dense_layers=1,
         moe_layer_freq=2,
     ),
