@@ -129,6 +129,28 @@ def test_explain_shows_seed_and_departure(result):
     assert "seed guide's starting point" in text and "TP8" in text
 
 
+def test_unpriced_seed_says_which_rule_or_how_much_memory():
+    """When the seed guide's strategy has no price, the explanation names the rule it breaks
+    (with its fix) or its smallest peak against the device, not a generic "or"."""
+    seven = ps.plan(
+        "llama3-8b", ps.Cluster("h100", num_devices=8), seq_len=4096, global_batch_size=7
+    )
+    assert "it breaks batch-divisible" in seven.explain() and "fix: use" in seven.explain()
+    chunks = ps.plan(
+        "llama4-scout", ps.Cluster("h100", num_devices=64), seq_len=32768, global_batch_size=256
+    )
+    text = chunks.explain()
+    assert "it breaks cp-attention-chunk" in text and "use cp in {2}" in text
+    from parastrat.planner.explain import _seed_failure
+
+    seventy = ps.plan(
+        "llama3-70b", ps.Cluster("h100", num_devices=64), seq_len=4096, global_batch_size=64
+    )
+    whole = ps.Strategy().with_world_size(64)  # legal, but 70B unsplit exceeds 80 GiB
+    why = _seed_failure(seventy, whole)
+    assert why.startswith("it does not fit in memory") and "of 79.6 GiB" in why  # usable
+
+
 def test_heuristic_tables():
     # the skill's worked rows: DeepSeek-V3 TP2 PP16 EP64; dense 70B -> TP 8 + PP 4
     h = seed_strategy(ps.models.get("deepseek-v3"), 1024, 4096)

@@ -160,10 +160,7 @@ def explain_plan(plan: Plan) -> str:
     # price the seed strategy with the best micro-batch / recompute that fits
     seed = _price(plan, heur.strategy)
     if seed is None:
-        lines.append(
-            "  it does not fit in memory (or breaks a rule) with any micro-batch "
-            "and recompute mode the planner tries"
-        )
+        lines.append(f"  {_seed_failure(plan, heur.strategy)}")
         return "\n".join(lines)
     step, mbs, mode, peak = seed
     ratio = best.step.tokens_per_s_per_gpu / step.tokens_per_s_per_gpu
@@ -271,6 +268,34 @@ def _no_fsdp(plan: Plan, plain: Candidate | None) -> str:
     return (
         f"FSDP is slower: {probe} mbs{mbs} {mode} gives {step.tokens_per_s_per_gpu:,.0f} "
         f"tokens/s/GPU vs {plain.step.tokens_per_s_per_gpu:,.0f} for {plain.label()}"
+    )
+
+
+def _seed_failure(plan: Plan, strategy: Strategy) -> str:
+    """Why a strategy has no price in ``plan``: the rules it breaks at every micro-batch (as
+    at micro-batch 1), else its smallest peak memory against the device."""
+    try:
+        validate_strategy(
+            plan.model, strategy, plan.num_devices, plan.seq_len, plan.global_batch_size, 1
+        )
+    except StrategyError as exc:
+        first = exc.violations[0]
+        return f"it breaks {', '.join(exc.rules)}: {first.message} (fix: {first.hint})"
+    wl = plan.workload or Workload(
+        model=plan.model,
+        seq_len=plan.seq_len,
+        global_batch_size=plan.global_batch_size,
+        precision=plan.precision,
+    )
+    try:
+        mem = memory_of(wl.with_micro_batch(1), strategy, plan.switches.with_recompute("full"))
+    except (StrategyError, UsageError, SpecError) as exc:
+        return f"it cannot be priced: {exc}"
+    capacity = plan.cluster.accel.memory_bytes  # what MemoryReport.fits compares with
+    return (
+        "it does not fit in memory with any micro-batch and recompute mode the planner tries "
+        f"(full recompute at micro-batch 1: peak {mem.peak_bytes / GiB:.1f} of "
+        f"{capacity / GiB:.1f} GiB)"
     )
 
 
