@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 from hypothesis import given, settings
@@ -205,3 +206,58 @@ def test_wan_vae_cache_matches_diffusers_decoder():
     # (diffusers halves it after an upsampler): within 2 %
     assert len(cached) == 32
     assert model == pytest.approx(real, rel=0.02)
+
+
+WAN_CLI = [
+    "plan-dit",
+    "--model",
+    "wan2.1-t2v-14b",
+    "--devices",
+    "8",
+    "--accelerator",
+    "h800",
+    "--height",
+    "720",
+    "--width",
+    "1280",
+    "--frames",
+    "81",
+    "--steps",
+    "50",
+    "--format",
+    "json",
+    "--top-k",
+    "50",
+]
+
+
+def test_cli_plan_dit_takes_the_memory_switches(capsys):
+    from parastrat.cli import main
+
+    flags = ["--dit-fsdp", "--encoder-fsdp", "--weight-precision", "fp32", "--sequential-cfg"]
+    assert main(WAN_CLI + flags) == 0
+    doc = json.loads(capsys.readouterr().out)
+    spec = dit.get("wan2.1-t2v-14b")
+    checked = 0
+    for cand in doc["candidates"]:
+        s, mem = cand["strategy"], cand["report"]["memory"]
+        world = s["ulysses"] * s["ring"] * s["cfg"]  # the ranks FSDP shards over
+        if s["tp"] == 1 and world > 1:
+            checked += 1
+            assert mem["phases"]["denoise"]["transformer"] == pytest.approx(
+                spec.num_params * 4 / world + spec.embedder_params * 2
+            )
+        assert mem["peak_phase"] in ("denoise", "vae_decode")
+        assert mem["total"] == max(p["total"] for p in mem["phases"].values())
+    assert checked > 0
+    assert main(WAN_CLI) == 0  # without the switches: whole bf16 weights on every device
+    plain = json.loads(capsys.readouterr().out)["candidates"][0]["report"]["memory"]
+    assert plain["weights"] == pytest.approx(spec.num_params * 2)
+
+
+def test_cli_refuses_offload_with_fsdp_naming_its_flags(capsys):
+    from parastrat.cli import main
+
+    assert main(WAN_CLI + ["--offload-model", "--dit-fsdp"]) == 2
+    err = capsys.readouterr().err
+    assert "--offload-model" in err and "--dit-fsdp" in err and "Traceback" not in err
