@@ -140,13 +140,13 @@ CLI_TERMS = {
     "data_parallel=True": "--data-parallel",
     "compiled=True": "--compile",
     "compiled=False": "no --compile",
+    "memory=DiTMemoryOptions(encoder_fsdp=True)": "--encoder-fsdp",
     "DiTMemoryOptions(dit_fsdp=True)": "--dit-fsdp",
     "DiTMemoryOptions(encoder_fsdp=True)": "--encoder-fsdp",
     "DiTMemoryOptions(offload=True)": "--offload-model",
     "offload=True with FSDP sharding": "--offload-model with --dit-fsdp/--encoder-fsdp",
     "use offload=True alone": "use --offload-model alone",
     "or dit_fsdp/encoder_fsdp without offload": "or --dit-fsdp/--encoder-fsdp without it",
-    "vae_tiling=True": "VAE tiling (Python: vae_tiling=True)",
 }
 
 

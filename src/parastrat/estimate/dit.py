@@ -42,6 +42,7 @@ from . import efficiency
 from .dit_memory import (
     DiTMemoryOptions,
     MemoryPhase,
+    memory_hint,
     memory_phases,
     require_options,
     residency,
@@ -556,24 +557,6 @@ def _memory(
     )
 
 
-def _memory_hint(phase: str) -> str:
-    """How to bring the named phase under the device's memory."""
-    if phase == "vae_decode":
-        return (
-            "decode with a parallel VAE (vae_parallel=True), tiling (vae_tiling=True), or move "
-            "the transformer off the device first (DiTMemoryOptions(offload=True))"
-        )
-    if phase == "text_encode":
-        return (
-            "keep the text encoder on the host (text_encoder_on_device=False) or shard it "
-            "(DiTMemoryOptions(encoder_fsdp=True))"
-        )
-    return (
-        "raise tp, shard the transformer (DiTMemoryOptions(dit_fsdp=True)), or offload the "
-        "text encoder"
-    )
-
-
 def estimate_dit(
     model: DiTSpec | str,
     strategy: Strategy,
@@ -920,7 +903,7 @@ def estimate_dit(
         warnings.append(
             f"memory: {memory_rep.total / GiB:.1f} GiB per device exceeds the "
             f"{accel.memory_bytes / GiB:.0f} GiB of {accel.name} at the {worst.describe()}; "
-            + _memory_hint(worst.name)
+            + memory_hint(worst.name)
         )
 
     return DiTReport(

@@ -54,7 +54,8 @@ class DiTMemoryOptions:
 
     * ``dit_fsdp``: the transformer's parameters are sharded (FSDP FULL_SHARD) over the ranks
       that hold the same TP slice (``ulysses * ring * cfg``; Wan: the whole sequence-parallel
-      world); each block is gathered whole, in the run's precision, for its forward
+      world; one rank keeps the whole model); each block is gathered whole, in the run's
+      precision, for its forward
       (:data:`FSDP_INFLIGHT_UNITS` at once) and freed after it; the root unit (the embedders
       and the final layer) stays gathered after the first forward (FSDP1 does not reshard the
       root after forward: ``_post_forward_reshard`` in torch/distributed/fsdp/_runtime_utils.py).
@@ -250,7 +251,7 @@ def memory_phases(
     ``decode=False``: no VAE decode (``output_type="latent"``)."""
     off = options.offload
     text = MemoryPhase(
-        "text_encode",
+        PHASES[0],
         {
             "transformer": kept.transformer,
             "text_encoders": kept.encoders + kept.encoders_gathered,
@@ -263,7 +264,7 @@ def memory_phases(
     # shards and its gathered root (FSDP1 does not reshard the root after forward)
     enc_after = 0.0 if off else kept.encoders + kept.encoders_root
     loop = MemoryPhase(
-        "denoise",
+        PHASES[1],
         {
             "transformer": kept.transformer + kept.transformer_root,
             "transformer_gathered": kept.transformer_gathered,
@@ -277,7 +278,7 @@ def memory_phases(
     dec = vae.decode_memory(*latent, tiled=tiled) if (vae is not None and decode) else None
     n = max(1, vae_devices)
     decode_phase = MemoryPhase(
-        "vae_decode",
+        PHASES[2],
         {
             "transformer": 0.0 if off else kept.transformer + kept.transformer_root,
             "text_encoders": enc_after,
@@ -291,12 +292,33 @@ def memory_phases(
     return (text, loop, decode_phase)
 
 
+def memory_hint(phase: str) -> str:
+    """How to bring the named phase (:data:`PHASES`) under the device's memory."""
+    if phase == "vae_decode":
+        return (
+            "decode with a parallel VAE (vae_parallel=True) or tiles (vae_tiling=True), or move "
+            "the transformer off the device first (DiTMemoryOptions(offload=True))"
+        )
+    if phase == "text_encode":
+        return (
+            "keep the text encoder on the host (text_encoder_on_device=False) or shard it "
+            "(DiTMemoryOptions(encoder_fsdp=True))"
+        )
+    return (
+        "use more devices for TP, or shard the transformer over them "
+        "(DiTMemoryOptions(dit_fsdp=True)), or keep the text encoder on the host "
+        "(text_encoder_on_device=False)"
+    )
+
+
 __all__ = [
     "FSDP_INFLIGHT_UNITS",
+    "PHASES",
     "WEIGHT_BYTES",
     "DiTMemoryOptions",
     "MemoryPhase",
     "Residency",
+    "memory_hint",
     "memory_phases",
     "require_options",
     "residency",

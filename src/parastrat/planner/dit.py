@@ -29,7 +29,7 @@ from ..estimate.dit import (
     estimate_dit,
     resolve_guidance,
 )
-from ..estimate.dit_memory import DiTMemoryOptions
+from ..estimate.dit_memory import DiTMemoryOptions, memory_hint
 from ..spec.cluster import Cluster
 from ..spec.dit import DiTSpec
 from ..spec.dit import get as get_dit
@@ -340,9 +340,8 @@ def plan_dit(
             raise UsageError(
                 f"no split of {n} {cluster.accel.name} devices fits {model.name}: the smallest "
                 f"({label(least.strategy)}) needs {least.memory.total / GiB:.1f} GiB of "
-                f"{least.memory.capacity / GiB:.0f} at its {least.memory.peak.describe()}; use "
-                "more devices for TP, text_encoder_on_device=False, "
-                "DiTMemoryOptions(dit_fsdp=True), vae_parallel=True, or a larger accelerator"
+                f"{least.memory.capacity / GiB:.0f} at its {least.memory.peak.describe()}; "
+                f"{memory_hint(least.memory.peak_phase)}; or a larger accelerator"
             )
         raise UsageError(
             f"no legal split of {n} devices for {model.name} "
