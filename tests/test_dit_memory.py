@@ -261,3 +261,19 @@ def test_cli_refuses_offload_with_fsdp_naming_its_flags(capsys):
     assert main(WAN_CLI + ["--offload-model", "--dit-fsdp"]) == 2
     err = capsys.readouterr().err
     assert "--offload-model" in err and "--dit-fsdp" in err and "Traceback" not in err
+
+
+def test_a_report_built_without_phases_keeps_the_old_sum():
+    from parastrat.estimate.dit import DiTMemory
+
+    m = DiTMemory(weights=1.0, encoders=2.0, activations=3.0, other=4.0, capacity=10.0)
+    assert m.total == 10.0 and m.fits() and m.peak_phase == "denoise"
+
+
+def test_plan_dit_names_the_peak_phase_when_nothing_fits(capsys):
+    from parastrat.cli import main
+
+    args = WAN_CLI[:4] + ["1", "--accelerator", "l40"] + WAN_CLI[7:-4]
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert "at its denoise" in err and "--dit-fsdp" in err and "--offload-text-encoder" in err
