@@ -22,6 +22,9 @@ other requests and do not change the latency).  The model, stated once (docs/dit
   element-wise kernels (norms, modulation, gates, RoPE, activations) as HBM traffic.
   Communication only through :meth:`Cluster.collective_time`.
 * Outside the loop: text encoding and the VAE decode (on one device unless ``vae_parallel``).
+* Memory per device, phase by phase (text encoding, denoising, VAE decode), with how the run
+  keeps its weights (FSDP shards, offloading, stored dtype) in a
+  :class:`~parastrat.estimate.dit_memory.DiTMemoryOptions` (:mod:`.dit_memory`).
 
 Every constant is physical and documented; none is fitted to the comparisons in
 docs/accuracy-dit.md.
