@@ -150,6 +150,10 @@ def test_hostile_arguments_to_estimate_dit():
     assert _wan(2, DiTMemoryOptions(encoder_fsdp=False), text_encoder_on_device=False).memory
 
 
+def test_options_are_public():
+    assert ps.DiTMemoryOptions is DiTMemoryOptions and "DiTMemoryOptions" in ps.__all__
+
+
 def test_wan_recipe_is_the_readme_one():
     assert DiTMemoryOptions.wan_generate(1).to_dict() == {
         "dit_fsdp": False,
