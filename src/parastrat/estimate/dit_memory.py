@@ -245,7 +245,9 @@ def memory_phases(
     tiled: bool,
     decode: bool,
 ) -> tuple[MemoryPhase, ...]:
-    """The three phases' bytes per device (rank 0, which also decodes).  ``activations``: one
+    """The three phases' bytes per device (rank 0, which also decodes).  An FSDP root, once
+    gathered, stays gathered (a serving process holds it in every phase after its first
+    request), so every phase counts it.  ``activations``: one
     block's live tensors in the loop; ``latent``: (frames, height, width) of the latent the VAE
     decodes; ``vae_devices`` > 1 splits the decode's working set and cache (patch-parallel);
     ``decode=False``: no VAE decode (``output_type="latent"``)."""
@@ -253,8 +255,8 @@ def memory_phases(
     text = MemoryPhase(
         PHASES[0],
         {
-            "transformer": kept.transformer,
-            "text_encoders": kept.encoders + kept.encoders_gathered,
+            "transformer": kept.transformer + kept.transformer_root,
+            "text_encoders": kept.encoders + kept.encoders_root + kept.encoders_gathered,
             "activations": kept.encoder_activations,
             "vae_weights": kept.vae_weights,
             "runtime": runtime,
