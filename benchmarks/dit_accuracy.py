@@ -13,7 +13,11 @@ row's own degrees, and prints (docs/accuracy-dit.md quotes this output):
 3. the MAPE per model and device; HunyuanVideo 1280x720x129, 50 steps on 1/2/4/8 H100 and
    H20 (xDiT) and the 8-GPU speed-ups;
 4. the orderings the data shows: on NVLink Ulysses ahead of ring at equal degree, on PCIe
-   L40 ring ahead, CFG the best two-device split when guidance is on.
+   L40 ring ahead, CFG the best two-device split when guidance is on;
+5. peak memory per GPU for the rows that state one (Wan2.1-T2V-14B, 720p x 81 frames on
+   1/2/4/8 H20, A800, H800), each priced the way Wan's README ran it
+   (:meth:`DiTMemoryOptions.wan_generate`: one GPU ``--offload_model True``; several
+   ``--dit_fsdp --t5_fsdp --ulysses_size N``), with the peak phase and the memory MAPE.
 
 ``--short`` (CI) prints only the summary (2-4).  No constant is fitted to these rows.
 """
@@ -35,6 +39,7 @@ from parastrat.errors import SpecError, StrategyError
 from parastrat.estimate import dit as dit_est
 from parastrat.estimate import dit_serial
 from parastrat.estimate.dit import estimate_dit
+from parastrat.estimate.dit_memory import DiTMemoryOptions
 from parastrat.spec import dit
 from parastrat.spec.vae import HUNYUAN_VAE_2024
 
@@ -252,6 +257,115 @@ def evaluate() -> dict[str, Any]:
     }
 
 
+#: Wan's README labels the peaks "GB"; they are read as GiB (2**30 bytes, what
+#: ``torch.cuda.max_memory_allocated() / 1024**3`` prints): the rows' drop from 2 to 8 GPUs,
+#: (m2 - m8) / (1/2 - 1/8), is the sharded state of the whole world, and it matches the
+#: sharded fp32 DiT + bf16 umT5 in GiB to < 1 % and in GB only to 7 % (:func:`memory_units`).
+MEM_UNIT = 2**30
+
+
+def _memory_rows() -> list[dict[str, str]]:
+    with DATA.open(newline="") as f:
+        return [r for r in csv.DictReader(f) if r["peak_mem_gb"].strip()]
+
+
+#: Memory ablation: each mechanism of the Wan recipe switched off, all else equal.
+MEMORY_ABLATIONS = (
+    "Wan recipe",
+    "weights stored in bf16",
+    "guidance branches batched",
+    "text encoder not sharded",
+    "no VAE decode phase",
+    "no FSDP (whole bf16 weights)",
+)
+
+
+def _memory_variant(mode: str, n: int) -> tuple[Any, DiTMemoryOptions]:
+    """The Wan spec and memory options with ``mode``'s mechanism switched off."""
+    spec = dit.get("wan2.1-t2v-14b")
+    opts = DiTMemoryOptions.wan_generate(n)
+    if mode == "weights stored in bf16":
+        opts = dataclasses.replace(opts, weight_precision=None)
+    elif mode == "guidance branches batched":
+        opts = dataclasses.replace(opts, cfg_batched=True)
+    elif mode == "text encoder not sharded":
+        opts = dataclasses.replace(opts, encoder_fsdp=False)
+    elif mode == "no VAE decode phase":
+        spec = dataclasses.replace(spec, vae=None)
+    elif mode == "no FSDP (whole bf16 weights)":
+        opts = DiTMemoryOptions()
+    return spec, opts
+
+
+def price_memory(r: dict[str, str], mode: str = "Wan recipe") -> dict[str, Any] | str:
+    """One ``peak_mem_gb`` row priced the way it ran (Wan's README recipe), or why not."""
+    model, device = MODELS.get(r["model"]), DEVICES.get(r["gpu_type"])
+    if model is None or device is None or not model.startswith("wan"):
+        return f"no Wan recipe for {r['model']!r} on {r['gpu_type']!r}"
+    n = _int(r["num_gpus"])
+    spec, opts = _memory_variant(mode, n)
+    rep = estimate_dit(
+        spec,
+        ps.Strategy(ulysses=n, order=X),
+        ps.Cluster(device, num_devices=n),
+        output_type=_output(model),
+        memory=opts,
+        **_workload(r, model),
+    )
+    mem = rep.memory
+    measured = float(r["peak_mem_gb"])
+    predicted = mem.total / MEM_UNIT
+    tensors = (mem.total - mem.other) / MEM_UNIT
+    return {
+        "row": r["row_id"],
+        "device": device,
+        "gpus": n,
+        "recipe": "--dit_fsdp --t5_fsdp --ulysses_size N" if n > 1 else "--offload_model True",
+        "measured_gib": measured,
+        "predicted_gib": predicted,
+        "tensors_gib": tensors,
+        "error": predicted / measured - 1,
+        "tensors_error": tensors / measured - 1,
+        "peak_phase": mem.peak_phase,
+        "phases": {p.name: p.total / MEM_UNIT for p in mem.phases},
+        "peak_parts": {k: v / MEM_UNIT for k, v in mem.peak.parts.items() if v},
+    }
+
+
+def memory(mode: str = "Wan recipe") -> dict[str, Any]:
+    """Every ``peak_mem_gb`` row: measured vs predicted peak per GPU, and the MAPE."""
+    rows, skipped = [], {}
+    for r in _memory_rows():
+        out = price_memory(r, mode)
+        if isinstance(out, str):
+            skipped[r["row_id"]] = out
+        else:
+            rows.append(out)
+    n = max(1, len(rows))
+    return {
+        "rows": rows,
+        "mape": sum(abs(e["error"]) for e in rows) / n,
+        "tensors_mape": sum(abs(e["tensors_error"]) for e in rows) / n,
+        "skipped": skipped,
+        "units": memory_units(rows),
+    }
+
+
+def memory_units(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Per device: the sharded state the measured 2- and 8-GPU peaks imply,
+    (m2 - m8) / (1/2 - 1/8) in the CSV's unit, against the model's sharded bytes (fp32 DiT +
+    bf16 umT5, the parts FSDP divides) in GB and in GiB."""
+    spec = dit.get("wan2.1-t2v-14b")
+    sharded = spec.num_params * 4 + spec.text_encoder_params * 2
+    out = {}
+    for device in sorted({e["device"] for e in rows}):
+        by_n = {e["gpus"]: e["measured_gib"] for e in rows if e["device"] == device}
+        if 2 in by_n and 8 in by_n:
+            implied = (by_n[2] - by_n[8]) / (1 / 2 - 1 / 8)
+            out[device] = {"implied": implied, "gb": sharded / 1e9, "gib": sharded / 2**30}
+    return out
+
+
 def ablation() -> dict[str, dict[str, float]]:
     """MAPE and speed-up rows within target with each mechanism switched off."""
     out = {}
@@ -448,9 +562,10 @@ def main() -> int:
     res = evaluate()
     hy = hunyuan()
     orders = orderings()
+    mem = memory()
     if args.json:
         json.dump(
-            {"accuracy": res, "hunyuanvideo": hy, "orderings": orders},
+            {"accuracy": res, "hunyuanvideo": hy, "orderings": orders, "memory": mem},
             sys.stdout,
             indent=1,
             default=str,
@@ -520,7 +635,49 @@ def main() -> int:
     print("orderings:")
     for text, ok, detail in orders:
         print(f"  [{'holds' if ok else 'FAILS'}] {text} ({detail})")
+    print_memory(mem, short=args.short)
     return 0
+
+
+def print_memory(mem: dict[str, Any], *, short: bool) -> None:
+    """The peak-memory comparison (section 5 of the module docstring)."""
+    if not short:
+        print(
+            "peak memory per GPU, Wan2.1-T2V-14B 1280x720x81, 50 steps, as Wan's README ran it "
+            "(GiB; the README's 'GB'):"
+        )
+        print(
+            "row   device GPUs recipe                                 measured predicted "
+            "error   tensors error   peak phase"
+        )
+        for e in mem["rows"]:
+            print(
+                f"{e['row']:5} {e['device']:6} {e['gpus']:4} {e['recipe']:38} "
+                f"{e['measured_gib']:8.1f} {e['predicted_gib']:9.1f} {100 * e['error']:+6.1f} % "
+                f"{e['tensors_gib']:7.1f} {100 * e['tensors_error']:+6.1f} %  {e['peak_phase']}"
+            )
+        for device, u in mem["units"].items():
+            print(
+                f"  units, {device}: the 2- and 8-GPU peaks imply a sharded state of "
+                f"{u['implied']:.1f}; the fp32 DiT + bf16 umT5 are {u['gib']:.1f} GiB = "
+                f"{u['gb']:.1f} GB -> the figures are GiB"
+            )
+        for rid, why in mem["skipped"].items():
+            print(f"skipped memory row {rid}: {why}")
+        print("memory ablation (each mechanism of the recipe off; all else equal):")
+        for mode in MEMORY_ABLATIONS:
+            a = memory(mode)
+            worst = max(a["rows"], key=lambda e: abs(e["error"]))
+            print(
+                f"  {mode:30} MAPE {100 * a['mape']:5.1f} % (largest {100 * worst['error']:+.1f} % "
+                f"at {worst['row']}, {worst['gpus']} GPU)"
+            )
+    n = len(mem["rows"])
+    print(
+        f"memory MAPE: {100 * mem['mape']:.1f} % over {n} peak_mem_gb rows (peak phase incl. the "
+        f"{dit_est.RUNTIME_RESERVE_BYTES / 2**30:.0f} GiB runtime reserve; tensors only "
+        f"{100 * mem['tensors_mape']:.1f} %)"
+    )
 
 
 if __name__ == "__main__":

@@ -42,6 +42,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "estimate_step": ("parastrat.estimate.step", "estimate_step"),
     "StepReport": ("parastrat.estimate.step", "StepReport"),
     "estimate_dit": ("parastrat.estimate.dit", "estimate_dit"),
+    "DiTMemoryOptions": ("parastrat.estimate.dit_memory", "DiTMemoryOptions"),
     # planning
     "plan": ("parastrat.planner.search", "plan"),
     "Plan": ("parastrat.planner.search", "Plan"),

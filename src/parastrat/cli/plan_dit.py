@@ -89,6 +89,36 @@ def register(subparsers) -> None:
         help="do not count the text encoder in device memory",
     )
     p.add_argument(
+        "--dit-fsdp",
+        action="store_true",
+        help="shard the transformer's parameters over the split's ranks, one block gathered at "
+        "a time (FSDP FULL_SHARD, as Wan's --dit_fsdp)",
+    )
+    p.add_argument(
+        "--encoder-fsdp",
+        action="store_true",
+        help="shard the text encoder the same way (Wan's --t5_fsdp)",
+    )
+    p.add_argument(
+        "--offload-model",
+        action="store_true",
+        help="text encoder on the device only for the prompts, transformer moved to the host "
+        "before the VAE decode (Wan's --offload_model True)",
+    )
+    p.add_argument(
+        "--weight-precision",
+        choices=("fp32", "bf16", "fp16", "fp8"),
+        default=None,
+        help="dtype the transformer's parameters are stored in (default: the run's bf16; "
+        "Wan2.1's own generate.py keeps its fp32 checkpoint)",
+    )
+    p.add_argument(
+        "--sequential-cfg",
+        action="store_true",
+        help="the two guidance branches run one after the other (Wan's generate.py), not as "
+        "one batch: one branch's activations in memory",
+    )
+    p.add_argument(
         "--compile",
         action="store_true",
         help="the transformer runs under torch.compile (fused element-wise kernels, "
@@ -110,6 +140,13 @@ CLI_TERMS = {
     "data_parallel=True": "--data-parallel",
     "compiled=True": "--compile",
     "compiled=False": "no --compile",
+    "memory=DiTMemoryOptions(encoder_fsdp=True)": "--encoder-fsdp",
+    "DiTMemoryOptions(dit_fsdp=True)": "--dit-fsdp",
+    "DiTMemoryOptions(encoder_fsdp=True)": "--encoder-fsdp",
+    "DiTMemoryOptions(offload=True)": "--offload-model",
+    "offload=True with FSDP sharding": "--offload-model with --dit-fsdp/--encoder-fsdp",
+    "use offload=True alone": "use --offload-model alone",
+    "or dit_fsdp/encoder_fsdp without offload": "or --dit-fsdp/--encoder-fsdp without it",
 }
 
 
@@ -121,6 +158,7 @@ def cli_terms(message: str) -> str:
 
 
 def _plan(args: argparse.Namespace):
+    from ..estimate.dit_memory import DiTMemoryOptions
     from ..planner.dit import plan_dit
     from ..spec.cluster import Cluster, load_calibration
     from ..spec.dit import DiTSpec
@@ -128,6 +166,13 @@ def _plan(args: argparse.Namespace):
     cal = load_calibration(args.calibration) if args.calibration else None
     cluster = Cluster(accelerator=args.accelerator, num_devices=args.devices, calibration=cal)
     model = DiTSpec.from_diffusers_config(args.config) if args.config else args.model
+    memory = DiTMemoryOptions(
+        dit_fsdp=args.dit_fsdp,
+        encoder_fsdp=args.encoder_fsdp,
+        offload=args.offload_model,
+        weight_precision=args.weight_precision,
+        cfg_batched=not args.sequential_cfg,
+    )
     return plan_dit(
         model,
         cluster,
@@ -142,6 +187,7 @@ def _plan(args: argparse.Namespace):
         vae_parallel=args.vae_parallel,
         text_encoder_on_device=not args.offload_text_encoder,
         compiled=args.compile,
+        memory=memory,
     )
 
 

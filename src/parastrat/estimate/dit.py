@@ -22,6 +22,9 @@ other requests and do not change the latency).  The model, stated once (docs/dit
   element-wise kernels (norms, modulation, gates, RoPE, activations) as HBM traffic.
   Communication only through :meth:`Cluster.collective_time`.
 * Outside the loop: text encoding and the VAE decode (on one device unless ``vae_parallel``).
+* Memory per device, phase by phase (text encoding, denoising, VAE decode), with how the run
+  keeps its weights (FSDP shards, offloading, stored dtype) in a
+  :class:`~parastrat.estimate.dit_memory.DiTMemoryOptions` (:mod:`.dit_memory`).
 
 Every constant is physical and documented; none is fitted to the comparisons in
 docs/accuracy-dit.md.
@@ -39,6 +42,14 @@ from ..spec.dit import get as get_dit
 from ..spec.hardware import Accelerator, GiB
 from ..strategy import XDIT_ORDER, Strategy, require_strategy
 from . import efficiency
+from .dit_memory import (
+    DiTMemoryOptions,
+    MemoryPhase,
+    memory_hint,
+    memory_phases,
+    require_options,
+    residency,
+)
 from .dit_serial import (
     POSTPROCESS_S_PER_ELEMENT,
     SerialParts,
@@ -195,42 +206,61 @@ class TokenSplit:
 
 @dataclass(frozen=True)
 class DiTMemory:
-    """Bytes per device: ``weights`` (transformer, divided by TP only), ``encoders`` (text
-    encoders kept on the device), ``activations`` (one block's live tensors: divided by the
-    sequence split, doubled by a CFG batch of two), ``other`` (runtime reserve)."""
+    """Bytes per device.  ``weights`` (transformer: whole, divided by TP, or FSDP shards plus
+    the gathered blocks and root), ``encoders`` (text encoders on the device), ``activations``
+    (one block's live tensors: divided by the sequence split, doubled by a batched CFG pair),
+    ``other`` (runtime reserve) are the denoising loop's; ``phases`` holds every phase of the
+    generation (text encoding, denoising, VAE decode: :mod:`~parastrat.estimate.dit_memory`),
+    and :attr:`total` is the largest of them (:attr:`peak_phase`)."""
 
     weights: float
     encoders: float
     activations: float
     other: float
     capacity: float
+    phases: tuple[MemoryPhase, ...] = ()
+
+    @property
+    def peak(self) -> MemoryPhase:
+        """The phase that needs the most bytes (the loop's parts when no phases are given)."""
+        if self.phases:
+            return max(self.phases, key=lambda p: p.total)
+        loop = {"transformer": self.weights, "text_encoders": self.encoders}
+        loop.update(activations=self.activations, runtime=self.other)
+        return MemoryPhase("denoise", loop)
+
+    @property
+    def peak_phase(self) -> str:
+        """Name of the phase that needs the most bytes ("text_encode", "denoise", "vae_decode")."""
+        return self.peak.name
 
     @property
     def total(self) -> float:
-        """Bytes per device: weights + encoders + activations + other (what :meth:`fits` compares
-        with the capacity)."""
-        return self.weights + self.encoders + self.activations + self.other
+        """Bytes per device at the peak phase (what :meth:`fits` compares with the capacity)."""
+        return self.peak.total
 
     @property
     def peak_bytes(self) -> float:
-        """The same as :attr:`total` (no pipeline stages here), under the name
+        """The same as :attr:`total`, under the name
         :class:`~parastrat.estimate.memory.MemoryReport` uses, so code reads either report's peak
         alike."""
         return self.total
 
     def fits(self, capacity: float | None = None) -> bool:
-        """Whether the total fits ``capacity`` bytes (default: the device's memory)."""
+        """Whether the peak phase fits ``capacity`` bytes (default: the device's memory)."""
         return self.total <= (self.capacity if capacity is None else capacity)
 
     def to_dict(self) -> dict[str, Any]:
-        """The breakdown as a JSON-ready dict, with ``total`` and ``fits`` (against the device's
-        capacity) added."""
+        """The breakdown as a JSON-ready dict, with ``total``, ``peak_phase``, ``phases`` and
+        ``fits`` (against the device's capacity) added."""
         return {
             "weights": self.weights,
             "encoders": self.encoders,
             "activations": self.activations,
             "other": self.other,
             "total": self.total,
+            "peak_phase": self.peak_phase,
+            "phases": {p.name: p.to_dict() for p in self.phases},
             "capacity": self.capacity,
             "fits": self.fits(),
         }
@@ -468,6 +498,68 @@ def _tp_allreduces(kind: str, img: float, txt: float) -> list[float]:
     return [img + txt, img + txt]  # joint
 
 
+def _memory(
+    model: DiTSpec,
+    opts: DiTMemoryOptions,
+    s: Strategy,
+    accel: Accelerator,
+    *,
+    nbytes: int,
+    per_dev: int,
+    batch: int,
+    kv_loc: float,
+    text_on_device: bool,
+    prompts: int,
+    latent: tuple[int, int, int],
+    vae_devices: int,
+    tiled: bool,
+    decode: bool,
+) -> DiTMemory:
+    """Bytes per device, phase by phase (:mod:`~parastrat.estimate.dit_memory`).  ``batch``:
+    guidance branches whose activations are live at once; ``latent``: (latent frames, pixel
+    height, pixel width) of the output."""
+    tp, U, R = s.tp, s.ulysses, s.ring
+    kept = residency(
+        model,
+        opts,
+        nbytes=nbytes,
+        tp=tp,
+        shard_world=U * R * s.cfg,
+        text_on_device=text_on_device,
+        prompts=prompts,
+    )
+    f, q, kv = model.ffn_hidden_size, model.inner_dim, model.kv_dim
+    img, txt = batch * per_dev, batch * model.text_tokens
+    activations = (
+        (img + txt) * nbytes * (ACT_LIVE_H * model.hidden_size + 2 * (q + 2 * kv) / tp + 2 * f / tp)
+    )
+    if R > 1:
+        activations += 2 * 2 * (U * img) * kv_loc * nbytes  # double-buffered K/V blocks
+    frames, height, width = latent
+    vae = model.vae
+    lat = (frames, height // vae.spatial_factor, width // vae.spatial_factor) if vae else latent
+    phases = memory_phases(
+        model,
+        opts,
+        kept,
+        activations=activations,
+        runtime=RUNTIME_RESERVE_BYTES,
+        latent=lat,
+        vae_devices=vae_devices,
+        tiled=tiled,
+        decode=decode,
+    )
+    loop = phases[1].parts
+    return DiTMemory(
+        weights=loop["transformer"] + loop["transformer_gathered"],
+        encoders=loop["text_encoders"],
+        activations=activations,
+        other=RUNTIME_RESERVE_BYTES,
+        capacity=accel.memory_bytes,
+        phases=phases,
+    )
+
+
 def estimate_dit(
     model: DiTSpec | str,
     strategy: Strategy,
@@ -486,6 +578,7 @@ def estimate_dit(
     vae_tiling: bool | None = None,
     output_type: str = "pil",
     vae_cold: bool = False,
+    memory: DiTMemoryOptions | None = None,
 ) -> DiTReport:
     """Latency, memory and its breakdown for one generation of ``model`` under ``strategy``.
 
@@ -500,6 +593,10 @@ def estimate_dit(
     decode.  ``vae_cold=True``: the request's VAE decode is the serving process's first (no
     warm-up decoded before it), which adds a measured one-time cost.  The serial parts (text
     encoders, scheduler, VAE decode, output post-processing) are in ``.serial``.
+    ``memory`` (:class:`~parastrat.estimate.dit_memory.DiTMemoryOptions`, default: whole
+    weights on every device) says how the run keeps its weights: FSDP shards, offloading, the
+    stored dtype, batched or sequential guidance branches; ``.memory`` reports every phase
+    (text encoding, denoising, VAE decode) and the peak one.
     Raises :class:`SpecError` for a workload the
     VAE/patch cannot split or ``steps < 1``, :class:`StrategyError` for a strategy the model or
     cluster cannot take (heads vs Ulysses/TP, more devices than the cluster has, more
@@ -513,6 +610,12 @@ def estimate_dit(
         raise SpecError(
             f"output_type={output_type!r} is not one a diffusers pipeline takes; known: "
             f"{', '.join(POSTPROCESS_S_PER_ELEMENT)}"
+        )
+    mem_opts = require_options(memory)
+    if mem_opts.encoder_fsdp and not text_encoder_on_device:
+        raise SpecError(
+            "memory=DiTMemoryOptions(encoder_fsdp=True) shards text encoders that "
+            "text_encoder_on_device=False keeps on the host; use one or the other"
         )
     explicit_guidance = guidance is not None
     guidance = resolve_guidance(model, guidance)
@@ -781,30 +884,29 @@ def estimate_dit(
             "(MindIE-SD --vae_parallel, xDiT DistVAE) would shorten it"
         )
 
-    # ---- memory per device ---------------------------------------------------------------------
-    block_params = sum(g.count * model.block_params(g.kind) for g in model.blocks)
-    weights = model.experts * (block_params / tp + model.embedder_params) * nbytes
-    encoders = model.text_encoder_params * 2 if text_encoder_on_device else 0.0
-    f, q, kv = model.ffn_hidden_size, model.inner_dim, model.kv_dim
-    act_tokens = img + txt
-    activations = (
-        act_tokens * nbytes * (ACT_LIVE_H * model.hidden_size + 2 * (q + 2 * kv) / tp + 2 * f / tp)
+    # ---- memory per device, phase by phase ---------------------------------------------------
+    memory_rep = _memory(
+        model,
+        mem_opts,
+        s,
+        accel,
+        nbytes=nbytes,
+        per_dev=per_dev,
+        batch=batch if mem_opts.cfg_batched else 1,
+        kv_loc=kv_loc,
+        text_on_device=text_encoder_on_device,
+        prompts=branches,
+        latent=(shape.latent_frames, height, width),
+        vae_devices=vae_devices,
+        tiled=bool(vae_detail.get("tiled", False)),
+        decode=output_type != "latent",
     )
-    if R > 1:
-        activations += 2 * 2 * (U * img) * kv_loc * nbytes  # double-buffered K/V blocks
-    memory = DiTMemory(
-        weights=weights,
-        encoders=encoders,
-        activations=activations,
-        other=RUNTIME_RESERVE_BYTES,
-        capacity=accel.memory_bytes,
-    )
-    if not memory.fits():
+    if not memory_rep.fits():
+        worst = memory_rep.peak
         warnings.append(
-            f"memory: {memory.total / GiB:.1f} GiB per device exceeds the "
-            f"{accel.memory_bytes / GiB:.0f} GiB of {accel.name} (weights "
-            f"{weights / GiB:.1f}, encoders {encoders / GiB:.1f}, activations "
-            f"{activations / GiB:.1f}); raise tp, or offload the text encoder"
+            f"memory: {memory_rep.total / GiB:.1f} GiB per device exceeds the "
+            f"{accel.memory_bytes / GiB:.0f} GiB of {accel.name} at the {worst.describe()}; "
+            + memory_hint(worst.name)
         )
 
     return DiTReport(
@@ -819,7 +921,7 @@ def estimate_dit(
         guidance=guidance,
         latency_s=latency,
         per_step_s=per_step,
-        memory=memory,
+        memory=memory_rep,
         breakdown=breakdown,
         hidden=hidden,
         tokens=tokens,

@@ -215,6 +215,7 @@ def vae_decode(
         "conv_flops": work.conv_flops * factor,
         "act_bytes": work.act_bytes * factor,
         "tile_factor": factor,
+        "tiled": use_tiles,
         "devices": n,
         "conv_s": conv_s,
         "activation_s": act_s,

@@ -29,6 +29,7 @@ from ..estimate.dit import (
     estimate_dit,
     resolve_guidance,
 )
+from ..estimate.dit_memory import DiTMemoryOptions, memory_hint
 from ..spec.cluster import Cluster
 from ..spec.dit import DiTSpec
 from ..spec.dit import get as get_dit
@@ -245,12 +246,15 @@ def plan_dit(
     text_encoder_on_device: bool = True,
     precision: str = "bf16",
     compiled: bool = False,
+    memory: DiTMemoryOptions | None = None,
 ) -> DiTPlan:
     """Rank every legal Ulysses/ring/CFG/TP split of ``devices`` (default: the cluster's).
 
     ``data_parallel=True`` also tries replicas (``dp``) that serve separate requests and
     ranks by requests per second; otherwise all devices serve one request and the ranking is
-    by latency.  ``compiled=True`` prices the transformer under torch.compile.
+    by latency.  ``compiled=True`` prices the transformer under torch.compile.  ``memory``
+    (:class:`~parastrat.estimate.dit_memory.DiTMemoryOptions`) says how the weights are kept
+    (FSDP shards, offloading); a split fits when its peak memory phase does.
     ``guidance=None`` follows the model (one branch for guidance-distilled
     models, so no CFG split is proposed); ``True``/``False`` override.
     Raises :class:`SpecError` for a workload the model cannot take and
@@ -302,6 +306,7 @@ def plan_dit(
                 vae_parallel=vae_parallel,
                 text_encoder_on_device=text_encoder_on_device,
                 compiled=compiled,
+                memory=memory,
             )
         except StrategyError as exc:
             rule = exc.violations[0].rule
@@ -311,7 +316,8 @@ def plan_dit(
         if not rep.memory.fits():
             rejected["out of memory"] = rejected.get("out of memory", 0) + 1
             reasons[key] = (
-                f"needs {rep.memory.total / GiB:.1f} GiB of {rep.memory.capacity / GiB:.0f}"
+                f"needs {rep.memory.total / GiB:.1f} GiB of {rep.memory.capacity / GiB:.0f} "
+                f"({rep.memory.peak_phase})"
             )
             too_big.append(rep)
             continue
@@ -334,9 +340,8 @@ def plan_dit(
             raise UsageError(
                 f"no split of {n} {cluster.accel.name} devices fits {model.name}: the smallest "
                 f"({label(least.strategy)}) needs {least.memory.total / GiB:.1f} GiB of "
-                f"{least.memory.capacity / GiB:.0f} (weights {least.memory.weights / GiB:.1f}, "
-                f"text encoder {least.memory.encoders / GiB:.1f}); use more devices for TP, "
-                "text_encoder_on_device=False, or a larger accelerator"
+                f"{least.memory.capacity / GiB:.0f} at its {least.memory.peak.describe()}; "
+                f"{memory_hint(least.memory.peak_phase)}; or a larger accelerator"
             )
         raise UsageError(
             f"no legal split of {n} devices for {model.name} "

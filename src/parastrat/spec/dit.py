@@ -380,6 +380,14 @@ register(
 )
 
 
+#: Wan 14B parameters outside the blocks (wan/modules/model.py WanModel, dim 5120): patch
+#: embedding 16 x (1*2*2) x 5120, text embedding 4096x5120 + 5120x5120, time embedding
+#: 256x5120 + 5120x5120, time projection 5120 x 6*5120, head 5120 x 16*(1*2*2).
+WAN_14B_EMBEDDERS = (
+    16 * 4 * 5120 + (4096 + 5120) * 5120 + (256 + 5120) * 5120 + 5120 * 30720 + 5120 * 64
+)
+
+
 def _wan(name: str, dim: int, ffn: int, heads: int, layers: int, **kw: Any) -> DiTSpec:
     kw.setdefault("vae", WAN21_VAE_FP32)
     kw.setdefault("vae_spatial", 8)
@@ -421,7 +429,7 @@ register(
         40,
         40,
         latent_channels=16,
-        embedder_params=0.1e9,
+        embedder_params=WAN_14B_EMBEDDERS,
         source="Wan-AI/Wan2.1-T2V-14B config.json (dim 5120, ffn 13824, 40 heads, 40 layers, "
         "patch (1,2,2), text_len 512); Wan-VAE stride (4,8,8), z_dim 16",
     )
@@ -434,7 +442,7 @@ register(
         40,
         40,
         latent_channels=16,
-        embedder_params=0.1e9,
+        embedder_params=WAN_14B_EMBEDDERS,
         experts=2,
         source="Wan-AI/Wan2.2-T2V-A14B high_noise_model/ and low_noise_model/config.json (each "
         "dim 5120, ffn 13824, 40 heads, 40 layers; one expert per step by the boundary "

@@ -43,6 +43,10 @@ RESNET_PASSES = 15
 CAUSAL_PAD_PASSES = 2
 #: Nearest-neighbour upsampling: read the low-resolution tensor, write the high-resolution one.
 UPSAMPLE_PASSES = 1.25
+#: Input frames a causal 3x3x3 convolution caches between decoder calls (Wan2.1
+#: wan/modules/vae.py ``CACHE_T = 2``: the last two frames of each causal convolution's input,
+#: kept in ``feat_cache`` so the next latent frame's call can pad with them).
+CACHE_T = 2
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,25 @@ class VAEWork:
 
 
 @dataclass(frozen=True)
+class VAEMemory:
+    """Device bytes of one VAE decode at its peak (the VAE's weights apart): ``cache`` (the
+    causal convolutions' cached input frames between chunked calls), ``working`` (the live
+    tensors of the largest stage, :meth:`VAEDecoder.live_tensors`), ``output`` (the decoded
+    video, accumulated as the chunks finish); ``chunk_frames`` output frames per call at the
+    full-resolution stage."""
+
+    cache: float
+    working: float
+    output: float
+    chunk_frames: float
+
+    @property
+    def total(self) -> float:
+        """cache + working + output."""
+        return self.cache + self.working + self.output
+
+
+@dataclass(frozen=True)
 class VAEDecoder:
     """A VAE decoder's layout (see the module docstring)."""
 
@@ -105,6 +128,14 @@ class VAEDecoder:
     #: The mid-block causal mask is built with one slice assignment per row (a Python loop over
     #: the attention's sequence), each an eager operation the host issues while the device waits.
     causal_mask_rows: bool = False
+    #: Latent frames per decoder call when the reference code decodes a video chunk by chunk
+    #: with a cache of each causal convolution's last :data:`CACHE_T` input frames (Wan2.1
+    #: ``WanVAE_.decode``: ``for i in range(iter_)`` over single latent frames); 0: the whole
+    #: latent (or tile) in one call.
+    decode_chunk_latent_frames: int = 0
+    #: Parameters the pipeline holds on the device for this VAE (encoder included where the
+    #: reference code loads the whole VAE); 0: not counted in memory.
+    params: float = 0.0
     source: str = ""
 
     def __post_init__(self) -> None:
@@ -194,6 +225,72 @@ class VAEDecoder:
         act += 2 * c_prev * vox * nbytes
         voxels = vox * self.unpatch**2
         return VAEWork(conv_flops=flops, act_bytes=act, halo_bytes=halo, norms=norms, voxels=voxels)
+
+    def decode_memory(
+        self, latent_frames: int, latent_h: int, latent_w: int, *, tiled: bool = False
+    ) -> VAEMemory:
+        """Device bytes one decode holds at its peak, beyond the VAE's weights (see
+        :class:`VAEMemory`).
+
+        The decoder runs over a chunk: one call of :attr:`decode_chunk_latent_frames` latent
+        frames (temporal upsampling doubles a steady chunk: no causal first frame), else the
+        whole latent, or one tile of it when ``tiled``.  Activations are in :attr:`act_bytes`.
+        """
+        b = float(self.act_bytes)
+        sf, tf = self.spatial_factor, self.temporal_factor
+        chunk = self.decode_chunk_latent_frames
+        t, h, w = float(chunk or latent_frames), float(latent_h), float(latent_w)
+        tl = self.tiling if tiled else None
+        if tl is not None and tl.tile:
+            h, w = min(h, tl.tile // sf), min(w, tl.tile // sf)
+            if tl.tile_frames and not chunk:
+                t = min(t, tl.tile_frames // tf + 1)
+        cached = bool(chunk) and self.kernel_t > 1
+        # a clip of one chunk runs only the first call: no cache yet, no temporal upsampling
+        steady = bool(chunk) and latent_frames > chunk
+        cache = CACHE_T * self.latent_channels * h * w * b if cached else 0.0  # conv_in
+        largest = 0.0
+        c_last = self.stages[0].channels
+        for st in (VAEStage(self.stages[0].channels, self.mid_resnets), *self.stages):
+            largest = max(largest, st.channels * t * h * w * b)
+            convs = 2 * st.resnets + (1 if st.up_temporal > 1 else 0)  # + the time conv
+            cache += convs * CACHE_T * st.channels * h * w * b if cached else 0.0
+            if st.up_spatial > 1 or st.up_temporal > 1:
+                grow = t * st.up_temporal if steady else 1 + (t - 1) * st.up_temporal
+                t, h, w = grow, h * st.up_spatial, w * st.up_spatial
+            c_last = st.channels
+        cache += CACHE_T * c_last * h * w * b if cached else 0.0  # the head's conv
+        frames = 1 + (latent_frames - 1) * tf if self.kernel_t > 1 else latent_frames * tf
+        output = self.out_channels * frames * (latent_h * sf) * (latent_w * sf) * b
+        return VAEMemory(
+            cache=cache if steady else 0.0,
+            working=self.live_tensors(t, steady) * largest,
+            output=output,
+            chunk_frames=t,
+        )
+
+    def live_tensors(self, chunk_frames: float, steady: bool = True) -> float:
+        """Tensors of the largest stage's size live at once inside one resnet block (Wan2.1
+        ``ResidualBlock.forward`` and ``CausalConv3d.forward``): the block input (kept for the
+        residual) and the activation feeding the convolution, then
+
+        * a 2D (or 1-frame) convolution: its output -> 3;
+        * a causal convolution on the whole clip: its replicate-padded copy
+          (``(t + kt - 1) / t``) and its output -> ``4 + (kt - 1) / t``;
+        * a cached chunk: the clone of the last :data:`CACHE_T` frames for the next chunk, the
+          ``torch.cat`` of the cache with the input and ``F.pad``'s copy of that, live together
+          -> ``2 + 2 (t + CACHE_T) / t + CACHE_T / t`` (5.5 for Wan's 4-frame chunks); the
+          first chunk (``steady=False``) has no cache to concatenate: the clone and the
+          zero-padded copy -> ``2 + (t + CACHE_T) / t + min(t, CACHE_T) / t``.
+        """
+        t = max(chunk_frames, 1.0)
+        if self.kernel_t <= 1:
+            return 3.0
+        if not self.decode_chunk_latent_frames:
+            return 4.0 + (self.kernel_t - 1) / t
+        if not steady:
+            return 2.0 + (t + CACHE_T) / t + min(t, CACHE_T) / t
+        return 2.0 + 2.0 * (t + CACHE_T) / t + CACHE_T / t
 
     def mask_rows(self, latent_frames: int, latent_h: int, latent_w: int, tiled: bool) -> int:
         """Rows of the mid-block causal attention mask one decode builds: the attention's
@@ -314,8 +411,11 @@ COGVIDEOX_VAE = VAEDecoder(
     ),
     kernel_t=3,
     mid_attention="none",
+    decode_chunk_latent_frames=2,
     source="THUDM/CogVideoX-2b vae/config.json (AutoencoderKLCogVideoX: block_out_channels "
-    "[128,256,256,512], layers_per_block 3, temporal_compression_ratio 4)",
+    "[128,256,256,512], layers_per_block 3, temporal_compression_ratio 4); diffusers "
+    "AutoencoderKLCogVideoX._decode runs num_latent_frames_batch_size = 2 latent frames per "
+    "call with a conv_cache of each causal conv's last 2 input frames",
 )
 
 #: Wan2.1 VAE: base_dim 96, dim_mult (1, 2, 4, 4) -> widths 384, 384, 192, 96 from the latent
@@ -332,8 +432,13 @@ WAN21_VAE = VAEDecoder(
         VAEStage(96, 3),
     ),
     kernel_t=3,
+    decode_chunk_latent_frames=1,
+    params=127e6,
     source="Wan-AI/Wan2.1-T2V-14B-Diffusers vae/config.json (AutoencoderKLWan: base_dim 96, "
-    "dim_mult [1,2,4,4], num_res_blocks 2, temperal_downsample [False,True,True])",
+    "dim_mult [1,2,4,4], num_res_blocks 2, temperal_downsample [False,True,True]); decoded one "
+    "latent frame per call with a 2-frame cache per causal conv (wan/modules/vae.py "
+    "WanVAE_.decode, CACHE_T = 2); 127 M parameters (Wan2.1_VAE.pth, 508 MB in fp32; Wan "
+    "report: Wan-VAE 127M), encoder and decoder both loaded on the device by WanVAE",
 )
 
 #: The Wan2.1 VAE as Wan's own code runs it: ``WanVAE(..., dtype=torch.float)`` (Wan2.1
@@ -358,6 +463,7 @@ WAN22_VAE = VAEDecoder(
     ),
     kernel_t=3,
     unpatch=2,
+    decode_chunk_latent_frames=1,
     source="Wan-AI/Wan2.2-TI2V-5B-Diffusers vae/config.json (AutoencoderKLWan: base_dim 160, "
     "decoder_base_dim 256, z_dim 48, dim_mult [1,2,4,4], patch_size 2, scale_factor_spatial 16)",
 )
@@ -397,6 +503,7 @@ __all__ = [
     "WAN22_VAE",
     "Tiling",
     "VAEDecoder",
+    "VAEMemory",
     "VAEStage",
     "VAEWork",
 ]
