@@ -1,107 +1,326 @@
-"""How many plan candidates the real Megatron Bridge accepts (issue 14's closing figure).
+"""How many plan candidates the real Megatron Bridge accepts (issue 14's closing figure, widened).
 
-For DeepSeek-V3, Kimi K2, Qwen3-235B-A22B, Llama 3.1 405B, Llama 3 70B and GPT-OSS 120B on
-a few H100 cluster sizes: every candidate ``parastrat.plan`` returns (top 5) is applied to a
-real Bridge ``ConfigContainer`` (GPT-3 175B's recipe holding the model's real provider, at the
-plan's sequence length), then Bridge's ``ConfigContainer.validate()`` runs at that world size.
-Prints, per model, candidates applied / refused by ``apply`` / accepted by ``validate()``.
+For each model below (its parastrat preset planned, its real Megatron Bridge 0.3.1 provider
+run), on H100 (NVLink-8) and GB200 (NVL72) clusters, at BF16, FP8 (current scaling) and, on
+GB200, MXFP8, at 4,096 tokens and at 32,768 (where plans use context parallelism, ring or
+Ulysses): every candidate ``parastrat.plan`` returns (top 5) is applied with
+``parastrat.adapters.megatron.apply`` to a real Bridge ``ConfigContainer`` (GPT-3 175B's
+recipe holding the model's provider, at the plan's sequence length, with Bridge's own mixed
+precision recipe for the plan's precision), then the container goes through what Bridge's
+start-up does on a CPU: the mixed-precision step of ``runtime_config_update``
+(``MixedPrecisionConfig.finalize()`` and ``setup()``, which copy the FP8 fields onto the
+model) and ``ConfigContainer.validate()`` at the plan's world size.
+
+Prints, per model x cluster x precision x sequence length: candidates, refused by ``apply``,
+accepted by ``validate()``, and the reason for every refusal; then the totals.  Before that,
+any shape field where the parastrat preset and Bridge's provider disagree (the plan is priced
+on the preset, the container runs the provider).
 
 Needs megatron-bridge (README test command); imports it the way the test suite does
-(tests/conftest.py: a Transformer Engine stand-in visible only during the import).
-Run: ``python benchmarks/bridge_acceptance.py``
+(tests/conftest.py: a Transformer Engine stand-in visible only during the import, and the TE
+version Bridge 0.3.1 declares as its floor for Megatron Core's version gates).
+Run: ``python benchmarks/bridge_acceptance.py`` (every case, a few minutes on two cores) or
+``python benchmarks/bridge_acceptance.py --short`` (a few cases, CI).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import importlib
+import io
+import logging
 import os
 import sys
 import warnings
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 warnings.simplefilter("ignore")
+logging.disable(logging.WARNING)  # Bridge logs every fusion it turns off without TE
 
 import parastrat as ps  # noqa: E402
 from parastrat.adapters import megatron as mg  # noqa: E402
 from parastrat.spec.models import get  # noqa: E402
-from tests.conftest import import_bridge  # noqa: E402
+from tests.conftest import declare_te_version, import_bridge  # noqa: E402
 
-CASES = {
-    "deepseek-v3": (
-        "megatron.bridge.models.DeepSeekV3ModelProvider",
-        {"mtp_num_layers": 1, "add_bias_linear": False},
-        (256, 1024),
+MODELS = "megatron.bridge.models"
+HF = Path(__file__).resolve().parents[1] / "tests" / "data" / "hf"
+#: Mixtral as Bridge 0.3.1 builds it: it has no Mixtral provider, so its Mistral provider
+#: with Mixtral's experts (mistralai/Mixtral-8x7B-v0.1 / 8x22B-v0.1 config.json).
+MIXTRAL = {"num_moe_experts": 8, "moe_router_topk": 2, "moe_grouped_gemm": True}
+
+
+@dataclass(frozen=True)
+class Case:
+    """A parastrat preset, its Bridge provider and the cluster sizes it is planned on.
+
+    ``provider``: a class in ``megatron.bridge.models`` built with ``kw``, or ``hf:FILE``: the
+    provider Bridge's ``AutoBridge.from_hf_config`` converts from the Hugging Face config in
+    tests/data/hf (what Bridge's own DeepSeek recipes do: its ``DeepSeekV2/V3ModelProvider``
+    classes are deprecated and carry no attention heads or MLA switch), then ``kw`` set on it.
+    """
+
+    model: str
+    provider: str
+    h100: tuple[int, ...]
+    gb200: tuple[int, ...]
+    kw: dict = field(default_factory=dict)
+
+
+CASES = (
+    Case("llama3-8b", "Llama3ModelProvider8B", (8, 64), (72,)),
+    Case("llama3-70b", "Llama3ModelProvider70B", (64, 256), (144,)),
+    Case("llama3.1-405b", "Llama31ModelProvider405B", (128, 512), (576,)),
+    Case("qwen3-8b", "Qwen3ModelProvider8B", (16, 64), (64,)),
+    Case("qwen3-32b", "Qwen3ModelProvider32B", (32, 128), (144,)),
+    Case("qwen3-30b-a3b", "Qwen3MoEModelProvider30B_A3B", (16, 64), (72,)),
+    Case("qwen3-235b-a22b", "Qwen3MoEModelProvider235B_A22B", (128, 512), (288,)),
+    Case("deepseek-v2", "hf:deepseek-v2.json", (128, 256), (288,)),
+    # MTP as Bridge's deepseek_v3_pretrain_config sets it (the preset prices one MTP layer)
+    Case("deepseek-v3", "hf:deepseek-v3.json", (256, 1024), (576,), {"mtp_num_layers": 1}),
+    Case("kimi-k2", "kimi.KimiK2Provider", (256, 1024), (1152,)),
+    Case(
+        "mixtral-8x7b",
+        "MistralModelProvider",
+        (32, 128),
+        (72,),
+        {**MIXTRAL, "moe_ffn_hidden_size": 14336, "vocab_size": 32000},
     ),
-    "kimi-k2": ("megatron.bridge.models.kimi.KimiK2Provider", {}, (256, 1024)),
-    "qwen3-235b-a22b": ("megatron.bridge.models.Qwen3MoEModelProvider235B_A22B", {}, (128, 512)),
-    "llama3.1-405b": ("megatron.bridge.models.Llama31ModelProvider405B", {}, (128, 512)),
-    "llama3-70b": ("megatron.bridge.models.Llama3ModelProvider70B", {}, (64, 256)),
-    "gpt-oss-120b": ("megatron.bridge.models.GPTOSSProvider120B", {}, (64, 256)),
+    Case(
+        "mixtral-8x22b",
+        "MistralModelProvider",
+        (64, 256),
+        (144,),
+        {
+            **MIXTRAL,
+            "num_layers": 56,
+            "hidden_size": 6144,
+            "num_attention_heads": 48,
+            "ffn_hidden_size": 16384,
+            "moe_ffn_hidden_size": 16384,
+            "vocab_size": 32000,
+        },
+    ),
+    Case("gpt-oss-120b", "GPTOSSProvider120B", (64, 256), (144,)),
+    Case("nemotron4-15b", "Nemotron4ModelProvider15B", (16, 64), (72,)),
+    Case("nemotron4-340b", "Nemotron4ModelProvider340B", (256, 1024), (576,)),
+    Case("olmoe-7b", "OlMoEModelProvider", (8, 32), (72,)),
+)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Accelerator, precision and sequence length of one plan."""
+
+    accelerator: str
+    precision: str
+    seq: int
+
+
+SETTINGS = (
+    Setting("h100", "bf16", 4096),
+    Setting("h100", "fp8", 4096),
+    Setting("h100", "bf16", 32768),
+    Setting("gb200", "bf16", 4096),
+    Setting("gb200", "mxfp8", 4096),
+    Setting("gb200", "fp8", 32768),
+)
+#: --short: one dense, one MoE and one MLA model, each in one setting that exercises a new
+#: dimension (GB200 with MXFP8, FP8 on H100, 32k tokens with CP).
+SHORT = (
+    ("llama3-8b", Setting("h100", "bf16", 32768)),
+    ("qwen3-30b-a3b", Setting("gb200", "mxfp8", 4096)),
+    ("deepseek-v2", Setting("h100", "fp8", 4096)),
+)
+
+#: Bridge's own mixed-precision recipe for each parastrat precision
+#: (``megatron/bridge/training/mixed_precision.py``): FP8 is current scaling (FP8-CS), as
+#: parastrat prices it (``parastrat.estimate.fp8.RECIPE_OF``).
+RECIPES = {
+    "bf16": "bf16_mixed",
+    "fp8": "bf16_with_fp8_current_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
+    "nvfp4": "bf16_with_nvfp4_mixed",
 }
-SEQ = 4096
+#: Shape fields compared between the preset (the plan) and the provider (the container).
+SHAPE = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "num_moe_experts",
+    "moe_router_topk",
+)
 
 
-def container(provider: str, kw: dict):
-    import importlib
+def provider(case: Case, seq: int):
+    """The case's real Bridge provider at ``seq`` tokens (no TE: rope and permute fusions
+    off)."""
+    if case.provider.startswith("hf:"):
+        from megatron.bridge.models.conversion.auto_bridge import AutoBridge
+        from transformers import AutoConfig
 
+        hf = AutoConfig.from_pretrained(HF / case.provider[3:])
+        model = AutoBridge.from_hf_config(hf).to_megatron_provider(load_weights=False)
+        for name, value in {**case.kw, "seq_length": seq, "apply_rope_fusion": False}.items():
+            setattr(model, name, value)
+    else:
+        module, _, cls = f"{MODELS}.{case.provider}".rpartition(".")
+        make = getattr(importlib.import_module(module), cls)
+        model = make(seq_length=seq, apply_rope_fusion=False, **case.kw)
+    if model.num_moe_experts:
+        model.moe_permute_fusion = False
+    return model
+
+
+def container(case: Case, setting: Setting, global_batch_size: int):
+    """GPT-3 175B's recipe container holding the case's provider, at the setting's sequence
+    length, the plan's global batch (a candidate carries its micro-batch only) and with
+    Bridge's mixed-precision recipe for its precision."""
     from megatron.bridge.recipes.gpt.gpt3_175b import gpt3_175b_pretrain_config
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
     cfg = gpt3_175b_pretrain_config()
-    cfg.dataset.sequence_length = SEQ
-    module, _, cls = provider.rpartition(".")
-    make = getattr(importlib.import_module(module), cls)
-    cfg.model = make(seq_length=SEQ, apply_rope_fusion=False, **kw)
-    if cfg.model.num_moe_experts:
-        cfg.model.moe_permute_fusion = False
+    cfg.dataset.sequence_length = setting.seq
+    cfg.train.global_batch_size = global_batch_size
+    # GPT-3 175B's recipe defers the embedding's wgrad GEMMs into its PP8 pipeline flush:
+    # Megatron refuses that at pp = 1 (apply says so: rule megatron-config) and, on this
+    # CPU, without the fused wgrad accumulation it needs; a setting of that recipe, not of
+    # the model planned
+    cfg.comm_overlap.defer_embedding_wgrad_compute = False
+    cfg.model = provider(case, setting.seq)
+    cfg.mixed_precision = get_mixed_precision_config(RECIPES[setting.precision])
     return cfg
 
 
-def main() -> int:
+def start_up(cfg, world: int) -> None:
+    """Bridge's own ``runtime_config_update`` at ``world`` ranks, what ``pretrain()`` runs
+    first: the mixed-precision recipe onto the model / optimizer / DDP configs, the data
+    parallel size, the comm-overlap settings (``CommOverlapConfig.setup``: its checks of the
+    MoE all-to-all overlap) and ``ConfigContainer.validate()``."""
+    from megatron.bridge.training.config import runtime_config_update
+
+    os.environ["WORLD_SIZE"] = str(world)
+    with contextlib.redirect_stdout(io.StringIO()):  # Bridge prints its fusion fallbacks
+        runtime_config_update(cfg)
+
+
+def shape_differences(case: Case) -> list[str]:
+    """Shape fields where the preset and the provider disagree."""
+    spec, model = get(case.model), provider(case, 4096)
+    out = []
+    for name in SHAPE:
+        want, got = getattr(spec, name), getattr(model, name)
+        if name == "num_query_groups":
+            want = want or spec.num_attention_heads
+            got = got or model.num_attention_heads
+        if name == "moe_router_topk" and not spec.num_moe_experts:
+            continue
+        if (want or None) != (got or None):
+            out.append(f"{name}: preset {want}, provider {got}")
+    return out
+
+
+@dataclass
+class Count:
+    """Candidates of one row, refused by apply, accepted by validate(), and the reasons."""
+
+    candidates: int = 0
+    refused: int = 0
+    accepted: int = 0
+    failures: list[str] = field(default_factory=list)
+    #: accepted candidates with context parallelism, by the cp_comm_type written
+    cp: Counter = field(default_factory=Counter)
+
+    def add(self, other: Count) -> None:
+        self.candidates += other.candidates
+        self.refused += other.refused
+        self.accepted += other.accepted
+        self.cp.update(other.cp)
+
+
+def run(case: Case, setting: Setting, gpus: int) -> Count:
+    """Plan ``case`` on ``gpus`` devices in ``setting``; apply and start up every candidate."""
+    plan = ps.plan(
+        get(case.model),
+        ps.Cluster(accelerator=setting.accelerator, num_devices=gpus),
+        seq_len=setting.seq,
+        global_batch_size=4 * gpus if setting.seq <= 4096 else gpus,
+        precision=setting.precision,
+        top_k=5,
+    )
+    count = Count()
+    for cand in plan.candidates:
+        count.candidates += 1
+        cfg = container(case, setting, plan.global_batch_size)
+        try:
+            mg.apply(cfg, cand, world_size=gpus)
+        except ps.StrategyError as err:
+            count.refused += 1
+            v = err.violations[0]
+            count.failures.append(f"{gpus}: {cand.label()}: apply [{v.rule}]: {v.message[:160]}")
+            continue
+        try:
+            start_up(cfg, gpus)
+            count.accepted += 1
+            if cfg.model.context_parallel_size > 1:
+                count.cp[cfg.model.cp_comm_type] += 1
+        except Exception as exc:  # Bridge's or Megatron Core's refusal
+            why = f"{type(exc).__name__}: {str(exc)[:160]}"
+            count.failures.append(f"{gpus}: {cand.label()}: validate: {why}")
+    return count
+
+
+def matrix(short: bool) -> list[tuple[Case, Setting, tuple[int, ...]]]:
+    """(case, setting, cluster sizes) rows to run."""
+    by_name = {c.model: c for c in CASES}
+    if short:
+        return [(by_name[m], s, getattr(by_name[m], s.accelerator)[:1]) for m, s in SHORT]
+    return [(c, s, getattr(c, s.accelerator)) for c in CASES for s in SETTINGS]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--short", action="store_true", help="three cases (CI)")
+    args = ap.parse_args(argv)
     bridge = import_bridge()
     if isinstance(bridge, str):
         print(bridge)
         return 2
-    total = [0, 0, 0]
-    for name, (provider, kw, sizes) in CASES.items():
-        counts = [0, 0, 0]
-        failures = []
+    declare_te_version()
+    rows = matrix(args.short)
+    for case in {c.model: c for c, _, _ in rows}.values():
+        for diff in shape_differences(case):
+            print(f"shape {case.model} ({case.provider}): {diff}")
+    print(
+        f"{'model':16s} {'cluster':6s} {'prec':5s} {'seq':>6s} {'gpus':>10s}  cand  refused  "
+        "accepted  with CP"
+    )
+    total = Count()
+    for case, setting, sizes in rows:
+        count = Count()
         for gpus in sizes:
-            plan = ps.plan(
-                get(name),
-                ps.Cluster(accelerator="h100", num_devices=gpus),
-                seq_len=SEQ,
-                global_batch_size=4 * gpus,
-                top_k=5,
-            )
-            for cand in plan.candidates:
-                counts[0] += 1
-                cfg = container(provider, kw)
-                try:
-                    mg.apply(cfg, cand, world_size=gpus)
-                except ps.StrategyError as err:
-                    counts[1] += 1
-                    failures.append(
-                        f"{gpus}: {cand.label()}: apply: {err.violations[0].message[:160]}"
-                    )
-                    continue
-                os.environ["WORLD_SIZE"] = str(gpus)
-                try:
-                    cfg.validate()
-                    counts[2] += 1
-                except Exception as exc:  # Bridge's or Megatron Core's refusal
-                    failures.append(f"{gpus}: {cand.label()}: validate: {str(exc)[:120]}")
-        total = [a + b for a, b in zip(total, counts)]
+            one = run(case, setting, gpus)
+            count.add(one)
+            count.failures += one.failures
+        total.add(count)
         print(
-            f"{name:16s} applied {counts[0]:3d}  refused by apply {counts[1]:3d}  "
-            f"validate() accepted {counts[2]:3d}"
+            f"{case.model:16s} {setting.accelerator:6s} {setting.precision:5s} {setting.seq:6d} "
+            f"{'/'.join(map(str, sizes)):>10s}  {count.candidates:4d}  {count.refused:7d}  "
+            f"{count.accepted:8d}  {sum(count.cp.values()):7d}"
         )
-        for f in failures:
+        for f in count.failures:
             print("    ", f)
     print(
-        f"{'all':16s} applied {total[0]:3d}  refused by apply {total[1]:3d}  "
-        f"validate() accepted {total[2]:3d}"
+        f"{'all':16s} {len(rows):3d} rows{'':20s}  {total.candidates:4d}  {total.refused:7d}  "
+        f"{total.accepted:8d}  {sum(total.cp.values()):7d}"
     )
-    return 0
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(total.cp.items()))
+    print(f"accepted candidates with CP, by cp_comm_type: {kinds or 'none'}")
+    return 0 if total.accepted == total.candidates else 1
 
 
 if __name__ == "__main__":

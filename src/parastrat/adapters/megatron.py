@@ -368,36 +368,78 @@ def _rerun_checks(model: Any) -> None:
             model.__post_init__()
 
 
-def _framework_violations(model: Any, writes: Sequence[_Write]) -> list[Violation]:
-    """Megatron Core's own checks, run on a copy carrying the new values.
+#: Container sections Bridge's start-up (``runtime_config_update``) sets up onto the model
+#: before its checks run, in its order: the mixed-precision recipe
+#: (``MixedPrecisionConfig.setup``), then the comm-overlap settings (``CommOverlapConfig.setup``,
+#: whose MoE-overlap checks are assertions of its own).
+START_UP_SECTIONS = ("mixed_precision", "comm_overlap")
+
+
+def _trial(t: _Target, writes: Sequence[_Write], start_up: bool) -> Any:
+    """A copy of the model section carrying the new values; with ``start_up``, as Bridge's
+    start-up leaves it: copies of the container's ``mixed_precision`` (a recipe name
+    resolved) and ``comm_overlap`` sections, with their new values, set up onto it."""
+    trial = copy.deepcopy(t.model)
+    for w in writes:
+        if w.obj is t.model:
+            setattr(trial, w.attr, w.new)
+    if not start_up:
+        return trial
+    ddp = copy.deepcopy(t.sections.get("ddp"))
+    for name in START_UP_SECTIONS:
+        section: Any = t.sections.get(name)
+        for w in writes:
+            if w.obj is t.root and w.attr == name:  # a named recipe, resolved by apply
+                section = w.new
+        if isinstance(section, str):
+            mp = require("megatron.bridge.training.mixed_precision", "megatron", "a recipe")
+            section = mp.get_mixed_precision_config(section)
+        if not callable(getattr(section, "setup", None)):
+            continue
+        done = copy.deepcopy(section)
+        for w in writes:
+            if w.obj is t.sections.get(name):
+                setattr(done, w.attr, w.new)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            done.finalize()
+            done.setup(trial, None, ddp)
+    return trial
+
+
+def _framework_violations(t: _Target, writes: Sequence[_Write]) -> list[Violation]:
+    """Megatron's own checks, run on a copy carrying the new values.
 
     A second opinion for rules parastrat does not model (e.g. "bias in MoE needs ETP 1").
-    When the unchanged config already fails them (or cannot be copied), nothing is reported:
-    the refusal would not be about the strategy.
+    For a Bridge container the copy first goes through what Bridge's start-up sets on the
+    model (:data:`START_UP_SECTIONS`), so a setting that lives in ``comm_overlap`` (e.g. a
+    recipe's ``defer_embedding_wgrad_compute``, which needs pp > 1) is seen before training
+    starts.  When the unchanged config already fails them (or cannot be copied), they run
+    without the start-up step, then not at all: the refusal would not be about the strategy.
     """
-    try:
-        base = copy.deepcopy(model)
-        _rerun_checks(base)
-    except Exception as exc:
-        log.debug("skipping megatron's own checks: the unchanged config fails them: %s", exc)
+    for start_up in (True, False) if t.container else (False,):
+        try:
+            _rerun_checks(_trial(t, (), start_up))
+        except Exception as exc:
+            log.debug("megatron's own checks fail the unchanged config: %s", exc)
+            continue
+        try:
+            _rerun_checks(_trial(t, writes, start_up))
+        except (ValueError, AssertionError) as exc:
+            where = " (with the container's mixed_precision and comm_overlap set up on it)"
+            return [
+                Violation(
+                    "megatron-config",
+                    f"{type(t.model).__name__}{where if start_up else ''} refuses the new "
+                    f"settings: {exc}",
+                    "parastrat's rules passed; this is a Megatron rule about the rest of the "
+                    "config (comm_overlap and mixed_precision fields included): change that "
+                    "field, or the strategy",
+                )
+            ]
+        except Exception as exc:
+            log.debug("megatron's own checks could not run on the new settings: %s", exc)
         return []
-    trial = copy.deepcopy(model)
-    for w in writes:
-        if w.obj is model:
-            setattr(trial, w.attr, w.new)
-    try:
-        _rerun_checks(trial)
-    except (ValueError, AssertionError) as exc:
-        return [
-            Violation(
-                "megatron-config",
-                f"{type(model).__name__} refuses the new settings: {exc}",
-                "parastrat's rules passed; this is a megatron-core rule about the rest of the "
-                "config: change that field, or the strategy",
-            )
-        ]
-    except Exception as exc:
-        log.debug("megatron's own checks could not run on the new settings: %s", exc)
     return []
 
 
@@ -440,7 +482,7 @@ def _plan(
         raise StrategyError(problems)
     writes = _writes(t, _applied(t, s, run))
     if framework_check:
-        problems = _framework_violations(t.model, writes)
+        problems = _framework_violations(t, writes)
         if problems:
             raise StrategyError(problems)
     return t, writes

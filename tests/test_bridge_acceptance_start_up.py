@@ -1,0 +1,104 @@
+"""``apply`` sees what Megatron Bridge's start-up sets on the model (the real Bridge 0.3.1).
+
+Bridge's ``runtime_config_update`` (the first thing ``pretrain()`` runs) sets the container's
+``mixed_precision`` recipe and ``comm_overlap`` settings onto the model before its checks run.
+A strategy that clears ``apply``'s checks on the model section alone can still be refused
+there; ``apply``'s second opinion runs that step on a copy, so it refuses first, with the
+container untouched (found by ``benchmarks/bridge_acceptance.py``).
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from parastrat import Strategy, StrategyError
+from parastrat.adapters import megatron as mg
+
+from .test_adapter_bridge import gpt3_recipe, snapshot, with_provider
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+]
+
+
+def start_up(cfg, world: int, monkeypatch) -> None:
+    """Bridge's own ``runtime_config_update`` at ``world`` ranks (mixed precision, data
+    parallel size, comm overlap, ``validate()``)."""
+    from megatron.bridge.training.config import runtime_config_update
+
+    monkeypatch.setenv("WORLD_SIZE", str(world))
+    runtime_config_update(cfg)
+
+
+def gpu_build_recipe():
+    """GPT-3 175B's real recipe (TP4 PP8 VPP6, ``comm_overlap.defer_embedding_wgrad_compute``
+    on) with the fused wgrad accumulation a GPU build has: the provider's field default
+    (``fusions.can_enable_gradient_accumulation_fusion``) finds apex's
+    ``fused_weight_gradient_mlp_cuda`` there, not on this CPU, and Megatron refuses the
+    deferral without it."""
+    cfg = gpt3_recipe()
+    cfg.model.gradient_accumulation_fusion = True
+    return cfg
+
+
+def test_recipe_deferral_at_pp1_is_refused_by_apply_not_at_start_up(bridge, monkeypatch):
+    """GPT-3's recipe defers the embedding wgrad into its pipeline flush (a comm_overlap
+    field Bridge copies onto the model at start-up); Megatron Core refuses that at pp = 1.
+    Written without the check, the strategy is refused by Bridge's start-up; ``apply``
+    refuses it first, names the field and leaves the container as it was; the fix named
+    applies and starts."""
+    s = Strategy(tp=8, sp=True)
+    unchecked = gpu_build_recipe()
+    mg.apply(unchecked, s, world_size=64, framework_check=False)
+    with pytest.raises(ValueError, match="defer embedding wgrad compute"):
+        start_up(unchecked, 64, monkeypatch)
+
+    cfg = gpu_build_recipe()
+    before = snapshot(cfg)
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, s, world_size=64)
+    assert err.value.rules == ["megatron-config"]
+    assert "defer embedding wgrad compute" in str(err.value)
+    assert "comm_overlap" in str(err.value)
+    assert snapshot(cfg) == before and cfg.comm_overlap.defer_embedding_wgrad_compute is True
+
+    cfg.comm_overlap.defer_embedding_wgrad_compute = False
+    mg.apply(cfg, s, world_size=64)
+    start_up(cfg, 64, monkeypatch)
+    assert cfg.model.tensor_model_parallel_size == 8 and cfg.data_parallel_size == 8
+
+
+def test_recipe_deferral_with_a_pipeline_is_kept_and_starts(bridge, monkeypatch):
+    """With a pipeline the recipe's deferral stays and Bridge's start-up accepts it."""
+    cfg = gpu_build_recipe()
+    mg.apply(cfg, Strategy(tp=4, pp=4, vpp=4, sp=True), world_size=128)
+    assert cfg.comm_overlap.defer_embedding_wgrad_compute is True
+    start_up(cfg, 128, monkeypatch)
+    assert cfg.model.defer_embedding_wgrad_compute is True
+
+
+def test_moe_overlap_needs_vpp_with_a_pipeline_as_bridges_start_up_asserts(bridge, monkeypatch):
+    """``comm_overlap.overlap_moe_expert_parallel_comm`` with pp > 1 needs a virtual pipeline
+    (an assertion in Bridge's ``CommOverlapConfig.setup``, not in Megatron Core's checks):
+    ``apply`` refuses pp 2 without vpp (container untouched) and takes pp 2 with vpp 2, which
+    then starts."""
+    cfg = with_provider("Qwen3MoEModelProvider30B_A3B")
+    cfg.comm_overlap.defer_embedding_wgrad_compute = False
+    mg.apply(cfg, Strategy(ep=8), world_size=16)
+    cfg.comm_overlap.overlap_moe_expert_parallel_comm = True
+    start_up(copy.deepcopy(cfg), 16, monkeypatch)  # the unchanged container starts
+
+    before = snapshot(cfg)
+    with pytest.raises(StrategyError) as err:
+        mg.apply(cfg, Strategy(pp=2, ep=8), world_size=16)
+    assert err.value.rules == ["megatron-config"]
+    assert "virtual_pipeline_model_parallel_size must be specified" in str(err.value)
+    assert snapshot(cfg) == before
+
+    mg.apply(cfg, Strategy(pp=2, vpp=2, ep=8), world_size=16)
+    start_up(cfg, 16, monkeypatch)
+    assert cfg.model.overlap_moe_expert_parallel_comm is True
