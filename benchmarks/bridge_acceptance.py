@@ -5,22 +5,26 @@ run), on H100 (NVLink-8) and GB200 (NVL72) clusters, at BF16, FP8 (current scali
 GB200, MXFP8, at 4,096 tokens and at 32,768 (where plans use context parallelism, ring or
 Ulysses): every candidate ``parastrat.plan`` returns (top 5) is applied with
 ``parastrat.adapters.megatron.apply`` to a real Bridge ``ConfigContainer`` (GPT-3 175B's
-recipe holding the model's provider, at the plan's sequence length, with Bridge's own mixed
-precision recipe for the plan's precision), then the container goes through what Bridge's
-start-up does on a CPU: the mixed-precision step of ``runtime_config_update``
-(``MixedPrecisionConfig.finalize()`` and ``setup()``, which copy the FP8 fields onto the
-model) and ``ConfigContainer.validate()`` at the plan's world size.
+recipe holding the model's provider, at the plan's sequence length and global batch, with
+Bridge's own mixed-precision recipe for the plan's precision), then goes through what
+Bridge's ``pretrain()`` does with it before any GPU work (:func:`start_up`): Bridge's
+``runtime_config_update`` (mixed precision and comm-overlap set-up, then
+``ConfigContainer.validate()``), Megatron Core's micro-batch calculator and its
+``initialize_model_parallel`` at the plan's world size (a torch fake process group).
 
 Prints, per model x cluster x precision x sequence length: candidates, refused by ``apply``,
-accepted by ``validate()``, and the reason for every refusal; then the totals.  Before that,
+accepted by the start-up, how many of those use context parallelism, and the reason for
+every refusal; then the totals and the ``cp_comm_type`` of the CP candidates.  Before that,
 any shape field where the parastrat preset and Bridge's provider disagree (the plan is priced
-on the preset, the container runs the provider).
+on the preset, the container runs the provider).  Exit status 1 unless every candidate is
+accepted.
 
 Needs megatron-bridge (README test command); imports it the way the test suite does
 (tests/conftest.py: a Transformer Engine stand-in visible only during the import, and the TE
-version Bridge 0.3.1 declares as its floor for Megatron Core's version gates).
+version Bridge 0.3.1 declares as its floor for Megatron Core's version gates, which FP8 with
+experts reaches).
 Run: ``python benchmarks/bridge_acceptance.py`` (every case, a few minutes on two cores) or
-``python benchmarks/bridge_acceptance.py --short`` (a few cases, CI).
+``python benchmarks/bridge_acceptance.py --short`` (three cases, CI).
 """
 
 from __future__ import annotations
@@ -197,15 +201,69 @@ def container(case: Case, setting: Setting, global_batch_size: int):
 
 
 def start_up(cfg, world: int) -> None:
-    """Bridge's own ``runtime_config_update`` at ``world`` ranks, what ``pretrain()`` runs
-    first: the mixed-precision recipe onto the model / optimizer / DDP configs, the data
-    parallel size, the comm-overlap settings (``CommOverlapConfig.setup``: its checks of the
-    MoE all-to-all overlap) and ``ConfigContainer.validate()``."""
+    """What Bridge's ``pretrain()`` does with the container before any GPU work, at ``world``
+    ranks; an exception names the step that refused:
+
+    1. ``runtime_config_update``: the mixed-precision recipe onto the model / optimizer /
+       DDP configs, the data-parallel size, the comm-overlap settings
+       (``CommOverlapConfig.setup``, with its MoE-overlap assertions) and
+       ``ConfigContainer.validate()`` (Megatron Core's ``TransformerConfig`` checks);
+    2. ``initialize.py``: Megatron Core's micro-batch calculator (gbs % (mbs * dp)) and
+       ``parallel_state.initialize_model_parallel`` with the arguments Bridge passes it
+       (``initialize.py`` ``_initialize_distributed``), as rank 0 of a ``world``-rank torch
+       fake process group: every rank group is built.
+    """
     from megatron.bridge.training.config import runtime_config_update
 
     os.environ["WORLD_SIZE"] = str(world)
     with contextlib.redirect_stdout(io.StringIO()):  # Bridge prints its fusion fallbacks
         runtime_config_update(cfg)
+    microbatches(cfg)
+    process_groups(cfg, world)
+
+
+def microbatches(cfg) -> None:
+    """Megatron Core's micro-batch calculator as Bridge's ``initialize.py`` sets it up."""
+    from megatron.core import num_microbatches_calculator as nmc
+
+    t = cfg.train
+    nmc.init_num_microbatches_calculator(
+        0,
+        t.rampup_batch_size,
+        t.global_batch_size,
+        t.micro_batch_size,
+        cfg.data_parallel_size,
+        t.decrease_batch_size_if_needed,
+    )
+    nmc.destroy_num_microbatches_calculator()
+
+
+def process_groups(cfg, world: int) -> None:
+    """Megatron Core's rank groups at ``world`` ranks, built with the arguments Bridge's
+    ``_initialize_distributed`` passes (CUDA-only ones left out), as rank 0 of a fake group."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    m = cfg.model
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    try:
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=m.tensor_model_parallel_size,
+            pipeline_model_parallel_size=m.pipeline_model_parallel_size,
+            virtual_pipeline_model_parallel_size=m.virtual_pipeline_model_parallel_size,
+            pipeline_model_parallel_comm_backend=m.pipeline_model_parallel_comm_backend,
+            context_parallel_size=m.context_parallel_size,
+            hierarchical_context_parallel_sizes=m.hierarchical_context_parallel_sizes,
+            expert_model_parallel_size=m.expert_model_parallel_size,
+            num_distributed_optimizer_instances=cfg.ddp.num_distributed_optimizer_instances,
+            expert_tensor_parallel_size=m.expert_tensor_parallel_size,
+            order="tp-cp-ep-pp-dp" if cfg.dist.use_tp_pp_dp_mapping else "tp-cp-ep-dp-pp",
+            create_gloo_process_groups=False,
+        )
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
 
 
 def shape_differences(case: Case) -> list[str]:
@@ -226,7 +284,7 @@ def shape_differences(case: Case) -> list[str]:
 
 @dataclass
 class Count:
-    """Candidates of one row, refused by apply, accepted by validate(), and the reasons."""
+    """Candidates of one row, refused by apply, accepted by the start-up, and the reasons."""
 
     candidates: int = 0
     refused: int = 0
@@ -270,7 +328,7 @@ def run(case: Case, setting: Setting, gpus: int) -> Count:
                 count.cp[cfg.model.cp_comm_type] += 1
         except Exception as exc:  # Bridge's or Megatron Core's refusal
             why = f"{type(exc).__name__}: {str(exc)[:160]}"
-            count.failures.append(f"{gpus}: {cand.label()}: validate: {why}")
+            count.failures.append(f"{gpus}: {cand.label()}: start-up: {why}")
     return count
 
 

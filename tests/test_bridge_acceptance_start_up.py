@@ -102,3 +102,84 @@ def test_moe_overlap_needs_vpp_with_a_pipeline_as_bridges_start_up_asserts(bridg
     mg.apply(cfg, Strategy(pp=2, vpp=2, ep=8), world_size=16)
     start_up(cfg, 16, monkeypatch)
     assert cfg.model.overlap_moe_expert_parallel_comm is True
+
+
+def test_explicit_batch_sizes_are_written_as_checked(bridge, monkeypatch):
+    """``apply(cfg, candidate, global_batch_size=...)`` checks the strategy against that
+    batch and writes it, so Megatron's micro-batch calculator (what Bridge's ``initialize``
+    sets up next) gets the batch checked, not the recipe's 2,048 (not a multiple of
+    mbs x dp = 4 x 72); an explicit micro-batch replaces the candidate's likewise."""
+    from megatron.core import num_microbatches_calculator as nmc
+
+    import parastrat as ps
+    from parastrat.spec.models import get
+
+    plan = ps.plan(
+        get("qwen3-30b-a3b"),
+        ps.Cluster(accelerator="gb200", num_devices=72),
+        seq_len=2048,  # the recipe's
+        global_batch_size=288,
+        top_k=1,
+        search=ps.SearchSpace(tp=(1,), pp=(1,), cp=(1,)),
+    )
+    cand = plan.best
+    assert 2048 % (cand.micro_batch_size * cand.strategy.dp)
+    for mbs in (None, 1):
+        cfg = with_provider("Qwen3MoEModelProvider30B_A3B")
+        cfg.comm_overlap.defer_embedding_wgrad_compute = False
+        mg.apply(cfg, cand, world_size=72, global_batch_size=288, micro_batch_size=mbs)
+        assert cfg.train.global_batch_size == 288
+        assert cfg.train.micro_batch_size == (mbs or cand.micro_batch_size)
+        start_up(cfg, 72, monkeypatch)
+        t = cfg.train
+        nmc.init_num_microbatches_calculator(
+            0, None, t.global_batch_size, t.micro_batch_size, cfg.data_parallel_size
+        )
+        try:
+            assert nmc.get_num_microbatches() == 288 // (t.micro_batch_size * 72)
+        finally:
+            nmc.destroy_num_microbatches_calculator()
+
+
+@pytest.mark.parametrize(
+    ("accelerator", "precision", "recipe", "fp8_recipe"),
+    [
+        ("h100", "fp8", "bf16_with_fp8_current_scaling_mixed", "tensorwise"),
+        ("gb200", "mxfp8", "bf16_with_mxfp8_mixed", "mxfp8"),
+    ],
+)
+def test_fp8_plans_start_with_bridges_fp8_recipes(
+    bridge, monkeypatch, accelerator, precision, recipe, fp8_recipe
+):
+    """An FP8 (current scaling) or MXFP8 plan for an MoE model, applied to a container whose
+    mixed precision is Bridge's recipe for that precision, passes Bridge's start-up with the
+    FP8 settings on the model.  ``apply`` writes no precision field: the recipe is the
+    user's choice (docs/adapters.md).  Megatron Core's MoE + FP8 check asks for the TE
+    version, which this machine lacks: it is answered with the floor Bridge 0.3.1 declares."""
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+    from megatron.core import utils
+    from packaging.version import Version
+
+    import parastrat as ps
+    from parastrat.spec.models import get
+
+    from .conftest import BRIDGE_TE_FLOOR
+
+    monkeypatch.setattr(utils, "_te_version", Version(BRIDGE_TE_FLOOR))
+    world = 64
+    plan = ps.plan(
+        get("qwen3-30b-a3b"),
+        ps.Cluster(accelerator=accelerator, num_devices=world),
+        seq_len=2048,  # the recipe's
+        global_batch_size=256,
+        precision=precision,
+        top_k=2,
+    )
+    for cand in plan.candidates:
+        cfg = with_provider("Qwen3MoEModelProvider30B_A3B")
+        cfg.comm_overlap.defer_embedding_wgrad_compute = False
+        cfg.mixed_precision = get_mixed_precision_config(recipe)
+        mg.apply(cfg, cand, world_size=world, global_batch_size=256)
+        start_up(cfg, world, monkeypatch)
+        assert cfg.model.fp8 is not None and cfg.model.fp8_recipe == fp8_recipe
+        assert cfg.model.fp8_param and cfg.model.num_moe_experts == 128

@@ -457,6 +457,13 @@ def _plan(
     s = as_training(s)
     t = _target(cfg)
     problems = _adapter_violations(t, s)
+    if micro_batch_size or global_batch_size:  # explicit sizes are written, as they are checked
+        base = run or RunSettings()
+        run = replace(
+            base,
+            micro_batch_size=micro_batch_size or base.micro_batch_size,
+            global_batch_size=global_batch_size or base.global_batch_size,
+        )
     if run is not None and t.train is None:  # nowhere to write the batch: keep it out
         run = replace(run, micro_batch_size=None, global_batch_size=None)
     if run is not None:
@@ -544,7 +551,9 @@ def apply(
     when pp > 1 and it is unset), the pipeline split (first/last stage layer counts,
     ``account_for_*``, ``pipeline_model_parallel_layout``), for Bridge
     ``dist.use_tp_pp_dp_mapping``; and for a candidate or a plan what it was priced with:
-    ``train.micro_batch_size`` (``train.global_batch_size`` for a plan), recompute
+    ``train.micro_batch_size`` (``train.global_batch_size`` for a plan; explicit
+    ``global_batch_size`` / ``micro_batch_size`` are written too, replacing the candidate's,
+    so that the run uses the sizes checked), recompute
     granularity/method/modules, and the MoE dispatcher, MoE and TP overlap and CUDA-graph
     switches it carries.  A bare Strategy changes nothing else.  Each change is logged at
     INFO level.
