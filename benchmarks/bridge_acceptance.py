@@ -35,7 +35,9 @@ import importlib
 import io
 import logging
 import os
+import shutil
 import sys
+import tempfile
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -58,6 +60,17 @@ MIXTRAL = {"num_moe_experts": 8, "moe_router_topk": 2, "moe_grouped_gemm": True}
 
 
 @dataclass(frozen=True)
+class Recipe:
+    """A model's own Bridge recipe (``megatron.bridge.recipes.MODULE.FUNCTION``) and the
+    Hugging Face model it loads with ``AutoBridge.from_hf_pretrained``, served from an offline
+    cache holding that model's config.json from tests/data/hf (no download)."""
+
+    function: str
+    hf_id: str
+    hf_file: str
+
+
+@dataclass(frozen=True)
 class Case:
     """A parastrat preset, its Bridge provider and the cluster sizes it is planned on.
 
@@ -72,17 +85,42 @@ class Case:
     h100: tuple[int, ...]
     gb200: tuple[int, ...]
     kw: dict = field(default_factory=dict)
+    recipe: Recipe | None = None
 
 
 CASES = (
-    Case("llama3-8b", "Llama3ModelProvider8B", (8, 64), (72,)),
+    Case(
+        "llama3-8b",
+        "Llama3ModelProvider8B",
+        (8, 64),
+        (72,),
+        recipe=Recipe(
+            "llama.llama3.llama3_8b_pretrain_config", "meta-llama/Meta-Llama-3-8B", "llama3-8b.json"
+        ),
+    ),
     Case("llama3-70b", "Llama3ModelProvider70B", (64, 256), (144,)),
     Case("llama3.1-405b", "Llama31ModelProvider405B", (128, 512), (576,)),
-    Case("qwen3-8b", "Qwen3ModelProvider8B", (16, 64), (64,)),
+    Case(
+        "qwen3-8b",
+        "Qwen3ModelProvider8B",
+        (16, 64),
+        (64,),
+        recipe=Recipe("qwen.qwen3.qwen3_8b_pretrain_config", "Qwen/Qwen3-8B", "qwen3-8b.json"),
+    ),
     Case("qwen3-32b", "Qwen3ModelProvider32B", (32, 128), (144,)),
     Case("qwen3-30b-a3b", "Qwen3MoEModelProvider30B_A3B", (16, 64), (72,)),
     Case("qwen3-235b-a22b", "Qwen3MoEModelProvider235B_A22B", (128, 512), (288,)),
-    Case("deepseek-v2", "hf:deepseek-v2.json", (128, 256), (288,)),
+    Case(
+        "deepseek-v2",
+        "hf:deepseek-v2.json",
+        (128, 256),
+        (288,),
+        recipe=Recipe(
+            "deepseek.deepseek_v2.deepseek_v2_pretrain_config",
+            "deepseek-ai/DeepSeek-V2",
+            "deepseek-v2.json",
+        ),
+    ),
     # MTP as Bridge's deepseek_v3_pretrain_config sets it (the preset prices one MTP layer)
     Case("deepseek-v3", "hf:deepseek-v3.json", (256, 1024), (576,), {"mtp_num_layers": 1}),
     Case("kimi-k2", "kimi.KimiK2Provider", (256, 1024), (1152,)),
@@ -108,7 +146,17 @@ CASES = (
             "vocab_size": 32000,
         },
     ),
-    Case("gpt-oss-120b", "GPTOSSProvider120B", (64, 256), (144,)),
+    Case(
+        "gpt-oss-120b",
+        "GPTOSSProvider120B",
+        (64, 256),
+        (144,),
+        recipe=Recipe(
+            "gpt_oss.gpt_oss.gpt_oss_120b_pretrain_config",
+            "openai/gpt-oss-120b",
+            "gpt-oss-120b.json",
+        ),
+    ),
     Case("nemotron4-15b", "Nemotron4ModelProvider15B", (16, 64), (72,)),
     Case("nemotron4-340b", "Nemotron4ModelProvider340B", (256, 1024), (576,)),
     Case("olmoe-7b", "OlMoEModelProvider", (8, 32), (72,)),
@@ -133,11 +181,12 @@ SETTINGS = (
     Setting("gb200", "fp8", 32768),
 )
 #: --short: one dense, one MoE and one MLA model, each in one setting that exercises a new
-#: dimension (GB200 with MXFP8, FP8 on H100, 32k tokens with CP).
+#: dimension (GB200 with MXFP8, FP8 on H100, 32k tokens with CP); the MLA one on its own
+#: recipe.
 SHORT = (
-    ("llama3-8b", Setting("h100", "bf16", 32768)),
-    ("qwen3-30b-a3b", Setting("gb200", "mxfp8", 4096)),
-    ("deepseek-v2", Setting("h100", "fp8", 4096)),
+    ("llama3-8b", Setting("h100", "bf16", 32768), False),
+    ("qwen3-30b-a3b", Setting("gb200", "mxfp8", 4096), False),
+    ("deepseek-v2", Setting("h100", "fp8", 4096), True),
 )
 
 #: Bridge's own mixed-precision recipe for each parastrat precision
@@ -180,24 +229,54 @@ def provider(case: Case, seq: int):
     return model
 
 
-def container(case: Case, setting: Setting, global_batch_size: int):
-    """GPT-3 175B's recipe container holding the case's provider, at the setting's sequence
-    length, the plan's global batch (a candidate carries its micro-batch only) and with
-    Bridge's mixed-precision recipe for its precision."""
-    from megatron.bridge.recipes.gpt.gpt3_175b import gpt3_175b_pretrain_config
+def container(case: Case, setting: Setting, global_batch_size: int, own: bool):
+    """A real Bridge container at the setting's sequence length, the plan's global batch (a
+    candidate carries its micro-batch only) and Bridge's mixed-precision recipe for its
+    precision: the model's own recipe (``own``), else GPT-3 175B's recipe holding the case's
+    provider."""
     from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
-    cfg = gpt3_175b_pretrain_config()
+    if own:
+        assert case.recipe is not None
+        module, _, function = f"megatron.bridge.recipes.{case.recipe.function}".rpartition(".")
+        cfg = getattr(importlib.import_module(module), function)()
+        cfg.model.seq_length = setting.seq
+        cfg.model.apply_rope_fusion = False  # no TE here
+        if cfg.model.num_moe_experts:
+            cfg.model.moe_permute_fusion = False
+    else:
+        from megatron.bridge.recipes.gpt.gpt3_175b import gpt3_175b_pretrain_config
+
+        cfg = gpt3_175b_pretrain_config()
+        # GPT-3 175B's recipe defers the embedding's wgrad GEMMs into its PP8 pipeline
+        # flush: Megatron refuses that at pp = 1 (apply says so: rule megatron-config) and,
+        # on this CPU, without the fused wgrad accumulation it needs; a setting of that
+        # recipe, not of the model planned
+        cfg.comm_overlap.defer_embedding_wgrad_compute = False
+        cfg.model = provider(case, setting.seq)
     cfg.dataset.sequence_length = setting.seq
     cfg.train.global_batch_size = global_batch_size
-    # GPT-3 175B's recipe defers the embedding's wgrad GEMMs into its PP8 pipeline flush:
-    # Megatron refuses that at pp = 1 (apply says so: rule megatron-config) and, on this
-    # CPU, without the fused wgrad accumulation it needs; a setting of that recipe, not of
-    # the model planned
-    cfg.comm_overlap.defer_embedding_wgrad_compute = False
-    cfg.model = provider(case, setting.seq)
     cfg.mixed_precision = get_mixed_precision_config(RECIPES[setting.precision])
     return cfg
+
+
+def offline_hf_cache() -> tempfile.TemporaryDirectory:
+    """An offline Hugging Face cache holding the config.json of every recipe's model (from
+    tests/data/hf), so that the recipes' ``AutoBridge.from_hf_pretrained`` loads them
+    without a download; HF_HOME and HF_HUB_OFFLINE point at it (set before transformers is
+    imported)."""
+    tmp = tempfile.TemporaryDirectory(prefix="parastrat-hf-")
+    for case in CASES:
+        if case.recipe is None:
+            continue
+        repo = Path(tmp.name) / "hub" / ("models--" + case.recipe.hf_id.replace("/", "--"))
+        (repo / "snapshots" / "local").mkdir(parents=True)
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text("local")
+        shutil.copy(HF / case.recipe.hf_file, repo / "snapshots" / "local" / "config.json")
+    os.environ["HF_HOME"] = tmp.name
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    return tmp
 
 
 def start_up(cfg, world: int) -> None:
@@ -300,8 +379,20 @@ class Count:
         self.cp.update(other.cp)
 
 
-def run(case: Case, setting: Setting, gpus: int) -> Count:
-    """Plan ``case`` on ``gpus`` devices in ``setting``; apply and start up every candidate."""
+@dataclass(frozen=True)
+class Row:
+    """One printed row: a case in a setting on some cluster sizes, on the model's own recipe
+    (``own``) or on GPT-3 175B's recipe holding its provider."""
+
+    case: Case
+    setting: Setting
+    sizes: tuple[int, ...]
+    own: bool = False
+
+
+def run(row: Row, gpus: int) -> Count:
+    """Plan the row's model on ``gpus`` devices; apply and start up every candidate."""
+    case, setting = row.case, row.setting
     plan = ps.plan(
         get(case.model),
         ps.Cluster(accelerator=setting.accelerator, num_devices=gpus),
@@ -313,7 +404,7 @@ def run(case: Case, setting: Setting, gpus: int) -> Count:
     count = Count()
     for cand in plan.candidates:
         count.candidates += 1
-        cfg = container(case, setting, plan.global_batch_size)
+        cfg = container(case, setting, plan.global_batch_size, row.own)
         try:
             mg.apply(cfg, cand, world_size=gpus)
         except ps.StrategyError as err:
@@ -332,52 +423,66 @@ def run(case: Case, setting: Setting, gpus: int) -> Count:
     return count
 
 
-def matrix(short: bool) -> list[tuple[Case, Setting, tuple[int, ...]]]:
-    """(case, setting, cluster sizes) rows to run."""
+def matrix(short: bool) -> list[Row]:
+    """The rows to run: every case in every setting on GPT-3's recipe, then the cases with a
+    recipe of their own in every setting on the first cluster size (--short: :data:`SHORT`)."""
     by_name = {c.model: c for c in CASES}
     if short:
-        return [(by_name[m], s, getattr(by_name[m], s.accelerator)[:1]) for m, s in SHORT]
-    return [(c, s, getattr(c, s.accelerator)) for c in CASES for s in SETTINGS]
+        return [
+            Row(by_name[m], s, getattr(by_name[m], s.accelerator)[:1], own) for m, s, own in SHORT
+        ]
+    rows = [Row(c, s, getattr(c, s.accelerator)) for c in CASES for s in SETTINGS]
+    rows += [
+        Row(c, s, getattr(c, s.accelerator)[:1], own=True)
+        for c in CASES
+        if c.recipe is not None
+        for s in SETTINGS
+    ]
+    return rows
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--short", action="store_true", help="three cases (CI)")
     args = ap.parse_args(argv)
+    cache = offline_hf_cache()  # before transformers is imported
     bridge = import_bridge()
     if isinstance(bridge, str):
         print(bridge)
         return 2
     declare_te_version()
     rows = matrix(args.short)
-    for case in {c.model: c for c, _, _ in rows}.values():
+    for case in {r.case.model: r.case for r in rows}.values():
         for diff in shape_differences(case):
             print(f"shape {case.model} ({case.provider}): {diff}")
     print(
-        f"{'model':16s} {'cluster':6s} {'prec':5s} {'seq':>6s} {'gpus':>10s}  cand  refused  "
-        "accepted  with CP"
+        f"{'model':16s} {'recipe':6s} {'cluster':6s} {'prec':5s} {'seq':>6s} {'gpus':>10s}  "
+        "cand  refused  accepted  with CP"
     )
     total = Count()
-    for case, setting, sizes in rows:
+    for row in rows:
         count = Count()
-        for gpus in sizes:
-            one = run(case, setting, gpus)
+        for gpus in row.sizes:
+            one = run(row, gpus)
             count.add(one)
             count.failures += one.failures
         total.add(count)
+        st = row.setting
         print(
-            f"{case.model:16s} {setting.accelerator:6s} {setting.precision:5s} {setting.seq:6d} "
-            f"{'/'.join(map(str, sizes)):>10s}  {count.candidates:4d}  {count.refused:7d}  "
-            f"{count.accepted:8d}  {sum(count.cp.values()):7d}"
+            f"{row.case.model:16s} {'own' if row.own else 'gpt3':6s} {st.accelerator:6s} "
+            f"{st.precision:5s} {st.seq:6d} {'/'.join(map(str, row.sizes)):>10s}  "
+            f"{count.candidates:4d}  {count.refused:7d}  {count.accepted:8d}  "
+            f"{sum(count.cp.values()):7d}"
         )
         for f in count.failures:
             print("    ", f)
     print(
-        f"{'all':16s} {len(rows):3d} rows{'':20s}  {total.candidates:4d}  {total.refused:7d}  "
+        f"{'all':16s} {len(rows):3d} rows{'':27s}  {total.candidates:4d}  {total.refused:7d}  "
         f"{total.accepted:8d}  {sum(total.cp.values()):7d}"
     )
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(total.cp.items()))
     print(f"accepted candidates with CP, by cp_comm_type: {kinds or 'none'}")
+    cache.cleanup()
     return 0 if total.accepted == total.candidates else 1
 
 
