@@ -10,14 +10,17 @@ Bridge's own mixed-precision recipe for the plan's precision), then goes through
 Bridge's ``pretrain()`` does with it before any GPU work (:func:`start_up`): Bridge's
 ``runtime_config_update`` (mixed precision and comm-overlap set-up, then
 ``ConfigContainer.validate()``), Megatron Core's micro-batch calculator and its
-``initialize_model_parallel`` at the plan's world size (a torch fake process group).
+``initialize_model_parallel`` at the plan's world size (a torch fake process group).  Four
+models (Llama 3 8B, Qwen3 8B, DeepSeek-V2, GPT-OSS 120B) also run on their own Bridge recipe,
+where each candidate goes a second way too: its ``to_overrides`` through Bridge's override
+parser, as ``run_recipe.py`` takes them, then the same start-up.
 
-Prints, per model x cluster x precision x sequence length: candidates, refused by ``apply``,
-accepted by the start-up, how many of those use context parallelism, and the reason for
-every refusal; then the totals and the ``cp_comm_type`` of the CP candidates.  Before that,
-any shape field where the parastrat preset and Bridge's provider disagree (the plan is priced
-on the preset, the container runs the provider).  Exit status 1 unless every candidate is
-accepted.
+Prints, per model x recipe x cluster x precision x sequence length: candidates, refused by
+``apply``, accepted by the start-up, how many of those use context parallelism, how many
+started through the overrides (own-recipe rows), and the reason for every refusal; then the
+totals and the ``cp_comm_type`` of the CP candidates.  Before that, any shape field where the
+parastrat preset and Bridge's provider disagree (the plan is priced on the preset, the
+container runs the provider).  Exit status 1 unless every candidate is accepted both ways.
 
 Needs megatron-bridge (README test command); imports it the way the test suite does
 (tests/conftest.py: a Transformer Engine stand-in visible only during the import, and the TE
@@ -371,12 +374,16 @@ class Count:
     failures: list[str] = field(default_factory=list)
     #: accepted candidates with context parallelism, by the cp_comm_type written
     cp: Counter = field(default_factory=Counter)
+    #: own-recipe rows: candidates whose ``to_overrides`` through Bridge's override parser
+    #: (what ``run_recipe.py`` does) also passed the start-up
+    overrides: int = 0
 
     def add(self, other: Count) -> None:
         self.candidates += other.candidates
         self.refused += other.refused
         self.accepted += other.accepted
         self.cp.update(other.cp)
+        self.overrides += other.overrides
 
 
 @dataclass(frozen=True)
@@ -420,7 +427,27 @@ def run(row: Row, gpus: int) -> Count:
         except Exception as exc:  # Bridge's or Megatron Core's refusal
             why = f"{type(exc).__name__}: {str(exc)[:160]}"
             count.failures.append(f"{gpus}: {cand.label()}: start-up: {why}")
+        if row.own:
+            count.overrides += via_overrides(row, cand, plan.global_batch_size, gpus, count)
     return count
+
+
+def via_overrides(row: Row, cand, global_batch_size: int, gpus: int, count: Count) -> int:
+    """1 when the candidate's ``to_overrides``, parsed by Bridge's own
+    ``process_config_with_overrides`` onto a fresh copy of the recipe (what
+    ``run_recipe.py --recipe ... <overrides>`` does), passes the start-up; else 0 with the
+    reason recorded."""
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    cfg = container(row.case, row.setting, global_batch_size, own=True)
+    try:
+        cfg = process_config_with_overrides(cfg, cli_overrides=mg.to_overrides(cand)) or cfg
+        start_up(cfg, gpus)
+        return 1
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {str(exc)[:160]}"
+        count.failures.append(f"{gpus}: {cand.label()}: overrides: {why}")
+        return 0
 
 
 def matrix(short: bool) -> list[Row]:
@@ -457,9 +484,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"shape {case.model} ({case.provider}): {diff}")
     print(
         f"{'model':16s} {'recipe':6s} {'cluster':6s} {'prec':5s} {'seq':>6s} {'gpus':>10s}  "
-        "cand  refused  accepted  with CP"
+        "cand  refused  accepted  with CP  overrides"
     )
     total = Count()
+    own = 0  # candidates on their model's own recipe
     for row in rows:
         count = Count()
         for gpus in row.sizes:
@@ -467,23 +495,28 @@ def main(argv: list[str] | None = None) -> int:
             count.add(one)
             count.failures += one.failures
         total.add(count)
+        own += count.candidates if row.own else 0
         st = row.setting
         print(
             f"{row.case.model:16s} {'own' if row.own else 'gpt3':6s} {st.accelerator:6s} "
             f"{st.precision:5s} {st.seq:6d} {'/'.join(map(str, row.sizes)):>10s}  "
             f"{count.candidates:4d}  {count.refused:7d}  {count.accepted:8d}  "
-            f"{sum(count.cp.values()):7d}"
+            f"{sum(count.cp.values()):7d}  {count.overrides if row.own else '-':>9}"
         )
         for f in count.failures:
             print("    ", f)
     print(
         f"{'all':16s} {len(rows):3d} rows{'':27s}  {total.candidates:4d}  {total.refused:7d}  "
-        f"{total.accepted:8d}  {sum(total.cp.values()):7d}"
+        f"{total.accepted:8d}  {sum(total.cp.values()):7d}  {total.overrides:9d}"
     )
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(total.cp.items()))
     print(f"accepted candidates with CP, by cp_comm_type: {kinds or 'none'}")
     cache.cleanup()
-    return 0 if total.accepted == total.candidates else 1
+    print(
+        f"candidates on their model's own recipe: {own}; also started through Bridge's "
+        f"override parser (run_recipe.py): {total.overrides}"
+    )
+    return 0 if total.accepted == total.candidates and total.overrides == own else 1
 
 
 if __name__ == "__main__":
