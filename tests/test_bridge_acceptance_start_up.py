@@ -183,3 +183,25 @@ def test_fp8_plans_start_with_bridges_fp8_recipes(
         start_up(cfg, world, monkeypatch)
         assert cfg.model.fp8 is not None and cfg.model.fp8_recipe == fp8_recipe
         assert cfg.model.fp8_param and cfg.model.num_moe_experts == 128
+
+
+def test_default_recipes_are_the_ones_run_recipe_finds(bridge):
+    """``parastrat plan --format torchrun`` names ``default_recipe(model)`` for Bridge's
+    ``scripts/training/run_recipe.py``, which finds a recipe only as an attribute of
+    ``megatron.bridge.recipes``: every preset's name is one the installed Bridge exports,
+    except the models it has no exported pretrain recipe for (``--recipe`` needed)."""
+    import megatron.bridge.recipes as recipes
+
+    from parastrat.spec.models import names
+
+    missing = {n for n in names() if not hasattr(recipes, mg.default_recipe(n))}
+    assert missing == {
+        "gpt3-175b",  # recipes/gpt/gpt3_175b.py: not exported by recipes/gpt/__init__.py
+        "kimi-k2",  # recipes/kimi/kimi_k2.py: recipes/kimi has no __init__.py
+        "mixtral-8x7b",
+        "mixtral-8x22b",
+        "nemotron4-15b",
+        "nemotron4-340b",
+    }
+    assert mg.default_recipe("llama3.1-405b") in dir(recipes)
+    assert mg.default_recipe("llama3.2-1b") in dir(recipes)

@@ -859,12 +859,26 @@ def megatron_lm_command(
     return [*argv, script, *megatron_lm_args(s, global_batch_size=global_batch_size)]
 
 
-def default_recipe(model_name: str) -> str:
-    """A guess at the Bridge recipe for a preset (``llama3-70b`` -> ``llama3_70b_pretrain_config``).
+#: Presets whose Megatron Bridge recipe is not named by the rule below: Bridge 0.3.1 drops the
+#: dot of a Llama version (``megatron.bridge.recipes.llama31_405b_pretrain_config``,
+#: ``llama32_1b_pretrain_config``), and ``run_recipe.py`` finds a recipe only by its exact name
+#: in ``megatron.bridge.recipes``.
+RECIPE_NAMES = {
+    "llama3.1-405b": "llama31_405b_pretrain_config",
+    "llama3.2-1b": "llama32_1b_pretrain_config",
+}
 
-    Bridge names its recipe functions after the model; pass the real one with ``--recipe``.
+
+def default_recipe(model_name: str) -> str:
+    """The Bridge recipe for a preset: the name Bridge gives it (:data:`RECIPE_NAMES`), else a
+    guess from the model's name (``llama3-70b`` -> ``llama3_70b_pretrain_config``).
+
+    Bridge names its recipe functions after the model; pass the real one with ``--recipe``
+    (Bridge 0.3.1 exports none for GPT-3 175B, Kimi K2, Mixtral or Nemotron-4).
     """
-    return model_name.replace(".", "_").replace("-", "_") + "_pretrain_config"
+    return RECIPE_NAMES.get(model_name) or (
+        model_name.replace(".", "_").replace("-", "_") + "_pretrain_config"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
