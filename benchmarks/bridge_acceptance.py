@@ -11,7 +11,8 @@ Bridge's ``pretrain()`` does with it before any GPU work (:func:`start_up`): Bri
 ``runtime_config_update`` (mixed precision and comm-overlap set-up, then
 ``ConfigContainer.validate()``), Megatron Core's micro-batch calculator and its
 ``initialize_model_parallel`` at the plan's world size (a torch fake process group).  Four
-models (Llama 3 8B, Qwen3 8B, DeepSeek-V2, GPT-OSS 120B) also run on their own Bridge recipe,
+models (Llama 3 8B, Qwen3 8B, DeepSeek-V2, GPT-OSS 120B) also run on their own Bridge recipe
+(the one ``parastrat plan --format torchrun`` names, found as ``run_recipe.py`` finds it),
 where each candidate goes a second way too: its ``to_overrides`` through Bridge's override
 parser, as ``run_recipe.py`` takes them, then the same start-up.
 
@@ -64,11 +65,12 @@ MIXTRAL = {"num_moe_experts": 8, "moe_router_topk": 2, "moe_grouped_gemm": True}
 
 @dataclass(frozen=True)
 class Recipe:
-    """A model's own Bridge recipe (``megatron.bridge.recipes.MODULE.FUNCTION``) and the
-    Hugging Face model it loads with ``AutoBridge.from_hf_pretrained``, served from an offline
-    cache holding that model's config.json from tests/data/hf (no download)."""
+    """The Hugging Face model a model's own Bridge recipe loads with
+    ``AutoBridge.from_hf_pretrained``, served from an offline cache holding that model's
+    config.json from tests/data/hf (no download).  The recipe is the one
+    ``parastrat plan --format torchrun`` names (``default_recipe``), looked up as Bridge's
+    ``run_recipe.py`` does: an attribute of ``megatron.bridge.recipes``."""
 
-    function: str
     hf_id: str
     hf_file: str
 
@@ -97,9 +99,7 @@ CASES = (
         "Llama3ModelProvider8B",
         (8, 64),
         (72,),
-        recipe=Recipe(
-            "llama.llama3.llama3_8b_pretrain_config", "meta-llama/Meta-Llama-3-8B", "llama3-8b.json"
-        ),
+        recipe=Recipe("meta-llama/Meta-Llama-3-8B", "llama3-8b.json"),
     ),
     Case("llama3-70b", "Llama3ModelProvider70B", (64, 256), (144,)),
     Case("llama3.1-405b", "Llama31ModelProvider405B", (128, 512), (576,)),
@@ -108,7 +108,7 @@ CASES = (
         "Qwen3ModelProvider8B",
         (16, 64),
         (64,),
-        recipe=Recipe("qwen.qwen3.qwen3_8b_pretrain_config", "Qwen/Qwen3-8B", "qwen3-8b.json"),
+        recipe=Recipe("Qwen/Qwen3-8B", "qwen3-8b.json"),
     ),
     Case("qwen3-32b", "Qwen3ModelProvider32B", (32, 128), (144,)),
     Case("qwen3-30b-a3b", "Qwen3MoEModelProvider30B_A3B", (16, 64), (72,)),
@@ -118,11 +118,7 @@ CASES = (
         "hf:deepseek-v2.json",
         (128, 256),
         (288,),
-        recipe=Recipe(
-            "deepseek.deepseek_v2.deepseek_v2_pretrain_config",
-            "deepseek-ai/DeepSeek-V2",
-            "deepseek-v2.json",
-        ),
+        recipe=Recipe("deepseek-ai/DeepSeek-V2", "deepseek-v2.json"),
     ),
     # MTP as Bridge's deepseek_v3_pretrain_config sets it (the preset prices one MTP layer)
     Case("deepseek-v3", "hf:deepseek-v3.json", (256, 1024), (576,), {"mtp_num_layers": 1}),
@@ -154,11 +150,7 @@ CASES = (
         "GPTOSSProvider120B",
         (64, 256),
         (144,),
-        recipe=Recipe(
-            "gpt_oss.gpt_oss.gpt_oss_120b_pretrain_config",
-            "openai/gpt-oss-120b",
-            "gpt-oss-120b.json",
-        ),
+        recipe=Recipe("openai/gpt-oss-120b", "gpt-oss-120b.json"),
     ),
     Case("nemotron4-15b", "Nemotron4ModelProvider15B", (16, 64), (72,)),
     Case("nemotron4-340b", "Nemotron4ModelProvider340B", (256, 1024), (576,)),
@@ -240,9 +232,9 @@ def container(case: Case, setting: Setting, global_batch_size: int, own: bool):
     from megatron.bridge.training.mixed_precision import get_mixed_precision_config
 
     if own:
-        assert case.recipe is not None
-        module, _, function = f"megatron.bridge.recipes.{case.recipe.function}".rpartition(".")
-        cfg = getattr(importlib.import_module(module), function)()
+        import megatron.bridge.recipes as recipes
+
+        cfg = getattr(recipes, mg.default_recipe(case.model))()  # as run_recipe.py finds it
         cfg.model.seq_length = setting.seq
         cfg.model.apply_rope_fusion = False  # no TE here
         if cfg.model.num_moe_experts:
