@@ -1,107 +1,514 @@
-"""How many plan candidates the real Megatron Bridge accepts (issue 14's closing figure).
+"""How many plan candidates the real Megatron Bridge accepts (issue 14's closing figure, widened).
 
-For DeepSeek-V3, Kimi K2, Qwen3-235B-A22B, Llama 3.1 405B, Llama 3 70B and GPT-OSS 120B on
-a few H100 cluster sizes: every candidate ``parastrat.plan`` returns (top 5) is applied to a
-real Bridge ``ConfigContainer`` (GPT-3 175B's recipe holding the model's real provider, at the
-plan's sequence length), then Bridge's ``ConfigContainer.validate()`` runs at that world size.
-Prints, per model, candidates applied / refused by ``apply`` / accepted by ``validate()``.
+For each model below (its parastrat preset planned, its real Megatron Bridge 0.3.1 provider
+run), on H100 (NVLink-8) and GB200 (NVL72) clusters, at BF16, FP8 (current scaling) and, on
+GB200, MXFP8, at 4,096 tokens and at 32,768 (where plans use context parallelism, ring or
+Ulysses): every candidate ``parastrat.plan`` returns (top 5) is applied with
+``parastrat.adapters.megatron.apply`` to a real Bridge ``ConfigContainer`` (GPT-3 175B's
+recipe holding the model's provider, at the plan's sequence length and global batch, with
+Bridge's own mixed-precision recipe for the plan's precision), then goes through what
+Bridge's ``pretrain()`` does with it before any GPU work (:func:`start_up`): Bridge's
+``runtime_config_update`` (mixed precision and comm-overlap set-up, then
+``ConfigContainer.validate()``), Megatron Core's micro-batch calculator and its
+``initialize_model_parallel`` at the plan's world size (a torch fake process group).  Four
+models (Llama 3 8B, Qwen3 8B, DeepSeek-V2, GPT-OSS 120B) also run on their own Bridge recipe
+(the one ``parastrat plan --format torchrun`` names, found as ``run_recipe.py`` finds it),
+where each candidate goes a second way too: its ``to_overrides`` through Bridge's override
+parser, as ``run_recipe.py`` takes them, then the same start-up.
+
+Prints, per model x recipe x cluster x precision x sequence length: candidates, refused by
+``apply``, accepted by the start-up, how many of those use context parallelism, how many
+started through the overrides (own-recipe rows), and the reason for every refusal; then the
+totals and the ``cp_comm_type`` of the CP candidates.  Before that, any shape field where the
+parastrat preset and Bridge's provider disagree (the plan is priced on the preset, the
+container runs the provider).  Exit status 1 unless every candidate is accepted both ways.
 
 Needs megatron-bridge (README test command); imports it the way the test suite does
-(tests/conftest.py: a Transformer Engine stand-in visible only during the import).
-Run: ``python benchmarks/bridge_acceptance.py``
+(tests/conftest.py: a Transformer Engine stand-in visible only during the import, and the TE
+version Bridge 0.3.1 declares as its floor for Megatron Core's version gates, which FP8 with
+experts reaches).
+Run: ``python benchmarks/bridge_acceptance.py`` (every case, a few minutes on two cores) or
+``python benchmarks/bridge_acceptance.py --short`` (three cases, CI).
 """
 
 from __future__ import annotations
 
+import argparse
+import contextlib
+import importlib
+import io
+import logging
 import os
+import shutil
 import sys
+import tempfile
 import warnings
+from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 warnings.simplefilter("ignore")
+logging.disable(logging.WARNING)  # Bridge logs every fusion it turns off without TE
 
 import parastrat as ps  # noqa: E402
 from parastrat.adapters import megatron as mg  # noqa: E402
 from parastrat.spec.models import get  # noqa: E402
-from tests.conftest import import_bridge  # noqa: E402
+from tests.conftest import declare_te_version, import_bridge  # noqa: E402
 
-CASES = {
-    "deepseek-v3": (
-        "megatron.bridge.models.DeepSeekV3ModelProvider",
-        {"mtp_num_layers": 1, "add_bias_linear": False},
-        (256, 1024),
+MODELS = "megatron.bridge.models"
+HF = Path(__file__).resolve().parents[1] / "tests" / "data" / "hf"
+#: Mixtral as Bridge 0.3.1 builds it: it has no Mixtral provider, so its Mistral provider
+#: with Mixtral's experts (mistralai/Mixtral-8x7B-v0.1 / 8x22B-v0.1 config.json).
+MIXTRAL = {"num_moe_experts": 8, "moe_router_topk": 2, "moe_grouped_gemm": True}
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """The Hugging Face model a model's own Bridge recipe loads with
+    ``AutoBridge.from_hf_pretrained``, served from an offline cache holding that model's
+    config.json from tests/data/hf (no download).  The recipe is the one
+    ``parastrat plan --format torchrun`` names (``default_recipe``), looked up as Bridge's
+    ``run_recipe.py`` does: an attribute of ``megatron.bridge.recipes``."""
+
+    hf_id: str
+    hf_file: str
+
+
+@dataclass(frozen=True)
+class Case:
+    """A parastrat preset, its Bridge provider and the cluster sizes it is planned on.
+
+    ``provider``: a class in ``megatron.bridge.models`` built with ``kw``, or ``hf:FILE``: the
+    provider Bridge's ``AutoBridge.from_hf_config`` converts from the Hugging Face config in
+    tests/data/hf (what Bridge's own DeepSeek recipes do: its ``DeepSeekV2/V3ModelProvider``
+    classes are deprecated and carry no attention heads or MLA switch), then ``kw`` set on it.
+    """
+
+    model: str
+    provider: str
+    h100: tuple[int, ...]
+    gb200: tuple[int, ...]
+    kw: dict = field(default_factory=dict)
+    recipe: Recipe | None = None
+
+
+CASES = (
+    Case(
+        "llama3-8b",
+        "Llama3ModelProvider8B",
+        (8, 64),
+        (72,),
+        recipe=Recipe("meta-llama/Meta-Llama-3-8B", "llama3-8b.json"),
     ),
-    "kimi-k2": ("megatron.bridge.models.kimi.KimiK2Provider", {}, (256, 1024)),
-    "qwen3-235b-a22b": ("megatron.bridge.models.Qwen3MoEModelProvider235B_A22B", {}, (128, 512)),
-    "llama3.1-405b": ("megatron.bridge.models.Llama31ModelProvider405B", {}, (128, 512)),
-    "llama3-70b": ("megatron.bridge.models.Llama3ModelProvider70B", {}, (64, 256)),
-    "gpt-oss-120b": ("megatron.bridge.models.GPTOSSProvider120B", {}, (64, 256)),
+    Case("llama3-70b", "Llama3ModelProvider70B", (64, 256), (144,)),
+    Case("llama3.1-405b", "Llama31ModelProvider405B", (128, 512), (576,)),
+    Case(
+        "qwen3-8b",
+        "Qwen3ModelProvider8B",
+        (16, 64),
+        (64,),
+        recipe=Recipe("Qwen/Qwen3-8B", "qwen3-8b.json"),
+    ),
+    Case("qwen3-32b", "Qwen3ModelProvider32B", (32, 128), (144,)),
+    Case("qwen3-30b-a3b", "Qwen3MoEModelProvider30B_A3B", (16, 64), (72,)),
+    Case("qwen3-235b-a22b", "Qwen3MoEModelProvider235B_A22B", (128, 512), (288,)),
+    Case(
+        "deepseek-v2",
+        "hf:deepseek-v2.json",
+        (128, 256),
+        (288,),
+        recipe=Recipe("deepseek-ai/DeepSeek-V2", "deepseek-v2.json"),
+    ),
+    # MTP as Bridge's deepseek_v3_pretrain_config sets it (the preset prices one MTP layer)
+    Case("deepseek-v3", "hf:deepseek-v3.json", (256, 1024), (576,), {"mtp_num_layers": 1}),
+    Case("kimi-k2", "kimi.KimiK2Provider", (256, 1024), (1152,)),
+    Case(
+        "mixtral-8x7b",
+        "MistralModelProvider",
+        (32, 128),
+        (72,),
+        {**MIXTRAL, "moe_ffn_hidden_size": 14336, "vocab_size": 32000},
+    ),
+    Case(
+        "mixtral-8x22b",
+        "MistralModelProvider",
+        (64, 256),
+        (144,),
+        {
+            **MIXTRAL,
+            "num_layers": 56,
+            "hidden_size": 6144,
+            "num_attention_heads": 48,
+            "ffn_hidden_size": 16384,
+            "moe_ffn_hidden_size": 16384,
+            "vocab_size": 32000,
+        },
+    ),
+    Case(
+        "gpt-oss-120b",
+        "GPTOSSProvider120B",
+        (64, 256),
+        (144,),
+        recipe=Recipe("openai/gpt-oss-120b", "gpt-oss-120b.json"),
+    ),
+    Case("nemotron4-15b", "Nemotron4ModelProvider15B", (16, 64), (72,)),
+    Case("nemotron4-340b", "Nemotron4ModelProvider340B", (256, 1024), (576,)),
+    Case("olmoe-7b", "OlMoEModelProvider", (8, 32), (72,)),
+)
+
+
+@dataclass(frozen=True)
+class Setting:
+    """Accelerator, precision and sequence length of one plan."""
+
+    accelerator: str
+    precision: str
+    seq: int
+
+
+SETTINGS = (
+    Setting("h100", "bf16", 4096),
+    Setting("h100", "fp8", 4096),
+    Setting("h100", "bf16", 32768),
+    Setting("gb200", "bf16", 4096),
+    Setting("gb200", "mxfp8", 4096),
+    Setting("gb200", "fp8", 32768),
+)
+#: --short: one dense, one MoE and one MLA model, each in one setting that exercises a new
+#: dimension (GB200 with MXFP8, FP8 on H100, 32k tokens with CP); the MLA one on its own
+#: recipe.
+SHORT = (
+    ("llama3-8b", Setting("h100", "bf16", 32768), False),
+    ("qwen3-30b-a3b", Setting("gb200", "mxfp8", 4096), False),
+    ("deepseek-v2", Setting("h100", "fp8", 4096), True),
+)
+
+#: Bridge's own mixed-precision recipe for each parastrat precision
+#: (``megatron/bridge/training/mixed_precision.py``): FP8 is current scaling (FP8-CS), as
+#: parastrat prices it (``parastrat.estimate.fp8.RECIPE_OF``).
+RECIPES = {
+    "bf16": "bf16_mixed",
+    "fp8": "bf16_with_fp8_current_scaling_mixed",
+    "mxfp8": "bf16_with_mxfp8_mixed",
+    "nvfp4": "bf16_with_nvfp4_mixed",
 }
-SEQ = 4096
+#: Shape fields compared between the preset (the plan) and the provider (the container).
+SHAPE = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "num_query_groups",
+    "num_moe_experts",
+    "moe_router_topk",
+)
 
 
-def container(provider: str, kw: dict):
-    import importlib
+def provider(case: Case, seq: int):
+    """The case's real Bridge provider at ``seq`` tokens (no TE: rope and permute fusions
+    off)."""
+    if case.provider.startswith("hf:"):
+        from megatron.bridge.models.conversion.auto_bridge import AutoBridge
+        from transformers import AutoConfig
 
-    from megatron.bridge.recipes.gpt.gpt3_175b import gpt3_175b_pretrain_config
+        hf = AutoConfig.from_pretrained(HF / case.provider[3:])
+        model = AutoBridge.from_hf_config(hf).to_megatron_provider(load_weights=False)
+        for name, value in {**case.kw, "seq_length": seq, "apply_rope_fusion": False}.items():
+            setattr(model, name, value)
+    else:
+        module, _, cls = f"{MODELS}.{case.provider}".rpartition(".")
+        make = getattr(importlib.import_module(module), cls)
+        model = make(seq_length=seq, apply_rope_fusion=False, **case.kw)
+    if model.num_moe_experts:
+        model.moe_permute_fusion = False
+    return model
 
-    cfg = gpt3_175b_pretrain_config()
-    cfg.dataset.sequence_length = SEQ
-    module, _, cls = provider.rpartition(".")
-    make = getattr(importlib.import_module(module), cls)
-    cfg.model = make(seq_length=SEQ, apply_rope_fusion=False, **kw)
-    if cfg.model.num_moe_experts:
-        cfg.model.moe_permute_fusion = False
+
+def container(case: Case, setting: Setting, global_batch_size: int, own: bool):
+    """A real Bridge container at the setting's sequence length, the plan's global batch (a
+    candidate carries its micro-batch only) and Bridge's mixed-precision recipe for its
+    precision: the model's own recipe (``own``), else GPT-3 175B's recipe holding the case's
+    provider."""
+    from megatron.bridge.training.mixed_precision import get_mixed_precision_config
+
+    if own:
+        import megatron.bridge.recipes as recipes
+
+        cfg = getattr(recipes, mg.default_recipe(case.model))()  # as run_recipe.py finds it
+        cfg.model.seq_length = setting.seq
+        cfg.model.apply_rope_fusion = False  # no TE here
+        if cfg.model.num_moe_experts:
+            cfg.model.moe_permute_fusion = False
+    else:
+        from megatron.bridge.recipes.gpt.gpt3_175b import gpt3_175b_pretrain_config
+
+        cfg = gpt3_175b_pretrain_config()
+        # GPT-3 175B's recipe defers the embedding's wgrad GEMMs into its PP8 pipeline
+        # flush: Megatron refuses that at pp = 1 (apply says so: rule megatron-config) and,
+        # on this CPU, without the fused wgrad accumulation it needs; a setting of that
+        # recipe, not of the model planned
+        cfg.comm_overlap.defer_embedding_wgrad_compute = False
+        cfg.model = provider(case, setting.seq)
+    cfg.dataset.sequence_length = setting.seq
+    cfg.train.global_batch_size = global_batch_size
+    cfg.mixed_precision = get_mixed_precision_config(RECIPES[setting.precision])
     return cfg
 
 
-def main() -> int:
+def offline_hf_cache() -> tempfile.TemporaryDirectory:
+    """An offline Hugging Face cache holding the config.json of every recipe's model (from
+    tests/data/hf), so that the recipes' ``AutoBridge.from_hf_pretrained`` loads them
+    without a download; HF_HOME and HF_HUB_OFFLINE point at it (set before transformers is
+    imported)."""
+    tmp = tempfile.TemporaryDirectory(prefix="parastrat-hf-")
+    for case in CASES:
+        if case.recipe is None:
+            continue
+        repo = Path(tmp.name) / "hub" / ("models--" + case.recipe.hf_id.replace("/", "--"))
+        (repo / "snapshots" / "local").mkdir(parents=True)
+        (repo / "refs").mkdir()
+        (repo / "refs" / "main").write_text("local")
+        shutil.copy(HF / case.recipe.hf_file, repo / "snapshots" / "local" / "config.json")
+    os.environ["HF_HOME"] = tmp.name
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    return tmp
+
+
+def start_up(cfg, world: int) -> None:
+    """What Bridge's ``pretrain()`` does with the container before any GPU work, at ``world``
+    ranks; an exception names the step that refused:
+
+    1. ``runtime_config_update``: the mixed-precision recipe onto the model / optimizer /
+       DDP configs, the data-parallel size, the comm-overlap settings
+       (``CommOverlapConfig.setup``, with its MoE-overlap assertions) and
+       ``ConfigContainer.validate()`` (Megatron Core's ``TransformerConfig`` checks);
+    2. ``initialize.py``: Megatron Core's micro-batch calculator (gbs % (mbs * dp)) and
+       ``parallel_state.initialize_model_parallel`` with the arguments Bridge passes it
+       (``initialize.py`` ``_initialize_distributed``), as rank 0 of a ``world``-rank torch
+       fake process group: every rank group is built.
+    """
+    from megatron.bridge.training.config import runtime_config_update
+
+    os.environ["WORLD_SIZE"] = str(world)
+    with contextlib.redirect_stdout(io.StringIO()):  # Bridge prints its fusion fallbacks
+        runtime_config_update(cfg)
+    microbatches(cfg)
+    process_groups(cfg, world)
+
+
+def microbatches(cfg) -> None:
+    """Megatron Core's micro-batch calculator as Bridge's ``initialize.py`` sets it up."""
+    from megatron.core import num_microbatches_calculator as nmc
+
+    t = cfg.train
+    nmc.init_num_microbatches_calculator(
+        0,
+        t.rampup_batch_size,
+        t.global_batch_size,
+        t.micro_batch_size,
+        cfg.data_parallel_size,
+        t.decrease_batch_size_if_needed,
+    )
+    nmc.destroy_num_microbatches_calculator()
+
+
+def process_groups(cfg, world: int) -> None:
+    """Megatron Core's rank groups at ``world`` ranks, built with the arguments Bridge's
+    ``_initialize_distributed`` passes (CUDA-only ones left out), as rank 0 of a fake group."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+
+    m = cfg.model
+    dist.init_process_group("fake", rank=0, world_size=world, store=FakeStore())
+    try:
+        parallel_state.initialize_model_parallel(
+            tensor_model_parallel_size=m.tensor_model_parallel_size,
+            pipeline_model_parallel_size=m.pipeline_model_parallel_size,
+            virtual_pipeline_model_parallel_size=m.virtual_pipeline_model_parallel_size,
+            pipeline_model_parallel_comm_backend=m.pipeline_model_parallel_comm_backend,
+            context_parallel_size=m.context_parallel_size,
+            hierarchical_context_parallel_sizes=m.hierarchical_context_parallel_sizes,
+            expert_model_parallel_size=m.expert_model_parallel_size,
+            num_distributed_optimizer_instances=cfg.ddp.num_distributed_optimizer_instances,
+            expert_tensor_parallel_size=m.expert_tensor_parallel_size,
+            order="tp-cp-ep-pp-dp" if cfg.dist.use_tp_pp_dp_mapping else "tp-cp-ep-dp-pp",
+            create_gloo_process_groups=False,
+        )
+    finally:
+        parallel_state.destroy_model_parallel()
+        dist.destroy_process_group()
+
+
+def shape_differences(case: Case) -> list[str]:
+    """Shape fields where the preset and the provider disagree."""
+    spec, model = get(case.model), provider(case, 4096)
+    out = []
+    for name in SHAPE:
+        want, got = getattr(spec, name), getattr(model, name)
+        if name == "num_query_groups":
+            want = want or spec.num_attention_heads
+            got = got or model.num_attention_heads
+        if name == "moe_router_topk" and not spec.num_moe_experts:
+            continue
+        if (want or None) != (got or None):
+            out.append(f"{name}: preset {want}, provider {got}")
+    return out
+
+
+@dataclass
+class Count:
+    """Candidates of one row, refused by apply, accepted by the start-up, and the reasons."""
+
+    candidates: int = 0
+    refused: int = 0
+    accepted: int = 0
+    failures: list[str] = field(default_factory=list)
+    #: accepted candidates with context parallelism, by the cp_comm_type written
+    cp: Counter = field(default_factory=Counter)
+    #: own-recipe rows: candidates whose ``to_overrides`` through Bridge's override parser
+    #: (what ``run_recipe.py`` does) also passed the start-up
+    overrides: int = 0
+
+    def add(self, other: Count) -> None:
+        self.candidates += other.candidates
+        self.refused += other.refused
+        self.accepted += other.accepted
+        self.cp.update(other.cp)
+        self.overrides += other.overrides
+
+
+@dataclass(frozen=True)
+class Row:
+    """One printed row: a case in a setting on some cluster sizes, on the model's own recipe
+    (``own``) or on GPT-3 175B's recipe holding its provider."""
+
+    case: Case
+    setting: Setting
+    sizes: tuple[int, ...]
+    own: bool = False
+
+
+def run(row: Row, gpus: int) -> Count:
+    """Plan the row's model on ``gpus`` devices; apply and start up every candidate."""
+    case, setting = row.case, row.setting
+    plan = ps.plan(
+        get(case.model),
+        ps.Cluster(accelerator=setting.accelerator, num_devices=gpus),
+        seq_len=setting.seq,
+        global_batch_size=4 * gpus if setting.seq <= 4096 else gpus,
+        precision=setting.precision,
+        top_k=5,
+    )
+    count = Count()
+    for cand in plan.candidates:
+        count.candidates += 1
+        cfg = container(case, setting, plan.global_batch_size, row.own)
+        try:
+            mg.apply(cfg, cand, world_size=gpus)
+        except ps.StrategyError as err:
+            count.refused += 1
+            v = err.violations[0]
+            count.failures.append(f"{gpus}: {cand.label()}: apply [{v.rule}]: {v.message[:160]}")
+            continue
+        try:
+            start_up(cfg, gpus)
+            count.accepted += 1
+            if cfg.model.context_parallel_size > 1:
+                count.cp[cfg.model.cp_comm_type] += 1
+        except Exception as exc:  # Bridge's or Megatron Core's refusal
+            why = f"{type(exc).__name__}: {str(exc)[:160]}"
+            count.failures.append(f"{gpus}: {cand.label()}: start-up: {why}")
+        if row.own:
+            count.overrides += via_overrides(row, cand, plan.global_batch_size, gpus, count)
+    return count
+
+
+def via_overrides(row: Row, cand, global_batch_size: int, gpus: int, count: Count) -> int:
+    """1 when the candidate's ``to_overrides``, parsed by Bridge's own
+    ``process_config_with_overrides`` onto a fresh copy of the recipe (what
+    ``run_recipe.py --recipe ... <overrides>`` does), passes the start-up; else 0 with the
+    reason recorded."""
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    cfg = container(row.case, row.setting, global_batch_size, own=True)
+    try:
+        cfg = process_config_with_overrides(cfg, cli_overrides=mg.to_overrides(cand)) or cfg
+        start_up(cfg, gpus)
+        return 1
+    except Exception as exc:
+        why = f"{type(exc).__name__}: {str(exc)[:160]}"
+        count.failures.append(f"{gpus}: {cand.label()}: overrides: {why}")
+        return 0
+
+
+def matrix(short: bool) -> list[Row]:
+    """The rows to run: every case in every setting on GPT-3's recipe, then the cases with a
+    recipe of their own in every setting on the first cluster size (--short: :data:`SHORT`)."""
+    by_name = {c.model: c for c in CASES}
+    if short:
+        return [
+            Row(by_name[m], s, getattr(by_name[m], s.accelerator)[:1], own) for m, s, own in SHORT
+        ]
+    rows = [Row(c, s, getattr(c, s.accelerator)) for c in CASES for s in SETTINGS]
+    rows += [
+        Row(c, s, getattr(c, s.accelerator)[:1], own=True)
+        for c in CASES
+        if c.recipe is not None
+        for s in SETTINGS
+    ]
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--short", action="store_true", help="three cases (CI)")
+    args = ap.parse_args(argv)
+    cache = offline_hf_cache()  # before transformers is imported
     bridge = import_bridge()
     if isinstance(bridge, str):
         print(bridge)
         return 2
-    total = [0, 0, 0]
-    for name, (provider, kw, sizes) in CASES.items():
-        counts = [0, 0, 0]
-        failures = []
-        for gpus in sizes:
-            plan = ps.plan(
-                get(name),
-                ps.Cluster(accelerator="h100", num_devices=gpus),
-                seq_len=SEQ,
-                global_batch_size=4 * gpus,
-                top_k=5,
-            )
-            for cand in plan.candidates:
-                counts[0] += 1
-                cfg = container(provider, kw)
-                try:
-                    mg.apply(cfg, cand, world_size=gpus)
-                except ps.StrategyError as err:
-                    counts[1] += 1
-                    failures.append(
-                        f"{gpus}: {cand.label()}: apply: {err.violations[0].message[:160]}"
-                    )
-                    continue
-                os.environ["WORLD_SIZE"] = str(gpus)
-                try:
-                    cfg.validate()
-                    counts[2] += 1
-                except Exception as exc:  # Bridge's or Megatron Core's refusal
-                    failures.append(f"{gpus}: {cand.label()}: validate: {str(exc)[:120]}")
-        total = [a + b for a, b in zip(total, counts)]
+    declare_te_version()
+    rows = matrix(args.short)
+    for case in {r.case.model: r.case for r in rows}.values():
+        for diff in shape_differences(case):
+            print(f"shape {case.model} ({case.provider}): {diff}")
+    print(
+        f"{'model':16s} {'recipe':6s} {'cluster':6s} {'prec':5s} {'seq':>6s} {'gpus':>10s}  "
+        "cand  refused  accepted  with CP  overrides"
+    )
+    total = Count()
+    own = 0  # candidates on their model's own recipe
+    for row in rows:
+        count = Count()
+        for gpus in row.sizes:
+            one = run(row, gpus)
+            count.add(one)
+            count.failures += one.failures
+        total.add(count)
+        own += count.candidates if row.own else 0
+        st = row.setting
         print(
-            f"{name:16s} applied {counts[0]:3d}  refused by apply {counts[1]:3d}  "
-            f"validate() accepted {counts[2]:3d}"
+            f"{row.case.model:16s} {'own' if row.own else 'gpt3':6s} {st.accelerator:6s} "
+            f"{st.precision:5s} {st.seq:6d} {'/'.join(map(str, row.sizes)):>10s}  "
+            f"{count.candidates:4d}  {count.refused:7d}  {count.accepted:8d}  "
+            f"{sum(count.cp.values()):7d}  {count.overrides if row.own else '-':>9}"
         )
-        for f in failures:
+        for f in count.failures:
             print("    ", f)
     print(
-        f"{'all':16s} applied {total[0]:3d}  refused by apply {total[1]:3d}  "
-        f"validate() accepted {total[2]:3d}"
+        f"{'all':16s} {len(rows):3d} rows{'':27s}  {total.candidates:4d}  {total.refused:7d}  "
+        f"{total.accepted:8d}  {sum(total.cp.values()):7d}  {total.overrides:9d}"
     )
-    return 0
+    kinds = ", ".join(f"{k} {n}" for k, n in sorted(total.cp.items()))
+    print(f"accepted candidates with CP, by cp_comm_type: {kinds or 'none'}")
+    cache.cleanup()
+    print(
+        f"candidates on their model's own recipe: {own}; also started through Bridge's "
+        f"override parser (run_recipe.py): {total.overrides}"
+    )
+    return 0 if total.accepted == total.candidates and total.overrides == own else 1
 
 
 if __name__ == "__main__":

@@ -105,6 +105,25 @@ def import_bridge():
     return sys.modules["megatron.bridge"]
 
 
+#: The lowest Transformer Engine Megatron Bridge 0.3.1 declares (its wheel's Requires-Dist:
+#: ``transformer-engine[core_cu13,pytorch]<2.13.0,>=2.10.0a0``).
+BRIDGE_TE_FLOOR = "2.10.0"
+
+
+def declare_te_version(version: str = BRIDGE_TE_FLOOR) -> None:
+    """Have Megatron Core's TE version gates (``is_te_min_version``: FP8 with experts, FP8
+    recompute, FP4) answer for ``version``, the TE a Bridge install has, instead of failing on
+    ``None`` where TE is missing.  Only the version number is declared: every module that
+    imports TE still sees it missing.  No-op where TE is installed."""
+    import importlib.util
+
+    from megatron.core import utils
+    from packaging.version import Version
+
+    if importlib.util.find_spec("transformer_engine") is None:
+        utils._te_version = Version(version)
+
+
 @pytest.fixture(scope="session")
 def bridge():
     """The real megatron.bridge package (skips the test with the reason when not importable:

@@ -460,7 +460,8 @@ def test_launch_env_and_command():
     ]
     assert argv[5:8] == ["scripts/training/run_recipe.py", "--recipe", "r"]
     assert "model.recompute_granularity=full" in argv
-    assert mg.default_recipe("llama3.1-405b") == "llama3_1_405b_pretrain_config"
+    assert mg.default_recipe("llama3.1-405b") == "llama31_405b_pretrain_config"  # Bridge's name
+    assert mg.default_recipe("my-model-7b") == "my_model_7b_pretrain_config"
 
 
 def test_recompute_overrides_names_the_modes():

@@ -371,36 +371,78 @@ def _rerun_checks(model: Any) -> None:
             model.__post_init__()
 
 
-def _framework_violations(model: Any, writes: Sequence[_Write]) -> list[Violation]:
-    """Megatron Core's own checks, run on a copy carrying the new values.
+#: Container sections Bridge's start-up (``runtime_config_update``) sets up onto the model
+#: before its checks run, in its order: the mixed-precision recipe
+#: (``MixedPrecisionConfig.setup``), then the comm-overlap settings (``CommOverlapConfig.setup``,
+#: whose MoE-overlap checks are assertions of its own).
+START_UP_SECTIONS = ("mixed_precision", "comm_overlap")
+
+
+def _trial(t: _Target, writes: Sequence[_Write], start_up: bool) -> Any:
+    """A copy of the model section carrying the new values; with ``start_up``, as Bridge's
+    start-up leaves it: copies of the container's ``mixed_precision`` (a recipe name
+    resolved) and ``comm_overlap`` sections, with their new values, set up onto it."""
+    trial = copy.deepcopy(t.model)
+    for w in writes:
+        if w.obj is t.model:
+            setattr(trial, w.attr, w.new)
+    if not start_up:
+        return trial
+    ddp = copy.deepcopy(t.sections.get("ddp"))
+    for name in START_UP_SECTIONS:
+        section: Any = t.sections.get(name)
+        for w in writes:
+            if w.obj is t.root and w.attr == name:  # a named recipe, resolved by apply
+                section = w.new
+        if isinstance(section, str):
+            mp = require("megatron.bridge.training.mixed_precision", "megatron", "a recipe")
+            section = mp.get_mixed_precision_config(section)
+        if not callable(getattr(section, "setup", None)):
+            continue
+        done = copy.deepcopy(section)
+        for w in writes:
+            if w.obj is t.sections.get(name):
+                setattr(done, w.attr, w.new)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            done.finalize()
+            done.setup(trial, None, ddp)
+    return trial
+
+
+def _framework_violations(t: _Target, writes: Sequence[_Write]) -> list[Violation]:
+    """Megatron's own checks, run on a copy carrying the new values.
 
     A second opinion for rules parastrat does not model (e.g. "bias in MoE needs ETP 1").
-    When the unchanged config already fails them (or cannot be copied), nothing is reported:
-    the refusal would not be about the strategy.
+    For a Bridge container the copy first goes through what Bridge's start-up sets on the
+    model (:data:`START_UP_SECTIONS`), so a setting that lives in ``comm_overlap`` (e.g. a
+    recipe's ``defer_embedding_wgrad_compute``, which needs pp > 1) is seen before training
+    starts.  When the unchanged config already fails them (or cannot be copied), they run
+    without the start-up step, then not at all: the refusal would not be about the strategy.
     """
-    try:
-        base = copy.deepcopy(model)
-        _rerun_checks(base)
-    except Exception as exc:
-        log.debug("skipping megatron's own checks: the unchanged config fails them: %s", exc)
+    for start_up in (True, False) if t.container else (False,):
+        try:
+            _rerun_checks(_trial(t, (), start_up))
+        except Exception as exc:
+            log.debug("megatron's own checks fail the unchanged config: %s", exc)
+            continue
+        try:
+            _rerun_checks(_trial(t, writes, start_up))
+        except (ValueError, AssertionError) as exc:
+            where = " (with the container's mixed_precision and comm_overlap set up on it)"
+            return [
+                Violation(
+                    "megatron-config",
+                    f"{type(t.model).__name__}{where if start_up else ''} refuses the new "
+                    f"settings: {exc}",
+                    "parastrat's rules passed; this is a Megatron rule about the rest of the "
+                    "config (comm_overlap and mixed_precision fields included): change that "
+                    "field, or the strategy",
+                )
+            ]
+        except Exception as exc:
+            log.debug("megatron's own checks could not run on the new settings: %s", exc)
         return []
-    trial = copy.deepcopy(model)
-    for w in writes:
-        if w.obj is model:
-            setattr(trial, w.attr, w.new)
-    try:
-        _rerun_checks(trial)
-    except (ValueError, AssertionError) as exc:
-        return [
-            Violation(
-                "megatron-config",
-                f"{type(model).__name__} refuses the new settings: {exc}",
-                "parastrat's rules passed; this is a megatron-core rule about the rest of the "
-                "config: change that field, or the strategy",
-            )
-        ]
-    except Exception as exc:
-        log.debug("megatron's own checks could not run on the new settings: %s", exc)
     return []
 
 
@@ -418,6 +460,13 @@ def _plan(
     s = as_training(s)
     t = _target(cfg)
     problems = _adapter_violations(t, s)
+    if micro_batch_size or global_batch_size:  # explicit sizes are written, as they are checked
+        base = run or RunSettings()
+        run = replace(
+            base,
+            micro_batch_size=micro_batch_size or base.micro_batch_size,
+            global_batch_size=global_batch_size or base.global_batch_size,
+        )
     if run is not None and t.train is None:  # nowhere to write the batch: keep it out
         run = replace(run, micro_batch_size=None, global_batch_size=None)
     if run is not None:
@@ -443,7 +492,7 @@ def _plan(
         raise StrategyError(problems)
     writes = _writes(t, _applied(t, s, run))
     if framework_check:
-        problems = _framework_violations(t.model, writes)
+        problems = _framework_violations(t, writes)
         if problems:
             raise StrategyError(problems)
     return t, writes
@@ -505,7 +554,9 @@ def apply(
     when pp > 1 and it is unset), the pipeline split (first/last stage layer counts,
     ``account_for_*``, ``pipeline_model_parallel_layout``), for Bridge
     ``dist.use_tp_pp_dp_mapping``; and for a candidate or a plan what it was priced with:
-    ``train.micro_batch_size`` (``train.global_batch_size`` for a plan), recompute
+    ``train.micro_batch_size`` (``train.global_batch_size`` for a plan; explicit
+    ``global_batch_size`` / ``micro_batch_size`` are written too, replacing the candidate's,
+    so that the run uses the sizes checked), recompute
     granularity/method/modules, and the MoE dispatcher, MoE and TP overlap and CUDA-graph
     switches it carries.  A bare Strategy changes nothing else.  Each change is logged at
     INFO level.
@@ -811,12 +862,26 @@ def megatron_lm_command(
     return [*argv, script, *megatron_lm_args(s, global_batch_size=global_batch_size)]
 
 
-def default_recipe(model_name: str) -> str:
-    """A guess at the Bridge recipe for a preset (``llama3-70b`` -> ``llama3_70b_pretrain_config``).
+#: Presets whose Megatron Bridge recipe is not named by the rule below: Bridge 0.3.1 drops the
+#: dot of a Llama version (``megatron.bridge.recipes.llama31_405b_pretrain_config``,
+#: ``llama32_1b_pretrain_config``), and ``run_recipe.py`` finds a recipe only by its exact name
+#: in ``megatron.bridge.recipes``.
+RECIPE_NAMES = {
+    "llama3.1-405b": "llama31_405b_pretrain_config",
+    "llama3.2-1b": "llama32_1b_pretrain_config",
+}
 
-    Bridge names its recipe functions after the model; pass the real one with ``--recipe``.
+
+def default_recipe(model_name: str) -> str:
+    """The Bridge recipe for a preset: the name Bridge gives it (:data:`RECIPE_NAMES`), else a
+    guess from the model's name (``llama3-70b`` -> ``llama3_70b_pretrain_config``).
+
+    Bridge names its recipe functions after the model; pass the real one with ``--recipe``
+    (Bridge 0.3.1 exports none for GPT-3 175B, Kimi K2, Mixtral or Nemotron-4).
     """
-    return model_name.replace(".", "_").replace("-", "_") + "_pretrain_config"
+    return RECIPE_NAMES.get(model_name) or (
+        model_name.replace(".", "_").replace("-", "_") + "_pretrain_config"
+    )
 
 
 # ---------------------------------------------------------------------------------------------
