@@ -111,6 +111,12 @@ def main() -> None:
     )
     print("3. launch (Megatron Bridge scripts/training/run_recipe.py):")
     print("     " + shlex.join(argv))
+    if cfg is not None and not hasattr(
+        importlib.import_module("megatron.bridge.recipes"), args.recipe
+    ):
+        print("   note: run_recipe.py finds recipes exported by megatron.bridge.recipes, and this")
+        print(f"   Bridge does not export {args.recipe}: run these overrides from a script of")
+        print("   your own that builds the recipe and calls megatron.bridge.training.pretrain.")
 
 
 if __name__ == "__main__":

@@ -287,6 +287,12 @@ def test_torchrun_format_names_the_recipe_and_rendezvous(capsys):
     assert "--recipe llama3_70b_pretrain_config" in out
     assert main([*args, "--recipe", "my_recipe"]) == 0
     assert "--recipe my_recipe" in capsys.readouterr().out
+    # a model Bridge exports no recipe for: no invented name, the flag that fixes it instead
+    mixtral = [*args[:2], "mixtral-8x7b", *args[3:]]
+    assert main(mixtral) == 2
+    err = capsys.readouterr()
+    assert "run_recipe.py" not in err.out and "pass --recipe NAME" in err.err
+    assert main([*mixtral, "--recipe", "my_recipe"]) == 0
 
 
 def test_plan_plot_draws_throughput_against_memory(tmp_path):

@@ -870,15 +870,31 @@ RECIPE_NAMES = {
     "llama3.1-405b": "llama31_405b_pretrain_config",
     "llama3.2-1b": "llama32_1b_pretrain_config",
 }
+#: Presets for which Megatron Bridge 0.3.1 exports no pretrain recipe from
+#: ``megatron.bridge.recipes`` (so ``run_recipe.py --recipe`` cannot find one): GPT-3 175B's
+#: and Kimi K2's live in modules the package does not export (``recipes/gpt/gpt3_175b.py``;
+#: ``recipes/kimi`` has no ``__init__``), Mixtral, Nemotron-4 and Llama 4 have none.
+NO_EXPORTED_RECIPE = frozenset(
+    {
+        "gpt3-175b",
+        "kimi-k2",
+        "mixtral-8x7b",
+        "mixtral-8x22b",
+        "nemotron4-15b",
+        "nemotron4-340b",
+        "llama4-scout",
+        "llama4-maverick",
+    }
+)
 
 
-def default_recipe(model_name: str) -> str:
-    """The Bridge recipe for a preset: the name Bridge gives it (:data:`RECIPE_NAMES`), else a
-    guess from the model's name (``llama3-70b`` -> ``llama3_70b_pretrain_config``).
-
-    Bridge names its recipe functions after the model; pass the real one with ``--recipe``
-    (Bridge 0.3.1 exports none for GPT-3 175B, Kimi K2, Mixtral or Nemotron-4).
-    """
+def default_recipe(model_name: str) -> str | None:
+    """The Bridge recipe ``run_recipe.py`` would run for a preset: the name Bridge gives it
+    (:data:`RECIPE_NAMES`), None where Bridge exports none (:data:`NO_EXPORTED_RECIPE`: the
+    caller must name one), else the name the model's follows Bridge's rule
+    (``llama3-70b`` -> ``llama3_70b_pretrain_config``)."""
+    if model_name in NO_EXPORTED_RECIPE:
+        return None
     return RECIPE_NAMES.get(model_name) or (
         model_name.replace(".", "_").replace("-", "_") + "_pretrain_config"
     )

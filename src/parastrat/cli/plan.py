@@ -216,8 +216,16 @@ def run(args: argparse.Namespace) -> int:
         console.print(ascend_torchrun_line(result, cluster), markup=False)
     elif args.format == "torchrun":
         from ..adapters.megatron import default_recipe
+        from ..errors import UsageError
 
         recipe = args.recipe or default_recipe(model.name)
+        if recipe is None:
+            raise UsageError(
+                f"Megatron Bridge 0.3.1 exports no pretrain recipe for {model.name} "
+                "(run_recipe.py finds a recipe by its name in megatron.bridge.recipes); pass "
+                "--recipe NAME of the recipe you train with, or use --format overrides and "
+                "apply them to your own ConfigContainer"
+            )
         console.print(torchrun_line(result.best, cluster, gbs, recipe), markup=False)
     else:
         print_table(result, top)
