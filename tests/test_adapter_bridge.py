@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from pathlib import Path
 
 import pytest
 
@@ -41,15 +42,35 @@ def kimi_recipe():
     return kimi_k2_pretrain_config()
 
 
-def with_provider(name: str, **kw):
-    """GPT-3 175B's recipe container holding a real Bridge model provider (no TE: the rope and
-    permute fusions off; the sequence length of the recipe's dataset)."""
-    import megatron.bridge.models as models
+def real_provider(name: str, seq_length: int, **kw):
+    """A real Bridge model provider (no TE: rope fusion off): a class of
+    ``megatron.bridge.models`` or of one of its modules (``kimi.KimiK2Provider``), or
+    ``hf:FILE``, the provider Bridge's ``AutoBridge.from_hf_config`` converts from a config in
+    tests/data/hf (what Bridge's own DeepSeek recipes do: 0.3.1's ``DeepSeekV3ModelProvider``
+    class is deprecated and carries no attention heads and no MLA)."""
+    import importlib
 
+    if name.startswith("hf:"):
+        from megatron.bridge.models.conversion.auto_bridge import AutoBridge
+        from transformers import AutoConfig
+
+        hf = AutoConfig.from_pretrained(Path(__file__).parent / "data" / "hf" / name[3:])
+        provider = AutoBridge.from_hf_config(hf).to_megatron_provider(load_weights=False)
+        for field_name, value in {**kw, "seq_length": seq_length}.items():
+            setattr(provider, field_name, value)
+        provider.apply_rope_fusion = False
+        return provider
+    module, _, cls = f"megatron.bridge.models.{name}".rpartition(".")
+    make = getattr(importlib.import_module(module), cls)
+    return make(seq_length=seq_length, apply_rope_fusion=False, **kw)
+
+
+def with_provider(name: str, **kw):
+    """GPT-3 175B's recipe container holding a real Bridge model provider
+    (:func:`real_provider`; permute fusion off; the sequence length of the recipe's
+    dataset)."""
     cfg = gpt3_recipe()
-    provider = getattr(models, name)(
-        seq_length=cfg.dataset.sequence_length, apply_rope_fusion=False, **kw
-    )
+    provider = real_provider(name, cfg.dataset.sequence_length, **kw)
     if provider.num_moe_experts:
         provider.moe_permute_fusion = False
     cfg.model = provider
@@ -87,8 +108,8 @@ PROVIDER_CASES = [
         128,
     ),
     (
-        "DeepSeekV3ModelProvider",
-        {"mtp_num_layers": 1, "add_bias_linear": False},
+        "hf:deepseek-v3.json",
+        {"mtp_num_layers": 1},
         Strategy(tp=2, pp=8, ep=8, sp=True, pipeline_layout="Et*4|(t*4|)*14tmL"),
         64,
     ),
@@ -349,17 +370,14 @@ def test_every_table_field_exists_on_the_real_recipe(bridge):
 # Plan candidates for five models: every one validates, applies and passes Bridge's validate().
 # ---------------------------------------------------------------------------------------------
 PROVIDERS = {
-    # the provider class defaults add_bias_linear to True; the HF conversion (and so the
-    # recipe) sets it False: DeepSeek-V3 has no linear biases (deepseek_v3_bridge.py)
-    "deepseek-v3": (
-        "megatron.bridge.models.DeepSeekV3ModelProvider",
-        {"mtp_num_layers": 1, "add_bias_linear": False},
-    ),
-    "kimi-k2": ("megatron.bridge.models.kimi.KimiK2Provider", {}),
-    "qwen3-235b-a22b": ("megatron.bridge.models.Qwen3MoEModelProvider235B_A22B", {}),
-    "llama3.1-405b": ("megatron.bridge.models.Llama31ModelProvider405B", {}),
-    "llama3-70b": ("megatron.bridge.models.Llama3ModelProvider70B", {}),
-    "gpt-oss-120b": ("megatron.bridge.models.GPTOSSProvider120B", {}),
+    # as Bridge's DeepSeek-V3 recipe builds it: converted from its config.json (MLA, 128
+    # heads, no linear biases), one MTP layer
+    "deepseek-v3": ("hf:deepseek-v3.json", {"mtp_num_layers": 1}),
+    "kimi-k2": ("kimi.KimiK2Provider", {}),
+    "qwen3-235b-a22b": ("Qwen3MoEModelProvider235B_A22B", {}),
+    "llama3.1-405b": ("Llama31ModelProvider405B", {}),
+    "llama3-70b": ("Llama3ModelProvider70B", {}),
+    "gpt-oss-120b": ("GPTOSSProvider120B", {}),
 }
 FIVE = [
     ("deepseek-v3", 256),
@@ -381,10 +399,7 @@ def test_every_plan_candidate_runs_on_the_real_bridge(bridge, monkeypatch, name,
     """Every candidate plan() returns (top 5) passes parastrat's own validation, applies to a
     real container holding the model's real provider, passes Bridge's validate() there, and
     reads back as the same strategy and micro-batch."""
-    import importlib
-
     provider, kw = PROVIDERS[name]
-    module, _, cls = provider.rpartition(".")
     model, gbs = get(name), 4 * gpus
     plan = ps.plan(
         model,
@@ -404,9 +419,7 @@ def test_every_plan_candidate_runs_on_the_real_bridge(bridge, monkeypatch, name,
         )
         cfg = gpt3_recipe()
         cfg.dataset.sequence_length = 4096
-        cfg.model = getattr(importlib.import_module(module), cls)(
-            seq_length=4096, apply_rope_fusion=False, **kw
-        )
+        cfg.model = real_provider(provider, 4096, **kw)
         if cfg.model.num_moe_experts:
             cfg.model.moe_permute_fusion = False
         mg.apply(cfg, cand, world_size=gpus)
@@ -598,7 +611,8 @@ def test_gradient_dtype_priced_is_run(bridge, monkeypatch, fp32):
     """A plan priced with BF16 (or FP32) gradients writes ``grad_reduce_in_fp32`` on both the
     mixed-precision and DDP sections, so Bridge's own start-up step (the first step of
     ``runtime_config_update``, run here: ``MixedPrecisionConfig.setup`` copies its value onto
-    the DDP config; the rest needs a GPU build) leaves the DDP gradient buffer in the dtype
+    the DDP config; the whole start-up runs in tests/test_bridge_acceptance_start_up.py)
+    leaves the DDP gradient buffer in the dtype
     the memory estimate counted; a container whose mixed precision is a recipe name gets the
     resolved recipe."""
     from megatron.bridge.training.mixed_precision import get_mixed_precision_config

@@ -258,7 +258,8 @@ def _adapter_violations(t: _Target, s: Strategy) -> list[Violation]:
     out: list[Violation] = []
     for name in ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups"):
         value = getattr(t.model, name, None)
-        # 0 is "filled in later" (Bridge's MLA providers set their heads at finalize())
+        # 0 is let through: Bridge 0.3.1's deprecated DeepSeekV2/V3ModelProvider classes carry
+        # 0 heads (the rules that need heads skip a 0); the HF-converted providers have them
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, int) or value < 0
         ):
