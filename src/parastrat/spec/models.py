@@ -444,7 +444,7 @@ register(
 # 17B active.  Megatron Bridge's Llama4Experts16ModelProvider has the same shape.  Chunked
 # attention: 8192-token chunks (HF chunks the RoPE layers; Bridge's Llama4SelfAttention chunks
 # every layer, which is what is priced: causal within each chunk beyond 8192 tokens).
-register(
+LLAMA4_SCOUT = register(
     _llama(
         "llama4-scout",
         48,
@@ -471,25 +471,14 @@ register(
 # Llama4Experts128ModelProvider: moe_layer_freq [0, 1] * 24) and dense layers of 16384
 # (intermediate_size_mlp), no QK norm; model card: 400B total, 17B active.
 register(
-    _llama(
-        "llama4-maverick",
-        48,
-        5120,
-        40,
-        8,
-        16384,
-        202048,
-        head_dim=128,
-        max_pos=1048576,
-        source="meta-llama/Llama-4-Maverick-17B-128E config.json; model card: 400B/17B",
-    ).with_(
+    LLAMA4_SCOUT.with_(
+        name="llama4-maverick",
+        max_position_embeddings=1048576,
         num_moe_experts=128,
-        moe_router_topk=1,
-        moe_ffn_hidden_size=8192,
-        moe_shared_expert_intermediate_size=8192,
-        attention_chunk_size=8192,
         moe_first_dense_layers=1,
         moe_layer_freq=2,
+        qk_layernorm=False,
+        source="meta-llama/Llama-4-Maverick-17B-128E config.json; model card: 400B/17B",
     ),
     "llama4-e128",
 )
