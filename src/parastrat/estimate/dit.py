@@ -43,6 +43,7 @@ from ..spec.hardware import Accelerator, GiB
 from ..strategy import XDIT_ORDER, Strategy, require_strategy
 from . import efficiency
 from .dit_memory import (
+    DTYPE_BYTES,
     DiTMemoryOptions,
     MemoryPhase,
     memory_hint,
@@ -158,7 +159,8 @@ OVERLAP_INTERFERENCE = 0.10
 #: buffers and allocator fragmentation (typically 1-3 GiB on 80 GB parts).
 RUNTIME_RESERVE_BYTES = 2 * GiB
 
-BYTES = {"bf16": 2, "fp16": 2, "fp8": 1, "mxfp8": 1}
+#: Bytes per element of the precisions a DiT run computes in (fp32 is a stored dtype only).
+BYTES = {k: v for k, v in DTYPE_BYTES.items() if k != "fp32"}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -27,8 +27,9 @@ from ..errors import SpecError
 from ..spec.dit import DiTSpec
 from ..spec.hardware import GiB
 
-#: Bytes per stored parameter, by dtype.
-WEIGHT_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1}
+#: Bytes per element of each dtype a DiT run computes in or stores its parameters in (the
+#: one table: :mod:`.dit` takes its compute precisions from it, all but fp32).
+DTYPE_BYTES = {"fp32": 4, "bf16": 2, "fp16": 2, "fp8": 1, "mxfp8": 1}
 
 #: FSDP units whose gathered (unsharded) parameters can be live at once.  Wan's ``shard_model``
 #: (wan/distributed/fsdp.py) builds PyTorch FSDP1 with FULL_SHARD, one unit per transformer
@@ -91,10 +92,10 @@ class DiTMemoryOptions:
                     f"(e.g. DiTMemoryOptions({name}=True))"
                 )
         wp = self.weight_precision
-        if wp is not None and (not isinstance(wp, str) or wp.lower() not in WEIGHT_BYTES):
+        if wp is not None and (not isinstance(wp, str) or wp.lower() not in DTYPE_BYTES):
             raise SpecError(
                 f"DiTMemoryOptions.weight_precision={wp!r} is not a stored dtype; known: "
-                f"{', '.join(WEIGHT_BYTES)}, or None for the run's precision"
+                f"{', '.join(DTYPE_BYTES)}, or None for the run's precision"
             )
         if self.offload and (self.dit_fsdp or self.encoder_fsdp):
             raise SpecError(
@@ -194,7 +195,7 @@ def residency(
 ) -> Residency:
     """Bytes of each kept thing per device (see :class:`Residency`).  ``shard_world``: the
     ranks an FSDP unit is sharded over; ``prompts``: prompts encoded (2 with guidance)."""
-    wbytes = WEIGHT_BYTES[options.weight_precision.lower()] if options.weight_precision else nbytes
+    wbytes = DTYPE_BYTES[options.weight_precision.lower()] if options.weight_precision else nbytes
     blocks = sum(g.count * model.block_params(g.kind) for g in model.blocks) / tp
     whole = model.experts * (blocks + model.embedder_params) * wbytes
     root = gathered = 0.0
@@ -314,9 +315,9 @@ def memory_hint(phase: str) -> str:
 
 
 __all__ = [
+    "DTYPE_BYTES",
     "FSDP_INFLIGHT_UNITS",
     "PHASES",
-    "WEIGHT_BYTES",
     "DiTMemoryOptions",
     "MemoryPhase",
     "Residency",
