@@ -88,6 +88,8 @@ def register(subparsers) -> None:
         action="store_true",
         help="do not count the text encoder in device memory",
     )
+    from ..estimate.dit_memory import DTYPE_BYTES
+
     p.add_argument(
         "--dit-fsdp",
         action="store_true",
@@ -107,7 +109,7 @@ def register(subparsers) -> None:
     )
     p.add_argument(
         "--weight-precision",
-        choices=("fp32", "bf16", "fp16", "fp8"),
+        choices=tuple(DTYPE_BYTES),
         default=None,
         help="dtype the transformer's parameters are stored in (default: the run's bf16; "
         "Wan2.1's own generate.py keeps its fp32 checkpoint)",
