@@ -205,7 +205,7 @@ def residency(
         largest = max(model.block_params(g.kind) for g in model.blocks) / tp
         gathered = FSDP_INFLIGHT_UNITS * largest * nbytes
         root = model.experts * model.embedder_params * nbytes
-    enc_bytes = 2  # the presets' encoders run in bf16 (Wan: t5_dtype = torch.bfloat16)
+    enc_bytes = DTYPE_BYTES["bf16"]  # the presets' encoders (Wan: t5_dtype = torch.bfloat16)
     encoders = model.text_encoder_params * enc_bytes if text_on_device else 0.0
     enc_root = enc_gathered = 0.0
     if text_on_device and options.encoder_fsdp and shard_world > 1:

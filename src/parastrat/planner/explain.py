@@ -271,6 +271,16 @@ def _no_fsdp(plan: Plan, plain: Candidate | None) -> str:
     )
 
 
+def _workload(plan: Plan) -> Workload:
+    """The workload ``plan`` was made for (built from its fields for an older Plan)."""
+    return plan.workload or Workload(
+        model=plan.model,
+        seq_len=plan.seq_len,
+        global_batch_size=plan.global_batch_size,
+        precision=plan.precision,
+    )
+
+
 def _seed_failure(plan: Plan, strategy: Strategy) -> str:
     """Why a strategy has no price in ``plan``: the rules it breaks at every micro-batch (as
     at micro-batch 1), else its smallest peak memory against the device."""
@@ -281,12 +291,7 @@ def _seed_failure(plan: Plan, strategy: Strategy) -> str:
     except StrategyError as exc:
         first = exc.violations[0]
         return f"it breaks {', '.join(exc.rules)}: {first.message} (fix: {first.hint})"
-    wl = plan.workload or Workload(
-        model=plan.model,
-        seq_len=plan.seq_len,
-        global_batch_size=plan.global_batch_size,
-        precision=plan.precision,
-    )
+    wl = _workload(plan)
     try:
         mem = memory_of(wl.with_micro_batch(1), strategy, plan.switches.with_recompute("full"))
     except (StrategyError, UsageError, SpecError) as exc:
@@ -302,12 +307,7 @@ def _seed_failure(plan: Plan, strategy: Strategy) -> str:
 def _price(plan: Plan, strategy: Strategy) -> tuple[StepReport, int, str, float] | None:
     """Best (step, mbs, recompute, peak) of ``strategy`` that fits, or None, priced with the
     plan's own workload and switches so the seed and the choice compare alike."""
-    wl = plan.workload or Workload(
-        model=plan.model,
-        seq_len=plan.seq_len,
-        global_batch_size=plan.global_batch_size,
-        precision=plan.precision,
-    )
+    wl = _workload(plan)
     steps = StepModel(plan.cluster, wl, plan.switches)
     best = None
     for mbs in (1, 2, 4, 8):
