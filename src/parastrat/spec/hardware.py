@@ -127,10 +127,11 @@ def require_precision(accel: Accelerator, precision: str) -> str:
     key = canonical_precision(precision)
     if key in PRECISION_NEEDS and key not in accel.peak_flops:
         able = ", ".join(n for n, a in _PRESETS.items() if key in a.peak_flops)
-        here = [k for k in ("fp8", "bf16") if k in accel.peak_flops]
+        here = next((k for k in ("fp8", "bf16") if k in accel.peak_flops), "bf16")
         raise SpecError(
             f"precision {key} needs {PRECISION_NEEDS[key]}, which {accel.name} lacks "
-            f"(devices with it: {able}); use --precision {here[0]} on this device"
+            f"(devices with it: {able or 'none of the presets'}); use --precision {here} on "
+            "this device"
         )
     return key
 
