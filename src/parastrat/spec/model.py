@@ -56,6 +56,12 @@ ACTIVATIONS = ("gelu", "silu", "quick_gelu", "squared_relu")
 #: ``torch.pow(F.relu(x), 2)`` (``megatron/core/activations.py``), so Nemotron-4 runs it
 #: with bias-activation fusion off.
 EAGER_ACTIVATIONS = ("squared_relu",)
+#: Layer symbols of a hybrid model's ``hybrid_override_pattern`` (Megatron Core
+#: ``megatron/core/ssm/mamba_hybrid_layer_allocation.py`` ``Symbols``): Mamba-2 mixer,
+#: self-attention, MLP, MoE.
+HYBRID_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+#: Kernel width of the Mamba-2 mixer's causal depthwise convolution (``MambaMixer`` ``d_conv``).
+MAMBA_CONV_KERNEL = 4
 
 
 @dataclass(frozen=True)
@@ -144,6 +150,18 @@ class ModelSpec:
     v_head_dim: int = 128
     # --- multi-token prediction -------------------------------------------------------------
     mtp_num_layers: int = 0
+    #: Hybrid (Mamba) models, as Megatron Core's ``MambaModel`` builds them: one symbol per
+    #: layer (:data:`HYBRID_SYMBOLS`: ``M`` a Mamba-2 mixer, ``*`` self-attention, ``-`` an MLP,
+    #: ``E`` an MoE), each layer one pre-normed sub-block.  None: every layer is attention
+    #: followed by an MLP or MoE (a GPT).
+    hybrid_override_pattern: str | None = None
+    #: Mamba-2 mixer shape (``TransformerConfig`` names and defaults): SSM state size N, head
+    #: dimension P, B/C groups, and heads (None: ``2 * hidden_size / mamba_head_dim``, the
+    #: mixer's ``expand=2``).
+    mamba_state_dim: int = 128
+    mamba_head_dim: int = 64
+    mamba_num_groups: int = 8
+    mamba_num_heads: int | None = None
     #: Free-form provenance (paper, model card, config.json).
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -195,11 +213,52 @@ class ModelSpec:
         """How many layers use sliding-window attention."""
         return sum(1 for i in range(self.num_layers) if self.is_window_layer(i))
 
+    # ---- hybrid (Mamba) models ------------------------------------------------------------
+    @property
+    def is_hybrid(self) -> bool:
+        """True for a hybrid model (``hybrid_override_pattern`` set: Mamba, attention, MLP and
+        MoE layers as separate sub-blocks)."""
+        return self.hybrid_override_pattern is not None
+
+    def layer_kind(self, index: int) -> str:
+        """What layer ``index`` (0-based) is: for a hybrid model the pattern's kind
+        (:data:`HYBRID_SYMBOLS` values: "mamba", "attention", "mlp", "moe"); for a GPT
+        "moe" (attention + routed experts) or "dense" (attention + MLP)."""
+        if self.hybrid_override_pattern is not None:
+            return HYBRID_SYMBOLS[self.hybrid_override_pattern[index]]
+        return "moe" if self.is_moe_layer(index) else "dense"
+
+    @property
+    def mamba_heads(self) -> int:
+        """Mamba-2 heads: ``mamba_num_heads``, else ``2 * hidden_size / mamba_head_dim``."""
+        return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
+
+    @property
+    def mamba_d_inner(self) -> int:
+        """The Mamba-2 mixer's inner width: heads x head dimension."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_in_proj_width(self) -> int:
+        """Output width of the mixer's input projection: z, x, B, C and dt
+        (``2 d_inner + 2 groups N + heads``)."""
+        return (
+            2 * self.mamba_d_inner
+            + 2 * self.mamba_num_groups * self.mamba_state_dim
+            + (self.mamba_heads)
+        )
+
+    def layer_count(self, kind: str) -> int:
+        """How many layers are of ``kind`` (:meth:`layer_kind`)."""
+        return sum(1 for i in range(self.num_layers) if self.layer_kind(i) == kind)
+
     @property
     def num_moe_layers(self) -> int:
         """How many of the layers carry routed experts."""
         if not self.is_moe:
             return 0
+        if self.hybrid_override_pattern is not None:
+            return self.hybrid_override_pattern.count("E")
         rest = range(self.moe_first_dense_layers, self.num_layers)
         return sum(1 for i in rest if (i - self.moe_first_dense_layers) % self.moe_layer_freq == 0)
 
@@ -299,6 +358,7 @@ class ModelSpec:
                     f"{self.moe_first_dense_layers} leaves no "
                     f"MoE layer among num_layers={self.num_layers}",
                 )
+        self._check_hybrid(bad)
         if self.multi_latent_attention and not (
             self.kv_lora_rank and self.qk_head_dim and self.v_head_dim
         ):
@@ -306,6 +366,48 @@ class ModelSpec:
                 "kv_lora_rank",
                 "multi-latent attention needs kv_lora_rank, qk_head_dim and v_head_dim >= 1",
             )
+
+    def _check_hybrid(self, bad: Any) -> None:
+        """A hybrid pattern must name every layer with Megatron's symbols, route its ``E``
+        layers to experts, and give the Mamba mixer a shape ``MambaMixer`` accepts."""
+        pattern = self.hybrid_override_pattern
+        for f in ("mamba_state_dim", "mamba_head_dim", "mamba_num_groups"):
+            if not is_count(getattr(self, f)):
+                raise bad(f, f"must be a whole number >= 1, got {getattr(self, f)!r}")
+        if self.mamba_num_heads is not None and not is_count(self.mamba_num_heads):
+            raise bad("mamba_num_heads", f"must be None or >= 1, got {self.mamba_num_heads!r}")
+        if pattern is None:
+            return
+        if not isinstance(pattern, str) or len(pattern) != self.num_layers:
+            got = len(pattern) if isinstance(pattern, str) else repr(pattern)
+            raise bad(
+                "hybrid_override_pattern",
+                f"must hold one symbol per layer: {got} symbols for num_layers={self.num_layers}",
+            )
+        odd = sorted(set(pattern) - set(HYBRID_SYMBOLS))
+        if odd:
+            raise bad(
+                "hybrid_override_pattern",
+                f"has {odd}; the symbols are {''.join(HYBRID_SYMBOLS)} (Mamba, attention, "
+                "MLP, MoE)",
+            )
+        if "E" in pattern and not self.num_moe_experts:
+            raise bad("hybrid_override_pattern", "has MoE layers (E) but num_moe_experts is unset")
+        if self.num_moe_experts and "E" not in pattern:
+            raise bad("num_moe_experts", "is set but the hybrid pattern has no MoE layer (E)")
+        if "M" in pattern:
+            heads = self.mamba_heads
+            if self.mamba_num_heads is None and (2 * self.hidden_size) % self.mamba_head_dim:
+                raise bad(
+                    "mamba_head_dim",
+                    f"{self.mamba_head_dim} must divide 2 x hidden_size = {2 * self.hidden_size}"
+                    " (or set mamba_num_heads)",
+                )
+            if heads % self.mamba_num_groups:
+                raise bad(
+                    "mamba_num_groups",
+                    f"{self.mamba_num_groups} must divide the {heads} Mamba heads",
+                )
 
     def _check_router_groups(self, bad: Any) -> None:
         """Group-limited routing must split the experts evenly and leave room for top-k."""
@@ -396,7 +498,10 @@ class ModelSpec:
             if self.is_moe
             else 0,
             "router": h * self.num_experts,
+            "mamba": self._mamba_params(),
         }
+        if self.is_hybrid:  # one pre-norm per sub-block (fused into its first linear layer)
+            out["layer_norms"] = norm
         moe_layer = (
             attention
             + 2 * norm
@@ -409,6 +514,35 @@ class ModelSpec:
         out["mtp"] = self.mtp_num_layers * (2 * norm + 2 * h * h + layer + norm)
         return {k: float(v) for k, v in out.items()}
 
+    def _mamba_params(self) -> int:
+        """One Mamba-2 mixer (``MambaMixer``): input projection (z, x, B, C, dt), the depthwise
+        causal convolution over x, B, C with its bias, ``dt_bias``, ``A_log`` and ``D`` per head,
+        the gated RMSNorm over ``d_inner`` and the output projection; 0 without Mamba layers."""
+        if not self.is_hybrid or "M" not in (self.hybrid_override_pattern or ""):
+            return 0
+        h, inner = self.hidden_size, self.mamba_d_inner
+        conv = inner + 2 * self.mamba_num_groups * self.mamba_state_dim
+        return (
+            h * self.mamba_in_proj_width
+            + conv * (MAMBA_CONV_KERNEL + 1)
+            + 3 * self.mamba_heads
+            + inner
+            + inner * h
+        )
+
+    def kind_params(self, kind: str) -> float:
+        """Parameters of one layer of ``kind`` (:meth:`layer_kind`), its norms included."""
+        p = self.param_breakdown
+        routed = self.num_experts * p["expert"] + p["shared_expert"] + p["router"]
+        body = {
+            "dense": p["attention"] + p["dense_mlp"],
+            "mamba": p["mamba"],
+            "attention": p["attention"],
+            "mlp": p["dense_mlp"],
+            "moe": routed + (0.0 if self.is_hybrid else p["attention"]),
+        }[kind]
+        return body + p["layer_norms"]
+
     @cached_property
     def num_params(self) -> int:
         """Total parameters of the main model (embedding, layers, output), as papers count.
@@ -417,6 +551,10 @@ class ModelSpec:
         14B MTP module); :attr:`num_mtp_params` has them.
         """
         p = self.param_breakdown
+        if self.is_hybrid:
+            ends = p["embedding"] + p["output"] + p["final_norm"]
+            kinds = (self.layer_kind(i) for i in range(self.num_layers))
+            return int(round(ends + sum(self.kind_params(k) for k in kinds)))
         dense_layers = self.num_layers - self.num_moe_layers
         per_common = p["attention"] + p["layer_norms"]
         total = (
@@ -455,6 +593,8 @@ class ModelSpec:
 
     def is_moe_layer(self, index: int) -> bool:
         """Whether layer ``index`` (0-based) carries routed experts."""
+        if self.hybrid_override_pattern is not None:
+            return self.is_moe and self.hybrid_override_pattern[index] == "E"
         if not self.is_moe or index < self.moe_first_dense_layers:
             return False
         return (index - self.moe_first_dense_layers) % self.moe_layer_freq == 0
