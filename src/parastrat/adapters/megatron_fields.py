@@ -115,7 +115,6 @@ class Field:
 #: ``fp8_recipe``, ``fp4`` format, ``fp8_param_gather``).
 Quantisation = tuple[str | None, str | None, str | None, bool]
 PRECISION_SETTINGS: dict[tuple[str, str | None], Quantisation] = {
-    ("bf16", None): (None, None, None, False),
     ("fp8", "current"): ("hybrid", "tensorwise", None, True),
     ("fp8", "delayed"): ("hybrid", "delayed", None, True),
     ("fp8", "blockwise"): ("hybrid", "blockwise", None, False),
@@ -125,11 +124,13 @@ PRECISION_SETTINGS: dict[tuple[str, str | None], Quantisation] = {
 
 
 def _precision(a: Applied) -> Quantisation | None:
-    """The quantisation settings of the priced precision (None: not known)."""
+    """The quantisation settings of the priced precision (None: not known, or BF16 — the
+    planner's default, so a BF16 plan leaves a quantised recipe's precision as it is rather
+    than silently turning its FP8 off)."""
     run = a.run
-    if run is None or run.precision is None:
+    if run is None or run.precision in (None, "bf16"):
         return None
-    recipe = run.fp8_recipe if run.precision != "bf16" else None
+    recipe = run.fp8_recipe
     if run.precision == "fp8" and recipe is None:
         recipe = "current"
     fp8, fp8_recipe, fp4, gather = PRECISION_SETTINGS[(run.precision, recipe)]
