@@ -12,7 +12,8 @@ Each row is priced as a user who knows only the table would price it: the publis
 FP8 current scaling, ``FP8-MX`` MXFP8), micro and global batch, default implementation switches
 (``Switches()``), and the cheapest recompute mode that fits memory.  ``--recipe-offload``
 adds the CPU activation offloading the rows' recipes set (``OFFLOAD_LAYERS``) where the model
-prices it.
+prices it.  ``pub/best``: the published layout's predicted throughput over the best of
+``plan()`` with the same switches (``--no-plans`` skips the plans).
 
     python benchmarks/planner_crosscheck.py
 """
@@ -59,7 +60,21 @@ def switches_for(row: dict[str, str], offload: bool) -> ps.Switches:
     return ps.Switches()
 
 
-def price(row: dict[str, str], offload: bool) -> dict:
+def best_ratio(model, cluster, switches, kw: dict, predicted: float) -> float:
+    """The published layout's predicted throughput over the plan's best (same switches)."""
+    plan = ps.plan(
+        model,
+        cluster,
+        switches,
+        seq_len=kw["seq_len"],
+        global_batch_size=kw["global_batch_size"],
+        precision=kw["precision"],
+        top_k=1,
+    )
+    return predicted / plan.best.step.tokens_per_s_per_gpu
+
+
+def price(row: dict[str, str], offload: bool, plans: bool) -> dict:
     """One row: the published figure, the prediction and the recompute mode that fits."""
     model = ps.models.get(row["preset"])
     cluster = ps.Cluster(accelerator=row["gpu"], num_devices=int(row["num_gpus"]))
@@ -80,7 +95,9 @@ def price(row: dict[str, str], offload: bool) -> dict:
             break
     pub = float(row["tokens_per_s_per_gpu"])
     pred = step.tokens_per_s_per_gpu
+    ratio = best_ratio(model, cluster, base, kw, pred) if plans else float("nan")
     return {
+        "ratio": ratio,
         "row": row,
         "strategy": str(strategy),
         "mode": mode,
@@ -101,18 +118,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--recipe-offload", action="store_true", help="price the recipes' CPU offloading"
     )
+    ap.add_argument("--no-plans", action="store_true", help="skip the plans (faster)")
     args = ap.parse_args(argv)
     with open(DATA) as fh:
         rows = list(csv.DictReader(fh))
     out = []
     for row in rows:
         try:
-            out.append(price(row, args.recipe_offload))
+            out.append(price(row, args.recipe_offload, not args.no_plans))
         except (SpecError, StrategyError) as err:
             print(f"{row['id']} {row['model']} {row['gpu']}: not priced ({err})")
     print(
         f"{'id':4} {'model':16} {'gpu':6} {'n':>5} {'prec':6} {'strategy':52} {'recompute':9} "
-        f"{'fit':>3} {'published':>9} {'predicted':>9} {'error':>7}"
+        f"{'fit':>3} {'published':>9} {'predicted':>9} {'error':>7} {'pub/best':>8}"
     )
     for r in out:
         row = r["row"]
@@ -120,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['id']:4} {row['model']:16} {row['gpu']:6} {row['num_gpus']:>5} "
             f"{row['precision']:6} {r['strategy'][:52]:52} {r['mode']:9} "
             f"{'yes' if r['fits'] else 'no':>3} {r['pub']:9.0f} {r['pred']:9.0f} "
-            f"{100 * r['err']:+6.1f}%"
+            f"{100 * r['err']:+6.1f}% {r['ratio']:8.2f}"
         )
     dense = [r for r in out if not r["moe"]]
     moe = [r for r in out if r["moe"]]
@@ -128,6 +146,10 @@ def main(argv: list[str] | None = None) -> int:
         f"\nout-of-sample tokens/s/GPU MAPE {mape(out):.1f} % over {len(out)} rows "
         f"(dense {mape(dense):.1f} % over {len(dense)}, MoE {mape(moe):.1f} % over {len(moe)})"
     )
+    ranked = [r for r in out if r["ratio"] == r["ratio"]]
+    if ranked:
+        within = sum(r["ratio"] >= 0.9 for r in ranked) / len(ranked)
+        print(f"published layout within 10 % of the plan's best: {within:.0%} of {len(ranked)}")
     for gpu in ("gb300", "gb200", "b200", "h100"):
         sub = [r for r in out if r["row"]["gpu"] == gpu]
         d = [r for r in sub if not r["moe"]]
