@@ -35,7 +35,15 @@ from ..errors import StrategyError
 from ..pipeline_layout import StagePlacement
 from ..spec.model import ModelSpec
 from ..strategy import Strategy
-from .flops import Matrix, attention_matrices, is_moe_layer, logits_matrix, mlp_matrices
+from .flops import (
+    Matrix,
+    attention_matrices,
+    is_moe_layer,
+    kind_matrices,
+    logits_matrix,
+    mlp_matrices,
+)
+from .mamba import HYBRID_KINDS, mixer_params_split
 from .memo import model_memo, per_model
 
 #: Bytes per parameter: bf16 weight, main gradient, fp32 master + Adam m and v.  The main
@@ -135,6 +143,37 @@ def layer_record(model: ModelSpec, moe: bool, tp: int, ep: int = 1, etp: int = 1
 
 
 @per_model
+def kind_record(model: ModelSpec, kind: str, tp: int, ep: int = 1, etp: int = 1) -> Block:
+    """One layer of ``kind`` (:meth:`ModelSpec.layer_kind`) on a rank of the (TP, EP, ETP)
+    grid.  A GPT's "dense" / "moe" layer is :func:`layer_record`; a hybrid's layer is one
+    pre-normed block (its norm whole on every TP rank, fused into the first linear layer):
+
+    * "mamba": the whole mixer split by TP (``MambaMixer``: in_proj column-parallel,
+      out_proj row-parallel, conv1d / dt_bias / A_log / D / gated norm over the local heads);
+    * "attention": the projections split by TP (MLA's down-projections and QK norms whole);
+    * "mlp": FC1 / FC2 split by TP;
+    * "moe": the router whole, shared experts split by TP, routed experts by EP and ETP.
+    """
+    if not model.is_hybrid:
+        return layer_record(model, kind == "moe", tp, ep, etp)
+    p = model.param_breakdown
+    norm = p["layer_norms"]
+    mats = kind_matrices(model, kind)
+    if kind == "mamba":
+        params, linear = mixer_params_split(model)
+        return Block("mamba", params / tp + norm, 0.0, linear / tp, mats)
+    if kind == "attention":
+        rep = p["attention_replicated"]
+        dense = (p["attention"] - rep) / tp + rep + norm
+        return Block("attention", dense, 0.0, p["attention"] / tp, mats)
+    if kind == "mlp":
+        return Block("mlp", p["dense_mlp"] / tp + norm, 0.0, p["dense_mlp"] / tp, mats)
+    experts = max(model.num_experts // ep, 1) * p["expert"] / etp
+    dense = p["shared_expert"] / tp + p["router"] + norm
+    return Block("moe", dense, experts, p["shared_expert"] / tp + experts, mats)
+
+
+@per_model
 def embedding_record(model: ModelSpec, tp: int) -> Block:
     """The input embedding (padded vocabulary split by TP, learned positions whole)."""
     h = model.hidden_size
@@ -216,6 +255,8 @@ def stage_params(
     stage, output, loss and MTP on the last)."""
     p = len(stage_layers)
     ends = ends if ends is not None else _ends_default(model, p)
+    if model.is_hybrid:
+        return _hybrid_stage_params(model, tp, ep, etp, stage_layers, ends)
     dense = layer_record(model, False, tp, ep, etp)
     moe = layer_record(model, True, tp, ep, etp) if model.is_moe else EMPTY
     out: list[Block] = []
@@ -228,6 +269,46 @@ def stage_params(
         if end.mtp:
             st = st + mtp_record(model, tp, ep, etp).times(end.mtp)
         out.append(Block("stage", st.dense_params, st.expert_params, st.linear_params))
+    return tuple(out)
+
+
+def _hybrid_stage_params(
+    model: ModelSpec,
+    tp: int,
+    ep: int,
+    etp: int,
+    stage_layers: tuple[int, ...],
+    ends: tuple[StageEnds, ...],
+) -> tuple[Block, ...]:
+    """:func:`stage_params` of a hybrid model: each stage's layers by kind
+    (:func:`stage_kind_counts` of its slice of the pattern) plus its ends."""
+    out: list[Block] = []
+    for counts, end in zip(stage_kind_counts(model, stage_layers), ends):
+        st = EMPTY
+        for kind, n in counts:
+            st = st + kind_record(model, kind, tp, ep, etp).times(n)
+        if end.embedding_copies:
+            st = st + embedding_record(model, tp).times(end.embedding_copies)
+        if end.loss:
+            st = st + output_record(model, tp, end.output_weights)
+        out.append(Block("stage", st.dense_params, st.expert_params, st.linear_params))
+    return tuple(out)
+
+
+@per_model
+def stage_kind_counts(
+    model: ModelSpec, stage_layers: tuple[int, ...]
+) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """Per stage, ``(kind, layers)`` of every kind it holds (:data:`HYBRID_KINDS` order for a
+    hybrid, "dense" then "moe" for a GPT), the stages taking consecutive layers as
+    ``MambaStack._select_layers_for_pipeline_parallel`` slices the pattern."""
+    kinds = HYBRID_KINDS if model.is_hybrid else ("dense", "moe")
+    out = []
+    start = 0
+    for n in stage_layers:
+        seen = [model.layer_kind(i) for i in range(start, start + n)]
+        out.append(tuple((k, seen.count(k)) for k in kinds if seen.count(k)))
+        start += n
     return tuple(out)
 
 
