@@ -186,10 +186,10 @@ def host_ops(
     """(forward host operations, host-device syncs) of one layer and micro-batch.
 
     ``moe``: a GPT layer's MoE flag, or a hybrid layer's kind (its one block alone; a Mamba
-    mixer: :data:`MAMBA_HOST_OPS`).  Counts :data:`HOST_OPS` over the blocks of the layer; a block inside a CUDA-graph scope
-    counts as one graph launch.  The syncs: Megatron's dispatchers copy the tokens-per-expert
-    counts to the host (all-to-all split sizes, TE GroupedLinear's ``m_splits``) once per MoE
-    layer in the forward pass, unless the whole MoE block is graphed (``moe`` /
+    mixer: :data:`MAMBA_HOST_OPS`).  Counts :data:`HOST_OPS` over the blocks of the layer; a
+    block inside a CUDA-graph scope counts as one graph launch.  The syncs: Megatron's
+    dispatchers copy the tokens-per-expert counts to the host (all-to-all split sizes, TE
+    GroupedLinear's ``m_splits``) once per MoE layer in the forward pass, unless the whole MoE block is graphed (``moe`` /
     ``full_iteration`` with padded expert shapes); a clamped activation copies its offset to
     the device, one more (:func:`~parastrat.estimate.moe_kernels.activation_syncs`).
     ``mech``: the kernel mechanisms (per-expert FP8 quantisation and padding launches, the
@@ -230,7 +230,7 @@ def _host_ops(
         in_out_proj = 2 * (ops["gemm"] + cast)
         mixer = 2 * ops["norm"] + in_out_proj + MAMBA_HOST_OPS["scan"]
         return (1.0 if "mamba" in graphs else mixer + ops["residual"] + tp_coll + a2a), 0
-    moe = kind == "moe" if kind is not None else moe
+    moe = kind == "moe" if kind is not None else bool(moe)
 
     attn_mats = attention_matrices(model)
     norms = 2 if (model.qk_layernorm or model.multi_latent_attention) else 0
@@ -914,6 +914,7 @@ class StepModel:
         if hit is None:
             model = self._workload.model
             split = pipeline_split(model, s)
+            shapes: tuple[Any, ...]
             if model.is_hybrid:  # the distinct stages' layer counts by kind
                 shapes = tuple(set(stage_kind_counts(model, split.stage_layers)))
             else:
@@ -1472,9 +1473,10 @@ class StepModel:
         for n, moe in kinds:
             if n <= 0:
                 continue
-            rec = kind_record(model, moe, s.tp, s.ep, s.etp) if isinstance(moe, str) else (
-                layer_record(model, moe, s.tp, s.ep, s.etp)
-            )
+            if isinstance(moe, str):
+                rec = kind_record(model, moe, s.tp, s.ep, s.etp)
+            else:
+                rec = layer_record(model, moe, s.tp, s.ep, s.etp)
             units += [(n, rec.dense_params, dense_g), (n, rec.expert_params, expert_g)]
             rest_dense -= n * rec.dense_params
             rest_expert -= n * rec.expert_params

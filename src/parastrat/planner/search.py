@@ -166,7 +166,7 @@ def legal_strategies(
             for p in pps:
                 if world % (t * c * p) or global_batch_size % (world // (t * c * p)):
                     continue
-                v_max = -(-model.num_layers // p) if p > 1 else 1
+                v_max = -(-model.num_layers // p) if p > 1 and not model.is_hybrid else 1
                 for v in space.options("vpp", range(1, v_max + 1)):
                     if p == 1 and v > 1:
                         continue
@@ -603,7 +603,22 @@ def plan_values(
             space = replace(space, **changes)
     wl = replace(wl, micro_batch_size=None) if wl.micro_batch_size is not None else wl
     sw = replace(sw, recompute=None) if sw.recompute is not None else sw
+    if wl.model.is_hybrid:
+        space = _hybrid_space(wl, space)
     return wl, sw, space
+
+
+def _hybrid_space(wl: Workload, space: SearchSpace) -> SearchSpace:
+    """A hybrid model's search space: only the recompute modes Megatron Core's MambaStack
+    runs (:data:`~parastrat.rules.HYBRID_RECOMPUTE`); StrategyError with the rule when the
+    precision or every asked-for mode is refused
+    (:func:`~parastrat.rules.hybrid_workload_violations`)."""
+    asked = space.recompute or rules.HYBRID_RECOMPUTE
+    modes = tuple(m for m in asked if m in rules.HYBRID_RECOMPUTE)
+    bad = rules.hybrid_workload_violations(wl.model, wl.precision, modes[0] if modes else asked[0])
+    if bad:
+        raise StrategyError(bad)
+    return replace(space, recompute=modes)
 
 
 def _plan_smallest(
