@@ -191,7 +191,8 @@ def host_ops(
     dispatchers copy the tokens-per-expert counts to the host (all-to-all split sizes, TE
     GroupedLinear's ``m_splits``) once per MoE layer in the forward pass, unless the whole MoE
     block is graphed (``moe`` / ``full_iteration`` with padded expert shapes); a clamped
-    activation copies its offset to the device, one more (:func:`~parastrat.estimate.moe_kernels.activation_syncs`).
+    activation copies its offset to the device, one more
+    (:func:`~parastrat.estimate.moe_kernels.activation_syncs`).
     ``mech``: the kernel mechanisms (per-expert FP8 quantisation and padding launches, the
     expert-bias loop, the clamped activation); ``fp8_recipe``: the workload's
     (:data:`FP8_CAST_OPS`).  Memoised on everything it reads.
