@@ -292,14 +292,15 @@ def _seed_failure(plan: Plan, strategy: Strategy) -> str:
         first = exc.violations[0]
         return f"it breaks {', '.join(exc.rules)}: {first.message} (fix: {first.hint})"
     wl = _workload(plan)
+    least = "selective" if plan.model.is_hybrid else "full"  # MambaStack has no full recompute
     try:
-        mem = memory_of(wl.with_micro_batch(1), strategy, plan.switches.with_recompute("full"))
+        mem = memory_of(wl.with_micro_batch(1), strategy, plan.switches.with_recompute(least))
     except (StrategyError, UsageError, SpecError) as exc:
         return f"it cannot be priced: {exc}"
     capacity = plan.cluster.accel.memory_bytes  # what MemoryReport.fits compares with
     return (
         "it does not fit in memory with any micro-batch and recompute mode the planner tries "
-        f"(full recompute at micro-batch 1: peak {mem.peak_bytes / GiB:.1f} of "
+        f"({least} recompute at micro-batch 1: peak {mem.peak_bytes / GiB:.1f} of "
         f"{capacity / GiB:.1f} GiB)"
     )
 

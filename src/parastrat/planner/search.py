@@ -135,6 +135,9 @@ def _degree_options(
         for d in divisors(heads)
         if d <= (space.max_tp or scale_up_domain) and (groups % d == 0 or d % groups == 0)
     ]
+    if model.is_hybrid and "M" in (model.hybrid_override_pattern or ""):  # MambaMixer's asserts
+        m_heads, m_groups = model.mamba_heads, model.mamba_num_groups
+        tp_default = [d for d in tp_default if m_heads % d == 0 and m_groups % d == 0]
     tps = [t for t in space.options("tp", tp_default) if world % t == 0]
     cps_default = [c for c in divisors(world) if seq_len % (2 * c) == 0 or c == 1]
     cps_default = [c for c in cps_default if c == 1 or seq_len // c >= space.min_cp_tokens]
@@ -704,7 +707,7 @@ def _nothing_fits_message(
             return (
                 f"no strategy for {model.name} fits in {cluster.accel.name} memory "
                 f"({cluster.memory_bytes / GiB:.0f} GiB) on {world} devices at seq_len="
-                f"{wl.seq_len}, even with full recompute; {world * factor} devices "
+                f"{wl.seq_len}, even with {space.modes[-1]} recompute; {world * factor} devices "
                 f"would fit, e.g. {c.strategy} mbs{c.micro_batch_size} {c.recompute} "
                 f"(peak {c.memory.peak_bytes / GiB:.1f} GiB)"
             )
