@@ -86,13 +86,13 @@ def test_mamba_cp_rule_is_mambacontextparallels_asserts(model, tp, cp):
     """Rule ``mamba-cp`` fires exactly when Megatron Core's MambaContextParallel asserts."""
     if model.mamba_heads % tp or model.mamba_num_groups % tp:
         return  # the mixer's TP asserts come first
-    s = Strategy(tp=tp, ulysses=cp, sp=tp > 1)
+    s = Strategy(tp=tp, ring=cp, sp=tp > 1)
     assert ("mamba-cp" in _errors(s, model)) == _cp_asserts(model, tp, cp)
 
 
 def test_mamba_cp_fix_works():
     """Every cp the hint names builds in MambaContextParallel and clears the rule."""
-    (v,) = [v for v in Strategy(tp=8, ulysses=3, sp=True).check(NH56) if v.rule == "mamba-cp"]
+    (v,) = [v for v in Strategy(tp=8, ring=3, sp=True).check(NH56) if v.rule == "mamba-cp"]
     assert "cp=3" in v.message
     cps = [int(c) for c in re.findall(r"\d+", v.hint)]
     assert cps and all(not _cp_asserts(NH56, 8, c) for c in cps)
