@@ -1729,7 +1729,7 @@ def _host_exposed(
         return 0.0, 0.0
     h_op = host_op_time(accel)
     # selective: about one launch per recomputed module (the core-attention kernel by default)
-    n_sel = len(mech.recompute_modules) * HOST_OPS["attention"]
+    n_sel = len(mech.recompute_modules) * HOST_OPS["attention"] if moe != "mamba" else 0
     rec_ops = ops_f if mode == "full" else (n_sel if mode == "selective" else 0.0)
     host_f = ops_f * h_op
     host_b = (HOST_BWD_RATIO * ops_f + rec_ops) * h_op
