@@ -988,14 +988,16 @@ class StepModel:
         collective and its exposed part, and the host (CPU) time that the GPU waits for
         (:func:`_host_exposed`)."""
         per: dict[Any, dict[str, float]] = {}
-        for moe in _kinds(self._workload.model):
-            if moe is True and not self._workload.model.is_moe:
+        model = self._workload.model
+        hybrid = model.is_hybrid
+        for moe in _kinds(model) if hybrid else (False, True):
+            if moe is True and not model.is_moe:
                 continue
             key: tuple = (moe, mbs, s.tp, s.sp, s.ulysses, s.ring, mode, moe_comm, tp_overlap)
             key += (strides["tp"], strides["ulysses"], strides["ring"])
-            if moe is True or moe == "moe":  # only routed experts read the expert degrees
+            if moe is True or (hybrid and moe == "moe"):  # only routed experts read EP / ETP
                 key += (s.ep, s.etp, strides["ep"], strides["etp"])
-            if moe == "mamba":  # MambaContextParallel's all-to-alls span the whole CP group
+            if hybrid and moe == "mamba":  # MambaContextParallel's a2a spans the CP group
                 key += (strides["cp"],)
             hit = self._per.get(key)
             if hit is None:
