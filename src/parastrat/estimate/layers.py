@@ -7,9 +7,10 @@ memory prefilter all read the same records, so they cannot disagree on a paramet
 optimizer state; the activations per token are in :mod:`parastrat.estimate.memory`, which
 applies them per in-flight micro-batch).
 
-A :class:`Block` is one transformer layer (dense or MoE), the input embedding, the output
-layer with the final norm, or one multi-token-prediction (MTP) module, split by a rank's
-(TP, EP, ETP) degrees:
+A :class:`Block` is one transformer layer (dense or MoE), one layer of a hybrid (Mamba)
+model by kind (:func:`kind_record`: a Mamba-2 mixer, attention, an MLP or an MoE, each one
+pre-normed block), the input embedding, the output layer with the final norm, or one
+multi-token-prediction (MTP) module, split by a rank's (TP, EP, ETP) degrees:
 
 * parameters come from :attr:`ModelSpec.param_breakdown` (projections, biases, QK / latent
   norms, the two pre-norms), split by TP except the replicated MLA down-projections and
@@ -301,7 +302,8 @@ def stage_kind_counts(
 ) -> tuple[tuple[tuple[str, int], ...], ...]:
     """Per stage, ``(kind, layers)`` of every kind it holds (:data:`HYBRID_KINDS` order for a
     hybrid, "dense" then "moe" for a GPT), the stages taking consecutive layers as
-    ``MambaStack._select_layers_for_pipeline_parallel`` slices the pattern."""
+    ``MambaStack._select_layers_for_pipeline_parallel`` slices the pattern (a split without
+    virtual stages: ``MambaStack`` asserts none, rule ``hybrid-vpp``)."""
     kinds = HYBRID_KINDS if model.is_hybrid else ("dense", "moe")
     out = []
     start = 0

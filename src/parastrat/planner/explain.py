@@ -363,6 +363,10 @@ def explain_strategy(
     for key, value in step.breakdown.items():
         if value > 0:
             lines.append(f"  {key:<12} {value:9.4f}  {value / total:6.1%}")
+    if step.kinds:  # a hybrid model: the slowest stage's compute by layer kind
+        lines.append("compute by layer kind (s):")
+        for key, value in step.kinds.items():
+            lines.append(f"  {key:<12} {value:9.4f}  {value / total:6.1%}")
     lines.append(
         f"memory: peak {mem.peak_bytes / GiB:.1f} GiB of "
         f"{cluster.memory_bytes / GiB:.0f} GiB "
