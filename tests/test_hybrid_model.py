@@ -13,7 +13,6 @@ from parastrat.estimate.flops import kind_matrices, model_flops_per_token
 from parastrat.estimate.layers import (
     kind_record,
     pipeline_split,
-    stage_kind_counts,
     stage_params,
 )
 
@@ -194,7 +193,7 @@ def test_pipeline_split_is_mamba_stacks(model, pp, first, last):
     split = pipeline_split(model, s)
     theirs = _mamba_stack_selection(model, pp, first, last)
     assert list(split.stage_layers) == [len(t) for t in theirs]
-    for counts, symbols in zip(stage_kind_counts(model, split.stage_layers), theirs):
+    for counts, symbols in zip(split.stage_kinds, theirs):
         want = {mamba.HYBRID_KINDS["M*-E".index(c)]: symbols.count(c) for c in set(symbols)}
         assert dict(counts) == want
 
@@ -206,3 +205,18 @@ def test_mamba_stack_refuses_vpp():
     fake = SimpleNamespace(config=SimpleNamespace(virtual_pipeline_model_parallel_size=2))
     with pytest.raises(AssertionError, match="virtual/interleaved"):
         MambaStack._select_layers_for_pipeline_parallel(fake, list(P8))
+
+
+def test_stage_kinds_follow_the_chunks_of_a_gpt_split():
+    """PipelineSplit.stage_kinds counts each stage's layers over its virtual chunks: for
+    DeepSeek-V3 under a VPP layout its "moe" counts are stage_moe and its totals stage_layers."""
+    import parastrat as ps
+
+    ds = ps.models.get("deepseek-v3")
+    s = Strategy(tp=2, pp=8, vpp=4, pipeline_layout="Et|(t*2|)*30mL")
+    split = pipeline_split(ds, s)
+    for kinds, n, moe in zip(split.stage_kinds, split.stage_layers, split.stage_moe):
+        assert sum(c for _, c in kinds) == n
+        assert dict(kinds).get("moe", 0) == moe
+    # DeepSeek's three dense layers: layer 0 on stage 0's first chunk, 1 and 2 on stage 1's
+    assert [dict(k).get("dense", 0) for k in split.stage_kinds[:3]] == [1, 2, 0]

@@ -9,7 +9,7 @@ import parastrat as ps
 from parastrat import Strategy
 from parastrat.estimate import comm, mamba
 from parastrat.estimate.flops import model_flops_per_token
-from parastrat.estimate.layers import pipeline_split, stage_kind_counts
+from parastrat.estimate.layers import consecutive_kind_counts, pipeline_split
 from parastrat.estimate.memory import activations
 from parastrat.planner.explain import explain_strategy
 from tests.test_hybrid_model import NANO3, NH8, NH56
@@ -111,7 +111,9 @@ def test_stage_memory_sums_its_kinds():
     mem = ps.estimate_memory(NH8, s, seq_len=8192, global_batch_size=16, micro_batch_size=1)
     every = activations(NH8, 4, True, 1, 1, 1, 8192, "bf16", "selective", True)
     acts = dict(every.kinds)
-    counts = stage_kind_counts(NH8, pipeline_split(NH8, s).stage_layers)
+    split = pipeline_split(NH8, s)
+    counts = split.stage_kinds
+    assert counts == consecutive_kind_counts(NH8, split.stage_layers)
     st1 = mem.stages[1]  # the last stage: one micro-batch in flight, plus the output layer
     layers = sum(n * acts[k] for k, n in counts[1])
     assert st1.activations > layers

@@ -253,7 +253,8 @@ def stage_params(
 ) -> tuple[Block, ...]:
     """What each pipeline stage's rank holds, as one :class:`Block` per stage: its layers and
     the ends ``ends`` places on it (:attr:`PipelineSplit.ends`; None: embedding on the first
-    stage, output, loss and MTP on the last)."""
+    stage, output, loss and MTP on the last); a hybrid's layers by kind, each stage taking
+    consecutive layers (:func:`consecutive_kind_counts`)."""
     p = len(stage_layers)
     ends = ends if ends is not None else _ends_default(model, p)
     if model.is_hybrid:
@@ -282,9 +283,9 @@ def _hybrid_stage_params(
     ends: tuple[StageEnds, ...],
 ) -> tuple[Block, ...]:
     """:func:`stage_params` of a hybrid model: each stage's layers by kind
-    (:func:`stage_kind_counts` of its slice of the pattern) plus its ends."""
+    (:func:`consecutive_kind_counts`: MambaStack has no virtual stages) plus its ends."""
     out: list[Block] = []
-    for counts, end in zip(stage_kind_counts(model, stage_layers), ends):
+    for counts, end in zip(consecutive_kind_counts(model, stage_layers), ends):
         st = EMPTY
         for kind, n in counts:
             st = st + kind_record(model, kind, tp, ep, etp).times(n)
@@ -296,20 +297,24 @@ def _hybrid_stage_params(
     return tuple(out)
 
 
+def kind_counts(model: ModelSpec, ranges: list[range]) -> tuple[tuple[str, int], ...]:
+    """``(kind, layers)`` of every layer kind among the layer indices ``ranges`` (one stage's
+    chunks), in :data:`HYBRID_KINDS` order for a hybrid, "dense" then "moe" for a GPT."""
+    kinds = HYBRID_KINDS if model.is_hybrid else ("dense", "moe")
+    seen = [model.layer_kind(i) for r in ranges for i in r]
+    return tuple((k, seen.count(k)) for k in kinds if seen.count(k))
+
+
 @per_model
-def stage_kind_counts(
+def consecutive_kind_counts(
     model: ModelSpec, stage_layers: tuple[int, ...]
 ) -> tuple[tuple[tuple[str, int], ...], ...]:
-    """Per stage, ``(kind, layers)`` of every kind it holds (:data:`HYBRID_KINDS` order for a
-    hybrid, "dense" then "moe" for a GPT), the stages taking consecutive layers as
-    ``MambaStack._select_layers_for_pipeline_parallel`` slices the pattern (a split without
-    virtual stages: ``MambaStack`` asserts none, rule ``hybrid-vpp``)."""
-    kinds = HYBRID_KINDS if model.is_hybrid else ("dense", "moe")
-    out = []
-    start = 0
+    """:func:`kind_counts` of stages that take consecutive layers (no virtual stages), as
+    ``MambaStack._select_layers_for_pipeline_parallel`` slices a hybrid's pattern: what
+    :func:`stage_params` reads when no :attr:`PipelineSplit.stage_kinds` is given."""
+    out, start = [], 0
     for n in stage_layers:
-        seen = [model.layer_kind(i) for i in range(start, start + n)]
-        out.append(tuple((k, seen.count(k)) for k in kinds if seen.count(k)))
+        out.append(kind_counts(model, [range(start, start + n)]))
         start += n
     return tuple(out)
 
@@ -323,7 +328,8 @@ class PipelineSplit:
     places them (:meth:`Strategy.placements`).
 
     ``stage_layers[j]``: decoder layers held by physical stage ``j`` (all its virtual chunks);
-    ``stage_moe[j]``: how many of them carry routed experts; ``chunk_layers[c]``: decoder
+    ``stage_moe[j]``: how many of them carry routed experts (``stage_kinds[j]``: its layers by
+    kind); ``chunk_layers[c]``: decoder
     layers of model chunk ``c`` (``pp * vpp`` chunks in Megatron's order, chunk ``c`` on
     stage ``c % pp``); ``ends[j]``: the embedding, loss and MTP modules stage ``j`` holds.
     ``how`` is "even", "uneven" (first/last stage counts), "accounted"
@@ -337,6 +343,10 @@ class PipelineSplit:
     how: str
     note: str | None = None
     ends: tuple[StageEnds, ...] = ()
+    #: per stage, ``(kind, layers)`` of every layer kind it holds over all its chunks
+    #: (:func:`kind_counts`: a hybrid's "mamba", "attention", "mlp", "moe"; a GPT's "dense",
+    #: "moe")
+    stage_kinds: tuple[tuple[tuple[str, int], ...], ...] = ()
 
 
 def pipeline_split(model: ModelSpec, strategy: Strategy) -> PipelineSplit:
@@ -368,17 +378,20 @@ def _split(model: ModelSpec, s: Strategy) -> PipelineSplit:
     chunks = [places[r * v + c] for c in range(v) for r in range(p)]  # Megatron's chunk order
     stage = [0] * p
     moe = [0] * p
+    ranges: list[list[range]] = [[] for _ in range(p)]
     start = 0
     for pl in chunks:
         stage[pl.pp_rank] += pl.decoder
         moe[pl.pp_rank] += sum(
             1 for i in range(start, start + pl.decoder) if is_moe_layer(model, i)
         )
+        ranges[pl.pp_rank].append(range(start, start + pl.decoder))
         start += pl.decoder
     ends = tuple(_stage_ends(model, places[r * v : (r + 1) * v]) for r in range(p))
     how, note = _describe(s, stage)
+    kinds = tuple(kind_counts(model, r) for r in ranges)
     return PipelineSplit(
-        tuple(stage), tuple(moe), tuple(pl.decoder for pl in chunks), how, note, ends
+        tuple(stage), tuple(moe), tuple(pl.decoder for pl in chunks), how, note, ends, kinds
     )
 
 

@@ -82,7 +82,6 @@ from .layers import (
     layer_record,
     output_record,
     pipeline_split,
-    stage_kind_counts,
     stage_params,
 )
 from .mamba import mixer_activation_bytes
@@ -629,7 +628,7 @@ class _StageShape:
         in_flight, per_unit = self.in_flight(st)
         if acts.kinds:  # a hybrid stage: its layers by kind (no full recompute: MambaStack)
             per_kind = dict(acts.kinds)
-            counts = stage_kind_counts(self.model, split.stage_layers)[st]
+            counts = split.stage_kinds[st]
             stored = in_flight * per_unit * sum(n * per_kind[k] for k, n in counts)
         elif self.full:
             one_layer = acts.moe if n_moe else acts.dense
@@ -681,7 +680,7 @@ class _StageShape:
         units: list[Block] = []
         if model.is_hybrid:  # a hybrid's units: one per layer kind the stage holds
             split = pipeline_split(model, s)
-            for kind, _ in stage_kind_counts(model, split.stage_layers)[st]:
+            for kind, _ in split.stage_kinds[st]:
                 units.append(kind_record(model, kind, s.tp, s.ep, s.etp))
         elif n_layers - n_moe:
             units.append(layer_record(model, False, s.tp, s.ep, s.etp))

@@ -66,7 +66,6 @@ from .layers import (
     kind_record,
     layer_record,
     pipeline_split,
-    stage_kind_counts,
     stage_params,
 )
 from .mamba import HYBRID_KINDS
@@ -917,7 +916,7 @@ class StepModel:
             split = pipeline_split(model, s)
             shapes: tuple[Any, ...]
             if model.is_hybrid:  # the distinct stages' layer counts by kind
-                shapes = tuple(set(stage_kind_counts(model, split.stage_layers)))
+                shapes = tuple(set(split.stage_kinds))
             else:
                 shapes = tuple(sorted(set(zip(split.stage_layers, split.stage_moe))))
             hit = self._splits[key] = (split, shapes)
@@ -1277,7 +1276,7 @@ class StepModel:
             model, s.tp, s.ep, s.etp, split.stage_layers, split.stage_moe, split.ends
         )
         signatures: dict[tuple[Any, Any, Any], int] = {}
-        kinds = stage_kind_counts(model, split.stage_layers) if model.is_hybrid else None
+        kinds = split.stage_kinds if model.is_hybrid else None
         for j in range(p):
             first: Any = kinds[j] if kinds is not None else split.stage_layers[j]
             sig = (first, split.stage_moe[j], split.ends[j])
@@ -1472,7 +1471,7 @@ class StepModel:
         rest_dense, rest_expert = block.dense_params, block.expert_params
         kinds: Any = ((n_layers - n_moe, False), (n_moe, True))
         if model.is_hybrid:  # a hybrid stage's units: its layers by kind
-            kinds = [(n, k) for k, n in stage_kind_counts(model, split.stage_layers)[j]]
+            kinds = [(n, k) for k, n in split.stage_kinds[j]]
         for n, moe in kinds:
             if n <= 0:
                 continue
