@@ -129,3 +129,15 @@ def test_explain_and_check_work_for_a_hybrid():
     assert "nemotron-h-8b-test" in text and "compute by layer kind" in text
     assert "mamba_scan" in text
     assert "mamba-groups-tp" in {v.rule for v in Strategy(tp=16).check(NH8)}
+
+
+def test_selective_recompute_leaves_the_mixer_alone():
+    """Selective recompute with the ``mlp`` module (as a ``TransformerLayer`` runs it) shrinks
+    the MLP layers' activations to their input and leaves a Mamba layer's (``MambaLayer`` has
+    no recompute path) and an attention layer's (flash attention keeps no scores) as they are."""
+    args = (NH8, 4, True, 1, 1, 1, 8192, "bf16")
+    plain = dict(activations(*args, "none", True).kinds)
+    sel = dict(activations(*args, "selective", True, ("core_attn", "mlp")).kinds)
+    assert sel["mamba"] == plain["mamba"] and sel["attention"] == plain["attention"]
+    assert sel["mlp"] == pytest.approx(2 * 4096 / 4 * 8192)
+    assert sel["mlp"] < plain["mlp"]
