@@ -166,3 +166,23 @@ def test_pattern_helpers_agree():
     """The 8B pattern used here is Bridge's NemotronHModelProvider8B's."""
     assert NH8.hybrid_override_pattern == P8
     assert divisors(NH8.mamba_heads)[-1] == 128
+
+
+@settings(max_examples=8, deadline=None)
+@given(
+    model=st.sampled_from([NH8, NH4, NANO3]),
+    devices=st.sampled_from([8, 16, 32, 64]),
+    seq=st.sampled_from([4096, 8192, 32768]),
+)
+def test_plan_never_proposes_a_refused_strategy(model, devices, seq):
+    """For hybrid shapes, device counts and sequence lengths drawn at random, every strategy
+    plan() ranks passes every rule (the hybrid ones included) and every asserting
+    MambaContextParallel split is absent."""
+    gbs = 4 * devices
+    result = ps.plan(model, ps.Cluster("h100", num_devices=devices), seq_len=seq,
+                     global_batch_size=gbs, top_k=5)  # fmt: skip
+    for c in result.candidates:
+        s = c.strategy
+        assert not _errors(s, model, world_size=devices, seq_len=seq, global_batch_size=gbs)
+        assert c.recompute != "full" and s.vpp == 1
+        assert not _cp_asserts(model, s.tp, s.cp)
