@@ -84,6 +84,7 @@ from .layers import (
     stage_params,
 )
 from .memo import per_model
+from .offload import saved_bytes as offload_saved_bytes
 
 #: CUDA/NPU context + communicator buffers + workspaces, per rank (see the module docstring).
 OTHER_FIXED_BYTES = int(2.5 * GiB)
@@ -588,6 +589,7 @@ class _StageShape:
         self.full = switches.mode == "full"
         self.moe_model = model.is_moe
         self.fixed, self.frag = alloc
+        self.switches = switches  # CPU activation offloading (estimate/offload.py)
 
     def in_flight(self, st: int) -> tuple[int, float]:
         """(micro-batches or model chunks in flight at stage ``st``'s peak, layers' share per
@@ -612,6 +614,7 @@ class _StageShape:
             )
         else:
             stored = in_flight * per_unit * ((n_layers - n_moe) * acts.dense + n_moe * acts.moe)
+        stored -= offload_saved_bytes(self.model, self.s, self.switches, acts)
         if first:
             stored += (min(self.p, self.m) if self.m is not None else self.p) * acts.embedding
         if last:

@@ -67,6 +67,7 @@ from .layers import (
     stage_params,
 )
 from .memo import per_model
+from .offload_step import with_offload
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -1130,7 +1131,8 @@ class StepModel:
             )
         if self._default_turned_tp_overlap_off(s, strides):
             notes.append(self._tp_overlap_off_note())
-        return self._report(step, st, _breakdown(m, st, pp), m, world, mode, notes)
+        rep = self._report(step, st, _breakdown(m, st, pp), m, world, mode, notes)
+        return with_offload(rep, wl, s, self._switches, self._cluster.accel, mbs)
 
     def _tp_overlap_off_note(self) -> str:
         """Why an unset ``tp_comm_overlap`` was priced off (:meth:`Switches.tp_overlap`)."""
