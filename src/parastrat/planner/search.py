@@ -60,6 +60,7 @@ from ..spec.workload import (
 from ..strategy import MEGATRON_ORDER, Strategy, divisors
 from .explain import annotate
 from .heuristics import seed_strategy
+from .offload import try_offload
 from .ranking import KEEP_AT_LEAST, VPP_TIE, tie_ordered
 from .ranking import RANK_TIE as RANK_TIE
 from .ranking import exposure_class as exposure_class
@@ -444,6 +445,8 @@ class Search:
             mem = memory_of(self._workloads[mbs], s, self._switches[mode])
             self.memory_checks += 1
             if not self._fits(mem):
+                if mode == "none":  # CPU activation offloading: another way to fit
+                    try_offload(self, s, mbs, first if i == 0 else None)
                 continue
             if i == 0 and first is not None:
                 rep = first
