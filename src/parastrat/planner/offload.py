@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from ..errors import StrategyError
+from ..errors import StrategyError, UsageError
 from ..estimate.memory import memory_of
 from ..estimate.offload_step import with_offload
 from .result import Candidate
@@ -25,6 +25,20 @@ if TYPE_CHECKING:
     from ..spec.workload import Switches
     from ..strategy import Strategy
     from .search import Search
+
+
+def refuse_offload_pin(switches: Switches) -> None:
+    """UsageError for a plan asked to price every candidate with a fixed offloaded layer
+    count: most candidates could not run it (pp > 1, recompute), and the search already picks
+    the fewest layers that fit for every candidate that can."""
+    k = switches.cpu_offload_layers
+    if k:
+        raise UsageError(
+            f"plan: cpu_offload_layers={k} given, but the plan chooses CPU activation "
+            "offloading itself (the fewest layers that fit, for pp=1 candidates that do not "
+            "fit without recompute); drop cpu_offload_layers, or price one strategy with it "
+            "(parastrat explain / estimate_step)"
+        )
 
 
 def offload_possible(search: Search, s: Strategy) -> bool:
