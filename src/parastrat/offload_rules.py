@@ -111,3 +111,21 @@ def host_violations(
             )
         ]
     return []
+
+
+def applied_violations(model: Any, strategy: Any, run: Any) -> list[Violation]:
+    """:func:`offload_violations` of what ``apply`` is about to write: a Megatron config's
+    ``model`` (its ``num_layers``) and the run settings of a candidate priced with offloading
+    (``run.cpu_offload_layers``; nothing for a bare strategy or without offloading)."""
+    layers = getattr(run, "cpu_offload_layers", None) if run is not None else None
+    if not layers:
+        return []
+    num_layers = getattr(model, "num_layers", None)
+    graphs = run.cuda_graphs if run.cuda_graphs_known and run.cuda_graphs else ()
+    return offload_violations(
+        num_layers if isinstance(num_layers, int) else layers + 1,
+        strategy,
+        layers,
+        run.recompute or "none",
+        graphs,
+    )
