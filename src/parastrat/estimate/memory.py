@@ -433,6 +433,7 @@ def estimate_memory(
     flash_attention: bool | None = None,
     fp8_param_gather: bool | None = None,
     grad_reduce_in_fp32: bool | None = None,
+    cpu_offload_layers: int | None = None,
     other_bytes: float | None = None,
     fragmentation: float | None = None,
     workload: Workload | None = None,
@@ -458,6 +459,7 @@ def estimate_memory(
     ``flash_attention=False`` adds the ``5 a s / h`` score matrices Korthikanti counts (unless
     recompute is selective).  ``other_bytes``/``fragmentation`` override the allowance in
     ``.other`` (defaults :data:`OTHER_FIXED_BYTES`, :data:`FRAGMENTATION`).
+    ``cpu_offload_layers``: CPU activation offloading (:mod:`parastrat.estimate.offload`).
     """
     if model is not None and not isinstance(model, (ModelSpec, Workload)):
         raise SpecError(
@@ -479,6 +481,7 @@ def estimate_memory(
         flash_attention=flash_attention,
         fp8_param_gather=fp8_param_gather,
         grad_reduce_in_fp32=grad_reduce_in_fp32,
+        cpu_offload_layers=cpu_offload_layers,
     )
     return memory_of(wl, strategy, sw, other_bytes=other_bytes, fragmentation=fragmentation)
 

@@ -1470,6 +1470,7 @@ def estimate_step(
     cuda_graphs: Any = None,
     grad_reduce_in_fp32: bool | None = None,
     cross_entropy_fusion: bool | None = None,
+    cpu_offload_layers: int | None = None,
     validate: bool = True,
     workload: Workload | None = None,
 ) -> StepReport:
@@ -1498,7 +1499,8 @@ def estimate_step(
     ``cuda_graphs`` (:func:`cuda_graph_scopes`: None = eager, Megatron Core's default; True =
     the whole iteration; or scopes such as ``"attn,moe_router,moe_preprocess"``), which
     removes the host launch cost of the captured blocks; ``cross_entropy_fusion`` (None: on,
-    off on Ascend: :meth:`~parastrat.spec.workload.Switches.ce_fused`).
+    off on Ascend: :meth:`~parastrat.spec.workload.Switches.ce_fused`); ``cpu_offload_layers``
+    (CPU activation offloading, :mod:`parastrat.estimate.offload`).
     """
     wl, sw = resolve(
         model,
@@ -1520,6 +1522,7 @@ def estimate_step(
         cuda_graphs=cuda_graphs,
         grad_reduce_in_fp32=grad_reduce_in_fp32,
         cross_entropy_fusion=cross_entropy_fusion,
+        cpu_offload_layers=cpu_offload_layers,
     )
     gbs = wl.needs_global_batch("estimate_step")
     world = int(cluster.num_devices)  # a strategy's stated dp must fill it ("dp-world")

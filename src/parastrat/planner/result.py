@@ -60,7 +60,8 @@ class Candidate:
             "memory": self.memory.to_dict(),
             "step": self.step.to_dict(),
             "why": self.why,
-            "cpu_offload_layers": self.switches.cpu_offload_layers if self.switches else 0,
+            # only for a candidate priced with CPU offloading (planner/offload.py)
+            **({"cpu_offload_layers": self._offload} if self._offload else {}),
             "alternatives": [
                 {
                     "strategy": a.strategy.to_dict(),
@@ -72,11 +73,14 @@ class Candidate:
             ],
         }
 
+    @property
+    def _offload(self) -> int:
+        return self.switches.cpu_offload_layers if self.switches else 0
+
     def label(self) -> str:
         """``TP4 PP8(VP5) CP1 DP2 SP mbs1 selective``."""
-        offload = self.switches.cpu_offload_layers if self.switches else 0
         return f"{self.strategy} mbs{self.micro_batch_size} {self.recompute}" + (
-            f" offload{offload}" if offload else ""
+            f" offload{self._offload}" if self._offload else ""
         )
 
 
