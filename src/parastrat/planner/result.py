@@ -61,7 +61,7 @@ class Candidate:
             "step": self.step.to_dict(),
             "why": self.why,
             # only for a candidate priced with CPU offloading (planner/offload.py)
-            **({"cpu_offload_layers": self._offload} if self._offload else {}),
+            **({"cpu_offload_layers": self.cpu_offload_layers} if self.cpu_offload_layers else {}),
             "alternatives": [
                 {
                     "strategy": a.strategy.to_dict(),
@@ -74,13 +74,14 @@ class Candidate:
         }
 
     @property
-    def _offload(self) -> int:
+    def cpu_offload_layers(self) -> int:
+        """Layers priced with CPU activation offloading (0: none; planner/offload.py)."""
         return self.switches.cpu_offload_layers if self.switches else 0
 
     def label(self) -> str:
         """``TP4 PP8(VP5) CP1 DP2 SP mbs1 selective``."""
         return f"{self.strategy} mbs{self.micro_batch_size} {self.recompute}" + (
-            f" offload{self._offload}" if self._offload else ""
+            f" offload{self.cpu_offload_layers}" if self.cpu_offload_layers else ""
         )
 
 
