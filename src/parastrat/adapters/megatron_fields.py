@@ -634,7 +634,9 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
         cuda_graphs_known="cuda_graphs" in switches,
         grad_reduce_in_fp32=switches.get("grad_reduce_in_fp32"),
         cross_entropy_fusion=switches.get("cross_entropy_fusion"),
-        cpu_offload_layers=switches.get("cpu_offload_layers"),
+        cpu_offload_layers=switches.get(
+            "cpu_offload_layers", getattr(obj, "cpu_offload_layers", None)
+        ),
         moe_model=bool(getattr(getattr(plan, "model", None), "num_moe_experts", 0)) or None,
         **_priced_precision(obj, plan, switches),
     )
