@@ -41,6 +41,7 @@ from typing import Any
 
 from .._deps import require
 from ..errors import StrategyError, Violation
+from ..offload_rules import applied_violations
 from ..strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, Strategy
 from .megatron_fields import (
     CONTAINER_SECTIONS,
@@ -463,6 +464,7 @@ def _plan(
     s = as_training(s)
     t = _target(cfg)
     problems = _adapter_violations(t, s)
+    problems += applied_violations(t.model, s, run)  # CPU offloading priced (offload_rules.py)
     if micro_batch_size or global_batch_size:  # explicit sizes are written, as they are checked
         base = run or RunSettings()
         run = replace(

@@ -68,6 +68,8 @@ class RunSettings:
     precision: str | None = None
     fp8_recipe: str | None = None
     fp8_param_gather: bool | None = None  # None: what Bridge's recipe for the precision sets
+    #: CPU activation offloading priced (Switches.cpu_offload_layers; 0 = off)
+    cpu_offload_layers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -540,6 +542,41 @@ RUN_FIELDS: tuple[Field, ...] = (
         when=_knows("cross_entropy_fusion"),
         arg="--cross-entropy-loss-fusion",
     ),
+    # CPU activation offloading priced (estimate/offload.py), as Megatron Bridge's performance
+    # scripts set it (cpu_offloading, cpu_offloading_weights=False, the layer count);
+    # Megatron-LM has one argument, and its validate_args turns cpu_offloading on from it
+    Field(
+        "cpu_offloading",
+        lambda a: bool(_run(a, "cpu_offload_layers")),
+        False,
+        when=_knows("cpu_offload_layers"),
+    ),
+    Field(
+        "cpu_offloading_num_layers",
+        lambda a: _run(a, "cpu_offload_layers"),
+        0,
+        when=_knows("cpu_offload_layers"),
+        arg="--cpu-offloading-num-layers",
+        arg_value=lambda v: v or None,
+    ),
+    Field(
+        "cpu_offloading_activations",
+        lambda a: True,
+        when=lambda a: bool(_run(a, "cpu_offload_layers")),
+    ),
+    Field(
+        "cpu_offloading_weights",
+        lambda a: False,
+        False,
+        when=lambda a: bool(_run(a, "cpu_offload_layers")),
+    ),
+    # Megatron Core asserts it off with cpu_offloading (the module-level mechanism)
+    Field(
+        "fine_grained_activation_offloading",
+        lambda a: False,
+        False,
+        when=lambda a: bool(_run(a, "cpu_offload_layers")),
+    ),
 )
 
 FIELDS: tuple[Field, ...] = STRATEGY_FIELDS + RUN_FIELDS
@@ -598,6 +635,9 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
         cuda_graphs_known="cuda_graphs" in switches,
         grad_reduce_in_fp32=switches.get("grad_reduce_in_fp32"),
         cross_entropy_fusion=switches.get("cross_entropy_fusion"),
+        cpu_offload_layers=switches.get(
+            "cpu_offload_layers", getattr(obj, "cpu_offload_layers", None)
+        ),
         moe_model=bool(getattr(getattr(plan, "model", None), "num_moe_experts", 0)) or None,
         **_priced_precision(obj, plan, switches),
     )

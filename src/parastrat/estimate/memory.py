@@ -86,6 +86,7 @@ from .layers import (
 )
 from .mamba import mixer_activation_bytes
 from .memo import per_model
+from .offload import saved_bytes as offload_saved_bytes
 
 #: CUDA/NPU context + communicator buffers + workspaces, per rank (see the module docstring).
 OTHER_FIXED_BYTES = int(2.5 * GiB)
@@ -449,6 +450,7 @@ def estimate_memory(
     flash_attention: bool | None = None,
     fp8_param_gather: bool | None = None,
     grad_reduce_in_fp32: bool | None = None,
+    cpu_offload_layers: int | None = None,
     other_bytes: float | None = None,
     fragmentation: float | None = None,
     workload: Workload | None = None,
@@ -474,6 +476,7 @@ def estimate_memory(
     ``flash_attention=False`` adds the ``5 a s / h`` score matrices Korthikanti counts (unless
     recompute is selective).  ``other_bytes``/``fragmentation`` override the allowance in
     ``.other`` (defaults :data:`OTHER_FIXED_BYTES`, :data:`FRAGMENTATION`).
+    ``cpu_offload_layers``: CPU activation offloading (:mod:`parastrat.estimate.offload`).
     """
     if model is not None and not isinstance(model, (ModelSpec, Workload)):
         raise SpecError(
@@ -495,6 +498,7 @@ def estimate_memory(
         flash_attention=flash_attention,
         fp8_param_gather=fp8_param_gather,
         grad_reduce_in_fp32=grad_reduce_in_fp32,
+        cpu_offload_layers=cpu_offload_layers,
     )
     return memory_of(wl, strategy, sw, other_bytes=other_bytes, fragmentation=fragmentation)
 
@@ -609,6 +613,7 @@ class _StageShape:
         self.full = switches.mode == "full"
         self.moe_model = model.is_moe
         self.fixed, self.frag = alloc
+        self.switches = switches  # CPU activation offloading (estimate/offload.py)
 
     def in_flight(self, st: int) -> tuple[int, float]:
         """(micro-batches or model chunks in flight at stage ``st``'s peak, layers' share per
@@ -637,6 +642,7 @@ class _StageShape:
             )
         else:
             stored = in_flight * per_unit * ((n_layers - n_moe) * acts.dense + n_moe * acts.moe)
+        stored -= offload_saved_bytes(self.model, self.s, self.switches, acts)
         if first:
             stored += (min(self.p, self.m) if self.m is not None else self.p) * acts.embedding
         if last:

@@ -70,6 +70,7 @@ from .layers import (
 )
 from .mamba import HYBRID_KINDS
 from .memo import per_model
+from .offload_step import with_offload
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -1229,7 +1230,8 @@ class StepModel:
             )
         if self._default_turned_tp_overlap_off(s, strides):
             notes.append(self._tp_overlap_off_note())
-        return self._report(step, st, _breakdown(m, st, pp), m, world, mode, notes)
+        rep = self._report(step, st, _breakdown(m, st, pp), m, world, mode, notes)
+        return with_offload(rep, wl, s, self._switches, self._cluster.accel, mbs)
 
     def _tp_overlap_off_note(self) -> str:
         """Why an unset ``tp_comm_overlap`` was priced off (:meth:`Switches.tp_overlap`)."""
@@ -1579,6 +1581,7 @@ def estimate_step(
     cuda_graphs: Any = None,
     grad_reduce_in_fp32: bool | None = None,
     cross_entropy_fusion: bool | None = None,
+    cpu_offload_layers: int | None = None,
     validate: bool = True,
     workload: Workload | None = None,
 ) -> StepReport:
@@ -1607,7 +1610,8 @@ def estimate_step(
     ``cuda_graphs`` (:func:`cuda_graph_scopes`: None = eager, Megatron Core's default; True =
     the whole iteration; or scopes such as ``"attn,moe_router,moe_preprocess"``), which
     removes the host launch cost of the captured blocks; ``cross_entropy_fusion`` (None: on,
-    off on Ascend: :meth:`~parastrat.spec.workload.Switches.ce_fused`).
+    off on Ascend: :meth:`~parastrat.spec.workload.Switches.ce_fused`); ``cpu_offload_layers``
+    (CPU activation offloading, :mod:`parastrat.estimate.offload`).
     """
     wl, sw = resolve(
         model,
@@ -1629,6 +1633,7 @@ def estimate_step(
         cuda_graphs=cuda_graphs,
         grad_reduce_in_fp32=grad_reduce_in_fp32,
         cross_entropy_fusion=cross_entropy_fusion,
+        cpu_offload_layers=cpu_offload_layers,
     )
     gbs = wl.needs_global_batch("estimate_step")
     world = int(cluster.num_devices)  # a strategy's stated dp must fill it ("dp-world")

@@ -60,6 +60,7 @@ from ..spec.workload import (
 from ..strategy import MEGATRON_ORDER, Strategy, divisors
 from .explain import annotate
 from .heuristics import seed_strategy
+from .offload import refuse_offload_pin, try_offload
 from .ranking import KEEP_AT_LEAST, VPP_TIE, tie_ordered
 from .ranking import RANK_TIE as RANK_TIE
 from .ranking import exposure_class as exposure_class
@@ -447,6 +448,8 @@ class Search:
             mem = memory_of(self._workloads[mbs], s, self._switches[mode])
             self.memory_checks += 1
             if not self._fits(mem):
+                if mode == "none":  # CPU activation offloading: another way to fit
+                    try_offload(self, s, mbs, first if i == 0 else None)
                 continue
             if i == 0 and first is not None:
                 rep = first
@@ -591,6 +594,7 @@ def plan_values(
     space = search if search is not None else SearchSpace(**space_kw)
     wl, sw = resolve(model, workload, switches, who="plan", **options)
     wl.needs_global_batch("plan")
+    refuse_offload_pin(sw)  # the search chooses CPU offloading itself (planner/offload.py)
     pins: tuple[tuple[str, Any, Any], ...] = (
         ("micro_batch_size", space.micro_batch_size, wl.micro_batch_size),
         ("recompute", space.recompute, sw.recompute),
