@@ -260,3 +260,43 @@ def test_plan_refuses_a_pinned_offload_count():
             seq_len=8192,
             global_batch_size=256,
         )
+
+
+def test_hybrid_models_are_refused_offloading_and_never_planned_with_it():
+    """Megatron Core's MambaStack has no CPU-offload context (``megatron/core/ssm/
+    mamba_block.py`` never calls ``get_cpu_offload_context``): offloading a hybrid would move
+    nothing, so it is refused with its rule, and the planner never proposes it."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.find_spec("megatron.core")
+    if spec is None or spec.origin is None:
+        pytest.skip("megatron-core is not installed (the test extra has it)")
+    source = Path(spec.origin).parent / "ssm" / "mamba_block.py"
+    assert "offload" not in source.read_text()
+    from parastrat.spec.model import ModelSpec
+
+    model = ModelSpec(
+        name="hybrid",
+        num_layers=8,
+        hidden_size=1024,
+        num_attention_heads=8,
+        ffn_hidden_size=4096,
+        vocab_size=32000,
+        hybrid_override_pattern="M-M*M-M-",
+        mamba_num_heads=32,
+        mamba_head_dim=64,
+    )
+    cluster = ps.Cluster(accelerator="gb200", num_devices=8)
+    with pytest.raises(ps.StrategyError, match="cpu-offload-hybrid"):
+        ps.estimate_step(
+            model,
+            ps.Strategy(tp=1).with_world_size(8),
+            cluster,
+            ps.Switches(cpu_offload_layers=2, recompute="none"),
+            seq_len=4096,
+            global_batch_size=64,
+            micro_batch_size=1,
+        )
+    plan = ps.plan(model, cluster, seq_len=4096, global_batch_size=64, top_k=5)
+    assert all(c.cpu_offload_layers == 0 for c in plan.candidates)

@@ -26,14 +26,30 @@ GB = 1e9
 
 
 def offload_violations(
-    num_layers: int, strategy: Any, layers: int, recompute: str, cuda_graphs: Any = ()
+    num_layers: int,
+    strategy: Any,
+    layers: int,
+    recompute: str,
+    cuda_graphs: Any = (),
+    hybrid: bool = False,
 ) -> list[Violation]:
     """What Megatron Core refuses about offloading ``layers`` of ``num_layers`` transformer
     layers with ``strategy`` (its ``pp``), the recompute mode priced and the CUDA-graph scopes
-    (empty: eager).  Nothing when ``layers`` is 0."""
+    (empty: eager), for a GPT or (``hybrid``) a Mamba hybrid.  Nothing when ``layers`` is 0."""
     if not layers:
         return []
     out = []
+    if hybrid:
+        out.append(
+            Violation(
+                "cpu-offload-hybrid",
+                f"cpu_offload_layers={layers} on a hybrid (Mamba) model: Megatron Core's "
+                "MambaStack (megatron/core/ssm/mamba_block.py) wraps no layer in the CPU-offload "
+                "context that TransformerBlock uses, so nothing would be offloaded",
+                "use cpu_offload_layers=0 (recompute='selective' or more tensor/context "
+                "parallelism to fit the activations)",
+            )
+        )
     if layers >= num_layers:
         out.append(
             Violation(
@@ -128,4 +144,5 @@ def applied_violations(model: Any, strategy: Any, run: Any) -> list[Violation]:
         layers,
         run.recompute or "none",
         graphs,
+        hybrid=bool(getattr(model, "hybrid_override_pattern", None)),
     )

@@ -66,7 +66,9 @@ def require_offload(model: ModelSpec, strategy: Any, switches: Any, recompute: s
     """The layers ``switches`` offloads (0: off), or StrategyError naming every Megatron rule
     the combination breaks (:func:`parastrat.offload_rules.offload_violations`)."""
     k = int(switches.cpu_offload_layers)
-    errors = offload_violations(model.num_layers, strategy, k, recompute, switches.cuda_graphs)
+    errors = offload_violations(
+        model.num_layers, strategy, k, recompute, switches.cuda_graphs, hybrid=model.is_hybrid
+    )
     if errors:
         raise StrategyError(errors)
     return k

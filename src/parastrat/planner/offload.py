@@ -50,6 +50,7 @@ def offload_possible(search: Search, s: Strategy) -> bool:
         and not sw.cuda_graphs
         and search.cluster.accel.host_link_Bps is not None
         and model.num_layers > 1
+        and not model.is_hybrid  # MambaStack has no offload context (cpu-offload-hybrid)
     )
 
 
