@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import parastrat as ps
@@ -61,7 +62,10 @@ def switches_for(row: dict[str, str], offload: bool) -> ps.Switches:
 
 
 def best_ratio(model, cluster, switches, kw: dict, predicted: float) -> float:
-    """The published layout's predicted throughput over the plan's best (same switches)."""
+    """The published layout's predicted throughput over the plan's best (same switches; the
+    plan chooses CPU offloading itself)."""
+    if getattr(switches, "cpu_offload_layers", 0):
+        switches = replace(switches, cpu_offload_layers=0)
     plan = ps.plan(
         model,
         cluster,

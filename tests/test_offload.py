@@ -300,3 +300,18 @@ def test_hybrid_models_are_refused_offloading_and_never_planned_with_it():
         )
     plan = ps.plan(model, cluster, seq_len=4096, global_batch_size=64, top_k=5)
     assert all(c.cpu_offload_layers == 0 for c in plan.candidates)
+
+
+def test_plan_does_not_propose_offloading_for_moe_models():
+    """The recipes offload dense models only; with experts the dispatcher's buffers and the EP
+    overlap share memory and the copy stream unpriced, so plan() keeps to recompute there."""
+    plan = ps.plan(
+        ps.models.get("deepseek-v3"),
+        ps.Cluster(accelerator="gb200", num_devices=256),
+        seq_len=4096,
+        global_batch_size=4096,
+        precision="mxfp8",
+        top_k=5,
+    )
+    assert plan.candidates
+    assert all(c.cpu_offload_layers == 0 for c in plan.candidates)

@@ -51,6 +51,11 @@ def offload_possible(search: Search, s: Strategy) -> bool:
         and search.cluster.accel.host_link_Bps is not None
         and model.num_layers > 1
         and not model.is_hybrid  # MambaStack has no offload context (cpu-offload-hybrid)
+        # Megatron Bridge's recipes offload dense models only (Llama 3 70B on GB200 / GB300);
+        # with experts the dispatcher's device buffers and the EP overlap would share the
+        # memory and the copy stream, which the offload model does not price: not proposed
+        # (estimate_step still prices it when asked)
+        and not model.is_moe
     )
 
 
