@@ -685,6 +685,9 @@ def from_config(cfg: Any, *, world_size: int | None = None) -> Strategy:
         where = t.place(f)
         if f.read is not None and where is not None and hasattr(where[0], f.name):
             kwargs.update(f.read(getattr(where[0], f.name)))
+    if not _megatron_fsdp_on(t):  # a recipe's sharding strategy is read only under FSDP
+        kwargs.pop("fsdp", None)
+        kwargs.pop("dp_replicate", None)
     m = t.model
     cp = getattr(m, "context_parallel_size", 1) or 1
     kwargs["ulysses"], kwargs["ring"] = _cp_split(m, cp, t.prefix)
@@ -695,6 +698,16 @@ def from_config(cfg: Any, *, world_size: int | None = None) -> Strategy:
         kwargs["vpp"] = None  # the layout sets it
     s = Strategy(**kwargs)
     return s.with_world_size(world_size) if world_size is not None else s
+
+
+def _megatron_fsdp_on(t: _Target) -> bool:
+    """Whether Megatron FSDP is on (``use_megatron_fsdp`` in ``ddp`` or ``dist``): only then
+    does ``ddp.data_parallel_sharding_strategy`` mean anything (Bridge's Nemotron 3 Nano recipe
+    leaves it at "optim_grads_params" with FSDP off)."""
+    sections = [t.sections.get("ddp"), t.sections.get("dist")]
+    if not t.container:
+        sections.append(t.model)
+    return any(getattr(sec, "use_megatron_fsdp", False) is True for sec in sections if sec)
 
 
 def _cp_split(m: Any, cp: int, prefix: str) -> tuple[int, int]:
