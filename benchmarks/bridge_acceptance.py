@@ -475,10 +475,10 @@ def run(row: Row, gpus: int) -> Count:
 
 def as_priced(plan, cand):
     """The candidate as its plan priced it: a one-candidate copy of the plan, so that ``apply``
-    and ``to_overrides`` write the switches the plan was priced with (``plan.step_options``:
-    the MoE dispatcher, overlaps, CUDA graphs), as ``parastrat plan --format torchrun`` prints
-    them.  A bare candidate carries none, and a recipe's own choice would stay (Nemotron 3
-    Nano's recipe selects DeepEP, which Bridge refuses on GB200; the plan priced all-to-all)."""
+    writes the switches the plan was priced with (``plan.step_options``: the MoE dispatcher,
+    overlaps, CUDA graphs), as ``apply(cfg, plan)`` does for the best.  A bare candidate
+    carries none, so a recipe's own choice would stay (Nemotron 3 Nano's recipe selects
+    DeepEP, which Bridge refuses on GB200, where the plan priced all-to-all)."""
     return dataclasses.replace(plan, candidates=[cand])
 
 
@@ -491,7 +491,7 @@ def via_overrides(row: Row, plan, cand, gpus: int, count: Count) -> int:
 
     cfg = container(row.case, row.setting, plan.global_batch_size, own=True)
     try:
-        overrides = mg.to_overrides(as_priced(plan, cand))
+        overrides = mg.to_overrides(cand)  # what `plan --format torchrun` prints for it
         cfg = process_config_with_overrides(cfg, cli_overrides=overrides) or cfg
         start_up(cfg, gpus)
         return 1

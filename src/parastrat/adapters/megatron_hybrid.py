@@ -137,6 +137,8 @@ def _mixer(model: Any) -> None:
     """``MambaMixer.__init__``'s assertions (transcribed), then ``MambaContextParallel``'s
     (run)."""
     hidden, head_dim = model.hidden_size, model.mamba_head_dim
+    if not model.mamba_num_heads:  # d_inner = expand * d_model, expand 2 as Megatron builds it
+        assert (2 * hidden) % head_dim == 0, "d_inner must be evenly divisible by headdim"
     heads = model.mamba_num_heads or 2 * hidden // head_dim
     groups, state = model.mamba_num_groups, model.mamba_state_dim
     tp = int(getattr(model, "tensor_model_parallel_size", 1) or 1)
