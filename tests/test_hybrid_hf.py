@@ -118,3 +118,13 @@ def test_moe_layers_need_experts():
     raw["n_routed_experts"] = 0
     with pytest.raises(SpecError, match="MoE layers"):
         ps.ModelSpec.from_hf_config(raw)
+
+
+@pytest.mark.parametrize(("act", "want"), [("relu2", "squared_relu"), ("silu", "silu")])
+def test_mlp_activation(act, want):
+    """``mlp_hidden_act`` names the ungated MLP's activation (Nemotron-H: relu2, squared
+    ReLU); ``hidden_act`` is only the fallback."""
+    raw = json.loads((DATA / "nemotron-h-8b.json").read_text())
+    raw.update(mlp_hidden_act=act, hidden_act="gelu")
+    m = ps.ModelSpec.from_hf_config(raw)
+    assert (m.activation, m.gated_linear_unit) == (want, False)

@@ -98,6 +98,8 @@ _MLA = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
 #: Llama 4's text model (``model_type`` of its ``text_config``, or of the wrapper).
 _LLAMA4 = ("llama4_text", "llama4")
 _EAGER_ACTIVATIONS = {"relu2": "squared_relu", "squared_relu": "squared_relu"}
+#: ``mlp_hidden_act`` of a hybrid's ungated MLP and experts -> ``ModelSpec.activation``.
+_HYBRID_ACTIVATIONS = {**_EAGER_ACTIVATIONS, "silu": "silu", "gelu": "gelu"}
 #: Hybrid layer kinds as the list form (``layers_block_type``) names them -> pattern symbols.
 _BLOCK_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
 #: Kernel width of Megatron Core's ``MambaMixer`` convolution (``d_conv=4``; neither its
@@ -330,8 +332,8 @@ def _hybrid(
         "gated_linear_unit": False,
     }
     act = cfg.get("mlp_hidden_act", cfg.get("hidden_act"))
-    if isinstance(act, str) and act.lower() in _EAGER_ACTIVATIONS:
-        out["activation"] = _EAGER_ACTIVATIONS[act.lower()]
+    if isinstance(act, str) and act.lower() in _HYBRID_ACTIVATIONS:
+        out["activation"] = _HYBRID_ACTIVATIONS[act.lower()]
     head_dim = cfg.get("head_dim", cfg.get("attention_head_dim"))
     if head_dim is not None:
         out["kv_channels"] = whole("attention_head_dim", head_dim)
