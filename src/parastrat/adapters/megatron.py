@@ -41,6 +41,7 @@ from typing import Any
 
 from .._deps import require
 from ..errors import StrategyError, Violation
+from ..offload_rules import applied_violations
 from ..strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, Strategy
 from .megatron_fields import (
     CONTAINER_SECTIONS,
@@ -354,12 +355,13 @@ def _writes(t: _Target, a: Applied) -> list[_Write]:
     """Every field of the table that applies here, with its old and new value."""
     writes: list[_Write] = []
     missing: list[Violation] = []
+    named: dict[str, Any] = {}  # fields for a mixed_precision given as a recipe name
     for f in FIELDS:
         if not f.when(a):
             continue
         new = f.value(a)
-        if f.sections == ("mixed_precision",) and isinstance(t.sections.get(f.sections[0]), str):
-            writes += _named_precision_write(t, f.name, new)
+        if f.sections[0] == "mixed_precision" and isinstance(t.sections.get(f.sections[0]), str):
+            named[f.name] = new
             continue
         where = t.place(f)
         if where is None or not hasattr(where[0], f.name):
@@ -374,13 +376,13 @@ def _writes(t: _Target, a: Applied) -> list[_Write]:
         writes.append(_Write(obj, f.name, path, getattr(obj, f.name), new))
     if missing:
         raise StrategyError(missing)
-    return writes
+    return writes + (_named_precision_write(t, named) if named else [])
 
 
-def _named_precision_write(t: _Target, name: str, new: Any) -> list[_Write]:
+def _named_precision_write(t: _Target, values: dict[str, Any]) -> list[_Write]:
     """A container whose ``mixed_precision`` is a recipe name ("bf16_mixed"): Bridge resolves
-    it at start-up, so the field is written on the resolved config, which replaces the name
-    (nothing is written when the named recipe already has the value)."""
+    it at start-up, so the fields are written on the resolved config, which replaces the name
+    (nothing is written when the named recipe already has every value)."""
     mp = require("megatron.bridge.training.mixed_precision", "megatron", "a named recipe")
     old = t.sections["mixed_precision"]
     try:
@@ -394,9 +396,10 @@ def _named_precision_write(t: _Target, name: str, new: Any) -> list[_Write]:
                 "MixedPrecisionConfig",
             )
         ) from None
-    if _same(getattr(resolved, name, None), new):
+    if all(_same(getattr(resolved, name, None), new) for name, new in values.items()):
         return []
-    setattr(resolved, name, new)
+    for name, new in values.items():
+        setattr(resolved, name, new)
     return [_Write(t.root, "mixed_precision", "mixed_precision", old, resolved)]
 
 
@@ -515,6 +518,7 @@ def _plan(
     s = as_training(s)
     t = _target(cfg)
     problems = _adapter_violations(t, s)
+    problems += applied_violations(t.model, s, run)  # CPU offloading priced (offload_rules.py)
     if micro_batch_size or global_batch_size:  # explicit sizes are written, as they are checked
         base = run or RunSettings()
         run = replace(

@@ -63,6 +63,13 @@ class RunSettings:
     grad_reduce_in_fp32: bool | None = None
     cross_entropy_fusion: bool | None = None
     moe_model: bool | None = None  # the priced model has experts (known from a plan)
+    #: the linear layers' precision priced ("bf16", "fp8", "mxfp8", "nvfp4") and its
+    #: quantisation recipe (``StepReport.fp8_recipe``: "current", "delayed", "blockwise", ...)
+    precision: str | None = None
+    fp8_recipe: str | None = None
+    fp8_param_gather: bool | None = None  # None: what Bridge's recipe for the precision sets
+    #: CPU activation offloading priced (Switches.cpu_offload_layers; 0 = off)
+    cpu_offload_layers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +107,42 @@ class Field:
     #: Megatron-LM's ``pretrain_gpt.py`` argument (None: none), and the value it takes
     arg: str | None = None
     arg_value: Callable[[Any], Any] | None = None
+
+
+#: Megatron's quantisation settings per priced (precision, recipe), as Megatron Bridge's named
+#: mixed-precision recipes set them (``megatron/bridge/training/mixed_precision.py``:
+#: ``bf16_mixed``, ``bf16_with_fp8_current_scaling_mixed`` (tensorwise),
+#: ``bf16_with_fp8_delayed_scaling_mixed``, ``bf16_with_fp8_subchannel_scaling_mixed``
+#: (blockwise), ``bf16_with_mxfp8_mixed``, ``bf16_with_nvfp4_mixed``): (``fp8`` format,
+#: ``fp8_recipe``, ``fp4`` format, ``fp8_param_gather``).
+Quantisation = tuple[str | None, str | None, str | None, bool]
+PRECISION_SETTINGS: dict[tuple[str, str | None], Quantisation] = {
+    ("fp8", "current"): ("hybrid", "tensorwise", None, True),
+    ("fp8", "delayed"): ("hybrid", "delayed", None, True),
+    ("fp8", "blockwise"): ("hybrid", "blockwise", None, False),
+    ("mxfp8", "mxfp8"): ("e4m3", "mxfp8", None, True),
+    ("nvfp4", "nvfp4"): (None, None, "e2m1", False),
+}
+
+
+def _precision(a: Applied) -> Quantisation | None:
+    """The quantisation settings of the priced precision (None: not known, or BF16 — the
+    planner's default, so a BF16 plan leaves a quantised recipe's precision as it is rather
+    than silently turning its FP8 off)."""
+    run = a.run
+    if run is None or run.precision in (None, "bf16"):
+        return None
+    recipe = run.fp8_recipe
+    if run.precision == "fp8" and recipe is None:
+        recipe = "current"
+    fp8, fp8_recipe, fp4, gather = PRECISION_SETTINGS[(run.precision, recipe)]
+    if run.fp8_param_gather is not None and run.precision in ("fp8", "mxfp8"):
+        gather = run.fp8_param_gather
+    return fp8, fp8_recipe, fp4, gather
+
+
+def _precision_is(test: Callable[[tuple[Any, ...]], bool]) -> Callable[[Applied], bool]:
+    return lambda a: (p := _precision(a)) is not None and test(p)
 
 
 def _run(a: Applied, name: str) -> Any:
@@ -443,12 +486,96 @@ RUN_FIELDS: tuple[Field, ...] = (
         sections=("ddp",),
         arg="--accumulate-allreduce-grads-in-fp32",
     ),
+    # the precision priced, as Bridge's named recipe for it sets the quantisation fields
+    # (Bridge's MixedPrecisionConfig.setup() copies them onto the model at start-up; a bare
+    # Megatron Core config holds them itself); other recipe knobs stay the config's
+    Field(
+        "fp8",
+        lambda a: _precision(a)[0],  # type: ignore[index]
+        None,
+        when=_precision_is(lambda p: True),
+        sections=("mixed_precision", "model"),
+        arg="--fp8-format",
+    ),
+    Field(
+        "fp8_recipe",
+        lambda a: _precision(a)[1],  # type: ignore[index]
+        when=_precision_is(lambda p: p[0] is not None),
+        sections=("mixed_precision", "model"),
+        arg="--fp8-recipe",
+    ),
+    Field(
+        "fp4",
+        lambda a: _precision(a)[2],  # type: ignore[index]
+        None,
+        when=_precision_is(lambda p: True),
+        sections=("mixed_precision", "model"),
+        arg="--fp4-format",
+    ),
+    Field(
+        "fp4_recipe",
+        lambda a: "nvfp4",
+        when=_precision_is(lambda p: p[2] is not None),
+        sections=("mixed_precision", "model"),
+        arg="--fp4-recipe",
+    ),
+    Field(
+        "fp8_param_gather",
+        lambda a: _precision(a)[3],  # type: ignore[index]
+        False,
+        when=_precision_is(lambda p: True),
+        sections=("mixed_precision",),
+        arg="--fp8-param-gather",
+    ),
+    # Bridge's finalize() asserts it with MXFP8 parameter gather (bf16_with_mxfp8_mixed sets it)
+    Field(
+        "reuse_grad_buf_for_mxfp8_param_ag",
+        lambda a: True,
+        False,
+        when=_precision_is(lambda p: p[1] == "mxfp8" and p[3]),
+        sections=("mixed_precision",),
+    ),
     # the loss priced: fused only when the switch was set (None keeps the config's value)
     Field(
         "cross_entropy_loss_fusion",
         lambda a: bool(_run(a, "cross_entropy_fusion")),
         when=_knows("cross_entropy_fusion"),
         arg="--cross-entropy-loss-fusion",
+    ),
+    # CPU activation offloading priced (estimate/offload.py), as Megatron Bridge's performance
+    # scripts set it (cpu_offloading, cpu_offloading_weights=False, the layer count);
+    # Megatron-LM has one argument, and its validate_args turns cpu_offloading on from it
+    Field(
+        "cpu_offloading",
+        lambda a: bool(_run(a, "cpu_offload_layers")),
+        False,
+        when=_knows("cpu_offload_layers"),
+    ),
+    Field(
+        "cpu_offloading_num_layers",
+        lambda a: _run(a, "cpu_offload_layers"),
+        0,
+        when=_knows("cpu_offload_layers"),
+        arg="--cpu-offloading-num-layers",
+        arg_value=lambda v: v or None,
+    ),
+    Field(
+        "cpu_offloading_activations",
+        lambda a: True,
+        when=lambda a: bool(_run(a, "cpu_offload_layers")),
+    ),
+    Field(
+        "cpu_offloading_weights",
+        lambda a: False,
+        False,
+        when=lambda a: bool(_run(a, "cpu_offload_layers")),
+    ),
+    # Megatron Core asserts it off with cpu_offloading (the module-level mechanism)
+    Field(
+        "fine_grained_activation_offloading",
+        lambda a: False,
+        False,
+        when=lambda a: bool(_run(a, "cpu_offload_layers")),
     ),
 )
 
@@ -508,8 +635,30 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
         cuda_graphs_known="cuda_graphs" in switches,
         grad_reduce_in_fp32=switches.get("grad_reduce_in_fp32"),
         cross_entropy_fusion=switches.get("cross_entropy_fusion"),
+        cpu_offload_layers=switches.get(
+            "cpu_offload_layers", getattr(obj, "cpu_offload_layers", None)
+        ),
         moe_model=bool(getattr(getattr(plan, "model", None), "num_moe_experts", 0)) or None,
+        **_priced_precision(obj, plan, switches),
     )
+
+
+def _priced_precision(obj: Any, plan: Any, switches: dict[str, Any]) -> dict[str, Any]:
+    """The precision a candidate's step was priced at (its ``StepReport``), else the plan's;
+    nothing when neither says."""
+    step = getattr(obj, "step", None)
+    precision = getattr(step, "precision", None) or getattr(plan, "precision", None)
+    if not isinstance(precision, str):
+        return {}
+    from ..spec.hardware import canonical_precision, precision_recipe
+
+    canon = canonical_precision(precision)
+    recipe = getattr(step, "fp8_recipe", None) or precision_recipe(precision)
+    return {
+        "precision": canon,
+        "fp8_recipe": recipe if isinstance(recipe, str) else None,
+        "fp8_param_gather": switches.get("fp8_param_gather"),
+    }
 
 
 def _tp_overlap_default(s: Strategy, plan: Any) -> bool:

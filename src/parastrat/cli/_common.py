@@ -314,6 +314,15 @@ def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> No
         help="FP32 gradient buffer and reduce-scatter (Bridge's bf16_mixed; default BF16, as "
         "Megatron Core and Bridge's performance recipes)",
     )
+    g.add_argument(
+        "--cpu-offload-layers",
+        dest="cpu_offload_layers",
+        type=int,
+        default=None,
+        metavar="N",
+        help="CPU activation offloading of N layers (Megatron's cpu_offloading_num_layers; "
+        "needs pp=1 and no recompute; default 0, off)",
+    )
     if not step:
         return
     g.add_argument(

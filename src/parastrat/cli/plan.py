@@ -254,7 +254,7 @@ def _diagnosed(plan_fn, workload, cluster, switches, space, **kwargs: Any):
 
 def torchrun_line(c, cluster, gbs: int, recipe: str) -> str:
     """Environment and a torchrun command that launch the chosen strategy with Bridge."""
-    from ..adapters.megatron import launch_command, launch_env
+    from ..adapters.megatron import launch_command, launch_env, to_overrides
 
     s = c.strategy
     env = launch_env(s, vendor=cluster.accel.vendor, scale_up_domain=cluster.scale_up_domain)
@@ -268,6 +268,8 @@ def torchrun_line(c, cluster, gbs: int, recipe: str) -> str:
         recompute=c.recompute,
         rdzv_endpoint=RDZV_ENDPOINT if cluster.num_nodes > 1 else None,
     )
+    if c.cpu_offload_layers:  # CPU activation offloading priced: its overrides too
+        argv += [o for o in to_overrides(c) if "offloading" in o.split("=")[0]]
     return " ".join(env_words(env)) + " \\\n  " + shell_join(argv)
 
 
@@ -394,7 +396,7 @@ def print_table(result, top) -> None:
             str(i),
             escape(str(c.strategy)),
             str(c.micro_batch_size),
-            c.recompute,
+            c.recompute + (f" + offload {c.cpu_offload_layers}" if c.cpu_offload_layers else ""),
             f"{st.tokens_per_s_per_gpu:,.0f}",
             f"{st.tflops_per_gpu:.0f}",
             f"{st.mfu:.1%}",

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from ..grid import RankGrid, training_grid
 from ..spec.model import ModelSpec
 from .layers import MAIN_GRAD_BYTES
+from .mamba import cp_exchange_elements
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -160,18 +161,26 @@ def _strides(
 # Per layer and micro-batch.
 # ---------------------------------------------------------------------------------------------
 def tp_layer(
-    model: ModelSpec, strategy: Strategy, tokens: float, moe: bool, strides: dict[str, int]
+    model: ModelSpec, strategy: Strategy, tokens: float, moe: bool | str, strides: dict[str, int]
 ) -> list[Collective]:
     """TP (and ETP) collectives of one layer for one micro-batch, forward + backward.
 
-    ``tokens`` is ``b * s / cp`` (the sequence one CP rank holds, before SP sharding).
+    ``tokens`` is ``b * s / cp`` (the sequence one CP rank holds, before SP sharding);
+    ``moe``: a GPT layer's MoE flag, or a hybrid layer's kind (one block: a Mamba mixer,
+    attention or an MLP has one gather/scatter pair, like attention: ``MambaMixer``'s in_proj
+    is column-, out_proj row-parallel; an MoE block has one for its shared experts).
     """
     t = strategy.tp
     out: list[Collective] = []
     full = tokens * model.hidden_size * ACT_BYTES
-    if t > 1:
+    if isinstance(moe, str):  # a hybrid layer's kind
+        shared = bool(model.moe_shared_expert_intermediate_size)
+        pairs = 1 if moe != "moe" else int(shared)
+        moe = moe == "moe"
+    else:
         # blocks that need a gather/scatter pair: attention, dense MLP or shared experts
         pairs = 1 + (1 if (not moe or model.moe_shared_expert_intermediate_size) else 0)
+    if t > 1 and pairs:
         if strategy.sp:
             out.append(Collective("tp", "all_gather", full, t, strides["tp"], 2 * pairs))
             out.append(Collective("tp", "reduce_scatter", full, t, strides["tp"], 2 * pairs))
@@ -202,12 +211,32 @@ def qkvo_width(model: ModelSpec, tp: int) -> float:
     return 2.0 * heads * model.head_dim + kv_width(model, tp)
 
 
+#: All-to-alls ``MambaContextParallel`` runs per mixer forward: z, x, B, C, dt before the scan
+#: and y after it (``pre_conv_ssm`` / ``post_conv_ssm``); the backward runs as many.
+MAMBA_CP_A2A = 6
+
+
 def cp_layer(
-    model: ModelSpec, strategy: Strategy, tokens: float, strides: dict[str, int]
+    model: ModelSpec,
+    strategy: Strategy,
+    tokens: float,
+    strides: dict[str, int],
+    kind: str | None = None,
 ) -> tuple[list[Collective], list[Collective]]:
-    """CP collectives of one layer, one micro-batch: (ring p2p, overlappable; Ulysses a2a)."""
+    """CP collectives of one layer, one micro-batch: (ring p2p, overlappable; Ulysses a2a).
+    ``kind``: a hybrid layer's kind: attention layers run context-parallel attention, Mamba
+    layers ``MambaContextParallel``'s all-to-alls over the whole CP group (exposed: the scan
+    waits for them), MLP and MoE layers none."""
     ring: list[Collective] = []
     a2a: list[Collective] = []
+    if kind == "mamba" and strategy.cp > 1:
+        per_token = cp_exchange_elements(model, strategy.tp, strategy.cp)
+        nbytes = tokens * per_token * ACT_BYTES / MAMBA_CP_A2A  # the mean of the six
+        cp, stride = strategy.cp, strides["cp"]
+        a2a.append(Collective("cp", "all_to_all", nbytes, cp, stride, 2 * MAMBA_CP_A2A))
+        return ring, a2a
+    if kind is not None and kind != "attention":
+        return ring, a2a
     if strategy.ring > 1:
         kv = tokens * kv_width(model, strategy.tp) * ACT_BYTES
         hops = strategy.ring - 1

@@ -32,6 +32,7 @@ from ..spec.model import ModelSpec
 # the recompute vocabulary lives with the switches (re-exported here for its old importers)
 from ..spec.workload import RECOMPUTE_MODES as RECOMPUTE_MODES
 from ..spec.workload import normalize_recompute as normalize_recompute
+from .mamba import bridge_flops_per_token, scan_flops_per_token
 from .memo import per_model
 
 #: How tensor parallelism cuts a matrix: ``col`` splits the output features, ``row`` the input
@@ -39,7 +40,7 @@ from .memo import per_model
 Split = Literal["col", "row", "dup"]
 #: Which block a matrix belongs to; ``expert`` matrices are split by ETP and run per routed
 #: token-expert pair, the others by TP.
-Block = Literal["attn", "mlp", "router", "expert", "shared", "logits", "mtp"]
+Block = Literal["attn", "mlp", "router", "expert", "shared", "logits", "mtp", "mamba"]
 
 
 @dataclass(frozen=True)
@@ -140,8 +141,37 @@ def _mlp_matrices(model: ModelSpec, moe: bool) -> tuple[Matrix, ...]:
 
 
 def layer_matrices(model: ModelSpec, index: int) -> list[Matrix]:
-    """Every weight matrix of transformer layer ``index``."""
+    """Every weight matrix of layer ``index`` (a hybrid's: of its kind alone)."""
+    if model.is_hybrid:
+        return list(kind_matrices(model, model.layer_kind(index)))
     return attention_matrices(model) + mlp_matrices(model, is_moe_layer(model, index))
+
+
+@per_model
+def mamba_matrices(model: ModelSpec) -> tuple[Matrix, ...]:
+    """The Mamba-2 mixer's two GEMMs (``megatron/core/ssm/mamba_mixer.py``): ``in_proj``
+    (column-parallel, ``h -> 2 d_inner + 2 G N + H``) and ``out_proj`` (row-parallel,
+    ``d_inner -> h``)."""
+    h = model.hidden_size
+    return (
+        Matrix("in_proj", h, model.mamba_in_proj_width, "mamba", "col"),
+        Matrix("out_proj", model.mamba_d_inner, h, "mamba", "row"),
+    )
+
+
+@per_model
+def kind_matrices(model: ModelSpec, kind: str) -> tuple[Matrix, ...]:
+    """The weight matrices of one layer of ``kind`` (:meth:`ModelSpec.layer_kind`): a GPT's
+    "dense" / "moe" layer is attention plus its MLP; a hybrid's layers hold one block each."""
+    if kind == "mamba":
+        return mamba_matrices(model)
+    if kind == "attention":
+        return _attention_matrices(model)
+    if kind == "mlp":
+        return _mlp_matrices(model, False)
+    if model.is_hybrid:  # a hybrid's "moe" layer: router and experts alone
+        return _mlp_matrices(model, True)
+    return _attention_matrices(model) + _mlp_matrices(model, kind == "moe")
 
 
 def logits_matrix(model: ModelSpec) -> Matrix:
@@ -175,7 +205,10 @@ def attention_core_flops_per_token(
 
 
 def layer_attention_core_flops_per_token(model: ModelSpec, index: int, seq_len: int) -> float:
-    """:func:`attention_core_flops_per_token` of layer ``index`` (windowed or full)."""
+    """:func:`attention_core_flops_per_token` of layer ``index`` (windowed or full; 0 for a
+    hybrid's layers without attention)."""
+    if model.is_hybrid and model.layer_kind(index) != "attention":
+        return 0.0
     window = model.sliding_window if model.is_window_layer(index) else None
     return attention_core_flops_per_token(model, seq_len, window=window)
 
@@ -183,6 +216,8 @@ def layer_attention_core_flops_per_token(model: ModelSpec, index: int, seq_len: 
 def mean_attention_core_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     """The attention core's forward FLOPs per token averaged over the layers (what one
     "typical" layer costs when windowed and full layers alternate)."""
+    if model.is_hybrid:  # the attention layers' core (what one attention layer costs)
+        return attention_core_flops_per_token(model, seq_len)
     if not model.sliding_window:
         return attention_core_flops_per_token(model, seq_len)
     n = model.num_layers
@@ -190,8 +225,11 @@ def mean_attention_core_flops_per_token(model: ModelSpec, seq_len: int) -> float
 
 
 def layer_forward_flops_per_token(model: ModelSpec, index: int, seq_len: int) -> float:
-    """Forward FLOPs per token of one transformer layer (matrices + attention core)."""
+    """Forward FLOPs per token of one layer (matrices + attention core; a Mamba layer's SSD
+    scan, :func:`~parastrat.estimate.mamba.scan_flops_per_token`)."""
     mats = sum(m.flops_per_token for m in layer_matrices(model, index))
+    if model.is_hybrid and model.layer_kind(index) == "mamba":
+        return mats + scan_flops_per_token(model, seq_len)
     return mats + layer_attention_core_flops_per_token(model, index, seq_len)
 
 
@@ -222,7 +260,12 @@ def forward_flops_per_token(model: ModelSpec, seq_len: int) -> float:
 
 @per_model
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
-    """Training model FLOPs per token: 3 x forward (the MFU convention in the module doc)."""
+    """Training model FLOPs per token: 3 x forward (the MFU convention in the module doc); a
+    hybrid model's by Megatron Bridge's own formula
+    (:func:`~parastrat.estimate.mamba.bridge_flops_per_token`), so that its TFLOPs mean what
+    NVIDIA's published hybrid figures mean."""
+    if model.is_hybrid:
+        return bridge_flops_per_token(model, seq_len)
     return 3.0 * forward_flops_per_token(model, seq_len)
 
 

@@ -7,9 +7,10 @@ memory prefilter all read the same records, so they cannot disagree on a paramet
 optimizer state; the activations per token are in :mod:`parastrat.estimate.memory`, which
 applies them per in-flight micro-batch).
 
-A :class:`Block` is one transformer layer (dense or MoE), the input embedding, the output
-layer with the final norm, or one multi-token-prediction (MTP) module, split by a rank's
-(TP, EP, ETP) degrees:
+A :class:`Block` is one transformer layer (dense or MoE), one layer of a hybrid (Mamba)
+model by kind (:func:`kind_record`: a Mamba-2 mixer, attention, an MLP or an MoE, each one
+pre-normed block), the input embedding, the output layer with the final norm, or one
+multi-token-prediction (MTP) module, split by a rank's (TP, EP, ETP) degrees:
 
 * parameters come from :attr:`ModelSpec.param_breakdown` (projections, biases, QK / latent
   norms, the two pre-norms), split by TP except the replicated MLA down-projections and
@@ -35,7 +36,15 @@ from ..errors import StrategyError
 from ..pipeline_layout import StagePlacement
 from ..spec.model import ModelSpec
 from ..strategy import Strategy
-from .flops import Matrix, attention_matrices, is_moe_layer, logits_matrix, mlp_matrices
+from .flops import (
+    Matrix,
+    attention_matrices,
+    is_moe_layer,
+    kind_matrices,
+    logits_matrix,
+    mlp_matrices,
+)
+from .mamba import HYBRID_KINDS, mixer_params_split
 from .memo import model_memo, per_model
 
 #: Bytes per parameter: bf16 weight, main gradient, fp32 master + Adam m and v.  The main
@@ -135,6 +144,37 @@ def layer_record(model: ModelSpec, moe: bool, tp: int, ep: int = 1, etp: int = 1
 
 
 @per_model
+def kind_record(model: ModelSpec, kind: str, tp: int, ep: int = 1, etp: int = 1) -> Block:
+    """One layer of ``kind`` (:meth:`ModelSpec.layer_kind`) on a rank of the (TP, EP, ETP)
+    grid.  A GPT's "dense" / "moe" layer is :func:`layer_record`; a hybrid's layer is one
+    pre-normed block (its norm whole on every TP rank, fused into the first linear layer):
+
+    * "mamba": the whole mixer split by TP (``MambaMixer``: in_proj column-parallel,
+      out_proj row-parallel, conv1d / dt_bias / A_log / D / gated norm over the local heads);
+    * "attention": the projections split by TP (MLA's down-projections and QK norms whole);
+    * "mlp": FC1 / FC2 split by TP;
+    * "moe": the router whole, shared experts split by TP, routed experts by EP and ETP.
+    """
+    if not model.is_hybrid:
+        return layer_record(model, kind == "moe", tp, ep, etp)
+    p = model.param_breakdown
+    norm = p["layer_norms"]
+    mats = kind_matrices(model, kind)
+    if kind == "mamba":
+        params, linear = mixer_params_split(model)
+        return Block("mamba", params / tp + norm, 0.0, linear / tp, mats)
+    if kind == "attention":
+        rep = p["attention_replicated"]
+        dense = (p["attention"] - rep) / tp + rep + norm
+        return Block("attention", dense, 0.0, p["attention"] / tp, mats)
+    if kind == "mlp":
+        return Block("mlp", p["dense_mlp"] / tp + norm, 0.0, p["dense_mlp"] / tp, mats)
+    experts = max(model.num_experts // ep, 1) * p["expert"] / etp
+    dense = p["shared_expert"] / tp + p["router"] + norm
+    return Block("moe", dense, experts, p["shared_expert"] / tp + experts, mats)
+
+
+@per_model
 def embedding_record(model: ModelSpec, tp: int) -> Block:
     """The input embedding (padded vocabulary split by TP, learned positions whole)."""
     h = model.hidden_size
@@ -213,9 +253,12 @@ def stage_params(
 ) -> tuple[Block, ...]:
     """What each pipeline stage's rank holds, as one :class:`Block` per stage: its layers and
     the ends ``ends`` places on it (:attr:`PipelineSplit.ends`; None: embedding on the first
-    stage, output, loss and MTP on the last)."""
+    stage, output, loss and MTP on the last); a hybrid's layers by kind, each stage taking
+    consecutive layers (:func:`consecutive_kind_counts`)."""
     p = len(stage_layers)
     ends = ends if ends is not None else _ends_default(model, p)
+    if model.is_hybrid:
+        return _hybrid_stage_params(model, tp, ep, etp, stage_layers, ends)
     dense = layer_record(model, False, tp, ep, etp)
     moe = layer_record(model, True, tp, ep, etp) if model.is_moe else EMPTY
     out: list[Block] = []
@@ -231,6 +274,51 @@ def stage_params(
     return tuple(out)
 
 
+def _hybrid_stage_params(
+    model: ModelSpec,
+    tp: int,
+    ep: int,
+    etp: int,
+    stage_layers: tuple[int, ...],
+    ends: tuple[StageEnds, ...],
+) -> tuple[Block, ...]:
+    """:func:`stage_params` of a hybrid model: each stage's layers by kind
+    (:func:`consecutive_kind_counts`: MambaStack has no virtual stages) plus its ends."""
+    out: list[Block] = []
+    for counts, end in zip(consecutive_kind_counts(model, stage_layers), ends):
+        st = EMPTY
+        for kind, n in counts:
+            st = st + kind_record(model, kind, tp, ep, etp).times(n)
+        if end.embedding_copies:
+            st = st + embedding_record(model, tp).times(end.embedding_copies)
+        if end.loss:
+            st = st + output_record(model, tp, end.output_weights)
+        out.append(Block("stage", st.dense_params, st.expert_params, st.linear_params))
+    return tuple(out)
+
+
+def kind_counts(model: ModelSpec, ranges: list[range]) -> tuple[tuple[str, int], ...]:
+    """``(kind, layers)`` of every layer kind among the layer indices ``ranges`` (one stage's
+    chunks), in :data:`HYBRID_KINDS` order for a hybrid, "dense" then "moe" for a GPT."""
+    kinds = HYBRID_KINDS if model.is_hybrid else ("dense", "moe")
+    seen = [model.layer_kind(i) for r in ranges for i in r]
+    return tuple((k, seen.count(k)) for k in kinds if seen.count(k))
+
+
+@per_model
+def consecutive_kind_counts(
+    model: ModelSpec, stage_layers: tuple[int, ...]
+) -> tuple[tuple[tuple[str, int], ...], ...]:
+    """:func:`kind_counts` of stages that take consecutive layers (no virtual stages), as
+    ``MambaStack._select_layers_for_pipeline_parallel`` slices a hybrid's pattern: what
+    :func:`stage_params` reads when no :attr:`PipelineSplit.stage_kinds` is given."""
+    out, start = [], 0
+    for n in stage_layers:
+        out.append(kind_counts(model, [range(start, start + n)]))
+        start += n
+    return tuple(out)
+
+
 # ---------------------------------------------------------------------------------------------
 # Where the layers sit: the pipeline split, shared by memory, step and the planner
 # ---------------------------------------------------------------------------------------------
@@ -240,7 +328,8 @@ class PipelineSplit:
     places them (:meth:`Strategy.placements`).
 
     ``stage_layers[j]``: decoder layers held by physical stage ``j`` (all its virtual chunks);
-    ``stage_moe[j]``: how many of them carry routed experts; ``chunk_layers[c]``: decoder
+    ``stage_moe[j]``: how many of them carry routed experts (``stage_kinds[j]``: its layers by
+    kind); ``chunk_layers[c]``: decoder
     layers of model chunk ``c`` (``pp * vpp`` chunks in Megatron's order, chunk ``c`` on
     stage ``c % pp``); ``ends[j]``: the embedding, loss and MTP modules stage ``j`` holds.
     ``how`` is "even", "uneven" (first/last stage counts), "accounted"
@@ -254,6 +343,10 @@ class PipelineSplit:
     how: str
     note: str | None = None
     ends: tuple[StageEnds, ...] = ()
+    #: per stage, ``(kind, layers)`` of every layer kind it holds over all its chunks
+    #: (:func:`kind_counts`: a hybrid's "mamba", "attention", "mlp", "moe"; a GPT's "dense",
+    #: "moe")
+    stage_kinds: tuple[tuple[tuple[str, int], ...], ...] = ()
 
 
 def pipeline_split(model: ModelSpec, strategy: Strategy) -> PipelineSplit:
@@ -285,17 +378,20 @@ def _split(model: ModelSpec, s: Strategy) -> PipelineSplit:
     chunks = [places[r * v + c] for c in range(v) for r in range(p)]  # Megatron's chunk order
     stage = [0] * p
     moe = [0] * p
+    ranges: list[list[range]] = [[] for _ in range(p)]
     start = 0
     for pl in chunks:
         stage[pl.pp_rank] += pl.decoder
         moe[pl.pp_rank] += sum(
             1 for i in range(start, start + pl.decoder) if is_moe_layer(model, i)
         )
+        ranges[pl.pp_rank].append(range(start, start + pl.decoder))
         start += pl.decoder
     ends = tuple(_stage_ends(model, places[r * v : (r + 1) * v]) for r in range(p))
     how, note = _describe(s, stage)
+    kinds = tuple(kind_counts(model, r) for r in ranges)
     return PipelineSplit(
-        tuple(stage), tuple(moe), tuple(pl.decoder for pl in chunks), how, note, ends
+        tuple(stage), tuple(moe), tuple(pl.decoder for pl in chunks), how, note, ends, kinds
     )
 
 

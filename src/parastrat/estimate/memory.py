@@ -59,7 +59,7 @@ from typing import Any, cast
 
 from .._deps import require
 from ..errors import SpecError, StrategyError
-from ..rules import batch_violations
+from ..rules import batch_violations, hybrid_workload_violations
 from ..spec.hardware import Accelerator, GiB
 from ..spec.hardware import get as get_accelerator
 from ..spec.hardware import names as accelerator_names
@@ -78,12 +78,15 @@ from .layers import (
     PipelineSplit,
     embedding_record,
     fp8_extra_bytes,
+    kind_record,
     layer_record,
     output_record,
     pipeline_split,
     stage_params,
 )
+from .mamba import mixer_activation_bytes
 from .memo import per_model
+from .offload import saved_bytes as offload_saved_bytes
 
 #: CUDA/NPU context + communicator buffers + workspaces, per rank (see the module docstring).
 OTHER_FIXED_BYTES = int(2.5 * GiB)
@@ -323,6 +326,9 @@ class Activations:
     logits: float
     embedding: float
     hidden: float
+    #: a hybrid model: ``(kind, bytes)`` of one layer of each kind ("mamba", "attention",
+    #: "mlp", "moe"); empty for a GPT
+    kinds: tuple[tuple[str, float], ...] = ()
 
 
 @per_model
@@ -370,6 +376,17 @@ def activations(
         experts = gathered * (lin * h + (mats_in + fc2_in) * fe / etp + 4.0)
         act_moe = (attn * tokens) + moe_tok * tokens + experts
     logits = 4.0 * model.padded_vocab_size(tp) / tp * tokens  # fp32 vocab-parallel softmax
+    kinds: tuple[tuple[str, float], ...] = ()
+    if model.is_hybrid:  # one block per layer: each kind's own tensors
+        rep = (2 * h + lin * h + mask) / rep_div  # the pre-norm's input and output, the mask
+        per_tok = {
+            "mamba": rep + mixer_activation_bytes(model, tp, cp, lin),
+            "attention": attn,
+            "mlp": dense_mlp,
+        }
+        kinds = tuple((k, v * tokens) for k, v in per_tok.items())
+        if model.is_moe:  # a hybrid MoE layer: routed and shared experts, no attention
+            kinds += (("moe", act_moe - attn * tokens),)
     return Activations(
         dense=(attn + dense_mlp) * tokens,
         moe=act_moe,
@@ -378,6 +395,7 @@ def activations(
         logits=logits,
         embedding=tokens * (8.0 + (h / rep_div if model.hidden_dropout > 0 else 0.0)),
         hidden=h / rep_div * tokens,
+        kinds=kinds,
     )
 
 
@@ -432,6 +450,7 @@ def estimate_memory(
     flash_attention: bool | None = None,
     fp8_param_gather: bool | None = None,
     grad_reduce_in_fp32: bool | None = None,
+    cpu_offload_layers: int | None = None,
     other_bytes: float | None = None,
     fragmentation: float | None = None,
     workload: Workload | None = None,
@@ -457,6 +476,7 @@ def estimate_memory(
     ``flash_attention=False`` adds the ``5 a s / h`` score matrices Korthikanti counts (unless
     recompute is selective).  ``other_bytes``/``fragmentation`` override the allowance in
     ``.other`` (defaults :data:`OTHER_FIXED_BYTES`, :data:`FRAGMENTATION`).
+    ``cpu_offload_layers``: CPU activation offloading (:mod:`parastrat.estimate.offload`).
     """
     if model is not None and not isinstance(model, (ModelSpec, Workload)):
         raise SpecError(
@@ -478,6 +498,7 @@ def estimate_memory(
         flash_attention=flash_attention,
         fp8_param_gather=fp8_param_gather,
         grad_reduce_in_fp32=grad_reduce_in_fp32,
+        cpu_offload_layers=cpu_offload_layers,
     )
     return memory_of(wl, strategy, sw, other_bytes=other_bytes, fragmentation=fragmentation)
 
@@ -501,6 +522,10 @@ def memory_of(
         )
     m = _microbatches(workload, s, notes)
     mode = switches.mode
+    if model.is_hybrid:  # what Megatron Core refuses for a hybrid (FP8 width, full recompute)
+        bad = hybrid_workload_violations(model, workload.precision, mode)
+        if bad:
+            raise StrategyError(bad)
     acts = activations(
         model,
         s.tp,
@@ -588,6 +613,7 @@ class _StageShape:
         self.full = switches.mode == "full"
         self.moe_model = model.is_moe
         self.fixed, self.frag = alloc
+        self.switches = switches  # CPU activation offloading (estimate/offload.py)
 
     def in_flight(self, st: int) -> tuple[int, float]:
         """(micro-batches or model chunks in flight at stage ``st``'s peak, layers' share per
@@ -605,13 +631,18 @@ class _StageShape:
         ends = split.ends[st]  # where the layout puts the embedding, loss and MTP modules
         first, last = ends.embedding, ends.loss
         in_flight, per_unit = self.in_flight(st)
-        if self.full:
+        if acts.kinds:  # a hybrid stage: its layers by kind (no full recompute: MambaStack)
+            per_kind = dict(acts.kinds)
+            counts = split.stage_kinds[st]
+            stored = in_flight * per_unit * sum(n * per_kind[k] for k, n in counts)
+        elif self.full:
             one_layer = acts.moe if n_moe else acts.dense
             stored = in_flight * per_unit * n_layers * acts.layer_input + (
                 one_layer if n_layers else 0.0
             )
         else:
             stored = in_flight * per_unit * ((n_layers - n_moe) * acts.dense + n_moe * acts.moe)
+        stored -= offload_saved_bytes(self.model, self.s, self.switches, acts)
         if first:
             stored += (min(self.p, self.m) if self.m is not None else self.p) * acts.embedding
         if last:
@@ -628,7 +659,7 @@ class _StageShape:
             weights=kept[0],
             gradients=kept[1],
             optimizer=kept[2],
-            working=self.working(n_layers, n_moe, first, last),
+            working=self.working(n_layers, n_moe, first, last, st),
             activations=stored,
             other=self.fixed + self.frag * stored,
             in_flight=in_flight,
@@ -646,16 +677,20 @@ class _StageShape:
         shards = (self.sh.level, self.dense_shard, self.expert_shard)
         return _kept(self.model, *counts, *shards, *self.bytes_of)
 
-    def working(self, n_layers: int, n_moe: int, first: bool, last: bool) -> float:
+    def working(self, n_layers: int, n_moe: int, first: bool, last: bool, st: int = 0) -> float:
         """Unsharded bytes of the FSDP units in flight on a stage: its largest unit (a layer,
         the embedding or the output layer), :func:`~parastrat.estimate.fsdp.fsdp_working_set`."""
         if self.sh.rank < 2:
             return 0.0
         model, s = self.model, self.s
         units: list[Block] = []
-        if n_layers - n_moe:
+        if model.is_hybrid:  # a hybrid's units: one per layer kind the stage holds
+            split = pipeline_split(model, s)
+            for kind, _ in split.stage_kinds[st]:
+                units.append(kind_record(model, kind, s.tp, s.ep, s.etp))
+        elif n_layers - n_moe:
             units.append(layer_record(model, False, s.tp, s.ep, s.etp))
-        if n_moe:
+        if n_moe and not model.is_hybrid:
             units.append(layer_record(model, True, s.tp, s.ep, s.etp))
         if first:
             units.append(embedding_record(model, s.tp))

@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StrategyError, UsageError
 from ..grid import expert_dp
+from ..rules import hybrid_workload_violations
 from ..spec.hardware import QUANTISED, Accelerator, require_dispatcher, require_precision
 from ..spec.model import ModelSpec
 from ..spec.workload import CUDA_GRAPH_SCOPES as CUDA_GRAPH_SCOPES
@@ -46,7 +47,7 @@ from ..spec.workload import (
 )
 from ..spec.workload import cuda_graph_scopes as cuda_graph_scopes
 from ..spec.workload import moe_dispatcher as _moe_dispatcher
-from . import comm, kernel_model, memo, moe_kernels  # kernels: shape model, expert load
+from . import comm, hybrid_cost, kernel_model, memo, moe_kernels  # kernels: shape, expert load
 from . import fp8 as fp8_overheads  # kernels: FP8 recipe overheads
 from .efficiency import KernelProfile, attention_time, gemm_time, host_op_time, memory_time
 from .efficiency import profile as kernel_profile
@@ -62,11 +63,14 @@ from .flops import (
 from .fsdp import ByteSizes, ShardGroups, Sharding, fsdp_layer_comm
 from .layers import PipelineSplit as PipelineSplit
 from .layers import (
+    kind_record,
     layer_record,
     pipeline_split,
     stage_params,
 )
+from .mamba import HYBRID_KINDS
 from .memo import per_model
+from .offload_step import with_offload
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -162,11 +166,17 @@ FP8_CAST_OPS = {"current": 2, "delayed": 1, "blockwise": 1, "mxfp8": 1, "nvfp4":
 #: Backward host operations per forward operation: autograd issues dgrad + wgrad for every
 #: GEMM and one or two kernels per element-wise op.
 HOST_BWD_RATIO = 2.0
+#: Host operations of a Mamba-2 mixer forward beyond its norm, GEMMs and residual: ``scan``
+#: the kernels ``mamba_split_conv1d_scan_combined`` launches (causal conv1d, chunk cumsum,
+#: chunk state, state passing, C B^T, chunk scan: mamba-ssm ``ssd_combined.py``) and the
+#: rearranges around it (two ``contiguous`` copies in ``MambaMixer._ssm_training``);
+#: ``cp_a2a`` the all-to-alls of ``MambaContextParallel`` (six) with CP.
+MAMBA_HOST_OPS = {"scan": 8, "cp_a2a": 6}
 
 
 def host_ops(
     model: ModelSpec,
-    moe: bool,
+    moe: bool | str,
     s: Strategy,
     precision: str,
     graphs: frozenset[str] = frozenset(),
@@ -175,12 +185,14 @@ def host_ops(
 ) -> tuple[float, int]:
     """(forward host operations, host-device syncs) of one layer and micro-batch.
 
-    Counts :data:`HOST_OPS` over the blocks of the layer; a block inside a CUDA-graph scope
-    counts as one graph launch.  The syncs: Megatron's dispatchers copy the tokens-per-expert
-    counts to the host (all-to-all split sizes, TE GroupedLinear's ``m_splits``) once per MoE
-    layer in the forward pass, unless the whole MoE block is graphed (``moe`` /
-    ``full_iteration`` with padded expert shapes); a clamped activation copies its offset to
-    the device, one more (:func:`~parastrat.estimate.moe_kernels.activation_syncs`).
+    ``moe``: a GPT layer's MoE flag, or a hybrid layer's kind (its one block alone; a Mamba
+    mixer: :data:`MAMBA_HOST_OPS`).  Counts :data:`HOST_OPS` over the blocks of the layer; a
+    block inside a CUDA-graph scope counts as one graph launch.  The syncs: Megatron's
+    dispatchers copy the tokens-per-expert counts to the host (all-to-all split sizes, TE
+    GroupedLinear's ``m_splits``) once per MoE layer in the forward pass, unless the whole MoE
+    block is graphed (``moe`` / ``full_iteration`` with padded expert shapes); a clamped
+    activation copies its offset to the device, one more
+    (:func:`~parastrat.estimate.moe_kernels.activation_syncs`).
     ``mech``: the kernel mechanisms (per-expert FP8 quantisation and padding launches, the
     expert-bias loop, the clamped activation); ``fp8_recipe``: the workload's
     (:data:`FP8_CAST_OPS`).  Memoised on everything it reads.
@@ -193,7 +205,7 @@ def host_ops(
 @per_model
 def _host_ops(
     model: ModelSpec,
-    moe: bool,
+    moe: bool | str,
     tp: int,
     ep: int,
     etp: int,
@@ -213,6 +225,14 @@ def _host_ops(
     def gemms(mats: list[Matrix], per_matrix: int = 1) -> float:
         return len(mats) * per_matrix * (ops["gemm"] + cast)
 
+    kind = moe if isinstance(moe, str) else None
+    if kind == "mamba":
+        a2a = MAMBA_HOST_OPS["cp_a2a"] * ops["collective"] if ring * ulysses > 1 else 0
+        in_out_proj = 2 * (ops["gemm"] + cast)
+        mixer = 2 * ops["norm"] + in_out_proj + MAMBA_HOST_OPS["scan"]
+        return (1.0 if "mamba" in graphs else mixer + ops["residual"] + tp_coll + a2a), 0
+    moe = kind == "moe" if kind is not None else bool(moe)
+
     attn_mats = attention_matrices(model)
     norms = 2 if (model.qk_layernorm or model.multi_latent_attention) else 0
     attn = (
@@ -227,6 +247,10 @@ def _host_ops(
     )
     if "attn" in graphs:
         attn = 1.0
+    if kind == "attention":
+        return attn, 0
+    if kind is not None:  # a hybrid's MLP or MoE layer holds no attention
+        attn = 0.0
     mlp_mats = mlp_matrices(model, moe)
     if not moe:
         act = ops["act"] + (EAGER_ACT_EXTRA_OPS if mech.eager_act and model.eager_activation else 0)
@@ -333,6 +357,10 @@ class StepReport:
     #: the quantisation recipe priced (``Workload.fp8_recipe``: "current", "delayed",
     #: "blockwise", "mxfp8", "nvfp4"; None for BF16)
     fp8_recipe: str | None = None
+    #: a hybrid model: compute seconds per step of the slowest stage's layers by kind
+    #: ("mamba", "attention", "mlp", "moe"; "mamba_scan": the part of "mamba" that is the SSD
+    #: scan and causal convolution); empty for a GPT
+    kinds: dict[str, float] = field(default_factory=dict)
 
     @property
     def exposed_comm_s(self) -> float:
@@ -361,6 +389,7 @@ class StepReport:
             "stage": self.stage,
             "stage_params": self.stage_params,
             "stage_expert_params": self.stage_expert_params,
+            "kinds": dict(self.kinds),
         }
 
 
@@ -387,6 +416,9 @@ class LayerCost:
     #: forward seconds the "selective" recompute mode re-runs in backward
     #: (:attr:`~parastrat.spec.workload.Mechanisms.recompute_modules`, :func:`_selective_fwd`)
     selective: float = 0.0
+    #: a hybrid's Mamba layer: seconds (forward + backward) of its SSD scan and causal
+    #: convolution, part of ``attn_fwd`` / ``attn_bwd`` (the layer's core)
+    scan: float = 0.0
 
     @property
     def fwd(self) -> float:
@@ -466,45 +498,25 @@ def _matrix_times(
     return fwd, bwd, cast
 
 
-def layer_cost(
+def gemm_sums(
     model: ModelSpec,
     accel: Accelerator,
-    precision: str,
-    moe: bool,
+    prof: KernelProfile,
+    mats: Iterable[Matrix],
     tokens: float,
-    seq_len: int,
-    tp: int,
-    cp: int,
-    sp: bool,
-    ep: int,
-    etp: int,
-    flash_attention: bool = True,
-    mech: Mechanisms = ALL_MECHANISMS,
-    fp8_recipe: str | None = None,
-    matrices: dict[tuple, tuple[float, ...]] | None = None,
-) -> LayerCost:
-    """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp
-    with the kernel mechanisms ``mech`` and the quantisation recipe ``fp8_recipe`` (None:
-    the precision's default; uncached: :class:`StepModel` memoises it per workload and
-    switches).  ``matrices``: a memo of the times of matrices outside the routed experts,
-    which read no expert degree, and of the attention core (only for this model,
-    accelerator, precision and ``mech``)."""
-    prof = kernel_profile(accel)
-    fp8 = precision in QUANTISED and accel.supports(precision)
-    prec = precision if fp8 else "bf16"
-    load = (  # kernels: the slowest EP rank's routed tokens
-        moe_kernels.expert_load(
-            model, tokens, tp, ep, etp, mech.balance, mech.capacity_factor, mech.imbalance
-        )
-        if moe
-        else None
-    )
-    expert_m = load.per_expert if (load is not None and mech.imbalance) else None
-    mats = attention_matrices(model) + mlp_matrices(model, moe)
+    shape: tuple[int, bool, int, int],
+    prec: str,
+    mech: Mechanisms,
+    expert_m: float | None,
+    memo: dict[tuple, tuple[float, ...]],
+) -> tuple[float, float, float, float, float, float, dict[str, float]]:
+    """(forward s, backward s, FP8-cast elements, MLP-block forward s, MLP-block backward s,
+    shared-expert s, forward s by matrix name) of ``mats`` for one micro-batch on a rank of
+    ``shape`` = (TP, SP, EP, ETP); ``memo`` keeps the matrices outside the routed experts."""
+    tp, sp, ep, etp = shape
     g_fwd = g_bwd = cast = 0.0
     mlp_f = mlp_b = shared = 0.0
     fwd_of: dict[str, float] = {}
-    memo = {} if matrices is None else matrices
     for mat in mats:
         key = (mat, tokens, tp, sp, expert_m is not None)  # what a non-expert matrix reads
         times = memo.get(key) if mat.block != "expert" else None
@@ -526,6 +538,55 @@ def layer_cost(
             mlp_b += b
         if mat.block == "shared":
             shared += f + b
+    return g_fwd, g_bwd, cast, mlp_f, mlp_b, shared, fwd_of
+
+
+def layer_cost(
+    model: ModelSpec,
+    accel: Accelerator,
+    precision: str,
+    moe: bool | str,
+    tokens: float,
+    seq_len: int,
+    tp: int,
+    cp: int,
+    sp: bool,
+    ep: int,
+    etp: int,
+    flash_attention: bool = True,
+    mech: Mechanisms = ALL_MECHANISMS,
+    fp8_recipe: str | None = None,
+    matrices: dict[tuple, tuple[float, ...]] | None = None,
+) -> LayerCost:
+    """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp
+    with the kernel mechanisms ``mech`` and the quantisation recipe ``fp8_recipe`` (None:
+    the precision's default; uncached: :class:`StepModel` memoises it per workload and
+    switches).  ``matrices``: a memo of the times of matrices outside the routed experts,
+    which read no expert degree, and of the attention core (only for this model,
+    accelerator, precision and ``mech``).  ``moe``: a GPT layer's MoE flag, or a hybrid
+    layer's kind (:func:`~parastrat.estimate.hybrid_cost.hybrid_layer_cost`)."""
+    if isinstance(moe, str):
+        return hybrid_cost.hybrid_layer_cost(
+            model, accel, precision, moe, tokens, seq_len, (tp, cp, sp, ep, etp),
+            flash_attention, mech, fp8_recipe, matrices,
+        )  # fmt: skip
+    prof = kernel_profile(accel)
+    fp8 = precision in QUANTISED and accel.supports(precision)
+    prec = precision if fp8 else "bf16"
+    load = (  # kernels: the slowest EP rank's routed tokens
+        moe_kernels.expert_load(
+            model, tokens, tp, ep, etp, mech.balance, mech.capacity_factor, mech.imbalance
+        )
+        if moe
+        else None
+    )
+    expert_m = load.per_expert if (load is not None and mech.imbalance) else None
+    mats = attention_matrices(model) + mlp_matrices(model, moe)
+    memo = {} if matrices is None else matrices
+    shape = (tp, sp, ep, etp)
+    g_fwd, g_bwd, cast, mlp_f, mlp_b, shared, fwd_of = gemm_sums(
+        model, accel, prof, mats, tokens, shape, prec, mech, expert_m, memo
+    )
     h = model.hidden_size
     core = ("attention", tokens, seq_len, tp, cp, flash_attention)  # what the core reads
     attn = memo.get(core)
@@ -807,7 +868,8 @@ class StepModel:
         self._per: dict[tuple, tuple[dict[str, float], LayerCost]] = {}
         self._dp: dict[tuple, tuple[float, float, float]] = {}
         self._layer_bounds: dict[tuple, tuple[float, float]] = {}
-        self._splits: dict[tuple, tuple[PipelineSplit, tuple[tuple[int, int], ...]]] = {}
+        self._kind_bounds: dict[tuple, dict[str, float]] = {}
+        self._splits: dict[tuple, tuple[PipelineSplit, tuple[Any, ...]]] = {}
         #: the same switches with TP overlap asked for (the default-off note compares the two)
         self._overlap_asked = replace(switches, tp_comm_overlap=True)
 
@@ -837,8 +899,9 @@ class StepModel:
         """:func:`pipeline_split` of this workload's model, memoised on the split's fields."""
         return self._split_shapes(s)[0]
 
-    def _split_shapes(self, s: Strategy) -> tuple[PipelineSplit, tuple[tuple[int, int], ...]]:
-        """:meth:`split` and its distinct stage shapes (layers, MoE layers), memoised."""
+    def _split_shapes(self, s: Strategy) -> tuple[PipelineSplit, tuple[Any, ...]]:
+        """:meth:`split` and its distinct stage shapes (layers, MoE layers; a hybrid's
+        ``(kind, layers)`` pairs), memoised."""
         key = (
             s.pp,
             s.vpp,
@@ -850,16 +913,23 @@ class StepModel:
         )
         hit = self._splits.get(key)
         if hit is None:
-            split = pipeline_split(self._workload.model, s)
-            shapes = tuple(sorted(set(zip(split.stage_layers, split.stage_moe))))
+            model = self._workload.model
+            split = pipeline_split(model, s)
+            shapes: tuple[Any, ...]
+            if model.is_hybrid:  # the distinct stages' layer counts by kind
+                shapes = tuple(set(split.stage_kinds))
+            else:
+                shapes = tuple(sorted(set(zip(split.stage_layers, split.stage_moe))))
             hit = self._splits[key] = (split, shapes)
         return hit
 
     # ---- per layer --------------------------------------------------------------------------
-    def layer_cost(self, moe: bool, tokens: float, s: Strategy) -> LayerCost:
+    def layer_cost(self, moe: bool | str, tokens: float, s: Strategy) -> LayerCost:
         """:func:`layer_cost` of this workload's model, accelerator, precision and attention
-        kernel, memoised on the shape (MoE or not, tokens, TP, CP, SP, EP, ETP)."""
-        ep, etp = (s.ep, s.etp) if moe else (1, s.tp)  # a dense layer has no expert grid
+        kernel, memoised on the shape (MoE or not, or a hybrid layer's kind; tokens, TP, CP,
+        SP, EP, ETP)."""
+        # a layer without routed experts has no expert grid
+        ep, etp = (s.ep, s.etp) if moe is True or moe == "moe" else (1, s.tp)
         key = (moe, tokens, s.tp, s.cp, s.sp, ep, etp)
         hit = self._layers.get(key)
         if hit is None:
@@ -912,18 +982,23 @@ class StepModel:
         strides: dict[str, int],
         tp_overlap: bool,
         moe_comm: MoEComm,
-    ) -> dict[bool, dict[str, float]]:
-        """Per-layer, per-micro-batch seconds (dense and MoE): compute, recompute, each
+    ) -> dict[Any, dict[str, float]]:
+        """Per-layer, per-micro-batch seconds (dense and MoE: keys False and True; a hybrid's
+        layer kinds: keys "mamba", "attention", "mlp", "moe"): compute, recompute, each
         collective and its exposed part, and the host (CPU) time that the GPU waits for
         (:func:`_host_exposed`)."""
-        per: dict[bool, dict[str, float]] = {}
-        for moe in (False, True):
-            if moe and not self._workload.model.is_moe:
+        per: dict[Any, dict[str, float]] = {}
+        model = self._workload.model
+        hybrid = model.is_hybrid
+        for moe in _kinds(model) if hybrid else (False, True):
+            if moe is True and not model.is_moe:
                 continue
             key: tuple = (moe, mbs, s.tp, s.sp, s.ulysses, s.ring, mode, moe_comm, tp_overlap)
             key += (strides["tp"], strides["ulysses"], strides["ring"])
-            if moe:  # a dense layer reads no expert degree (its layer cost takes EP 1, ETP TP)
+            if moe is True or (hybrid and moe == "moe"):  # only routed experts read EP / ETP
                 key += (s.ep, s.etp, strides["ep"], strides["etp"])
+            if hybrid and moe == "mamba":  # MambaContextParallel's a2a spans the CP group
+                key += (strides["cp"],)
             hit = self._per.get(key)
             if hit is None:
                 hit = self._per[key] = self._layer_terms(
@@ -935,7 +1010,7 @@ class StepModel:
     def _layer_terms(
         self,
         s: Strategy,
-        moe: bool,
+        moe: bool | str,
         mbs: int,
         mode: str,
         strides: dict[str, int],
@@ -948,9 +1023,11 @@ class StepModel:
         tokens = mbs * self._workload.seq_len / s.cp
         c = self.layer_cost(moe, tokens, s)
         t_tp = self._comm_time(comm.tp_layer(model, s, tokens, moe, strides))
-        ring, a2a = comm.cp_layer(model, s, tokens, strides)
+        kind = moe if isinstance(moe, str) else None
+        ring, a2a = comm.cp_layer(model, s, tokens, strides, kind)
         t_ring, t_a2a = self._comm_time(ring), self._comm_time(a2a)
         t_ep = 0.0
+        moe = moe is True or moe == "moe"
         if moe:
             ep_items = comm.ep_layer(
                 model, s, tokens, strides, moe_comm.dispatcher, cluster.scale_up_domain
@@ -965,7 +1042,7 @@ class StepModel:
         elif mode == "full":
             rec = c.fwd
             rec_comm = 0.5 * (t_tp + t_a2a + t_ep)  # the forward's collectives run again
-        corr_f, corr_b = _cp_correction(model, s, tokens, accel)
+        corr_f, corr_b = _cp_correction(model, s, tokens, accel, kind)
         if corr_f:
             c = replace(c, elem_fwd=c.elem_fwd + corr_f, elem_bwd=c.elem_bwd + corr_b)
         # Bridge's set_moe_a2a_overlap_overrides delays every TE wgrad with combined 1F1B
@@ -976,7 +1053,7 @@ class StepModel:
         ring_exp = _exposed(t_ring, c.attn, True)
         host, host_exp = _host_exposed(
             model,
-            moe,
+            kind or moe,
             s,
             self._workload.precision,
             mode,
@@ -1002,6 +1079,8 @@ class StepModel:
             "fwd": c.fwd,
             "bwd": c.bwd,
         }
+        if kind == "mamba":
+            terms["scan"] = c.scan
         return terms, c
 
     def _comm_time(self, items: list[comm.Collective]) -> float:
@@ -1073,12 +1152,29 @@ class StepModel:
         layout = (s.tp, s.sp, s.ulysses, s.ring, s.ep, s.etp, s.pp, dp, s.order)
         shapes = self._split_shapes(s)[1]
         out = []
+        hybrid = self._workload.model.is_hybrid
         for mbs in sizes:
             key = (*layout, mbs, moe_comm)
-            dense_mb, moe_mb = self._layer_bound(s, mbs, dp, moe_comm, key)
-            worst = max((c - n) * dense_mb + n * moe_mb for c, n in shapes)
+            if hybrid:
+                per = self._kind_bound(s, mbs, dp, moe_comm, key)
+                worst = max(sum(n * per[k] for k, n in counts) for counts in shapes)
+            else:
+                dense_mb, moe_mb = self._layer_bound(s, mbs, dp, moe_comm, key)
+                worst = max((c - n) * dense_mb + n * moe_mb for c, n in shapes)
             out.append(worst * (gbs // (dp * mbs) + bubble))
         return out
+
+    def _kind_bound(
+        self, s: Strategy, mbs: int, dp: int, moe_comm: MoEComm, key: tuple
+    ) -> dict[str, float]:
+        """:meth:`_layer_bound` of a hybrid model: the bound's seconds per layer kind."""
+        hit = self._kind_bounds.get(key)
+        if hit is None:
+            strides = comm.group_strides(s, dp)
+            per = self.per_layer(s, mbs, "none", strides, self.tp_overlap(s, strides), moe_comm)
+            terms = ("compute", "tp_exposed", "cp_exposed", "ep_exposed", "host_exposed")
+            hit = self._kind_bounds[key] = {k: sum(v[t] for t in terms) for k, v in per.items()}
+        return hit
 
     def _layer_bound(
         self, s: Strategy, mbs: int, dp: int, moe_comm: MoEComm, key: tuple
@@ -1105,6 +1201,10 @@ class StepModel:
         wl = self._workload
         mbs = micro_batch_size or wl.mbs
         mode = normalize_recompute(recompute) if recompute is not None else self._switches.mode
+        if wl.model.is_hybrid:  # what Megatron Core refuses for a hybrid (FP8, full recompute)
+            bad = hybrid_workload_violations(wl.model, wl.precision, mode)
+            if bad:
+                raise StrategyError(bad)
         gbs = wl.needs_global_batch("estimate_step")
         dp = _dp(s)
         world = s.world_size if s.world_size is not None else s.min_world_size * dp
@@ -1130,7 +1230,8 @@ class StepModel:
             )
         if self._default_turned_tp_overlap_off(s, strides):
             notes.append(self._tp_overlap_off_note())
-        return self._report(step, st, _breakdown(m, st, pp), m, world, mode, notes)
+        rep = self._report(step, st, _breakdown(m, st, pp), m, world, mode, notes)
+        return with_offload(rep, wl, s, self._switches, self._cluster.accel, mbs)
 
     def _tp_overlap_off_note(self) -> str:
         """Why an unset ``tp_comm_overlap`` was priced off (:meth:`Switches.tp_overlap`)."""
@@ -1165,7 +1266,7 @@ class StepModel:
         return on(asked) and not on(sw)
 
     def _stages(
-        self, s: Strategy, split: PipelineSplit, per: dict[bool, dict[str, float]], tokens: float
+        self, s: Strategy, split: PipelineSplit, per: dict[Any, dict[str, float]], tokens: float
     ) -> list[tuple[dict[str, float], Any]]:
         """Per-micro-batch terms and parameter record of each distinct stage: stages that hold
         the same layers and neither end of the pipeline cost the same."""
@@ -1176,18 +1277,23 @@ class StepModel:
         blocks = stage_params(
             model, s.tp, s.ep, s.etp, split.stage_layers, split.stage_moe, split.ends
         )
-        signatures: dict[tuple[int, int, Any], int] = {}
+        signatures: dict[tuple[Any, Any, Any], int] = {}
+        kinds = split.stage_kinds if model.is_hybrid else None
         for j in range(p):
-            sig = (split.stage_layers[j], split.stage_moe[j], split.ends[j])
+            first: Any = kinds[j] if kinds is not None else split.stage_layers[j]
+            sig = (first, split.stage_moe[j], split.ends[j])
             signatures.setdefault(sig, j)
         out = []
         n_mtp = model.mtp_num_layers or 1
         for (n_layers, n_moe, ends), j in signatures.items():
-            n_dense = n_layers - n_moe
-            st = {
-                k: n_dense * per[False][k] + (n_moe * per[True][k] if n_moe else 0.0)
-                for k in LAYER_TERMS
-            }
+            if kinds is not None:  # a hybrid stage: its layers by kind
+                st = _kind_terms(per, n_layers)
+            else:
+                n_dense = n_layers - n_moe
+                st = {
+                    k: n_dense * per[False][k] + (n_moe * per[True][k] if n_moe else 0.0)
+                    for k in LAYER_TERMS
+                }
             if ends.loss:
                 st["compute"] += head_t
                 st["fwd"] += head_t / 3
@@ -1208,7 +1314,7 @@ class StepModel:
         return out
 
     def _mtp_terms(
-        self, per: dict[bool, dict[str, float]], tokens: float, tp: int, head_t: float
+        self, per: dict[Any, dict[str, float]], tokens: float, tp: int, head_t: float
     ) -> dict[str, float]:
         """Per-micro-batch terms of all the model's MTP modules: one layer of the last
         layer's kind each, the ``[h; h] -> h`` projection and the shared output layer."""
@@ -1365,10 +1471,16 @@ class StepModel:
         expert_g = ShardGroups(max(1, edp // r), strides["edp"], r, strides["edp"] * (edp // r))
         units: list[tuple[int, float, ShardGroups]] = []
         rest_dense, rest_expert = block.dense_params, block.expert_params
-        for n, moe in ((n_layers - n_moe, False), (n_moe, True)):
+        kinds: Any = ((n_layers - n_moe, False), (n_moe, True))
+        if model.is_hybrid:  # a hybrid stage's units: its layers by kind
+            kinds = [(n, k) for k, n in split.stage_kinds[j]]
+        for n, moe in kinds:
             if n <= 0:
                 continue
-            rec = layer_record(model, moe, s.tp, s.ep, s.etp)
+            if isinstance(moe, str):
+                rec = kind_record(model, moe, s.tp, s.ep, s.etp)
+            else:
+                rec = layer_record(model, moe, s.tp, s.ep, s.etp)
             units += [(n, rec.dense_params, dense_g), (n, rec.expert_params, expert_g)]
             rest_dense -= n * rec.dense_params
             rest_expert -= n * rec.expert_params
@@ -1429,6 +1541,7 @@ class StepModel:
             stage=int(st["stage"]),
             stage_params=st["dense_params"] + st["expert_params"],
             stage_expert_params=st["expert_params"],
+            kinds={k[8:]: m * v for k, v in st.items() if k.startswith("compute:")},
         )
 
 
@@ -1468,6 +1581,7 @@ def estimate_step(
     cuda_graphs: Any = None,
     grad_reduce_in_fp32: bool | None = None,
     cross_entropy_fusion: bool | None = None,
+    cpu_offload_layers: int | None = None,
     validate: bool = True,
     workload: Workload | None = None,
 ) -> StepReport:
@@ -1496,7 +1610,8 @@ def estimate_step(
     ``cuda_graphs`` (:func:`cuda_graph_scopes`: None = eager, Megatron Core's default; True =
     the whole iteration; or scopes such as ``"attn,moe_router,moe_preprocess"``), which
     removes the host launch cost of the captured blocks; ``cross_entropy_fusion`` (None: on,
-    off on Ascend: :meth:`~parastrat.spec.workload.Switches.ce_fused`).
+    off on Ascend: :meth:`~parastrat.spec.workload.Switches.ce_fused`); ``cpu_offload_layers``
+    (CPU activation offloading, :mod:`parastrat.estimate.offload`).
     """
     wl, sw = resolve(
         model,
@@ -1518,6 +1633,7 @@ def estimate_step(
         cuda_graphs=cuda_graphs,
         grad_reduce_in_fp32=grad_reduce_in_fp32,
         cross_entropy_fusion=cross_entropy_fusion,
+        cpu_offload_layers=cpu_offload_layers,
     )
     gbs = wl.needs_global_batch("estimate_step")
     world = int(cluster.num_devices)  # a strategy's stated dp must fill it ("dp-world")
@@ -1590,7 +1706,7 @@ def clear_caches() -> None:
 
 def _host_exposed(
     model: ModelSpec,
-    moe: bool,
+    moe: bool | str,
     s: Strategy,
     prec: str,
     mode: str,
@@ -1619,7 +1735,7 @@ def _host_exposed(
         return 0.0, 0.0
     h_op = host_op_time(accel)
     # selective: about one launch per recomputed module (the core-attention kernel by default)
-    n_sel = len(mech.recompute_modules) * HOST_OPS["attention"]
+    n_sel = len(mech.recompute_modules) * HOST_OPS["attention"] if moe != "mamba" else 0
     rec_ops = ops_f if mode == "full" else (n_sel if mode == "selective" else 0.0)
     host_f = ops_f * h_op
     host_b = (HOST_BWD_RATIO * ops_f + rec_ops) * h_op
@@ -1630,7 +1746,7 @@ def _host_exposed(
 
 
 def _cp_correction(
-    model: ModelSpec, s: Strategy, tokens: float, accel: Accelerator
+    model: ModelSpec, s: Strategy, tokens: float, accel: Accelerator, kind: str | None = None
 ) -> tuple[float, float]:
     """(forward s, backward s) of ring attention's per-step output / gradient merging.
 
@@ -1639,7 +1755,7 @@ def _cp_correction(
     has ``tokens * heads / tp * v_dim`` elements on a rank (the same with Ulysses, which
     trades heads for tokens), K/V ``tokens * kv_width``.  Memory-bound, at HBM speed.
     """
-    if s.ring <= 1:
+    if s.ring <= 1 or kind not in (None, "attention"):  # a hybrid's layers without attention
         return 0.0, 0.0
     steps = s.ring - 1
     v_dim = model.v_head_dim if model.multi_latent_attention else model.head_dim
@@ -1716,6 +1832,29 @@ def _ep_exposed(c: LayerCost, t_ep: float, moe_comm: MoEComm, mode: str) -> floa
     if moe_comm.shared_expert_overlap and c.shared > 0:
         return _exposed(t_ep, c.shared, True)
     return t_ep
+
+
+def _kind_terms(
+    per: dict[Any, dict[str, float]], counts: tuple[tuple[str, int], ...]
+) -> dict[str, float]:
+    """A hybrid stage's per-micro-batch terms: each kind's layer terms times its count, and
+    each kind's compute (``compute:<kind>``; ``compute:mamba_scan``: the Mamba layers' SSD
+    scan and convolution) for :attr:`StepReport.kinds`."""
+    st = {k: sum(n * per[kind][k] for kind, n in counts) for k in LAYER_TERMS}
+    for kind, n in counts:
+        st["compute:" + kind] = n * per[kind]["compute"]
+        if kind == "mamba":
+            st["compute:mamba_scan"] = n * per[kind]["scan"]
+    return st
+
+
+def _kinds(model: ModelSpec) -> tuple[Any, ...]:
+    """The layer kinds :meth:`StepModel.per_layer` prices: dense and MoE (False, True) for a
+    GPT, the kinds a hybrid's pattern holds (:data:`~parastrat.estimate.mamba.HYBRID_KINDS`)."""
+    if not model.is_hybrid:
+        return (False, True)
+    pattern = model.hybrid_override_pattern or ""
+    return tuple(k for k, sym in zip(HYBRID_KINDS, "M*-E") if sym in pattern)
 
 
 def _dp(s: Strategy) -> int:

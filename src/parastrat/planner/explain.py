@@ -292,14 +292,15 @@ def _seed_failure(plan: Plan, strategy: Strategy) -> str:
         first = exc.violations[0]
         return f"it breaks {', '.join(exc.rules)}: {first.message} (fix: {first.hint})"
     wl = _workload(plan)
+    least = "selective" if plan.model.is_hybrid else "full"  # MambaStack has no full recompute
     try:
-        mem = memory_of(wl.with_micro_batch(1), strategy, plan.switches.with_recompute("full"))
+        mem = memory_of(wl.with_micro_batch(1), strategy, plan.switches.with_recompute(least))
     except (StrategyError, UsageError, SpecError) as exc:
         return f"it cannot be priced: {exc}"
     capacity = plan.cluster.accel.memory_bytes  # what MemoryReport.fits compares with
     return (
         "it does not fit in memory with any micro-batch and recompute mode the planner tries "
-        f"(full recompute at micro-batch 1: peak {mem.peak_bytes / GiB:.1f} of "
+        f"({least} recompute at micro-batch 1: peak {mem.peak_bytes / GiB:.1f} of "
         f"{capacity / GiB:.1f} GiB)"
     )
 
@@ -361,6 +362,10 @@ def explain_strategy(
     ]
     for key, value in step.breakdown.items():
         if value > 0:
+            lines.append(f"  {key:<12} {value:9.4f}  {value / total:6.1%}")
+    if step.kinds:  # a hybrid model: the slowest stage's compute by layer kind
+        lines.append("compute by layer kind (s):")
+        for key, value in step.kinds.items():
             lines.append(f"  {key:<12} {value:9.4f}  {value / total:6.1%}")
     lines.append(
         f"memory: peak {mem.peak_bytes / GiB:.1f} GiB of "

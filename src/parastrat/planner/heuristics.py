@@ -102,6 +102,8 @@ def _fit_degrees(
         for d in divisors(model.num_attention_heads)
         if model.query_groups % d == 0 or d % model.query_groups == 0
     ]
+    if model.is_hybrid and "M" in (model.hybrid_override_pattern or ""):  # MambaMixer's asserts
+        tp_ok = [d for d in tp_ok if model.mamba_heads % d == 0 and model.mamba_num_groups % d == 0]
     if tp not in tp_ok:
         tp = _fit(tp, tp_ok)
         reasons.append(f"TP -> {tp} to divide {model.num_attention_heads} heads")

@@ -36,6 +36,9 @@ class Candidate:
     #: other VPP / layer-split variants of the same layout within :data:`VPP_TIE` (slower
     #: first-found order is not kept: sorted by step time)
     alternatives: list[Candidate] = field(default_factory=list)
+    #: the switches it was priced with when they differ from the plan's (CPU activation
+    #: offloading: planner/offload.py); None = the plan's
+    switches: Switches | None = None
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -57,6 +60,8 @@ class Candidate:
             "memory": self.memory.to_dict(),
             "step": self.step.to_dict(),
             "why": self.why,
+            # only for a candidate priced with CPU offloading (planner/offload.py)
+            **({"cpu_offload_layers": self.cpu_offload_layers} if self.cpu_offload_layers else {}),
             "alternatives": [
                 {
                     "strategy": a.strategy.to_dict(),
@@ -68,9 +73,16 @@ class Candidate:
             ],
         }
 
+    @property
+    def cpu_offload_layers(self) -> int:
+        """Layers priced with CPU activation offloading (0: none; planner/offload.py)."""
+        return self.switches.cpu_offload_layers if self.switches else 0
+
     def label(self) -> str:
         """``TP4 PP8(VP5) CP1 DP2 SP mbs1 selective``."""
-        return f"{self.strategy} mbs{self.micro_batch_size} {self.recompute}"
+        return f"{self.strategy} mbs{self.micro_batch_size} {self.recompute}" + (
+            f" offload{self.cpu_offload_layers}" if self.cpu_offload_layers else ""
+        )
 
 
 @dataclass

@@ -60,6 +60,7 @@ from ..spec.workload import (
 from ..strategy import MEGATRON_ORDER, Strategy, divisors
 from .explain import annotate
 from .heuristics import seed_strategy
+from .offload import refuse_offload_pin, try_offload
 from .ranking import KEEP_AT_LEAST, VPP_TIE, tie_ordered
 from .ranking import RANK_TIE as RANK_TIE
 from .ranking import exposure_class as exposure_class
@@ -135,6 +136,9 @@ def _degree_options(
         for d in divisors(heads)
         if d <= (space.max_tp or scale_up_domain) and (groups % d == 0 or d % groups == 0)
     ]
+    if model.is_hybrid and "M" in (model.hybrid_override_pattern or ""):  # MambaMixer's asserts
+        m_heads, m_groups = model.mamba_heads, model.mamba_num_groups
+        tp_default = [d for d in tp_default if m_heads % d == 0 and m_groups % d == 0]
     tps = [t for t in space.options("tp", tp_default) if world % t == 0]
     cps_default = [c for c in divisors(world) if seq_len % (2 * c) == 0 or c == 1]
     cps_default = [c for c in cps_default if c == 1 or seq_len // c >= space.min_cp_tokens]
@@ -166,7 +170,7 @@ def legal_strategies(
             for p in pps:
                 if world % (t * c * p) or global_batch_size % (world // (t * c * p)):
                     continue
-                v_max = -(-model.num_layers // p) if p > 1 else 1
+                v_max = -(-model.num_layers // p) if p > 1 and not model.is_hybrid else 1
                 for v in space.options("vpp", range(1, v_max + 1)):
                     if p == 1 and v > 1:
                         continue
@@ -444,6 +448,8 @@ class Search:
             mem = memory_of(self._workloads[mbs], s, self._switches[mode])
             self.memory_checks += 1
             if not self._fits(mem):
+                if mode == "none":  # CPU activation offloading: another way to fit
+                    try_offload(self, s, mbs, first if i == 0 else None)
                 continue
             if i == 0 and first is not None:
                 rep = first
@@ -588,6 +594,7 @@ def plan_values(
     space = search if search is not None else SearchSpace(**space_kw)
     wl, sw = resolve(model, workload, switches, who="plan", **options)
     wl.needs_global_batch("plan")
+    refuse_offload_pin(sw)  # the search chooses CPU offloading itself (planner/offload.py)
     pins: tuple[tuple[str, Any, Any], ...] = (
         ("micro_batch_size", space.micro_batch_size, wl.micro_batch_size),
         ("recompute", space.recompute, sw.recompute),
@@ -603,7 +610,22 @@ def plan_values(
             space = replace(space, **changes)
     wl = replace(wl, micro_batch_size=None) if wl.micro_batch_size is not None else wl
     sw = replace(sw, recompute=None) if sw.recompute is not None else sw
+    if wl.model.is_hybrid:
+        space = _hybrid_space(wl, space)
     return wl, sw, space
+
+
+def _hybrid_space(wl: Workload, space: SearchSpace) -> SearchSpace:
+    """A hybrid model's search space: only the recompute modes Megatron Core's MambaStack
+    runs (:data:`~parastrat.rules.HYBRID_RECOMPUTE`); StrategyError with the rule when the
+    precision or every asked-for mode is refused
+    (:func:`~parastrat.rules.hybrid_workload_violations`)."""
+    asked = space.recompute or rules.HYBRID_RECOMPUTE
+    modes = tuple(m for m in asked if m in rules.HYBRID_RECOMPUTE)
+    bad = rules.hybrid_workload_violations(wl.model, wl.precision, modes[0] if modes else asked[0])
+    if bad:
+        raise StrategyError(bad)
+    return replace(space, recompute=modes)
 
 
 def _plan_smallest(
@@ -689,7 +711,7 @@ def _nothing_fits_message(
             return (
                 f"no strategy for {model.name} fits in {cluster.accel.name} memory "
                 f"({cluster.memory_bytes / GiB:.0f} GiB) on {world} devices at seq_len="
-                f"{wl.seq_len}, even with full recompute; {world * factor} devices "
+                f"{wl.seq_len}, even with {space.modes[-1]} recompute; {world * factor} devices "
                 f"would fit, e.g. {c.strategy} mbs{c.micro_batch_size} {c.recompute} "
                 f"(peak {c.memory.peak_bytes / GiB:.1f} GiB)"
             )

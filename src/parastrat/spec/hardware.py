@@ -18,6 +18,11 @@ Every number comes from a vendor datasheet (named in ``source``); where a figure
 * ``intra_latency_s`` / ``inter_latency_s``: rough per-step latencies of one collective step
   (one ring hop / tree level) inside and across the scale-up domain; a calibration from
   ``parastrat bench`` replaces them (:meth:`parastrat.Cluster.calibrate`).
+* ``host_link_Bps``: one direction of the device's link to host memory, per device (CPU
+  activation offloading moves activations over it: :mod:`parastrat.estimate.offload`); None
+  where no source is at hand (offloading is then refused, not guessed).  ``host_memory_bytes``:
+  the host memory one device's offloaded tensors share (None: not checked).  See
+  :data:`PCIE_GEN4_X16_BPS`, :data:`PCIE_GEN5_X16_BPS`, :data:`GRACE_C2C_PER_GPU_BPS`.
 """
 
 from __future__ import annotations
@@ -31,6 +36,24 @@ GiB = 1024**3
 MiB = 1024**2
 TFLOPS = 1e12
 GBps = 1e9
+
+# ---- host links (CPU activation offloading) -------------------------------------------------
+#: PCIe Gen4 x16, one direction: 16 GT/s x 16 lanes x 128/130 encoding = 31.5 GB/s raw; TLP and
+#: DLLP overhead at a 256 B payload leave ~85 %, and CUDA's ``bandwidthTest`` / NVIDIA's
+#: ``nvbandwidth`` measure ~25-26 GB/s pinned host<->device on A100 / L40-class servers: 25 GB/s.
+PCIE_GEN4_X16_BPS = 25 * GBps
+#: PCIe Gen5 x16, one direction: 32 GT/s x 16 x 128/130 = 63 GB/s raw; the same ~85 % protocol
+#: efficiency, ~53-55 GB/s measured pinned host<->device on H100 SXM servers: 53 GB/s.
+PCIE_GEN5_X16_BPS = 53 * GBps
+#: NVLink-C2C of a Grace Blackwell superchip: 900 GB/s bidirectional between one Grace and its
+#: two Blackwell GPUs (NVIDIA GB200 / GB300 NVL72 datasheets), i.e. 450 GB/s each way per
+#: superchip, 225 GB/s each way per GPU when both GPUs offload at once (they do: every rank of
+#: a data-parallel run offloads the same layers at the same time).  The datasheet share, not a
+#: measured rate (none at hand for Blackwell): exposure computed from it is a lower bound.
+GRACE_C2C_PER_GPU_BPS = 225 * GBps
+#: LPDDR5X of one Grace (up to 480 GB, GB200 / GB300 NVL72 datasheets: 17 TB over 36 Grace
+#: CPUs) shared by its two GPUs.
+GRACE_HOST_BYTES_PER_GPU = 240 * 10**9
 
 #: Precision spellings people use -> the key in ``Accelerator.peak_flops``.
 _PRECISION_ALIASES = {
@@ -209,6 +232,11 @@ class Accelerator:
     #: :data:`parastrat.spec.cluster.KERNEL_KEYS`).  Set by a :class:`~parastrat.Cluster`
     #: whose calibration has a ``kernels`` section; empty for the presets.
     kernels: dict[str, Any] = field(default_factory=dict, compare=False)
+    #: One direction of the device's host link (bytes/s), what CPU activation offloading moves
+    #: activations over (None: no source, offloading refused; module docstring).
+    host_link_Bps: float | None = None
+    #: Host memory one device's offloaded tensors may use (None: not checked).
+    host_memory_bytes: int | None = None
 
     def peak(self, precision: str = "bf16") -> float:
         """Dense peak FLOP/s at ``precision``; a quantised format falls back to fp8 / bf16 where
@@ -243,6 +271,8 @@ class Accelerator:
             "inter_latency_s": self.inter_latency_s,
             "source": self.source,
             **({"kernels": dict(self.kernels)} if self.kernels else {}),
+            **({"host_link_Bps": self.host_link_Bps} if self.host_link_Bps else {}),
+            **({"host_memory_bytes": self.host_memory_bytes} if self.host_memory_bytes else {}),
         }
 
 
@@ -301,6 +331,8 @@ register(
         devices_per_node=8,
         intra_latency_s=3e-6,
         inter_latency_s=8e-6,
+        host_link_Bps=PCIE_GEN4_X16_BPS,
+        host_memory_bytes=128 * 10**9,  # DGX A100: 1 TB host memory / 8 GPUs
         source="NVIDIA A100 datasheet (SXM4 80GB); DGX A100 user guide (8x HDR 200Gb/s)",
         aliases=("a100-sxm", "a100-80gb", "a100-sxm4-80gb"),
     )
@@ -325,6 +357,8 @@ register(
         devices_per_node=8,
         intra_latency_s=2.5e-6,
         inter_latency_s=6e-6,
+        host_link_Bps=PCIE_GEN5_X16_BPS,
+        host_memory_bytes=256 * 10**9,  # DGX H100: 2 TB host memory / 8 GPUs
         source="NVIDIA H100 datasheet (SXM5); DGX H100 user guide (8x CX-7 NDR 400Gb/s)",
         aliases=("h100-sxm", "h100-sxm5", "h100-80gb", "dgx-h100"),
     )
@@ -347,6 +381,8 @@ register(
         devices_per_node=8,
         intra_latency_s=2.5e-6,
         inter_latency_s=6e-6,
+        host_link_Bps=PCIE_GEN5_X16_BPS,
+        host_memory_bytes=256 * 10**9,  # DGX H200: 2 TB host memory / 8 GPUs
         source="NVIDIA H200 datasheet (SXM); HGX H200 with CX-7 NDR 400Gb/s",
         aliases=("h200-sxm", "h200-141gb"),
     )
@@ -377,6 +413,8 @@ register(
         devices_per_node=8,
         intra_latency_s=2.5e-6,
         inter_latency_s=6e-6,
+        host_link_Bps=PCIE_GEN5_X16_BPS,
+        host_memory_bytes=512 * 10**9,  # DGX B200: 4 TB host memory / 8 GPUs
         source="NVIDIA DGX B200 datasheet; HGX B200 (NVLink5, CX-7 400Gb/s)",
         aliases=("b200-sxm", "dgx-b200", "hgx-b200"),
     )
@@ -408,6 +446,7 @@ register(
         devices_per_node=8,
         intra_latency_s=2.5e-6,
         inter_latency_s=6e-6,
+        host_link_Bps=PCIE_GEN5_X16_BPS,
         source="NVIDIA HGX/DGX B300 datasheet (Blackwell Ultra, CX-8 800Gb/s)",
         aliases=("b300-sxm", "dgx-b300", "hgx-b300", "blackwell-ultra"),
     )
@@ -437,6 +476,8 @@ register(
         devices_per_node=4,
         intra_latency_s=3e-6,
         inter_latency_s=6e-6,
+        host_link_Bps=GRACE_C2C_PER_GPU_BPS,
+        host_memory_bytes=GRACE_HOST_BYTES_PER_GPU,
         source="NVIDIA GB200 NVL72 datasheet (per-GPU figures; NVL72 = one 72-GPU NVLink domain)",
         aliases=("gb200-nvl72", "nvl72", "gb200nvl72"),
     )
@@ -466,6 +507,8 @@ register(
         devices_per_node=4,
         intra_latency_s=3e-6,
         inter_latency_s=6e-6,
+        host_link_Bps=GRACE_C2C_PER_GPU_BPS,
+        host_memory_bytes=GRACE_HOST_BYTES_PER_GPU,
         source="NVIDIA GB300 NVL72 datasheet (Blackwell Ultra; CX-8 800Gb/s XDR per GPU)",
         aliases=("gb300-nvl72", "gb300nvl72"),
     )
@@ -553,6 +596,7 @@ register(
         devices_per_node=8,
         intra_latency_s=10e-6,
         inter_latency_s=15e-6,
+        host_link_Bps=PCIE_GEN4_X16_BPS,
         source="NVIDIA L40 datasheet (PCIe Gen4 x16, no NVLink); 8-GPU PCIe server, 4 per socket",
         aliases=("l40-pcie", "l40-48gb"),
     )
@@ -573,6 +617,7 @@ register(
         devices_per_node=8,
         intra_latency_s=10e-6,
         inter_latency_s=15e-6,
+        host_link_Bps=PCIE_GEN4_X16_BPS,
         source="NVIDIA L40S datasheet (PCIe Gen4 x16, no NVLink)",
         aliases=("l40s-pcie",),
     )
@@ -593,6 +638,7 @@ register(
         devices_per_node=8,
         intra_latency_s=10e-6,
         inter_latency_s=15e-6,
+        host_link_Bps=PCIE_GEN4_X16_BPS,
         source="NVIDIA L20 product brief (PCIe Gen4 x16, no NVLink)",
         aliases=("l20-pcie",),
     )
@@ -615,6 +661,7 @@ register(
         devices_per_node=8,
         intra_latency_s=15e-6,
         inter_latency_s=15e-6,
+        host_link_Bps=PCIE_GEN4_X16_BPS,
         source="NVIDIA Ada Lovelace whitepaper (RTX 4090); no P2P on GeForce (host-staged)",
         aliases=("4090", "rtx4090", "geforce-rtx-4090"),
     )
@@ -636,6 +683,7 @@ register(
         devices_per_node=8,
         intra_latency_s=2.5e-6,
         inter_latency_s=6e-6,
+        host_link_Bps=PCIE_GEN5_X16_BPS,
         source="NVIDIA H20 product brief (HGX, NVLink 900 GB/s, HBM3 96GB 4.0 TB/s)",
         aliases=("h20-96gb", "hgx-h20"),
     )
@@ -657,6 +705,7 @@ register(
         devices_per_node=8,
         intra_latency_s=2.5e-6,
         inter_latency_s=6e-6,
+        host_link_Bps=PCIE_GEN5_X16_BPS,
         source="NVIDIA H800 SXM5 product brief (NVLink 400 GB/s bidirectional)",
         aliases=("h800-sxm", "h800-80gb"),
     )
@@ -677,6 +726,7 @@ register(
         devices_per_node=8,
         intra_latency_s=3e-6,
         inter_latency_s=8e-6,
+        host_link_Bps=PCIE_GEN4_X16_BPS,
         source="NVIDIA A800 SXM4 product brief (NVLink 400 GB/s bidirectional)",
         aliases=("a800-sxm", "a800-80gb"),
     )

@@ -419,7 +419,11 @@ class Switches:
     ``bf16_mixed`` and its standard recipes set True; ``apply`` writes the value priced).
     ``cross_entropy_fusion``: the vocabulary-parallel cross-entropy as one fused pass
     (Megatron's ``cross_entropy_loss_fusion``; None: :meth:`ce_fused`).
-    ``mechanisms``: the
+    ``cpu_offload_layers``: Megatron's CPU activation offloading (``cpu_offloading`` with
+    ``cpu_offloading_num_layers``): the saved activations of that many transformer layers go to
+    host memory in forward and come back in backward (0 = off; it needs pp = 1 and no
+    recompute, so an unset ``recompute`` means "none" with it:
+    :mod:`parastrat.estimate.offload`).  ``mechanisms``: the
     cost model's kernel-level mechanisms and MoE routing options (:class:`Mechanisms`; a
     typed value only, not a keyword of the conveniences).
     """
@@ -437,6 +441,7 @@ class Switches:
     grad_reduce_in_fp32: bool = False
     cross_entropy_fusion: bool | None = None
     mechanisms: Mechanisms = field(default_factory=Mechanisms)
+    cpu_offload_layers: int = 0
 
     def __post_init__(self) -> None:
         if self.recompute is not None:
@@ -453,6 +458,12 @@ class Switches:
         _flag("tp_comm_overlap", self.tp_comm_overlap, optional=True)
         _flag("fp8_param_gather", self.fp8_param_gather, optional=True)
         _flag("cross_entropy_fusion", self.cross_entropy_fusion, optional=True)
+        n = self.cpu_offload_layers
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise UsageError(
+                f"cpu_offload_layers must be a whole number of layers >= 0, got {n!r} "
+                "(e.g. cpu_offload_layers=20; 0 turns CPU activation offloading off)"
+            )
         # the backend's name is kept (apply writes the backend priced); the step model reads
         # the dispatcher through moe_dispatcher(), to which both backends are "flex"
         object.__setattr__(self, "moe_dispatcher", moe_dispatcher_name(self.moe_dispatcher))
@@ -490,7 +501,10 @@ class Switches:
 
     @property
     def mode(self) -> str:
-        """The recompute mode an estimate uses (selective when unset)."""
+        """The recompute mode an estimate uses (selective when unset; "none" when unset with
+        CPU activation offloading, which Megatron refuses with any recompute)."""
+        if self.recompute is None and self.cpu_offload_layers:
+            return "none"
         return self.recompute or "selective"
 
     def with_recompute(self, recompute: str) -> Switches:
