@@ -45,6 +45,7 @@ import importlib
 import io
 import logging
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -483,15 +484,15 @@ def as_priced(plan, cand):
 
 
 def via_overrides(row: Row, plan, cand, gpus: int, count: Count) -> int:
-    """1 when the candidate's ``to_overrides``, parsed by Bridge's own
-    ``process_config_with_overrides`` onto a fresh copy of the recipe (what
-    ``run_recipe.py --recipe ... <overrides>`` does), passes the start-up; else 0 with the
+    """1 when the overrides of the candidate's torchrun line (:func:`torchrun_overrides`),
+    parsed by Bridge's own ``process_config_with_overrides`` onto a fresh copy of the recipe
+    (what ``run_recipe.py --recipe ... <overrides>`` does), pass the start-up; else 0 with the
     reason recorded."""
     from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
 
     cfg = container(row.case, row.setting, plan.global_batch_size, own=True)
     try:
-        overrides = mg.to_overrides(cand)  # what `plan --format torchrun` prints for it
+        overrides = torchrun_overrides(plan, cand, mg.default_recipe(row.case.model))
         cfg = process_config_with_overrides(cfg, cli_overrides=overrides) or cfg
         start_up(cfg, gpus)
         return 1
@@ -519,6 +520,16 @@ def hybrid_pricing(model) -> str | None:
         f"{[m.name for m in layer_matrices(model, i)]} ({priced / 1e6:.0f}M weights), not "
         f"the Mamba-2 mixer ({mixer / 1e6:.0f}M): no hybrid pricing in this build"
     )
+
+
+def torchrun_overrides(plan, cand, recipe: str) -> list[str]:
+    """The overrides ``parastrat plan --format torchrun`` prints for the candidate (its
+    ``torchrun_line``, the words after ``--recipe NAME``)."""
+    from parastrat.cli.plan import torchrun_line
+
+    line = torchrun_line(cand, plan.cluster, plan.global_batch_size, recipe)
+    words = shlex.split(line.split("\\\n", 1)[1])
+    return words[words.index("--recipe") + 2 :]
 
 
 def matrix(short: bool) -> list[Row]:
