@@ -14,7 +14,11 @@ Bridge's ``pretrain()`` does with it before any GPU work (:func:`start_up`): Bri
 models (Llama 3 8B, Qwen3 8B, DeepSeek-V2, GPT-OSS 120B) also run on their own Bridge recipe
 (the one ``parastrat plan --format torchrun`` names, found as ``run_recipe.py`` finds it),
 where each candidate goes a second way too: its ``to_overrides`` through Bridge's override
-parser, as ``run_recipe.py`` takes them, then the same start-up.
+parser, as ``run_recipe.py`` takes them, then the same start-up.  The hybrid (Mamba) presets
+(Nemotron-H 8B/47B/56B, Nemotron Nano 9B v2, Nemotron 3 Nano) run on GPT-3's recipe holding
+their real ``NemotronH*`` provider and on their own Nemotron recipes, once ``parastrat.plan``
+prices a hybrid's layers by kind (:func:`hybrid_pricing`); until then their rows are skipped
+with the reason printed.
 
 Prints, per model x recipe x cluster x precision x sequence length: candidates, refused by
 ``apply``, accepted by the start-up, how many of those use context parallelism, how many
@@ -27,18 +31,21 @@ Needs megatron-bridge (README test command); imports it the way the test suite d
 (tests/conftest.py: a Transformer Engine stand-in visible only during the import, and the TE
 version Bridge 0.3.1 declares as its floor for Megatron Core's version gates, which FP8 with
 experts reaches).
-Run: ``python benchmarks/bridge_acceptance.py`` (every case, a few minutes on two cores) or
-``python benchmarks/bridge_acceptance.py --short`` (three cases, CI).
+Run: ``python benchmarks/bridge_acceptance.py`` (every case, a few minutes on two cores),
+``python benchmarks/bridge_acceptance.py --short`` (three cases, CI) or ``--models
+nemotron-h-8b,nemotron-3-nano`` (those presets only).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import importlib
 import io
 import logging
 import os
+import shlex
 import shutil
 import sys
 import tempfile
@@ -67,12 +74,13 @@ MIXTRAL = {"num_moe_experts": 8, "moe_router_topk": 2, "moe_grouped_gemm": True}
 class Recipe:
     """The Hugging Face model a model's own Bridge recipe loads with
     ``AutoBridge.from_hf_pretrained``, served from an offline cache holding that model's
-    config.json from tests/data/hf (no download).  The recipe is the one
-    ``parastrat plan --format torchrun`` names (``default_recipe``), looked up as Bridge's
-    ``run_recipe.py`` does: an attribute of ``megatron.bridge.recipes``."""
+    config.json from tests/data/hf (no download); None for a recipe that builds its provider
+    directly (the Nemotron ones).  The recipe is the one ``parastrat plan --format torchrun``
+    names (``default_recipe``), looked up as Bridge's ``run_recipe.py`` does: an attribute of
+    ``megatron.bridge.recipes``."""
 
-    hf_id: str
-    hf_file: str
+    hf_id: str | None = None
+    hf_file: str | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +166,25 @@ CASES = (
     Case("nemotron4-15b", "Nemotron4ModelProvider15B", (16, 64), (72,)),
     Case("nemotron4-340b", "Nemotron4ModelProvider340B", (256, 1024), (576,)),
     Case("olmoe-7b", "OlMoEModelProvider", (8, 32), (72,)),
+    # hybrid (Mamba) models: Megatron Core's MambaModel, as Bridge's Nemotron providers and
+    # recipes build it
+    Case("nemotron-h-8b", "nemotronh.NemotronHModelProvider8B", (8, 64), (72,), recipe=Recipe()),
+    Case("nemotron-h-47b", "nemotronh.NemotronHModelProvider47B", (64, 128), (144,)),
+    Case(
+        "nemotron-h-56b",
+        "nemotronh.NemotronHModelProvider56B",
+        (64, 256),
+        (144,),
+        recipe=Recipe(),
+    ),
+    Case(
+        "nemotron-nano-9b-v2",
+        "nemotronh.NemotronNanoModelProvider9Bv2",
+        (8, 64),
+        (72,),
+        recipe=Recipe(),
+    ),
+    Case("nemotron-3-nano", "nemotronh.Nemotron3NanoProvider", (32, 64), (72,), recipe=Recipe()),
 )
 
 
@@ -222,8 +249,7 @@ def provider(case: Case, seq: int):
         module, _, cls = f"{MODELS}.{case.provider}".rpartition(".")
         make = getattr(importlib.import_module(module), cls)
         model = make(seq_length=seq, apply_rope_fusion=False, **case.kw)
-    if model.num_moe_experts:
-        model.moe_permute_fusion = False
+    model.moe_permute_fusion = False  # a TE kernel; Nemotron providers set it even dense
     return model
 
 
@@ -240,8 +266,7 @@ def container(case: Case, setting: Setting, global_batch_size: int, own: bool):
         cfg = getattr(recipes, mg.default_recipe(case.model))()  # as run_recipe.py finds it
         cfg.model.seq_length = setting.seq
         cfg.model.apply_rope_fusion = False  # no TE here
-        if cfg.model.num_moe_experts:
-            cfg.model.moe_permute_fusion = False
+        cfg.model.moe_permute_fusion = False
     else:
         from megatron.bridge.recipes.gpt.gpt3_175b import gpt3_175b_pretrain_config
 
@@ -265,7 +290,7 @@ def offline_hf_cache() -> tempfile.TemporaryDirectory:
     imported)."""
     tmp = tempfile.TemporaryDirectory(prefix="parastrat-hf-")
     for case in CASES:
-        if case.recipe is None:
+        if case.recipe is None or case.recipe.hf_id is None or case.recipe.hf_file is None:
             continue
         repo = Path(tmp.name) / "hub" / ("models--" + case.recipe.hf_id.replace("/", "--"))
         (repo / "snapshots" / "local").mkdir(parents=True)
@@ -293,10 +318,31 @@ def start_up(cfg, world: int) -> None:
     from megatron.bridge.training.config import runtime_config_update
 
     os.environ["WORLD_SIZE"] = str(world)
+    answer_device_query(cfg)
     with contextlib.redirect_stdout(io.StringIO()):  # Bridge prints its fusion fallbacks
         runtime_config_update(cfg)
     microbatches(cfg)
     process_groups(cfg, world)
+
+
+#: What ``torch.cuda.get_device_properties`` answers on each planned device (data sheets'
+#: compute capabilities), for Bridge's flex-dispatcher check (``validate_flex_dispatcher_
+#: backend``), which asks the GPU: Nemotron 3 Nano's recipe selects DeepEP itself.
+DEVICES = {"h100": ("NVIDIA H100 80GB HBM3", 9), "gb200": ("NVIDIA GB200", 10)}
+_ACCELERATOR: list[str] = ["h100"]  # the row being run (set by :func:`run`)
+
+
+def answer_device_query(cfg) -> None:
+    """Make ``torch.cuda.get_device_properties`` answer as the row's accelerator (this machine
+    has no GPU), only for a container with the flex dispatcher."""
+    import types
+
+    import torch
+
+    if getattr(cfg.model, "moe_token_dispatcher_type", None) == "flex":
+        name, major = DEVICES[_ACCELERATOR[0]]
+        props = types.SimpleNamespace(name=name, major=major, minor=0)
+        torch.cuda.get_device_properties = lambda index=0: props
 
 
 def microbatches(cfg) -> None:
@@ -395,6 +441,7 @@ class Row:
 def run(row: Row, gpus: int) -> Count:
     """Plan the row's model on ``gpus`` devices; apply and start up every candidate."""
     case, setting = row.case, row.setting
+    _ACCELERATOR[0] = setting.accelerator
     plan = ps.plan(
         get(case.model),
         ps.Cluster(accelerator=setting.accelerator, num_devices=gpus),
@@ -408,7 +455,7 @@ def run(row: Row, gpus: int) -> Count:
         count.candidates += 1
         cfg = container(case, setting, plan.global_batch_size, row.own)
         try:
-            mg.apply(cfg, cand, world_size=gpus)
+            mg.apply(cfg, as_priced(plan, cand), world_size=gpus)
         except ps.StrategyError as err:
             count.refused += 1
             v = err.violations[0]
@@ -423,26 +470,66 @@ def run(row: Row, gpus: int) -> Count:
             why = f"{type(exc).__name__}: {str(exc)[:160]}"
             count.failures.append(f"{gpus}: {cand.label()}: start-up: {why}")
         if row.own:
-            count.overrides += via_overrides(row, cand, plan.global_batch_size, gpus, count)
+            count.overrides += via_overrides(row, plan, cand, gpus, count)
     return count
 
 
-def via_overrides(row: Row, cand, global_batch_size: int, gpus: int, count: Count) -> int:
-    """1 when the candidate's ``to_overrides``, parsed by Bridge's own
-    ``process_config_with_overrides`` onto a fresh copy of the recipe (what
-    ``run_recipe.py --recipe ... <overrides>`` does), passes the start-up; else 0 with the
+def as_priced(plan, cand):
+    """The candidate as its plan priced it: a one-candidate copy of the plan, so that ``apply``
+    writes the switches the plan was priced with (``plan.step_options``: the MoE dispatcher,
+    overlaps, CUDA graphs), as ``apply(cfg, plan)`` does for the best.  A bare candidate
+    carries none, so a recipe's own choice would stay (Nemotron 3 Nano's recipe selects
+    DeepEP, which Bridge refuses on GB200, where the plan priced all-to-all)."""
+    return dataclasses.replace(plan, candidates=[cand])
+
+
+def via_overrides(row: Row, plan, cand, gpus: int, count: Count) -> int:
+    """1 when the overrides of the candidate's torchrun line (:func:`torchrun_overrides`),
+    parsed by Bridge's own ``process_config_with_overrides`` onto a fresh copy of the recipe
+    (what ``run_recipe.py --recipe ... <overrides>`` does), pass the start-up; else 0 with the
     reason recorded."""
     from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
 
-    cfg = container(row.case, row.setting, global_batch_size, own=True)
+    cfg = container(row.case, row.setting, plan.global_batch_size, own=True)
     try:
-        cfg = process_config_with_overrides(cfg, cli_overrides=mg.to_overrides(cand)) or cfg
+        overrides = torchrun_overrides(plan, cand, mg.default_recipe(row.case.model))
+        cfg = process_config_with_overrides(cfg, cli_overrides=overrides) or cfg
         start_up(cfg, gpus)
         return 1
     except Exception as exc:
         why = f"{type(exc).__name__}: {str(exc)[:160]}"
         count.failures.append(f"{gpus}: {cand.label()}: overrides: {why}")
         return 0
+
+
+def hybrid_pricing(model) -> str | None:
+    """None when parastrat's cost model prices a hybrid's layers by kind (its weight matrices
+    for a Mamba layer are the Mamba-2 mixer's, within 5 %), else why its rows are skipped:
+    a plan priced as if every layer were attention + MLP is not a plan for this model."""
+    if not model.is_hybrid or "M" not in model.hybrid_override_pattern:
+        return None
+    from parastrat.estimate.flops import layer_matrices
+
+    i = model.hybrid_override_pattern.index("M")
+    priced = sum(m.in_dim * m.out_dim for m in layer_matrices(model, i))
+    mixer = model.kind_params("mamba")
+    if abs(priced - mixer) <= 0.05 * mixer:
+        return None
+    return (
+        f"parastrat's cost model prices Mamba layer {i} of {model.name} as "
+        f"{[m.name for m in layer_matrices(model, i)]} ({priced / 1e6:.0f}M weights), not "
+        f"the Mamba-2 mixer ({mixer / 1e6:.0f}M): no hybrid pricing in this build"
+    )
+
+
+def torchrun_overrides(plan, cand, recipe: str) -> list[str]:
+    """The overrides ``parastrat plan --format torchrun`` prints for the candidate (its
+    ``torchrun_line``, the words after ``--recipe NAME``)."""
+    from parastrat.cli.plan import torchrun_line
+
+    line = torchrun_line(cand, plan.cluster, plan.global_batch_size, recipe)
+    words = shlex.split(line.split("\\\n", 1)[1])
+    return words[words.index("--recipe") + 2 :]
 
 
 def matrix(short: bool) -> list[Row]:
@@ -466,6 +553,7 @@ def matrix(short: bool) -> list[Row]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--short", action="store_true", help="three cases (CI)")
+    ap.add_argument("--models", help="comma-separated presets to run (default: every case)")
     args = ap.parse_args(argv)
     cache = offline_hf_cache()  # before transformers is imported
     bridge = import_bridge()
@@ -474,6 +562,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     declare_te_version()
     rows = matrix(args.short)
+    if args.models:
+        rows = [r for r in rows if r.case.model in args.models.split(",")]
+    skipped = {}
+    for case in {r.case.model: r.case for r in rows}.values():
+        why = hybrid_pricing(get(case.model))
+        if why:
+            skipped[case.model] = why
+            print(f"skipped {case.model}: {why}")
+    rows = [r for r in rows if r.case.model not in skipped]
     for case in {r.case.model: r.case for r in rows}.values():
         for diff in shape_differences(case):
             print(f"shape {case.model} ({case.provider}): {diff}")

@@ -55,6 +55,7 @@ from .megatron_fields import (
     RunSettings,
     run_of,
 )
+from .megatron_hybrid import hybrid_build_check
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +97,34 @@ class ModelView:
     softmax_type: str = "vanilla"
     #: Llama 4's chunked attention (Bridge's ``attention_chunk_size``); None: not chunked
     attention_chunk_size: int | None = None
+    #: Hybrid (Mamba) models: Megatron Core's ``MambaModel`` pattern and mixer shape, under
+    #: :class:`~parastrat.ModelSpec`'s names (None: not a hybrid)
+    hybrid_override_pattern: str | None = None
+    mamba_num_heads: int | None = None
+    mamba_head_dim: int = 64
+    mamba_num_groups: int = 8
+    mamba_state_dim: int = 128
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True for a Megatron ``MambaModel`` config (a hybrid pattern)."""
+        return self.hybrid_override_pattern is not None
+
+    @property
+    def mamba_heads(self) -> int:
+        """Mamba-2 heads: ``mamba_num_heads``, else ``MambaMixer``'s ``2 * hidden / head_dim``."""
+        return self.mamba_num_heads or 2 * (self.hidden_size or 0) // self.mamba_head_dim
+
+    @property
+    def mamba_d_inner(self) -> int:
+        """The mixer's inner width: heads x head dimension."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_in_proj_width(self) -> int:
+        """Output width of the mixer's input projection (z, x, B, C, dt)."""
+        groups_state = 2 * self.mamba_num_groups * self.mamba_state_dim
+        return 2 * self.mamba_d_inner + groups_state + self.mamba_heads
 
 
 @dataclass(frozen=True)
@@ -194,7 +223,28 @@ def model_view(cfg: Any) -> ModelView:
         sliding_window=_sliding_window(getattr(m, "window_size", None)),
         softmax_type=_text(getattr(m, "softmax_type", None)) or "vanilla",
         attention_chunk_size=positive("attention_chunk_size"),
+        **_hybrid_fields(m, positive),
     )
+
+
+def _hybrid_fields(m: Any, positive: Any) -> dict[str, Any]:
+    """The hybrid fields of a Megatron Bridge ``MambaModelProvider`` (or a config carrying
+    ``hybrid_override_pattern``); empty for a GPT config.  A Mamba provider without a
+    pattern and without attention/MLP ratios is all Mamba layers, as ``allocate_layers``
+    builds it."""
+    pattern = _text(getattr(m, "hybrid_override_pattern", None))
+    ratios = (getattr(m, "hybrid_attention_ratio", None), getattr(m, "hybrid_mlp_ratio", None))
+    if pattern is None and hasattr(m, "mamba_stack_spec") and not any(ratios):
+        layers = positive("num_layers")
+        pattern = "M" * layers if layers else None
+    if pattern is None:
+        return {}
+    out: dict[str, Any] = {"hybrid_override_pattern": pattern}
+    for name in ("mamba_num_heads", "mamba_head_dim", "mamba_num_groups", "mamba_state_dim"):
+        value = positive(name)
+        if value is not None:
+            out[name] = value
+    return out
 
 
 def _sliding_window(window_size: Any) -> int | None:
@@ -365,7 +415,9 @@ def _missing(t: _Target, f: Field, new: Any, why: str) -> Violation:
 
 def _rerun_checks(model: Any) -> None:
     """Run the config's own validation: Bridge's deferred ``finalize()``, else
-    Megatron Core's ``__post_init__``.  Their warnings are silenced: this runs on a copy."""
+    Megatron Core's ``__post_init__``; for a hybrid (Mamba) model also what Megatron Core
+    asserts while building it (:func:`~parastrat.adapters.megatron_hybrid.hybrid_build_check`).
+    Their warnings are silenced: this runs on a copy."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         finalize = getattr(model, "finalize", None)
@@ -373,6 +425,7 @@ def _rerun_checks(model: Any) -> None:
             finalize()
         elif hasattr(model, "__post_init__"):
             model.__post_init__()
+        hybrid_build_check(model)
 
 
 #: Container sections Bridge's start-up (``runtime_config_update``) sets up onto the model
@@ -439,7 +492,8 @@ def _framework_violations(t: _Target, writes: Sequence[_Write]) -> list[Violatio
                     "megatron-config",
                     f"{type(t.model).__name__}{where if start_up else ''} refuses the new "
                     f"settings: {exc}",
-                    "parastrat's rules passed; this is a Megatron rule about the rest of the "
+                    getattr(exc, "hint", None)
+                    or "parastrat's rules passed; this is a Megatron rule about the rest of the "
                     "config (comm_overlap and mixed_precision fields included): change that "
                     "field, or the strategy",
                 )
@@ -635,6 +689,9 @@ def from_config(cfg: Any, *, world_size: int | None = None) -> Strategy:
         where = t.place(f)
         if f.read is not None and where is not None and hasattr(where[0], f.name):
             kwargs.update(f.read(getattr(where[0], f.name)))
+    if not _megatron_fsdp_on(t):  # a recipe's sharding strategy is read only under FSDP
+        kwargs.pop("fsdp", None)
+        kwargs.pop("dp_replicate", None)
     m = t.model
     cp = getattr(m, "context_parallel_size", 1) or 1
     kwargs["ulysses"], kwargs["ring"] = _cp_split(m, cp, t.prefix)
@@ -645,6 +702,16 @@ def from_config(cfg: Any, *, world_size: int | None = None) -> Strategy:
         kwargs["vpp"] = None  # the layout sets it
     s = Strategy(**kwargs)
     return s.with_world_size(world_size) if world_size is not None else s
+
+
+def _megatron_fsdp_on(t: _Target) -> bool:
+    """Whether Megatron FSDP is on (``use_megatron_fsdp`` in ``ddp`` or ``dist``): only then
+    does ``ddp.data_parallel_sharding_strategy`` mean anything (Bridge's Nemotron 3 Nano recipe
+    leaves it at "optim_grads_params" with FSDP off)."""
+    sections = [t.sections.get("ddp"), t.sections.get("dist")]
+    if not t.container:
+        sections.append(t.model)
+    return any(getattr(sec, "use_megatron_fsdp", False) is True for sec in sections if sec)
 
 
 def _cp_split(m: Any, cp: int, prefix: str) -> tuple[int, int]:
@@ -869,11 +936,17 @@ def megatron_lm_command(
 
 #: Presets whose Megatron Bridge recipe is not named by the rule below: Bridge 0.3.1 drops the
 #: dot of a Llama version (``megatron.bridge.recipes.llama31_405b_pretrain_config``,
-#: ``llama32_1b_pretrain_config``), and ``run_recipe.py`` finds a recipe only by its exact name
+#: ``llama32_1b_pretrain_config``) and the hyphen of Nemotron-H (``nemotronh_56b_...``), and
+#: ``run_recipe.py`` finds a recipe only by its exact name
 #: in ``megatron.bridge.recipes``.
 RECIPE_NAMES = {
     "llama3.1-405b": "llama31_405b_pretrain_config",
     "llama3.2-1b": "llama32_1b_pretrain_config",
+    # Bridge spells the Nemotron-H family without the hyphen (recipes/nemotronh/nemotronh.py);
+    # nemotron-nano-9b-v2 and nemotron-3-nano follow the rule
+    "nemotron-h-8b": "nemotronh_8b_pretrain_config",
+    "nemotron-h-47b": "nemotronh_47b_pretrain_config",
+    "nemotron-h-56b": "nemotronh_56b_pretrain_config",
 }
 #: Presets for which Megatron Bridge 0.3.1 exports no pretrain recipe from
 #: ``megatron.bridge.recipes`` (so ``run_recipe.py --recipe`` cannot find one): GPT-3 175B's

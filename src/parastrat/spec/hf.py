@@ -2,7 +2,8 @@
 
 Only the file on disk is read; nothing is downloaded.  Understood ``model_type`` families:
 Llama / Mistral / Mixtral, Qwen2 / Qwen2-MoE / Qwen3 / Qwen3-MoE, DeepSeek-V2 / V3 (and
-Kimi K2, which reuses the V3 architecture), GPT-OSS, Llama 4, OLMoE and Nemotron.  Other
+Kimi K2, which reuses the V3 architecture), GPT-OSS, Llama 4, OLMoE, Nemotron and the hybrid
+Mamba Nemotron-H family (``nemotron_h``: Nemotron-H, Nemotron Nano v2, Nemotron 3 Nano).  Other
 decoder-only configs that use the same standard field names load too; a missing or nonsensical
 field raises :class:`~parastrat.errors.SpecError` naming the field and the file.
 
@@ -39,6 +40,27 @@ size``
 ``attention_chunk_size``        ``attention_chunk_size`` (Llama 4's chunked attention)
 ``model_type: gpt_oss``         ``softmax_type="learnable"`` (attention sinks)
 ==============================  ==========================================
+
+Hybrid (Mamba) configs, ``model_type: nemotron_h`` (``NemotronHForCausalLM``), as Megatron
+Bridge's ``NemotronHBridge`` maps them onto Megatron Core's ``MambaModel``:
+
+==============================  ==========================================
+``hybrid_override_pattern`` /   ``hybrid_override_pattern`` (one of ``M * - E`` per layer;
+``layers_block_type``           the list form names "mamba", "attention", "mlp", "moe")
+``mamba_num_heads``             ``mamba_num_heads``
+``mamba_head_dim``              ``mamba_head_dim``
+``ssm_state_size``              ``mamba_state_dim``
+``n_groups``                    ``mamba_num_groups`` (the B/C groups; ``n_group`` is routing)
+``conv_kernel``                 must be 4: Megatron's ``MambaMixer`` is built with ``d_conv=4``
+``expand``                      unused when ``mamba_num_heads`` is given: HF's and Megatron's
+                                mixers are heads x head dim wide (Nemotron Nano v2 and
+                                Nemotron 3 Nano publish ``expand: 2`` with another width; the
+                                spec's ``extra["notes"]`` says so)
+``mlp_hidden_act: relu2``       ``activation="squared_relu"`` (ungated MLP and experts)
+``attention_head_dim``          ``kv_channels`` (Nemotron-H's spelling of ``head_dim``)
+``moe_shared_expert_            ``moe_shared_expert_intermediate_size`` (Bridge's mapping)
+intermediate_size``
+==============================  ==========================================
 """
 
 from __future__ import annotations
@@ -58,6 +80,7 @@ if TYPE_CHECKING:  # model.py imports this module; ModelSpec arrives as spec_typ
 #: Families whose MLP is *not* gated (HF Llama-likes always use gate/up/down).
 _UNGATED = {
     "nemotron": "squared ReLU",
+    "nemotron_h": "squared ReLU",
     "gpt2": "GELU",
     "gpt_bigcode": "GELU",
     "starcoder2": "GELU",
@@ -75,6 +98,13 @@ _MLA = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
 #: Llama 4's text model (``model_type`` of its ``text_config``, or of the wrapper).
 _LLAMA4 = ("llama4_text", "llama4")
 _EAGER_ACTIVATIONS = {"relu2": "squared_relu", "squared_relu": "squared_relu"}
+#: ``mlp_hidden_act`` of a hybrid's ungated MLP and experts -> ``ModelSpec.activation``.
+_HYBRID_ACTIVATIONS = {**_EAGER_ACTIVATIONS, "silu": "silu", "gelu": "gelu"}
+#: Hybrid layer kinds as the list form (``layers_block_type``) names them -> pattern symbols.
+_BLOCK_SYMBOLS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+#: Kernel width of Megatron Core's ``MambaMixer`` convolution (``d_conv=4``; neither its
+#: ``TransformerConfig`` nor Bridge's ``MambaModelProvider`` has a field to change it).
+_MEGATRON_CONV_KERNEL = 4
 
 
 def _read(path: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
@@ -283,10 +313,122 @@ def spec_from_hf_config(
     mtp = opt("num_nextn_predict_layers", default=0)
     if mtp:
         fields["mtp_num_layers"] = whole("num_nextn_predict_layers", mtp, 0)
+    if model_type == "nemotron_h" or "hybrid_override_pattern" in cfg:
+        fields.update(_hybrid(cfg, where, layers, hidden, whole, flag))
     try:
         return spec_type(**fields)
     except SpecError as exc:
         raise SpecError(f"{where}: {exc}") from None
+
+
+def _hybrid(
+    cfg: Mapping[str, Any], where: str, layers: int, hidden: int, whole: Any, flag: Any
+) -> dict[str, Any]:
+    """The hybrid (Mamba) fields of a ``nemotron_h`` config, as Bridge's ``NemotronHBridge``
+    maps them (module docstring); refuses what Megatron's ``MambaMixer`` cannot build."""
+    out: dict[str, Any] = {
+        "hybrid_override_pattern": _pattern(cfg, where, layers),
+        "position_embedding_type": "none",  # MambaModelProvider's default; no RoPE in HF
+        "gated_linear_unit": False,
+    }
+    act = cfg.get("mlp_hidden_act", cfg.get("hidden_act"))
+    if isinstance(act, str) and act.lower() in _HYBRID_ACTIVATIONS:
+        out["activation"] = _HYBRID_ACTIVATIONS[act.lower()]
+    head_dim = cfg.get("head_dim", cfg.get("attention_head_dim"))
+    if head_dim is not None:
+        out["kv_channels"] = whole("attention_head_dim", head_dim)
+    for key in ("use_bias", "mamba_proj_bias"):
+        if flag(key, cfg.get(key, False)):
+            raise SpecError(
+                f"{where}: field {key!r} is true, but Megatron Core's MambaMixer builds no "
+                "bias (it asserts `not bias`); this hybrid cannot be built by Megatron"
+            )
+    conv = whole("conv_kernel", cfg.get("conv_kernel", _MEGATRON_CONV_KERNEL))
+    if conv != _MEGATRON_CONV_KERNEL:
+        raise SpecError(
+            f"{where}: field 'conv_kernel' is {conv}; Megatron Core's MambaMixer (as Megatron "
+            f"Bridge builds it) has a {_MEGATRON_CONV_KERNEL}-wide convolution and no field "
+            "to change it, so parastrat cannot price this mixer"
+        )
+    out.update(_mamba_shape(cfg, where, hidden, whole))
+    shared = cfg.get("moe_shared_expert_intermediate_size")
+    if shared and cfg.get("n_routed_experts"):
+        out["moe_shared_expert_intermediate_size"] = whole(
+            "moe_shared_expert_intermediate_size", shared
+        )
+    return out
+
+
+def _pattern(cfg: Mapping[str, Any], where: str, layers: int) -> str:
+    """``hybrid_override_pattern`` (or the list form ``layers_block_type``) as one symbol per
+    layer; a missing, mistyped or wrong-length one is refused naming the field."""
+    pattern = cfg.get("hybrid_override_pattern")
+    if pattern is None and isinstance(cfg.get("layers_block_type"), list):
+        kinds = cfg["layers_block_type"]
+        odd = sorted({str(k) for k in kinds if k not in _BLOCK_SYMBOLS})
+        if odd:
+            raise SpecError(
+                f"{where}: field 'layers_block_type' names {printable(', '.join(odd))}; "
+                f"the kinds are {', '.join(_BLOCK_SYMBOLS)}"
+            )
+        pattern = "".join(_BLOCK_SYMBOLS[k] for k in kinds)
+    if not isinstance(pattern, str) or not pattern:
+        raise SpecError(
+            f"{where}: missing field 'hybrid_override_pattern' (or 'layers_block_type') for a "
+            f"hybrid model, got {printable(repr(pattern))[:80]}"
+        )
+    if len(pattern) != layers:
+        raise SpecError(
+            f"{where}: field 'hybrid_override_pattern' has {len(pattern)} symbols but "
+            f"num_hidden_layers is {layers} (one symbol per layer)"
+        )
+    odd = sorted(set(pattern) - set(_BLOCK_SYMBOLS.values()))
+    if odd:
+        raise SpecError(
+            f"{where}: field 'hybrid_override_pattern' has {printable(repr(''.join(odd)))}; "
+            "the symbols are M (Mamba), * (attention), - (MLP), E (MoE)"
+        )
+    return pattern
+
+
+def _mamba_shape(cfg: Mapping[str, Any], where: str, hidden: int, whole: Any) -> dict[str, Any]:
+    """Heads, head dim, state size and groups of the Mamba-2 mixer; heads from ``expand``
+    only when ``mamba_num_heads`` is absent, and a disagreeing ``expand`` noted."""
+    head_dim = whole("mamba_head_dim", cfg.get("mamba_head_dim", 64))
+    expand = cfg.get("expand")
+    heads = cfg.get("mamba_num_heads")
+    notes: list[str] = []
+    if heads is None:
+        expand = whole("expand", expand if expand is not None else 2)
+        if (expand * hidden) % head_dim:
+            raise SpecError(
+                f"{where}: expand x hidden_size = {expand * hidden} is not a multiple of "
+                f"mamba_head_dim={head_dim}; set mamba_num_heads"
+            )
+        heads = expand * hidden // head_dim
+    else:
+        heads = whole("mamba_num_heads", heads)
+        if expand is not None and whole("expand", expand) * hidden != heads * head_dim:
+            notes.append(
+                f"expand={expand} ignored: the mixer is mamba_num_heads x mamba_head_dim = "
+                f"{heads} x {head_dim} = {heads * head_dim} wide, not expand x hidden_size = "
+                f"{expand * hidden} (as Hugging Face's and Megatron's mixers build it)"
+            )
+    groups = whole("n_groups", cfg.get("n_groups", cfg.get("mamba_num_groups", 8)))
+    if heads % groups:
+        raise SpecError(
+            f"{where}: field 'n_groups' ({groups}) must divide mamba_num_heads ({heads}): "
+            "MambaMixer asserts nheads % ngroups == 0"
+        )
+    out: dict[str, Any] = {
+        "mamba_num_heads": heads,
+        "mamba_head_dim": head_dim,
+        "mamba_state_dim": whole("ssm_state_size", cfg.get("ssm_state_size", 128)),
+        "mamba_num_groups": groups,
+    }
+    if notes:
+        out["extra"] = {"notes": notes}
+    return out
 
 
 def _sliding_window(cfg: Mapping[str, Any], layers: int, where: str, whole: Any) -> dict:

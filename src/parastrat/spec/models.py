@@ -571,6 +571,132 @@ register(
 )
 
 
+# ---- Hybrid Mamba: Nemotron-H, Nemotron Nano v2, Nemotron 3 Nano ----------------------------
+def _nemotron_h(
+    name: str, pattern: str, hidden: int, heads: int, ffn: int, mamba_heads: int, **kw: object
+) -> ModelSpec:
+    """A Nemotron-H-family hybrid as Megatron Bridge's ``NemotronHModelProvider`` builds it:
+    Megatron Core's ``MambaModel`` with one sub-block per pattern symbol (Mamba-2 mixer,
+    attention, squared-ReLU MLP or MoE), 8 query groups of 128, no position embedding,
+    RMSNorm, untied 131,072-token vocabulary, Mamba-2 head dim 64 and 8 groups."""
+    fields: dict[str, object] = dict(
+        name=name,
+        num_layers=len(pattern),
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_query_groups=8,
+        kv_channels=128,
+        ffn_hidden_size=ffn,
+        vocab_size=131072,
+        tied_embeddings=False,
+        position_embedding_type="none",
+        max_position_embeddings=8192,
+        normalization="rmsnorm",
+        activation="squared_relu",
+        hybrid_override_pattern=pattern,
+        mamba_num_heads=mamba_heads,
+        mamba_head_dim=64,
+        mamba_num_groups=8,
+        mamba_state_dim=128,
+    )
+    fields.update(kw)
+    return _nodrop(**fields)
+
+
+#: Hybrid patterns (``hybrid_override_pattern``) of the released checkpoints, the same strings
+#: as Megatron Bridge 0.3.1's providers (``models/nemotronh/nemotron_h_provider.py``).
+_NEMOTRON_H_8B = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
+_NEMOTRON_H_47B = (
+    "M-M-M-M-M-M-M-M-M*-M-M-M-M-M-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-M-M---MM---M-M*"
+    "-M-M-M-M-M-"
+)
+_NEMOTRON_H_56B = "M-M-M-M*" + "-M-M-M-M-M*" * 9 + "-M-M-M-M-M-"
+_NEMOTRON_NANO_9B_V2 = "M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-"
+_NEMOTRON_3_NANO = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
+
+# nvidia/Nemotron-H-8B-Base-8K config.json (52 layers: 24 Mamba-2, 4 attention, 24 MLP; 128
+# Mamba heads, state 128); Nemotron-H paper (arXiv 2504.03624): 8B.
+register(
+    _nemotron_h(
+        "nemotron-h-8b",
+        _NEMOTRON_H_8B,
+        4096,
+        32,
+        21504,
+        128,
+        source="nvidia/Nemotron-H-8B-Base-8K config.json; Nemotron-H paper: 8B",
+    ),
+    "nemotronh-8b",
+)
+# Nemotron-H 47B (MiniPuzzle-compressed from 56B: 98 layers, FFN 30720; Bridge's
+# NemotronHModelProvider47B); Nemotron-H paper (arXiv 2504.03624): 47B.
+register(
+    _nemotron_h(
+        "nemotron-h-47b",
+        _NEMOTRON_H_47B,
+        8192,
+        64,
+        30720,
+        256,
+        mamba_state_dim=256,
+        source="nvidia/Nemotron-H-47B-Base-8K; Nemotron-H paper: 47B",
+    ),
+    "nemotronh-47b",
+)
+# nvidia/Nemotron-H-56B-Base-8K config.json (118 layers: 54 Mamba-2, 10 attention, 54 MLP;
+# 256 Mamba heads, state 256); Nemotron-H paper (arXiv 2504.03624): 56B.
+register(
+    _nemotron_h(
+        "nemotron-h-56b",
+        _NEMOTRON_H_56B,
+        8192,
+        64,
+        32768,
+        256,
+        mamba_state_dim=256,
+        source="nvidia/Nemotron-H-56B-Base-8K config.json; Nemotron-H paper: 56B",
+    ),
+    "nemotronh-56b",
+)
+# nvidia/NVIDIA-Nemotron-Nano-9B-v2 config.json (56 layers: 27 Mamba-2 of 128 heads x 80,
+# 4 attention of 40 heads, 25 MLP; 128k context); model card: 9B (8.89B in the checkpoint).
+register(
+    _nemotron_h(
+        "nemotron-nano-9b-v2",
+        _NEMOTRON_NANO_9B_V2,
+        4480,
+        40,
+        15680,
+        128,
+        mamba_head_dim=80,
+        max_position_embeddings=131072,
+        source="nvidia/NVIDIA-Nemotron-Nano-9B-v2 config.json; model card: 9B",
+    ),
+    "nemotron-nano-v2-9b",
+)
+# nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B config.json (52 layers: 23 Mamba-2, 6 attention with 2
+# query groups, 23 MoE of 128 routed experts of 1856 (top-6, sigmoid, no group limit) plus a
+# shared expert of 3712; 256k context); model card: 31.6B total, 3.2B active (3.6B with the
+# embeddings, the convention num_active_params follows).
+register(
+    _nemotron_h(
+        "nemotron-3-nano",
+        _NEMOTRON_3_NANO,
+        2688,
+        32,
+        1856,
+        64,
+        num_query_groups=2,
+        max_position_embeddings=262144,
+        num_moe_experts=128,
+        moe_router_topk=6,
+        moe_ffn_hidden_size=1856,
+        moe_shared_expert_intermediate_size=3712,
+        source="nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B config.json; model card: 31.6B/3.6B",
+    ),
+    "nemotron-3-nano-30b-a3b",
+)
+
 #: Parameter counts the models' authors published: name -> (total, active or None when dense).
 #: ``tests/test_models.py`` and ``benchmarks/memory_accuracy.py`` compare ``num_params`` and
 #: ``num_active_params`` with these.
@@ -599,4 +725,10 @@ PUBLISHED_PARAMS: dict[str, tuple[float, float | None]] = {
     "nemotron4-340b": (341 * _B, None),  # Nemotron-4 340B report
     "gpt3-175b": (175 * _B, None),  # GPT-3 paper
     "olmoe-7b": (6.9 * _B, 1.3 * _B),  # OLMoE paper: 6.9B / 1.3B
+    "nemotron-h-8b": (8 * _B, None),  # Nemotron-H paper (arXiv 2504.03624): 8B
+    "nemotron-h-47b": (47 * _B, None),  # Nemotron-H paper: 47B
+    "nemotron-h-56b": (56 * _B, None),  # Nemotron-H paper: 56B
+    "nemotron-nano-9b-v2": (9 * _B, None),  # model card: 9B
+    # model card: 31.6B total, 3.2B active (3.6B including embeddings)
+    "nemotron-3-nano": (31.6 * _B, 3.6 * _B),
 }
