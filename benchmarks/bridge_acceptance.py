@@ -527,7 +527,7 @@ def torchrun_overrides(plan, cand, recipe: str) -> list[str]:
     ``torchrun_line``, the words after ``--recipe NAME``)."""
     from parastrat.cli.plan import torchrun_line
 
-    line = torchrun_line(cand, plan.cluster, plan.global_batch_size, recipe)
+    line = torchrun_line(as_priced(plan, cand), plan.cluster, plan.global_batch_size, recipe)
     words = shlex.split(line.split("\\\n", 1)[1])
     return words[words.index("--recipe") + 2 :]
 

@@ -186,3 +186,15 @@ def test_plan_never_proposes_a_refused_strategy(model, devices, seq):
         assert not _errors(s, model, world_size=devices, seq_len=seq, global_batch_size=gbs)
         assert c.recompute != "full" and s.vpp == 1
         assert not _cp_asserts(model, s.tp, s.cp)
+
+
+def test_no_interleaving_advice_for_hybrids():
+    """MambaStack refuses a virtual pipeline (hybrid-vpp), so the soft rule that advises one
+    (pp-without-vpp) is not given for a hybrid; a GPT still gets it."""
+    import parastrat as ps
+
+    hybrid = ps.models.get("nemotron-h-56b")
+    s = ps.Strategy(tp=8, pp=4).with_world_size(64)
+    assert "pp-without-vpp" not in {v.rule for v in s.check(model=hybrid)}
+    gpt = ps.models.get("llama3-70b")
+    assert "pp-without-vpp" in {v.rule for v in s.check(model=gpt)}

@@ -957,7 +957,11 @@ def check(
                     for v in batch_violations(s, 1, global_batch_size, None)
                     if v.rule.endswith("-positive")
                 ]
-    out += soft_violations(s, devices_per_node)
+    soft = soft_violations(s, devices_per_node)
+    if model is not None and getattr(model, "hybrid_override_pattern", None):
+        # MambaStack takes no virtual pipeline (hybrid-vpp): no advice to interleave
+        soft = [v for v in soft if v.rule not in ("pp-without-vpp", "vpp-pp2")]
+    out += soft
     if verify_hints and model is not None and any(v.rule in SPLIT_RULES for v in out):
         w = world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else None
 

@@ -226,7 +226,7 @@ def run(args: argparse.Namespace) -> int:
                 "--recipe NAME of the recipe you train with, or use --format overrides and "
                 "apply them to your own ConfigContainer"
             )
-        console.print(torchrun_line(result.best, cluster, gbs, recipe), markup=False)
+        console.print(torchrun_line(result, cluster, gbs, recipe), markup=False)
     else:
         print_table(result, top)
     return 0
@@ -252,10 +252,19 @@ def _diagnosed(plan_fn, workload, cluster, switches, space, **kwargs: Any):
         raise
 
 
-def torchrun_line(c, cluster, gbs: int, recipe: str) -> str:
-    """Environment and a torchrun command that launch the chosen strategy with Bridge."""
+def torchrun_line(result, cluster, gbs: int, recipe: str) -> str:
+    """Environment and a torchrun command that launch the chosen strategy with Bridge.
+
+    ``result``: a plan (its best, with the switches the plan priced) or a candidate.  After the
+    strategy, batch and recompute words come the other ``model.*`` overrides the plan was
+    priced with (:func:`~parastrat.adapters.megatron.to_overrides`: the MoE dispatcher and its
+    overlaps, CUDA graphs, CPU offloading), so a recipe's own choice cannot run instead (e.g.
+    Nemotron 3 Nano's recipe selects DeepEP, which Bridge refuses on GB200).  Sections a recipe
+    may hold in another form (``comm_overlap`` may be absent, ``mixed_precision`` a recipe
+    name) are left to ``--format overrides`` and ``apply``."""
     from ..adapters.megatron import launch_command, launch_env, to_overrides
 
+    c = getattr(result, "best", result)
     s = c.strategy
     env = launch_env(s, vendor=cluster.accel.vendor, scale_up_domain=cluster.scale_up_domain)
     argv = launch_command(
@@ -268,8 +277,12 @@ def torchrun_line(c, cluster, gbs: int, recipe: str) -> str:
         recompute=c.recompute,
         rdzv_endpoint=RDZV_ENDPOINT if cluster.num_nodes > 1 else None,
     )
-    if c.cpu_offload_layers:  # CPU activation offloading priced: its overrides too
-        argv += [o for o in to_overrides(c) if "offloading" in o.split("=")[0]]
+    keys = {w.split("=", 1)[0] for w in argv}
+    argv += [
+        o
+        for o in to_overrides(result)
+        if o.startswith("model.") and o.split("=", 1)[0] not in keys
+    ]
     return " ".join(env_words(env)) + " \\\n  " + shell_join(argv)
 
 

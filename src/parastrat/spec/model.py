@@ -607,7 +607,8 @@ class ModelSpec:
         """Read a local Hugging Face ``config.json`` (a file, its folder, or the parsed dict).
 
         Never touches the network.  Llama, Mistral/Mixtral, Qwen2/3, Qwen3-MoE, DeepSeek-V2/V3
-        (and Kimi K2), GPT-OSS, OLMoE and Nemotron configs are understood; a missing or
+        (and Kimi K2), GPT-OSS, OLMoE, Llama 4, Nemotron and the hybrid Nemotron-H / Nemotron
+        Nano v2 / Nemotron 3 Nano configs are understood; a missing or
         nonsensical field raises :class:`~parastrat.errors.SpecError` naming it.
         """
         return spec_from_hf_config(path, name=name, spec_type=cls)
