@@ -279,9 +279,7 @@ def torchrun_line(result, cluster, gbs: int, recipe: str) -> str:
     )
     keys = {w.split("=", 1)[0] for w in argv}
     argv += [
-        o
-        for o in to_overrides(result)
-        if o.startswith("model.") and o.split("=", 1)[0] not in keys
+        o for o in to_overrides(result) if o.startswith("model.") and o.split("=", 1)[0] not in keys
     ]
     return " ".join(env_words(env)) + " \\\n  " + shell_join(argv)
 
