@@ -18,44 +18,13 @@ import parastrat as ps
 from parastrat import ModelSpec, Strategy
 from parastrat.estimate.memory import activations
 
-P56 = (
-    "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
-    "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
-)
-P8 = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
-COMMON = dict(
-    num_query_groups=8,
-    kv_channels=128,
-    activation="squared_relu",
-    vocab_size=131072,
-    normalization="rmsnorm",
-    position_embedding_type="none",
-    tied_embeddings=False,
-    hidden_dropout=0.0,
-    attention_dropout=0.0,
-    mamba_head_dim=64,
-    mamba_num_groups=8,
-)
-FALLBACK = {
-    "nemotron-h-56b": dict(
-        num_layers=118, hidden_size=8192, num_attention_heads=64, ffn_hidden_size=32768,
-        mamba_state_dim=256, mamba_num_heads=256, hybrid_override_pattern=P56,
-    ),
-    "nemotron-h-8b": dict(
-        num_layers=52, hidden_size=4096, num_attention_heads=32, ffn_hidden_size=21504,
-        mamba_state_dim=128, mamba_num_heads=128, hybrid_override_pattern=P8,
-    ),
-}  # fmt: skip
 CASES = (("nemotron-h-56b", 64, 768), ("nemotron-h-8b", 8, 64))
 SEQ = 8192
 
 
 def model(name: str) -> ModelSpec:
-    """The preset when parastrat has it, else Bridge's provider fields."""
-    try:
-        return ps.models.get(name)
-    except Exception:  # the preset is not in this version
-        return ModelSpec(name=name, **FALLBACK[name], **COMMON)
+    """The preset (equal to Bridge's provider field by field)."""
+    return ps.models.get(name)
 
 
 def breakdown(spec: ModelSpec, devices: int, gbs: int) -> Strategy:

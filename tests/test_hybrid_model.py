@@ -15,65 +15,14 @@ from parastrat.estimate.layers import (
     pipeline_split,
     stage_params,
 )
+from parastrat.spec.models import get as get_model
 
-#: Megatron Bridge 0.3.1 ``NemotronHModelProvider56B.hybrid_override_pattern``.
-P56 = (
-    "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-"
-    "M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
-)
-P8 = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"
-P_NANO3 = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"
-_COMMON = dict(
-    num_query_groups=8,
-    kv_channels=128,
-    activation="squared_relu",
-    vocab_size=131072,
-    normalization="rmsnorm",
-    position_embedding_type="none",
-    tied_embeddings=False,
-    hidden_dropout=0.0,
-    attention_dropout=0.0,
-    mamba_head_dim=64,
-    mamba_num_groups=8,
-)
-#: Bridge's NemotronHModelProvider56B / 8B and Nemotron3NanoProvider, field by field.
-NH56 = ModelSpec(
-    name="nemotron-h-56b-test",
-    num_layers=118,
-    hidden_size=8192,
-    num_attention_heads=64,
-    ffn_hidden_size=32768,
-    mamba_state_dim=256,
-    mamba_num_heads=256,
-    hybrid_override_pattern=P56,
-    **_COMMON,
-)
-NH8 = ModelSpec(
-    name="nemotron-h-8b-test",
-    num_layers=52,
-    hidden_size=4096,
-    num_attention_heads=32,
-    ffn_hidden_size=21504,
-    mamba_state_dim=128,
-    mamba_num_heads=128,
-    hybrid_override_pattern=P8,
-    **_COMMON,
-)
-NANO3 = ModelSpec(
-    name="nemotron-3-nano-test",
-    num_layers=52,
-    hidden_size=2688,
-    num_attention_heads=32,
-    ffn_hidden_size=1856,
-    mamba_state_dim=128,
-    mamba_num_heads=64,
-    hybrid_override_pattern=P_NANO3,
-    num_moe_experts=128,
-    moe_ffn_hidden_size=1856,
-    moe_shared_expert_intermediate_size=3712,
-    moe_router_topk=6,
-    **{**_COMMON, "num_query_groups": 2},
-)
+#: The presets, which equal Bridge's NemotronHModelProvider56B / 8B and Nemotron3NanoProvider
+#: field by field (tests/test_hybrid_bridge.py checks it against the real providers).
+NH56 = get_model("nemotron-h-56b")
+NH8 = get_model("nemotron-h-8b")
+NANO3 = get_model("nemotron-3-nano")
+P8 = NH8.hybrid_override_pattern
 SPECS = (NH56, NH8, NANO3)
 
 
