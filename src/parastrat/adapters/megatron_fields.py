@@ -145,6 +145,11 @@ def _precision_is(test: Callable[[tuple[Any, ...]], bool]) -> Callable[[Applied]
     return lambda a: (p := _precision(a)) is not None and test(p)
 
 
+def _quant(i: int) -> Callable[[Applied], Any]:
+    """Item ``i`` of the priced quantisation settings (the field's ``when`` ensures one)."""
+    return lambda a: (_precision(a) or (None, None, None, False))[i]
+
+
 def _run(a: Applied, name: str) -> Any:
     return getattr(a.run, name) if a.run is not None else None
 
@@ -491,7 +496,7 @@ RUN_FIELDS: tuple[Field, ...] = (
     # Megatron Core config holds them itself); other recipe knobs stay the config's
     Field(
         "fp8",
-        lambda a: _precision(a)[0],  # type: ignore[index]
+        _quant(0),
         None,
         when=_precision_is(lambda p: True),
         sections=("mixed_precision", "model"),
@@ -499,14 +504,14 @@ RUN_FIELDS: tuple[Field, ...] = (
     ),
     Field(
         "fp8_recipe",
-        lambda a: _precision(a)[1],  # type: ignore[index]
+        _quant(1),
         when=_precision_is(lambda p: p[0] is not None),
         sections=("mixed_precision", "model"),
         arg="--fp8-recipe",
     ),
     Field(
         "fp4",
-        lambda a: _precision(a)[2],  # type: ignore[index]
+        _quant(2),
         None,
         when=_precision_is(lambda p: True),
         sections=("mixed_precision", "model"),
@@ -521,7 +526,7 @@ RUN_FIELDS: tuple[Field, ...] = (
     ),
     Field(
         "fp8_param_gather",
-        lambda a: _precision(a)[3],  # type: ignore[index]
+        _quant(3),
         False,
         when=_precision_is(lambda p: True),
         sections=("mixed_precision",),
