@@ -205,6 +205,18 @@ def test_uneven_stack_split_is_caught(bridge):
     hybrid_build_check(p)  # 31 + 28 + 28 + 31
 
 
+def test_bad_head_dimension_is_a_message_not_a_crash(bridge):
+    """A provider whose mixer head dimension is 0 gets Megatron's refusal with a fix, not a
+    ZeroDivisionError from the head count."""
+    from parastrat.adapters.megatron_hybrid import HybridBuildError, hybrid_build_check
+
+    p = provider("nemotron-h-8b")
+    p.mamba_head_dim = 0
+    with pytest.raises(HybridBuildError, match="mamba_head_dim=0") as err:
+        hybrid_build_check(p)
+    assert "64" in err.value.hint
+
+
 def test_overrides_start_the_real_recipe(bridge, monkeypatch):
     """What ``plan --format torchrun`` prints for a hybrid, parsed by Bridge's own override
     parser onto its Nemotron-H recipe (as ``run_recipe.py`` does), validates."""

@@ -42,6 +42,7 @@ from typing import Any
 from .._deps import require
 from ..errors import StrategyError, Violation
 from ..offload_rules import applied_violations
+from ..spec.model import mamba_heads, mamba_in_proj_width
 from ..strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, Strategy
 from .megatron_fields import (
     CONTAINER_SECTIONS,
@@ -113,7 +114,7 @@ class ModelView:
     @property
     def mamba_heads(self) -> int:
         """Mamba-2 heads: ``mamba_num_heads``, else ``MambaMixer``'s ``2 * hidden / head_dim``."""
-        return self.mamba_num_heads or 2 * (self.hidden_size or 0) // self.mamba_head_dim
+        return mamba_heads(self.hidden_size or 0, self.mamba_head_dim, self.mamba_num_heads)
 
     @property
     def mamba_d_inner(self) -> int:
@@ -123,8 +124,9 @@ class ModelView:
     @property
     def mamba_in_proj_width(self) -> int:
         """Output width of the mixer's input projection (z, x, B, C, dt)."""
-        groups_state = 2 * self.mamba_num_groups * self.mamba_state_dim
-        return 2 * self.mamba_d_inner + groups_state + self.mamba_heads
+        return mamba_in_proj_width(
+            self.mamba_heads, self.mamba_head_dim, self.mamba_num_groups, self.mamba_state_dim
+        )
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from .._deps import require
+from ..spec.model import mamba_heads, mamba_in_proj_width
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,12 @@ def hybrid_build_check(model: Any) -> None:
     pattern = pattern_of(model)
     if pattern is None:
         return
+    head_dim = getattr(model, "mamba_head_dim", None)
+    if not isinstance(head_dim, int) or isinstance(head_dim, bool) or head_dim < 1:
+        raise HybridBuildError(
+            f"Megatron Core's MambaModel: mamba_head_dim={head_dim!r} must be a whole number >= 1",
+            "set mamba_head_dim to the mixer's head dimension (Nemotron-H: 64)",
+        )
     try:
         _build(model, pattern)
     except (AssertionError, ValueError) as exc:
@@ -78,7 +85,7 @@ def hybrid_build_check(model: Any) -> None:
 
 def _fix(model: Any) -> str:
     """The degrees Megatron Core builds this hybrid with."""
-    heads = model.mamba_num_heads or 2 * model.hidden_size // model.mamba_head_dim
+    heads = mamba_heads(model.hidden_size, model.mamba_head_dim, model.mamba_num_heads)
     gcd = math.gcd(heads, model.mamba_num_groups)
     tps = [t for t in range(1, gcd + 1) if gcd % t == 0]
     layers = model.num_layers
@@ -139,11 +146,11 @@ def _mixer(model: Any) -> None:
     hidden, head_dim = model.hidden_size, model.mamba_head_dim
     if not model.mamba_num_heads:  # d_inner = expand * d_model, expand 2 as Megatron builds it
         assert (2 * hidden) % head_dim == 0, "d_inner must be evenly divisible by headdim"
-    heads = model.mamba_num_heads or 2 * hidden // head_dim
+    heads = mamba_heads(hidden, head_dim, model.mamba_num_heads)
     groups, state = model.mamba_num_groups, model.mamba_state_dim
     tp = int(getattr(model, "tensor_model_parallel_size", 1) or 1)
     if getattr(model, "fp8", None):
-        width = 2 * heads * head_dim + 2 * groups * state + heads
+        width = mamba_in_proj_width(heads, head_dim, groups, state)
         assert width % 16 == 0, (
             "For FP8, the innermost dimension of the Mamba layer input projection output "
             f"tensor must be a multiple of 16 (it is {width})."

@@ -64,6 +64,18 @@ HYBRID_SYMBOLS = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
 MAMBA_CONV_KERNEL = 4
 
 
+def mamba_heads(hidden_size: int, head_dim: int, num_heads: int | None = None) -> int:
+    """Heads of a Mamba-2 mixer as ``MambaMixer`` sizes it: ``num_heads``, else its
+    ``d_inner = expand * hidden_size`` (expand 2) over ``head_dim``."""
+    return num_heads or 2 * hidden_size // head_dim
+
+
+def mamba_in_proj_width(heads: int, head_dim: int, groups: int, state_dim: int) -> int:
+    """Output width of the mixer's input projection: z, x, B, C and dt
+    (``2 d_inner + 2 groups N + heads``, ``MambaMixer``'s ``in_proj``)."""
+    return 2 * heads * head_dim + 2 * groups * state_dim + heads
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer (dense, MoE, GQA/MQA, MLA, MTP)."""
@@ -231,7 +243,7 @@ class ModelSpec:
     @property
     def mamba_heads(self) -> int:
         """Mamba-2 heads: ``mamba_num_heads``, else ``2 * hidden_size / mamba_head_dim``."""
-        return self.mamba_num_heads or 2 * self.hidden_size // self.mamba_head_dim
+        return mamba_heads(self.hidden_size, self.mamba_head_dim, self.mamba_num_heads)
 
     @property
     def mamba_d_inner(self) -> int:
@@ -240,12 +252,9 @@ class ModelSpec:
 
     @property
     def mamba_in_proj_width(self) -> int:
-        """Output width of the mixer's input projection: z, x, B, C and dt
-        (``2 d_inner + 2 groups N + heads``)."""
-        return (
-            2 * self.mamba_d_inner
-            + 2 * self.mamba_num_groups * self.mamba_state_dim
-            + (self.mamba_heads)
+        """Output width of the mixer's input projection (:func:`mamba_in_proj_width`)."""
+        return mamba_in_proj_width(
+            self.mamba_heads, self.mamba_head_dim, self.mamba_num_groups, self.mamba_state_dim
         )
 
     def layer_count(self, kind: str) -> int:
