@@ -11,8 +11,8 @@ Each row is priced as a user who knows only the table would price it: the publis
 (``FSDP = 1``: Megatron FSDP over the data-parallel ranks, ZeRO-3), precision (``FP8-CS`` is
 FP8 current scaling, ``FP8-MX`` MXFP8), micro and global batch, default implementation switches
 (``Switches()``), and the cheapest recompute mode that fits memory.  ``--recipe-offload``
-adds the CPU activation offloading the rows' recipes set (``OFFLOAD_LAYERS``) where the model
-prices it.  ``pub/best``: the published layout's predicted throughput over the best of
+adds the CPU activation offloading the rows' recipes set (``offload_rows.csv``).
+``pub/best``: the published layout's predicted throughput over the best of
 ``plan()`` with the same switches (``--no-plans`` skips the plans).
 
     python benchmarks/planner_crosscheck.py
@@ -34,10 +34,20 @@ from parastrat.planner.search import pipeline_variants
 DATA = Path(__file__).resolve().parent / "data" / "mb_2511_summary.csv"
 #: The table's precision spellings -> parastrat's.
 PRECISION = {"BF16": "bf16", "FP8-CS": "fp8", "FP8-MX": "mxfp8"}
-#: Layers whose activations the rows' recipes offload to the host (Megatron Bridge
-#: ``scripts/performance/configs/llama/llama3_workload_base_configs.py``,
-#: ``LLAMA3_70B_PRETRAIN_CONFIG_{GB300,GB200}_FP8_CS_V1``: ``cpu_offloading_num_layers``).
-OFFLOAD_LAYERS = {("llama3-70b", "gb300", "FP8-CS"): 20, ("llama3-70b", "gb200", "FP8-CS"): 40}
+#: The recipes' ``cpu_offloading_num_layers`` by (preset, gpu, precision), read from the
+#: offloading cross-check's table (``offload_rows.csv``, with the recipe file each comes from).
+OFFLOAD_ROWS = DATA.parent / "offload_rows.csv"
+
+
+def offload_layers() -> dict[tuple[str, str, str], int]:
+    """Layers each row's recipe offloads (absent: none)."""
+    with open(OFFLOAD_ROWS) as fh:
+        return {
+            (r["preset"], r["gpu"], r["precision"]): int(r["cpu_offload_layers"])
+            for r in csv.DictReader(fh)
+        }
+
+
 MODES = ("none", "selective", "full")
 
 
@@ -55,10 +65,8 @@ def strategy_of(row: dict[str, str], model: ps.ModelSpec) -> ps.Strategy:
 
 def switches_for(row: dict[str, str], offload: bool) -> ps.Switches:
     """Default switches, plus the recipe's CPU offloading when asked and priced."""
-    layers = OFFLOAD_LAYERS.get((row["preset"], row["gpu"], row["precision"]), 0)
-    if offload and layers and "cpu_offload_layers" in ps.Switches.__dataclass_fields__:
-        return ps.Switches(cpu_offload_layers=layers)  # type: ignore[call-arg]
-    return ps.Switches()
+    layers = offload_layers().get((row["preset"], row["gpu"], row["precision"]), 0)
+    return ps.Switches(cpu_offload_layers=layers if offload else 0)
 
 
 def best_ratio(model, cluster, switches, kw: dict, predicted: float) -> float:
