@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import copy
 import logging
-import re
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -44,6 +43,7 @@ from ..errors import StrategyError, Violation
 from ..offload_rules import applied_violations
 from ..spec.model import mamba_heads, mamba_in_proj_width
 from ..strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, Strategy
+from .bridge_overrides import hydra, override_lines, shape_of
 from .megatron_fields import (
     CONTAINER_SECTIONS,
     CP_COMM_HIERARCHICAL,
@@ -783,25 +783,34 @@ def _applied_to_recipe(s: Any, mbs: int | None, gbs: int | None) -> Applied:
 
 
 def to_overrides(
-    s: Any, *, micro_batch_size: int | None = None, global_batch_size: int | None = None
+    s: Any,
+    *,
+    recipe: Any = None,
+    micro_batch_size: int | None = None,
+    global_batch_size: int | None = None,
 ) -> list[str]:
     """Hydra-style overrides for Megatron Bridge's ``scripts/training/run_recipe.py``: the
-    same field table as :func:`apply` on a recipe's container (model, train, dist and
-    comm_overlap sections), for a Strategy, a plan candidate or a plan.
+    same field table as :func:`apply` on a recipe's container, for a Strategy, a plan
+    candidate or a plan.
 
     ``["model.tensor_model_parallel_size=4", ..., "dist.use_tp_pp_dp_mapping=false"]`` —
     every degree explicitly (ETP too), so a recipe's own values cannot leak through.
     ``pipeline_dtype`` is not among them: Bridge's ``finalize()`` sets it from
     ``params_dtype`` when pp > 1, and a string override on an unset field would stay a string.
-    A candidate adds what it was priced with (micro-batch, recompute, switches); explicit
-    batch sizes are added (or replace the candidate's).
+    A candidate adds what it was priced with (micro-batch, recompute, switches, precision);
+    explicit batch sizes are added (or replace the candidate's).
+
+    ``recipe``: the recipe the lines go onto — its ``ConfigContainer`` or its name as
+    ``run_recipe.py --recipe`` takes it.  Bridge's parser refuses a line written for the
+    other shape of the ``comm_overlap`` and ``mixed_precision`` sections, so they are placed
+    as that recipe holds them (:mod:`parastrat.adapters.bridge_overrides`); with None, both
+    sections are taken to be config objects.
     """
     a = _applied_to_recipe(s, micro_batch_size, global_batch_size)
-    return [
-        f"{f.sections[0]}.{f.name}={_hydra(f.value(a))}"
-        for f in FIELDS
-        if f.when(a) and f.name != "pipeline_dtype"
+    writes = [
+        (f.sections, f.name, f.value(a)) for f in FIELDS if f.when(a) and f.name != "pipeline_dtype"
     ]
+    return override_lines(writes, shape_of(recipe))
 
 
 def megatron_lm_args(
@@ -849,7 +858,7 @@ def recompute_overrides(mode: str) -> list[str]:
     run = RunSettings(recompute=normalize_recompute(mode))
     a = Applied(Strategy(), run, moe=False)
     return [
-        f"{f.sections[0]}.{f.name}={_hydra(f.value(a))}"
+        f"{f.sections[0]}.{f.name}={hydra(f.value(a))}"
         for f in FIELDS
         if f.name.startswith("recompute_") and f.when(a)
     ]
@@ -994,26 +1003,6 @@ def _same(a: Any, b: Any) -> bool:
         return bool(a == b)
     except Exception:
         return False
-
-
-def _hydra(value: Any) -> str:
-    """A value in Hydra's override grammar."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (list, tuple)):
-        return "[" + ",".join(_hydra(v) for v in value) + "]"
-    if isinstance(value, str) and (
-        not _BARE.fullmatch(value) or value.lower() in ("null", "true", "false", "nan", "inf")
-    ):
-        # a layout such as Et*4|(t*4|)*14tmL is a grammar error unquoted; quoted, a string
-        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-    return str(value)
-
-
-#: Strings Hydra's override grammar reads as themselves without quotes.
-_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_.+-]*")
 
 
 def _plain(value: Any) -> Any:

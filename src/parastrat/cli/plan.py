@@ -114,7 +114,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument(
         "--recipe",
         default=None,
-        help="Megatron Bridge recipe for --format torchrun (default: <model>_pretrain_config)",
+        help="Megatron Bridge recipe for --format torchrun and overrides (default: "
+        "<model>_pretrain_config)",
     )
     p.add_argument(
         "--plot",
@@ -203,9 +204,11 @@ def run(args: argparse.Namespace) -> int:
             markup=False,
         )
     elif args.format == "overrides":
-        from ..adapters.megatron import to_overrides
+        from ..adapters.megatron import default_recipe, to_overrides
 
-        lines = to_overrides(result)  # the plan: its best, batch, recompute and switches
+        # the plan: its best, batch, recompute, switches and precision, placed as the recipe
+        # holds its sections
+        lines = to_overrides(result, recipe=args.recipe or default_recipe(model.name))
         console.print(shell_join(lines), markup=False)
     elif args.format == "megatron-args":
         from ..adapters.megatron import megatron_lm_args
@@ -256,12 +259,11 @@ def torchrun_line(result, cluster, gbs: int, recipe: str) -> str:
     """Environment and a torchrun command that launch the chosen strategy with Bridge.
 
     ``result``: a plan (its best, with the switches the plan priced) or a candidate.  After the
-    strategy, batch and recompute words come the other ``model.*`` overrides the plan was
-    priced with (:func:`~parastrat.adapters.megatron.to_overrides`: the MoE dispatcher and its
-    overlaps, CUDA graphs, CPU offloading), so a recipe's own choice cannot run instead (e.g.
-    Nemotron 3 Nano's recipe selects DeepEP, which Bridge refuses on GB200).  Sections a recipe
-    may hold in another form (``comm_overlap`` may be absent, ``mixed_precision`` a recipe
-    name) are left to ``--format overrides`` and ``apply``."""
+    strategy, batch and recompute words come the other overrides the plan was priced with
+    (:func:`~parastrat.adapters.megatron.to_overrides` for ``recipe``: the MoE dispatcher and
+    its overlaps, CUDA graphs, CPU offloading, TP overlap, precision), so a recipe's own choice
+    cannot run instead (e.g. Nemotron 3 Nano's recipe selects DeepEP, which Bridge refuses on
+    GB200; an FP8 plan on a BF16 recipe would run BF16)."""
     from ..adapters.megatron import launch_command, launch_env, to_overrides
 
     c = getattr(result, "best", result)
@@ -278,9 +280,7 @@ def torchrun_line(result, cluster, gbs: int, recipe: str) -> str:
         rdzv_endpoint=RDZV_ENDPOINT if cluster.num_nodes > 1 else None,
     )
     keys = {w.split("=", 1)[0] for w in argv}
-    argv += [
-        o for o in to_overrides(result) if o.startswith("model.") and o.split("=", 1)[0] not in keys
-    ]
+    argv += [o for o in to_overrides(result, recipe=recipe) if o.split("=", 1)[0] not in keys]
     return " ".join(env_words(env)) + " \\\n  " + shell_join(argv)
 
 

@@ -1,0 +1,236 @@
+"""Megatron Bridge override lines for the field table's writes, placed where a recipe holds
+each section (``run_recipe.py`` parses them with Hydra's grammar onto the recipe's container).
+
+Two sections of a Bridge 0.3.1 recipe differ in shape from recipe to recipe, and Bridge's
+override parser refuses a line written for the other shape:
+
+* ``comm_overlap`` is ``None`` in some recipes (``llama3_8b_pretrain_config``,
+  ``qwen3_*``, ``gpt_oss_*``): ``comm_overlap.tp_comm_overlap=...`` is refused there ("Could
+  not override"), and the model's own field is the one that counts (nothing copies over it);
+  where the section exists, its ``setup()`` copies its value over the model's, so the line
+  must go to the section.
+* ``mixed_precision`` is a recipe *name* in most recipes (``"bf16_mixed"``, resolved at
+  start-up) and a ``MixedPrecisionConfig`` in others: ``mixed_precision.fp8=...`` is refused
+  on a name.  One line, ``++mixed_precision={_target_: ...MixedPrecisionConfig, ...}``,
+  replaces either shape with the named recipe's values plus the plan's writes; Bridge's
+  parser instantiates the ``_target_`` (dtypes as ``{_target_: torch.bfloat16, _call_:
+  false}``).  On a config object the per-field lines are kept (they leave its other fields).
+
+The shape comes from the container itself when one is given, else from :data:`RECIPE_SHAPES`
+(Bridge 0.3.1's recipes for parastrat's presets, checked against the real recipes in
+``tests/test_bridge_overrides.py``).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+
+#: Where Bridge's override parser finds the mixed-precision class it instantiates.
+MIXED_PRECISION_TARGET = "megatron.bridge.training.mixed_precision.MixedPrecisionConfig"
+#: ``MixedPrecisionConfig`` fields that hold a torch dtype.
+DTYPE_FIELDS = ("params_dtype", "pipeline_dtype", "autocast_dtype")
+
+_BF16 = "bfloat16"
+#: The fields Bridge's named mixed-precision recipes set (``megatron/bridge/training/
+#: mixed_precision.py``), for the names Bridge 0.3.1's recipes of parastrat's presets use:
+#: ``bf16_mixed()`` (every recipe's default, via ``_pretrain_common``) and
+#: ``nemotron_h_bf16_with_fp8_current_scaling_mixed()`` (the Nemotron-H 47B / 56B recipes).
+#: Dtypes by torch attribute name.
+NAMED_PRECISIONS: dict[str, dict[str, Any]] = {
+    "bf16_mixed": {
+        "bf16": True,
+        "params_dtype": _BF16,
+        "pipeline_dtype": _BF16,
+        "autocast_enabled": False,
+        "grad_reduce_in_fp32": True,
+    },
+}
+NAMED_PRECISIONS["nemotron_h_bf16_with_fp8_current_scaling_mixed"] = {
+    **NAMED_PRECISIONS["bf16_mixed"],
+    "fp8": "hybrid",
+    "fp8_recipe": "tensorwise",
+    "first_last_layers_bf16": True,
+    "num_layers_at_start_in_bf16": 2,
+    "num_layers_at_end_in_bf16": 2,
+    "fp8_param_gather": True,
+}
+
+
+@dataclass(frozen=True)
+class RecipeShape:
+    """How a recipe's container holds the two sections whose shape varies: whether it has a
+    ``comm_overlap`` section, and its ``mixed_precision`` as a recipe name (None: a config
+    object, written field by field).  ``named_fields``: the named recipe's values, when
+    known from the container itself (else :data:`NAMED_PRECISIONS`)."""
+
+    comm_overlap: bool
+    mixed_precision: str | None
+    named_fields: tuple[tuple[str, Any], ...] | None = None
+
+    def precision_base(self) -> dict[str, Any]:
+        """The values the named mixed-precision recipe sets, which the plan's writes update."""
+        if self.named_fields is not None:
+            return dict(self.named_fields)
+        name = self.mixed_precision or ""
+        if name.replace("-", "_") not in NAMED_PRECISIONS:
+            raise UsageError(
+                f"the recipe's mixed_precision={name!r} is a recipe name parastrat does not "
+                f"know ({', '.join(sorted(NAMED_PRECISIONS))}); pass the recipe's container "
+                "(to_overrides(plan, recipe=cfg)) so its values are read from Bridge"
+            )
+        return dict(NAMED_PRECISIONS[name.replace("-", "_")])
+
+
+_NAMED = RecipeShape(comm_overlap=False, mixed_precision="bf16_mixed")
+_NAMED_CO = RecipeShape(comm_overlap=True, mixed_precision="bf16_mixed")
+_OBJECT_CO = RecipeShape(comm_overlap=True, mixed_precision=None)
+_NEMOTRON_FP8 = RecipeShape(
+    comm_overlap=True, mixed_precision="nemotron_h_bf16_with_fp8_current_scaling_mixed"
+)
+#: Bridge 0.3.1's pretrain recipes for parastrat's presets (by the name ``run_recipe.py
+#: --recipe`` takes), as their containers come out of the recipe function.
+RECIPE_SHAPES: dict[str, RecipeShape] = {
+    **dict.fromkeys(
+        (
+            "llama32_1b_pretrain_config",
+            "llama3_8b_pretrain_config",
+            "qwen3_8b_pretrain_config",
+            "qwen3_32b_pretrain_config",
+            "qwen3_30b_a3b_pretrain_config",
+            "qwen3_235b_a22b_pretrain_config",
+            "gpt_oss_20b_pretrain_config",
+            "gpt_oss_120b_pretrain_config",
+        ),
+        _NAMED,
+    ),
+    **dict.fromkeys(
+        (
+            "llama3_70b_pretrain_config",
+            "llama31_405b_pretrain_config",
+            "deepseek_v3_pretrain_config",
+            "olmoe_7b_pretrain_config",
+        ),
+        _OBJECT_CO,
+    ),
+    **dict.fromkeys(
+        (
+            "deepseek_v2_pretrain_config",
+            "nemotronh_8b_pretrain_config",
+            "nemotron_nano_9b_v2_pretrain_config",
+            "nemotron_3_nano_pretrain_config",
+        ),
+        _NAMED_CO,
+    ),
+    "nemotronh_47b_pretrain_config": _NEMOTRON_FP8,
+    "nemotronh_56b_pretrain_config": _NEMOTRON_FP8,
+}
+#: A recipe parastrat has no record of: both sections present as objects (the shape the
+#: override lines had before recipes were told apart).
+UNKNOWN_SHAPE = _OBJECT_CO
+
+
+def shape_of(recipe: Any) -> RecipeShape:
+    """The shape of ``recipe``: a Bridge ``ConfigContainer`` (read from it), a recipe name
+    (:data:`RECIPE_SHAPES`, else :data:`UNKNOWN_SHAPE`) or None (:data:`UNKNOWN_SHAPE`)."""
+    if recipe is None:
+        return UNKNOWN_SHAPE
+    if isinstance(recipe, str):
+        return RECIPE_SHAPES.get(recipe, UNKNOWN_SHAPE)
+    mp = getattr(recipe, "mixed_precision", None)
+    named = mp if isinstance(mp, str) else None
+    return RecipeShape(
+        comm_overlap=getattr(recipe, "comm_overlap", None) is not None,
+        mixed_precision=named,
+        named_fields=_resolved_fields(named) if named else None,
+    )
+
+
+def _resolved_fields(name: str) -> tuple[tuple[str, Any], ...]:
+    """The fields Bridge's named recipe sets (those differing from ``MixedPrecisionConfig``'s
+    defaults), dtypes by name; read from the installed Bridge."""
+    import dataclasses
+
+    from .._deps import require
+
+    mp = require("megatron.bridge.training.mixed_precision", "megatron", "a named recipe")
+    try:
+        resolved = mp.get_mixed_precision_config(name)
+    except ValueError as err:
+        raise UsageError(f"mixed_precision={name!r}: {err}") from None
+    default = mp.MixedPrecisionConfig()
+    out = []
+    for f in dataclasses.fields(resolved):
+        if f.name == "fp8_param":  # MixedPrecisionConfig keeps it equal to fp8_param_gather
+            continue
+        value = getattr(resolved, f.name)
+        if value != getattr(default, f.name):
+            if f.name in DTYPE_FIELDS and value is not None:
+                value = str(value).removeprefix("torch.")
+            out.append((f.name, value))
+    return tuple(out)
+
+
+#: One write of the field table: (its sections, first match first; its name; the value).
+Write = tuple[tuple[str, ...], str, Any]
+
+
+def override_lines(writes: Iterable[Write], shape: RecipeShape) -> list[str]:
+    """Override lines for ``writes`` (the field table's ``(sections, name, value)`` in order)
+    on a recipe of ``shape``: a ``("comm_overlap", "model")`` field goes to the first section
+    the recipe has; ``mixed_precision`` fields become one ``++mixed_precision={...}`` line on
+    a named recipe (at the place of its first field)."""
+    lines: list[str] = []
+    precision: dict[str, Any] = {}
+    at = None
+    for sections, name, value in writes:
+        section = sections[0]
+        if section == "comm_overlap" and not shape.comm_overlap:
+            section = sections[1] if len(sections) > 1 else None
+            if section is None:
+                continue
+        if section == "mixed_precision" and shape.mixed_precision is not None:
+            if at is None:
+                at = len(lines)
+                lines.append("")  # filled below, keeping the table's order
+            precision[name] = value
+            continue
+        lines.append(f"{section}.{name}={hydra(value)}")
+    if at is not None:
+        lines[at] = "++mixed_precision=" + _precision_dict({**shape.precision_base(), **precision})
+    return lines
+
+
+def _precision_dict(fields: dict[str, Any]) -> str:
+    """``{_target_: MixedPrecisionConfig, field: value, ...}`` in Hydra's grammar."""
+    items = [f"_target_:{MIXED_PRECISION_TARGET}"]
+    for name, value in fields.items():
+        if name in DTYPE_FIELDS and value is not None:
+            items.append(f"{name}:{{_target_:torch.{value},_call_:false}}")
+        else:
+            items.append(f"{name}:{hydra(value)}")
+    return "{" + ",".join(items) + "}"
+
+
+def hydra(value: Any) -> str:
+    """A value in Hydra's override grammar."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(hydra(v) for v in value) + "]"
+    if isinstance(value, str) and (
+        not _BARE.fullmatch(value) or value.lower() in ("null", "true", "false", "nan", "inf")
+    ):
+        # a layout such as Et*4|(t*4|)*14tmL is a grammar error unquoted; quoted, a string
+        return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return str(value)
+
+
+#: Strings Hydra's override grammar reads as themselves without quotes.
+_BARE = re.compile(r"[A-Za-z_][A-Za-z0-9_.+-]*")

@@ -1,0 +1,207 @@
+"""Override lines go where a recipe holds each section, so Bridge's own parser takes them.
+
+Bridge 0.3.1's recipes differ in two sections: ``comm_overlap`` is None in some (Llama 3 8B,
+Qwen3, GPT-OSS) and ``mixed_precision`` is a recipe name in most.  A line written for the
+other shape is refused by ``run_recipe.py``'s parser ("Could not override"): before this,
+every plan's ``--format overrides`` output was refused on every recipe that names its
+precision.  Here the lines are parsed by the real Bridge onto the real recipes (their Hugging
+Face configs served from tests/data/hf), they pass Bridge's start-up, and the container they
+build equals the one ``apply`` builds; the recorded shapes (``RECIPE_SHAPES``) are checked
+against every recipe parastrat names.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+
+import pytest
+
+import parastrat as ps
+from parastrat.adapters import bridge_overrides as bo
+from parastrat.adapters import megatron as mg
+from parastrat.errors import UsageError
+
+from .test_adapter_bridge import differences, snapshot
+from .test_bridge_acceptance_start_up import start_up
+
+pytestmark = [
+    pytest.mark.filterwarnings("ignore::UserWarning"),
+    pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+    pytest.mark.filterwarnings("ignore::FutureWarning"),
+]
+
+HF = Path(__file__).parent / "data" / "hf"
+#: The Hugging Face config served for a repo id a recipe loads (first match of a lower-case
+#: fragment): the model's own where tests/data/hf has it, else its family's.  The sections
+#: checked here do not depend on the model's sizes.
+FAMILY = (
+    ("qwen3-235b", "qwen3-30b-a3b"),
+    ("qwen3-30b", "qwen3-30b-a3b"),
+    ("qwen3", "qwen3-8b"),
+    ("llama", "llama3-8b"),
+    ("deepseek-v3", "deepseek-v3"),
+    ("deepseek-v2", "deepseek-v2"),
+    ("gpt-oss", "gpt-oss-120b"),
+    ("olmoe", "olmoe-1b-7b"),
+)
+
+
+@pytest.fixture
+def recipes(bridge, monkeypatch):
+    """``megatron.bridge.recipes`` with Hugging Face configs read from tests/data/hf (no
+    download) and an H100 answering the device query of the MoE recipes."""
+    import torch
+    from transformers import AutoConfig
+
+    def from_pretrained(repo, *args, **kwargs):
+        for fragment, name in FAMILY:
+            if fragment in str(repo).lower():
+                return AutoConfig.for_model(**json.loads((HF / f"{name}.json").read_text()))
+        raise OSError(f"no config for {repo} in tests/data/hf")
+
+    monkeypatch.setattr(AutoConfig, "from_pretrained", from_pretrained)
+    h100 = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: h100)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (9, 0))
+    from megatron.core import utils
+    from packaging.version import Version
+
+    from .conftest import BRIDGE_TE_FLOOR
+
+    # Megatron Core's FP8 gates ask for the TE version this machine lacks: Bridge's floor
+    monkeypatch.setattr(utils, "_te_version", Version(BRIDGE_TE_FLOOR))
+    import megatron.bridge.recipes as r
+
+    return r
+
+
+def built(recipes, name: str):
+    """Recipe ``name``'s container as ``run_recipe.py`` builds it, without the fusions this
+    CPU machine lacks (Transformer Engine's RoPE and permute kernels, its FusedAdam for the
+    precision-aware optimizer OLMoE's recipe turns on)."""
+    cfg = getattr(recipes, name)()
+    cfg.model.apply_rope_fusion = False
+    cfg.model.moe_permute_fusion = False
+    if cfg.optimizer.use_precision_aware_optimizer:
+        import torch
+
+        cfg.optimizer.use_precision_aware_optimizer = False
+        for dtype in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+            setattr(cfg.optimizer, dtype, torch.float32)  # what Adam keeps without it
+    return cfg
+
+
+def test_recorded_shapes_are_the_recipes(recipes):
+    """Every recipe ``default_recipe`` names is recorded with the shape its container has,
+    and a named precision's recorded fields are what Bridge's named recipe sets."""
+    from parastrat.spec.models import names
+
+    named = {mg.default_recipe(n) for n in names()} - {None}
+    assert named == set(bo.RECIPE_SHAPES)
+    for name in sorted(named):
+        cfg = getattr(recipes, name)()
+        got = bo.shape_of(cfg)
+        want = bo.RECIPE_SHAPES[name]
+        assert (got.comm_overlap, got.mixed_precision) == (
+            want.comm_overlap,
+            want.mixed_precision,
+        ), name
+        if want.mixed_precision is not None:  # read from Bridge: the fields off their default
+            assert got.precision_base() == _off_default(want.precision_base()), name
+
+
+def _off_default(fields: dict) -> dict:
+    from megatron.bridge.training.mixed_precision import MixedPrecisionConfig
+
+    default = MixedPrecisionConfig()
+    return {k: v for k, v in fields.items() if v != getattr(default, k)}
+
+
+def _plan(model: str, gpus: int, precision: str):
+    return ps.plan(
+        ps.models.get(model),
+        ps.Cluster("h100", gpus),
+        seq_len=4096,
+        global_batch_size=4 * gpus,
+        precision=precision,
+        top_k=1,
+    )
+
+
+# (recipe's preset, devices, precision): one recipe of each shape
+SHAPES = [
+    ("llama3-8b", 8, "fp8"),  # no comm_overlap, named bf16_mixed
+    ("deepseek-v2", 64, "fp8"),  # comm_overlap, named bf16_mixed, MoE switches
+    ("olmoe-7b", 8, "bf16"),  # comm_overlap, a MixedPrecisionConfig
+    ("nemotron-h-56b", 64, "bf16"),  # named FP8 recipe kept by a BF16 plan, as apply keeps it
+]
+
+
+@pytest.mark.parametrize("model,gpus,precision", SHAPES)
+def test_overrides_parse_start_and_equal_apply(recipes, monkeypatch, model, gpus, precision):
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    plan = _plan(model, gpus, precision)
+    name = mg.default_recipe(model)
+    applied = mg.apply(built(recipes, name), plan, world_size=gpus)
+    lines = mg.to_overrides(plan, recipe=name)
+    parsed = built(recipes, name)
+    parsed = process_config_with_overrides(parsed, cli_overrides=lines) or parsed
+    # apply also sets pipeline_dtype where the model leaves it unset (finalize() does the
+    # same); a layer spec is a function each recipe build makes anew
+    a, b = snapshot(applied), snapshot(parsed)
+    assert [d for d in differences(a, b) if "pipeline_dtype" not in d and not callable(a[d])] == []
+    mp = parsed.mixed_precision
+    assert mp.grad_reduce_in_fp32 is False  # as priced, not bf16_mixed's fp32 reduction
+    if precision == "fp8":
+        assert (mp.fp8, mp.fp8_recipe, mp.fp8_param_gather) == ("hybrid", "tensorwise", True)
+    start_up(parsed, gpus, monkeypatch)
+    assert parsed.model.tensor_model_parallel_size == plan.best.strategy.tp
+    assert parsed.model.fp8 == ("hybrid" if precision == "fp8" or "nemotron" in model else None)
+
+
+def test_torchrun_line_carries_the_priced_precision(recipes, monkeypatch):
+    """An FP8 plan's torchrun line on a BF16 recipe runs FP8 (it ran the recipe's BF16)."""
+    import shlex
+
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    from parastrat.cli.plan import torchrun_line
+
+    plan = _plan("llama3-8b", 8, "fp8")
+    line = torchrun_line(plan, plan.cluster, plan.global_batch_size, "llama3_8b_pretrain_config")
+    words = shlex.split(line.split("\\\n", 1)[1])
+    cfg = built(recipes, "llama3_8b_pretrain_config")
+    cfg = process_config_with_overrides(cfg, cli_overrides=words[words.index("--recipe") + 2 :])
+    start_up(cfg, 8, monkeypatch)
+    assert cfg.model.fp8 == "hybrid" and cfg.ddp.grad_reduce_in_fp32 is False
+
+
+def test_comm_overlap_fields_go_to_the_model_where_the_recipe_has_no_section():
+    writes = [
+        (("model",), "tensor_model_parallel_size", 2),
+        (("comm_overlap", "model"), "tp_comm_overlap", True),
+        (("mixed_precision",), "grad_reduce_in_fp32", False),
+        (("mixed_precision", "model"), "fp8", "hybrid"),
+    ]
+    without = bo.override_lines(writes, bo.RECIPE_SHAPES["llama3_8b_pretrain_config"])
+    assert without[:2] == ["model.tensor_model_parallel_size=2", "model.tp_comm_overlap=true"]
+    assert len(without) == 3 and without[2].startswith("++mixed_precision={_target_:")
+    assert "grad_reduce_in_fp32:false" in without[2] and "fp8:hybrid" in without[2]
+    assert "params_dtype:{_target_:torch.bfloat16,_call_:false}" in without[2]
+    with_objects = bo.override_lines(writes, bo.RECIPE_SHAPES["llama3_70b_pretrain_config"])
+    assert with_objects == [
+        "model.tensor_model_parallel_size=2",
+        "comm_overlap.tp_comm_overlap=true",
+        "mixed_precision.grad_reduce_in_fp32=false",
+        "mixed_precision.fp8=hybrid",
+    ]
+    assert bo.shape_of("my_own_recipe") == bo.UNKNOWN_SHAPE == bo.shape_of(None)
+
+
+def test_an_unknown_named_precision_asks_for_the_container():
+    shape = bo.RecipeShape(comm_overlap=True, mixed_precision="my_fp8_mixed")
+    with pytest.raises(UsageError, match="pass the recipe's container"):
+        bo.override_lines([(("mixed_precision",), "fp8", "hybrid")], shape)
