@@ -190,9 +190,9 @@ def override_lines(writes: Iterable[Write], shape: RecipeShape) -> list[str]:
     for sections, name, value in writes:
         section = sections[0]
         if section == "comm_overlap" and not shape.comm_overlap:
-            section = sections[1] if len(sections) > 1 else None
-            if section is None:
+            if len(sections) == 1:  # the section's own field: nowhere to go
                 continue
+            section = sections[1]
         if section == "mixed_precision" and shape.mixed_precision is not None:
             if at is None:
                 at = len(lines)
