@@ -97,11 +97,11 @@ def main() -> None:
         print(f"2. Megatron Bridge cannot build {args.recipe}() here ({why}).")
         print("   Install megatron-bridge with Transformer Engine to apply to the recipe;")
         print("   parastrat.apply(cfg, plan) would write these (as run_recipe.py overrides):")
-        for line in mg.to_overrides(plan):
+        for line in mg.to_overrides(plan, recipe=args.recipe):
             print(f"     {line}")
 
     argv = mg.launch_command(
-        best.strategy,
+        plan,  # its best, with the switches and precision it was priced with
         recipe=args.recipe,
         nproc_per_node=min(args.gpus, 8),
         nnodes=max(1, args.gpus // 8),

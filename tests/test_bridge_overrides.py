@@ -205,3 +205,18 @@ def test_an_unknown_named_precision_asks_for_the_container():
     shape = bo.RecipeShape(comm_overlap=True, mixed_precision="my_fp8_mixed")
     with pytest.raises(UsageError, match="pass the recipe's container"):
         bo.override_lines([(("mixed_precision",), "fp8", "hybrid")], shape)
+
+
+def test_launch_command_takes_a_plan_and_keeps_an_override_once():
+    """``launch_command(plan, recipe=...)`` carries the plan's precision placed for the recipe;
+    a recompute mode given again replaces the plan's (one word per key, the last value)."""
+    plan = _plan("llama3-8b", 8, "fp8")
+    argv = mg.launch_command(
+        plan, recipe="llama3_8b_pretrain_config", nproc_per_node=8, recompute="full"
+    )
+    keys = [w.split("=", 1)[0] for w in argv if "=" in w and not w.startswith("--")]
+    assert len(keys) == len(set(keys))
+    assert "model.recompute_granularity=full" in argv
+    precision = [w for w in argv if w.startswith("++mixed_precision=")]
+    assert len(precision) == 1 and "fp8:hybrid" in precision[0]
+    assert not any(w.startswith("comm_overlap.") for w in argv)  # the recipe has none

@@ -897,7 +897,7 @@ def launch_env(s: Strategy, *, vendor: str = "nvidia", scale_up_domain: int = 8)
 
 
 def launch_command(
-    s: Strategy,
+    s: Any,
     *,
     recipe: str,
     nproc_per_node: int,
@@ -910,19 +910,27 @@ def launch_command(
 ) -> list[str]:
     """``torchrun ... run_recipe.py --recipe NAME <overrides>`` as an argv list.
 
-    With ``rdzv_endpoint`` (e.g. ``"$MASTER_ADDR:29500"``) the c10d rendezvous flags a
-    multi-node launch needs are added; ``recompute`` adds its overrides.
+    ``s``: a Strategy, a plan candidate or a plan; its :func:`to_overrides` for ``recipe``
+    (placed as that recipe holds its sections), so a plan's switches and precision are part
+    of the line.  ``recompute`` adds its overrides; an override given twice keeps its last
+    value.  With ``rdzv_endpoint`` (e.g. ``"$MASTER_ADDR:29500"``) the c10d rendezvous flags a
+    multi-node launch needs are added.
     """
     argv = ["torchrun", f"--nproc_per_node={nproc_per_node}"]
     if nnodes > 1:
         argv.append(f"--nnodes={nnodes}")
     if rdzv_endpoint:
         argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}"]
-    argv += [script, "--recipe", recipe]
-    argv += to_overrides(s, micro_batch_size=micro_batch_size, global_batch_size=global_batch_size)
+    lines = to_overrides(
+        s,
+        recipe=recipe,
+        micro_batch_size=micro_batch_size,
+        global_batch_size=global_batch_size,
+    )
     if recompute is not None:
-        argv += recompute_overrides(recompute)
-    return argv
+        lines += recompute_overrides(recompute)
+    by_key = {line.split("=", 1)[0]: line for line in lines}  # first place, last value
+    return [*argv, script, "--recipe", recipe, *by_key.values()]
 
 
 def megatron_lm_command(

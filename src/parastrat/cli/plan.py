@@ -264,13 +264,13 @@ def torchrun_line(result, cluster, gbs: int, recipe: str) -> str:
     its overlaps, CUDA graphs, CPU offloading, TP overlap, precision), so a recipe's own choice
     cannot run instead (e.g. Nemotron 3 Nano's recipe selects DeepEP, which Bridge refuses on
     GB200; an FP8 plan on a BF16 recipe would run BF16)."""
-    from ..adapters.megatron import launch_command, launch_env, to_overrides
+    from ..adapters.megatron import launch_command, launch_env
 
     c = getattr(result, "best", result)
     s = c.strategy
     env = launch_env(s, vendor=cluster.accel.vendor, scale_up_domain=cluster.scale_up_domain)
     argv = launch_command(
-        s,
+        result,
         recipe=recipe,
         nproc_per_node=min(cluster.devices_per_node, cluster.num_devices),
         nnodes=cluster.num_nodes,
@@ -279,8 +279,6 @@ def torchrun_line(result, cluster, gbs: int, recipe: str) -> str:
         recompute=c.recompute,
         rdzv_endpoint=RDZV_ENDPOINT if cluster.num_nodes > 1 else None,
     )
-    keys = {w.split("=", 1)[0] for w in argv}
-    argv += [o for o in to_overrides(result, recipe=recipe) if o.split("=", 1)[0] not in keys]
     return " ".join(env_words(env)) + " \\\n  " + shell_join(argv)
 
 
