@@ -37,6 +37,7 @@ HF = Path(__file__).parent / "data" / "hf"
 #: fragment): the model's own where tests/data/hf has it, else its family's.  The sections
 #: checked here do not depend on the model's sizes.
 FAMILY = (
+    ("deepseek-v2-lite", "deepseek-v2"),
     ("qwen3-235b", "qwen3-30b-a3b"),
     ("qwen3-30b", "qwen3-30b-a3b"),
     ("qwen3", "qwen3-8b"),
@@ -94,22 +95,22 @@ def built(recipes, name: str):
 
 
 def test_recorded_shapes_are_the_recipes(recipes):
-    """Every recipe ``default_recipe`` names is recorded with the shape its container has,
-    and a named precision's recorded fields are what Bridge's named recipe sets."""
+    """Every recipe ``default_recipe`` names and every recorded one has the shape
+    ``shape_of(name)`` gives it (a recorded one, or the base shape), and a named precision's
+    recorded fields are what Bridge's named recipe sets."""
     from parastrat.spec.models import names
 
     named = {mg.default_recipe(n) for n in names()} - {None}
-    assert named == set(bo.RECIPE_SHAPES)
-    for name in sorted(named):
-        cfg = getattr(recipes, name)()
-        got = bo.shape_of(cfg)
-        want = bo.RECIPE_SHAPES[name]
+    for name in sorted(named | set(bo.RECIPE_SHAPES)):
+        got = bo.shape_of(built(recipes, name))
+        want = bo.shape_of(name)
         assert (got.comm_overlap, got.mixed_precision) == (
             want.comm_overlap,
             want.mixed_precision,
         ), name
         if want.mixed_precision is not None:  # read from Bridge: the fields off their default
             assert got.precision_base() == _off_default(want.precision_base()), name
+    assert bo.shape_of("llama3_8b_sft_config") == bo.BASE_SHAPE  # not recorded: the base
 
 
 def _off_default(fields: dict) -> dict:
@@ -186,19 +187,20 @@ def test_comm_overlap_fields_go_to_the_model_where_the_recipe_has_no_section():
         (("mixed_precision",), "grad_reduce_in_fp32", False),
         (("mixed_precision", "model"), "fp8", "hybrid"),
     ]
-    without = bo.override_lines(writes, bo.RECIPE_SHAPES["llama3_8b_pretrain_config"])
+    without = bo.override_lines(writes, bo.shape_of("llama3_8b_pretrain_config"))
     assert without[:2] == ["model.tensor_model_parallel_size=2", "model.tp_comm_overlap=true"]
     assert len(without) == 3 and without[2].startswith("++mixed_precision={_target_:")
     assert "grad_reduce_in_fp32:false" in without[2] and "fp8:hybrid" in without[2]
     assert "params_dtype:{_target_:torch.bfloat16,_call_:false}" in without[2]
-    with_objects = bo.override_lines(writes, bo.RECIPE_SHAPES["llama3_70b_pretrain_config"])
+    with_objects = bo.override_lines(writes, bo.shape_of("llama3_70b_pretrain_config"))
     assert with_objects == [
         "model.tensor_model_parallel_size=2",
         "comm_overlap.tp_comm_overlap=true",
         "mixed_precision.grad_reduce_in_fp32=false",
         "mixed_precision.fp8=hybrid",
     ]
-    assert bo.shape_of("my_own_recipe") == bo.UNKNOWN_SHAPE == bo.shape_of(None)
+    assert bo.shape_of(None) == bo.UNKNOWN_SHAPE  # a container built in Python: objects
+    assert bo.shape_of("my_own_recipe") == bo.BASE_SHAPE  # what every Bridge recipe starts from
 
 
 def test_an_unknown_named_precision_asks_for_the_container():

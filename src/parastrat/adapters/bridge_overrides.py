@@ -17,8 +17,8 @@ override parser refuses a line written for the other shape:
   false}``).  On a config object the per-field lines are kept (they leave its other fields).
 
 The shape comes from the container itself when one is given, else from :data:`RECIPE_SHAPES`
-(Bridge 0.3.1's recipes for parastrat's presets, checked against the real recipes in
-``tests/test_bridge_overrides.py``).
+(the Bridge 0.3.1 recipes that differ from the shape every recipe starts from,
+:data:`BASE_SHAPE`; checked against the real recipes in ``tests/test_bridge_overrides.py``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,9 @@ DTYPE_FIELDS = ("params_dtype", "pipeline_dtype", "autocast_dtype")
 _BF16 = "bfloat16"
 #: The fields Bridge's named mixed-precision recipes set (``megatron/bridge/training/
 #: mixed_precision.py``), for the names Bridge 0.3.1's recipes of parastrat's presets use:
-#: ``bf16_mixed()`` (every recipe's default, via ``_pretrain_common``) and
-#: ``nemotron_h_bf16_with_fp8_current_scaling_mixed()`` (the Nemotron-H 47B / 56B recipes).
+#: ``bf16_mixed()`` (every recipe's default, via ``_pretrain_common``),
+#: ``nemotron_h_bf16_with_fp8_current_scaling_mixed()`` (the Nemotron-H 47B / 56B recipes) and
+#: ``nanov2_bf16_with_fp8_current_scaling_mixed()`` (Nemotron Nano 12B v2).
 #: Dtypes by torch attribute name.
 NAMED_PRECISIONS: dict[str, dict[str, Any]] = {
     "bf16_mixed": {
@@ -49,6 +50,15 @@ NAMED_PRECISIONS: dict[str, dict[str, Any]] = {
         "autocast_enabled": False,
         "grad_reduce_in_fp32": True,
     },
+}
+NAMED_PRECISIONS["nanov2_bf16_with_fp8_current_scaling_mixed"] = {
+    **NAMED_PRECISIONS["bf16_mixed"],
+    "fp8": "hybrid",
+    "fp8_recipe": "blockwise",
+    "first_last_layers_bf16": True,
+    "num_layers_at_start_in_bf16": 2,
+    "num_layers_at_end_in_bf16": 2,
+    "fp8_param_gather": True,
 }
 NAMED_PRECISIONS["nemotron_h_bf16_with_fp8_current_scaling_mixed"] = {
     **NAMED_PRECISIONS["bf16_mixed"],
@@ -86,40 +96,54 @@ class RecipeShape:
         return dict(NAMED_PRECISIONS[name.replace("-", "_")])
 
 
-_NAMED = RecipeShape(comm_overlap=False, mixed_precision="bf16_mixed")
-_NAMED_CO = RecipeShape(comm_overlap=True, mixed_precision="bf16_mixed")
+#: The shape every Bridge 0.3.1 recipe starts from: ``_pretrain_common`` / ``_sft_common`` /
+#: ``_peft_common`` (``megatron/bridge/recipes/common.py``) set ``comm_overlap=None`` and
+#: ``mixed_precision="bf16_mixed"``; 71 of the 125 recipes this machine can build keep both.
+#: A recipe name not in :data:`RECIPE_SHAPES` is taken to have it: its lines are then never
+#: refused (``++mixed_precision`` replaces a config object too, and the model's
+#: ``tp_comm_overlap`` exists everywhere), though a recipe that does set a ``comm_overlap``
+#: section would have its own TP-overlap choice copied over the written one at start-up.
+BASE_SHAPE = RecipeShape(comm_overlap=False, mixed_precision="bf16_mixed")
 _OBJECT_CO = RecipeShape(comm_overlap=True, mixed_precision=None)
+_NAMED_CO = RecipeShape(comm_overlap=True, mixed_precision="bf16_mixed")
 _NEMOTRON_FP8 = RecipeShape(
     comm_overlap=True, mixed_precision="nemotron_h_bf16_with_fp8_current_scaling_mixed"
 )
-#: Bridge 0.3.1's pretrain recipes for parastrat's presets (by the name ``run_recipe.py
-#: --recipe`` takes), as their containers come out of the recipe function.
+_NANO_V2_FP8 = RecipeShape(
+    comm_overlap=False, mixed_precision="nanov2_bf16_with_fp8_current_scaling_mixed"
+)
+#: Bridge 0.3.1's recipes (by the name ``run_recipe.py --recipe`` takes) whose container, as
+#: the recipe function returns it, differs from :data:`BASE_SHAPE` in a way the lines must
+#: follow: a ``comm_overlap`` section, or another named precision.  (Recipes whose
+#: ``mixed_precision`` is a ``MixedPrecisionConfig`` equal to ``bf16_mixed()`` but lack
+#: ``comm_overlap`` -- the Qwen2 / Qwen2.5 / Qwen3-MoE SFT and PEFT recipes -- take the base
+#: shape's one ``++mixed_precision`` line, which yields the same config.)  Recipes this
+#: machine cannot build offline (Gemma, GLM, Ministral, ...) are not recorded.
 RECIPE_SHAPES: dict[str, RecipeShape] = {
     **dict.fromkeys(
         (
-            "llama32_1b_pretrain_config",
-            "llama3_8b_pretrain_config",
-            "qwen3_8b_pretrain_config",
-            "qwen3_32b_pretrain_config",
-            "qwen3_30b_a3b_pretrain_config",
-            "qwen3_235b_a22b_pretrain_config",
-            "gpt_oss_20b_pretrain_config",
-            "gpt_oss_120b_pretrain_config",
-        ),
-        _NAMED,
-    ),
-    **dict.fromkeys(
-        (
             "llama3_70b_pretrain_config",
+            "llama3_70b_16k_pretrain_config",
+            "llama3_70b_64k_pretrain_config",
+            "llama31_70b_pretrain_config",
             "llama31_405b_pretrain_config",
+            "llama31_405b_sft_config",
+            "llama31_405b_peft_config",
             "deepseek_v3_pretrain_config",
+            "moonlight_16b_sft_config",
+            "moonlight_16b_peft_config",
             "olmoe_7b_pretrain_config",
+            "olmoe_7b_sft_config",
+            "olmoe_7b_peft_config",
         ),
         _OBJECT_CO,
     ),
     **dict.fromkeys(
         (
+            "llama2_7b_pretrain_config",
             "deepseek_v2_pretrain_config",
+            "deepseek_v2_lite_pretrain_config",
+            "nemotronh_4b_pretrain_config",
             "nemotronh_8b_pretrain_config",
             "nemotron_nano_9b_v2_pretrain_config",
             "nemotron_3_nano_pretrain_config",
@@ -128,19 +152,20 @@ RECIPE_SHAPES: dict[str, RecipeShape] = {
     ),
     "nemotronh_47b_pretrain_config": _NEMOTRON_FP8,
     "nemotronh_56b_pretrain_config": _NEMOTRON_FP8,
+    "nemotron_nano_12b_v2_pretrain_config": _NANO_V2_FP8,
 }
-#: A recipe parastrat has no record of: both sections present as objects (the shape the
-#: override lines had before recipes were told apart).
+#: What ``to_overrides`` without a recipe assumes: both sections as config objects (a
+#: container built in Python, as ``apply`` sees it).
 UNKNOWN_SHAPE = _OBJECT_CO
 
 
 def shape_of(recipe: Any) -> RecipeShape:
     """The shape of ``recipe``: a Bridge ``ConfigContainer`` (read from it), a recipe name
-    (:data:`RECIPE_SHAPES`, else :data:`UNKNOWN_SHAPE`) or None (:data:`UNKNOWN_SHAPE`)."""
+    (:data:`RECIPE_SHAPES`, else :data:`BASE_SHAPE`) or None (:data:`UNKNOWN_SHAPE`)."""
     if recipe is None:
         return UNKNOWN_SHAPE
     if isinstance(recipe, str):
-        return RECIPE_SHAPES.get(recipe, UNKNOWN_SHAPE)
+        return RECIPE_SHAPES.get(recipe, BASE_SHAPE)
     mp = getattr(recipe, "mixed_precision", None)
     named = mp if isinstance(mp, str) else None
     return RecipeShape(
