@@ -37,7 +37,7 @@ from typing import Any
 import parastrat as ps
 from parastrat.errors import SpecError, StrategyError
 from parastrat.estimate import dit as dit_est
-from parastrat.estimate import dit_serial
+from parastrat.estimate import dit_serial, dit_step
 from parastrat.estimate.dit import estimate_dit
 from parastrat.estimate.dit_memory import DiTMemoryOptions
 from parastrat.spec import dit
@@ -369,20 +369,20 @@ def memory_units(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def ablation() -> dict[str, dict[str, float]]:
     """MAPE and speed-up rows within target with each mechanism switched off."""
     out = {}
-    saved = dict(dit_est.HOST_OPS), dict(dit_est.FUSED_CHAINS), dict(dit_serial.VAE_CONV_CEILING)
+    saved = dict(dit_step.HOST_OPS), dict(dit_step.FUSED_CHAINS), dict(dit_serial.VAE_CONV_CEILING)
     try:
         for mode in ABLATIONS:
             _ABLATE["mode"] = mode
-            dit_est.HOST_OPS.update(saved[0])  # each variant switches one mechanism off
-            dit_est.FUSED_CHAINS.update(saved[1])
+            dit_step.HOST_OPS.update(saved[0])  # each variant switches one mechanism off
+            dit_step.FUSED_CHAINS.update(saved[1])
             dit_serial.VAE_CONV_CEILING.update(saved[2])
             if mode == "no host launch overhead":
-                for table in (dit_est.HOST_OPS, dit_est.FUSED_CHAINS):
+                for table in (dit_step.HOST_OPS, dit_step.FUSED_CHAINS):
                     table.update(dict.fromkeys(table, -1000))
             if mode == "no Hopper VAE ceiling":
                 dit_serial.VAE_CONV_CEILING.clear()
-            dit_est.USE_EAGER_TRAFFIC = mode != "generic element-wise passes"
-            dit_est.USE_USP_COPIES = mode != "no sequence-parallel copies"
+            dit_step.USE_EAGER_TRAFFIC = mode != "generic element-wise passes"
+            dit_step.USE_USP_COPIES = mode != "no sequence-parallel copies"
             res = evaluate()
             hy = hunyuan()
             out[mode] = {
@@ -394,10 +394,10 @@ def ablation() -> dict[str, dict[str, float]]:
             }
     finally:
         _ABLATE["mode"] = "full model"
-        dit_est.USE_EAGER_TRAFFIC = True
-        dit_est.USE_USP_COPIES = True
-        dit_est.HOST_OPS.update(saved[0])
-        dit_est.FUSED_CHAINS.update(saved[1])
+        dit_step.USE_EAGER_TRAFFIC = True
+        dit_step.USE_USP_COPIES = True
+        dit_step.HOST_OPS.update(saved[0])
+        dit_step.FUSED_CHAINS.update(saved[1])
         dit_serial.VAE_CONV_CEILING.update(saved[2])
     return out
 

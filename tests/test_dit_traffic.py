@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 import parastrat as ps
-from parastrat.estimate import dit as dit_est
+from parastrat.estimate import dit_step
 from parastrat.estimate.dit import estimate_dit
 from parastrat.spec import dit
 from parastrat.spec.block_traffic import EAGER_TRAFFIC, EagerTraffic
@@ -79,26 +79,26 @@ def test_tp_divides_only_the_mlp_part():
     flux = dit.get("flux.1-dev")
     e = {t.kind: t for t in flux.eager_traffic}["double"]
     h, f = flux.hidden_size, flux.ffn_hidden_size
-    one = dit_est._elementwise_bytes_per_token(flux, "double", False, 2, 1)
-    two = dit_est._elementwise_bytes_per_token(flux, "double", False, 2, 2)
+    one = dit_step.elementwise_bytes_per_token(flux, "double", False, 2, 1)
+    two = dit_step.elementwise_bytes_per_token(flux, "double", False, 2, 2)
     assert one == pytest.approx(e.hidden_bytes * h + e.ffn_bytes * f)
     assert one - two == pytest.approx(e.ffn_bytes * f / 2)
 
 
 def test_switch_and_uncounted_kinds_fall_back_to_generic_passes(monkeypatch):
     wan = dit.get("wan2.1-t2v-14b")
-    generic = dit_est._elementwise_bytes_per_token(
+    generic = dit_step.elementwise_bytes_per_token(
         dataclasses.replace(wan, eager_traffic=()), "cross", False, 2, 1
     )
-    assert dit_est._elementwise_bytes_per_token(wan, "cross", False, 2, 1) > generic
+    assert dit_step.elementwise_bytes_per_token(wan, "cross", False, 2, 1) > generic
     # a kind the model has no count for is priced with the generic passes
     h, f = wan.hidden_size, wan.ffn_hidden_size
-    per_h, per_f = dit_est.ELEMENTWISE_PASSES_H[False], dit_est.ELEMENTWISE_PASSES_F
+    per_h, per_f = dit_step.ELEMENTWISE_PASSES_H[False], dit_step.ELEMENTWISE_PASSES_F
     passes = 2 * 2 * (per_h / 2 * h + per_f * f)
-    assert dit_est._elementwise_bytes_per_token(wan, "double", False, 2, 1) == pytest.approx(passes)
+    assert dit_step.elementwise_bytes_per_token(wan, "double", False, 2, 1) == pytest.approx(passes)
     assert generic == pytest.approx(passes)
-    monkeypatch.setattr(dit_est, "USE_EAGER_TRAFFIC", False)
-    assert dit_est._elementwise_bytes_per_token(wan, "cross", False, 2, 1) == pytest.approx(generic)
+    monkeypatch.setattr(dit_step, "USE_EAGER_TRAFFIC", False)
+    assert dit_step.elementwise_bytes_per_token(wan, "cross", False, 2, 1) == pytest.approx(generic)
 
 
 def test_config_reader_picks_the_family_count():
@@ -174,17 +174,17 @@ def test_copy_bytes_count_each_copy_once():
     q = (img + txt) * m.inner_dim * nb
     kv = img * m.kv_dim * nb
     out = 2 * 2 * q  # the output: copied in and out of the all-to-all, read + write each
-    fp32 = dit_est.USP_OUT_FP32_BYTES * q / nb
+    fp32 = dit_step.USP_OUT_FP32_BYTES * q / nb
     # CogVideoX's joint block: the KV-cache copies and the front concatenation of Q, K, V
-    joint = dit_est.USP_KV_CACHE_COPIES * 4 * kv + 2 * q + 4 * kv
+    joint = dit_step.USP_KV_CACHE_COPIES * 4 * kv + 2 * q + 4 * kv
     # batch of two, Ulysses 2: Q, K, V copied in and out too
-    got = dit_est._usp_copy_bytes(m, "joint", img, txt, 2, 2, 1, nb)
+    got = dit_step.usp_copy_bytes(m, "joint", img, txt, 2, 2, 1, nb)
     assert got == pytest.approx(2 * 2 * (q + 2 * kv) + out + fp32 + joint)
     # one sample, Ulysses 2: Q, K, V copied on the way in only (the other transpose is a view)
-    got = dit_est._usp_copy_bytes(m, "joint", img, txt, 1, 2, 1, nb)
+    got = dit_step.usp_copy_bytes(m, "joint", img, txt, 1, 2, 1, nb)
     assert got == pytest.approx(2 * (q + 2 * kv) + out + fp32 + joint)
     # ring only, one sample: Q, K, V pass as views; the output is still copied twice
-    got = dit_est._usp_copy_bytes(m, "joint", img, txt, 1, 1, 1, nb)
+    got = dit_step.usp_copy_bytes(m, "joint", img, txt, 1, 1, 1, nb)
     assert got == pytest.approx(out + fp32 + joint)
     # a dual-stream block concatenates text and image Q, K, V on one device too: only the
     # KV-cache copies are extra
@@ -194,22 +194,22 @@ def test_copy_bytes_count_each_copy_once():
     want = (
         2 * 2 * (qf + 2 * kf)
         + 2 * 2 * qf
-        + dit_est.USP_OUT_FP32_BYTES * qf / nb
-        + dit_est.USP_KV_CACHE_COPIES * 4 * kf
+        + dit_step.USP_OUT_FP32_BYTES * qf / nb
+        + dit_step.USP_KV_CACHE_COPIES * 4 * kf
     )
-    assert dit_est._usp_copy_bytes(flux, "double", img, txt, 2, 2, 1, nb) == pytest.approx(want)
-    single = dit_est._usp_copy_bytes(flux, "single", img, txt, 2, 2, 1, nb)
+    assert dit_step.usp_copy_bytes(flux, "double", img, txt, 2, 2, 1, nb) == pytest.approx(want)
+    single = dit_step.usp_copy_bytes(flux, "single", img, txt, 2, 2, 1, nb)
     assert single == pytest.approx(want + 2 * qf + 4 * kf)
     # Wan's cross-attention blocks have no joint text: no joint or KV-cache copies
     wan = dit.get("wan2.1-t2v-14b")
     qw = img * wan.inner_dim * nb
     kw_ = img * wan.kv_dim * nb
-    want = 2 * 2 * (qw + 2 * kw_) + 2 * 2 * qw + dit_est.USP_OUT_FP32_BYTES * qw / nb
-    assert dit_est._usp_copy_bytes(wan, "cross", img, txt, 2, 2, 1, nb) == pytest.approx(want)
+    want = 2 * 2 * (qw + 2 * kw_) + 2 * 2 * qw + dit_step.USP_OUT_FP32_BYTES * qw / nb
+    assert dit_step.usp_copy_bytes(wan, "cross", img, txt, 2, 2, 1, nb) == pytest.approx(want)
 
 
 def test_sequence_parallel_copies_switch(monkeypatch):
-    monkeypatch.setattr(dit_est, "USE_USP_COPIES", False)
+    monkeypatch.setattr(dit_step, "USE_USP_COPIES", False)
     assert _layout("cogvideox-2b", u=2) == 0.0
 
 

@@ -17,9 +17,10 @@ other requests and do not change the latency).  The model, stated once (docs/dit
 * **CFG**: guidance runs a conditional and an unconditional branch.  Without CFG parallelism
   both run on every device as a batch of two; with ``cfg=2`` each half of the devices runs one
   branch and the noise predictions are all-gathered once per step.
-* Compute: GEMMs through :func:`parastrat.estimate.efficiency.gemm_time` (shape-aware); the
-  attention core at a forward-only flash-attention efficiency (:data:`ATTN_FWD_EFF`);
-  element-wise kernels (norms, modulation, gates, RoPE, activations) as HBM traffic.
+* Compute (:mod:`.dit_step`, one record per block kind): GEMMs through
+  :func:`parastrat.estimate.efficiency.gemm_time` (shape-aware); the attention core at a
+  forward-only flash-attention efficiency (:data:`.dit_step.ATTN_FWD_EFF`); element-wise
+  kernels (norms, modulation, gates, RoPE, activations) as HBM traffic.
   Communication only through :meth:`Cluster.collective_time`.
 * Outside the loop: text encoding and the VAE decode (on one device unless ``vae_parallel``).
 * Memory per device, phase by phase (text encoding, denoising, VAE decode), with how the run
@@ -41,7 +42,6 @@ from ..spec.dit import DiTSpec, ceil_div
 from ..spec.dit import get as get_dit
 from ..spec.hardware import Accelerator, GiB
 from ..strategy import XDIT_ORDER, Strategy, require_strategy
-from . import efficiency
 from .dit_memory import (
     DTYPE_BYTES,
     DiTMemoryOptions,
@@ -55,105 +55,16 @@ from .dit_serial import (
     POSTPROCESS_S_PER_ELEMENT,
     SerialParts,
     postprocess_time,
-    scheduler_time,
     text_encode_times,
     vae_decode,
 )
-
-#: Forward-only fused attention's fraction of the dense BF16 peak, per accelerator, for the
-#: kernels DiT serving stacks use (FlashAttention-2 in xDiT/yunchang and diffusers; CANN
-#: FlashAttentionScore on Ascend).  FlashAttention-2 paper (Dao 2023, Fig. 5): ~70 % of A100
-#: peak forward at head dim 128, non-causal, long sequences.  FlashAttention-3 paper (Shah et
-#: al. 2024, Fig. 4-5): FlashAttention-2 reaches ~330-370 of 989 TFLOP/s forward on H100
-#: (no TMA/WGMMA: its mma.sync path, not the peak, is the limit), i.e. ~0.35.  Parts whose
-#: tensor peak sits below that mma.sync limit keep the Ampere-class fraction: A800 (an A100),
-#: H20 (a Hopper cut to 148 TFLOP/s), and Ada (L40/L40S/L20/RTX 4090, sm_89, the same
-#: mma.sync kernels as Ampere).  Devices not listed use their kernel profile's ``attn_eff``.
-ATTN_FWD_EFF: dict[str, float] = {
-    "a100": 0.70,
-    "a800": 0.70,
-    "h100": 0.35,
-    "h800": 0.35,
-    "h200": 0.36,
-    "h20": 0.70,
-    "l40": 0.70,
-    "l40s": 0.70,
-    "l20": 0.70,
-    "rtx-4090": 0.70,
-}
-
-#: Element-wise passes (one read or one write of a hidden-width vector per token) per block
-#: and stream, by execution mode.  Eager (diffusers 0.35 block forwards, counted): modulated
-#: LayerNorm (norm, scale, shift: 6), layout copies of Q/K/V (6), RMSNorm of Q and K in fp32
-#: (upcast, square, mean, scale, downcast: ~14 each -> 28), RoPE on Q and K in fp32 (~10 each
-#: -> 20), concatenation/split of text and image (4), two gated residual adds (10), second
-#: modulated norm (6) -> ~80.  Compiled (torch.compile / Inductor fuses each chain of pointwise
-#: ops between two matmuls into one kernel that reads its inputs and writes its outputs once):
-#: norm+modulate (2), QK-norm+RoPE+layout of Q, K, V (6), gate+residual+norm+modulate (5),
-#: gate+residual (3) -> ~16.
-ELEMENTWISE_PASSES_H = {False: 80, True: 16}
-#: Read+write pairs over the MLP hidden per token: the activation and the bias add (2), in
-#: either mode (Inductor does not fuse into cuBLAS GEMM epilogues by default).
-ELEMENTWISE_PASSES_F = 2
-
-#: Eager operations (host dispatch + kernel launch) per block, counted from diffusers 0.35
-#: forwards: FLUX/HunyuanVideo dual-stream block ~93 (per stream: AdaLN 6, Q/K/V 3, RMSNorm of
-#: Q and K 16, RoPE 8, out 1, gates/residuals 4, norm2 3, MLP 3; joint cat/SDPA 5), single-stream
-#: ~48, Wan cross-attention block ~76, CogVideoX block ~57.  Compiled, the host issues the
-#: GEMMs, the attention and one fused kernel per pointwise chain (:data:`FUSED_CHAINS`).
-HOST_OPS = {"double": 93, "single": 48, "cross": 76, "joint": 57}
-FUSED_CHAINS = {"double": 10, "single": 5, "cross": 8, "joint": 6}
-#: Extra eager operations per attention for Ulysses (4 all-to-alls with their reshapes and
-#: contiguous copies) and per ring hop (send, receive, attention, ~9 merge kernels).
-ULYSSES_OPS = 12
-RING_HOP_OPS = 12
+from .dit_step import DeviceShard, StepTime, attention_efficiency, step_time
 
 #: Live activation tensors per token while one block runs (inference keeps nothing for a
 #: backward pass): hidden-width residual, normed, modulated, attention output, text stream and
 #: one spare -> 6 x hidden; Q, K, V and the Ulysses all-to-all buffers -> 2 x (q + 2 kv) / tp;
 #: MLP hidden before and after the activation -> 2 x ffn / tp.
 ACT_LIVE_H = 6
-
-#: fp32 passes over a rank's partial attention output per ring hop, from ring-flash-attention's
-#: ``update_out_and_lse`` (as in yunchang): cast the new block to fp32, subtract, scale by a
-#: sigmoid of the log-sum-exp difference, subtract again -- each an eager kernel that reads one
-#: or two fp32 tensors and writes one: ~9 tensor passes.
-RING_MERGE_PASSES = 9
-
-#: Memory traffic of the sequence-parallel attention path as xDiT runs it (yunchang 0.6 and
-#: xfuser's ``xFuserLongContextAttention``), counted from the code; all are copies the
-#: single-device path does not make, in reads + writes of the per-rank tensor:
-#: * yunchang ``all_to_all_4D`` makes the all-to-all'd tensors contiguous before
-#:   ``all_to_all_single`` and after it, also when the Ulysses group has one rank (ring only):
-#:   the output (scatter the sequence, gather the heads) is copied twice whatever the shape;
-#:   Q, K and V (scatter the heads) are copied on the way in when the Ulysses group or the
-#:   batch is larger than one (``input.reshape(...).transpose(0, 2).contiguous()``) and on the
-#:   way out when the batch is (``output.transpose(0, 1).contiguous()``; with one sample the
-#:   transposed dimension has size one and ``contiguous()`` returns the view) -- see
-#:   :func:`_usp_copy_bytes`;
-#: * the ring attention (``xdit_ring_flash_attn_forward``) converts the first block's output
-#:   to fp32 (``update_out_and_lse``) and back (``out.to(q.dtype)``): 2 + 4 and 4 + 2 bytes
-#:   per output element (:data:`USP_OUT_FP32_BYTES`);
-#: * with joint text (xDiT's FLUX / SD3 / CogVideoX / HunyuanVideo processors:
-#:   ``use_long_ctx_attn_kvcache`` on) the KV-cache manager concatenates K and V
-#:   (``torch.cat([k, v], dim=-1)``) and makes the chunks contiguous again
-#:   (xfuser/core/cache_manager/cache_manager.py): two copies of K and V
-#:   (:data:`USP_KV_CACHE_COPIES`);
-#: * ``joint_strategy="front"`` concatenates the text with the query before the all-to-all and
-#:   with K and V at the first ring step: one copy of each.  A dual-stream block's own
-#:   processor concatenates text and image Q, K, V the same way on one device (counted in its
-#:   eager traffic), so the copy is extra only for single-stream and CogVideoX-style joint
-#:   blocks, whose processors concatenate nothing there (:data:`USP_FRONT_CAT_KINDS`).
-USP_OUT_FP32_BYTES = 12
-USP_KV_CACHE_COPIES = 2
-USP_FRONT_CAT_KINDS = frozenset({"single", "joint"})
-#: Switch for the sequence-parallel path's copies (the ablation of dit_accuracy.py).
-USE_USP_COPIES = True
-
-#: Fraction of the overlapped compute time that a hidden ring transfer still costs: NCCL's
-#: point-to-point kernels occupy ~8-16 of 132 SMs (one CTA per channel) and share HBM
-#: bandwidth while attention runs, so "hidden" communication is not free (~10 %).
-OVERLAP_INTERFERENCE = 0.10
 
 #: Device memory outside the model: CUDA/CANN context, cuBLAS/flash workspaces, NCCL/HCCL
 #: buffers and allocator fragmentation (typically 1-3 GiB on 80 GB parts).
@@ -387,119 +298,6 @@ def _precision(precision: str) -> int:
         raise SpecError(f"unknown precision {precision!r}; known: {', '.join(BYTES)}") from None
 
 
-#: FlashAttention-2's forward rate at head dim 64 relative to head dim 128 (Dao 2023, Fig. 5,
-#: A100, non-causal, 16K tokens: ~196 against ~224 TFLOP/s): half the work per loaded K/V tile.
-HEAD_DIM_64_FACTOR = 0.87
-
-
-def attention_efficiency(accel: Accelerator, head_dim: int = 128) -> float:
-    """Forward flash-attention efficiency used for ``accel`` (see :data:`ATTN_FWD_EFF`), at
-    ``head_dim`` (64 and below run at :data:`HEAD_DIM_64_FACTOR` of the head-dim-128 rate)."""
-    base = ATTN_FWD_EFF.get(accel.name, efficiency.profile(accel).attn_eff)
-    return base * (HEAD_DIM_64_FACTOR if head_dim <= 64 else 1.0)
-
-
-# ---------------------------------------------------------------------------------------------
-# The model.
-# ---------------------------------------------------------------------------------------------
-def _block_gemms(
-    model: DiTSpec, kind: str, img: float, txt: float, tp: int
-) -> list[tuple[float, float, float]]:
-    """(m, n, k) of every GEMM one block runs on one device (m tokens, TP-split widths)."""
-    h, f, q, kv = model.hidden_size, model.ffn_hidden_size, model.inner_dim, model.kv_dim
-    qkv = (q + 2 * kv) / tp
-    out: list[tuple[float, float, float]] = []
-    if kind == "double":
-        out += [(img, qkv, h), (img, h, q / tp), (img, f / tp, h), (img, h, f / tp)]
-        c = model.text_width  # the text stream's own width (Mochi: 1536)
-        fc = f * c / h
-        out += [(txt, qkv, c), (txt, c, q / tp), (txt, fc / tp, c), (txt, c, fc / tp)]
-    elif kind == "single":
-        m = img + txt
-        out += [(m, qkv + f / tp, h), (m, h, (q + f) / tp)]
-    elif kind == "cross":
-        out += [
-            (img, qkv, h),
-            (img, h, q / tp),  # self-attention
-            (img, q / tp, h),
-            (txt, 2 * kv / tp, h),
-            (img, h, q / tp),  # cross-attention
-            (img, f / tp, h),
-            (img, h, f / tp),
-        ]  # MLP
-    elif kind == "joint":
-        m = img + txt
-        out += [(m, qkv, h), (m, h, q / tp), (m, f / tp, h), (m, h, f / tp)]
-    return [g for g in out if g[0] > 0]
-
-
-def _host_ops(model: DiTSpec, kind: str, compiled: bool, U: int, R: int, tp: int) -> float:
-    """Host-issued operations of one block (eager: every op; compiled: GEMMs, attention and
-    one kernel per fused pointwise chain), plus the sequence-parallel extras."""
-    if compiled:
-        ops = float(len(_block_gemms(model, kind, 1.0, 1.0, tp)) + 1 + FUSED_CHAINS[kind])
-    else:
-        ops = float(HOST_OPS[kind])
-    ops += (ULYSSES_OPS if U > 1 else 0) + RING_HOP_OPS * (R - 1)
-    if tp > 1:
-        ops += len(_tp_allreduces(kind, 1.0, 1.0))
-    return ops
-
-
-#: Switch for the counted eager traffic (:mod:`~parastrat.spec.block_traffic`); off, every
-#: model is priced with the generic :data:`ELEMENTWISE_PASSES_H` (the ablation of
-#: ``benchmarks/dit_accuracy.py`` turns it off).
-USE_EAGER_TRAFFIC = True
-
-
-def _elementwise_bytes_per_token(
-    model: DiTSpec, kind: str, compiled: bool, nbytes: int, tp: int
-) -> float:
-    """HBM bytes per token of one block's element-wise kernels (the MLP part divided by TP)."""
-    if not compiled and USE_EAGER_TRAFFIC:
-        for e in model.eager_traffic:
-            if e.kind == kind:
-                return e.hidden_bytes * model.hidden_size + e.ffn_bytes * model.ffn_hidden_size / tp
-    return (
-        2
-        * nbytes
-        * (
-            ELEMENTWISE_PASSES_H[compiled] / 2 * model.hidden_size
-            + ELEMENTWISE_PASSES_F * model.ffn_hidden_size / tp
-        )
-    )
-
-
-def _usp_copy_bytes(
-    model: DiTSpec, kind: str, img: float, txt: float, batch: int, U: int, tp: int, nbytes: int
-) -> float:
-    """Bytes the sequence-parallel attention path copies per block and rank (see
-    :data:`USP_OUT_FP32_BYTES`): ``img``/``txt`` are the image and text rows this rank holds,
-    ``batch`` the samples per forward, ``U`` the Ulysses degree."""
-    joint = kind != "cross" and model.text_in_sequence
-    q = (img + (txt if joint else 0)) * model.inner_dim / tp * nbytes  # Q (and the output)
-    kv = img * model.kv_dim / tp * nbytes  # K or V
-    qkv_copies = (1 if U > 1 or batch > 1 else 0) + (1 if batch > 1 else 0)
-    total = 2 * (qkv_copies * (q + 2 * kv) + 2 * q)  # reads + writes of each copy
-    total += USP_OUT_FP32_BYTES * q / nbytes
-    if joint:
-        total += USP_KV_CACHE_COPIES * 2 * 2 * kv
-        if kind in USP_FRONT_CAT_KINDS:
-            total += 2 * q + 2 * 2 * kv
-    return total
-
-
-def _tp_allreduces(kind: str, img: float, txt: float) -> list[float]:
-    """Tokens in each TP all-reduce of one block (one per row-split matrix output)."""
-    if kind == "double":
-        return [img + txt, img + txt]  # attention output, MLP output (both streams)
-    if kind == "single":
-        return [img + txt]  # the fused output projection
-    if kind == "cross":
-        return [img, img, img]  # self-attention, cross-attention, MLP
-    return [img + txt, img + txt]  # joint
-
-
 def _memory(
     model: DiTSpec,
     opts: DiTMemoryOptions,
@@ -619,16 +417,117 @@ def estimate_dit(
             "memory=DiTMemoryOptions(encoder_fsdp=True) shards text encoders that "
             "text_encoder_on_device=False keeps on the host; use one or the other"
         )
-    explicit_guidance = guidance is not None
+    explicit = guidance is not None
     guidance = resolve_guidance(model, guidance)
-    nbytes = _precision(precision)
     s = as_inference(strategy)
-    accel = cluster.accel
-    warnings: list[str] = []
+    devices = s.model_parallel_size * (s.dp or 1)
+    shape = model.latent_shape(height, width, frames)
+    size = f"{width}x{height}"
+    problems = _refusals(model, s, cluster, guidance, explicit, devices, (shape.tokens, size))
+    if problems:
+        raise StrategyError(problems)
+    warnings = [
+        f"{v.rule}: {v.message} ({v.hint})"
+        for v in s.warnings(model, devices_per_node=cluster.scale_up_domain)
+    ]
+    tokens = _token_split(model, s, shape.tokens)
+    warnings += _token_warnings(model, tokens, shape, guidance)
 
-    # ---- strategy rules (one source of truth: Strategy.check) -----------------------------
-    replica = s.model_parallel_size
-    devices = replica * (s.dp or 1)
+    branches = 2 if guidance else 1
+    shard = DeviceShard(
+        batch=branches // s.cfg,  # branches each device runs per step (1 or 2)
+        per_dev=tokens.per_device,
+        text=model.text_tokens,
+        tp=s.tp,
+        ulysses=s.ulysses,
+        ring=s.ring,
+        nbytes=_precision(precision),
+        precision=precision,
+        compiled=compiled,
+        attention_eff=_attention_eff(cluster.accel, model, attention_eff),
+    )
+    latent = model.latent_elements(height, width, frames)
+    step = step_time(model, shard, cluster, latent_elements=latent, guidance=guidance, cfg=s.cfg)
+    vae_devices = (s.tp * shard.sp * s.cfg) if vae_parallel else 1
+    serial = _serial(
+        model,
+        cluster,
+        DiTOutput(height, width, frames, output_type, vae_tiling, vae_cold),
+        nbytes=shard.nbytes,
+        prompts=branches,
+        vae_devices=vae_devices,
+        scheduler_s=steps * step.scheduler,
+    )
+    breakdown = _breakdown(step, serial, steps)
+    latency = steps * step.total + serial.text_encode_s + serial.vae_decode_s + serial.postprocess_s
+    warnings += _latency_warnings(s, step, serial, steps, latency, vae_parallel, tokens.video)
+
+    memory_rep = _memory(
+        model,
+        mem_opts,
+        s,
+        cluster.accel,
+        nbytes=shard.nbytes,
+        per_dev=shard.per_dev,
+        batch=shard.batch if mem_opts.cfg_batched else 1,
+        kv_loc=model.query_groups * model.head_dim / (s.tp * s.ulysses),
+        text_on_device=text_encoder_on_device,
+        prompts=branches,
+        latent=(shape.latent_frames, height, width),
+        vae_devices=vae_devices,
+        tiled=bool(serial.vae.get("tiled", False)),
+        decode=output_type != "latent",
+    )
+    if not memory_rep.fits():
+        worst = memory_rep.peak
+        warnings.append(
+            f"memory: {memory_rep.total / GiB:.1f} GiB per device exceeds the "
+            f"{cluster.accel.memory_bytes / GiB:.0f} GiB of {cluster.accel.name} at the "
+            f"{worst.describe()}; " + memory_hint(worst.name)
+        )
+    return DiTReport(
+        model=model.name,
+        strategy=s,
+        accelerator=cluster.accel.name,
+        devices=devices,
+        height=height,
+        width=width,
+        frames=frames,
+        steps=steps,
+        guidance=guidance,
+        latency_s=latency,
+        per_step_s=step.total,
+        memory=memory_rep,
+        breakdown=breakdown,
+        hidden={"ring_kv_exchange": steps * step.ring_hidden},
+        tokens=tokens,
+        warnings=warnings,
+        serial=serial.to_dict(),
+        compiled=compiled,
+    )
+
+
+def _attention_eff(accel: Accelerator, model: DiTSpec, given: float | None) -> float:
+    """``given`` (checked to lie in (0, 1]), else :func:`attention_efficiency` at the model's
+    head dimension."""
+    eff = given if given is not None else attention_efficiency(accel, model.head_dim)
+    if not 0 < eff <= 1:
+        raise SpecError(f"attention_eff={eff!r} must be in (0, 1]")
+    return eff
+
+
+def _refusals(
+    model: DiTSpec,
+    s: Strategy,
+    cluster: Cluster,
+    guidance: bool,
+    explicit: bool,
+    devices: int,
+    tokens: tuple[int, str],
+) -> list[Violation]:
+    """What the model, the run or the cluster cannot take: ``Strategy.check``'s errors (one
+    source of truth) and the DiT-only rules; ``tokens``: the image/video tokens and the
+    picture size they come from."""
     problems = [v for v in s.check(model, world_size=devices) if v.severity == "error"]
     if s.pp > 1:
         problems.append(
@@ -641,7 +540,7 @@ def estimate_dit(
     if s.cfg > 1 and not guidance:
         why = (
             "guidance=False"
-            if explicit_guidance
+            if explicit
             else f"{model.name} is guidance-distilled and guidance=None follows the model"
         )
         problems.append(
@@ -657,277 +556,154 @@ def estimate_dit(
         problems.append(
             Violation(
                 "devices",
-                f"the strategy needs {devices} devices "
-                f"({s}), the cluster has {cluster.num_devices}",
+                f"the strategy needs {devices} devices ({s}), the cluster has "
+                f"{cluster.num_devices}",
                 f"use a cluster of >= {devices} devices or smaller degrees",
             )
         )
-    shape = model.latent_shape(height, width, frames)
-    video = shape.tokens
     sp = s.ulysses * s.ring
+    video, size = tokens
     if sp > video:
         problems.append(
             Violation(
                 "sp-exceeds-tokens",
                 f"ulysses*ring = {sp} sequence ranks for only {video} "
-                f"image/video tokens of {model.name} at {width}x{height}",
+                f"image/video tokens of {model.name} at {size}",
                 f"use ulysses*ring <= {video}, or give the devices to dp",
             )
         )
-    if problems:
-        raise StrategyError(problems)
-    for v in s.warnings(model, devices_per_node=cluster.scale_up_domain):
-        warnings.append(f"{v.rule}: {v.message} ({v.hint})")
+    return problems
 
-    # ---- tokens ---------------------------------------------------------------------------
-    text = model.text_tokens
-    joint_txt = text if model.text_in_sequence else 0
+
+def _token_split(model: DiTSpec, s: Strategy, video: int) -> TokenSplit:
+    """How the ``video`` image/video tokens and the text land on one sequence rank."""
+    sp = s.ulysses * s.ring
     per_dev = ceil_div(video, sp)
-    padding = per_dev * sp - video
-    tokens = TokenSplit(
+    return TokenSplit(
         video=video,
-        text=text,
-        sequence=video + joint_txt,
+        text=model.text_tokens,
+        sequence=video + (model.text_tokens if model.text_in_sequence else 0),
         sp=sp,
         per_device=per_dev,
-        padding=padding,
+        padding=per_dev * sp - video,
         text_in_sequence=model.text_in_sequence,
     )
-    if padding:
-        warnings.append(
-            f"padding: {video} image/video tokens do not divide by ulysses*ring = "
-            f"{sp}; each rank holds {per_dev} tokens after padding {padding} "
-            f"({100 * padding / video:.2f} % extra work; padded tokens need an "
+
+
+def _token_warnings(model: DiTSpec, t: TokenSplit, shape: Any, guidance: bool) -> list[str]:
+    """Padding of the sequence split and of the latent frames; true CFG on a distilled model."""
+    out = []
+    if t.padding:
+        out.append(
+            f"padding: {t.video} image/video tokens do not divide by ulysses*ring = "
+            f"{t.sp}; each rank holds {t.per_device} tokens after padding {t.padding} "
+            f"({100 * t.padding / t.video:.2f} % extra work; padded tokens need an "
             "attention mask, which some ring kernels lack)"
         )
     if shape.padded_latent_frames:
-        warnings.append(
+        out.append(
             f"padding: {shape.latent_frames} latent frames are padded to "
             f"{shape.latent_frames + shape.padded_latent_frames} for "
             f"{model.name}'s temporal patch of {model.patch_size_t}"
         )
     if guidance and model.guidance_distilled:
-        warnings.append(
+        out.append(
             f"guidance: {model.name} is guidance-distilled (its default pipeline "
             "runs one branch per step); guidance=True prices true CFG with two "
             "branches -- leave guidance=None to follow the model"
         )
+    return out
 
-    # ---- per-step compute, per device ------------------------------------------------------
-    branches = 2 if guidance else 1
-    batch = branches // s.cfg  # branches each device runs per step (1 or 2)
-    tp, U, R = s.tp, s.ulysses, s.ring
-    prof = efficiency.profile(accel)
-    a_eff = (
-        attention_eff if attention_eff is not None else attention_efficiency(accel, model.head_dim)
-    )
-    if not 0 < a_eff <= 1:
-        raise SpecError(f"attention_eff={a_eff!r} must be in (0, 1]")
-    peak = accel.peak("bf16")
-    d = model.head_dim
-    heads_loc = model.num_attention_heads / (tp * U)
-    kv_loc = model.query_groups * d / (tp * U)  # K (or V) width per device after a2a
-    img = batch * per_dev  # image/video tokens per device
-    txt = batch * text
-    padded = per_dev * sp
 
-    t = dict.fromkeys(
-        (
-            "linear",
-            "attention",
-            "elementwise",
-            "ulysses_all_to_all",
-            "ring_kv_exchange",
-            "ring_merge",
-            "sp_layout",
-            "tp_all_reduce",
-        ),
-        0.0,
-    )
-    ring_hidden = ring_uncovered = ring_total = 0.0
-    host_ops = 0.0
-    span_u = cluster.span(U, stride=tp)
-    span_r = cluster.span(R, stride=tp * U)
-    span_tp = cluster.span(tp, stride=1)
-    for group in model.blocks:
-        kind, n = group.kind, group.count
-        jt = 0 if kind == "cross" else text  # text rows joining the attention
-        lin = sum(
-            efficiency.gemm_time(accel, m, nn, k, precision, prof=prof)
-            for m, nn, k in _block_gemms(model, kind, img, txt, tp)
-        )
-        # attention core, non-causal, per branch: 4 * q_rows * kv_rows * head_dim per head.
-        # After the all-to-all a rank holds its Ulysses group's U shards (+ the text) for
-        # heads / (tp * U) heads; the ring brings every other shard's keys and values.
-        q_rows = U * per_dev + jt
-        kv_rows = padded + jt
-        attn_flops = batch * 4.0 * d * heads_loc * q_rows * kv_rows
-        if kind == "cross":  # cross-attention to the text: local queries, all heads / tp
-            attn_flops += batch * 4.0 * d * (model.num_attention_heads / tp) * per_dev * text
-        attn = attn_flops / (peak * a_eff)
-        # element-wise traffic over the tokens this rank holds: eager, the bytes counted on the
-        # family's real block where known; compiled (or uncounted), the generic passes
-        ew_tokens = img + (txt if kind != "cross" else 0)
-        ew_bytes = ew_tokens * _elementwise_bytes_per_token(model, kind, compiled, nbytes, tp)
-        ew = efficiency.memory_time(accel, ew_bytes, prof)
-        # Ulysses: Q, K, V in and the output back, each the local buffer of the image tokens
-        uly = 0.0
-        if U > 1:
-            qb = img * model.inner_dim / tp * nbytes
-            kb = img * model.kv_dim / tp * nbytes
-            uly = sum(cluster.collective_time("all_to_all", b, U, span_u) for b in (qb, kb, kb, qb))
-        # ring: ring-1 hops of this rank's K and V block, each overlapped with the attention
-        # of the block already there; partial outputs (+ log-sum-exp) merge in fp32 per hop,
-        # reading both and writing one.
-        exposed = merge = 0.0
-        if R > 1:
-            kv_block = batch * 2 * (U * per_dev) * kv_loc * nbytes
-            hop = cluster.collective_time("ring", kv_block, R, span_r)
-            chunk = attn / R
-            overlapped = (R - 1) * min(hop, chunk)
-            uncovered = (R - 1) * max(0.0, hop - chunk)
-            ring_uncovered += n * uncovered
-            ring_total += n * (R - 1) * hop
-            exposed = uncovered + OVERLAP_INTERFERENCE * overlapped
-            ring_hidden += n * (1 - OVERLAP_INTERFERENCE) * overlapped
-            merge_bytes = batch * (R - 1) * RING_MERGE_PASSES * 4 * q_rows * heads_loc * (d + 1)
-            merge = efficiency.memory_time(accel, merge_bytes, prof)
-        layout = 0.0
-        if sp > 1 and USE_USP_COPIES:
-            layout = efficiency.memory_time(
-                accel, _usp_copy_bytes(model, kind, img, txt, batch, U, tp, nbytes), prof
-            )
-        ar = 0.0
-        if tp > 1:
-            ar = sum(
-                cluster.collective_time("all_reduce", m * model.hidden_size * nbytes, tp, span_tp)
-                for m in _tp_allreduces(kind, img, txt)
-            )
-        t["linear"] += n * lin
-        t["attention"] += n * attn
-        t["elementwise"] += n * ew
-        t["ulysses_all_to_all"] += n * uly
-        t["ring_kv_exchange"] += n * exposed
-        t["ring_merge"] += n * merge
-        t["sp_layout"] += n * layout
-        t["tp_all_reduce"] += n * ar
-        host_ops += n * _host_ops(model, kind, compiled, U, R, tp)
+@dataclass(frozen=True)
+class DiTOutput:
+    """What the pipeline makes of the final latents: the picture's size, its
+    ``output_type`` ("pil", "np", "pt", "latent"), tiled VAE decoding (None: the VAE's
+    default) and whether the decode is the serving process's first (``cold``)."""
 
-    # per step: gather the sequence shards (and the CFG branches) of the prediction
-    latent_bytes = model.latent_elements(height, width, frames) * nbytes
-    sp_gather = (
-        cluster.collective_time("all_gather", batch * latent_bytes, sp, cluster.span(sp, stride=tp))
-        if sp > 1
-        else 0.0
-    )
-    cfg_gather = (
-        cluster.collective_time(
-            "all_gather", 2 * latent_bytes, s.cfg, cluster.span(s.cfg, stride=tp * sp)
-        )
-        if s.cfg > 1
-        else 0.0
-    )
-    # ---- serial parts: scheduler per step; text encoders and the VAE once ------------------
-    sched = scheduler_time(model, cluster, model.latent_elements(height, width, frames), guidance)
-    gpu_step = sum(t.values()) + sp_gather + cfg_gather + sched
-    # the host issues every kernel; when it is slower than the device, the step waits for it
-    host_step = host_ops * efficiency.host_op_time(accel)
-    host_wait = max(0.0, host_step - gpu_step)
-    per_step = gpu_step + host_wait
-    encoders_s = text_encode_times(model, cluster, prompts=branches)
-    text_s = sum(encoders_s.values())
-    vae_devices = (tp * sp * s.cfg) if vae_parallel else 1
+    height: int
+    width: int
+    frames: int
+    output_type: str = "pil"
+    tiled: bool | None = None
+    cold: bool = False
+
+
+def _serial(
+    model: DiTSpec,
+    cluster: Cluster,
+    out: DiTOutput,
+    *,
+    nbytes: int,
+    prompts: int,
+    vae_devices: int,
+    scheduler_s: float,
+) -> SerialParts:
+    """The parts outside the sharded transformer: text encoders and the VAE decode once,
+    output post-processing, and the scheduler's steps (``scheduler_s``)."""
+    encoders = text_encode_times(model, cluster, prompts=prompts)
     vae_s, vae_detail = vae_decode(
         model,
         cluster,
-        height=height,
-        width=width,
-        frames=frames,
+        height=out.height,
+        width=out.width,
+        frames=out.frames,
         devices=vae_devices,
-        tiled=vae_tiling,
+        tiled=out.tiled,
         nbytes=nbytes,
-        cold=vae_cold,
+        cold=out.cold,
     )
-    if output_type == "latent":  # the pipeline returns the latents: no decode at all
+    if out.output_type == "latent":  # the pipeline returns the latents: no decode at all
         vae_s, vae_detail = 0.0, {"vae": None, "skipped": "output_type='latent'"}
-    post_s = postprocess_time(
-        model, height=height, width=width, frames=frames, output_type=output_type
+    post = postprocess_time(
+        model, height=out.height, width=out.width, frames=out.frames, output_type=out.output_type
     )
-    serial = SerialParts(
-        text_encode_s=text_s,
-        text_encoders=encoders_s,
-        scheduler_s=steps * sched,
+    return SerialParts(
+        text_encode_s=sum(encoders.values()),
+        text_encoders=encoders,
+        scheduler_s=scheduler_s,
         vae_decode_s=vae_s,
         vae=vae_detail,
-        postprocess_s=post_s,
-        output_type=output_type,
+        postprocess_s=post,
+        output_type=out.output_type,
     )
 
-    breakdown = {k: steps * v for k, v in t.items()}
-    breakdown["sp_gather"] = steps * sp_gather
-    breakdown["cfg_gather"] = steps * cfg_gather
-    breakdown["host_wait"] = steps * host_wait
-    breakdown["scheduler"] = steps * sched
-    breakdown["text_encode"] = text_s
-    breakdown["vae_decode"] = vae_s
-    breakdown["postprocess"] = post_s
-    latency = steps * per_step + text_s + vae_s + post_s
-    hidden = {"ring_kv_exchange": steps * ring_hidden}
-    if R > 1 and ring_uncovered > 0.05 * ring_total:
-        warnings.append(
-            f"ring: {steps * ring_uncovered:.3g} s of K/V exchange is not "
+
+def _breakdown(step: StepTime, serial: SerialParts, steps: int) -> dict[str, float]:
+    """Seconds of the whole generation by term."""
+    out = {k: steps * v for k, v in step.terms.items()}
+    out["sp_gather"] = steps * step.sp_gather
+    out["cfg_gather"] = steps * step.cfg_gather
+    out["host_wait"] = steps * step.host_wait
+    out["scheduler"] = steps * step.scheduler
+    out["text_encode"] = serial.text_encode_s
+    out["vae_decode"] = serial.vae_decode_s
+    out["postprocess"] = serial.postprocess_s
+    return out
+
+
+def _latency_warnings(
+    s: Strategy,
+    step: StepTime,
+    serial: SerialParts,
+    steps: int,
+    latency: float,
+    vae_parallel: bool,
+    video: int,
+) -> list[str]:
+    """A ring whose K/V exchange is not hidden; a one-device VAE decode that weighs."""
+    out = []
+    if s.ring > 1 and step.ring_uncovered > 0.05 * step.ring_total:
+        out.append(
+            f"ring: {steps * step.ring_uncovered:.3g} s of K/V exchange is not "
             f"hidden by attention ({video} tokens are too few per hop for "
-            f"ring={R}); prefer Ulysses or CFG for this sequence"
+            f"ring={s.ring}); prefer Ulysses or CFG for this sequence"
         )
-    if not vae_parallel and replica > 1 and vae_s > 0.1 * latency:
-        warnings.append(
+    vae_s = serial.vae_decode_s
+    if not vae_parallel and s.model_parallel_size > 1 and vae_s > 0.1 * latency:
+        out.append(
             f"vae: the VAE decode ({vae_s:.3g} s) runs on one device and is "
             f"{100 * vae_s / latency:.0f} % of the latency; a parallel VAE "
             "(MindIE-SD --vae_parallel, xDiT DistVAE) would shorten it"
         )
-
-    # ---- memory per device, phase by phase ---------------------------------------------------
-    memory_rep = _memory(
-        model,
-        mem_opts,
-        s,
-        accel,
-        nbytes=nbytes,
-        per_dev=per_dev,
-        batch=batch if mem_opts.cfg_batched else 1,
-        kv_loc=kv_loc,
-        text_on_device=text_encoder_on_device,
-        prompts=branches,
-        latent=(shape.latent_frames, height, width),
-        vae_devices=vae_devices,
-        tiled=bool(vae_detail.get("tiled", False)),
-        decode=output_type != "latent",
-    )
-    if not memory_rep.fits():
-        worst = memory_rep.peak
-        warnings.append(
-            f"memory: {memory_rep.total / GiB:.1f} GiB per device exceeds the "
-            f"{accel.memory_bytes / GiB:.0f} GiB of {accel.name} at the {worst.describe()}; "
-            + memory_hint(worst.name)
-        )
-
-    return DiTReport(
-        model=model.name,
-        strategy=s,
-        accelerator=accel.name,
-        devices=devices,
-        height=height,
-        width=width,
-        frames=frames,
-        steps=steps,
-        guidance=guidance,
-        latency_s=latency,
-        per_step_s=per_step,
-        memory=memory_rep,
-        breakdown=breakdown,
-        hidden=hidden,
-        tokens=tokens,
-        warnings=warnings,
-        serial=serial.to_dict(),
-        compiled=compiled,
-    )
+    return out

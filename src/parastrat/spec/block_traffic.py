@@ -12,7 +12,7 @@ The numbers in :data:`EAGER_TRAFFIC` were counted, not estimated:
 ``python benchmarks/dit_elementwise.py`` runs one forward of each family's real diffusers block
 (diffusers 0.39.0) on the CPU in bf16 under a ``TorchDispatchMode`` and sums the bytes every ATen
 operation other than GEMMs, attention and views reads and writes.  The estimator uses them for
-eager execution; compiled execution fuses the chains (``estimate/dit.py``).
+eager execution; compiled execution fuses the chains (``estimate/dit_step.py``).
 """
 
 from __future__ import annotations

@@ -133,7 +133,7 @@ class DiTSpec:
     is_video: bool = False
     #: Eager element-wise bytes per token of each block kind, counted on the family's real
     #: block (:mod:`~parastrat.spec.block_traffic`); a kind without a count is priced with the
-    #: generic pass counts of ``estimate/dit.py``.
+    #: generic pass counts of ``estimate/dit_step.py``.
     eager_traffic: tuple[EagerTraffic, ...] = ()
     source: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
