@@ -67,6 +67,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -122,6 +123,62 @@ def _read(path: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], str]:
     return data, str(p)
 
 
+@dataclass(frozen=True)
+class _Config:
+    """A config's language-model section read with checks: every refusal names the file
+    (``where``), the field and the ``model_type``."""
+
+    cfg: Mapping[str, Any]
+    where: str
+    model_type: str
+
+    def need(self, *keys: str) -> Any:
+        """The first of ``keys`` the config sets; refused when it sets none."""
+        for key in keys:
+            if self.cfg.get(key) is not None:
+                return self.cfg[key]
+        raise SpecError(
+            f"{self.where}: missing field {keys[0]!r}"
+            + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else "")
+            + f" for model_type {self.model_type or '?'!r}"
+        )
+
+    def opt(self, *keys: str, default: Any = None) -> Any:
+        """The first of ``keys`` the config sets, else ``default``."""
+        for key in keys:
+            if self.cfg.get(key) is not None:
+                return self.cfg[key]
+        return default
+
+    def whole(self, key: str, value: Any, minimum: int = 1) -> int:
+        """``value`` of field ``key`` as a whole number >= ``minimum``."""
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or value != int(value)
+            or value < minimum
+        ):
+            raise SpecError(
+                f"{self.where}: field {key!r} must be a whole number >= {minimum}, got {value!r}"
+            )
+        return int(value)
+
+    def fraction(self, key: str, value: Any) -> float:
+        """``value`` of field ``key`` as a probability in [0, 1)."""
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
+            raise SpecError(
+                f"{self.where}: field {key!r} must be a probability in [0, 1), got {value!r}"
+            )
+        return float(value)
+
+    def flag(self, key: str, value: Any) -> bool:
+        """``value`` of field ``key`` as a boolean."""
+        if not isinstance(value, bool):
+            raise SpecError(f"{self.where}: field {key!r} must be true or false, got {value!r}")
+        return value
+
+
 def spec_from_hf_config(
     path: str | Path | Mapping[str, Any], *, name: str | None = None, spec_type: type[ModelSpec]
 ) -> ModelSpec:
@@ -132,193 +189,186 @@ def spec_from_hf_config(
     text_config = raw.get("text_config")
     cfg: dict[str, Any] = text_config if isinstance(text_config, dict) else raw
     model_type = str(cfg.get("model_type") or raw.get("model_type") or "").lower()
+    c = _Config(cfg, where, model_type)
+    fields = _base_fields(c, name or _default_name(raw, where, model_type))
+    layers, hidden = fields["num_layers"], fields["hidden_size"]
+    fields.update(_sliding_window(cfg, layers, where, c.whole))
+    fields.update(_linear_fields(c))
+    fields.update(_attention_fields(c, fields["num_attention_heads"], hidden))
+    fields.update(_moe_fields(c, fields["ffn_hidden_size"]))
+    mtp = c.opt("num_nextn_predict_layers", default=0)
+    if mtp:
+        fields["mtp_num_layers"] = c.whole("num_nextn_predict_layers", mtp, 0)
+    if model_type == "nemotron_h" or "hybrid_override_pattern" in cfg:
+        fields.update(_hybrid(cfg, where, layers, hidden, c.whole, c.flag))
+    try:
+        return spec_type(**fields)
+    except SpecError as exc:
+        raise SpecError(f"{where}: {exc}") from None
 
-    def need(*keys: str) -> Any:
-        for key in keys:
-            if cfg.get(key) is not None:
-                return cfg[key]
-        raise SpecError(
-            f"{where}: missing field {keys[0]!r}"
-            + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else "")
-            + f" for model_type {model_type or '?'!r}"
-        )
 
-    def opt(*keys: str, default: Any = None) -> Any:
-        for key in keys:
-            if cfg.get(key) is not None:
-                return cfg[key]
-        return default
-
-    def whole(key: str, value: Any, minimum: int = 1) -> int:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, (int, float))
-            or not math.isfinite(value)
-            or value != int(value)
-            or value < minimum
-        ):
-            raise SpecError(
-                f"{where}: field {key!r} must be a whole number >= {minimum}, got {value!r}"
-            )
-        return int(value)
-
-    def fraction(key: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < 1:
-            raise SpecError(
-                f"{where}: field {key!r} must be a probability in [0, 1), got {value!r}"
-            )
-        return float(value)
-
-    def flag(key: str, value: Any) -> bool:
-        if not isinstance(value, bool):
-            raise SpecError(f"{where}: field {key!r} must be true or false, got {value!r}")
-        return value
-
-    layers = whole("num_hidden_layers", need("num_hidden_layers", "n_layer", "num_layers"))
-    hidden = whole("hidden_size", need("hidden_size", "n_embd", "d_model"))
-    heads = whole("num_attention_heads", need("num_attention_heads", "n_head"))
-    vocab = whole("vocab_size", need("vocab_size"))
-    ffn = opt("intermediate_size", "ffn_hidden_size", "n_inner")
-    ffn = whole("intermediate_size", ffn if ffn is not None else 4 * hidden)
-
-    fields: dict[str, Any] = dict(
-        name=name or _default_name(raw, where, model_type),
+def _base_fields(c: _Config, name: str) -> dict[str, Any]:
+    """Sizes, embeddings, norms and dropouts every decoder config states."""
+    layers = c.whole("num_hidden_layers", c.need("num_hidden_layers", "n_layer", "num_layers"))
+    hidden = c.whole("hidden_size", c.need("hidden_size", "n_embd", "d_model"))
+    heads = c.whole("num_attention_heads", c.need("num_attention_heads", "n_head"))
+    vocab = c.whole("vocab_size", c.need("vocab_size"))
+    ffn = c.opt("intermediate_size", "ffn_hidden_size", "n_inner")
+    ffn = c.whole("intermediate_size", ffn if ffn is not None else 4 * hidden)
+    ungated = c.model_type in _UNGATED
+    return dict(
+        name=name,
         num_layers=layers,
         hidden_size=hidden,
         num_attention_heads=heads,
         ffn_hidden_size=ffn,
         vocab_size=vocab,
-        gated_linear_unit=model_type not in _UNGATED,
-        tied_embeddings=flag(
-            "tie_word_embeddings", opt("tie_word_embeddings", default=model_type in _UNGATED)
+        gated_linear_unit=not ungated,
+        tied_embeddings=c.flag(
+            "tie_word_embeddings", c.opt("tie_word_embeddings", default=ungated)
         ),
-        position_embedding_type="learned" if model_type in ("gpt2", "gpt_bigcode") else "rope",
-        max_position_embeddings=whole(
+        position_embedding_type=("learned" if c.model_type in ("gpt2", "gpt_bigcode") else "rope"),
+        max_position_embeddings=c.whole(
             "max_position_embeddings",
-            opt("max_position_embeddings", "n_positions", "seq_length", default=4096),
+            c.opt("max_position_embeddings", "n_positions", "seq_length", default=4096),
         ),
-        normalization="layernorm" if model_type in _LAYERNORM else "rmsnorm",
-        qk_layernorm=model_type in _QK_NORM or opt("use_qk_norm", default=False) is True,
-        hidden_dropout=fraction(
-            "hidden_dropout", opt("hidden_dropout", "resid_pdrop", default=0.0)
+        normalization="layernorm" if c.model_type in _LAYERNORM else "rmsnorm",
+        qk_layernorm=c.model_type in _QK_NORM or c.opt("use_qk_norm", default=False) is True,
+        hidden_dropout=c.fraction(
+            "hidden_dropout", c.opt("hidden_dropout", "resid_pdrop", default=0.0)
         ),
-        attention_dropout=fraction(
-            "attention_dropout", opt("attention_dropout", "attn_pdrop", default=0.0)
+        attention_dropout=c.fraction(
+            "attention_dropout", c.opt("attention_dropout", "attn_pdrop", default=0.0)
         ),
         make_vocab_size_divisible_by=128,
-        source=f"Hugging Face config {where}",
+        source=f"Hugging Face config {c.where}",
     )
-    fields.update(_sliding_window(cfg, layers, where, whole))
-    bias = flag("attention_bias", opt("attention_bias", default=False))
-    fields["add_qkv_bias"] = bias or model_type in _QKV_BIAS
+
+
+def _linear_fields(c: _Config) -> dict[str, Any]:
+    """Biases, the activation and its clamp."""
+    out: dict[str, Any] = {}
+    bias = c.flag("attention_bias", c.opt("attention_bias", default=False))
+    out["add_qkv_bias"] = bias or c.model_type in _QKV_BIAS
     # GPT-OSS also puts biases on the output projection and the experts, and learns one
     # attention-sink logit per head (``GptOssAttention.sinks``; no config field names it).
-    fields["add_bias_linear"] = bias and model_type == "gpt_oss"
-    if model_type == "gpt_oss":
-        fields["softmax_type"] = "learnable"
-    act = opt("hidden_act", "activation_function")
+    out["add_bias_linear"] = bias and c.model_type == "gpt_oss"
+    if c.model_type == "gpt_oss":
+        out["softmax_type"] = "learnable"
+    act = c.opt("hidden_act", "activation_function")
     if isinstance(act, str) and act.lower() in _EAGER_ACTIVATIONS:
-        fields["activation"] = _EAGER_ACTIVATIONS[act.lower()]
-    elif model_type == "nemotron":
-        fields["activation"] = "squared_relu"
-    limit = opt("swiglu_limit")  # GPT-OSS clamps its gated activation's inputs
+        out["activation"] = _EAGER_ACTIVATIONS[act.lower()]
+    elif c.model_type == "nemotron":
+        out["activation"] = "squared_relu"
+    limit = c.opt("swiglu_limit")  # GPT-OSS clamps its gated activation's inputs
     if limit is not None:
         if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
-            raise SpecError(f"{where}: field 'swiglu_limit' must be a number > 0, got {limit!r}")
-        fields["activation_clamp"] = float(limit)
+            raise SpecError(f"{c.where}: field 'swiglu_limit' must be a number > 0, got {limit!r}")
+        out["activation_clamp"] = float(limit)
+    return out
 
-    if model_type in _MLA or opt("kv_lora_rank") is not None:
-        fields.update(
+
+def _attention_fields(c: _Config, heads: int, hidden: int) -> dict[str, Any]:
+    """Multi-latent attention's ranks and head sizes, else the key/value groups and the head
+    dimension."""
+    if c.model_type in _MLA or c.opt("kv_lora_rank") is not None:
+        q_rank = c.cfg.get("q_lora_rank")
+        return dict(
             multi_latent_attention=True,
-            q_lora_rank=(
-                whole("q_lora_rank", cfg["q_lora_rank"]) if cfg.get("q_lora_rank") else None
-            ),
-            kv_lora_rank=whole("kv_lora_rank", need("kv_lora_rank")),
-            qk_head_dim=whole("qk_nope_head_dim", need("qk_nope_head_dim")),
-            qk_pos_emb_head_dim=whole("qk_rope_head_dim", need("qk_rope_head_dim")),
-            v_head_dim=whole("v_head_dim", need("v_head_dim")),
+            q_lora_rank=c.whole("q_lora_rank", q_rank) if q_rank else None,
+            kv_lora_rank=c.whole("kv_lora_rank", c.need("kv_lora_rank")),
+            qk_head_dim=c.whole("qk_nope_head_dim", c.need("qk_nope_head_dim")),
+            qk_pos_emb_head_dim=c.whole("qk_rope_head_dim", c.need("qk_rope_head_dim")),
+            v_head_dim=c.whole("v_head_dim", c.need("v_head_dim")),
         )
-    else:
-        kv = opt("num_key_value_heads", "num_kv_heads", "n_head_kv")
-        if kv is not None:
-            kv = whole("num_key_value_heads", kv)
-            if kv > heads or heads % kv:
-                raise SpecError(
-                    f"{where}: num_key_value_heads={kv} must divide num_attention_heads={heads}"
-                )
-            fields["num_query_groups"] = kv
-        head_dim = opt("head_dim", "kv_channels")
-        if head_dim is not None:
-            fields["kv_channels"] = whole("head_dim", head_dim)
-        elif hidden % heads:
+    out: dict[str, Any] = {}
+    kv = c.opt("num_key_value_heads", "num_kv_heads", "n_head_kv")
+    if kv is not None:
+        kv = c.whole("num_key_value_heads", kv)
+        if kv > heads or heads % kv:
             raise SpecError(
-                f"{where}: hidden_size={hidden} is not divisible by "
-                f"num_attention_heads={heads} and no head_dim is given"
+                f"{c.where}: num_key_value_heads={kv} must divide num_attention_heads={heads}"
             )
+        out["num_query_groups"] = kv
+    head_dim = c.opt("head_dim", "kv_channels")
+    if head_dim is not None:
+        out["kv_channels"] = c.whole("head_dim", head_dim)
+    elif hidden % heads:
+        raise SpecError(
+            f"{c.where}: hidden_size={hidden} is not divisible by "
+            f"num_attention_heads={heads} and no head_dim is given"
+        )
+    return out
 
-    experts = opt("num_local_experts", "num_experts", "n_routed_experts")
-    if experts:
-        experts = whole("num_experts", experts)
-        topk = whole(
-            "num_experts_per_tok", need("num_experts_per_tok", "experts_per_token", "moe_topk")
+
+def _moe_fields(c: _Config, ffn: int) -> dict[str, Any]:
+    """Routed and shared experts, the router's groups and which layers hold experts (none
+    for a dense config)."""
+    experts = c.opt("num_local_experts", "num_experts", "n_routed_experts")
+    if not experts:
+        return {}
+    experts = c.whole("num_experts", experts)
+    topk = c.whole(
+        "num_experts_per_tok", c.need("num_experts_per_tok", "experts_per_token", "moe_topk")
+    )
+    expert_ffn = c.whole("moe_intermediate_size", c.opt("moe_intermediate_size", default=ffn))
+    out: dict[str, Any] = dict(
+        num_moe_experts=experts,
+        moe_router_topk=topk,
+        moe_ffn_hidden_size=expert_ffn,
+        moe_shared_expert_intermediate_size=_shared_experts(c, expert_ffn),
+        **_expert_layers(c),
+    )
+    groups = c.opt("n_group", "moe_router_num_groups", default=None)
+    if groups is not None and c.whole("n_group", groups) > 1:
+        out["moe_router_num_groups"] = c.whole("n_group", groups)
+        out["moe_router_group_topk"] = c.whole(
+            "topk_group", c.need("topk_group", "moe_router_group_topk")
         )
-        expert_ffn = whole("moe_intermediate_size", opt("moe_intermediate_size", default=ffn))
-        shared = 0
-        if model_type in _LLAMA4:  # one shared expert of intermediate_size on every MoE layer
-            shared = expert_ffn
-        elif opt("n_shared_experts"):
-            shared = whole("n_shared_experts", cfg["n_shared_experts"]) * expert_ffn
-        elif opt("shared_expert_intermediate_size"):
-            shared = whole(
-                "shared_expert_intermediate_size", cfg["shared_expert_intermediate_size"]
+    if c.model_type in _LLAMA4:
+        if c.opt("attention_chunk_size") is not None:
+            out["attention_chunk_size"] = c.whole(
+                "attention_chunk_size", c.cfg["attention_chunk_size"]
             )
-        first_dense = whole("first_k_dense_replace", opt("first_k_dense_replace", default=0), 0)
-        freq = whole("moe_layer_freq", opt("moe_layer_freq", "decoder_sparse_step", default=1))
-        step = opt("interleave_moe_layer_step")
-        if step is not None:  # Llama 4: experts on layers step-1, 2 step-1, ...
-            freq = whole("interleave_moe_layer_step", step)
-            first_dense = max(first_dense, freq - 1)
-        dense_only = opt("mlp_only_layers", default=[]) or []
-        if not isinstance(dense_only, list):
-            raise SpecError(f"{where}: field 'mlp_only_layers' must be a list of layer indices")
-        if dense_only:
-            # Qwen-MoE's list of dense layers: count the leading run as dense layers.
-            dense_set = {i for i in dense_only if isinstance(i, int) and not isinstance(i, bool)}
-            lead = 0
-            while lead in dense_set:
-                lead += 1
-            first_dense = max(first_dense, lead)
-        groups = opt("n_group", "moe_router_num_groups", default=None)
-        if groups is not None and whole("n_group", groups) > 1:
-            fields["moe_router_num_groups"] = whole("n_group", groups)
-            fields["moe_router_group_topk"] = whole(
-                "topk_group", need("topk_group", "moe_router_group_topk")
-            )
-        if model_type in _LLAMA4 and opt("attention_chunk_size") is not None:
-            fields["attention_chunk_size"] = whole(
-                "attention_chunk_size", cfg["attention_chunk_size"]
-            )
-        if model_type in _LLAMA4:  # its dense layers' MLP has a size of its own
-            fields["ffn_hidden_size"] = whole(
-                "intermediate_size_mlp", opt("intermediate_size_mlp", default=ffn)
-            )
-        fields.update(
-            num_moe_experts=experts,
-            moe_router_topk=topk,
-            moe_ffn_hidden_size=expert_ffn,
-            moe_shared_expert_intermediate_size=shared,
-            moe_first_dense_layers=first_dense,
-            moe_layer_freq=freq,
+        # its dense layers' MLP has a size of its own
+        out["ffn_hidden_size"] = c.whole(
+            "intermediate_size_mlp", c.opt("intermediate_size_mlp", default=ffn)
         )
-    mtp = opt("num_nextn_predict_layers", default=0)
-    if mtp:
-        fields["mtp_num_layers"] = whole("num_nextn_predict_layers", mtp, 0)
-    if model_type == "nemotron_h" or "hybrid_override_pattern" in cfg:
-        fields.update(_hybrid(cfg, where, layers, hidden, whole, flag))
-    try:
-        return spec_type(**fields)
-    except SpecError as exc:
-        raise SpecError(f"{where}: {exc}") from None
+    return out
+
+
+def _shared_experts(c: _Config, expert_ffn: int) -> int:
+    """The shared experts' hidden size (0: none)."""
+    if c.model_type in _LLAMA4:  # one shared expert of intermediate_size on every MoE layer
+        return expert_ffn
+    if c.opt("n_shared_experts"):
+        return c.whole("n_shared_experts", c.cfg["n_shared_experts"]) * expert_ffn
+    if c.opt("shared_expert_intermediate_size"):
+        return c.whole("shared_expert_intermediate_size", c.cfg["shared_expert_intermediate_size"])
+    return 0
+
+
+def _expert_layers(c: _Config) -> dict[str, int]:
+    """``moe_first_dense_layers`` and ``moe_layer_freq``: DeepSeek's
+    ``first_k_dense_replace``, a layer frequency, Llama 4's ``interleave_moe_layer_step``
+    (experts on layers step-1, 2 step-1, ...), Qwen-MoE's ``mlp_only_layers``."""
+    first_dense = c.whole("first_k_dense_replace", c.opt("first_k_dense_replace", default=0), 0)
+    freq = c.whole("moe_layer_freq", c.opt("moe_layer_freq", "decoder_sparse_step", default=1))
+    step = c.opt("interleave_moe_layer_step")
+    if step is not None:
+        freq = c.whole("interleave_moe_layer_step", step)
+        first_dense = max(first_dense, freq - 1)
+    dense_only = c.opt("mlp_only_layers", default=[]) or []
+    if not isinstance(dense_only, list):
+        raise SpecError(f"{c.where}: field 'mlp_only_layers' must be a list of layer indices")
+    if dense_only:
+        # Qwen-MoE's list of dense layers: count the leading run as dense layers.
+        dense_set = {i for i in dense_only if isinstance(i, int) and not isinstance(i, bool)}
+        lead = 0
+        while lead in dense_set:
+            lead += 1
+        first_dense = max(first_dense, lead)
+    return {"moe_first_dense_layers": first_dense, "moe_layer_freq": freq}
 
 
 def _hybrid(
