@@ -17,6 +17,7 @@ where its numbers put it and why.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -266,6 +267,64 @@ def plan_dit(
     check_workload(model, height=height, width=width, frames=frames, steps=steps)
     explicit_guidance = guidance
     guidance = resolve_guidance(model, guidance)
+    n = _device_count(cluster, devices, top_k)
+    video = model.tokens(height, width, frames)
+    price = functools.partial(
+        estimate_dit,
+        model,
+        cluster=cluster,
+        height=height,
+        width=width,
+        frames=frames,
+        steps=steps,
+        guidance=explicit_guidance,
+        precision=precision,
+        vae_parallel=vae_parallel,
+        text_encoder_on_device=text_encoder_on_device,
+        compiled=compiled,
+        memory=memory,
+    )
+    splits = [
+        Strategy(tp=tp, ulysses=u, ring=r, cfg=cfg, dp=dp, order=XDIT_ORDER)
+        for tp, u, r, cfg, dp in _splits(n, guidance, data_parallel)
+    ]
+    domain = None if allow_cross_node else cluster.scale_up_domain
+    found = _price_splits(splits, price, domain)
+    if not found.priced:
+        raise _nothing_fits(model, cluster, n, video, found)
+
+    objective = "throughput" if data_parallel else "latency"
+    priced = found.priced
+    if data_parallel:
+        priced.sort(key=lambda c: (-c.requests_per_s, c.latency_s))
+    else:
+        priced.sort(key=lambda c: (c.latency_s, c.memory.total))
+    best = priced[0]
+    ranked = [DiTCandidate(c.strategy, c.report, _why(c, best, model, objective)) for c in priced]
+    return DiTPlan(
+        model=model.name,
+        accelerator=cluster.accel.name,
+        devices=n,
+        workload={
+            "height": height,
+            "width": width,
+            "frames": frames,
+            "steps": steps,
+            "guidance": guidance,
+            "guidance_from": "argument" if explicit_guidance is not None else "model",
+            "compiled": compiled,
+            "video_tokens": video,
+            "text_tokens": model.text_tokens,
+        },
+        candidates=ranked[:top_k],
+        advice=_advice(model, ranked, n, video, guidance, found.reasons),
+        rejected=found.rejected,
+        objective=objective,
+    )
+
+
+def _device_count(cluster: Cluster, devices: int | None, top_k: int) -> int:
+    """The devices to split (default: the cluster's), checked with ``top_k``."""
     n = cluster.num_devices if devices is None else devices
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UsageError(f"devices={n!r} must be a whole number >= 1")
@@ -276,98 +335,70 @@ def plan_dit(
         )
     if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
         raise UsageError(f"top_k={top_k!r} must be a whole number >= 1")
-    video = model.tokens(height, width, frames)
-    domain = cluster.scale_up_domain
+    return n
 
-    priced: list[DiTCandidate] = []
-    rejected: dict[str, int] = {}
-    too_big: list[DiTReport] = []
-    reasons: dict[tuple[int, int, int, int], str] = {}
-    for tp, u, r, cfg, dp in _splits(n, guidance, data_parallel):
-        key = (tp, u, r, cfg)
-        if not allow_cross_node and tp * u > domain:
-            rejected["TP/Ulysses across nodes"] = rejected.get("TP/Ulysses across nodes", 0) + 1
-            reasons[key] = (
-                f"tp*ulysses = {tp * u} would leave one {domain}-device NVLink/HCCS domain"
-            )
+
+@dataclass
+class _Priced:
+    """What pricing the splits found: those that fit, refusals counted by rule, the reports
+    that did not fit memory, and why each (tp, ulysses, ring, cfg) was dropped."""
+
+    priced: list[DiTCandidate] = field(default_factory=list)
+    rejected: dict[str, int] = field(default_factory=dict)
+    too_big: list[DiTReport] = field(default_factory=list)
+    reasons: dict[tuple[int, int, int, int], str] = field(default_factory=dict)
+
+    def drop(self, s: Strategy, rule: str, why: str) -> None:
+        self.rejected[rule] = self.rejected.get(rule, 0) + 1
+        self.reasons[(s.tp, s.ulysses, s.ring, s.cfg)] = why
+
+
+def _price_splits(splits: list[Strategy], price: Any, domain: int | None) -> _Priced:
+    """Price every split with ``price(strategy=...)``; a TP x Ulysses group wider than the
+    scale-up ``domain`` (None: allowed), a refused strategy and one that does not fit memory
+    are dropped with the reason."""
+    out = _Priced()
+    for s in splits:
+        if domain is not None and s.tp * s.ulysses > domain:
+            tpu = s.tp * s.ulysses
+            why = f"tp*ulysses = {tpu} would leave one {domain}-device NVLink/HCCS domain"
+            out.drop(s, "TP/Ulysses across nodes", why)
             continue
-        s = Strategy(tp=tp, ulysses=u, ring=r, cfg=cfg, dp=dp, order=XDIT_ORDER)
         try:
-            rep = estimate_dit(
-                model,
-                s,
-                cluster,
-                height=height,
-                width=width,
-                frames=frames,
-                steps=steps,
-                guidance=explicit_guidance,
-                precision=precision,
-                vae_parallel=vae_parallel,
-                text_encoder_on_device=text_encoder_on_device,
-                compiled=compiled,
-                memory=memory,
-            )
+            rep = price(strategy=s)
         except StrategyError as exc:
-            rule = exc.violations[0].rule
-            rejected[rule] = rejected.get(rule, 0) + 1
-            reasons[key] = exc.violations[0].message
+            out.drop(s, exc.violations[0].rule, exc.violations[0].message)
             continue
         if not rep.memory.fits():
-            rejected["out of memory"] = rejected.get("out of memory", 0) + 1
-            reasons[key] = (
+            why = (
                 f"needs {rep.memory.total / GiB:.1f} GiB of {rep.memory.capacity / GiB:.0f} "
                 f"({rep.memory.peak_phase})"
             )
-            too_big.append(rep)
+            out.drop(s, "out of memory", why)
+            out.too_big.append(rep)
             continue
-        priced.append(DiTCandidate(strategy=s, report=rep))
+        out.priced.append(DiTCandidate(strategy=s, report=rep))
+    return out
 
-    workload = {
-        "height": height,
-        "width": width,
-        "frames": frames,
-        "steps": steps,
-        "guidance": guidance,
-        "guidance_from": "argument" if explicit_guidance is not None else "model",
-        "compiled": compiled,
-        "video_tokens": video,
-        "text_tokens": model.text_tokens,
-    }
-    if not priced:
-        if too_big:
-            least = min(too_big, key=lambda r: r.memory.total)
-            raise UsageError(
-                f"no split of {n} {cluster.accel.name} devices fits {model.name}: the smallest "
-                f"({label(least.strategy)}) needs {least.memory.total / GiB:.1f} GiB of "
-                f"{least.memory.capacity / GiB:.0f} at its {least.memory.peak.describe()}; "
-                f"{memory_hint(least.memory.peak_phase)}; or a larger accelerator"
-            )
-        raise UsageError(
-            f"no legal split of {n} devices for {model.name} "
-            f"({model.num_attention_heads} heads, {video} tokens): "
-            + "; ".join(sorted(set(reasons.values()))[:4])
-            + ". Use a device count whose factors divide the heads, or "
-            "allow_cross_node=True / data_parallel=True"
+
+def _nothing_fits(
+    model: DiTSpec, cluster: Cluster, n: int, video: int, found: _Priced
+) -> UsageError:
+    """Why no split is left, and what would leave one."""
+    if found.too_big:
+        least = min(found.too_big, key=lambda r: r.memory.total)
+        return UsageError(
+            f"no split of {n} {cluster.accel.name} devices fits {model.name}: the smallest "
+            f"({label(least.strategy)}) needs {least.memory.total / GiB:.1f} GiB of "
+            f"{least.memory.capacity / GiB:.0f} at its {least.memory.peak.describe()}; "
+            f"{memory_hint(least.memory.peak_phase)}; or a larger accelerator"
         )
-
-    objective = "throughput" if data_parallel else "latency"
-    if data_parallel:
-        priced.sort(key=lambda c: (-c.requests_per_s, c.latency_s))
-    else:
-        priced.sort(key=lambda c: (c.latency_s, c.memory.total))
-    best = priced[0]
-    ranked = [DiTCandidate(c.strategy, c.report, _why(c, best, model, objective)) for c in priced]
-    advice = _advice(model, ranked, n, video, guidance, reasons)
-    return DiTPlan(
-        model=model.name,
-        accelerator=cluster.accel.name,
-        devices=n,
-        workload=workload,
-        candidates=ranked[:top_k],
-        advice=advice,
-        rejected=rejected,
-        objective=objective,
+    return UsageError(
+        f"no legal split of {n} devices for {model.name} "
+        f"({model.num_attention_heads} heads, {video} tokens): "
+        + "; ".join(sorted(set(found.reasons.values()))[:4])
+        + ". Use a device count whose factors divide the heads, or "
+        "allow_cross_node=True / data_parallel=True"
     )
 
 
