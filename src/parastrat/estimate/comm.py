@@ -161,11 +161,18 @@ def _strides(
 # Per layer and micro-batch.
 # ---------------------------------------------------------------------------------------------
 def tp_layer(
-    model: ModelSpec, strategy: Strategy, tokens: float, moe: bool | str, strides: dict[str, int]
+    model: ModelSpec,
+    strategy: Strategy,
+    tokens: float,
+    moe: bool | str,
+    strides: dict[str, int],
+    gather_bytes: float = ACT_BYTES,
 ) -> list[Collective]:
     """TP (and ETP) collectives of one layer for one micro-batch, forward + backward.
 
     ``tokens`` is ``b * s / cp`` (the sequence one CP rank holds, before SP sharding);
+    ``gather_bytes``: bytes per element of the SP all-gathers (quantised ones under FP8,
+    :func:`parastrat.estimate.fp8.gather_bytes`; the reduce-scatters stay at ``ACT_BYTES``);
     ``moe``: a GPT layer's MoE flag, or a hybrid layer's kind (one block: a Mamba mixer,
     attention or an MLP has one gather/scatter pair, like attention: ``MambaMixer``'s in_proj
     is column-, out_proj row-parallel; an MoE block has one for its shared experts).
@@ -182,7 +189,8 @@ def tp_layer(
         pairs = 1 + (1 if (not moe or model.moe_shared_expert_intermediate_size) else 0)
     if t > 1 and pairs:
         if strategy.sp:
-            out.append(Collective("tp", "all_gather", full, t, strides["tp"], 2 * pairs))
+            gathered = full * gather_bytes / ACT_BYTES
+            out.append(Collective("tp", "all_gather", gathered, t, strides["tp"], 2 * pairs))
             out.append(Collective("tp", "reduce_scatter", full, t, strides["tp"], 2 * pairs))
         else:
             out.append(Collective("tp", "all_reduce", full, t, strides["tp"], 2 * pairs))

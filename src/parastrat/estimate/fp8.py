@@ -31,6 +31,11 @@ model calls them when its switches' ``Mechanisms.fp8`` is on):
   output gradients backward (projection, FC2) per layer, each a 4-byte all-reduce on the
   compute stream (latency-bound: 13.7 us for an 8-byte all-reduce on 8 H100, nccl-tests
   sample in ``collectives_measured.csv`` C001).
+* **Quantised all-gathers**: with sequence parallelism TE quantises a column-parallel linear's
+  input before the TP all-gather and a row-parallel linear's output gradient before the
+  backward all-gather (``gather_along_first_dim(..., quantizer=...)`` in ``_Linear`` /
+  ``_LayerNormLinear`` forward and ``grad_output_preprocess``), so those all-gathers move
+  :data:`OPERAND_BYTES` per element (:func:`gather_bytes`); reduce-scatters stay BF16.
 * **NVFP4** (Transformer Engine's ``NVFP4BlockScaling``, Megatron Bridge's
   ``bf16_with_nvfp4_mixed``: ``fp4="e2m1"``, ``fp4_recipe="nvfp4"``; NVIDIA, "Pretraining
   Large Language Models with NVFP4", arXiv:2509.25149, section 4): the fprop, dgrad and wgrad
@@ -93,6 +98,12 @@ HOPPER_SPLIT_ACC = 1.15
 AMAX_REDUCTIONS_PER_LAYER = 4
 #: Bytes of one amax all-reduce (an FP32 scalar).
 AMAX_BYTES = 4
+
+
+def gather_bytes(precision: str) -> float:
+    """Bytes per element a sequence-parallel TP all-gather moves at canonical ``precision``:
+    the quantised operand (:data:`OPERAND_BYTES`) under FP8 / MXFP8 / NVFP4, else BF16."""
+    return OPERAND_BYTES.get(precision, OPERAND_BYTES["bf16"])
 
 
 def recipe(precision: str) -> str:

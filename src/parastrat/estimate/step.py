@@ -34,7 +34,13 @@ from typing import TYPE_CHECKING, Any
 from ..errors import StrategyError, UsageError
 from ..grid import expert_dp
 from ..rules import hybrid_workload_violations
-from ..spec.hardware import QUANTISED, Accelerator, require_dispatcher, require_precision
+from ..spec.hardware import (
+    QUANTISED,
+    Accelerator,
+    canonical_precision,
+    require_dispatcher,
+    require_precision,
+)
 from ..spec.model import ModelSpec
 from ..spec.workload import CUDA_GRAPH_SCOPES as CUDA_GRAPH_SCOPES
 from ..spec.workload import (
@@ -1022,7 +1028,7 @@ class StepModel:
         accel = cluster.accel
         tokens = mbs * self._workload.seq_len / s.cp
         c = self.layer_cost(moe, tokens, s)
-        t_tp = self._comm_time(comm.tp_layer(model, s, tokens, moe, strides))
+        t_tp = self._comm_time(comm.tp_layer(model, s, tokens, moe, strides, self._gather_bytes))
         kind = moe if isinstance(moe, str) else None
         ring, a2a = comm.cp_layer(model, s, tokens, strides, kind)
         t_ring, t_a2a = self._comm_time(ring), self._comm_time(a2a)
@@ -1082,6 +1088,14 @@ class StepModel:
         if kind == "mamba":
             terms["scan"] = c.scan
         return terms, c
+
+    @property
+    def _gather_bytes(self) -> float:
+        """Bytes per element of the TP all-gathers (the ``quantised_gather`` mechanism)."""
+        prec = canonical_precision(self._workload.precision)
+        if not self.mechanisms.quantised_gather or not self._cluster.accel.supports(prec):
+            return comm.ACT_BYTES
+        return fp8_overheads.gather_bytes(prec)
 
     def _comm_time(self, items: list[comm.Collective]) -> float:
         """:func:`comm.total_time` on this cluster, memoised on the collectives (frozen values:

@@ -261,6 +261,14 @@ class Mechanisms:
       forward, autograd's ``pow_backward`` (copy, scale, multiply) and ``threshold_backward``
       backward, each a full pass over FC1's output, and their host launches (off: priced as
       the fused bias-activation kernel);
+    * ``quantised_gather``: under FP8, MXFP8 or NVFP4 with sequence parallelism, Transformer
+      Engine quantises a column-parallel linear's input *before* its all-gather
+      (``_Linear`` / ``_LayerNormLinear`` forward: ``gather_along_first_dim(..., quantizer=``
+      ``input_quantizer)``) and a row-parallel linear's output gradient before its backward
+      all-gather (``grad_output_preprocess``, "FP8 with all-gather"), so the TP all-gathers
+      move the quantised bytes (:data:`parastrat.estimate.fp8.OPERAND_BYTES`: 1 B per element,
+      MXFP8 + 1/32 B of scales, NVFP4 0.5 + 1/16 B); the reduce-scatters stay BF16 (off: every
+      TP collective at 2 B per element);
     * ``a2a_pairing``: combined 1F1B (``moe_a2a_overlap``) hides a micro-batch's all-to-alls
       only under another micro-batch's compute, so the chunk forwards of the pipeline's
       warm-up and the backwards of its cool-down, which run alone, expose theirs (Megatron
@@ -296,6 +304,7 @@ class Mechanisms:
     tp_async: bool = True
     eager_act: bool = True
     a2a_pairing: bool = True
+    quantised_gather: bool = True
     recompute_modules: tuple[str, ...] = ("core_attn",)
 
     def __post_init__(self) -> None:
@@ -361,6 +370,7 @@ MECHANISM_SWITCHES = (
     "tp_async",
     "eager_act",
     "a2a_pairing",
+    "quantised_gather",
 )
 
 
