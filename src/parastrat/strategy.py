@@ -102,6 +102,86 @@ _INT_FIELDS = (
 )
 
 
+def _value_violations(
+    found: list[Violation],
+    cfg: Any,
+    sp: Any,
+    account_for_embedding: Any,
+    account_for_loss: Any,
+    order: Any,
+    fsdp: Any,
+) -> list[Violation]:
+    """What the non-degree arguments break: a CFG degree other than 1 or 2 (unless ``found``
+    already names it), non-boolean flags, a non-string order, an unknown FSDP mode."""
+    out: list[Violation] = []
+    if cfg not in (1, 2) and not any(v.rule.startswith("cfg-") for v in found):
+        out.append(
+            Violation(
+                "cfg-degree",
+                f"cfg={cfg}: classifier-free guidance has 2 branches",
+                "use cfg=2 with guidance on, cfg=1 otherwise",
+            )
+        )
+    if not isinstance(sp, bool):
+        out.append(
+            Violation(
+                "sp-type",
+                f"sp={sp!r} must be True or False",
+                "pass sp=True to shard activations along the sequence",
+            )
+        )
+    for name, flag in (
+        ("account_for_embedding", account_for_embedding),
+        ("account_for_loss", account_for_loss),
+    ):
+        if not isinstance(flag, bool):
+            out.append(
+                Violation(
+                    f"{name}-type",
+                    f"{name}={flag!r} must be True or False",
+                    f"pass {name}=True to count it as a pipeline layer",
+                )
+            )
+    if order is not None and not isinstance(order, str):
+        out.append(
+            Violation(
+                "order-type",
+                f"order={order!r} must be a string",
+                f"e.g. order={MEGATRON_ORDER!r}",
+            )
+        )
+    return out + rules.fsdp_value_violations(fsdp)
+
+
+def _cp_ring(cp: int | None, ulysses: int, ring: int | None) -> tuple[int, int]:
+    """(cp, ring) with cp = ulysses * ring; cp=N alone means ring=N / ulysses."""
+    if ring is None:
+        if cp is None:
+            ring = 1
+        elif cp % ulysses:
+            raise StrategyError(
+                Violation(
+                    "cp-ulysses-ring",
+                    f"cp={cp} is not a multiple of ulysses={ulysses} (cp = ulysses * ring)",
+                    f"use cp in {fmt_set([ulysses * k for k in range(1, 5)])} or set ring "
+                    f"explicitly",
+                )
+            )
+        else:
+            ring = cp // ulysses
+    if cp is None:
+        cp = ulysses * ring
+    elif cp != ulysses * ring:
+        raise StrategyError(
+            Violation(
+                "cp-ulysses-ring",
+                f"cp={cp} but ulysses={ulysses} x ring={ring} = {ulysses * ring}",
+                f"drop cp (it follows from ulysses and ring) or set cp={ulysses * ring}",
+            )
+        )
+    return cp, ring
+
+
 def _int_violations(values: tuple[Any, ...]) -> list[Violation]:
     """:func:`_bad_int` of each of :data:`_INT_FIELDS` (``values`` in that order)."""
     out = []
@@ -228,71 +308,12 @@ class Strategy:
             (tp, pp, vpp, cp, ep, etp, dp, ulysses, ring, cfg)
             + (first_stage_layers, last_stage_layers, dp_shard, dp_replicate)
         )
-        if cfg not in (1, 2) and not any(v.rule.startswith("cfg-") for v in problems):
-            problems.append(
-                Violation(
-                    "cfg-degree",
-                    f"cfg={cfg}: classifier-free guidance has 2 branches",
-                    "use cfg=2 with guidance on, cfg=1 otherwise",
-                )
-            )
-        if not isinstance(sp, bool):
-            problems.append(
-                Violation(
-                    "sp-type",
-                    f"sp={sp!r} must be True or False",
-                    "pass sp=True to shard activations along the sequence",
-                )
-            )
-        for name, flag in (
-            ("account_for_embedding", account_for_embedding),
-            ("account_for_loss", account_for_loss),
-        ):
-            if not isinstance(flag, bool):
-                problems.append(
-                    Violation(
-                        f"{name}-type",
-                        f"{name}={flag!r} must be True or False",
-                        f"pass {name}=True to count it as a pipeline layer",
-                    )
-                )
-        if order is not None and not isinstance(order, str):
-            problems.append(
-                Violation(
-                    "order-type",
-                    f"order={order!r} must be a string",
-                    f"e.g. order={MEGATRON_ORDER!r}",
-                )
-            )
-        problems += rules.fsdp_value_violations(fsdp)
+        problems += _value_violations(
+            problems, cfg, sp, account_for_embedding, account_for_loss, order, fsdp
+        )
         if problems:
             raise StrategyError(problems)
-
-        # cp = ulysses * ring; cp=N alone means ring=N.
-        if ring is None:
-            if cp is None:
-                ring = 1
-            elif cp % ulysses:
-                raise StrategyError(
-                    Violation(
-                        "cp-ulysses-ring",
-                        f"cp={cp} is not a multiple of ulysses={ulysses} (cp = ulysses * ring)",
-                        f"use cp in {fmt_set([ulysses * k for k in range(1, 5)])} or set ring "
-                        f"explicitly",
-                    )
-                )
-            else:
-                ring = cp // ulysses
-        if cp is None:
-            cp = ulysses * ring
-        elif cp != ulysses * ring:
-            raise StrategyError(
-                Violation(
-                    "cp-ulysses-ring",
-                    f"cp={cp} but ulysses={ulysses} x ring={ring} = {ulysses * ring}",
-                    f"drop cp (it follows from ulysses and ring) or set cp={ulysses * ring}",
-                )
-            )
+        cp, ring = _cp_ring(cp, ulysses, ring)
 
         if etp is None:
             etp = 1 if ep > 1 else tp
