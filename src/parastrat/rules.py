@@ -442,70 +442,83 @@ def clear_caches() -> None:
 
 def model_violations(s: Strategy, model: Any) -> list[Violation]:
     """Heads, query groups, layers and experts against the degrees."""
-    out: list[Violation] = []
     heads = getattr(model, "num_attention_heads", None)
-    groups = getattr(model, "num_query_groups", None) or heads
-    layers = getattr(model, "num_layers", None)
-    experts = getattr(model, "num_moe_experts", None) or 0
     name = getattr(model, "name", "the model")
-
+    out: list[Violation] = []
     if heads:
-        if heads % s.tp:
-            out.append(
-                _err(
-                    "heads-tp",
-                    f"tp={s.tp} does not divide {heads} attention heads of {name}",
-                    f"use tp in {fmt_set(divisors(heads))}",
-                )
-            )
-        elif groups and groups % s.tp and s.tp % groups:
-            ok = sorted({d for d in divisors(heads) if groups % d == 0 or d % groups == 0})
-            out.append(
-                _err(
-                    "query-groups-tp",
-                    f"tp={s.tp} and {groups} query groups (KV heads) of {name}: neither divides "
-                    f"the other",
-                    f"use tp in {fmt_set(ok)}",
-                )
-            )
-        elif groups and groups % s.tp:
-            out.append(
-                _warn(
-                    "query-groups-tp-replicated",
-                    f"tp={s.tp} > {groups} query groups: KV heads are replicated "
-                    f"{s.tp // groups}x (accepted by megatron-core >= 0.16 only)",
-                    "use megatron-core >= 0.16, or tp <= the number of query groups",
-                )
-            )
-        if s.ulysses > 1 and heads % s.tp == 0:
-            local = heads // s.tp
-            if local % s.ulysses:
-                out.append(
-                    _err(
-                        "heads-ulysses",
-                        f"ulysses={s.ulysses} does not divide the {local} attention heads per TP "
-                        f"rank ({heads} heads / tp {s.tp}) of {name}",
-                        f"use ulysses in {fmt_set(divisors(local))}, and cover the rest of the "
-                        f"sequence split with ring",
-                    )
-                )
-            if s.is_inference and groups and groups != heads:
-                local_kv = groups // s.tp if groups % s.tp == 0 else groups
-                if local_kv % s.ulysses:
-                    out.append(
-                        _err(
-                            "kv-heads-ulysses",
-                            f"ulysses={s.ulysses} does not divide the {local_kv} KV heads per TP "
-                            f"rank of {name} (MindIE-SD's USP raises USPTopologyError)",
-                            f"use ulysses in {fmt_set(divisors(local_kv))} and add ring",
-                        )
-                    )
+        groups = getattr(model, "num_query_groups", None) or heads
+        out += _head_violations(s, heads, groups, name)
     if s.ring > 1 and not s.is_inference:
         out += _ring_attention_violations(s, model, name)
     if getattr(model, "is_hybrid", False):
         out += hybrid_violations(s, model)
+    layers = getattr(model, "num_layers", None)
     if layers:
         out += layer_split_violations(s, layers, getattr(model, "mtp_num_layers", None))
+    return out + _expert_violations(s, model, name)
+
+
+def _head_violations(s: Strategy, heads: int, groups: int, name: str) -> list[Violation]:
+    """Attention heads and query groups against TP and Ulysses."""
+    out: list[Violation] = []
+    if heads % s.tp:
+        out.append(
+            _err(
+                "heads-tp",
+                f"tp={s.tp} does not divide {heads} attention heads of {name}",
+                f"use tp in {fmt_set(divisors(heads))}",
+            )
+        )
+    elif groups % s.tp and s.tp % groups:
+        ok = sorted({d for d in divisors(heads) if groups % d == 0 or d % groups == 0})
+        out.append(
+            _err(
+                "query-groups-tp",
+                f"tp={s.tp} and {groups} query groups (KV heads) of {name}: neither divides "
+                f"the other",
+                f"use tp in {fmt_set(ok)}",
+            )
+        )
+    elif groups % s.tp:
+        out.append(
+            _warn(
+                "query-groups-tp-replicated",
+                f"tp={s.tp} > {groups} query groups: KV heads are replicated "
+                f"{s.tp // groups}x (accepted by megatron-core >= 0.16 only)",
+                "use megatron-core >= 0.16, or tp <= the number of query groups",
+            )
+        )
+    if s.ulysses == 1 or heads % s.tp:
+        return out
+    local = heads // s.tp
+    if local % s.ulysses:
+        out.append(
+            _err(
+                "heads-ulysses",
+                f"ulysses={s.ulysses} does not divide the {local} attention heads per TP "
+                f"rank ({heads} heads / tp {s.tp}) of {name}",
+                f"use ulysses in {fmt_set(divisors(local))}, and cover the rest of the "
+                f"sequence split with ring",
+            )
+        )
+    if s.is_inference and groups != heads:
+        local_kv = groups // s.tp if groups % s.tp == 0 else groups
+        if local_kv % s.ulysses:
+            out.append(
+                _err(
+                    "kv-heads-ulysses",
+                    f"ulysses={s.ulysses} does not divide the {local_kv} KV heads per TP "
+                    f"rank of {name} (MindIE-SD's USP raises USPTopologyError)",
+                    f"use ulysses in {fmt_set(divisors(local_kv))} and add ring",
+                )
+            )
+    return out
+
+
+def _expert_violations(s: Strategy, model: Any, name: str) -> list[Violation]:
+    """Experts against EP and ETP (and EP / ETP on a dense model)."""
+    experts = getattr(model, "num_moe_experts", None) or 0
+    out: list[Violation] = []
     if experts and getattr(model, "add_bias_linear", False) and s.etp != 1:
         out.append(
             _err(
@@ -515,24 +528,23 @@ def model_violations(s: Strategy, model: Any) -> list[Violation]:
                 "use etp=1 (experts split by ep alone)",
             )
         )
-    if s.ep > 1:
-        if not experts:
-            out.append(
-                _err(
-                    "ep-dense",
-                    f"ep={s.ep} on {name}, which has no experts",
-                    "use ep=1 for a dense model (give the devices to dp, tp or cp)",
-                )
+    if s.ep > 1 and not experts:
+        out.append(
+            _err(
+                "ep-dense",
+                f"ep={s.ep} on {name}, which has no experts",
+                "use ep=1 for a dense model (give the devices to dp, tp or cp)",
             )
-        elif experts % s.ep:
-            out.append(
-                _err(
-                    "experts-ep",
-                    f"ep={s.ep} does not divide the {experts} experts of {name}",
-                    f"use ep in {fmt_set(divisors(experts))}",
-                )
+        )
+    elif s.ep > 1 and experts % s.ep:
+        out.append(
+            _err(
+                "experts-ep",
+                f"ep={s.ep} does not divide the {experts} experts of {name}",
+                f"use ep in {fmt_set(divisors(experts))}",
             )
-    elif not experts and s.etp != s.tp and not s.is_inference:
+        )
+    elif s.ep == 1 and not experts and s.etp != s.tp and not s.is_inference:
         out.append(
             _warn(
                 "etp-dense",
