@@ -921,25 +921,7 @@ def check(
     With ``verify_hints`` (user-facing checks) a broken pipeline-split rule's hint lists only
     fixes that clear it and break no other rule (:func:`verified_split_hints`).
     """
-    out: list[Violation] = []
-    world = world_size if world_size is not None else s.world_size
-    world_ok = False
-    if world_size is not None:
-        if not is_count(world_size):
-            out.append(
-                _err(
-                    "world-size-positive",
-                    f"world_size={world_size!r} must be an int >= 1",
-                    "pass the number of devices",
-                )
-            )
-            world = None
-        else:
-            bad = world_violations(s, world_size)
-            out += bad
-            world_ok = not bad
-    elif world is not None:
-        world_ok = True
+    out, world, world_ok = _world_check(s, world_size)
     if model is not None:
         out += model_violations(s, model)
     if seq_len is not None:
@@ -958,17 +940,8 @@ def check(
     if world_ok and world is not None and s.fsdp is not None:
         out += fsdp_soft_violations(s, world // s.model_parallel_size)
     if global_batch_size is not None or micro_batch_size is not None:
-        if world_ok and world is not None:
-            dp = world // s.model_parallel_size
-            out += batch_violations(s, dp, global_batch_size, micro_batch_size)
-        else:
-            out += batch_violations(s, 1, None, micro_batch_size)
-            if global_batch_size is not None:
-                out += [
-                    v
-                    for v in batch_violations(s, 1, global_batch_size, None)
-                    if v.rule.endswith("-positive")
-                ]
+        dp = world // s.model_parallel_size if world_ok and world is not None else None
+        out += _batch_check(s, dp, global_batch_size, micro_batch_size)
     soft = soft_violations(s, devices_per_node)
     if model is not None and getattr(model, "hybrid_override_pattern", None):
         # MambaStack takes no virtual pipeline (hybrid-vpp): no advice to interleave
@@ -992,6 +965,39 @@ def check(
         rest = [v for v in out if v.severity != "error"]
         out = verified_split_hints(s, model, errors, recheck, w) + rest
     return sorted(out, key=lambda v: v.severity != "error")
+
+
+def _world_check(s: Strategy, world_size: Any) -> tuple[list[Violation], int | None, bool]:
+    """(violations, the world to check against, whether it is a valid one): ``world_size``
+    when given (checked against the grid), else the strategy's own."""
+    if world_size is None:
+        return [], s.world_size, s.world_size is not None
+    if not is_count(world_size):
+        bad = _err(
+            "world-size-positive",
+            f"world_size={world_size!r} must be an int >= 1",
+            "pass the number of devices",
+        )
+        return [bad], None, False
+    found = world_violations(s, world_size)
+    return found, world_size, not found
+
+
+def _batch_check(
+    s: Strategy, dp: int | None, global_batch_size: int | None, micro_batch_size: int | None
+) -> list[Violation]:
+    """The batch rules over ``dp`` replicas; without a valid world only what needs none (the
+    micro-batch's, and the global batch's positivity)."""
+    if dp is not None:
+        return batch_violations(s, dp, global_batch_size, micro_batch_size)
+    out = batch_violations(s, 1, None, micro_batch_size)
+    if global_batch_size is not None:
+        out += [
+            v
+            for v in batch_violations(s, 1, global_batch_size, None)
+            if v.rule.endswith("-positive")
+        ]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
