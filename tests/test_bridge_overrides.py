@@ -203,6 +203,12 @@ def test_comm_overlap_fields_go_to_the_model_where_the_recipe_has_no_section():
     assert bo.shape_of("my_own_recipe") == bo.BASE_SHAPE  # what every Bridge recipe starts from
 
 
+def test_a_recipe_that_is_neither_a_name_nor_a_container_is_refused():
+    plan = _plan("llama3-8b", 8, "bf16")
+    with pytest.raises(UsageError, match=r"recipe's name .* or its ConfigContainer"):
+        mg.to_overrides(plan, recipe=42)
+
+
 def test_an_unknown_named_precision_asks_for_the_container():
     shape = bo.RecipeShape(comm_overlap=True, mixed_precision="my_fp8_mixed")
     with pytest.raises(UsageError, match="pass the recipe's container"):

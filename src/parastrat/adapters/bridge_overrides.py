@@ -166,7 +166,12 @@ def shape_of(recipe: Any) -> RecipeShape:
         return UNKNOWN_SHAPE
     if isinstance(recipe, str):
         return RECIPE_SHAPES.get(recipe, BASE_SHAPE)
-    mp = getattr(recipe, "mixed_precision", None)
+    if not hasattr(recipe, "model") or not hasattr(recipe, "mixed_precision"):
+        raise UsageError(
+            f"recipe must be a Megatron Bridge recipe's name (run_recipe.py --recipe NAME) or "
+            f"its ConfigContainer, got {type(recipe).__name__}"
+        )
+    mp = recipe.mixed_precision
     named = mp if isinstance(mp, str) else None
     return RecipeShape(
         comm_overlap=getattr(recipe, "comm_overlap", None) is not None,
