@@ -12,7 +12,13 @@ import pytest
 import parastrat as ps
 from parastrat.errors import UsageError
 from parastrat.estimate import moe_kernels
-from parastrat.estimate.step import ALL_MECHANISMS, host_ops, layer_cost
+from parastrat.estimate.step import (
+    ALL_MECHANISMS,
+    KernelSetup,
+    LayerShape,
+    host_ops,
+    layer_cost,
+)
 from parastrat.spec.workload import RECOMPUTE_MODULES, Mechanisms, parse_ablation
 
 GPT_OSS = ps.models.get("gpt-oss-120b")
@@ -116,7 +122,8 @@ def test_recompute_modules_refused_and_normalised():
 
 def _selective(model, moe, mods, tp=1, ep=8, precision="bf16"):
     mech = replace(ALL_MECHANISMS, recompute_modules=mods)
-    return layer_cost(model, H100, precision, moe, 4096.0, 4096, tp, 1, tp > 1, ep, 1, mech=mech)
+    kernels = KernelSetup(H100, precision, mech=mech)
+    return layer_cost(model, kernels, moe, LayerShape(4096.0, 4096, tp, 1, tp > 1, ep, 1))
 
 
 def test_selective_modules_priced_where_megatron_runs_them():

@@ -90,21 +90,17 @@ def _core(
 
 def hybrid_layer_cost(
     model: ModelSpec,
-    accel: Accelerator,
-    precision: str,
+    kernels: _step.KernelSetup,
     kind: str,
-    tokens: float,
-    seq_len: int,
-    degrees: tuple[int, int, bool, int, int],
-    flash_attention: bool = True,
-    mech: Mechanisms | None = None,
-    fp8_recipe: str | None = None,
+    shape: _step.LayerShape,
     matrices: dict[tuple, tuple[float, ...]] | None = None,
 ) -> _step.LayerCost:
     """:func:`~parastrat.estimate.step.layer_cost` of a hybrid layer of ``kind`` ("mamba",
-    "attention", "mlp", "moe") on a rank of ``degrees`` = (TP, CP, SP, EP, ETP)."""
-    tp, cp, sp, ep, etp = degrees
-    mech = mech if mech is not None else _step.ALL_MECHANISMS
+    "attention", "mlp", "moe") of ``shape``, run as ``kernels`` say."""
+    accel, precision, mech = kernels.accel, kernels.precision, kernels.mech
+    flash_attention, fp8_recipe = kernels.flash_attention, kernels.fp8_recipe
+    tokens, seq_len = shape.tokens, shape.seq_len
+    tp, cp, sp, ep, etp = shape.tp, shape.cp, shape.sp, shape.ep, shape.etp
     prof = kernel_profile(accel)
     fp8 = precision in QUANTISED and accel.supports(precision)
     prec = precision if fp8 else "bf16"

@@ -403,6 +403,34 @@ class StepReport:
 # Per-layer costs (cached: the planner asks for the same shapes many times)
 # ---------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
+class LayerShape:
+    """One layer's work on one rank for one micro-batch: ``tokens`` = b s / cp of a
+    ``seq_len``-token sequence, split by TP (with sequence parallelism or not), CP, EP and
+    ETP."""
+
+    tokens: float
+    seq_len: int
+    tp: int = 1
+    cp: int = 1
+    sp: bool = False
+    ep: int = 1
+    etp: int = 1
+
+
+@dataclass(frozen=True)
+class KernelSetup:
+    """How a layer's kernels run: on ``accel``, the linear layers at ``precision`` with its
+    quantisation recipe ``fp8_recipe`` (None: the precision's default), flash attention or
+    not, with the kernel mechanisms ``mech``."""
+
+    accel: Accelerator
+    precision: str
+    flash_attention: bool = True
+    mech: Mechanisms = field(default_factory=Mechanisms)
+    fp8_recipe: str | None = None
+
+
+@dataclass(frozen=True)
 class LayerCost:
     """Seconds of one layer for one micro-batch on one rank."""
 
@@ -549,33 +577,23 @@ def gemm_sums(
 
 def layer_cost(
     model: ModelSpec,
-    accel: Accelerator,
-    precision: str,
+    kernels: KernelSetup,
     moe: bool | str,
-    tokens: float,
-    seq_len: int,
-    tp: int,
-    cp: int,
-    sp: bool,
-    ep: int,
-    etp: int,
-    flash_attention: bool = True,
-    mech: Mechanisms = ALL_MECHANISMS,
-    fp8_recipe: str | None = None,
+    shape: LayerShape,
     matrices: dict[tuple, tuple[float, ...]] | None = None,
 ) -> LayerCost:
-    """Compute time of one layer (dense or MoE) for one micro-batch of ``tokens`` = b s / cp
-    with the kernel mechanisms ``mech`` and the quantisation recipe ``fp8_recipe`` (None:
-    the precision's default; uncached: :class:`StepModel` memoises it per workload and
-    switches).  ``matrices``: a memo of the times of matrices outside the routed experts,
-    which read no expert degree, and of the attention core (only for this model,
-    accelerator, precision and ``mech``).  ``moe``: a GPT layer's MoE flag, or a hybrid
-    layer's kind (:func:`~parastrat.estimate.hybrid_cost.hybrid_layer_cost`)."""
+    """Compute time of one layer (dense or MoE) of ``shape`` run as ``kernels`` say
+    (uncached: :class:`StepModel` memoises it per workload and switches).  ``matrices``: a
+    memo of the times of matrices outside the routed experts, which read no expert degree,
+    and of the attention core (only for this model and ``kernels``).  ``moe``: a GPT layer's
+    MoE flag, or a hybrid layer's kind
+    (:func:`~parastrat.estimate.hybrid_cost.hybrid_layer_cost`)."""
     if isinstance(moe, str):
-        return hybrid_cost.hybrid_layer_cost(
-            model, accel, precision, moe, tokens, seq_len, (tp, cp, sp, ep, etp),
-            flash_attention, mech, fp8_recipe, matrices,
-        )  # fmt: skip
+        return hybrid_cost.hybrid_layer_cost(model, kernels, moe, shape, matrices)
+    accel, precision, mech = kernels.accel, kernels.precision, kernels.mech
+    flash_attention, fp8_recipe = kernels.flash_attention, kernels.fp8_recipe
+    tokens, seq_len = shape.tokens, shape.seq_len
+    tp, cp, sp, ep, etp = shape.tp, shape.cp, shape.sp, shape.ep, shape.etp
     prof = kernel_profile(accel)
     fp8 = precision in QUANTISED and accel.supports(precision)
     prec = precision if fp8 else "bf16"
@@ -589,9 +607,8 @@ def layer_cost(
     expert_m = load.per_expert if (load is not None and mech.imbalance) else None
     mats = attention_matrices(model) + mlp_matrices(model, moe)
     memo = {} if matrices is None else matrices
-    shape = (tp, sp, ep, etp)
     g_fwd, g_bwd, cast, mlp_f, mlp_b, shared, fwd_of = gemm_sums(
-        model, accel, prof, mats, tokens, shape, prec, mech, expert_m, memo
+        model, accel, prof, mats, tokens, (tp, sp, ep, etp), prec, mech, expert_m, memo
     )
     h = model.hidden_size
     core = ("attention", tokens, seq_len, tp, cp, flash_attention)  # what the core reads
@@ -868,6 +885,13 @@ class StepModel:
             switches.moe_shared_expert_overlap,
         )
         self._layers: dict[tuple, LayerCost] = {}
+        self._kernels = KernelSetup(
+            cluster.accel,
+            workload.precision,
+            switches.flash_attention,
+            switches.mechanisms,
+            workload.fp8_recipe,
+        )
         self._matrices: dict[tuple, tuple[float, ...]] = {}
         self._comm: dict[tuple, float] = {}
         self._heads: dict[tuple, float] = {}
@@ -940,22 +964,9 @@ class StepModel:
         hit = self._layers.get(key)
         if hit is None:
             wl = self._workload
+            shape = LayerShape(tokens, wl.seq_len, s.tp, s.cp, s.sp, ep, etp)
             hit = self._layers[key] = layer_cost(
-                wl.model,
-                self._cluster.accel,
-                wl.precision,
-                moe,
-                tokens,
-                wl.seq_len,
-                s.tp,
-                s.cp,
-                s.sp,
-                ep,
-                etp,
-                self._switches.flash_attention,
-                self._switches.mechanisms,
-                wl.fp8_recipe,
-                self._matrices,
+                wl.model, self._kernels, moe, shape, self._matrices
             )
         return hit
 
