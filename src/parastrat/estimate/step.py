@@ -224,26 +224,53 @@ def _host_ops(
 ) -> tuple[float, int]:
     if "full_iteration" in graphs:
         return 0.0, 0
-    ops = HOST_OPS
     cast = FP8_CAST_OPS.get(recipe, 0)
-    tp_coll = 2 * ops["collective"] if tp > 1 else 0
-
-    def gemms(mats: list[Matrix], per_matrix: int = 1) -> float:
-        return len(mats) * per_matrix * (ops["gemm"] + cast)
-
+    tp_coll = 2 * HOST_OPS["collective"] if tp > 1 else 0
     kind = moe if isinstance(moe, str) else None
     if kind == "mamba":
-        a2a = MAMBA_HOST_OPS["cp_a2a"] * ops["collective"] if ring * ulysses > 1 else 0
-        in_out_proj = 2 * (ops["gemm"] + cast)
-        mixer = 2 * ops["norm"] + in_out_proj + MAMBA_HOST_OPS["scan"]
-        return (1.0 if "mamba" in graphs else mixer + ops["residual"] + tp_coll + a2a), 0
+        return (1.0 if "mamba" in graphs else _mamba_ops(cast, tp_coll, ring * ulysses > 1)), 0
     moe = kind == "moe" if kind is not None else bool(moe)
+    attn = 1.0 if "attn" in graphs else _attention_ops(model, cast, tp_coll, ring, ulysses)
+    if kind == "attention":
+        return attn, 0
+    if kind is not None:  # a hybrid's MLP or MoE layer holds no attention
+        attn = 0.0
+    if not moe:
+        mlp = 1.0 if "mlp" in graphs else _mlp_ops(model, cast, tp_coll, mech)
+        return attn + mlp, 0
+    if "moe" in graphs:
+        return attn + 1.0, 0
+    block = _moe_block_ops(model, precision, cast, tp_coll, (ep, etp), mech)
+    router = 1.0 if "moe_router" in graphs else float(HOST_OPS["router"])
+    pre: float = HOST_OPS["preprocess"] + (HOST_OPS["collective"] if ep > 1 else 0)
+    if "moe_preprocess" in graphs:
+        pre = 1.0
+    # the token-count sync, and the clamped activation's offset copy (kernels: act_clamp)
+    return attn + block + router + pre, 1 + moe_kernels.activation_syncs(model, mech)
 
-    attn_mats = attention_matrices(model)
+
+def _gemm_ops(mats: list[Matrix], cast: int) -> float:
+    """Host operations of a block's GEMMs: each one, and its input's quantisation."""
+    return len(mats) * (HOST_OPS["gemm"] + cast)
+
+
+def _mamba_ops(cast: int, tp_coll: int, cp: bool) -> float:
+    """A Mamba-2 mixer's host operations: norms, in/out projections, the scan kernels, the
+    residual, TP collectives and ``MambaContextParallel``'s all-to-alls with CP."""
+    ops = HOST_OPS
+    a2a = MAMBA_HOST_OPS["cp_a2a"] * ops["collective"] if cp else 0
+    in_out_proj = 2 * (ops["gemm"] + cast)
+    mixer = 2 * ops["norm"] + in_out_proj + MAMBA_HOST_OPS["scan"]
+    return mixer + ops["residual"] + tp_coll + a2a
+
+
+def _attention_ops(model: ModelSpec, cast: int, tp_coll: int, ring: int, ulysses: int) -> float:
+    """The attention block's host operations, with ring steps and Ulysses all-to-alls."""
+    ops = HOST_OPS
     norms = 2 if (model.qk_layernorm or model.multi_latent_attention) else 0
-    attn = (
+    return (
         ops["norm"] * (1 + norms)
-        + gemms(attn_mats)
+        + _gemm_ops(attention_matrices(model), cast)
         + ops["rope"]
         + ops["attention"]
         + ops["residual"]
@@ -251,20 +278,32 @@ def _host_ops(
         + ops["ring_step"] * max(ring - 1, 0)
         + (4 * ops["collective"] if ulysses > 1 else 0)
     )
-    if "attn" in graphs:
-        attn = 1.0
-    if kind == "attention":
-        return attn, 0
-    if kind is not None:  # a hybrid's MLP or MoE layer holds no attention
-        attn = 0.0
-    mlp_mats = mlp_matrices(model, moe)
-    if not moe:
-        act = ops["act"] + (EAGER_ACT_EXTRA_OPS if mech.eager_act and model.eager_activation else 0)
-        mlp: float = ops["norm"] + gemms(mlp_mats) + act + ops["residual"] + tp_coll
-        if "mlp" in graphs:
-            mlp = 1.0
-        return attn + mlp, 0
+
+
+def _mlp_ops(model: ModelSpec, cast: int, tp_coll: int, mech: Mechanisms) -> float:
+    """A dense MLP's host operations (an eager activation's extra kernels included)."""
+    ops = HOST_OPS
+    act = ops["act"] + (EAGER_ACT_EXTRA_OPS if mech.eager_act and model.eager_activation else 0)
+    return (
+        ops["norm"] + _gemm_ops(mlp_matrices(model, False), cast) + act + ops["residual"] + tp_coll
+    )
+
+
+def _moe_block_ops(
+    model: ModelSpec,
+    precision: str,
+    cast: int,
+    tp_coll: int,
+    degrees: tuple[int, int],
+    mech: Mechanisms,
+) -> float:
+    """An MoE block's host operations beyond its router and preprocessing: per-expert GEMMs
+    and quantisation, padding, the expert-bias loop, the clamped activation, permutation,
+    shared experts, the EP / ETP collectives (``degrees`` = (EP, ETP))."""
+    ops = HOST_OPS
+    ep, etp = degrees
     local = max(model.num_experts // ep, 1)
+    mlp_mats = mlp_matrices(model, True)
     experts = [m for m in mlp_mats if m.block == "expert"]
     shared = [m for m in mlp_mats if m.block == "shared"]
     block: float = (
@@ -284,21 +323,12 @@ def _host_ops(
         + ops["permute"]
     )
     if shared:
-        block += gemms(shared) + ops["act"]
+        block += _gemm_ops(shared, cast) + ops["act"]
     if ep > 1:
         block += 2 * ops["collective"] + ops["sort"]
     if etp > 1:
         block += 2 * ops["collective"]
-    router = float(ops["router"])
-    pre: float = ops["preprocess"] + (ops["collective"] if ep > 1 else 0)
-    if "moe" in graphs:
-        return attn + 1.0, 0
-    if "moe_router" in graphs:
-        router = 1.0
-    if "moe_preprocess" in graphs:
-        pre = 1.0
-    # the token-count sync, and the clamped activation's offset copy (kernels: act_clamp)
-    return attn + block + router + pre, 1 + moe_kernels.activation_syncs(model, mech)
+    return block
 
 
 @dataclass(frozen=True)
