@@ -154,53 +154,50 @@ def run(
     )
     rows: list[Row] = []
     total = len(op_list) * len(size_list)
+    meta = {"backend": backend, "dtype": dtype_name, "group": group_name, "span": span}
     for op in op_list:
         for nbytes in size_list:
-            coll = build(op, ctx, nbytes)
-            coll.reset()
-            times = measure(
-                coll,
-                torch=torch,
-                dist=dist,
-                device=device,
-                iters=iters,
-                warmup=warmup,
-                barrier_group=sync,
-            )
-            error = None
-            if check:  # one more, untimed call from fresh inputs, then the result is checked
-                coll.reset()
-                coll()
-                try:
-                    coll.check()
-                except Exception as exc:
-                    error = exc
-            times = _reduce(
-                times,
-                error,
-                torch=torch,
-                dist=dist,
-                device=device,
-                group=sync,
-                op=op,
-                nbytes=coll.nbytes,
-            )
             rows.append(
-                Row.from_times(
-                    op,
-                    coll.nbytes,
-                    n,
-                    times,
-                    backend=backend,
-                    dtype=dtype_name,
-                    group=group_name,
-                    span=span,
+                _measured_row(
+                    build(op, ctx, nbytes), op, ctx, sync, iters, warmup, check, measure, meta
                 )
             )
-            del coll
             if progress is not None:
                 progress(rows[-1], len(rows), total)
     return rows
+
+
+def _measured_row(
+    coll: Any,
+    op: str,
+    ctx: Any,
+    sync: Any,
+    iters: int,
+    warmup: int,
+    check: bool,
+    measure: Any,
+    meta: dict[str, str],
+) -> Row:
+    """One (op, size) row: ``iters`` timed calls after ``warmup``, then (``check``) one more
+    untimed call from fresh inputs whose result is checked; times reduced with MAX over
+    ``sync`` (a failed check raises on every rank)."""
+    torch, dist, device = ctx.torch, ctx.dist, ctx.device
+    coll.reset()
+    times = measure(
+        coll, torch=torch, dist=dist, device=device, iters=iters, warmup=warmup, barrier_group=sync
+    )
+    error = None
+    if check:  # one more, untimed call from fresh inputs, then the result is checked
+        coll.reset()
+        coll()
+        try:
+            coll.check()
+        except Exception as exc:
+            error = exc
+    times = _reduce(
+        times, error, torch=torch, dist=dist, device=device, group=sync, op=op, nbytes=coll.nbytes
+    )
+    return Row.from_times(op, coll.nbytes, ctx.size, times, **meta)
 
 
 def _reduce(
