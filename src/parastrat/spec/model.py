@@ -76,6 +76,43 @@ def mamba_in_proj_width(heads: int, head_dim: int, groups: int, state_dim: int) 
     return 2 * heads * head_dim + 2 * groups * state_dim + heads
 
 
+#: ``ModelSpec`` fields that must be whole numbers >= 1.
+_POSITIVE_FIELDS = (
+    "num_layers",
+    "hidden_size",
+    "num_attention_heads",
+    "ffn_hidden_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "make_vocab_size_divisible_by",
+    "moe_router_topk",
+    "moe_layer_freq",
+)
+#: ``ModelSpec`` fields that are None or whole numbers >= 1.
+_OPTIONAL_POSITIVE_FIELDS = (
+    "num_query_groups",
+    "kv_channels",
+    "num_moe_experts",
+    "moe_ffn_hidden_size",
+    "q_lora_rank",
+    "moe_router_num_groups",
+    "moe_router_group_topk",
+    "sliding_window",
+    "window_attn_skip_freq",
+    "attention_chunk_size",
+)
+#: ``ModelSpec`` fields that are whole numbers >= 0.
+_NON_NEGATIVE_FIELDS = (
+    "moe_shared_expert_intermediate_size",
+    "moe_first_dense_layers",
+    "mtp_num_layers",
+    "kv_lora_rank",
+    "qk_head_dim",
+    "qk_pos_emb_head_dim",
+    "v_head_dim",
+)
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """A decoder-only transformer (dense, MoE, GQA/MQA, MLA, MTP)."""
@@ -280,80 +317,9 @@ class ModelSpec:
 
         if not isinstance(self.name, str) or not self.name:
             raise SpecError(f"model name must be a non-empty string, got {self.name!r}")
-        for f in (
-            "num_layers",
-            "hidden_size",
-            "num_attention_heads",
-            "ffn_hidden_size",
-            "vocab_size",
-            "max_position_embeddings",
-            "make_vocab_size_divisible_by",
-            "moe_router_topk",
-            "moe_layer_freq",
-        ):
-            v = getattr(self, f)
-            if not is_count(v):
-                raise bad(f, f"must be a whole number >= 1, got {v!r}")
-        for f in (
-            "num_query_groups",
-            "kv_channels",
-            "num_moe_experts",
-            "moe_ffn_hidden_size",
-            "q_lora_rank",
-            "moe_router_num_groups",
-            "moe_router_group_topk",
-            "sliding_window",
-            "window_attn_skip_freq",
-            "attention_chunk_size",
-        ):
-            v = getattr(self, f)
-            if v is not None and not is_count(v, 0):
-                raise bad(f, f"must be None or a whole number >= 1, got {v!r}")
-        for f in (
-            "moe_shared_expert_intermediate_size",
-            "moe_first_dense_layers",
-            "mtp_num_layers",
-            "kv_lora_rank",
-            "qk_head_dim",
-            "qk_pos_emb_head_dim",
-            "v_head_dim",
-        ):
-            v = getattr(self, f)
-            if not is_count(v, 0):
-                raise bad(f, f"must be a whole number >= 0, got {v!r}")
-        for f, top in MODEL_BOUNDS.items():
-            v = getattr(self, f)
-            if v is not None and v > top:
-                raise bad(
-                    f,
-                    f"{v:,} is above {top:,}, parastrat's bound for it (no model built so far "
-                    "comes near; see 'Bounds' in docs/troubleshooting.md)",
-                )
-        h, a = self.hidden_size, self.num_attention_heads
-        if not self.kv_channels and not self.multi_latent_attention and h % a:
-            raise bad(
-                "hidden_size",
-                f"{h} is not divisible by num_attention_heads={a}; set "
-                "kv_channels (the head dimension) explicitly",
-            )
-        g = self.num_query_groups
-        if g and (g > a or a % g):
-            raise bad("num_query_groups", f"{g} must divide num_attention_heads={a}")
-        for f in ("hidden_dropout", "attention_dropout"):
-            v = getattr(self, f)
-            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 1:
-                raise bad(f, f"must be a probability in [0, 1), got {v!r}")
-        if self.position_embedding_type not in POSITION_EMBEDDINGS:
-            raise bad(
-                "position_embedding_type",
-                f"{self.position_embedding_type!r} is not one of {POSITION_EMBEDDINGS}",
-            )
-        if self.normalization not in NORMALIZATIONS:
-            raise bad("normalization", f"{self.normalization!r} is not one of {NORMALIZATIONS}")
-        if self.softmax_type not in SOFTMAX_TYPES:
-            raise bad("softmax_type", f"{self.softmax_type!r} is not one of {SOFTMAX_TYPES}")
-        if self.activation is not None and self.activation not in ACTIVATIONS:
-            raise bad("activation", f"{self.activation!r} is not one of {ACTIVATIONS} (or None)")
+        self._check_counts(bad)
+        self._check_attention(bad)
+        self._check_choices(bad)
         if self.num_moe_experts:
             if self.moe_router_topk > self.num_moe_experts:
                 raise bad(
@@ -375,6 +341,60 @@ class ModelSpec:
                 "kv_lora_rank",
                 "multi-latent attention needs kv_lora_rank, qk_head_dim and v_head_dim >= 1",
             )
+
+    def _check_counts(self, bad: Any) -> None:
+        """Sizes and counts are whole numbers in range (:data:`MODEL_BOUNDS` above)."""
+        for f in _POSITIVE_FIELDS:
+            v = getattr(self, f)
+            if not is_count(v):
+                raise bad(f, f"must be a whole number >= 1, got {v!r}")
+        for f in _OPTIONAL_POSITIVE_FIELDS:
+            v = getattr(self, f)
+            if v is not None and not is_count(v, 0):
+                raise bad(f, f"must be None or a whole number >= 1, got {v!r}")
+        for f in _NON_NEGATIVE_FIELDS:
+            v = getattr(self, f)
+            if not is_count(v, 0):
+                raise bad(f, f"must be a whole number >= 0, got {v!r}")
+        for f, top in MODEL_BOUNDS.items():
+            v = getattr(self, f)
+            if v is not None and v > top:
+                raise bad(
+                    f,
+                    f"{v:,} is above {top:,}, parastrat's bound for it (no model built so far "
+                    "comes near; see 'Bounds' in docs/troubleshooting.md)",
+                )
+
+    def _check_attention(self, bad: Any) -> None:
+        """The head dimension follows from the sizes, query groups divide the heads."""
+        h, a = self.hidden_size, self.num_attention_heads
+        if not self.kv_channels and not self.multi_latent_attention and h % a:
+            raise bad(
+                "hidden_size",
+                f"{h} is not divisible by num_attention_heads={a}; set "
+                "kv_channels (the head dimension) explicitly",
+            )
+        g = self.num_query_groups
+        if g and (g > a or a % g):
+            raise bad("num_query_groups", f"{g} must divide num_attention_heads={a}")
+
+    def _check_choices(self, bad: Any) -> None:
+        """Dropouts are probabilities; named choices are among the known ones."""
+        for f in ("hidden_dropout", "attention_dropout"):
+            v = getattr(self, f)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v < 1:
+                raise bad(f, f"must be a probability in [0, 1), got {v!r}")
+        if self.position_embedding_type not in POSITION_EMBEDDINGS:
+            raise bad(
+                "position_embedding_type",
+                f"{self.position_embedding_type!r} is not one of {POSITION_EMBEDDINGS}",
+            )
+        if self.normalization not in NORMALIZATIONS:
+            raise bad("normalization", f"{self.normalization!r} is not one of {NORMALIZATIONS}")
+        if self.softmax_type not in SOFTMAX_TYPES:
+            raise bad("softmax_type", f"{self.softmax_type!r} is not one of {SOFTMAX_TYPES}")
+        if self.activation is not None and self.activation not in ACTIVATIONS:
+            raise bad("activation", f"{self.activation!r} is not one of {ACTIVATIONS} (or None)")
 
     def _check_hybrid(self, bad: Any) -> None:
         """A hybrid pattern must name every layer with Megatron's symbols, route its ``E``
