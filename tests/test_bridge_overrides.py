@@ -203,6 +203,24 @@ def test_comm_overlap_fields_go_to_the_model_where_the_recipe_has_no_section():
     assert bo.shape_of("my_own_recipe") == bo.BASE_SHAPE  # what every Bridge recipe starts from
 
 
+def test_a_container_without_mixed_precision_gets_model_fields_as_apply_writes_them(
+    recipes, monkeypatch
+):
+    """``mixed_precision=None`` (ConfigContainer's default): the quantisation fields go to
+    the model, the section's own (gradient dtype) are left out -- as ``apply`` does -- and
+    Bridge's parser takes the lines."""
+    from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
+
+    plan = _plan("llama3-8b", 8, "fp8")
+    bare = built(recipes, "llama3_8b_pretrain_config")
+    bare.mixed_precision = None
+    lines = mg.to_overrides(plan, recipe=bare)
+    assert "model.fp8=hybrid" in lines
+    assert not any(w.startswith(("mixed_precision", "++mixed_precision")) for w in lines)
+    parsed = process_config_with_overrides(bare, cli_overrides=lines) or bare
+    assert parsed.model.fp8 == "hybrid" and parsed.model.fp8_recipe == "tensorwise"
+
+
 def test_a_recipe_that_is_neither_a_name_nor_a_container_is_refused():
     plan = _plan("llama3-8b", 8, "bf16")
     with pytest.raises(UsageError, match=r"recipe's name .* or its ConfigContainer"):

@@ -81,6 +81,20 @@ class RecipeShape:
     comm_overlap: bool
     mixed_precision: str | None
     named_fields: tuple[tuple[str, Any], ...] | None = None
+    #: False for a container whose ``mixed_precision`` is None: its fields go to the model,
+    #: as ``apply`` writes them, and the section's own fields are left out
+    has_mixed_precision: bool = True
+
+    def absent(self) -> frozenset[str]:
+        """The sections this recipe's container does not have."""
+        return frozenset(
+            name
+            for name, there in (
+                ("comm_overlap", self.comm_overlap),
+                ("mixed_precision", self.has_mixed_precision),
+            )
+            if not there
+        )
 
     def precision_base(self) -> dict[str, Any]:
         """The values the named mixed-precision recipe sets, which the plan's writes update."""
@@ -177,6 +191,7 @@ def shape_of(recipe: Any) -> RecipeShape:
         comm_overlap=getattr(recipe, "comm_overlap", None) is not None,
         mixed_precision=named,
         named_fields=_resolved_fields(named) if named else None,
+        has_mixed_precision=mp is not None,
     )
 
 
@@ -211,18 +226,18 @@ Write = tuple[tuple[str, ...], str, Any]
 
 def override_lines(writes: Iterable[Write], shape: RecipeShape) -> list[str]:
     """Override lines for ``writes`` (the field table's ``(sections, name, value)`` in order)
-    on a recipe of ``shape``: a ``("comm_overlap", "model")`` field goes to the first section
-    the recipe has; ``mixed_precision`` fields become one ``++mixed_precision={...}`` line on
-    a named recipe (at the place of its first field)."""
+    on a recipe of ``shape``: a field goes to the first of its sections the recipe has (a
+    ``("comm_overlap", "model")`` field to the model without ``comm_overlap``), and the
+    ``mixed_precision`` fields become one ``++mixed_precision={...}`` line on a named recipe
+    (at the place of its first field)."""
     lines: list[str] = []
     precision: dict[str, Any] = {}
     at = None
+    absent = shape.absent()
     for sections, name, value in writes:
-        section = sections[0]
-        if section == "comm_overlap" and not shape.comm_overlap:
-            if len(sections) == 1:  # the section's own field: nowhere to go
-                continue
-            section = sections[1]
+        section = next((x for x in sections if x not in absent), None)
+        if section is None:  # the section's own field, and the recipe has no such section
+            continue
         if section == "mixed_precision" and shape.mixed_precision is not None:
             if at is None:
                 at = len(lines)
