@@ -41,7 +41,7 @@ from typing import Any
 from .._deps import require
 from ..errors import StrategyError, Violation
 from ..offload_rules import applied_violations
-from ..spec.model import mamba_heads, mamba_in_proj_width
+from ..spec.model import HybridShape
 from ..strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, Strategy
 from .bridge_overrides import hydra, override_lines, shape_of
 from .megatron_fields import (
@@ -79,7 +79,7 @@ class Change:
 
 
 @dataclass(frozen=True)
-class ModelView:
+class ModelView(HybridShape):
     """The model shape a Megatron config holds, under the attribute names the rules read.
 
     Passed as ``model=`` to :meth:`Strategy.validate`, so the rules stay written once.
@@ -105,28 +105,6 @@ class ModelView:
     mamba_head_dim: int = 64
     mamba_num_groups: int = 8
     mamba_state_dim: int = 128
-
-    @property
-    def is_hybrid(self) -> bool:
-        """True for a Megatron ``MambaModel`` config (a hybrid pattern)."""
-        return self.hybrid_override_pattern is not None
-
-    @property
-    def mamba_heads(self) -> int:
-        """Mamba-2 heads: ``mamba_num_heads``, else ``MambaMixer``'s ``2 * hidden / head_dim``."""
-        return mamba_heads(self.hidden_size or 0, self.mamba_head_dim, self.mamba_num_heads)
-
-    @property
-    def mamba_d_inner(self) -> int:
-        """The mixer's inner width: heads x head dimension."""
-        return self.mamba_heads * self.mamba_head_dim
-
-    @property
-    def mamba_in_proj_width(self) -> int:
-        """Output width of the mixer's input projection (z, x, B, C, dt)."""
-        return mamba_in_proj_width(
-            self.mamba_heads, self.mamba_head_dim, self.mamba_num_groups, self.mamba_state_dim
-        )
 
 
 @dataclass(frozen=True)

@@ -76,6 +76,42 @@ def mamba_in_proj_width(heads: int, head_dim: int, groups: int, state_dim: int) 
     return 2 * heads * head_dim + 2 * groups * state_dim + heads
 
 
+class HybridShape:
+    """The hybrid (Mamba) shape derived from a model's fields, for :class:`ModelSpec` and for
+    the adapter's view of a Megatron config (one definition of each): the fields
+    ``hybrid_override_pattern``, ``hidden_size`` and ``mamba_*`` come from the subclass."""
+
+    hybrid_override_pattern: str | None
+    hidden_size: int | None
+    mamba_num_heads: int | None
+    mamba_head_dim: int
+    mamba_num_groups: int
+    mamba_state_dim: int
+
+    @property
+    def is_hybrid(self) -> bool:
+        """True for a hybrid model (``hybrid_override_pattern`` set: Mamba, attention, MLP and
+        MoE layers as separate sub-blocks)."""
+        return self.hybrid_override_pattern is not None
+
+    @property
+    def mamba_heads(self) -> int:
+        """Mamba-2 heads: ``mamba_num_heads``, else ``2 * hidden_size / mamba_head_dim``."""
+        return mamba_heads(self.hidden_size or 0, self.mamba_head_dim, self.mamba_num_heads)
+
+    @property
+    def mamba_d_inner(self) -> int:
+        """The Mamba-2 mixer's inner width: heads x head dimension."""
+        return self.mamba_heads * self.mamba_head_dim
+
+    @property
+    def mamba_in_proj_width(self) -> int:
+        """Output width of the mixer's input projection (:func:`mamba_in_proj_width`)."""
+        return mamba_in_proj_width(
+            self.mamba_heads, self.mamba_head_dim, self.mamba_num_groups, self.mamba_state_dim
+        )
+
+
 #: ``ModelSpec`` fields that must be whole numbers >= 1.
 _POSITIVE_FIELDS = (
     "num_layers",
@@ -114,7 +150,7 @@ _NON_NEGATIVE_FIELDS = (
 
 
 @dataclass(frozen=True)
-class ModelSpec:
+class ModelSpec(HybridShape):
     """A decoder-only transformer (dense, MoE, GQA/MQA, MLA, MTP)."""
 
     name: str
@@ -263,12 +299,6 @@ class ModelSpec:
         return sum(1 for i in range(self.num_layers) if self.is_window_layer(i))
 
     # ---- hybrid (Mamba) models ------------------------------------------------------------
-    @property
-    def is_hybrid(self) -> bool:
-        """True for a hybrid model (``hybrid_override_pattern`` set: Mamba, attention, MLP and
-        MoE layers as separate sub-blocks)."""
-        return self.hybrid_override_pattern is not None
-
     def layer_kind(self, index: int) -> str:
         """What layer ``index`` (0-based) is: for a hybrid model the pattern's kind
         (:data:`HYBRID_SYMBOLS` values: "mamba", "attention", "mlp", "moe"); for a GPT
@@ -276,23 +306,6 @@ class ModelSpec:
         if self.hybrid_override_pattern is not None:
             return HYBRID_SYMBOLS[self.hybrid_override_pattern[index]]
         return "moe" if self.is_moe_layer(index) else "dense"
-
-    @property
-    def mamba_heads(self) -> int:
-        """Mamba-2 heads: ``mamba_num_heads``, else ``2 * hidden_size / mamba_head_dim``."""
-        return mamba_heads(self.hidden_size, self.mamba_head_dim, self.mamba_num_heads)
-
-    @property
-    def mamba_d_inner(self) -> int:
-        """The Mamba-2 mixer's inner width: heads x head dimension."""
-        return self.mamba_heads * self.mamba_head_dim
-
-    @property
-    def mamba_in_proj_width(self) -> int:
-        """Output width of the mixer's input projection (:func:`mamba_in_proj_width`)."""
-        return mamba_in_proj_width(
-            self.mamba_heads, self.mamba_head_dim, self.mamba_num_groups, self.mamba_state_dim
-        )
 
     def layer_count(self, kind: str) -> int:
         """How many layers are of ``kind`` (:meth:`layer_kind`)."""
