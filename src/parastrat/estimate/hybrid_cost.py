@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from ..spec.hardware import QUANTISED, Accelerator
+from ..spec.hardware import Accelerator
 from ..spec.workload import Mechanisms
 from . import mamba, moe_kernels
 from . import step as _step
@@ -97,22 +97,13 @@ def hybrid_layer_cost(
 ) -> _step.LayerCost:
     """:func:`~parastrat.estimate.step.layer_cost` of a hybrid layer of ``kind`` ("mamba",
     "attention", "mlp", "moe") of ``shape``, run as ``kernels`` say."""
-    accel, precision, mech = kernels.accel, kernels.precision, kernels.mech
-    flash_attention, fp8_recipe = kernels.flash_attention, kernels.fp8_recipe
+    accel, mech, flash_attention = kernels.accel, kernels.mech, kernels.flash_attention
     tokens, seq_len = shape.tokens, shape.seq_len
     tp, cp, sp, ep, etp = shape.tp, shape.cp, shape.sp, shape.ep, shape.etp
     prof = kernel_profile(accel)
-    fp8 = precision in QUANTISED and accel.supports(precision)
-    prec = precision if fp8 else "bf16"
+    fp8, prec = _step.gemm_precision(kernels)
     moe = kind == "moe"
-    load = (
-        moe_kernels.expert_load(
-            model, tokens, tp, ep, etp, mech.balance, mech.capacity_factor, mech.imbalance
-        )
-        if moe
-        else None
-    )
-    expert_m = load.per_expert if (load is not None and mech.imbalance) else None
+    load, expert_m = _step.routed_load(model, shape, mech, moe)
     memo = {} if matrices is None else matrices
     mats = kind_matrices(model, kind)
     g_fwd, g_bwd, cast, mlp_f, mlp_b, shared, fwd_of = _step.gemm_sums(
@@ -133,10 +124,9 @@ def hybrid_layer_cost(
         extra_f, extra_b = _step._eager_act_bytes(model, False, tokens, tp, mech)
     elif moe and load is not None:
         extra_f, extra_b = moe_kernels.layer_bytes(model, tokens, tp, ep, load, mech, fp8)
-    e_bytes = tokens * elems * _step.ELEM_BYTES
-    cast_b = _step._cast_bytes(cast, prec, accel, mech, fp8_recipe)
-    e_fwd = memory_time(accel, e_bytes + cast_b + extra_f, prof)
-    e_bwd = memory_time(accel, 2 * e_bytes + cast_b + extra_b, prof)
+    e_fwd, e_bwd = _step.elementwise_times(
+        kernels, prof, tokens * elems * _step.ELEM_BYTES, (cast, prec), (extra_f,), (extra_b,)
+    )
     rec = kind_record(model, kind, tp, ep, etp)
     sel = _selective(model, accel, prof, kind, tokens, (tp, etp), h_local, load, mech, fwd_of)
     if kind == "attention" and "core_attn" in mech.recompute_modules:

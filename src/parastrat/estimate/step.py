@@ -605,6 +605,53 @@ def gemm_sums(
     return g_fwd, g_bwd, cast, mlp_f, mlp_b, shared, fwd_of
 
 
+def gemm_precision(kernels: KernelSetup) -> tuple[bool, str]:
+    """(whether the device runs the quantised precision, the precision its GEMMs run at):
+    a precision the device lacks falls back to BF16."""
+    fp8 = kernels.precision in QUANTISED and kernels.accel.supports(kernels.precision)
+    return fp8, kernels.precision if fp8 else "bf16"
+
+
+def routed_load(model: ModelSpec, shape: LayerShape, mech: Mechanisms, moe: bool) -> tuple:
+    """(the slowest EP rank's routed tokens, :func:`~.moe_kernels.expert_load`; their count
+    per expert for the expert GEMMs, under the ``imbalance`` mechanism) of an MoE layer;
+    (None, None) for a layer without routed experts."""
+    if not moe:
+        return None, None
+    load = moe_kernels.expert_load(
+        model,
+        shape.tokens,
+        shape.tp,
+        shape.ep,
+        shape.etp,
+        mech.balance,
+        mech.capacity_factor,
+        mech.imbalance,
+    )
+    return load, (load.per_expert if mech.imbalance else None)
+
+
+def elementwise_times(
+    kernels: KernelSetup,
+    prof: KernelProfile,
+    e_bytes: float,
+    cast: tuple[float, str],
+    extra_fwd: Iterable[float],
+    extra_bwd: Iterable[float],
+) -> tuple[float, float]:
+    """(forward s, backward s) of a layer's memory-bound kernels: ``e_bytes`` of element-wise
+    traffic forward (twice backward), the GEMM inputs' quantisation (``cast`` = (its
+    element count, the GEMMs' precision)) and the ``extra`` bytes of each direction."""
+    accel = kernels.accel
+    cast_b = _cast_bytes(cast[0], cast[1], accel, kernels.mech, kernels.fp8_recipe)
+    fwd, bwd = e_bytes + cast_b, 2 * e_bytes + cast_b
+    for x in extra_fwd:
+        fwd += x
+    for x in extra_bwd:
+        bwd += x
+    return memory_time(accel, fwd, prof), memory_time(accel, bwd, prof)
+
+
 def layer_cost(
     model: ModelSpec,
     kernels: KernelSetup,
@@ -620,21 +667,12 @@ def layer_cost(
     (:func:`~parastrat.estimate.hybrid_cost.hybrid_layer_cost`)."""
     if isinstance(moe, str):
         return hybrid_cost.hybrid_layer_cost(model, kernels, moe, shape, matrices)
-    accel, precision, mech = kernels.accel, kernels.precision, kernels.mech
-    flash_attention, fp8_recipe = kernels.flash_attention, kernels.fp8_recipe
+    accel, mech, flash_attention = kernels.accel, kernels.mech, kernels.flash_attention
     tokens, seq_len = shape.tokens, shape.seq_len
     tp, cp, sp, ep, etp = shape.tp, shape.cp, shape.sp, shape.ep, shape.etp
     prof = kernel_profile(accel)
-    fp8 = precision in QUANTISED and accel.supports(precision)
-    prec = precision if fp8 else "bf16"
-    load = (  # kernels: the slowest EP rank's routed tokens
-        moe_kernels.expert_load(
-            model, tokens, tp, ep, etp, mech.balance, mech.capacity_factor, mech.imbalance
-        )
-        if moe
-        else None
-    )
-    expert_m = load.per_expert if (load is not None and mech.imbalance) else None
+    fp8, prec = gemm_precision(kernels)
+    load, expert_m = routed_load(model, shape, mech, moe)
     mats = attention_matrices(model) + mlp_matrices(model, moe)
     memo = {} if matrices is None else matrices
     g_fwd, g_bwd, cast, mlp_f, mlp_b, shared, fwd_of = gemm_sums(
@@ -660,11 +698,10 @@ def layer_cost(
         moe_f, moe_b = moe_kernels.layer_bytes(model, tokens, tp, ep, load, mech, fp8)
     else:
         elems += act * model.ffn_hidden_size / tp
-    e_bytes = tokens * elems * ELEM_BYTES
-    cast_b = _cast_bytes(cast, prec, accel, mech, fp8_recipe)
     eager_f, eager_b = _eager_act_bytes(model, moe, tokens, tp, mech)
-    e_fwd = memory_time(accel, e_bytes + cast_b + moe_f + eager_f, prof)
-    e_bwd = memory_time(accel, 2 * e_bytes + cast_b + moe_b + eager_b, prof)
+    e_fwd, e_bwd = elementwise_times(
+        kernels, prof, tokens * elems * ELEM_BYTES, (cast, prec), (moe_f, eager_f), (moe_b, eager_b)
+    )
     rec = layer_record(model, moe, tp, ep, etp)  # the one parameter accounting
     h_norm = h_local if sp else h  # SP: the norms run on the token shard
     sel = _selective_fwd(model, accel, prof, moe, tokens, (tp, etp), h_norm, load, mech, fwd_of)
