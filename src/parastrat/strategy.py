@@ -626,6 +626,15 @@ class Strategy:
         _reject_unknown_fields({k: v for k, v in d.items() if k not in _DERIVED_KEYS})
         return cls(**{k: v for k, v in d.items() if k in known})
 
+    @classmethod
+    def parse(cls, text: str) -> Strategy:
+        """A Strategy from the text it prints (``"TP2 PP8(VP4)[Et|(t*2|)*30mL] CP1 EP64 ETP1
+        DP64 SP"``, as a plan's table shows it) or from ``"tp=2,pp=8,vpp=4,ep=64,sp"``
+        (:func:`parastrat.strategy_text.parse_strategy`; UsageError for text that is neither)."""
+        from .strategy_text import parse_strategy  # strategy_text builds on this module
+
+        return parse_strategy(text)
+
     def __str__(self) -> str:
         if self.is_inference:
             parts = [f"TP{self.tp}", f"U{self.ulysses}", f"R{self.ring}", f"CFG{self.cfg}"]

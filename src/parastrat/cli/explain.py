@@ -45,7 +45,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "--compare",
         default=None,
         metavar="STRATEGY",
-        help='second strategy, e.g. "tp=4,pp=2,vpp=5,sp"',
+        help='second strategy, e.g. "tp=4,pp=2,vpp=5,sp" or as a plan prints it, '
+        '"TP4 PP2(VP5) CP1 DP8 SP"',
     )
     p.add_argument(
         "--format", choices=("table", "json"), default="table", help="text, or one JSON document"

@@ -4,14 +4,15 @@ The question users bring after a config change produced an OOM or a throughput r
 ``compare(a, b, model=..., cluster=..., seq_len=..., global_batch_size=...)`` prices both with
 the same model and batch, lists every memory component per pipeline stage and every step-time
 term side by side, and names the degree changes and the term that dominate the difference.
-``a``/``b`` may be :class:`~parastrat.Strategy` objects, ``"tp=4,pp=2,vpp=5"`` strings or
-dicts; read a Megatron config first with :func:`parastrat.adapters.megatron.from_config` (the
-planner imports no framework adapter).
+``a``/``b`` may be :class:`~parastrat.Strategy` objects, ``"tp=4,pp=2,vpp=5"`` strings, the
+form a strategy prints (``"TP4 PP2(VP5) CP1 DP8 SP"``, as a plan's table shows it) or dicts;
+read a Megatron config first with :func:`parastrat.adapters.megatron.from_config` (the planner
+imports no framework adapter).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
@@ -20,6 +21,8 @@ from ..estimate.step import StepReport
 from ..spec.hardware import GiB
 from ..spec.workload import Switches, Workload, resolve
 from ..strategy import Strategy
+from ..strategy_text import FIELDS
+from ..strategy_text import parse_strategy as parse_strategy
 from .explain import TERM_NAMES
 from .price import price
 from .price import price_strategy as price_strategy
@@ -27,43 +30,11 @@ from .price import price_strategy as price_strategy
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
 
-#: Every field a Strategy takes (one source of truth: the dataclass itself).
-_FIELDS = tuple(f.name for f in fields(Strategy))
-_FLAGS = tuple(f.name for f in fields(Strategy) if f.type == "bool")
-#: Fields given as text: the rank order, a pipeline layout (``Et*4|(t*4|)*14tmL``), an FSDP level.
-_TEXT = ("order", "pipeline_layout", "fsdp")
-
-
-def parse_strategy(text: str) -> Strategy:
-    """``"tp=4,pp=2,vpp=5,sp"`` -> Strategy (a bare flag name such as ``sp`` or
-    ``account_for_loss`` means True; ``order``, ``pipeline_layout`` and ``fsdp`` take text,
-    e.g. ``"tp=2,pp=8,vpp=4,ep=64,sp,pipeline_layout=Et|(t*2|)*30mL"``; UsageError
-    otherwise)."""
-    kwargs: dict[str, Any] = {}
-    for part in (p.strip() for p in str(text).replace(" ", ",").split(",")):
-        if not part:
-            continue
-        key, _, value = part.partition("=")
-        key = key.strip().lower().replace("-", "_")
-        if key not in _FIELDS:
-            raise UsageError(
-                f"unknown strategy field {key!r} in {text!r}; use {', '.join(_FIELDS)}"
-            )
-        if key in _FLAGS:
-            kwargs[key] = value.strip().lower() not in ("0", "false", "no", "off")
-        elif key in _TEXT:
-            kwargs[key] = value.strip()
-        else:
-            try:
-                kwargs[key] = int(value)
-            except ValueError:
-                raise UsageError(f"{key}={value!r} in {text!r} is not a whole number") from None
-    return Strategy(**kwargs)
-
 
 def as_strategy(obj: Any) -> Strategy:
-    """A Strategy from a Strategy, a dict or a ``"tp=4,pp=2"`` string; UsageError otherwise
-    (a Megatron config is read with :func:`parastrat.adapters.megatron.from_config`)."""
+    """A Strategy from a Strategy, a dict, a ``"tp=4,pp=2"`` string or the form a strategy
+    prints (``"TP4 PP2 CP1 SP"``: :func:`parastrat.strategy_text.parse_strategy`); UsageError
+    otherwise (a Megatron config is read with :func:`parastrat.adapters.megatron.from_config`)."""
     if isinstance(obj, Strategy):
         return obj
     if isinstance(obj, str):
@@ -71,8 +42,8 @@ def as_strategy(obj: Any) -> Strategy:
     if isinstance(obj, dict):
         return Strategy.from_dict(obj)
     raise UsageError(
-        f"cannot compare a {type(obj).__name__}: give a Strategy, a dict or a "
-        '"tp=4,pp=2" string; read a Megatron config with '
+        f"cannot compare a {type(obj).__name__}: give a Strategy, a dict, a "
+        '"tp=4,pp=2" string or a printed strategy ("TP4 PP2 CP1 SP"); read a Megatron config with '
         "parastrat.adapters.megatron.from_config(cfg) first"
     )
 
@@ -213,7 +184,7 @@ def compare(
         sides.append((s, step, mem, wl_i.mbs, step.recompute))
     (sa, ta, ma, mba, ra), (sb, tb, mb, mbb, rb) = sides
     changed = {
-        k: (getattr(sa, k), getattr(sb, k)) for k in _FIELDS if getattr(sa, k) != getattr(sb, k)
+        k: (getattr(sa, k), getattr(sb, k)) for k in FIELDS if getattr(sa, k) != getattr(sb, k)
     }
     if mba != mbb:
         changed["micro_batch_size"] = (mba, mbb)

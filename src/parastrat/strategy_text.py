@@ -1,0 +1,131 @@
+"""A strategy written as text, in either of the two forms users meet.
+
+* ``key=value`` pairs: ``"tp=4,pp=2,vpp=5,sp"`` (a bare flag name such as ``sp`` means True;
+  ``order``, ``pipeline_layout`` and ``fsdp`` take text), as ``explain --compare`` takes them;
+* the form :class:`~parastrat.Strategy` prints, which ``plan``, ``explain`` and ``check`` show:
+  ``"TP2 PP8(VP4)[Et|(t*2|)*30mL] CP1 EP64 ETP1 DP64 SP"`` or, for a diffusion-serving grid,
+  ``"TP1 U2 R2 CFG2 DP1"``.  So a candidate copied from a plan's table can be pasted back
+  wherever a strategy is taken.
+
+:func:`parse_strategy` tells the forms apart (``=`` or a bare lower-case flag: pairs; tokens
+such as ``TP4``: the printed form) and raises :class:`~parastrat.errors.UsageError` naming the
+token it could not read.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import fields
+from typing import Any
+
+from .errors import UsageError
+from .strategy import MEGATRON_ORDER, XDIT_ORDER, Strategy
+
+#: Every field a Strategy takes (one source of truth: the dataclass itself).
+FIELDS = tuple(f.name for f in fields(Strategy))
+_FLAGS = tuple(f.name for f in fields(Strategy) if f.type == "bool")
+#: Fields given as text: the rank order, a pipeline layout (``Et*4|(t*4|)*14tmL``), an FSDP level.
+_TEXT = ("order", "pipeline_layout", "fsdp")
+
+#: Tokens of the printed form with one whole number: the token's prefix -> the field.
+_DEGREES = {"TP": "tp", "CP": "cp", "EP": "ep", "ETP": "etp", "DP": "dp", "U": "ulysses"}
+_DEGREES.update({"R": "ring", "CFG": "cfg"})
+_DEGREE = re.compile(r"^(TP|CP|EP|ETP|DP|U|R|CFG)(\d+)$")
+_PP = re.compile(r"^PP(\d+)(?:\(VP(\d+)\))?((?:\[[^\]]*\])*)$")
+_CP = re.compile(r"^CP(\d+)\((?:U(\d+)xR(\d+)|U)\)$")
+_SHARD = re.compile(r"^S(\d+|-)xR(\d+)$")
+_SPLIT = re.compile(r"^(\d+|-)/(\d+|-)$")
+
+
+def parse_strategy(text: str) -> Strategy:
+    """A :class:`~parastrat.Strategy` from ``"tp=4,pp=2,sp"`` or from the form it prints
+    (``"TP4 PP2 CP1 DP8 SP"``); :class:`~parastrat.errors.UsageError` for text that is neither,
+    a :class:`~parastrat.errors.StrategyError` (rule ids) for degrees that break a rule."""
+    text = str(text).strip()
+    if not text:
+        raise UsageError('empty strategy; write e.g. "tp=4,pp=2,sp" or "TP4 PP2 CP1 SP"')
+    if re.match(r"^(TP|PP)\d", text):
+        return Strategy(**printed_fields(text))
+    return Strategy(**pair_fields(text))
+
+
+def pair_fields(text: str) -> dict[str, Any]:
+    """Strategy keywords of ``"tp=4,pp=2,vpp=5,sp"`` (spaces count as commas)."""
+    kwargs: dict[str, Any] = {}
+    for part in (p.strip() for p in text.replace(" ", ",").split(",")):
+        if not part:
+            continue
+        key, _, value = part.partition("=")
+        key = key.strip().lower().replace("-", "_")
+        if key not in FIELDS:
+            raise UsageError(f"unknown strategy field {key!r} in {text!r}; use {', '.join(FIELDS)}")
+        if key in _FLAGS:
+            kwargs[key] = value.strip().lower() not in ("0", "false", "no", "off")
+        elif key in _TEXT:
+            kwargs[key] = value.strip()
+        else:
+            try:
+                kwargs[key] = int(value)
+            except ValueError:
+                raise UsageError(f"{key}={value!r} in {text!r} is not a whole number") from None
+    return kwargs
+
+
+def printed_fields(text: str) -> dict[str, Any]:
+    """Strategy keywords of the printed form (``str(strategy)``), token by token."""
+    kwargs: dict[str, Any] = {}
+    for token in text.split():
+        if not _read_token(token, kwargs):
+            raise UsageError(
+                f"cannot read {token!r} in strategy {text!r}: the printed form is e.g. "
+                '"TP2 PP8(VP4) CP1 EP8 ETP1 DP16 SP" (or write "tp=2,pp=8,vpp=4,ep=8,sp")'
+            )
+    # a serving grid prints CFG (and U, R); a training one CP, whose Ulysses part alone would
+    # make Strategy derive the serving order
+    kwargs.setdefault("order", XDIT_ORDER if "cfg" in kwargs else MEGATRON_ORDER)
+    return kwargs
+
+
+def _read_token(token: str, kwargs: dict[str, Any]) -> bool:
+    """Put what ``token`` says into ``kwargs``; False when it is no token of the form."""
+    if token == "SP":
+        kwargs["sp"] = True
+    elif token.startswith("order="):
+        kwargs["order"] = token.partition("=")[2] or MEGATRON_ORDER
+    elif token.startswith("FSDP:"):
+        kwargs["fsdp"] = token.partition(":")[2]
+    elif m := _DEGREE.match(token):
+        kwargs[_DEGREES[m.group(1)]] = int(m.group(2))
+    elif m := _CP.match(token):
+        kwargs["cp"] = int(m.group(1))
+        kwargs["ulysses"] = int(m.group(2)) if m.group(2) else int(m.group(1))
+        kwargs["ring"] = int(m.group(3)) if m.group(3) else 1
+    elif m := _SHARD.match(token):
+        kwargs["dp_shard"] = None if m.group(1) == "-" else int(m.group(1))
+        kwargs["dp_replicate"] = int(m.group(2))
+    elif m := _PP.match(token):
+        kwargs["pp"] = int(m.group(1))
+        if m.group(2):
+            kwargs["vpp"] = int(m.group(2))
+        return _read_brackets(re.findall(r"\[([^\]]*)\]", m.group(3)), kwargs)
+    else:
+        return False
+    return True
+
+
+def _read_brackets(groups: list[str], kwargs: dict[str, Any]) -> bool:
+    """The ``[...]`` groups after ``PPn(VPv)``: ``[first/last]`` layer counts, ``[+emb+loss]``
+    accounting, or a pipeline layout."""
+    for group in groups:
+        if m := _SPLIT.match(group):
+            first, last = m.groups()
+            kwargs["first_stage_layers"] = None if first == "-" else int(first)
+            kwargs["last_stage_layers"] = None if last == "-" else int(last)
+        elif group.startswith("+"):
+            kwargs["account_for_embedding"] = "+emb" in group
+            kwargs["account_for_loss"] = "+loss" in group
+        elif group:
+            kwargs["pipeline_layout"] = group
+        else:
+            return False
+    return True

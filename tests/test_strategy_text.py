@@ -1,0 +1,127 @@
+"""A strategy read back from the text it prints, and from ``key=value`` pairs."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import parastrat as ps
+from parastrat.errors import StrategyError, UsageError
+from parastrat.planner.compare import as_strategy
+from parastrat.strategy_text import parse_strategy
+
+
+def _round_trip(s: ps.Strategy) -> None:
+    back = ps.Strategy.parse(str(s))
+    assert str(back) == str(s)
+    assert back.to_dict() == s.to_dict()
+    assert back.kind == s.kind
+
+
+def _plan_strategies(plan) -> list[ps.Strategy]:
+    out = []
+    for c in plan.ranked:
+        out.append(c.strategy)
+        out.extend(a.strategy for a in c.alternatives)
+    return out
+
+
+@pytest.mark.parametrize(
+    "model, accel, n, kw",
+    [
+        ("llama3-70b", "h100", 64, {"seq_len": 8192, "global_batch_size": 256}),
+        ("llama3.1-405b", "gb200", 256, {"seq_len": 8192, "global_batch_size": 1536}),
+        ("deepseek-v3", "gb200", 256, {"seq_len": 4096, "global_batch_size": 4096}),
+        ("qwen3-30b-a3b", "h100", 16, {"seq_len": 4096, "global_batch_size": 1024}),
+    ],
+)
+def test_every_planned_strategy_reads_back(model, accel, n, kw):
+    """What plan's table prints (custom pipeline layouts, uneven splits, the +emb/+loss
+    accounting, Ulysses / ring CP) is a strategy the text form gives back exactly."""
+    plan = ps.plan(model, ps.Cluster(accel, num_devices=n), top_k=10, **kw)
+    strategies = _plan_strategies(plan)
+    assert len(strategies) >= 10
+    for s in strategies:
+        _round_trip(s)
+
+
+def test_serving_plans_read_back():
+    """A diffusion-serving grid prints U, R and CFG and keeps xDiT's rank order."""
+    plan = ps.plan_dit(
+        "flux.1-dev", ps.Cluster("h100", num_devices=8), height=1024, width=1024, steps=28
+    )
+    assert plan.candidates
+    for c in plan.candidates:
+        _round_trip(c.strategy)
+        assert ps.Strategy.parse(str(c.strategy)).is_inference
+
+
+_DEGREES = st.sampled_from([1, 2, 4, 8])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(
+    tp=_DEGREES,
+    pp=_DEGREES,
+    vpp=st.sampled_from([1, 2, 3]),
+    ulysses=st.sampled_from([1, 2]),
+    ring=st.sampled_from([1, 2]),
+    ep=_DEGREES,
+    dp=st.sampled_from([None, 1, 2, 8]),
+    sp=st.booleans(),
+    fsdp=st.sampled_from([None, "optim", "optim_grads_params"]),
+    uneven=st.sampled_from([None, (3, None), (None, 2), (3, 2)]),
+    accounting=st.sampled_from([(False, False), (True, False), (True, True)]),
+)
+def test_any_training_strategy_reads_back(
+    tp, pp, vpp, ulysses, ring, ep, dp, sp, fsdp, uneven, accounting
+):
+    first, last = uneven or (None, None)
+    try:
+        s = ps.Strategy(
+            tp=tp,
+            pp=pp,
+            vpp=vpp,
+            ulysses=ulysses,
+            ring=ring,
+            ep=ep,
+            dp=dp,
+            sp=sp,
+            fsdp=fsdp,
+            order="tp-cp-ep-dp-pp",
+            first_stage_layers=first,
+            last_stage_layers=last,
+            account_for_embedding=accounting[0],
+            account_for_loss=accounting[1],
+        )
+    except StrategyError:
+        return
+    _round_trip(s)
+
+
+def test_pairs_and_printed_form_agree():
+    printed = ps.Strategy.parse("TP2 PP8(VP4)[Et|(t*2|)*30mL] CP1 EP64 ETP1 DP64 SP")
+    pairs = parse_strategy("tp=2,pp=8,vpp=4,ep=64,dp=64,sp,pipeline_layout=Et|(t*2|)*30mL")
+    assert printed == pairs
+    assert as_strategy(str(printed)) == printed
+
+
+@pytest.mark.parametrize(
+    "text, names",
+    [
+        ("", "empty strategy"),
+        ("TP2 PPx", "'PPx'"),
+        ("TP2 PP4 CP1 GPUS8", "'GPUS8'"),
+        ("TP2 PP4[] CP1", r"'PP4\[\]'"),
+        ("tq=4", "unknown strategy field 'tq'"),
+        ("tp=four", "not a whole number"),
+    ],
+)
+def test_unreadable_text_names_the_token(text, names):
+    with pytest.raises(UsageError, match=names):
+        ps.Strategy.parse(text)
+
+
+def test_printed_strategy_breaking_a_rule_names_the_rule():
+    with pytest.raises(StrategyError) as err:
+        ps.Strategy.parse("TP4 PP2 CP1 DP2 EP3")
+    assert err.value.violations
