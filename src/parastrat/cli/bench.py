@@ -19,6 +19,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from ._args import add_args, arg, store_true
 from ._common import (
     add_strategy_flags,
     console,
@@ -31,6 +32,104 @@ from ._common import (
     strategy_from_args,
 )
 
+#: The collective sweep: ranks, ops, sizes, iterations, dtype and link class.
+SWEEP_ARGS = (
+    arg(
+        "--world",
+        type=local_world,
+        default=None,
+        help="spawn this many local gloo ranks (default 2, or the torchrun world)",
+    ),
+    arg(
+        "--ops",
+        default=None,
+        help="comma-separated ops (default: all): all_reduce, all_gather, "
+        "reduce_scatter, all_to_all, ring, send_recv, broadcast",
+    ),
+    arg(
+        "--sizes",
+        default=None,
+        help="message sizes: a list 4KB,1MB,64MB or a range 1KB:64MB:x4 "
+        "(K/M/G = 1024^n; default 4KB:64MB:x4, or from --model)",
+    ),
+    arg("--iters", type=positive_int, default=20, help="timed iterations per size"),
+    arg("--warmup", type=nonnegative_int, default=5, help="untimed iterations first (default 5)"),
+    arg(
+        "--dtype",
+        default=None,
+        help="float32, bfloat16 or float16 (default float32; bfloat16 with a strategy)",
+    ),
+    arg(
+        "--span",
+        choices=("intra", "inter"),
+        default=None,
+        help="link class to record (default: same host -> intra, else inter)",
+    ),
+)
+
+#: What becomes of the rows: printed, written, plotted, fitted, or read back; the ranks' timeout.
+OUTPUT_ARGS = (
+    arg("--format", choices=("table", "json", "csv"), default="table"),
+    arg(
+        "--output",
+        default=None,
+        help="also write the rows to FILE (JSON unless --format csv or a .csv name)",
+    ),
+    arg("--plot", default=None, help="write busbw vs message size to FILE.png"),
+    arg(
+        "--fit",
+        default=None,
+        metavar="FILE.json",
+        help="fit latency and bandwidth per op and link class; write the calibration "
+        "that `parastrat plan --calibration` reads",
+    ),
+    arg(
+        "--load",
+        default=None,
+        metavar="FILE.json",
+        help="use rows from an earlier --output instead of running",
+    ),
+    arg(
+        "--timeout",
+        type=finite_seconds,
+        default=600.0,
+        help="seconds before local ranks are killed (default 600)",
+    ),
+)
+
+KERNELS_TITLE = (
+    "kernel rates (instead of collectives): GEMM FLOP/s per precision and HBM copy "
+    "bandwidth on this process's device, as fractions of an accelerator preset"
+)
+KERNEL_ARGS = (
+    store_true(
+        "--kernels", "measure kernel rates; with --fit FILE.json add them to that calibration"
+    ),
+    arg(
+        "--accelerator",
+        default=None,
+        help="the preset whose peaks the rates are divided by (required with --kernels)",
+    ),
+    arg(
+        "--precisions",
+        default="bf16",
+        help="GEMM precisions to measure, comma-separated: bf16, fp8 (default bf16)",
+    ),
+    store_true(
+        "--grid",
+        "measure the GEMM shape grid (square, skinny and the MoE presets' grouped expert "
+        "GEMMs) and fit the shape model's GEMM efficiency to it (kernel_grid in --fit FILE)",
+    ),
+    arg("--gemm-size", type=positive_int, default=None, help="GEMM size M = N = K (default 8192)"),
+)
+
+#: A strategy-aware run's model and batch (the strategy flags follow).
+STRATEGY_RUN_ARGS = (
+    arg("--model", default=None, help="model preset: message sizes from its shape"),
+    arg("--seq-len", type=positive_int, default=None, help="sequence length (with --model)"),
+    arg("--micro-batch-size", type=positive_int, default=1),
+)
+
 
 def register(subparsers: Any) -> None:
     """Add the ``bench`` subcommand (collective benchmarks and the cost-model calibration fit) to
@@ -41,102 +140,10 @@ def register(subparsers: Any) -> None:
         description=(__doc__ or "").replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
-        "--world",
-        type=local_world,
-        default=None,
-        help="spawn this many local gloo ranks (default 2, or the torchrun world)",
-    )
-    p.add_argument(
-        "--ops",
-        default=None,
-        help="comma-separated ops (default: all): all_reduce, all_gather, "
-        "reduce_scatter, all_to_all, ring, send_recv, broadcast",
-    )
-    p.add_argument(
-        "--sizes",
-        default=None,
-        help="message sizes: a list 4KB,1MB,64MB or a range 1KB:64MB:x4 "
-        "(K/M/G = 1024^n; default 4KB:64MB:x4, or from --model)",
-    )
-    p.add_argument("--iters", type=positive_int, default=20, help="timed iterations per size")
-    p.add_argument(
-        "--warmup", type=nonnegative_int, default=5, help="untimed iterations first (default 5)"
-    )
-    p.add_argument(
-        "--dtype",
-        default=None,
-        help="float32, bfloat16 or float16 (default float32; bfloat16 with a strategy)",
-    )
-    p.add_argument(
-        "--span",
-        choices=("intra", "inter"),
-        default=None,
-        help="link class to record (default: same host -> intra, else inter)",
-    )
-    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    p.add_argument(
-        "--output",
-        default=None,
-        help="also write the rows to FILE (JSON unless --format csv or a .csv name)",
-    )
-    p.add_argument("--plot", default=None, help="write busbw vs message size to FILE.png")
-    p.add_argument(
-        "--fit",
-        default=None,
-        metavar="FILE.json",
-        help="fit latency and bandwidth per op and link class; write the calibration "
-        "that `parastrat plan --calibration` reads",
-    )
-    p.add_argument(
-        "--load",
-        default=None,
-        metavar="FILE.json",
-        help="use rows from an earlier --output instead of running",
-    )
-    p.add_argument(
-        "--timeout",
-        type=finite_seconds,
-        default=600.0,
-        help="seconds before local ranks are killed (default 600)",
-    )
-    k = p.add_argument_group(
-        "kernel rates (instead of collectives): GEMM FLOP/s per precision and HBM copy "
-        "bandwidth on this process's device, as fractions of an accelerator preset"
-    )
-    k.add_argument(
-        "--kernels",
-        action="store_true",
-        help="measure kernel rates; with --fit FILE.json add them to that calibration",
-    )
-    k.add_argument(
-        "--accelerator",
-        default=None,
-        help="the preset whose peaks the rates are divided by (required with --kernels)",
-    )
-    k.add_argument(
-        "--precisions",
-        default="bf16",
-        help="GEMM precisions to measure, comma-separated: bf16, fp8 (default bf16)",
-    )
-    k.add_argument(
-        "--grid",
-        action="store_true",
-        help="measure the GEMM shape grid (square, skinny and the MoE presets' grouped expert "
-        "GEMMs) and fit the shape model's GEMM efficiency to it (kernel_grid in --fit FILE)",
-    )
-    k.add_argument(
-        "--gemm-size",
-        type=positive_int,
-        default=None,
-        help="GEMM size M = N = K (default 8192)",
-    )
-    g = p.add_argument_group("strategy-aware run")
-    g.add_argument("--model", default=None, help="model preset: message sizes from its shape")
-    g.add_argument(
-        "--seq-len", type=positive_int, default=None, help="sequence length (with --model)"
-    )
-    g.add_argument("--micro-batch-size", type=positive_int, default=1)
+    add_args(p, SWEEP_ARGS)
+    add_args(p, OUTPUT_ARGS)
+    add_args(p.add_argument_group(KERNELS_TITLE), KERNEL_ARGS)
+    add_args(p.add_argument_group("strategy-aware run"), STRATEGY_RUN_ARGS)
     add_strategy_flags(p)
     p.set_defaults(func=run)
 
