@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -200,21 +201,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_kernels(args: argparse.Namespace) -> int:
-    """``parastrat bench --kernels``: measure GEMM rates and copy bandwidth on this device,
-    print them against the preset's peaks, and merge them into ``--fit FILE`` if given."""
-    from rich.table import Table
+@dataclass(frozen=True)
+class KernelRun:
+    """What ``bench --kernels`` measures with: the accelerator preset whose peaks the rates
+    are divided by, the GEMM precisions and size, the iterations, and the bytes one copy moves."""
 
-    from ..bench import format_bytes
-    from ..bench.kernels import (
-        COPY_BYTES,
-        GEMM_SIZE,
-        check_device,
-        kernel_calibration,
-        measure_copy,
-        measure_gemm,
-        measure_host_op,
-    )
+    accel: Any
+    precisions: list[str]
+    size: int
+    iters: int
+    warmup: int
+    copy_bytes: int
+
+
+def _kernel_run(args: argparse.Namespace) -> KernelRun:
+    """The :class:`KernelRun` of the flags; refuses a missing preset and a device that is not
+    the preset's kind."""
+    from ..bench.kernels import COPY_BYTES, GEMM_SIZE, check_device
     from ..errors import UsageError
     from ..spec.hardware import get as get_accelerator
 
@@ -223,38 +226,24 @@ def _run_kernels(args: argparse.Namespace) -> int:
     accel = get_accelerator(args.accelerator)
     check_device(accel)  # a CPU's rates are never written under a GPU's name
     size = args.gemm_size or GEMM_SIZE
-    iters, warmup = args.iters, max(args.warmup, 0)
-    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
-    if args.grid:
-        return _run_kernel_grid(args, accel, precisions, size, iters, warmup)
-    gemm = {
-        p.strip(): measure_gemm(p.strip(), size=size, iters=iters, warmup=warmup)
-        for p in args.precisions.split(",")
-        if p.strip()
-    }
     # the 1 GiB copy, or one the size of a GEMM operand pair when a small GEMM is asked for
     copy_bytes = COPY_BYTES if args.gemm_size is None else min(COPY_BYTES, 4 * size * size)
-    copy = measure_copy(nbytes=copy_bytes, iters=iters, warmup=warmup)
-    host = measure_host_op(iters=iters, warmup=warmup)
-    cal = kernel_calibration(accel.name, gemm, copy, host_op_s=host)
-    table = Table(title=f"kernel rates against {accel.name}'s peaks")
-    for col in ("kernel", "measured", "peak", "fraction"):
-        table.add_column(col, justify="right" if col != "kernel" else "left")
-    for p, flops in gemm.items():
-        peak = accel.peak(p)
-        table.add_row(
-            f"GEMM {size}^3 {p}",
-            f"{flops / 1e12:.1f} TFLOP/s",
-            f"{peak / 1e12:.0f} TFLOP/s",
-            f"{flops / peak:.3f}",
-        )
-    table.add_row(
-        f"copy {format_bytes(copy_bytes)}",
-        f"{copy / 1e9:.0f} GB/s",
-        f"{accel.mem_bandwidth_Bps / 1e9:.0f} GB/s",
-        f"{copy / accel.mem_bandwidth_Bps:.3f}",
+    return KernelRun(
+        accel=accel,
+        precisions=[p.strip() for p in args.precisions.split(",") if p.strip()],
+        size=size,
+        iters=args.iters,
+        warmup=max(args.warmup, 0),
+        copy_bytes=copy_bytes,
     )
-    table.add_row("host: one eager op", f"{host * 1e6:.1f} us", "-", "-")
+
+
+def _run_kernels(args: argparse.Namespace) -> int:
+    """``parastrat bench --kernels``: measure GEMM rates and copy bandwidth on this device (or,
+    with ``--grid``, the GEMM shape grid and its fit), print them against the preset's peaks,
+    and merge them into ``--fit FILE`` if given."""
+    kr = _kernel_run(args)
+    cal, table = _kernel_grid(kr) if args.grid else _kernel_rates(kr)
     console.print(table)
     if args.format == "json":
         print_json(cal)
@@ -263,26 +252,53 @@ def _run_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_kernel_grid(
-    args: argparse.Namespace, accel: Any, precisions: list[str], size: int, iters: int, warmup: int
-) -> int:
-    """``bench --kernels --grid``: the shape grid, its fit, the table, and ``--fit FILE``."""
+def _kernel_rates(kr: KernelRun) -> tuple[dict[str, Any], Any]:
+    """The kernel calibration of one GEMM size per precision, the copy and the host's eager
+    op, and its table against the preset's peaks."""
     from rich.table import Table
 
-    from ..bench.kernels import (
-        COPY_BYTES,
-        fit_grid,
-        gemm_grid,
-        measure_copy,
-        measure_grid,
-        measure_host_op,
-    )
+    from ..bench import format_bytes
+    from ..bench.kernels import kernel_calibration, measure_copy, measure_gemm, measure_host_op
 
-    rows = measure_grid(gemm_grid(size), precisions, iters=iters, warmup=warmup)
-    copy_bytes = COPY_BYTES if args.gemm_size is None else min(COPY_BYTES, 4 * size * size)
-    copy = measure_copy(nbytes=copy_bytes, iters=iters, warmup=warmup)
-    cal = fit_grid(accel, rows, copy, host_op_s=measure_host_op(iters=iters, warmup=warmup))
-    table = Table(title=f"GEMM grid on {accel.name}: measured vs the fitted shape model")
+    timing = {"iters": kr.iters, "warmup": kr.warmup}
+    gemm = {p: measure_gemm(p, size=kr.size, **timing) for p in kr.precisions}
+    copy = measure_copy(nbytes=kr.copy_bytes, **timing)
+    host = measure_host_op(**timing)
+    cal = kernel_calibration(kr.accel.name, gemm, copy, host_op_s=host)
+    table = Table(title=f"kernel rates against {kr.accel.name}'s peaks")
+    for col in ("kernel", "measured", "peak", "fraction"):
+        table.add_column(col, justify="right" if col != "kernel" else "left")
+    for p, flops in gemm.items():
+        peak = kr.accel.peak(p)
+        table.add_row(
+            f"GEMM {kr.size}^3 {p}",
+            f"{flops / 1e12:.1f} TFLOP/s",
+            f"{peak / 1e12:.0f} TFLOP/s",
+            f"{flops / peak:.3f}",
+        )
+    hbm = kr.accel.mem_bandwidth_Bps
+    table.add_row(
+        f"copy {format_bytes(kr.copy_bytes)}",
+        f"{copy / 1e9:.0f} GB/s",
+        f"{hbm / 1e9:.0f} GB/s",
+        f"{copy / hbm:.3f}",
+    )
+    table.add_row("host: one eager op", f"{host * 1e6:.1f} us", "-", "-")
+    return cal, table
+
+
+def _kernel_grid(kr: KernelRun) -> tuple[dict[str, Any], Any]:
+    """``bench --kernels --grid``: the calibration fitted to the GEMM shape grid, and its table
+    of measured against modelled rates."""
+    from rich.table import Table
+
+    from ..bench.kernels import fit_grid, gemm_grid, measure_copy, measure_grid, measure_host_op
+
+    timing = {"iters": kr.iters, "warmup": kr.warmup}
+    rows = measure_grid(gemm_grid(kr.size), kr.precisions, **timing)
+    copy = measure_copy(nbytes=kr.copy_bytes, **timing)
+    cal = fit_grid(kr.accel, rows, copy, host_op_s=measure_host_op(**timing))
+    table = Table(title=f"GEMM grid on {kr.accel.name}: measured vs the fitted shape model")
     for col in ("shape", "precision", "measured TFLOP/s", "model TFLOP/s"):
         table.add_column(col, justify="left" if col == "shape" else "right")
     for row in cal["kernel_grid"]:
@@ -292,12 +308,7 @@ def _run_kernel_grid(
             f"{row['flops_per_s'] / 1e12:.1f}",
             f"{row['model_flops_per_s'] / 1e12:.1f}",
         )
-    console.print(table)
-    if args.format == "json":
-        print_json(cal)
-    if args.fit:
-        _merge_kernels(Path(args.fit), cal)
-    return 0
+    return cal, table
 
 
 def _merge_kernels(path: Path, cal: dict[str, Any]) -> None:
