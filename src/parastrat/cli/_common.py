@@ -335,60 +335,63 @@ MEMORY_SWITCH_ARGS = (
 )
 
 
+#: The switches only the step-time estimate reads: TP and DP overlap, the fused loss.
+OVERLAP_SWITCH_ARGS = (
+    _either(
+        "--cross-entropy-fusion",
+        "cross_entropy_fusion",
+        "fused vocabulary-parallel cross-entropy (Megatron's cross_entropy_loss_fusion; "
+        "default: on as Megatron Bridge's models, off on Ascend as MindSpeed-LLM's scripts)",
+    ),
+    _either(
+        "--tp-comm-overlap",
+        "tp_comm_overlap",
+        "TP communication behind the GEMMs (userbuffers; default: on with SP inside the "
+        "scale-up domain, off at NVFP4 as Bridge's NVFP4 recipes and on Ascend, where "
+        "MindSpeed-LLM keeps MC2 off)",
+    ),
+    _off("--no-overlap-grad-reduce", "overlap_grad_reduce", "DP gradient sync after the backward"),
+)
+
+#: The MoE overlaps (after the dispatcher).
+MOE_OVERLAP_ARGS = (
+    _on(
+        "--moe-a2a-overlap",
+        "moe_a2a_overlap",
+        "overlap_moe_expert_parallel_comm (combined 1F1B)",
+    ),
+    _on(
+        "--moe-shared-expert-overlap",
+        "moe_shared_expert_overlap",
+        "moe_shared_expert_overlap: shared experts run during dispatch/combine",
+    ),
+)
+
+
 def step_switch_args() -> tuple[Arg, ...]:
-    """The switches only the step-time estimate reads (after :data:`MEMORY_SWITCH_ARGS`)."""
+    """The switches only the step-time estimate reads (after :data:`MEMORY_SWITCH_ARGS`):
+    overlaps, CUDA graphs and the MoE token dispatcher."""
     from ..spec.workload import CUDA_GRAPH_SCOPES, DISPATCHERS, FLEX_BACKENDS
 
-    return (
-        _either(
-            "--cross-entropy-fusion",
-            "cross_entropy_fusion",
-            "fused vocabulary-parallel cross-entropy (Megatron's cross_entropy_loss_fusion; "
-            "default: on as Megatron Bridge's models, off on Ascend as MindSpeed-LLM's scripts)",
-        ),
-        _either(
-            "--tp-comm-overlap",
-            "tp_comm_overlap",
-            "TP communication behind the GEMMs (userbuffers; default: on with SP inside the "
-            "scale-up domain, off at NVFP4 as Bridge's NVFP4 recipes and on Ascend, where "
-            "MindSpeed-LLM keeps MC2 off)",
-        ),
-        _off(
-            "--no-overlap-grad-reduce", "overlap_grad_reduce", "DP gradient sync after the backward"
-        ),
-        arg(
-            "--cuda-graphs",
-            nargs="?",
-            const="full_iteration",
-            default=None,
-            metavar="SCOPES",
-            help="price CUDA graphs: no value = the whole iteration, or comma-separated scopes ("
-            + ", ".join(CUDA_GRAPH_SCOPES)
-            + "); captured blocks cost no host launch time",
-        ),
-        arg(
-            "--moe-dispatcher",
-            choices=(*DISPATCHERS, *FLEX_BACKENDS),
-            default=None,
-            help="token dispatcher: alltoall (default: one copy per routed expert) or flex "
-            "(DeepEP/HybridEP: one copy per destination rank inside a scale-up domain, per "
-            "destination domain across the scale-out link)",
-        ),
-        arg(
-            "--moe-a2a-overlap",
-            action="store_const",
-            const=True,
-            default=None,
-            help="overlap_moe_expert_parallel_comm (combined 1F1B)",
-        ),
-        arg(
-            "--moe-shared-expert-overlap",
-            action="store_const",
-            const=True,
-            default=None,
-            help="moe_shared_expert_overlap: shared experts run during dispatch/combine",
-        ),
+    graphs = arg(
+        "--cuda-graphs",
+        nargs="?",
+        const="full_iteration",
+        default=None,
+        metavar="SCOPES",
+        help="price CUDA graphs: no value = the whole iteration, or comma-separated scopes ("
+        + ", ".join(CUDA_GRAPH_SCOPES)
+        + "); captured blocks cost no host launch time",
     )
+    dispatcher = arg(
+        "--moe-dispatcher",
+        choices=(*DISPATCHERS, *FLEX_BACKENDS),
+        default=None,
+        help="token dispatcher: alltoall (default: one copy per routed expert) or flex "
+        "(DeepEP/HybridEP: one copy per destination rank inside a scale-up domain, per "
+        "destination domain across the scale-out link)",
+    )
+    return (*OVERLAP_SWITCH_ARGS, graphs, dispatcher, *MOE_OVERLAP_ARGS)
 
 
 def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> None:

@@ -334,15 +334,24 @@ def _merge_kernels(path: Path, cal: dict[str, Any]) -> None:
 def _measure(args: argparse.Namespace) -> list[Any] | None:
     """Run the sweep where the arguments say; None on torchrun ranks other than 0, [] when a
     local rank failed (the reason is printed)."""
-    from ..bench import DEFAULT_SIZES, run_local
-    from ..bench.runner import progress_bar, resolve_ops
-    from ..bench.runner import run as run_sweep
-    from ..runtime.launch import RankFailure
+    strategy = strategy_from_args(args) if _strategy_requested(args) else None
+    kwargs = _sweep_kwargs(args, strategic=strategy is not None)
+    from ..runtime.backend import detect_env
 
-    strategic = _strategy_requested(args)
+    _check_dtype(args.dtype)
+    # a missing or contradicting launcher variable is exit 2 here, before anything starts
+    if args.world is None and detect_env().source != "single":
+        return _measure_launched(args, strategy, kwargs)
+    return _measure_local(args, strategy, kwargs)
+
+
+def _sweep_kwargs(args: argparse.Namespace, *, strategic: bool) -> dict[str, Any]:
+    """The keyword arguments of the sweep: iterations, then a strategy run's model and batch,
+    or a plain sweep's sizes, dtype and link class."""
+    from ..bench import DEFAULT_SIZES
+
     kwargs: dict[str, Any] = {"iters": args.iters, "warmup": args.warmup}
     if strategic:
-        strategy = strategy_from_args(args)
         kwargs.update(
             model=args.model,
             seq_len=args.seq_len,
@@ -354,31 +363,44 @@ def _measure(args: argparse.Namespace) -> list[Any] | None:
         kwargs.update(
             sizes=args.sizes or DEFAULT_SIZES, dtype=args.dtype or "float32", span=args.span
         )
-    from ..runtime.backend import detect_env
+    return kwargs
 
-    _check_dtype(args.dtype)
-    # a missing or contradicting launcher variable is exit 2 here, before anything starts
-    launched = args.world is None and detect_env().source != "single"
-    if launched:
-        from ..runtime.backend import init_distributed
 
-        init_distributed("auto", timeout=args.timeout)
-        import torch.distributed as dist
+def _measure_launched(
+    args: argparse.Namespace, strategy: Any, kwargs: dict[str, Any]
+) -> list[Any] | None:
+    """The sweep on every rank torchrun launched (``strategy``: on its groups); the rows on
+    rank 0, None elsewhere."""
+    from ..bench.runner import progress_bar, resolve_ops
+    from ..bench.runner import run as run_sweep
+    from ..runtime.backend import init_distributed
 
-        rank = dist.get_rank()
-        if strategic:
-            from ..bench.strategy_bench import run_strategy
+    init_distributed("auto", timeout=args.timeout)
+    import torch.distributed as dist
 
-            with _maybe_bar(rank == 0, progress_bar) as bar:
-                rows = _filter_ops(run_strategy(strategy, progress=bar, **kwargs), args.ops)
-        else:
-            resolve_ops(args.ops, dist.get_world_size())  # validate before any collective
-            with _maybe_bar(rank == 0, progress_bar) as bar:
-                rows = run_sweep(ops=args.ops, progress=bar, **kwargs)
-        return rows if rank == 0 else None
+    rank = dist.get_rank()
+    if strategy is not None:
+        from ..bench.strategy_bench import run_strategy
+
+        with _maybe_bar(rank == 0, progress_bar) as bar:
+            rows = _filter_ops(run_strategy(strategy, progress=bar, **kwargs), args.ops)
+    else:
+        resolve_ops(args.ops, dist.get_world_size())  # validate before any collective
+        with _maybe_bar(rank == 0, progress_bar) as bar:
+            rows = run_sweep(ops=args.ops, progress=bar, **kwargs)
+    return rows if rank == 0 else None
+
+
+def _measure_local(args: argparse.Namespace, strategy: Any, kwargs: dict[str, Any]) -> list[Any]:
+    """The sweep on ``--world`` local gloo ranks (default 2; ``strategy``: on its groups); []
+    when a rank failed (the reason is printed)."""
+    from ..bench import run_local
+    from ..bench.runner import resolve_ops
+    from ..runtime.launch import RankFailure
+
     world = args.world or 2
     try:
-        if strategic:
+        if strategy is not None:
             from ..bench.strategy_bench import run_strategy_local
 
             rows = run_strategy_local(
