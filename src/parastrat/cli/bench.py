@@ -33,6 +33,24 @@ from ._common import (
     strategy_from_args,
 )
 
+
+def register(subparsers: Any) -> None:
+    """Add the ``bench`` subcommand (collective benchmarks and the cost-model calibration fit) to
+    ``subparsers``."""
+    p = subparsers.add_parser(
+        "bench",
+        help="benchmark collectives (nccl-tests bandwidths) and calibrate the cost model",
+        description=(__doc__ or "").replace("``", ""),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_args(p, SWEEP_ARGS)
+    add_args(p, OUTPUT_ARGS)
+    add_args(p.add_argument_group(KERNELS_TITLE), KERNEL_ARGS)
+    add_args(p.add_argument_group("strategy-aware run"), STRATEGY_RUN_ARGS)
+    add_strategy_flags(p)
+    p.set_defaults(func=run)
+
+
 #: The collective sweep: ranks, ops, sizes, iterations, dtype and link class.
 SWEEP_ARGS = (
     arg(
@@ -98,6 +116,7 @@ OUTPUT_ARGS = (
     ),
 )
 
+#: The kernel-rate flags (instead of collectives), under this group title.
 KERNELS_TITLE = (
     "kernel rates (instead of collectives): GEMM FLOP/s per precision and HBM copy "
     "bandwidth on this process's device, as fractions of an accelerator preset"
@@ -130,23 +149,6 @@ STRATEGY_RUN_ARGS = (
     arg("--seq-len", type=positive_int, default=None, help="sequence length (with --model)"),
     arg("--micro-batch-size", type=positive_int, default=1),
 )
-
-
-def register(subparsers: Any) -> None:
-    """Add the ``bench`` subcommand (collective benchmarks and the cost-model calibration fit) to
-    ``subparsers``."""
-    p = subparsers.add_parser(
-        "bench",
-        help="benchmark collectives (nccl-tests bandwidths) and calibrate the cost model",
-        description=(__doc__ or "").replace("``", ""),
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    add_args(p, SWEEP_ARGS)
-    add_args(p, OUTPUT_ARGS)
-    add_args(p.add_argument_group(KERNELS_TITLE), KERNEL_ARGS)
-    add_args(p.add_argument_group("strategy-aware run"), STRATEGY_RUN_ARGS)
-    add_strategy_flags(p)
-    p.set_defaults(func=run)
 
 
 def _strategy_requested(args: argparse.Namespace) -> bool:

@@ -19,6 +19,22 @@ from ._common import (
     strategy_from_args,
 )
 
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``check`` subcommand (validate a strategy for a model and a device count)."""
+    p = sub.add_parser(
+        "check",
+        help="validate a strategy for a model and a device count",
+        description="Check every rule a strategy must satisfy and print the "
+        "derived DP, expert DP and minimum world size, and every "
+        "broken rule with its fix.  Exit 0 when valid, 2 otherwise.",
+    )
+    add_model_args(p, required=False)
+    add_args(p, CHECK_ARGS)
+    add_strategy_flags(p)
+    p.set_defaults(func=run)
+
+
 #: The world size, and the workload a strategy's splits are checked against, and the format.
 CHECK_ARGS = (
     arg(
@@ -60,21 +76,6 @@ CHECK_ARGS = (
         help="a rich table, or one JSON document",
     ),
 )
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add the ``check`` subcommand (validate a strategy for a model and a device count)."""
-    p = sub.add_parser(
-        "check",
-        help="validate a strategy for a model and a device count",
-        description="Check every rule a strategy must satisfy and print the "
-        "derived DP, expert DP and minimum world size, and every "
-        "broken rule with its fix.  Exit 0 when valid, 2 otherwise.",
-    )
-    add_model_args(p, required=False)
-    add_args(p, CHECK_ARGS)
-    add_strategy_flags(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

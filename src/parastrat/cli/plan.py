@@ -98,6 +98,23 @@ def build_target(args: argparse.Namespace):
     return model, cluster, gbs
 
 
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``parastrat plan`` subcommand (model, cluster, workload, pins and output)."""
+    p = sub.add_parser(
+        "plan",
+        help="rank every legal training strategy for a model",
+        description="Enumerate TP, PP, VPP, CP, EP, ETP, micro-batch and "
+        "recompute for the device count, drop what breaks a rule "
+        "or does not fit memory, and rank by predicted "
+        "tokens/s/GPU.",
+    )
+    add_target_args(p)
+    add_args(p, OUTPUT_ARGS)
+    add_args(p.add_argument_group("pins and bounds"), PIN_ARGS)
+    add_switch_args(p)
+    p.set_defaults(func=run)
+
+
 #: How many candidates to show, in which format, and where else to put them.
 OUTPUT_ARGS = (
     arg("--top-k", type=positive_int, default=5),
@@ -153,23 +170,6 @@ PIN_ARGS = (
         "optim_grads and optim_grads_params, each as FSDP and HSDP), off (default) or one level",
     ),
 )
-
-
-def register(sub: argparse._SubParsersAction) -> None:
-    """Add the ``parastrat plan`` subcommand (model, cluster, workload, pins and output)."""
-    p = sub.add_parser(
-        "plan",
-        help="rank every legal training strategy for a model",
-        description="Enumerate TP, PP, VPP, CP, EP, ETP, micro-batch and "
-        "recompute for the device count, drop what breaks a rule "
-        "or does not fit memory, and rank by predicted "
-        "tokens/s/GPU.",
-    )
-    add_target_args(p)
-    add_args(p, OUTPUT_ARGS)
-    add_args(p.add_argument_group("pins and bounds"), PIN_ARGS)
-    add_switch_args(p)
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -17,6 +17,24 @@ from ..spec.hardware import GiB
 from ._args import Arg, add_args, arg, store_true
 from ._common import console, positive_int, print_json
 
+
+def register(subparsers) -> None:
+    """Add the ``plan-dit`` subcommand (rank Ulysses/ring/CFG/TP splits for DiT inference) to
+    ``subparsers``."""
+    p = subparsers.add_parser(
+        "plan-dit",
+        help="choose Ulysses/ring/CFG/TP for DiT inference (MindIE-SD, xDiT)",
+        description="Rank every legal split of the devices into Ulysses, ring, CFG and TP "
+        "degrees for one diffusion-transformer generation.",
+    )
+    add_args(p.add_mutually_exclusive_group(required=True), SOURCE_ARGS)
+    add_args(p, WORKLOAD_ARGS)
+    add_args(p.add_mutually_exclusive_group(), GUIDANCE_ARGS)
+    add_args(p, PLACEMENT_ARGS)
+    add_args(p, memory_args())
+    p.set_defaults(func=run)
+
+
 #: Where the transformer comes from: a preset or a diffusers config (one of the two).
 SOURCE_ARGS = (
     arg(
@@ -117,23 +135,6 @@ def memory_args() -> tuple[Arg, ...]:
         ),
         arg("--format", choices=("table", "json", "mindiesd"), default="table"),
     )
-
-
-def register(subparsers) -> None:
-    """Add the ``plan-dit`` subcommand (rank Ulysses/ring/CFG/TP splits for DiT inference) to
-    ``subparsers``."""
-    p = subparsers.add_parser(
-        "plan-dit",
-        help="choose Ulysses/ring/CFG/TP for DiT inference (MindIE-SD, xDiT)",
-        description="Rank every legal split of the devices into Ulysses, ring, CFG and TP "
-        "degrees for one diffusion-transformer generation.",
-    )
-    add_args(p.add_mutually_exclusive_group(required=True), SOURCE_ARGS)
-    add_args(p, WORKLOAD_ARGS)
-    add_args(p.add_mutually_exclusive_group(), GUIDANCE_ARGS)
-    add_args(p, PLACEMENT_ARGS)
-    add_args(p, memory_args())
-    p.set_defaults(func=run)
 
 
 #: Python argument spellings in library messages -> the flag that sets them here.
