@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from ..errors import MissingExtraError, SpecError, StrategyError, UsageError
+from ._args import Arg, add_args, arg, store_true
 
 #: Errors that are the user's to fix: printed with their hint, exit status 2.
 USER_ERRORS = (StrategyError, SpecError, UsageError, MissingExtraError)
@@ -140,66 +141,70 @@ def finite_seconds(text: str) -> float:
     return value
 
 
-def add_strategy_flags(parser: argparse.ArgumentParser) -> None:
-    """Add ``--tp --pp --vpp --cp --ep --etp --sp --ulysses --ring --cfg --order``."""
-    g = parser.add_argument_group("strategy")
-    g.add_argument("--tp", type=positive_int, default=1, help="tensor parallel degree")
-    g.add_argument("--pp", type=positive_int, default=1, help="pipeline parallel degree")
-    g.add_argument("--vpp", type=positive_int, default=1, help="virtual pipeline stages per rank")
-    g.add_argument(
+#: The strategy flags, in ``--help`` order (the data-parallel sharding flags follow them).
+STRATEGY_ARGS = (
+    arg("--tp", type=positive_int, default=1, help="tensor parallel degree"),
+    arg("--pp", type=positive_int, default=1, help="pipeline parallel degree"),
+    arg("--vpp", type=positive_int, default=1, help="virtual pipeline stages per rank"),
+    arg(
         "--cp",
         type=positive_int,
         default=None,
         help="context parallel degree (= ulysses * ring; alone it means ring)",
-    )
-    g.add_argument("--ep", type=positive_int, default=1, help="expert parallel degree")
-    g.add_argument(
+    ),
+    arg("--ep", type=positive_int, default=1, help="expert parallel degree"),
+    arg(
         "--etp",
         type=positive_int,
         default=None,
         help="expert tensor parallel degree (default 1 with EP, else TP)",
-    )
-    g.add_argument("--sp", action="store_true", help="sequence parallelism (needs TP > 1)")
-    g.add_argument(
+    ),
+    store_true("--sp", "sequence parallelism (needs TP > 1)"),
+    arg(
         "--ulysses",
         type=positive_int,
         default=1,
         help="Ulysses (all-to-all) degree; for a language model Megatron's cp_comm_type=a2a",
-    )
-    g.add_argument(
+    ),
+    arg(
         "--ring",
         type=positive_int,
         default=None,
         help="ring attention degree (default: cp / ulysses)",
-    )
-    g.add_argument("--cfg", type=positive_int, default=1, help="CFG parallel degree (1 or 2)")
-    g.add_argument(
+    ),
+    arg("--cfg", type=positive_int, default=1, help="CFG parallel degree (1 or 2)"),
+    arg(
         "--order",
         default=None,
         help="rank order, e.g. tp-cp-ep-dp-pp (Megatron) or tp-sp-pp-cfg-dp (xDiT)",
-    )
-    g.add_argument(
+    ),
+    arg(
         "--first-stage-layers",
         type=positive_int,
         default=None,
         help="layers on the first pipeline stage (uneven split)",
-    )
-    g.add_argument(
+    ),
+    arg(
         "--last-stage-layers",
         type=positive_int,
         default=None,
         help="layers on the last pipeline stage (uneven split)",
-    )
-    g.add_argument(
+    ),
+    store_true(
         "--account-for-embedding",
-        action="store_true",
-        help="count the input embedding as a layer of the first pipeline stage",
-    )
-    g.add_argument(
+        "count the input embedding as a layer of the first pipeline stage",
+    ),
+    store_true(
         "--account-for-loss",
-        action="store_true",
-        help="count the output layer and loss as a layer of the last pipeline stage",
-    )
+        "count the output layer and loss as a layer of the last pipeline stage",
+    ),
+)
+
+
+def add_strategy_flags(parser: argparse.ArgumentParser) -> None:
+    """Add ``--tp --pp --vpp --cp --ep --etp --sp --ulysses --ring --cfg --order``."""
+    g = parser.add_argument_group("strategy")
+    add_args(g, STRATEGY_ARGS)
     add_sharding_flags(g)
 
 
@@ -280,41 +285,45 @@ def strategy_from_args(args: argparse.Namespace, training: bool = False):
 
 
 # ---- the typed values a command runs with ------------------------------------------------------
-def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> None:
-    """Every implementation switch (:class:`~parastrat.spec.workload.Switches`) as a flag whose
-    destination is the field's name; unset flags keep the field's default.  ``step=False``:
-    only the switches the memory estimate reads (flash attention, distributed optimizer, FP8
-    parameter gather)."""
-    from ..spec.workload import CUDA_GRAPH_SCOPES, DISPATCHERS, FLEX_BACKENDS
+#: Title of the implementation switches' argument group.
+SWITCHES_TITLE = (
+    "implementation switches (Megatron Core / Bridge defaults: flash attention, TP "
+    "overlap (off at NVFP4, as Bridge's NVFP4 recipes), DP overlap, distributed optimizer "
+    "on; CUDA graphs and MoE overlaps off)"
+)
 
-    g = parser.add_argument_group(
-        "implementation switches (Megatron Core / Bridge defaults: flash attention, TP "
-        "overlap (off at NVFP4, as Bridge's NVFP4 recipes), DP overlap, distributed optimizer "
-        "on; CUDA graphs and MoE overlaps off)"
-    )
 
-    def off(flag: str, dest: str, text: str) -> None:
-        g.add_argument(flag, dest=dest, action="store_const", const=False, default=None, help=text)
+def _off(name: str, dest: str, text: str) -> Arg:
+    """A ``--no-X`` flag that sets the switch ``dest`` to False (unset: the field's default)."""
+    return arg(name, dest=dest, action="store_const", const=False, default=None, help=text)
 
-    off("--no-flash-attention", "flash_attention", "unfused attention: scores through HBM")
-    off("--no-distributed-optimizer", "distributed_optimizer", "full optimizer state per rank")
-    g.add_argument(
+
+def _on(name: str, dest: str, text: str) -> Arg:
+    """A flag that sets the switch ``dest`` to True (unset: the field's default)."""
+    return arg(name, dest=dest, action="store_const", const=True, default=None, help=text)
+
+
+def _either(name: str, dest: str, text: str) -> Arg:
+    """A ``--X / --no-X`` pair for the switch ``dest`` (unset: the field's default)."""
+    return arg(name, dest=dest, action=argparse.BooleanOptionalAction, default=None, help=text)
+
+
+#: The switches the memory estimate reads.
+MEMORY_SWITCH_ARGS = (
+    _off("--no-flash-attention", "flash_attention", "unfused attention: scores through HBM"),
+    _off("--no-distributed-optimizer", "distributed_optimizer", "full optimizer state per rank"),
+    _either(
         "--fp8-param-gather",
-        dest="fp8_param_gather",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="FP8 primary weights (default: as Bridge's FP8 recipes, on)",
-    )
-    g.add_argument(
+        "fp8_param_gather",
+        "FP8 primary weights (default: as Bridge's FP8 recipes, on)",
+    ),
+    _on(
         "--grad-reduce-in-fp32",
-        dest="grad_reduce_in_fp32",
-        action="store_const",
-        const=True,
-        default=None,
-        help="FP32 gradient buffer and reduce-scatter (Bridge's bf16_mixed; default BF16, as "
+        "grad_reduce_in_fp32",
+        "FP32 gradient buffer and reduce-scatter (Bridge's bf16_mixed; default BF16, as "
         "Megatron Core and Bridge's performance recipes)",
-    )
-    g.add_argument(
+    ),
+    arg(
         "--cpu-offload-layers",
         dest="cpu_offload_layers",
         type=int,
@@ -322,28 +331,49 @@ def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> No
         metavar="N",
         help="CPU activation offloading of N layers (Megatron's cpu_offloading_num_layers; "
         "needs pp=1 and no recompute; default 0, off)",
-    )
-    if not step:
-        return
-    g.add_argument(
+    ),
+)
+
+
+#: The switches only the step-time estimate reads: TP and DP overlap, the fused loss.
+OVERLAP_SWITCH_ARGS = (
+    _either(
         "--cross-entropy-fusion",
-        dest="cross_entropy_fusion",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="fused vocabulary-parallel cross-entropy (Megatron's cross_entropy_loss_fusion; "
+        "cross_entropy_fusion",
+        "fused vocabulary-parallel cross-entropy (Megatron's cross_entropy_loss_fusion; "
         "default: on as Megatron Bridge's models, off on Ascend as MindSpeed-LLM's scripts)",
-    )
-    g.add_argument(
+    ),
+    _either(
         "--tp-comm-overlap",
-        dest="tp_comm_overlap",
-        action=argparse.BooleanOptionalAction,
-        default=None,
-        help="TP communication behind the GEMMs (userbuffers; default: on with SP inside the "
+        "tp_comm_overlap",
+        "TP communication behind the GEMMs (userbuffers; default: on with SP inside the "
         "scale-up domain, off at NVFP4 as Bridge's NVFP4 recipes and on Ascend, where "
         "MindSpeed-LLM keeps MC2 off)",
-    )
-    off("--no-overlap-grad-reduce", "overlap_grad_reduce", "DP gradient sync after the backward")
-    g.add_argument(
+    ),
+    _off("--no-overlap-grad-reduce", "overlap_grad_reduce", "DP gradient sync after the backward"),
+)
+
+#: The MoE overlaps (after the dispatcher).
+MOE_OVERLAP_ARGS = (
+    _on(
+        "--moe-a2a-overlap",
+        "moe_a2a_overlap",
+        "overlap_moe_expert_parallel_comm (combined 1F1B)",
+    ),
+    _on(
+        "--moe-shared-expert-overlap",
+        "moe_shared_expert_overlap",
+        "moe_shared_expert_overlap: shared experts run during dispatch/combine",
+    ),
+)
+
+
+def step_switch_args() -> tuple[Arg, ...]:
+    """The switches only the step-time estimate reads (after :data:`MEMORY_SWITCH_ARGS`):
+    overlaps, CUDA graphs and the MoE token dispatcher."""
+    from ..spec.workload import CUDA_GRAPH_SCOPES, DISPATCHERS, FLEX_BACKENDS
+
+    graphs = arg(
         "--cuda-graphs",
         nargs="?",
         const="full_iteration",
@@ -353,7 +383,7 @@ def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> No
         + ", ".join(CUDA_GRAPH_SCOPES)
         + "); captured blocks cost no host launch time",
     )
-    g.add_argument(
+    dispatcher = arg(
         "--moe-dispatcher",
         choices=(*DISPATCHERS, *FLEX_BACKENDS),
         default=None,
@@ -361,20 +391,18 @@ def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> No
         "(DeepEP/HybridEP: one copy per destination rank inside a scale-up domain, per "
         "destination domain across the scale-out link)",
     )
-    g.add_argument(
-        "--moe-a2a-overlap",
-        action="store_const",
-        const=True,
-        default=None,
-        help="overlap_moe_expert_parallel_comm (combined 1F1B)",
-    )
-    g.add_argument(
-        "--moe-shared-expert-overlap",
-        action="store_const",
-        const=True,
-        default=None,
-        help="moe_shared_expert_overlap: shared experts run during dispatch/combine",
-    )
+    return (*OVERLAP_SWITCH_ARGS, graphs, dispatcher, *MOE_OVERLAP_ARGS)
+
+
+def add_switch_args(parser: argparse.ArgumentParser, *, step: bool = True) -> None:
+    """Every implementation switch (:class:`~parastrat.spec.workload.Switches`) as a flag whose
+    destination is the field's name; unset flags keep the field's default.  ``step=False``:
+    only the switches the memory estimate reads (flash attention, distributed optimizer, FP8
+    parameter gather)."""
+    g = parser.add_argument_group(SWITCHES_TITLE)
+    add_args(g, MEMORY_SWITCH_ARGS)
+    if step:
+        add_args(g, step_switch_args())
 
 
 def switches_from_args(args: argparse.Namespace, *, searched: bool = False):

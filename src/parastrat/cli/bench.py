@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rich.markup import escape
 
+from ._args import add_args, arg, store_true
 from ._common import (
     add_strategy_flags,
     console,
@@ -41,104 +43,112 @@ def register(subparsers: Any) -> None:
         description=(__doc__ or "").replace("``", ""),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument(
+    add_args(p, SWEEP_ARGS)
+    add_args(p, OUTPUT_ARGS)
+    add_args(p.add_argument_group(KERNELS_TITLE), KERNEL_ARGS)
+    add_args(p.add_argument_group("strategy-aware run"), STRATEGY_RUN_ARGS)
+    add_strategy_flags(p)
+    p.set_defaults(func=run)
+
+
+#: The collective sweep: ranks, ops, sizes, iterations, dtype and link class.
+SWEEP_ARGS = (
+    arg(
         "--world",
         type=local_world,
         default=None,
         help="spawn this many local gloo ranks (default 2, or the torchrun world)",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--ops",
         default=None,
         help="comma-separated ops (default: all): all_reduce, all_gather, "
         "reduce_scatter, all_to_all, ring, send_recv, broadcast",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--sizes",
         default=None,
         help="message sizes: a list 4KB,1MB,64MB or a range 1KB:64MB:x4 "
         "(K/M/G = 1024^n; default 4KB:64MB:x4, or from --model)",
-    )
-    p.add_argument("--iters", type=positive_int, default=20, help="timed iterations per size")
-    p.add_argument(
-        "--warmup", type=nonnegative_int, default=5, help="untimed iterations first (default 5)"
-    )
-    p.add_argument(
+    ),
+    arg("--iters", type=positive_int, default=20, help="timed iterations per size"),
+    arg("--warmup", type=nonnegative_int, default=5, help="untimed iterations first (default 5)"),
+    arg(
         "--dtype",
         default=None,
         help="float32, bfloat16 or float16 (default float32; bfloat16 with a strategy)",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--span",
         choices=("intra", "inter"),
         default=None,
         help="link class to record (default: same host -> intra, else inter)",
-    )
-    p.add_argument("--format", choices=("table", "json", "csv"), default="table")
-    p.add_argument(
+    ),
+)
+
+#: What becomes of the rows: printed, written, plotted, fitted, or read back; the ranks' timeout.
+OUTPUT_ARGS = (
+    arg("--format", choices=("table", "json", "csv"), default="table"),
+    arg(
         "--output",
         default=None,
         help="also write the rows to FILE (JSON unless --format csv or a .csv name)",
-    )
-    p.add_argument("--plot", default=None, help="write busbw vs message size to FILE.png")
-    p.add_argument(
+    ),
+    arg("--plot", default=None, help="write busbw vs message size to FILE.png"),
+    arg(
         "--fit",
         default=None,
         metavar="FILE.json",
         help="fit latency and bandwidth per op and link class; write the calibration "
         "that `parastrat plan --calibration` reads",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--load",
         default=None,
         metavar="FILE.json",
         help="use rows from an earlier --output instead of running",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--timeout",
         type=finite_seconds,
         default=600.0,
         help="seconds before local ranks are killed (default 600)",
-    )
-    k = p.add_argument_group(
-        "kernel rates (instead of collectives): GEMM FLOP/s per precision and HBM copy "
-        "bandwidth on this process's device, as fractions of an accelerator preset"
-    )
-    k.add_argument(
-        "--kernels",
-        action="store_true",
-        help="measure kernel rates; with --fit FILE.json add them to that calibration",
-    )
-    k.add_argument(
+    ),
+)
+
+#: The kernel-rate flags (instead of collectives), under this group title.
+KERNELS_TITLE = (
+    "kernel rates (instead of collectives): GEMM FLOP/s per precision and HBM copy "
+    "bandwidth on this process's device, as fractions of an accelerator preset"
+)
+KERNEL_ARGS = (
+    store_true(
+        "--kernels", "measure kernel rates; with --fit FILE.json add them to that calibration"
+    ),
+    arg(
         "--accelerator",
         default=None,
         help="the preset whose peaks the rates are divided by (required with --kernels)",
-    )
-    k.add_argument(
+    ),
+    arg(
         "--precisions",
         default="bf16",
         help="GEMM precisions to measure, comma-separated: bf16, fp8 (default bf16)",
-    )
-    k.add_argument(
+    ),
+    store_true(
         "--grid",
-        action="store_true",
-        help="measure the GEMM shape grid (square, skinny and the MoE presets' grouped expert "
+        "measure the GEMM shape grid (square, skinny and the MoE presets' grouped expert "
         "GEMMs) and fit the shape model's GEMM efficiency to it (kernel_grid in --fit FILE)",
-    )
-    k.add_argument(
-        "--gemm-size",
-        type=positive_int,
-        default=None,
-        help="GEMM size M = N = K (default 8192)",
-    )
-    g = p.add_argument_group("strategy-aware run")
-    g.add_argument("--model", default=None, help="model preset: message sizes from its shape")
-    g.add_argument(
-        "--seq-len", type=positive_int, default=None, help="sequence length (with --model)"
-    )
-    g.add_argument("--micro-batch-size", type=positive_int, default=1)
-    add_strategy_flags(p)
-    p.set_defaults(func=run)
+    ),
+    arg("--gemm-size", type=positive_int, default=None, help="GEMM size M = N = K (default 8192)"),
+)
+
+#: A strategy-aware run's model and batch (the strategy flags follow).
+STRATEGY_RUN_ARGS = (
+    arg("--model", default=None, help="model preset: message sizes from its shape"),
+    arg("--seq-len", type=positive_int, default=None, help="sequence length (with --model)"),
+    arg("--micro-batch-size", type=positive_int, default=1),
+)
 
 
 def _strategy_requested(args: argparse.Namespace) -> bool:
@@ -193,21 +203,23 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_kernels(args: argparse.Namespace) -> int:
-    """``parastrat bench --kernels``: measure GEMM rates and copy bandwidth on this device,
-    print them against the preset's peaks, and merge them into ``--fit FILE`` if given."""
-    from rich.table import Table
+@dataclass(frozen=True)
+class KernelRun:
+    """What ``bench --kernels`` measures with: the accelerator preset whose peaks the rates
+    are divided by, the GEMM precisions and size, the iterations, and the bytes one copy moves."""
 
-    from ..bench import format_bytes
-    from ..bench.kernels import (
-        COPY_BYTES,
-        GEMM_SIZE,
-        check_device,
-        kernel_calibration,
-        measure_copy,
-        measure_gemm,
-        measure_host_op,
-    )
+    accel: Any
+    precisions: list[str]
+    size: int
+    iters: int
+    warmup: int
+    copy_bytes: int
+
+
+def _kernel_run(args: argparse.Namespace) -> KernelRun:
+    """The :class:`KernelRun` of the flags; refuses a missing preset and a device that is not
+    the preset's kind."""
+    from ..bench.kernels import COPY_BYTES, GEMM_SIZE, check_device
     from ..errors import UsageError
     from ..spec.hardware import get as get_accelerator
 
@@ -216,38 +228,24 @@ def _run_kernels(args: argparse.Namespace) -> int:
     accel = get_accelerator(args.accelerator)
     check_device(accel)  # a CPU's rates are never written under a GPU's name
     size = args.gemm_size or GEMM_SIZE
-    iters, warmup = args.iters, max(args.warmup, 0)
-    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
-    if args.grid:
-        return _run_kernel_grid(args, accel, precisions, size, iters, warmup)
-    gemm = {
-        p.strip(): measure_gemm(p.strip(), size=size, iters=iters, warmup=warmup)
-        for p in args.precisions.split(",")
-        if p.strip()
-    }
     # the 1 GiB copy, or one the size of a GEMM operand pair when a small GEMM is asked for
     copy_bytes = COPY_BYTES if args.gemm_size is None else min(COPY_BYTES, 4 * size * size)
-    copy = measure_copy(nbytes=copy_bytes, iters=iters, warmup=warmup)
-    host = measure_host_op(iters=iters, warmup=warmup)
-    cal = kernel_calibration(accel.name, gemm, copy, host_op_s=host)
-    table = Table(title=f"kernel rates against {accel.name}'s peaks")
-    for col in ("kernel", "measured", "peak", "fraction"):
-        table.add_column(col, justify="right" if col != "kernel" else "left")
-    for p, flops in gemm.items():
-        peak = accel.peak(p)
-        table.add_row(
-            f"GEMM {size}^3 {p}",
-            f"{flops / 1e12:.1f} TFLOP/s",
-            f"{peak / 1e12:.0f} TFLOP/s",
-            f"{flops / peak:.3f}",
-        )
-    table.add_row(
-        f"copy {format_bytes(copy_bytes)}",
-        f"{copy / 1e9:.0f} GB/s",
-        f"{accel.mem_bandwidth_Bps / 1e9:.0f} GB/s",
-        f"{copy / accel.mem_bandwidth_Bps:.3f}",
+    return KernelRun(
+        accel=accel,
+        precisions=[p.strip() for p in args.precisions.split(",") if p.strip()],
+        size=size,
+        iters=args.iters,
+        warmup=max(args.warmup, 0),
+        copy_bytes=copy_bytes,
     )
-    table.add_row("host: one eager op", f"{host * 1e6:.1f} us", "-", "-")
+
+
+def _run_kernels(args: argparse.Namespace) -> int:
+    """``parastrat bench --kernels``: measure GEMM rates and copy bandwidth on this device (or,
+    with ``--grid``, the GEMM shape grid and its fit), print them against the preset's peaks,
+    and merge them into ``--fit FILE`` if given."""
+    kr = _kernel_run(args)
+    cal, table = _kernel_grid(kr) if args.grid else _kernel_rates(kr)
     console.print(table)
     if args.format == "json":
         print_json(cal)
@@ -256,26 +254,53 @@ def _run_kernels(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_kernel_grid(
-    args: argparse.Namespace, accel: Any, precisions: list[str], size: int, iters: int, warmup: int
-) -> int:
-    """``bench --kernels --grid``: the shape grid, its fit, the table, and ``--fit FILE``."""
+def _kernel_rates(kr: KernelRun) -> tuple[dict[str, Any], Any]:
+    """The kernel calibration of one GEMM size per precision, the copy and the host's eager
+    op, and its table against the preset's peaks."""
     from rich.table import Table
 
-    from ..bench.kernels import (
-        COPY_BYTES,
-        fit_grid,
-        gemm_grid,
-        measure_copy,
-        measure_grid,
-        measure_host_op,
-    )
+    from ..bench import format_bytes
+    from ..bench.kernels import kernel_calibration, measure_copy, measure_gemm, measure_host_op
 
-    rows = measure_grid(gemm_grid(size), precisions, iters=iters, warmup=warmup)
-    copy_bytes = COPY_BYTES if args.gemm_size is None else min(COPY_BYTES, 4 * size * size)
-    copy = measure_copy(nbytes=copy_bytes, iters=iters, warmup=warmup)
-    cal = fit_grid(accel, rows, copy, host_op_s=measure_host_op(iters=iters, warmup=warmup))
-    table = Table(title=f"GEMM grid on {accel.name}: measured vs the fitted shape model")
+    timing = {"iters": kr.iters, "warmup": kr.warmup}
+    gemm = {p: measure_gemm(p, size=kr.size, **timing) for p in kr.precisions}
+    copy = measure_copy(nbytes=kr.copy_bytes, **timing)
+    host = measure_host_op(**timing)
+    cal = kernel_calibration(kr.accel.name, gemm, copy, host_op_s=host)
+    table = Table(title=f"kernel rates against {kr.accel.name}'s peaks")
+    for col in ("kernel", "measured", "peak", "fraction"):
+        table.add_column(col, justify="right" if col != "kernel" else "left")
+    for p, flops in gemm.items():
+        peak = kr.accel.peak(p)
+        table.add_row(
+            f"GEMM {kr.size}^3 {p}",
+            f"{flops / 1e12:.1f} TFLOP/s",
+            f"{peak / 1e12:.0f} TFLOP/s",
+            f"{flops / peak:.3f}",
+        )
+    hbm = kr.accel.mem_bandwidth_Bps
+    table.add_row(
+        f"copy {format_bytes(kr.copy_bytes)}",
+        f"{copy / 1e9:.0f} GB/s",
+        f"{hbm / 1e9:.0f} GB/s",
+        f"{copy / hbm:.3f}",
+    )
+    table.add_row("host: one eager op", f"{host * 1e6:.1f} us", "-", "-")
+    return cal, table
+
+
+def _kernel_grid(kr: KernelRun) -> tuple[dict[str, Any], Any]:
+    """``bench --kernels --grid``: the calibration fitted to the GEMM shape grid, and its table
+    of measured against modelled rates."""
+    from rich.table import Table
+
+    from ..bench.kernels import fit_grid, gemm_grid, measure_copy, measure_grid, measure_host_op
+
+    timing = {"iters": kr.iters, "warmup": kr.warmup}
+    rows = measure_grid(gemm_grid(kr.size), kr.precisions, **timing)
+    copy = measure_copy(nbytes=kr.copy_bytes, **timing)
+    cal = fit_grid(kr.accel, rows, copy, host_op_s=measure_host_op(**timing))
+    table = Table(title=f"GEMM grid on {kr.accel.name}: measured vs the fitted shape model")
     for col in ("shape", "precision", "measured TFLOP/s", "model TFLOP/s"):
         table.add_column(col, justify="left" if col == "shape" else "right")
     for row in cal["kernel_grid"]:
@@ -285,12 +310,7 @@ def _run_kernel_grid(
             f"{row['flops_per_s'] / 1e12:.1f}",
             f"{row['model_flops_per_s'] / 1e12:.1f}",
         )
-    console.print(table)
-    if args.format == "json":
-        print_json(cal)
-    if args.fit:
-        _merge_kernels(Path(args.fit), cal)
-    return 0
+    return cal, table
 
 
 def _merge_kernels(path: Path, cal: dict[str, Any]) -> None:
@@ -316,15 +336,24 @@ def _merge_kernels(path: Path, cal: dict[str, Any]) -> None:
 def _measure(args: argparse.Namespace) -> list[Any] | None:
     """Run the sweep where the arguments say; None on torchrun ranks other than 0, [] when a
     local rank failed (the reason is printed)."""
-    from ..bench import DEFAULT_SIZES, run_local
-    from ..bench.runner import progress_bar, resolve_ops
-    from ..bench.runner import run as run_sweep
-    from ..runtime.launch import RankFailure
+    strategy = strategy_from_args(args) if _strategy_requested(args) else None
+    kwargs = _sweep_kwargs(args, strategic=strategy is not None)
+    from ..runtime.backend import detect_env
 
-    strategic = _strategy_requested(args)
+    _check_dtype(args.dtype)
+    # a missing or contradicting launcher variable is exit 2 here, before anything starts
+    if args.world is None and detect_env().source != "single":
+        return _measure_launched(args, strategy, kwargs)
+    return _measure_local(args, strategy, kwargs)
+
+
+def _sweep_kwargs(args: argparse.Namespace, *, strategic: bool) -> dict[str, Any]:
+    """The keyword arguments of the sweep: iterations, then a strategy run's model and batch,
+    or a plain sweep's sizes, dtype and link class."""
+    from ..bench import DEFAULT_SIZES
+
     kwargs: dict[str, Any] = {"iters": args.iters, "warmup": args.warmup}
     if strategic:
-        strategy = strategy_from_args(args)
         kwargs.update(
             model=args.model,
             seq_len=args.seq_len,
@@ -336,31 +365,44 @@ def _measure(args: argparse.Namespace) -> list[Any] | None:
         kwargs.update(
             sizes=args.sizes or DEFAULT_SIZES, dtype=args.dtype or "float32", span=args.span
         )
-    from ..runtime.backend import detect_env
+    return kwargs
 
-    _check_dtype(args.dtype)
-    # a missing or contradicting launcher variable is exit 2 here, before anything starts
-    launched = args.world is None and detect_env().source != "single"
-    if launched:
-        from ..runtime.backend import init_distributed
 
-        init_distributed("auto", timeout=args.timeout)
-        import torch.distributed as dist
+def _measure_launched(
+    args: argparse.Namespace, strategy: Any, kwargs: dict[str, Any]
+) -> list[Any] | None:
+    """The sweep on every rank torchrun launched (``strategy``: on its groups); the rows on
+    rank 0, None elsewhere."""
+    from ..bench.runner import progress_bar, resolve_ops
+    from ..bench.runner import run as run_sweep
+    from ..runtime.backend import init_distributed
 
-        rank = dist.get_rank()
-        if strategic:
-            from ..bench.strategy_bench import run_strategy
+    init_distributed("auto", timeout=args.timeout)
+    import torch.distributed as dist
 
-            with _maybe_bar(rank == 0, progress_bar) as bar:
-                rows = _filter_ops(run_strategy(strategy, progress=bar, **kwargs), args.ops)
-        else:
-            resolve_ops(args.ops, dist.get_world_size())  # validate before any collective
-            with _maybe_bar(rank == 0, progress_bar) as bar:
-                rows = run_sweep(ops=args.ops, progress=bar, **kwargs)
-        return rows if rank == 0 else None
+    rank = dist.get_rank()
+    if strategy is not None:
+        from ..bench.strategy_bench import run_strategy
+
+        with _maybe_bar(rank == 0, progress_bar) as bar:
+            rows = _filter_ops(run_strategy(strategy, progress=bar, **kwargs), args.ops)
+    else:
+        resolve_ops(args.ops, dist.get_world_size())  # validate before any collective
+        with _maybe_bar(rank == 0, progress_bar) as bar:
+            rows = run_sweep(ops=args.ops, progress=bar, **kwargs)
+    return rows if rank == 0 else None
+
+
+def _measure_local(args: argparse.Namespace, strategy: Any, kwargs: dict[str, Any]) -> list[Any]:
+    """The sweep on ``--world`` local gloo ranks (default 2; ``strategy``: on its groups); []
+    when a rank failed (the reason is printed)."""
+    from ..bench import run_local
+    from ..bench.runner import resolve_ops
+    from ..runtime.launch import RankFailure
+
     world = args.world or 2
     try:
-        if strategic:
+        if strategy is not None:
             from ..bench.strategy_bench import run_strategy_local
 
             rows = run_strategy_local(

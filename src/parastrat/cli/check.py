@@ -7,6 +7,7 @@ import argparse
 from rich.markup import escape
 from rich.table import Table
 
+from ._args import add_args, arg
 from ._common import (
     add_model_args,
     add_strategy_flags,
@@ -29,46 +30,52 @@ def register(sub: argparse._SubParsersAction) -> None:
         "broken rule with its fix.  Exit 0 when valid, 2 otherwise.",
     )
     add_model_args(p, required=False)
-    p.add_argument(
+    add_args(p, CHECK_ARGS)
+    add_strategy_flags(p)
+    p.set_defaults(func=run)
+
+
+#: The world size, and the workload a strategy's splits are checked against, and the format.
+CHECK_ARGS = (
+    arg(
         "--gpus",
         "--devices",
         dest="gpus",
         type=device_count,
         required=True,
         help="number of devices (world size)",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--seq-len",
         type=positive_int,
         default=None,
         help="sequence length in tokens (checks the CP and SP splits)",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--global-batch-size",
         type=positive_int,
         default=None,
         help="global batch in sequences (checks it against micro-batch x DP)",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--micro-batch-size",
         type=positive_int,
         default=None,
         help="micro-batch in sequences (default 1 when a global batch is given)",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--devices-per-node",
         type=positive_int,
         default=None,
         help="devices per node / NVLink domain, for the soft topology rules",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--format",
         choices=("table", "json"),
         default="table",
         help="a rich table, or one JSON document",
-    )
-    add_strategy_flags(p)
-    p.set_defaults(func=run)
+    ),
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,7 +95,6 @@ def run(args: argparse.Namespace) -> int:
     errors = [v for v in findings if v.severity == "error"]
     warnings = [v for v in findings if v.severity == "warning"]
     placed = None if errors else strategy.with_world_size(args.gpus)
-
     if args.format == "json":
         print_json(
             {
@@ -101,9 +107,15 @@ def run(args: argparse.Namespace) -> int:
             }
         )
         return 2 if errors else 0
+    console.print(_sizes_table(strategy, placed, args.gpus, model))
+    return _print_findings(errors, warnings)
 
+
+def _sizes_table(strategy, placed, world: int, model) -> Table:
+    """The minimum world size and, for a strategy ``placed`` on ``world`` devices, its data
+    parallel (and expert data parallel) sizes."""
     table = Table(
-        title=f"{strategy} on {args.gpus} devices"
+        title=f"{strategy} on {world} devices"
         + (f" for {model.name}" if model is not None else ""),
         show_header=False,
     )
@@ -117,7 +129,12 @@ def run(args: argparse.Namespace) -> int:
         table.add_row("data parallel (dp)", str(placed.dp))
         if not placed.is_inference:
             table.add_row("expert data parallel", str(placed.expert_dp))
-    console.print(table)
+    return table
+
+
+def _print_findings(errors, warnings) -> int:
+    """Print each broken rule with its fix and each warning with its suggestion, then the
+    verdict; return 2 when a rule is broken, else 0."""
     for v in errors:
         console.print(
             f"[bold red]error[/] [red]{escape(v.rule)}[/]: {escape(v.message)}\n"

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from ..rules import FSDP_LEVELS
 from ..spec.workload import RECOMPUTE_MODES
+from ._args import add_args, arg, store_true
 from ._common import (
     HEADROOM_HELP,
     add_model_args,
@@ -33,46 +34,52 @@ from ._common import (
 FORMATS = ("table", "json", "yaml", "overrides", "megatron-args", "torchrun")
 
 
-def add_target_args(p: argparse.ArgumentParser) -> None:
-    """Model, device count, accelerator, workload and calibration arguments (plan, explain)."""
-    add_model_args(p)
-    p.add_argument(
+#: The devices, the accelerator, the workload and the calibration (after the model).
+TARGET_ARGS = (
+    arg(
         "--gpus",
         "--devices",
         dest="gpus",
         type=device_count,
         required=True,
         help="number of devices",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--devices-per-node",
         type=device_count,
         default=None,
         help="devices per node (default: the accelerator preset's, e.g. 8 for h100)",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--accelerator",
         default="h100",
         help="accelerator preset (h100, h200, b200, gb200, a100, ascend-910b, ...)",
-    )
-    p.add_argument("--seq-len", type=seq_len, default=4096)
-    p.add_argument(
+    ),
+    arg("--seq-len", type=seq_len, default=4096),
+    arg(
         "--global-batch-size",
         type=positive_int,
         default=None,
         help="sequences per step (default: 4 x the number of devices)",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--precision",
         default="bf16",
         help="bf16, fp8 (current scaling, Bridge's FP8-CS; fp8-ds / fp8-delayed and "
         "fp8-blockwise price those recipes), mxfp8 or nvfp4 (fp4; Blackwell only)",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--calibration",
         default=None,
         help="calibration JSON from `parastrat bench` (collective alpha/busbw)",
-    )
+    ),
+)
+
+
+def add_target_args(p: argparse.ArgumentParser) -> None:
+    """Model, device count, accelerator, workload and calibration arguments (plan, explain)."""
+    add_model_args(p)
+    add_args(p, TARGET_ARGS)
 
 
 def build_target(args: argparse.Namespace):
@@ -102,67 +109,95 @@ def register(sub: argparse._SubParsersAction) -> None:
         "tokens/s/GPU.",
     )
     add_target_args(p)
-    p.add_argument("--top-k", type=positive_int, default=5)
-    p.add_argument(
+    add_args(p, OUTPUT_ARGS)
+    add_args(p.add_argument_group("pins and bounds"), PIN_ARGS)
+    add_switch_args(p)
+    p.set_defaults(func=run)
+
+
+#: How many candidates to show, in which format, and where else to put them.
+OUTPUT_ARGS = (
+    arg("--top-k", type=positive_int, default=5),
+    arg(
         "--format",
         choices=FORMATS,
         default="table",
         help="table; json/yaml (the candidates); overrides (Megatron Bridge's run_recipe.py); "
         "megatron-args (Megatron-LM / MindSpeed-LLM pretrain_gpt.py arguments); torchrun (the "
         "launch command and its environment; Megatron-LM's launcher with HCCL settings on Ascend)",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--recipe",
         default=None,
         help="Megatron Bridge recipe for --format torchrun and overrides (default: "
         "<model>_pretrain_config)",
-    )
-    p.add_argument(
+    ),
+    arg(
         "--plot",
         default=None,
         metavar="FILE.png",
         help="draw every ranked candidate's throughput against its peak memory (the choice "
         "marked) and the top candidates' step-time terms",
-    )
-    p.add_argument(
-        "--smallest",
-        action="store_true",
-        help="find the fewest devices (up to --gpus) on which something fits",
-    )
-    g = p.add_argument_group("pins and bounds")
-    for name in ("tp", "pp", "vpp", "cp", "ep", "etp"):
-        g.add_argument(f"--{name}", type=positive_int, default=None, help=f"pin {name}")
-        g.add_argument(f"--max-{name}", type=positive_int, default=None, help=f"bound {name}")
-    g.add_argument("--ulysses", type=positive_int, default=None, help="pin the Ulysses part of CP")
-    g.add_argument("--micro-batch-size", type=positive_int, default=None)
-    g.add_argument("--headroom", type=headroom_fraction, default=None, help=HEADROOM_HELP)
-    g.add_argument("--recompute", choices=RECOMPUTE_MODES, default=None)
-    g.add_argument(
+    ),
+    store_true("--smallest", "find the fewest devices (up to --gpus) on which something fits"),
+)
+
+#: The search space: a pin and a bound per degree, then the batch, memory and sharding choices.
+PIN_ARGS = (
+    *(
+        a
+        for name in ("tp", "pp", "vpp", "cp", "ep", "etp")
+        for a in (
+            arg(f"--{name}", type=positive_int, default=None, help=f"pin {name}"),
+            arg(f"--max-{name}", type=positive_int, default=None, help=f"bound {name}"),
+        )
+    ),
+    arg("--ulysses", type=positive_int, default=None, help="pin the Ulysses part of CP"),
+    arg("--micro-batch-size", type=positive_int, default=None),
+    arg("--headroom", type=headroom_fraction, default=None, help=HEADROOM_HELP),
+    arg("--recompute", choices=RECOMPUTE_MODES, default=None),
+    arg(
         "--min-cp-tokens",
         type=positive_int,
         default=None,
         help="fewest tokens per CP rank worth splitting a sequence for (default 1024)",
-    )
-    g.add_argument(
+    ),
+    arg(
         "--fsdp",
         choices=("auto", "off", *FSDP_LEVELS[1:]),
         default=None,
         help="data-parallel sharding to search beside PP/TP/CP/EP: auto (no sharding, "
         "optim_grads and optim_grads_params, each as FSDP and HSDP), off (default) or one level",
-    )
-    add_switch_args(p)
-    p.set_defaults(func=run)
+    ),
+)
 
 
 def run(args: argparse.Namespace) -> int:
     """Run ``parastrat plan``: rank the strategies and print them; 0, or 2 when nothing fits."""
+    model, cluster, gbs = build_target(args)
+    result = _search(args, model, cluster, gbs)
+    top = result.candidates[: args.top_k]
+    if args.plot:
+        from ..viz import plot_plan
+
+        written = plot_plan(result, args.plot, device_bytes=cluster.accel.memory_bytes)
+        err_console.print(f"wrote the plot to {written}", markup=False)
+    if args.format in ("json", "yaml"):
+        _print_candidates(top, args.format)
+    elif args.format in ("overrides", "megatron-args", "torchrun"):
+        console.print(_launch_text(args, result, model, cluster, gbs), markup=False)
+    else:
+        print_table(result, top)
+    return 0
+
+
+def _search(args: argparse.Namespace, model, cluster, gbs: int):
+    """The plan of the flags, with a progress bar on stderr for the table format."""
     from ..planner.search import plan
 
-    model, cluster, gbs = build_target(args)
     workload = workload_from_args(args, model, gbs, searched=True)
     switches = switches_from_args(args, searched=True)
     space = search_from_args(args)
-    show = args.format == "table"
     with Progress(
         TextColumn("planning"),
         BarColumn(),
@@ -170,14 +205,14 @@ def run(args: argparse.Namespace) -> int:
         TimeElapsedColumn(),
         console=err_console,
         transient=True,
-        disable=not show,
+        disable=args.format != "table",
     ) as bar:
         task = bar.add_task("plan", total=None)
 
         def progress(done: int, total: int) -> None:
             bar.update(task, completed=done, total=total)
 
-        result = _diagnosed(
+        return _diagnosed(
             plan,
             workload,
             cluster,
@@ -187,52 +222,46 @@ def run(args: argparse.Namespace) -> int:
             num_devices="smallest" if args.smallest else None,
             progress=progress,
         )
-    top = result.candidates[: args.top_k]
-    if args.plot:
-        from ..viz import plot_plan
 
-        written = plot_plan(result, args.plot, device_bytes=cluster.accel.memory_bytes)
-        err_console.print(f"wrote the plot to {written}", markup=False)
-    if args.format == "json":
-        print_json({"candidates": [c.to_dict() for c in top]})
-    elif args.format == "yaml":
-        import yaml
 
-        console.print(
-            yaml.safe_dump({"candidates": [c.to_dict() for c in top]}, sort_keys=False),
-            end="",
-            markup=False,
-        )
-    elif args.format == "overrides":
-        from ..adapters.megatron import default_recipe, to_overrides
+def _print_candidates(top, fmt: str) -> None:
+    """The shown candidates as one JSON (``fmt='json'``) or YAML document."""
+    doc = {"candidates": [c.to_dict() for c in top]}
+    if fmt == "json":
+        print_json(doc)
+        return
+    import yaml
+
+    console.print(yaml.safe_dump(doc, sort_keys=False), end="", markup=False)
+
+
+def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> str:
+    """The plan as Bridge overrides, Megatron-LM arguments or a torchrun line (``--format``)."""
+    from ..adapters.megatron import default_recipe
+
+    if args.format == "overrides":
+        from ..adapters.megatron import to_overrides
 
         # the plan: its best, batch, recompute, switches and precision, placed as the recipe
         # holds its sections
-        lines = to_overrides(result, recipe=args.recipe or default_recipe(model.name))
-        console.print(shell_join(lines), markup=False)
-    elif args.format == "megatron-args":
+        return shell_join(to_overrides(result, recipe=args.recipe or default_recipe(model.name)))
+    if args.format == "megatron-args":
         from ..adapters.megatron import megatron_lm_args
 
-        argv = megatron_lm_args(result)  # the plan: its best, batch and switches
-        console.print(shell_join(argv), markup=False)
-    elif args.format == "torchrun" and cluster.accel.vendor == "huawei":
-        console.print(ascend_torchrun_line(result, cluster), markup=False)
-    elif args.format == "torchrun":
-        from ..adapters.megatron import default_recipe
+        return shell_join(megatron_lm_args(result))  # the plan: its best, batch and switches
+    if cluster.accel.vendor == "huawei":
+        return ascend_torchrun_line(result, cluster)
+    recipe = args.recipe or default_recipe(model.name)
+    if recipe is None:
         from ..errors import UsageError
 
-        recipe = args.recipe or default_recipe(model.name)
-        if recipe is None:
-            raise UsageError(
-                f"Megatron Bridge 0.3.1 exports no pretrain recipe for {model.name} "
-                "(run_recipe.py finds a recipe by its name in megatron.bridge.recipes); pass "
-                "--recipe NAME of the recipe you train with, or use --format overrides and "
-                "apply them to your own ConfigContainer"
-            )
-        console.print(torchrun_line(result, cluster, gbs, recipe), markup=False)
-    else:
-        print_table(result, top)
-    return 0
+        raise UsageError(
+            f"Megatron Bridge 0.3.1 exports no pretrain recipe for {model.name} "
+            "(run_recipe.py finds a recipe by its name in megatron.bridge.recipes); pass "
+            "--recipe NAME of the recipe you train with, or use --format overrides and "
+            "apply them to your own ConfigContainer"
+        )
+    return torchrun_line(result, cluster, gbs, recipe)
 
 
 def _diagnosed(plan_fn, workload, cluster, switches, space, **kwargs: Any):
@@ -372,10 +401,23 @@ def ascend_torchrun_line(result, cluster) -> str:
     return " ".join(shlex.quote(e) for e in env) + " \\\n  " + " ".join(words)
 
 
+#: The columns of the plan table.
+PLAN_COLUMNS = (
+    "#",
+    "strategy",
+    "mbs",
+    "recompute",
+    "tok/s/GPU",
+    "TFLOP/s",
+    "MFU",
+    "step s",
+    "peak GiB",
+    "over next",
+)
+
+
 def print_table(result, top) -> None:
     """Print the top candidates of a plan as a rich table, one row per layout."""
-    from ..spec.hardware import GiB
-
     # escape user text: a model name like "[my-model]" would otherwise be read as markup
     t = Table(
         title=escape(
@@ -384,36 +426,38 @@ def print_table(result, top) -> None:
             f"{result.global_batch_size}, {result.precision}"
         )
     )
-    for col in (
-        "#",
-        "strategy",
-        "mbs",
-        "recompute",
-        "tok/s/GPU",
-        "TFLOP/s",
-        "MFU",
-        "step s",
-        "peak GiB",
-        "over next",
-    ):
+    for col in PLAN_COLUMNS:
         t.add_column(col, overflow="fold")
     ranked = list(getattr(result, "ranked", None) or top)
     for i, c in enumerate(top, 1):
-        st = c.step
         nxt = ranked[i] if i < len(ranked) else None
-        t.add_row(
-            str(i),
-            escape(str(c.strategy)),
-            str(c.micro_batch_size),
-            c.recompute + (f" + offload {c.cpu_offload_layers}" if c.cpu_offload_layers else ""),
-            f"{st.tokens_per_s_per_gpu:,.0f}",
-            f"{st.tflops_per_gpu:.0f}",
-            f"{st.mfu:.1%}",
-            f"{st.step_time_s:.2f}",
-            f"{c.memory.peak_bytes / GiB:.1f}",
-            escape(ranking_reason(c, nxt, result.model)) if nxt is not None else "",
-        )
+        t.add_row(*_candidate_cells(i, c, nxt, result.model))
     console.print(t)
+    _print_footer(result, top)
+
+
+def _candidate_cells(i: int, c, nxt, model) -> tuple[str, ...]:
+    """The cells of candidate ``c`` ranked ``i``, ``nxt`` the one ranked after it (or None)."""
+    from ..spec.hardware import GiB
+
+    st = c.step
+    return (
+        str(i),
+        escape(str(c.strategy)),
+        str(c.micro_batch_size),
+        c.recompute + (f" + offload {c.cpu_offload_layers}" if c.cpu_offload_layers else ""),
+        f"{st.tokens_per_s_per_gpu:,.0f}",
+        f"{st.tflops_per_gpu:.0f}",
+        f"{st.mfu:.1%}",
+        f"{st.step_time_s:.2f}",
+        f"{c.memory.peak_bytes / GiB:.1f}",
+        escape(ranking_reason(c, nxt, model)) if nxt is not None else "",
+    )
+
+
+def _print_footer(result, top) -> None:
+    """Under the plan table: each candidate's reason, the shared notes, the search's counts and
+    the explanation of the choice."""
     for i, c in enumerate(top, 1):
         console.print(f"#{i}: {c.why}", markup=False)
     for note, rows in shared_notes(top):

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from ..errors import SpecError, StrategyError, UsageError
 from ..spec.hardware import GiB
+from ._args import Arg, add_args, arg, store_true
 from ._common import console, positive_int, print_json
 
 
@@ -26,108 +27,114 @@ def register(subparsers) -> None:
         description="Rank every legal split of the devices into Ulysses, ring, CFG and TP "
         "degrees for one diffusion-transformer generation.",
     )
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument(
+    add_args(p.add_mutually_exclusive_group(required=True), SOURCE_ARGS)
+    add_args(p, WORKLOAD_ARGS)
+    add_args(p.add_mutually_exclusive_group(), GUIDANCE_ARGS)
+    add_args(p, PLACEMENT_ARGS)
+    add_args(p, memory_args())
+    p.set_defaults(func=run)
+
+
+#: Where the transformer comes from: a preset or a diffusers config (one of the two).
+SOURCE_ARGS = (
+    arg(
         "--model",
         help="DiT preset (flux.1-dev, flux.1-schnell, sd3-medium, sd3.5-large, wan2.1-t2v-1.3b, "
         "wan2.1-t2v-14b, wan2.2-t2v-a14b, wan2.2-ti2v-5b, hunyuanvideo, cogvideox-2b, "
         "cogvideox-5b, cogvideox1.5-5b, mochi-1, qwen-image)",
-    )
-    src.add_argument(
+    ),
+    arg(
         "--config",
         metavar="PATH",
         help="a diffusers transformer config.json (or its folder) instead of a preset: Flux, "
         "SD3, Wan, HunyuanVideo, CogVideoX, Qwen-Image, Mochi transformer classes",
-    )
-    p.add_argument("--devices", type=positive_int, required=True, help="devices to use")
-    p.add_argument("--accelerator", required=True, help="e.g. h100, ascend-910b")
-    p.add_argument("--height", type=positive_int, required=True, help="output height, pixels")
-    p.add_argument("--width", type=positive_int, required=True, help="output width, pixels")
-    p.add_argument("--frames", type=positive_int, default=1, help="output frames (video)")
-    p.add_argument(
+    ),
+)
+
+#: The devices and the generation: output size, calibration and denoising steps.
+WORKLOAD_ARGS = (
+    arg("--devices", type=positive_int, required=True, help="devices to use"),
+    arg("--accelerator", required=True, help="e.g. h100, ascend-910b"),
+    arg("--height", type=positive_int, required=True, help="output height, pixels"),
+    arg("--width", type=positive_int, required=True, help="output width, pixels"),
+    arg("--frames", type=positive_int, default=1, help="output frames (video)"),
+    arg(
         "--calibration",
         default=None,
         help="calibration JSON from `parastrat bench` (collectives; with --kernels also the "
         "GEMM/HBM fractions and the host's seconds per eager op)",
-    )
-    p.add_argument("--steps", type=int, required=True, help="denoising steps")
-    g = p.add_mutually_exclusive_group()
-    g.add_argument(
+    ),
+    arg("--steps", type=int, required=True, help="denoising steps"),
+)
+
+#: Classifier-free guidance on or off (one of the two; neither: the model's default).
+GUIDANCE_ARGS = (
+    arg(
         "--guidance",
         dest="guidance",
         action="store_const",
         const=True,
         help="classifier-free guidance: two branches per step (CFG parallelism possible); "
         "default: follow the model (guidance-distilled FLUX.1/HunyuanVideo run one branch)",
-    )
-    g.add_argument(
+    ),
+    arg(
         "--no-guidance",
         dest="guidance",
         action="store_const",
         const=False,
         help="one branch per step (guidance scale 1); default: follow the model",
-    )
-    p.add_argument("--top-k", type=positive_int, default=5, help="candidates to show")
-    p.add_argument(
-        "--data-parallel",
-        action="store_true",
-        help="also try replicas serving separate requests (rank by throughput)",
-    )
-    p.add_argument(
-        "--allow-cross-node",
-        action="store_true",
-        help="let TP and Ulysses leave one NVLink node / HCCS island",
-    )
-    p.add_argument(
-        "--vae-parallel",
-        action="store_true",
-        help="the VAE decode is split over the devices (MindIE-SD --vae_parallel)",
-    )
-    p.add_argument(
-        "--offload-text-encoder",
-        action="store_true",
-        help="do not count the text encoder in device memory",
-    )
+    ),
+)
+
+#: What the search may try and where the models sit.
+PLACEMENT_ARGS = (
+    arg("--top-k", type=positive_int, default=5, help="candidates to show"),
+    store_true(
+        "--data-parallel", "also try replicas serving separate requests (rank by throughput)"
+    ),
+    store_true("--allow-cross-node", "let TP and Ulysses leave one NVLink node / HCCS island"),
+    store_true(
+        "--vae-parallel", "the VAE decode is split over the devices (MindIE-SD --vae_parallel)"
+    ),
+    store_true("--offload-text-encoder", "do not count the text encoder in device memory"),
+)
+
+
+def memory_args() -> tuple[Arg, ...]:
+    """Sharding, offloading and precision of the models' weights, then the run's execution
+    (sequential CFG, torch.compile) and the output format."""
     from ..estimate.dit_memory import DTYPE_BYTES
 
-    p.add_argument(
-        "--dit-fsdp",
-        action="store_true",
-        help="shard the transformer's parameters over the split's ranks, one block gathered at "
-        "a time (FSDP FULL_SHARD, as Wan's --dit_fsdp)",
+    return (
+        store_true(
+            "--dit-fsdp",
+            "shard the transformer's parameters over the split's ranks, one block gathered at "
+            "a time (FSDP FULL_SHARD, as Wan's --dit_fsdp)",
+        ),
+        store_true("--encoder-fsdp", "shard the text encoder the same way (Wan's --t5_fsdp)"),
+        store_true(
+            "--offload-model",
+            "text encoder on the device only for the prompts, transformer moved to the host "
+            "before the VAE decode (Wan's --offload_model True)",
+        ),
+        arg(
+            "--weight-precision",
+            choices=tuple(DTYPE_BYTES),
+            default=None,
+            help="dtype the transformer's parameters are stored in (default: the run's bf16; "
+            "Wan2.1's own generate.py keeps its fp32 checkpoint)",
+        ),
+        store_true(
+            "--sequential-cfg",
+            "the two guidance branches run one after the other (Wan's generate.py), not as "
+            "one batch: one branch's activations in memory",
+        ),
+        store_true(
+            "--compile",
+            "the transformer runs under torch.compile (fused element-wise kernels, fewer launches)",
+        ),
+        arg("--format", choices=("table", "json", "mindiesd"), default="table"),
     )
-    p.add_argument(
-        "--encoder-fsdp",
-        action="store_true",
-        help="shard the text encoder the same way (Wan's --t5_fsdp)",
-    )
-    p.add_argument(
-        "--offload-model",
-        action="store_true",
-        help="text encoder on the device only for the prompts, transformer moved to the host "
-        "before the VAE decode (Wan's --offload_model True)",
-    )
-    p.add_argument(
-        "--weight-precision",
-        choices=tuple(DTYPE_BYTES),
-        default=None,
-        help="dtype the transformer's parameters are stored in (default: the run's bf16; "
-        "Wan2.1's own generate.py keeps its fp32 checkpoint)",
-    )
-    p.add_argument(
-        "--sequential-cfg",
-        action="store_true",
-        help="the two guidance branches run one after the other (Wan's generate.py), not as "
-        "one batch: one branch's activations in memory",
-    )
-    p.add_argument(
-        "--compile",
-        action="store_true",
-        help="the transformer runs under torch.compile (fused element-wise kernels, "
-        "fewer launches)",
-    )
-    p.add_argument("--format", choices=("table", "json", "mindiesd"), default="table")
-    p.set_defaults(func=run)
 
 
 #: Python argument spellings in library messages -> the flag that sets them here.
@@ -154,8 +161,8 @@ CLI_TERMS = {
 
 def cli_terms(message: str) -> str:
     """``message`` with the Python argument names it mentions replaced by this command's flags."""
-    for arg, flag in CLI_TERMS.items():
-        message = message.replace(arg, flag)
+    for spelling, cli_flag in CLI_TERMS.items():
+        message = message.replace(spelling, cli_flag)
     return message
 
 
