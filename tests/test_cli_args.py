@@ -36,7 +36,7 @@ def _subparser(name: str) -> argparse.ArgumentParser:
     ("command", "title", "first", "last"),
     [
         ("plan", "pins and bounds", "--tp", "--fsdp"),
-        ("check", "strategy", "--tp", "--fsdp"),
+        ("check", "strategy", "--strategy", "--fsdp"),
         ("bench", "strategy-aware run", "--model", "--micro-batch-size"),
     ],
 )

@@ -125,3 +125,47 @@ def test_printed_strategy_breaking_a_rule_names_the_rule():
     with pytest.raises(StrategyError) as err:
         ps.Strategy.parse("TP4 PP2 CP1 DP2 EP3")
     assert err.value.violations
+
+
+# ---- the CLI: a plan's printed candidate pasted back with --strategy / --pipeline-layout ----
+def test_plan_candidate_pastes_into_explain_and_check(capsys):
+    """The strategy column of ``plan --format json`` goes back into ``explain --strategy`` and
+    ``check --strategy`` and is priced as the plan priced it."""
+    import json
+
+    from parastrat.cli import main
+
+    target = ["--model", "deepseek-v3", "--gpus", "256", "--accelerator", "gb200"]
+    batch = ["--seq-len", "4096", "--global-batch-size", "4096"]
+    assert main(["plan", *target, *batch, "--format", "json", "--top-k", "3"]) == 0
+    best = json.loads(capsys.readouterr().out)["candidates"][0]
+    printed = str(ps.Strategy.from_dict(best["strategy"]))
+    run = ["--micro-batch-size", str(best["micro_batch_size"]), "--recompute", best["recompute"]]
+    assert main(["explain", *target, *batch, *run, "--strategy", printed, "--format", "json"]) == 0
+    explained = json.loads(capsys.readouterr().out)
+    assert explained["step"]["step_time_s"] == pytest.approx(best["step"]["step_time_s"])
+    assert main(["check", "--model", "deepseek-v3", "--gpus", "256", "--strategy", printed]) == 0
+
+
+def test_pipeline_layout_flag_is_the_layout_of_the_strategy(capsys):
+    from parastrat.cli import main
+
+    layout = ["--tp", "2", "--pp", "8", "--ep", "64", "--sp", "--pipeline-layout", "Et|(t*2|)*30mL"]
+    assert main(["check", "--model", "deepseek-v3", "--gpus", "1024", *layout]) == 0
+    assert "PP8(VP4)[Et|(t*2|)*30mL]" in capsys.readouterr().out
+    bad = [*layout[:-1], "Et|(t*2|)*29mL"]
+    assert main(["check", "--model", "deepseek-v3", "--gpus", "1024", *bad]) == 2
+    assert "pipeline-layout-pp" in capsys.readouterr().err
+
+
+def test_strategy_text_with_degree_flags_is_refused(capsys):
+    from parastrat.cli import main
+
+    argv = ["check", "--model", "llama3-8b", "--gpus", "8", "--strategy", "TP2 PP1 CP1 DP4 SP"]
+    assert main([*argv, "--pp", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "drop --pp" in err and "Traceback" not in err
+    assert main([*argv, "--fsdp", "optim"]) == 2
+    assert "drop --fsdp" in capsys.readouterr().err
+    assert main(["check", "--model", "llama3-8b", "--gpus", "8", "--strategy", "TP2 PPQ"]) == 2
+    assert "cannot read 'PPQ'" in capsys.readouterr().err

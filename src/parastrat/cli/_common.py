@@ -143,6 +143,13 @@ def finite_seconds(text: str) -> float:
 
 #: The strategy flags, in ``--help`` order (the data-parallel sharding flags follow them).
 STRATEGY_ARGS = (
+    arg(
+        "--strategy",
+        default=None,
+        metavar="TEXT",
+        help='the whole strategy as a plan prints it ("TP2 PP8(VP4)[Et|(t*2|)*30mL] CP1 EP64 '
+        'ETP1 DP64 SP") or as "tp=2,pp=8,vpp=4,ep=64,sp"; instead of the degree flags',
+    ),
     arg("--tp", type=positive_int, default=1, help="tensor parallel degree"),
     arg("--pp", type=positive_int, default=1, help="pipeline parallel degree"),
     arg("--vpp", type=positive_int, default=1, help="virtual pipeline stages per rank"),
@@ -198,11 +205,21 @@ STRATEGY_ARGS = (
         "--account-for-loss",
         "count the output layer and loss as a layer of the last pipeline stage",
     ),
+    arg(
+        "--pipeline-layout",
+        default=None,
+        metavar="LAYOUT",
+        help="Megatron pipeline_model_parallel_layout, as a plan prints it in brackets, e.g. "
+        "'Et|(t*2|)*30mL' (E embedding, t decoder layer, m MTP layer, L loss, | next virtual "
+        "stage); sets the layers of every stage and the vpp",
+    ),
 )
 
 
 def add_strategy_flags(parser: argparse.ArgumentParser) -> None:
-    """Add ``--tp --pp --vpp --cp --ep --etp --sp --ulysses --ring --cfg --order``."""
+    """Add ``--strategy`` (the whole strategy as text) and the degree flags ``--tp --pp --vpp
+    --cp --ep --etp --sp --ulysses --ring --cfg --order``, the pipeline split and layout, and
+    the data-parallel sharding."""
     g = parser.add_argument_group("strategy")
     add_args(g, STRATEGY_ARGS)
     add_sharding_flags(g)
@@ -259,6 +276,9 @@ def strategy_from_args(args: argparse.Namespace, training: bool = False):
     xDiT-style inference grid."""
     from ..strategy import MEGATRON_ORDER, Strategy
 
+    if getattr(args, "strategy", None):
+        _refuse_degree_flags(args)
+        return Strategy.parse(args.strategy)
     order = args.order
     if training and order is None and args.ulysses > 1 and args.cfg == 1:
         order = MEGATRON_ORDER
@@ -278,10 +298,34 @@ def strategy_from_args(args: argparse.Namespace, training: bool = False):
         last_stage_layers=args.last_stage_layers,
         account_for_embedding=args.account_for_embedding,
         account_for_loss=args.account_for_loss,
+        pipeline_layout=getattr(args, "pipeline_layout", None),
         dp_shard=getattr(args, "dp_shard", None),
         dp_replicate=getattr(args, "dp_replicate", None),
         fsdp=getattr(args, "fsdp", None),
     )
+
+
+def _refuse_degree_flags(args: argparse.Namespace) -> None:
+    """UsageError when ``--strategy`` comes with a strategy flag set away from its default (the
+    two would disagree on which degrees run)."""
+    from ..errors import UsageError
+
+    given = [
+        row.names[0]
+        for row in STRATEGY_ARGS[1:]
+        if getattr(args, row.names[0].lstrip("-").replace("-", "_"), None)
+        not in (row.options.get("default"), None, False)
+    ]
+    given += [
+        "--" + name.replace("_", "-")
+        for name in ("dp_shard", "dp_replicate", "fsdp")
+        if getattr(args, name, None) is not None
+    ]
+    if given:
+        raise UsageError(
+            f"--strategy gives every degree; drop {', '.join(given)} or write it into the "
+            "strategy text"
+        )
 
 
 # ---- the typed values a command runs with ------------------------------------------------------

@@ -153,7 +153,12 @@ STRATEGY_RUN_ARGS = (
 
 def _strategy_requested(args: argparse.Namespace) -> bool:
     degrees = (args.tp, args.pp, args.ep, args.ulysses, args.ring, args.cfg, args.cp)
-    return any((d or 1) > 1 for d in degrees) or args.sp or args.model is not None
+    return (
+        any((d or 1) > 1 for d in degrees)
+        or args.sp
+        or args.model is not None
+        or bool(getattr(args, "strategy", None))
+    )
 
 
 def run(args: argparse.Namespace) -> int:
