@@ -528,6 +528,14 @@ def model_violations(s: Strategy, model: Any) -> list[Violation]:
 
 def _head_violations(s: Strategy, heads: int, groups: int, name: str) -> list[Violation]:
     """Attention heads and query groups against TP and Ulysses."""
+    out = _head_tp_violations(s, heads, groups, name)
+    if s.ulysses == 1 or heads % s.tp:
+        return out
+    return out + _head_ulysses_violations(s, heads, groups, name)
+
+
+def _head_tp_violations(s: Strategy, heads: int, groups: int, name: str) -> list[Violation]:
+    """Attention heads and query groups (KV heads) against TP."""
     out: list[Violation] = []
     if heads % s.tp:
         out.append(
@@ -556,8 +564,12 @@ def _head_violations(s: Strategy, heads: int, groups: int, name: str) -> list[Vi
                 "use megatron-core >= 0.16, or tp <= the number of query groups",
             )
         )
-    if s.ulysses == 1 or heads % s.tp:
-        return out
+    return out
+
+
+def _head_ulysses_violations(s: Strategy, heads: int, groups: int, name: str) -> list[Violation]:
+    """The attention heads per TP rank (and, for inference, the KV heads) against Ulysses."""
+    out: list[Violation] = []
     local = heads // s.tp
     if local % s.ulysses:
         out.append(
