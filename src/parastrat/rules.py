@@ -133,16 +133,18 @@ def _dependency_violations(s: Strategy) -> list[Violation]:
 
 def _inference_violations(s: Strategy) -> list[Violation]:
     """Training-only degrees on an inference order."""
-    out: list[Violation] = []
-    if s.ep > 1:
-        out.append(
+    out = (
+        [
             _err(
                 "inference-ep",
                 f"ep={s.ep}: expert parallelism is not part of the xDiT/MindIE-SD inference grid",
                 "use ep=1 (pass groups['tp'] to fused MoE kernels) or a training "
                 "order such as 'tp-cp-ep-dp-pp'",
             )
-        )
+        ]
+        if s.ep > 1
+        else []
+    )
     if s.vpp > 1:
         out.append(
             _err(
