@@ -242,71 +242,101 @@ def layout_violations(
     flat = [layer for stage in layout.stages for layer in stage]
     mtp = mtp_num_layers or 0
     shown = compact(layout.value)
-    out: list[Violation] = []
+    found = _end_problems(flat) + _decoder_problems(flat, num_layers)
+    found += _mtp_problems(layout, flat, mtp)
+    return [
+        Violation(rule, f"pipeline_layout {shown!r}: {text}", hint) for rule, text, hint in found
+    ]
 
-    def err(rule: str, message: str, hint: str) -> None:
-        out.append(Violation(rule, f"pipeline_layout {shown!r}: {message}", hint))
 
+#: (rule id, message without the layout, hint): what the checks below find.
+_Problem = tuple[str, str, str]
+
+
+def _end_problems(flat: list[str]) -> list[_Problem]:
+    """No encoder; exactly one embedding, first; exactly one loss, last."""
+    out: list[_Problem] = []
     if flat.count("encoder"):
-        err(
-            "pipeline-layout-encoder",
-            "encoder layers are not supported in layouts "
-            "(Megatron Core raises NotImplementedError)",
-            "drop the encoder layers",
+        out.append(
+            (
+                "pipeline-layout-encoder",
+                "encoder layers are not supported in layouts "
+                "(Megatron Core raises NotImplementedError)",
+                "drop the encoder layers",
+            )
         )
     if flat.count("embedding") != 1 or not flat or flat[0] != "embedding":
-        err(
-            "pipeline-layout-embedding",
-            f"holds {flat.count('embedding')} embedding(s) and "
-            "starts with " + (repr(flat[0]) if flat else "nothing"),
-            "put exactly one E at the very start of the first stage, e.g. 'Et*4|...'",
+        out.append(
+            (
+                "pipeline-layout-embedding",
+                f"holds {flat.count('embedding')} embedding(s) and "
+                "starts with " + (repr(flat[0]) if flat else "nothing"),
+                "put exactly one E at the very start of the first stage, e.g. 'Et*4|...'",
+            )
         )
     if flat.count("loss") != 1 or not flat or flat[-1] != "loss":
-        err(
-            "pipeline-layout-loss",
-            f"holds {flat.count('loss')} loss layer(s) and ends with "
-            + (repr(flat[-1]) if flat else "nothing"),
-            "put exactly one L at the very end of the last stage, e.g. '...|t*4L'",
+        out.append(
+            (
+                "pipeline-layout-loss",
+                f"holds {flat.count('loss')} loss layer(s) and ends with "
+                + (repr(flat[-1]) if flat else "nothing"),
+                "put exactly one L at the very end of the last stage, e.g. '...|t*4L'",
+            )
         )
+    return out
+
+
+def _decoder_problems(flat: list[str], num_layers: int) -> list[_Problem]:
+    """The model's decoder layers, no more and no fewer."""
     decoders = flat.count("decoder")
-    if decoders != num_layers:
-        err(
+    if decoders == num_layers:
+        return []
+    return [
+        (
             "pipeline-layout-layers",
             f"{decoders} decoder layers (t) but the model has {num_layers}",
             f"give the stages {num_layers} t in total "
             f"({'add' if decoders < num_layers else 'remove'} {abs(num_layers - decoders)})",
         )
+    ]
+
+
+def _mtp_problems(layout: PipelineLayout, flat: list[str], mtp: int) -> list[_Problem]:
+    """The model's MTP layers, after every decoder layer, all in the last chunk of one rank."""
     found = flat.count("mtp")
     if found != mtp:
-        err(
-            "pipeline-layout-mtp",
-            f"{found} MTP layers (m) but the model has {mtp}",
-            f"put {mtp} m in the last chunk of one rank, before the L"
-            if mtp
-            else "drop the m layers",
-        )
-    elif found:
-        first = flat.index("mtp")
-        chunks = [
-            (r, c)
-            for r in range(layout.pp)
-            for c in range(layout.vpp)
-            if "mtp" in layout.stage(r, c)
+        return [
+            (
+                "pipeline-layout-mtp",
+                f"{found} MTP layers (m) but the model has {mtp}",
+                f"put {mtp} m in the last chunk of one rank, before the L"
+                if mtp
+                else "drop the m layers",
+            )
         ]
-        if "decoder" in flat[first:]:
-            err(
+    if not found:
+        return []
+    if "decoder" in flat[flat.index("mtp") :]:
+        return [
+            (
                 "pipeline-layout-mtp",
                 "decoder layers come after an MTP layer",
                 "place the m layers after every t",
             )
-        elif any(c != layout.vpp - 1 for _, c in chunks) or len(chunks) != 1:
-            err(
-                "pipeline-layout-mtp",
-                f"MTP layers sit in (rank, chunk) {chunks}; Megatron "
-                f"wants all {mtp} in the last chunk (chunk {layout.vpp - 1}) of one rank",
-                "move every m into one of the last stages (the last pp stages of the string)",
-            )
-    return out
+        ]
+    chunks = [
+        (r, c) for r in range(layout.pp) for c in range(layout.vpp) if "mtp" in layout.stage(r, c)
+    ]
+    if all(c == layout.vpp - 1 for _, c in chunks) and len(chunks) == 1:
+        return []
+    return [
+        (
+            "pipeline-layout-mtp",
+            f"MTP layers sit in (rank, chunk) {chunks}; Megatron "
+            f"wants all {mtp} in the last chunk (chunk {layout.vpp - 1}) of one rank",
+            "move every m into one of the last stages (the last pp stages of the string)",
+        )
+    ]
 
 
 def check_layout(

@@ -60,20 +60,39 @@ def _warn(rule: str, message: str, hint: str) -> Violation:
 # ---------------------------------------------------------------------------------------------
 def structural_violations(s: Strategy) -> list[Violation]:
     """Rules that depend only on the degrees and the order string."""
-    out: list[Violation] = []
+    unknown = _order_violations(s)
+    if unknown:
+        return unknown
+    mode = _inference_violations(s) if s.is_inference else _training_violations(s)
+    return (
+        _dependency_violations(s)
+        + layout_conflict_violations(s)
+        + mode
+        + fsdp_structural_violations(s)
+    )
+
+
+def _order_violations(s: Strategy) -> list[Violation]:
+    """The order string names every axis of its grid once."""
     names = s.order.split("-")
     expected = INFERENCE_ORDER_NAMES if s.is_inference else TRAINING_ORDER_NAMES
-    if sorted(names) != sorted(expected):
-        out.append(
-            _err(
-                "order-unknown",
-                f"order {s.order!r} is not a permutation of {'-'.join(TRAINING_ORDER_NAMES)} "
-                f"(training) or {'-'.join(INFERENCE_ORDER_NAMES)} (inference)",
-                "use 'tp-cp-ep-dp-pp' (Megatron default), 'tp-cp-ep-pp-dp' (Bridge's "
-                "use_tp_pp_dp_mapping) or 'tp-sp-pp-cfg-dp' (xDiT)",
-            )
+    if sorted(names) == sorted(expected):
+        return []
+    return [
+        _err(
+            "order-unknown",
+            f"order {s.order!r} is not a permutation of {'-'.join(TRAINING_ORDER_NAMES)} "
+            f"(training) or {'-'.join(INFERENCE_ORDER_NAMES)} (inference)",
+            "use 'tp-cp-ep-dp-pp' (Megatron default), 'tp-cp-ep-pp-dp' (Bridge's "
+            "use_tp_pp_dp_mapping) or 'tp-sp-pp-cfg-dp' (xDiT)",
         )
-        return out
+    ]
+
+
+def _dependency_violations(s: Strategy) -> list[Violation]:
+    """Settings that need another degree (SP needs TP, virtual or uneven stages need PP), and
+    the two ways of balancing a pipeline that exclude each other."""
+    out: list[Violation] = []
     if s.sp and s.tp == 1:
         out.append(
             _err(
@@ -109,37 +128,46 @@ def structural_violations(s: Strategy) -> list[Violation]:
                 "use one way to balance the pipeline",
             )
         )
-    out += layout_conflict_violations(s)
-    if s.is_inference:
-        if s.ep > 1:
-            out.append(
-                _err(
-                    "inference-ep",
-                    f"ep={s.ep}: expert parallelism is not part of the xDiT/MindIE-SD "
-                    "inference grid",
-                    "use ep=1 (pass groups['tp'] to fused MoE kernels) or a training "
-                    "order such as 'tp-cp-ep-dp-pp'",
-                )
+    return out
+
+
+def _inference_violations(s: Strategy) -> list[Violation]:
+    """Training-only degrees on an inference order."""
+    out = (
+        [
+            _err(
+                "inference-ep",
+                f"ep={s.ep}: expert parallelism is not part of the xDiT/MindIE-SD inference grid",
+                "use ep=1 (pass groups['tp'] to fused MoE kernels) or a training "
+                "order such as 'tp-cp-ep-dp-pp'",
             )
-        if s.vpp > 1:
-            out.append(
-                _err(
-                    "inference-vpp",
-                    f"vpp={s.vpp}: inference pipelines have no virtual stages",
-                    "use vpp=1",
-                )
+        ]
+        if s.ep > 1
+        else []
+    )
+    if s.vpp > 1:
+        out.append(
+            _err(
+                "inference-vpp",
+                f"vpp={s.vpp}: inference pipelines have no virtual stages",
+                "use vpp=1",
             )
-    else:
-        if s.cfg > 1:
-            out.append(
-                _err(
-                    "cfg-training",
-                    f"cfg={s.cfg} with training order {s.order!r}: CFG parallelism is "
-                    "for diffusion inference",
-                    "use cfg=1 for training, or order='tp-sp-pp-cfg-dp' for inference",
-                )
-            )
-    return out + fsdp_structural_violations(s)
+        )
+    return out
+
+
+def _training_violations(s: Strategy) -> list[Violation]:
+    """Inference-only degrees on a training order."""
+    if s.cfg <= 1:
+        return []
+    return [
+        _err(
+            "cfg-training",
+            f"cfg={s.cfg} with training order {s.order!r}: CFG parallelism is "
+            "for diffusion inference",
+            "use cfg=1 for training, or order='tp-sp-pp-cfg-dp' for inference",
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -255,65 +283,10 @@ def _fitting_worlds(s: Strategy, world: int) -> str:
 
 def world_violations(s: Strategy, world: int) -> list[Violation]:
     """Does the world size fit the grids (dense and expert, or the inference grid)?"""
-    out: list[Violation] = []
     if s.is_inference:
-        unit = s.tp * s.ulysses * s.ring * s.cfg * s.pp
-        if world % unit:
-            out.append(
-                _err(
-                    "world-inference",
-                    f"world size {world} is not a multiple of tp*ulysses*ring*cfg*pp = "
-                    f"{s.tp}*{s.ulysses}*{s.ring}*{s.cfg}*{s.pp} = {unit}",
-                    f"use {_fitting_worlds(s, world)} devices, or degrees whose product divides "
-                    f"{world}",
-                )
-            )
+        out = _inference_world_violations(s, world)
     else:
-        dense = s.tp * s.cp * s.pp
-        expert = s.etp * s.ep * s.pp
-        if world % dense:
-            alt = ""
-            if world % (s.tp * s.cp) == 0:
-                alt = (
-                    f", or pp in {fmt_set(divisors(world // (s.tp * s.cp)))} "
-                    f"with tp*cp = {s.tp * s.cp}"
-                )
-            out.append(
-                _err(
-                    "world-dense",
-                    f"world size {world} is not a multiple of tp*cp*pp = {s.tp}*{s.cp}*{s.pp} = "
-                    f"{dense}",
-                    f"use {_fitting_worlds(s, world)} devices (multiples of pp*lcm(tp*cp, ep*etp) "
-                    f"= {s.min_world_size}){alt}",
-                )
-            )
-        if world % expert and expert != dense:
-            out.append(
-                _err(
-                    "world-expert",
-                    f"world size {world} is not a multiple of etp*ep*pp = {s.etp}*{s.ep}*{s.pp} = "
-                    f"{expert} (the expert grid)",
-                    f"use {_fitting_worlds(s, world)} devices, or ep*etp*pp dividing {world}",
-                )
-            )
-        if not out:
-            out += fsdp_world_violations(s, world // dense, expert_dp(world, s.etp, s.ep, s.pp))
-        # pp last: both grids give it stride world/pp, nothing to compare
-        if not out and s.pp > 1 and not s.order.endswith("-pp"):
-            dp, edp = world // dense, expert_dp(world, s.etp, s.ep, s.pp)
-            grid = training_grid(
-                s.order, s.tp, s.cp, s.ep, s.etp, s.pp, world, s.ulysses, s.dp_replicate
-            )
-            if grid.stride("pp") != grid.view("expert").stride("pp"):
-                out.append(
-                    _err(
-                        "pp-groups-differ",
-                        f"with order {s.order!r} (pp not last) the dense and expert grids put "
-                        f"pipeline stages on different ranks: dp={dp} but expert dp={edp} "
-                        f"(tp*cp={s.tp * s.cp}, ep*etp={s.ep * s.etp})",
-                        "use order 'tp-cp-ep-dp-pp' (pp last), or make tp*cp == ep*etp",
-                    )
-                )
+        out = _training_world_violations(s, world)
     if s.dp is not None and s.world_size != world:
         out.append(
             _err(
@@ -323,6 +296,85 @@ def world_violations(s: Strategy, world: int) -> list[Violation]:
             )
         )
     return out
+
+
+def _inference_world_violations(s: Strategy, world: int) -> list[Violation]:
+    """The world against the xDiT grid's model-parallel unit."""
+    unit = s.tp * s.ulysses * s.ring * s.cfg * s.pp
+    if world % unit == 0:
+        return []
+    return [
+        _err(
+            "world-inference",
+            f"world size {world} is not a multiple of tp*ulysses*ring*cfg*pp = "
+            f"{s.tp}*{s.ulysses}*{s.ring}*{s.cfg}*{s.pp} = {unit}",
+            f"use {_fitting_worlds(s, world)} devices, or degrees whose product divides {world}",
+        )
+    ]
+
+
+def _training_world_violations(s: Strategy, world: int) -> list[Violation]:
+    """The world against the dense and expert grids; when both fit, the sharding degrees and
+    the pipeline groups of the two grids."""
+    out = _grid_world_violations(s, world)
+    if not out:
+        dp, edp = world // (s.tp * s.cp * s.pp), expert_dp(world, s.etp, s.ep, s.pp)
+        out = fsdp_world_violations(s, dp, edp)
+    if not out:
+        out = _pp_groups_violations(s, world)
+    return out
+
+
+def _grid_world_violations(s: Strategy, world: int) -> list[Violation]:
+    """The world a multiple of tp*cp*pp (dense grid) and of etp*ep*pp (expert grid)."""
+    out: list[Violation] = []
+    dense = s.tp * s.cp * s.pp
+    expert = s.etp * s.ep * s.pp
+    if world % dense:
+        alt = ""
+        if world % (s.tp * s.cp) == 0:
+            alt = (
+                f", or pp in {fmt_set(divisors(world // (s.tp * s.cp)))} with tp*cp = {s.tp * s.cp}"
+            )
+        out.append(
+            _err(
+                "world-dense",
+                f"world size {world} is not a multiple of tp*cp*pp = {s.tp}*{s.cp}*{s.pp} = "
+                f"{dense}",
+                f"use {_fitting_worlds(s, world)} devices (multiples of pp*lcm(tp*cp, ep*etp) "
+                f"= {s.min_world_size}){alt}",
+            )
+        )
+    if world % expert and expert != dense:
+        out.append(
+            _err(
+                "world-expert",
+                f"world size {world} is not a multiple of etp*ep*pp = {s.etp}*{s.ep}*{s.pp} = "
+                f"{expert} (the expert grid)",
+                f"use {_fitting_worlds(s, world)} devices, or ep*etp*pp dividing {world}",
+            )
+        )
+    return out
+
+
+def _pp_groups_violations(s: Strategy, world: int) -> list[Violation]:
+    """With pp not last in the order, the dense and expert grids must give the same pipeline
+    groups (with pp last both give it stride world/pp: nothing to compare)."""
+    if s.pp <= 1 or s.order.endswith("-pp"):
+        return []
+    grid = training_grid(s.order, s.tp, s.cp, s.ep, s.etp, s.pp, world, s.ulysses, s.dp_replicate)
+    if grid.stride("pp") == grid.view("expert").stride("pp"):
+        return []
+    dp, edp = world // (s.tp * s.cp * s.pp), expert_dp(world, s.etp, s.ep, s.pp)
+    return [
+        _err(
+            "pp-groups-differ",
+            f"with order {s.order!r} (pp not last) the dense and expert grids put "
+            f"pipeline stages on different ranks: dp={dp} but expert dp={edp} "
+            f"(tp*cp={s.tp * s.cp}, ep*etp={s.ep * s.etp})",
+            "use order 'tp-cp-ep-dp-pp' (pp last), or make tp*cp == ep*etp",
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -373,47 +425,66 @@ def _split_violations(
         from .pipeline_layout import PipelineLayout, layout_violations
 
         return tuple(layout_violations(PipelineLayout(layout_value, p), num_layers, mtp_num_layers))
-    out: list[Violation] = []
     if p == 1:
         return ()
     if not uneven:
-        if num_layers % p:
-            out.append(
-                _err(
-                    "layers-pp",
-                    f"{num_layers} layers do not split evenly over pp={p} stages",
-                    f"use pp in {fmt_set([d for d in divisors(num_layers) if d > 1])}, or set "
-                    f"first_stage_layers/last_stage_layers for an uneven split",
-                )
-            )
-        elif (num_layers // p) % v:
-            per = num_layers // p
-            out.append(
-                _err(
-                    "layers-vpp",
-                    f"{per} layers per stage (={num_layers}/pp {p}) do not split into vpp={v} "
-                    f"virtual chunks",
-                    f"use vpp in {fmt_set(divisors(per))}",
-                )
-            )
-        return tuple(out)
+        return tuple(_even_split_violations(p, v, num_layers))
     if emb or loss:
-        total = num_layers + emb + loss
-        if total % (p * v):
-            out.append(
-                _err(
-                    "layers-accounted",
-                    f"{num_layers} layers + {int(emb)} embedding + {int(loss)} loss = {total} "
-                    f"is not a multiple of pp*vpp = {p * v}",
-                    f"use pp*vpp in {fmt_set([d for d in divisors(total) if d > 1])}, or "
-                    "first_stage_layers/last_stage_layers",
-                )
+        return tuple(_accounted_split_violations(p, v, emb, loss, num_layers))
+    return tuple(_uneven_split_violations(p, v, first, last, num_layers))
+
+
+def _even_split_violations(p: int, v: int, num_layers: int) -> list[Violation]:
+    """``num_layers`` split evenly over ``p`` stages, each stage's share over ``v`` chunks."""
+    if num_layers % p:
+        return [
+            _err(
+                "layers-pp",
+                f"{num_layers} layers do not split evenly over pp={p} stages",
+                f"use pp in {fmt_set([d for d in divisors(num_layers) if d > 1])}, or set "
+                f"first_stage_layers/last_stage_layers for an uneven split",
             )
-        return tuple(out)
+        ]
+    per = num_layers // p
+    if per % v == 0:
+        return []
+    return [
+        _err(
+            "layers-vpp",
+            f"{per} layers per stage (={num_layers}/pp {p}) do not split into vpp={v} "
+            f"virtual chunks",
+            f"use vpp in {fmt_set(divisors(per))}",
+        )
+    ]
+
+
+def _accounted_split_violations(
+    p: int, v: int, emb: bool, loss: bool, num_layers: int
+) -> list[Violation]:
+    """The layers plus the embedding and loss slots split evenly over ``p * v`` chunks."""
+    total = num_layers + emb + loss
+    if total % (p * v) == 0:
+        return []
+    return [
+        _err(
+            "layers-accounted",
+            f"{num_layers} layers + {int(emb)} embedding + {int(loss)} loss = {total} "
+            f"is not a multiple of pp*vpp = {p * v}",
+            f"use pp*vpp in {fmt_set([d for d in divisors(total) if d > 1])}, or "
+            "first_stage_layers/last_stage_layers",
+        )
+    ]
+
+
+def _uneven_split_violations(
+    p: int, v: int, first: int | None, last: int | None, num_layers: int
+) -> list[Violation]:
+    """First/last stage counts leave an even split for the middle stages, every stage's
+    count a multiple of ``v``."""
     middle = p - (first is not None) - (last is not None)
     rest = num_layers - (first or 0) - (last or 0)
     if rest < 0 or (middle == 0 and rest != 0) or (middle > 0 and (rest <= 0 or rest % middle)):
-        out.append(
+        return [
             _err(
                 "layers-uneven",
                 f"{num_layers} layers with first_stage_layers={first}, last_stage_layers={last} "
@@ -421,18 +492,17 @@ def _split_violations(
                 "choose first/last so that (layers - first - last) is a positive multiple of the "
                 "middle stages",
             )
-        )
-        return tuple(out)
+        ]
     counts = [c for c in (first, last, rest // middle if middle else None) if c is not None]
     if v > 1 and any(c % v for c in counts):
-        out.append(
+        return [
             _err(
                 "layers-vpp",
                 f"stage layer counts {counts} do not all divide into vpp={v} virtual chunks",
                 "make every stage's layer count a multiple of vpp",
             )
-        )
-    return tuple(out)
+        ]
+    return []
 
 
 def clear_caches() -> None:
@@ -460,6 +530,14 @@ def model_violations(s: Strategy, model: Any) -> list[Violation]:
 
 def _head_violations(s: Strategy, heads: int, groups: int, name: str) -> list[Violation]:
     """Attention heads and query groups against TP and Ulysses."""
+    out = _head_tp_violations(s, heads, groups, name)
+    if s.ulysses == 1 or heads % s.tp:
+        return out
+    return out + _head_ulysses_violations(s, heads, groups, name)
+
+
+def _head_tp_violations(s: Strategy, heads: int, groups: int, name: str) -> list[Violation]:
+    """Attention heads and query groups (KV heads) against TP."""
     out: list[Violation] = []
     if heads % s.tp:
         out.append(
@@ -488,8 +566,12 @@ def _head_violations(s: Strategy, heads: int, groups: int, name: str) -> list[Vi
                 "use megatron-core >= 0.16, or tp <= the number of query groups",
             )
         )
-    if s.ulysses == 1 or heads % s.tp:
-        return out
+    return out
+
+
+def _head_ulysses_violations(s: Strategy, heads: int, groups: int, name: str) -> list[Violation]:
+    """The attention heads per TP rank (and, for inference, the KV heads) against Ulysses."""
+    out: list[Violation] = []
     local = heads // s.tp
     if local % s.ulysses:
         out.append(
@@ -842,64 +924,81 @@ def batch_violations(
 # ---------------------------------------------------------------------------------------------
 def soft_violations(s: Strategy, devices_per_node: int | None) -> list[Violation]:
     """Heuristics from the seed guides: TP inside a node, VPP with PP, SP with TP."""
-    out: list[Violation] = []
-    if devices_per_node:
-        if s.tp > devices_per_node:
-            out.append(
-                _warn(
-                    "tp-across-nodes",
-                    f"tp={s.tp} spans more than one node of {devices_per_node} "
-                    "devices: every layer's TP collectives cross the slow link",
-                    f"keep tp <= {devices_per_node}; use pp (or cp) across nodes",
-                )
-            )
-        if s.is_inference and s.tp * s.ulysses > devices_per_node:
-            out.append(
-                _warn(
-                    "ulysses-across-nodes",
-                    f"tp*ulysses = {s.tp * s.ulysses} spans more than one node/island "
-                    f"of {devices_per_node}",
-                    "keep Ulysses inside a node and use ring across nodes",
-                )
-            )
+    out = _node_violations(s, devices_per_node) if devices_per_node else []
     if not s.is_inference:
-        if s.pp > 2 and s.vpp == 1:
-            out.append(
-                _warn(
-                    "pp-without-vpp",
-                    f"pp={s.pp} without virtual stages: bubble (p-1)/m is vpp times "
-                    "larger than with interleaving",
-                    "set vpp >= 2 when layers per stage allow",
-                )
-            )
-        if s.vpp > 1 and s.pp == 2:
-            out.append(
-                _warn(
-                    "vpp-pp2",
-                    "vpp with pp=2 needs overlap_p2p_comm in Megatron-LM's training arguments",
-                    "use pp >= 3 or enable overlap_p2p_comm",
-                )
-            )
-        if s.ep > 1 and s.tp > 1 and not s.sp:
-            out.append(
-                _warn(
-                    "ep-tp-without-sp",
-                    f"ep={s.ep} with tp={s.tp} without sequence parallelism: Megatron "
-                    "Core says SP 'must be used' (a ValueError before 0.10, a warning "
-                    "in 0.16)",
-                    "set sp=True",
-                )
-            )
-        elif s.tp > 1 and not s.sp:
-            out.append(
-                _warn(
-                    "tp-without-sp",
-                    f"tp={s.tp} without sequence parallelism "
-                    "replicates LayerNorm/dropout activations on every TP rank",
-                    "set sp=True (same communication volume, less memory)",
-                )
-            )
+        out += _interleave_violations(s) + _sequence_parallel_violations(s)
     return out
+
+
+def _node_violations(s: Strategy, devices_per_node: int) -> list[Violation]:
+    """TP (and, for inference, TP x Ulysses) inside one node of ``devices_per_node``."""
+    out: list[Violation] = []
+    if s.tp > devices_per_node:
+        out.append(
+            _warn(
+                "tp-across-nodes",
+                f"tp={s.tp} spans more than one node of {devices_per_node} "
+                "devices: every layer's TP collectives cross the slow link",
+                f"keep tp <= {devices_per_node}; use pp (or cp) across nodes",
+            )
+        )
+    if s.is_inference and s.tp * s.ulysses > devices_per_node:
+        out.append(
+            _warn(
+                "ulysses-across-nodes",
+                f"tp*ulysses = {s.tp * s.ulysses} spans more than one node/island "
+                f"of {devices_per_node}",
+                "keep Ulysses inside a node and use ring across nodes",
+            )
+        )
+    return out
+
+
+def _interleave_violations(s: Strategy) -> list[Violation]:
+    """Virtual pipeline stages where they pay (pp > 2) and where they need extra care."""
+    out: list[Violation] = []
+    if s.pp > 2 and s.vpp == 1:
+        out.append(
+            _warn(
+                "pp-without-vpp",
+                f"pp={s.pp} without virtual stages: bubble (p-1)/m is vpp times "
+                "larger than with interleaving",
+                "set vpp >= 2 when layers per stage allow",
+            )
+        )
+    if s.vpp > 1 and s.pp == 2:
+        out.append(
+            _warn(
+                "vpp-pp2",
+                "vpp with pp=2 needs overlap_p2p_comm in Megatron-LM's training arguments",
+                "use pp >= 3 or enable overlap_p2p_comm",
+            )
+        )
+    return out
+
+
+def _sequence_parallel_violations(s: Strategy) -> list[Violation]:
+    """Sequence parallelism with TP (Megatron Core requires it with EP)."""
+    if s.sp or s.tp <= 1:
+        return []
+    if s.ep > 1:
+        return [
+            _warn(
+                "ep-tp-without-sp",
+                f"ep={s.ep} with tp={s.tp} without sequence parallelism: Megatron "
+                "Core says SP 'must be used' (a ValueError before 0.10, a warning "
+                "in 0.16)",
+                "set sp=True",
+            )
+        ]
+    return [
+        _warn(
+            "tp-without-sp",
+            f"tp={s.tp} without sequence parallelism "
+            "replicates LayerNorm/dropout activations on every TP rank",
+            "set sp=True (same communication volume, less memory)",
+        )
+    ]
 
 
 # ---------------------------------------------------------------------------------------------

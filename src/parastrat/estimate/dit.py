@@ -298,56 +298,34 @@ def _precision(precision: str) -> int:
         raise SpecError(f"unknown precision {precision!r}; known: {', '.join(BYTES)}") from None
 
 
-def _memory(
-    model: DiTSpec,
-    opts: DiTMemoryOptions,
-    s: Strategy,
-    accel: Accelerator,
-    *,
-    nbytes: int,
-    per_dev: int,
-    batch: int,
-    kv_loc: float,
-    text_on_device: bool,
-    prompts: int,
-    latent: tuple[int, int, int],
-    vae_devices: int,
-    tiled: bool,
-    decode: bool,
-) -> DiTMemory:
-    """Bytes per device, phase by phase (:mod:`~parastrat.estimate.dit_memory`).  ``batch``:
-    guidance branches whose activations are live at once; ``latent``: (latent frames, pixel
-    height, pixel width) of the output."""
-    tp, U, R = s.tp, s.ulysses, s.ring
+def _memory(run: _Run, shard: DeviceShard, latent_frames: int, tiled: bool) -> DiTMemory:
+    """Bytes per device, phase by phase (:mod:`~parastrat.estimate.dit_memory`): the
+    weights as the run keeps them, the activations of the guidance branches live at once
+    (``DiTMemoryOptions.cfg_batched``), the text encoders and the VAE decode of
+    ``latent_frames`` at the output's pixel size (``tiled``: the decode is tiled)."""
+    model, opts, s, out = run.model, run.memory, run.s, run.output
     kept = residency(
         model,
         opts,
-        nbytes=nbytes,
-        tp=tp,
-        shard_world=U * R * s.cfg,
-        text_on_device=text_on_device,
-        prompts=prompts,
+        nbytes=shard.nbytes,
+        tp=s.tp,
+        shard_world=s.ulysses * s.ring * s.cfg,
+        text_on_device=run.text_on_device,
+        prompts=run.branches,
     )
-    f, q, kv = model.ffn_hidden_size, model.inner_dim, model.kv_dim
-    img, txt = batch * per_dev, batch * model.text_tokens
-    activations = (
-        (img + txt) * nbytes * (ACT_LIVE_H * model.hidden_size + 2 * (q + 2 * kv) / tp + 2 * f / tp)
-    )
-    if R > 1:
-        activations += 2 * 2 * (U * img) * kv_loc * nbytes  # double-buffered K/V blocks
-    frames, height, width = latent
+    activations = _activation_bytes(model, s, shard, shard.batch if opts.cfg_batched else 1)
     vae = model.vae
-    lat = (frames, height // vae.spatial_factor, width // vae.spatial_factor) if vae else latent
+    size = (out.height // vae.spatial_factor, out.width // vae.spatial_factor) if vae else None
     phases = memory_phases(
         model,
         opts,
         kept,
         activations=activations,
         runtime=RUNTIME_RESERVE_BYTES,
-        latent=lat,
-        vae_devices=vae_devices,
+        latent=(latent_frames, *size) if size else (latent_frames, out.height, out.width),
+        vae_devices=run.vae_devices,
         tiled=tiled,
-        decode=decode,
+        decode=out.output_type != "latent",
     )
     loop = phases[1].parts
     return DiTMemory(
@@ -355,9 +333,24 @@ def _memory(
         encoders=loop["text_encoders"],
         activations=activations,
         other=RUNTIME_RESERVE_BYTES,
-        capacity=accel.memory_bytes,
+        capacity=run.cluster.accel.memory_bytes,
         phases=phases,
     )
+
+
+def _activation_bytes(model: DiTSpec, s: Strategy, shard: DeviceShard, batch: int) -> float:
+    """Live activations of one block for ``batch`` guidance branches (:data:`ACT_LIVE_H`),
+    plus the ring's double-buffered K/V blocks."""
+    nbytes, tp = shard.nbytes, s.tp
+    f, q, kv = model.ffn_hidden_size, model.inner_dim, model.kv_dim
+    img, txt = batch * shard.per_dev, batch * model.text_tokens
+    activations = (
+        (img + txt) * nbytes * (ACT_LIVE_H * model.hidden_size + 2 * (q + 2 * kv) / tp + 2 * f / tp)
+    )
+    if s.ring > 1:
+        kv_loc = model.query_groups * model.head_dim / (s.tp * s.ulysses)
+        activations += 2 * 2 * (s.ulysses * img) * kv_loc * nbytes  # double-buffered K/V blocks
+    return activations
 
 
 def estimate_dit(
@@ -402,28 +395,136 @@ def estimate_dit(
     cluster cannot take (heads vs Ulysses/TP, more devices than the cluster has, more
     sequence ranks than tokens); padding is reported in ``.warnings``.
     """
+    output = DiTOutput(height, width, frames, output_type, vae_tiling, vae_cold)
+    run = _resolve(
+        model,
+        strategy,
+        cluster,
+        output,
+        steps,
+        guidance=guidance,
+        memory=memory,
+        vae_parallel=vae_parallel,
+        text_on_device=text_encoder_on_device,
+    )
+    shape = run.model.latent_shape(height, width, frames)
+    tokens, warnings = _admit(run, shape)
+    shard = _device_shard(run, tokens, precision, compiled, attention_eff)
+    step, serial = _timed(run, shard, steps)
+    latency = steps * step.total + serial.text_encode_s + serial.vae_decode_s + serial.postprocess_s
+    warnings += _latency_warnings(run.s, step, serial, steps, latency, vae_parallel, tokens.video)
+    memory_rep = _memory(run, shard, shape.latent_frames, bool(serial.vae.get("tiled", False)))
+    warnings += _memory_warnings(memory_rep, run.cluster.accel)
+    return DiTReport(
+        model=run.model.name,
+        strategy=run.s,
+        accelerator=run.cluster.accel.name,
+        devices=run.devices,
+        height=height,
+        width=width,
+        frames=frames,
+        steps=steps,
+        guidance=run.guidance,
+        latency_s=latency,
+        per_step_s=step.total,
+        memory=memory_rep,
+        breakdown=_breakdown(step, serial, steps),
+        hidden={"ring_kv_exchange": steps * step.ring_hidden},
+        tokens=tokens,
+        warnings=warnings,
+        serial=serial.to_dict(),
+        compiled=compiled,
+    )
+
+
+@dataclass(frozen=True)
+class _Run:
+    """One generation's inputs, checked and with their defaults resolved: what the phases of
+    :func:`estimate_dit` read.  ``guidance`` is resolved (``guidance_given``: whether the
+    caller set it); ``s`` is the strategy on the xDiT grid."""
+
+    model: DiTSpec
+    s: Strategy
+    cluster: Cluster
+    output: DiTOutput
+    guidance: bool
+    guidance_given: bool
+    memory: DiTMemoryOptions
+    vae_parallel: bool
+    text_on_device: bool
+
+    @property
+    def branches(self) -> int:
+        """Guidance branches per step (prompts the text encoders encode)."""
+        return 2 if self.guidance else 1
+
+    @property
+    def devices(self) -> int:
+        """Devices the strategy takes, replicas included."""
+        return self.s.model_parallel_size * (self.s.dp or 1)
+
+    @property
+    def vae_devices(self) -> int:
+        """Devices the VAE decode runs on: every model-parallel one with ``vae_parallel``."""
+        s = self.s
+        return (s.tp * (s.ulysses * s.ring) * s.cfg) if self.vae_parallel else 1
+
+
+def _resolve(
+    model: DiTSpec | str,
+    strategy: Strategy,
+    cluster: Cluster,
+    output: DiTOutput,
+    steps: int,
+    *,
+    guidance: bool | None,
+    memory: DiTMemoryOptions | None,
+    vae_parallel: bool,
+    text_on_device: bool,
+) -> _Run:
+    """The checked inputs of :func:`estimate_dit`; SpecError for a model, cluster, workload,
+    output type or memory option it cannot take."""
     model = get_dit(model)
     if not isinstance(cluster, Cluster):
         raise SpecError(f"cluster must be a parastrat.Cluster, got {type(cluster).__name__}")
-    check_workload(model, height=height, width=width, frames=frames, steps=steps)
-    if output_type not in POSTPROCESS_S_PER_ELEMENT:
+    check_workload(
+        model, height=output.height, width=output.width, frames=output.frames, steps=steps
+    )
+    if output.output_type not in POSTPROCESS_S_PER_ELEMENT:
         raise SpecError(
-            f"output_type={output_type!r} is not one a diffusers pipeline takes; known: "
+            f"output_type={output.output_type!r} is not one a diffusers pipeline takes; known: "
             f"{', '.join(POSTPROCESS_S_PER_ELEMENT)}"
         )
     mem_opts = require_options(memory)
-    if mem_opts.encoder_fsdp and not text_encoder_on_device:
+    if mem_opts.encoder_fsdp and not text_on_device:
         raise SpecError(
             "memory=DiTMemoryOptions(encoder_fsdp=True) shards text encoders that "
             "text_encoder_on_device=False keeps on the host; use one or the other"
         )
-    explicit = guidance is not None
-    guidance = resolve_guidance(model, guidance)
+    resolved = resolve_guidance(model, guidance)
     s = as_inference(strategy)
-    devices = s.model_parallel_size * (s.dp or 1)
-    shape = model.latent_shape(height, width, frames)
-    size = f"{width}x{height}"
-    problems = _refusals(model, s, cluster, guidance, explicit, devices, (shape.tokens, size))
+    return _Run(
+        model=model,
+        s=s,
+        cluster=cluster,
+        output=output,
+        guidance=resolved,
+        guidance_given=guidance is not None,
+        memory=mem_opts,
+        vae_parallel=vae_parallel,
+        text_on_device=text_on_device,
+    )
+
+
+def _admit(run: _Run, shape: Any) -> tuple[TokenSplit, list[str]]:
+    """The token split of a run the model and cluster can take, and the warnings so far
+    (the strategy's soft rules, padding, true CFG on a distilled model); StrategyError
+    listing every refusal otherwise."""
+    model, s, cluster = run.model, run.s, run.cluster
+    size = f"{run.output.width}x{run.output.height}"
+    problems = _refusals(
+        model, s, cluster, run.guidance, run.guidance_given, run.devices, (shape.tokens, size)
+    )
     if problems:
         raise StrategyError(problems)
     warnings = [
@@ -431,80 +532,59 @@ def estimate_dit(
         for v in s.warnings(model, devices_per_node=cluster.scale_up_domain)
     ]
     tokens = _token_split(model, s, shape.tokens)
-    warnings += _token_warnings(model, tokens, shape, guidance)
+    warnings += _token_warnings(model, tokens, shape, run.guidance)
+    return tokens, warnings
 
-    branches = 2 if guidance else 1
-    shard = DeviceShard(
-        batch=branches // s.cfg,  # branches each device runs per step (1 or 2)
+
+def _device_shard(
+    run: _Run, tokens: TokenSplit, precision: str, compiled: bool, attention_eff: float | None
+) -> DeviceShard:
+    """What one device runs per step; SpecError for an unknown precision or an attention
+    efficiency outside (0, 1]."""
+    s = run.s
+    return DeviceShard(
+        batch=run.branches // s.cfg,  # branches each device runs per step (1 or 2)
         per_dev=tokens.per_device,
-        text=model.text_tokens,
+        text=run.model.text_tokens,
         tp=s.tp,
         ulysses=s.ulysses,
         ring=s.ring,
         nbytes=_precision(precision),
         precision=precision,
         compiled=compiled,
-        attention_eff=_attention_eff(cluster.accel, model, attention_eff),
+        attention_eff=_attention_eff(run.cluster.accel, run.model, attention_eff),
     )
-    latent = model.latent_elements(height, width, frames)
-    step = step_time(model, shard, cluster, latent_elements=latent, guidance=guidance, cfg=s.cfg)
-    vae_devices = (s.tp * shard.sp * s.cfg) if vae_parallel else 1
+
+
+def _timed(run: _Run, shard: DeviceShard, steps: int) -> tuple[StepTime, SerialParts]:
+    """One denoising step on one device, and the serial parts around the ``steps`` steps."""
+    out = run.output
+    latent = run.model.latent_elements(out.height, out.width, out.frames)
+    step = step_time(
+        run.model, shard, run.cluster, latent_elements=latent, guidance=run.guidance, cfg=run.s.cfg
+    )
     serial = _serial(
-        model,
-        cluster,
-        DiTOutput(height, width, frames, output_type, vae_tiling, vae_cold),
+        run.model,
+        run.cluster,
+        out,
         nbytes=shard.nbytes,
-        prompts=branches,
-        vae_devices=vae_devices,
+        prompts=run.branches,
+        vae_devices=run.vae_devices,
         scheduler_s=steps * step.scheduler,
     )
-    breakdown = _breakdown(step, serial, steps)
-    latency = steps * step.total + serial.text_encode_s + serial.vae_decode_s + serial.postprocess_s
-    warnings += _latency_warnings(s, step, serial, steps, latency, vae_parallel, tokens.video)
+    return step, serial
 
-    memory_rep = _memory(
-        model,
-        mem_opts,
-        s,
-        cluster.accel,
-        nbytes=shard.nbytes,
-        per_dev=shard.per_dev,
-        batch=shard.batch if mem_opts.cfg_batched else 1,
-        kv_loc=model.query_groups * model.head_dim / (s.tp * s.ulysses),
-        text_on_device=text_encoder_on_device,
-        prompts=branches,
-        latent=(shape.latent_frames, height, width),
-        vae_devices=vae_devices,
-        tiled=bool(serial.vae.get("tiled", False)),
-        decode=output_type != "latent",
-    )
-    if not memory_rep.fits():
-        worst = memory_rep.peak
-        warnings.append(
-            f"memory: {memory_rep.total / GiB:.1f} GiB per device exceeds the "
-            f"{cluster.accel.memory_bytes / GiB:.0f} GiB of {cluster.accel.name} at the "
-            f"{worst.describe()}; " + memory_hint(worst.name)
-        )
-    return DiTReport(
-        model=model.name,
-        strategy=s,
-        accelerator=cluster.accel.name,
-        devices=devices,
-        height=height,
-        width=width,
-        frames=frames,
-        steps=steps,
-        guidance=guidance,
-        latency_s=latency,
-        per_step_s=step.total,
-        memory=memory_rep,
-        breakdown=breakdown,
-        hidden={"ring_kv_exchange": steps * step.ring_hidden},
-        tokens=tokens,
-        warnings=warnings,
-        serial=serial.to_dict(),
-        compiled=compiled,
-    )
+
+def _memory_warnings(memory: DiTMemory, accel: Accelerator) -> list[str]:
+    """The peak phase when it does not fit, with what would make it fit."""
+    if memory.fits():
+        return []
+    worst = memory.peak
+    return [
+        f"memory: {memory.total / GiB:.1f} GiB per device exceeds the "
+        f"{accel.memory_bytes / GiB:.0f} GiB of {accel.name} at the "
+        f"{worst.describe()}; " + memory_hint(worst.name)
+    ]
 
 
 def _attention_eff(accel: Accelerator, model: DiTSpec, given: float | None) -> float:

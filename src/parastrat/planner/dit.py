@@ -217,8 +217,9 @@ def label(s: Strategy) -> str:
     return " x ".join(parts) or "1 device"
 
 
-def _splits(devices: int, guidance: bool, data_parallel: bool):
-    """Every (tp, ulysses, ring, cfg, dp) whose product is ``devices``."""
+def _splits(devices: int, guidance: bool, data_parallel: bool) -> list[Strategy]:
+    """Every xDiT strategy whose tp * ulysses * ring * cfg * dp is ``devices``."""
+    out = []
     for dp in divisors(devices) if data_parallel else [1]:
         rest = devices // dp
         for cfg in (1, 2) if guidance else (1,):
@@ -227,7 +228,10 @@ def _splits(devices: int, guidance: bool, data_parallel: bool):
             for tp in divisors(rest // cfg):
                 sp = rest // cfg // tp
                 for u in divisors(sp):
-                    yield tp, u, sp // u, cfg, dp
+                    out.append(
+                        Strategy(tp=tp, ulysses=u, ring=sp // u, cfg=cfg, dp=dp, order=XDIT_ORDER)
+                    )
+    return out
 
 
 def plan_dit(
@@ -284,23 +288,12 @@ def plan_dit(
         compiled=compiled,
         memory=memory,
     )
-    splits = [
-        Strategy(tp=tp, ulysses=u, ring=r, cfg=cfg, dp=dp, order=XDIT_ORDER)
-        for tp, u, r, cfg, dp in _splits(n, guidance, data_parallel)
-    ]
     domain = None if allow_cross_node else cluster.scale_up_domain
-    found = _price_splits(splits, price, domain)
+    found = _price_splits(_splits(n, guidance, data_parallel), price, domain)
     if not found.priced:
         raise _nothing_fits(model, cluster, n, video, found)
-
     objective = "throughput" if data_parallel else "latency"
-    priced = found.priced
-    if data_parallel:
-        priced.sort(key=lambda c: (-c.requests_per_s, c.latency_s))
-    else:
-        priced.sort(key=lambda c: (c.latency_s, c.memory.total))
-    best = priced[0]
-    ranked = [DiTCandidate(c.strategy, c.report, _why(c, best, model, objective)) for c in priced]
+    ranked = _ranked(found.priced, model, objective)
     return DiTPlan(
         model=model.name,
         accelerator=cluster.accel.name,
@@ -321,6 +314,17 @@ def plan_dit(
         rejected=found.rejected,
         objective=objective,
     )
+
+
+def _ranked(priced: list[DiTCandidate], model: DiTSpec, objective: str) -> list[DiTCandidate]:
+    """The priced splits best first (by requests per second for "throughput", else by
+    latency), each with the reasons for its place."""
+    if objective == "throughput":
+        priced.sort(key=lambda c: (-c.requests_per_s, c.latency_s))
+    else:
+        priced.sort(key=lambda c: (c.latency_s, c.memory.total))
+    best = priced[0]
+    return [DiTCandidate(c.strategy, c.report, _why(c, best, model, objective)) for c in priced]
 
 
 def _device_count(cluster: Cluster, devices: int | None, top_k: int) -> int:

@@ -31,7 +31,7 @@ from typing import Any
 from ..errors import UsageError
 from ..layout import KINDS, coordinates, layout
 from ..strategy import Strategy, require_strategy
-from .backend import as_timedelta, device_for, init_distributed
+from .backend import Started, as_timedelta, device_for, init_distributed
 
 #: layout kind -> (Megatron getter, its keyword arguments).  Kinds not listed here (and the
 #: Ulysses/ring split unless Megatron built hierarchical CP groups) are made with new_group.
@@ -132,6 +132,24 @@ def initialize(
 
     dist = require("torch.distributed")
     td = as_timedelta(timeout)
+    # the check comes first: a strategy that does not fit must not leave half-made groups
+    _check_fits(strategy, dist, td, megatron_kwargs)
+    started = init_distributed(backend, timeout=td)
+    try:
+        handle = _build(strategy, dist, started, td, megatron_kwargs)
+    except BaseException:
+        _cleanup_after_failure(started.started)
+        raise
+    _active = handle
+    return handle
+
+
+def _check_fits(
+    strategy: Strategy, dist: Any, td: timedelta | None, megatron_kwargs: Mapping[str, Any] | None
+) -> None:
+    """Before torch.distributed starts: the strategy against the world the launcher gives
+    (StrategyError), a single process without a launcher, and what the installed
+    megatron-core cannot express (UsageError)."""
     world = dist.get_world_size() if dist.is_initialized() else _env_world()
     if world == 1 and not dist.is_initialized() and strategy.min_world_size > 1:
         from .backend import LAUNCH_HINT
@@ -140,45 +158,46 @@ def initialize(
             f"{strategy} needs at least {strategy.min_world_size} ranks, but this is one "
             f"process started without a launcher (no RANK/WORLD_SIZE): {LAUNCH_HINT}"
         )
-    # the check comes first: a strategy that does not fit must not leave half-made groups
     sized = strategy.with_world_size(world)
     if not sized.is_inference:
         _megatron_init_kwargs(sized, td, megatron_kwargs)  # version problems surface here too
 
-    started = init_distributed(backend, timeout=td)
-    try:
-        rank = dist.get_rank()
-        world = dist.get_world_size()
-        sized = strategy.with_world_size(world)
-        grid = layout(sized, world)
-        if sized.is_inference:
-            pgs, created = _build_inference(grid, rank, td)
-            megatron = False
-        else:
-            pgs, created = _build_training(sized, grid, rank, td, megatron_kwargs)
-            megatron = True
-        mine = {kind: _my_group(grid[kind], rank) for kind in KINDS}
-        _check_membership(pgs, mine, rank)
-        handle = Groups(
-            strategy=sized,
-            rank=rank,
-            world_size=world,
-            backend=started.backend,
-            device=device_for(started.backend),
-            layout=grid,
-            ranks=mine,
-            coords=coordinates(sized, world, rank),
-            megatron=megatron,
-            _pgs=pgs,
-            _created=created,
-            _started_dist=started.started,
-        )
-        if sized.is_inference:
-            handle._set_yunchang = _point_yunchang(pgs["ulysses"], pgs["ring"])
-    except BaseException:
-        _cleanup_after_failure(started.started)
-        raise
-    _active = handle
+
+def _build(
+    strategy: Strategy,
+    dist: Any,
+    started: Started,
+    td: timedelta | None,
+    megatron_kwargs: Mapping[str, Any] | None,
+) -> Groups:
+    """This rank's groups of ``strategy`` over the started world, checked against the
+    layout (Megatron's for training, new groups and yunchang's globals for inference)."""
+    rank = dist.get_rank()
+    world = dist.get_world_size()
+    sized = strategy.with_world_size(world)
+    grid = layout(sized, world)
+    if sized.is_inference:
+        pgs, created = _build_inference(grid, rank, td)
+    else:
+        pgs, created = _build_training(sized, grid, rank, td, megatron_kwargs)
+    mine = {kind: _my_group(grid[kind], rank) for kind in KINDS}
+    _check_membership(pgs, mine, rank)
+    handle = Groups(
+        strategy=sized,
+        rank=rank,
+        world_size=world,
+        backend=started.backend,
+        device=device_for(started.backend),
+        layout=grid,
+        ranks=mine,
+        coords=coordinates(sized, world, rank),
+        megatron=not sized.is_inference,
+        _pgs=pgs,
+        _created=created,
+        _started_dist=started.started,
+    )
+    if sized.is_inference:
+        handle._set_yunchang = _point_yunchang(pgs["ulysses"], pgs["ring"])
     return handle
 
 

@@ -486,75 +486,86 @@ class ModelSpec(HybridShape):
         multi-token-prediction modules, sharing the embedding and output layer).  Counts use the
         real vocabulary (padding is a memory matter, see :meth:`padded_vocab_size`).
         """
-        h, a, g, d = self.hidden_size, self.num_attention_heads, self.query_groups, self.head_dim
-        bias = self.add_bias_linear
-        if self.multi_latent_attention:
-            qk = self.qk_head_dim + self.qk_pos_emb_head_dim
-            if self.q_lora_rank:
-                q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * qk
-            else:
-                q = h * a * qk
-            kv = (
-                h * (self.kv_lora_rank + self.qk_pos_emb_head_dim)
-                + self.kv_lora_rank
-                + self.kv_lora_rank * a * (self.qk_head_dim + self.v_head_dim)
-            )
-            attention = q + kv + a * self.v_head_dim * h
-            # Down-projections and their norms are not split by TP in Megatron's MLA.
-            replicated = (
-                h * (self.q_lora_rank or 0)
-                + (self.q_lora_rank or 0)
-                + h * (self.kv_lora_rank + self.qk_pos_emb_head_dim)
-                + self.kv_lora_rank
-            )
-        else:
-            replicated = 2 * d if self.qk_layernorm else 0
-            attention = h * a * d + 2 * h * g * d + a * d * h
-            if bias or self.add_qkv_bias:
-                attention += a * d + 2 * g * d
-            if self.qk_layernorm:
-                attention += 2 * d
-        if bias:
-            attention += h
+        h = self.hidden_size
+        attention, replicated = self._attention_params()
         norm = 2 * h if self.normalization == "layernorm" else h
-        mats = 3 if self.gated_linear_unit else 2
-
-        def mlp(f: int, with_bias: bool) -> int:
-            return mats * h * f + ((mats - 1) * f + h if with_bias else 0)
-
+        learned = self.position_embedding_type == "learned"
         out: dict[str, float] = {
-            "embedding": self.vocab_size * h
-            + (
-                self.max_position_embeddings * h if self.position_embedding_type == "learned" else 0
-            ),
+            "embedding": self.vocab_size * h + (self.max_position_embeddings * h if learned else 0),
             "output": 0 if self.tied_embeddings else self.vocab_size * h,
             "final_norm": norm,
             "attention": attention,
             "attention_replicated": replicated,
-            "layer_norms": 2 * norm,
-            "dense_mlp": mlp(self.ffn_hidden_size, bias),
-            "expert": mlp(self.moe_ffn_hidden_size or self.ffn_hidden_size, bias)
+            # a hybrid model: one pre-norm per sub-block (fused into its first linear layer)
+            "layer_norms": norm if self.is_hybrid else 2 * norm,
+            "dense_mlp": self._mlp_params(self.ffn_hidden_size),
+            "expert": self._mlp_params(self.moe_ffn_hidden_size or self.ffn_hidden_size)
             if self.is_moe
             else 0,
-            "shared_expert": mats * h * self.moe_shared_expert_intermediate_size
+            "shared_expert": self._mlp_matrices * h * self.moe_shared_expert_intermediate_size
             if self.is_moe
             else 0,
             "router": h * self.num_experts,
             "mamba": self._mamba_params(),
         }
-        if self.is_hybrid:  # one pre-norm per sub-block (fused into its first linear layer)
-            out["layer_norms"] = norm
-        moe_layer = (
-            attention
-            + 2 * norm
-            + self.num_experts * out["expert"]
-            + out["shared_expert"]
-            + out["router"]
-        )
-        layer = moe_layer if self.is_moe else attention + 2 * norm + out["dense_mlp"]
+        if self.is_moe:
+            ffn = self.num_experts * out["expert"] + out["shared_expert"] + out["router"]
+        else:
+            ffn = out["dense_mlp"]
+        layer = attention + 2 * norm + ffn
         # DeepSeek MTP module: enorm + hnorm, eh_proj (2h -> h), one transformer layer, a norm.
         out["mtp"] = self.mtp_num_layers * (2 * norm + 2 * h * h + layer + norm)
         return {k: float(v) for k, v in out.items()}
+
+    def _attention_params(self) -> tuple[int, int]:
+        """One layer's attention parameters (projections, biases, QK norms) and, of those,
+        the ones TP does not split (MLA down-projections and their norms, QK norms)."""
+        h, a, g, d = self.hidden_size, self.num_attention_heads, self.query_groups, self.head_dim
+        if self.multi_latent_attention:
+            attention, replicated = self._mla_params()
+        else:
+            replicated = 2 * d if self.qk_layernorm else 0
+            attention = h * a * d + 2 * h * g * d + a * d * h
+            if self.add_bias_linear or self.add_qkv_bias:
+                attention += a * d + 2 * g * d
+            if self.qk_layernorm:
+                attention += 2 * d
+        if self.add_bias_linear:
+            attention += h
+        return attention, replicated
+
+    def _mla_params(self) -> tuple[int, int]:
+        """Multi-latent attention's parameters (without the output bias) and the ones TP
+        does not split: Megatron's MLA keeps the down-projections and their norms whole."""
+        h, a = self.hidden_size, self.num_attention_heads
+        qk = self.qk_head_dim + self.qk_pos_emb_head_dim
+        if self.q_lora_rank:
+            q = h * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * a * qk
+        else:
+            q = h * a * qk
+        kv = (
+            h * (self.kv_lora_rank + self.qk_pos_emb_head_dim)
+            + self.kv_lora_rank
+            + self.kv_lora_rank * a * (self.qk_head_dim + self.v_head_dim)
+        )
+        replicated = (
+            h * (self.q_lora_rank or 0)
+            + (self.q_lora_rank or 0)
+            + h * (self.kv_lora_rank + self.qk_pos_emb_head_dim)
+            + self.kv_lora_rank
+        )
+        return q + kv + a * self.v_head_dim * h, replicated
+
+    @property
+    def _mlp_matrices(self) -> int:
+        """Weight matrices of one MLP: three with a gated linear unit, else two."""
+        return 3 if self.gated_linear_unit else 2
+
+    def _mlp_params(self, ffn: int) -> int:
+        """One MLP of hidden width ``ffn``: its matrices, and their biases with
+        ``add_bias_linear``."""
+        mats, h = self._mlp_matrices, self.hidden_size
+        return mats * h * ffn + ((mats - 1) * ffn + h if self.add_bias_linear else 0)
 
     def _mamba_params(self) -> int:
         """One Mamba-2 mixer (``MambaMixer``): input projection (z, x, B, C, dt), the depthwise
