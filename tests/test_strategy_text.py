@@ -15,6 +15,8 @@ def _round_trip(s: ps.Strategy) -> None:
     assert str(back) == str(s)
     assert back.to_dict() == s.to_dict()
     assert back.kind == s.kind
+    assert s.to_dict()["text"] == str(s)  # JSON carries the text; from_dict ignores it
+    assert ps.Strategy.from_dict(s.to_dict()) == s
 
 
 def _plan_strategies(plan) -> list[ps.Strategy]:
@@ -139,7 +141,8 @@ def test_plan_candidate_pastes_into_explain_and_check(capsys):
     batch = ["--seq-len", "4096", "--global-batch-size", "4096"]
     assert main(["plan", *target, *batch, "--format", "json", "--top-k", "3"]) == 0
     best = json.loads(capsys.readouterr().out)["candidates"][0]
-    printed = str(ps.Strategy.from_dict(best["strategy"]))
+    printed = best["strategy"]["text"]
+    assert printed == str(ps.Strategy.from_dict(best["strategy"]))
     run = ["--micro-batch-size", str(best["micro_batch_size"]), "--recompute", best["recompute"]]
     assert main(["explain", *target, *batch, *run, "--strategy", printed, "--format", "json"]) == 0
     explained = json.loads(capsys.readouterr().out)

@@ -210,7 +210,7 @@ def require_strategy(value: Any, where: str) -> Strategy:
 
 
 #: Keys :meth:`Strategy.to_dict` adds that are computed, not set.
-_DERIVED_KEYS = frozenset({"min_world_size", "world_size", "expert_dp", "kind"})
+_DERIVED_KEYS = frozenset({"min_world_size", "world_size", "expert_dp", "kind", "text"})
 
 
 def _reject_unknown_fields(values: Mapping[str, Any]) -> None:
@@ -445,10 +445,7 @@ class Strategy:
         Changing ``cp`` alone re-derives ``ring``; changing ``tp``/``ep`` re-derives an
         ``etp`` that was left at its default.
         """
-        d = self.to_dict()
-        d.pop("world_size", None)
-        d.pop("expert_dp", None)
-        d.pop("min_world_size", None)
+        d = self._degrees()
         if "cp" in changes and "ring" not in changes:
             d["ring"] = None
         elif "ulysses" in changes or "ring" in changes:
@@ -602,13 +599,21 @@ class Strategy:
 
     # ---- serialisation --------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
-        """Plain dict of every degree (plus derived world sizes), JSON-ready."""
-        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
-        if self.layout_parsed is not None:
-            d["pipeline_layout"] = self.layout_parsed.to_megatron()
+        """Plain dict of every degree (plus derived world sizes and ``text``, the form
+        :meth:`parse` reads back, ``str(self)``), JSON-ready."""
+        d = self._degrees()
         d["min_world_size"] = self.min_world_size
         d["world_size"] = self.world_size
         d["expert_dp"] = self.expert_dp
+        d["text"] = str(self)
+        return d
+
+    def _degrees(self) -> dict[str, Any]:
+        """Every field (a pipeline layout in Megatron's list form): what ``Strategy(**d)``
+        takes back."""
+        d: dict[str, Any] = {f.name: getattr(self, f.name) for f in fields(self)}
+        if self.layout_parsed is not None:
+            d["pipeline_layout"] = self.layout_parsed.to_megatron()
         return d
 
     @classmethod
