@@ -38,6 +38,13 @@ def offload_violations(
     (empty: eager), for a GPT or (``hybrid``) a Mamba hybrid.  Nothing when ``layers`` is 0."""
     if not layers:
         return []
+    return _model_violations(num_layers, layers, hybrid) + _run_violations(
+        strategy, recompute, cuda_graphs
+    )
+
+
+def _model_violations(num_layers: int, layers: int, hybrid: bool) -> list[Violation]:
+    """What the model refuses: a hybrid's MambaStack offloads nothing; the last layer stays."""
     out = []
     if hybrid:
         out.append(
@@ -60,6 +67,12 @@ def offload_violations(
                 f"use cpu_offload_layers <= {num_layers - 1}",
             )
         )
+    return out
+
+
+def _run_violations(strategy: Any, recompute: str, cuda_graphs: Any) -> list[Violation]:
+    """What the run settings refuse: pipeline parallelism, recomputation, CUDA graphs."""
+    out = []
     if strategy.pp > 1:
         out.append(
             Violation(

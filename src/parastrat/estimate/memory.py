@@ -360,21 +360,7 @@ def activations(
         dense_mlp = 2 * h / rep_div
     act_moe = 0.0
     if model.is_moe:
-        moe_rep = 2 * h + lin * h + mask + 6.0 * model.num_experts  # norm, dispatch, scores
-        if "layernorm" in sel:  # the pre-MLP norm's output is recomputed
-            moe_rep -= lin * h
-        shared = model.moe_shared_expert_intermediate_size
-        moe_tok = moe_rep / rep_div + (mats_in + lin) * shared / tp
-        local = tokens / rep_div  # tokens this rank routes
-        dup = 1.0 if sp else float(tp)  # copies of a token across the TP group
-        gathered = local * model.moe_router_topk * max(1.0, etp / dup)
-        # permuted tokens (fc1 input), fc1 output, fc2 input, the routing prob (fp32); the
-        # probs are applied inside the fused activation (Megatron Core >= 0.13), so the expert
-        # outputs need not be kept for the combine.
-        fe = model.moe_ffn_hidden_size or model.ffn_hidden_size
-        fc2_in = 0.0 if "moe_act" in sel else lin  # moe_act: FC2's input is recomputed
-        experts = gathered * (lin * h + (mats_in + fc2_in) * fe / etp + 4.0)
-        act_moe = (attn * tokens) + moe_tok * tokens + experts
+        act_moe = _moe_layer_bytes(model, attn, tokens, tp, etp, rep_div, lin, mask, mats_in, sel)
     logits = 4.0 * model.padded_vocab_size(tp) / tp * tokens  # fp32 vocab-parallel softmax
     kinds: tuple[tuple[str, float], ...] = ()
     if model.is_hybrid:  # one block per layer: each kind's own tensors
@@ -397,6 +383,40 @@ def activations(
         hidden=h / rep_div * tokens,
         kinds=kinds,
     )
+
+
+def _moe_layer_bytes(
+    model: ModelSpec,
+    attn: float,
+    tokens: float,
+    tp: int,
+    etp: int,
+    rep_div: float,
+    lin: float,
+    mask: float,
+    mats_in: float,
+    sel: set[str],
+) -> float:
+    """:attr:`Activations.moe`: one MoE layer's bytes for ``tokens`` (``attn`` bytes per token
+    of attention, the routed and shared experts); ``rep_div``: ``tp`` with sequence
+    parallelism, else 1; ``lin`` / ``mask`` / ``mats_in``: the bytes per element of a saved
+    linear input, of the dropout mask and of an activation's input."""
+    h = model.hidden_size
+    moe_rep = 2 * h + lin * h + mask + 6.0 * model.num_experts  # norm, dispatch, scores
+    if "layernorm" in sel:  # the pre-MLP norm's output is recomputed
+        moe_rep -= lin * h
+    shared = model.moe_shared_expert_intermediate_size
+    moe_tok = moe_rep / rep_div + (mats_in + lin) * shared / tp
+    local = tokens / rep_div  # tokens this rank routes
+    dup = tp / rep_div  # copies of a token across the TP group: 1 with SP, else tp
+    gathered = local * model.moe_router_topk * max(1.0, etp / dup)
+    # permuted tokens (fc1 input), fc1 output, fc2 input, the routing prob (fp32); the
+    # probs are applied inside the fused activation (Megatron Core >= 0.13), so the expert
+    # outputs need not be kept for the combine.
+    fe = model.moe_ffn_hidden_size or model.ffn_hidden_size
+    fc2_in = 0.0 if "moe_act" in sel else lin  # moe_act: FC2's input is recomputed
+    experts = gathered * (lin * h + (mats_in + fc2_in) * fe / etp + 4.0)
+    return (attn * tokens) + moe_tok * tokens + experts
 
 
 def _attention_bytes(
@@ -514,18 +534,7 @@ def memory_of(
     """:func:`estimate_memory` of typed values (no argument parsing: the planner's path)."""
     notes: list[str] = []
     model, s = workload.model, strategy
-    if s.dp is None:
-        s = s.with_world_size(s.min_world_size)
-        notes.append(
-            f"dp not set: assumed the smallest world, {s.world_size} ranks "
-            f"(dp={s.dp}); pass strategy.with_world_size(n)"
-        )
-    m = _microbatches(workload, s, notes)
-    mode = switches.mode
-    if model.is_hybrid:  # what Megatron Core refuses for a hybrid (FP8 width, full recompute)
-        bad = hybrid_workload_violations(model, workload.precision, mode)
-        if bad:
-            raise StrategyError(bad)
+    s, m = _resolved(workload, s, switches.mode, notes)
     acts = activations(
         model,
         s.tp,
@@ -535,7 +544,7 @@ def memory_of(
         workload.mbs,
         workload.seq_len,
         workload.precision,
-        mode,
+        switches.mode,
         switches.flash_attention,
         switches.mechanisms.recompute_modules,
     )
@@ -561,12 +570,32 @@ def memory_of(
         seq_len=workload.seq_len,
         micro_batch_size=workload.mbs,
         num_microbatches=m,
-        recompute=mode,
+        recompute=switches.mode,
         precision=workload.precision,
         distributed_optimizer=switches.distributed_optimizer,
         notes=notes,
         vpp=s.vpp,
     )
+
+
+def _resolved(
+    workload: Workload, s: Strategy, mode: str, notes: list[str]
+) -> tuple[Strategy, int | None]:
+    """(``s`` over its world, the smallest when ``dp`` is unset (said in ``notes``), its
+    micro-batches per step); raises what Megatron Core refuses of a hybrid workload (FP8
+    width, full recompute)."""
+    if s.dp is None:
+        s = s.with_world_size(s.min_world_size)
+        notes.append(
+            f"dp not set: assumed the smallest world, {s.world_size} ranks "
+            f"(dp={s.dp}); pass strategy.with_world_size(n)"
+        )
+    m = _microbatches(workload, s, notes)
+    if workload.model.is_hybrid:
+        bad = hybrid_workload_violations(workload.model, workload.precision, mode)
+        if bad:
+            raise StrategyError(bad)
+    return s, m
 
 
 def _microbatches(workload: Workload, s: Strategy, notes: list[str]) -> int | None:

@@ -652,6 +652,38 @@ def elementwise_times(
     return memory_time(accel, fwd, prof), memory_time(accel, bwd, prof)
 
 
+def _gpt_elementwise(
+    model: ModelSpec,
+    kernels: KernelSetup,
+    prof: KernelProfile,
+    moe: bool,
+    shape: LayerShape,
+    h_local: float,
+    load: Any,
+    fp8: bool,
+    cast: tuple[float, str],
+) -> tuple[float, float]:
+    """(forward s, backward s) of a GPT layer's memory-bound kernels (:func:`elementwise_times`):
+    norms, residuals, RoPE (and QK norms) over ``h_local`` elements a token, the MLP's
+    activation or, with routed experts (``load``), the MoE kernels of the slowest rank (``fp8``:
+    whether the GEMMs run quantised), and the eager activations."""
+    tokens, tp, mech = shape.tokens, shape.tp, kernels.mech
+    a, g = model.num_attention_heads, model.query_groups
+    elems = 10 * h_local + 2 * (a + g) * model.head_dim / tp  # norms, residuals, RoPE
+    if getattr(model, "qk_layernorm", False):
+        elems += 2 * (a + g) * model.head_dim / tp
+    act = 3 if model.gated_linear_unit else 2
+    moe_f = moe_b = 0.0
+    if moe and load is not None:  # kernels: MoE memory-bound kernels on the slowest rank
+        moe_f, moe_b = moe_kernels.layer_bytes(model, tokens, tp, shape.ep, load, mech, fp8)
+    else:
+        elems += act * model.ffn_hidden_size / tp
+    eager_f, eager_b = _eager_act_bytes(model, moe, tokens, tp, mech)
+    return elementwise_times(
+        kernels, prof, tokens * elems * ELEM_BYTES, cast, (moe_f, eager_f), (moe_b, eager_b)
+    )
+
+
 def layer_cost(
     model: ModelSpec,
     kernels: KernelSetup,
@@ -678,7 +710,6 @@ def layer_cost(
     g_fwd, g_bwd, cast, mlp_f, mlp_b, shared, fwd_of = gemm_sums(
         model, accel, prof, mats, tokens, (tp, sp, ep, etp), prec, mech, expert_m, memo
     )
-    h = model.hidden_size
     core = ("attention", tokens, seq_len, tp, cp, flash_attention)  # what the core reads
     attn = memo.get(core)
     if attn is None:
@@ -686,25 +717,12 @@ def layer_cost(
             model, accel, prof, tokens, seq_len, tp, cp, flash_attention, mech.shape
         )
     a_fwd, a_bwd = attn
-    # memory-bound kernels: elements touched per token (forward)
-    h_local = h / tp if sp else h
-    a, g = model.num_attention_heads, model.query_groups
-    elems = 10 * h_local + 2 * (a + g) * model.head_dim / tp  # norms, residuals, RoPE
-    if getattr(model, "qk_layernorm", False):
-        elems += 2 * (a + g) * model.head_dim / tp
-    act = 3 if model.gated_linear_unit else 2
-    moe_f = moe_b = 0.0
-    if moe and load is not None:  # kernels: MoE memory-bound kernels on the slowest rank
-        moe_f, moe_b = moe_kernels.layer_bytes(model, tokens, tp, ep, load, mech, fp8)
-    else:
-        elems += act * model.ffn_hidden_size / tp
-    eager_f, eager_b = _eager_act_bytes(model, moe, tokens, tp, mech)
-    e_fwd, e_bwd = elementwise_times(
-        kernels, prof, tokens * elems * ELEM_BYTES, (cast, prec), (moe_f, eager_f), (moe_b, eager_b)
+    h_local = model.hidden_size / tp if sp else model.hidden_size  # SP: norms on the shard
+    e_fwd, e_bwd = _gpt_elementwise(
+        model, kernels, prof, moe, shape, h_local, load, fp8, (cast, prec)
     )
     rec = layer_record(model, moe, tp, ep, etp)  # the one parameter accounting
-    h_norm = h_local if sp else h  # SP: the norms run on the token shard
-    sel = _selective_fwd(model, accel, prof, moe, tokens, (tp, etp), h_norm, load, mech, fwd_of)
+    sel = _selective_fwd(model, accel, prof, moe, tokens, (tp, etp), h_local, load, mech, fwd_of)
     sel += a_fwd if "core_attn" in mech.recompute_modules else 0.0
     return LayerCost(
         g_fwd,
@@ -1110,22 +1128,11 @@ class StepModel:
         kind = moe if isinstance(moe, str) else None
         ring, a2a = comm.cp_layer(model, s, tokens, strides, kind)
         t_ring, t_a2a = self._comm_time(ring), self._comm_time(a2a)
-        t_ep = 0.0
         moe = moe is True or moe == "moe"
-        if moe:
-            ep_items = comm.ep_layer(
-                model, s, tokens, strides, moe_comm.dispatcher, cluster.scale_up_domain
-            )
-            t_ep = self._comm_time(ep_items)
+        t_ep = self._ep_time(s, tokens, strides, moe_comm) if moe else 0.0
         t_ep, t_amax, c = self._kernel_terms(s, moe, tokens, strides, moe_comm, c, t_ep)
         t_tp += t_amax
-        rec = 0.0
-        rec_comm = 0.0
-        if mode == "selective":  # the recipe's modules (Mechanisms.recompute_modules)
-            rec = c.selective
-        elif mode == "full":
-            rec = c.fwd
-            rec_comm = 0.5 * (t_tp + t_a2a + t_ep)  # the forward's collectives run again
+        rec, rec_comm = _recompute_terms(mode, c, t_tp + t_a2a + t_ep)
         corr_f, corr_b = _cp_correction(model, s, tokens, accel, kind)
         if corr_f:
             c = replace(c, elem_fwd=c.elem_fwd + corr_f, elem_bwd=c.elem_bwd + corr_b)
@@ -1135,19 +1142,8 @@ class StepModel:
         tp_exp += t_amax
         ep_exp = _ep_exposed(c, t_ep, moe_comm, mode) if moe else 0.0
         ring_exp = _exposed(t_ring, c.attn, True)
-        host, host_exp = _host_exposed(
-            model,
-            kind or moe,
-            s,
-            self._workload.precision,
-            mode,
-            self._switches.cuda_graphs,
-            accel,
-            c,
-            tp_exp + ring_exp + t_a2a + ep_exp,
-            rec + rec_comm,
-            self.mechanisms,
-            self._workload.fp8_recipe,
+        host, host_exp = self._host(
+            kind or moe, s, mode, c, tp_exp + ring_exp + t_a2a + ep_exp, rec + rec_comm
         )
         terms = {
             "compute": c.fwd + c.bwd,
@@ -1166,6 +1162,41 @@ class StepModel:
         if kind == "mamba":
             terms["scan"] = c.scan
         return terms, c
+
+    def _ep_time(
+        self, s: Strategy, tokens: float, strides: dict[str, int], moe_comm: MoEComm
+    ) -> float:
+        """Seconds of an MoE layer's expert-parallel token exchange (:func:`comm.ep_layer`)."""
+        model, domain = self._workload.model, self._cluster.scale_up_domain
+        return self._comm_time(
+            comm.ep_layer(model, s, tokens, strides, moe_comm.dispatcher, domain)
+        )
+
+    def _host(
+        self,
+        moe: bool | str,
+        s: Strategy,
+        mode: str,
+        c: LayerCost,
+        exposed_comm: float,
+        recompute: float,
+    ) -> tuple[float, float]:
+        """:func:`_host_exposed` of one layer kind under this workload and these switches."""
+        wl = self._workload
+        return _host_exposed(
+            wl.model,
+            moe,
+            s,
+            wl.precision,
+            mode,
+            self._switches.cuda_graphs,
+            self._cluster.accel,
+            c,
+            exposed_comm,
+            recompute,
+            self.mechanisms,
+            wl.fp8_recipe,
+        )
 
     @property
     def _gather_bytes(self) -> float:
@@ -1561,22 +1592,10 @@ class StepModel:
         dense_g = ShardGroups.of_strategy(s, dp)
         r = sh.dp_replicate
         expert_g = ShardGroups(max(1, edp // r), strides["edp"], r, strides["edp"] * (edp // r))
-        units: list[tuple[int, float, ShardGroups]] = []
-        rest_dense, rest_expert = block.dense_params, block.expert_params
         kinds: Any = ((n_layers - n_moe, False), (n_moe, True))
         if model.is_hybrid:  # a hybrid stage's units: its layers by kind
             kinds = [(n, k) for k, n in split.stage_kinds[j]]
-        for n, moe in kinds:
-            if n <= 0:
-                continue
-            if isinstance(moe, str):
-                rec = kind_record(model, moe, s.tp, s.ep, s.etp)
-            else:
-                rec = layer_record(model, moe, s.tp, s.ep, s.etp)
-            units += [(n, rec.dense_params, dense_g), (n, rec.expert_params, expert_g)]
-            rest_dense -= n * rec.dense_params
-            rest_expert -= n * rec.expert_params
-        units += [(1, rest_dense, dense_g), (1, rest_expert, expert_g)]
+        units = _fsdp_units(model, s, block, kinds, (dense_g, expert_g))
         per = max(n_layers, 1)
         total = exposed = tail = 0.0
         for n, params, groups in units:
@@ -1794,6 +1813,44 @@ def clear_caches() -> None:
     records, pipeline splits, activations, model FLOPs, the planner's bounds and pipeline
     variants); a :class:`StepModel`'s own memo goes with the object."""
     memo.clear()
+
+
+def _fsdp_units(
+    model: ModelSpec,
+    s: Strategy,
+    block: Any,
+    kinds: Iterable[tuple[int, bool | str]],
+    groups: tuple[ShardGroups, ShardGroups],
+) -> list[tuple[int, float, ShardGroups]]:
+    """A stage's FSDP units as (count, parameters, shard groups): per layer kind of ``kinds``
+    ((layers, MoE flag or hybrid kind)) its dense parameters over ``groups[0]`` and its routed
+    experts over ``groups[1]``, then what else the stage's ``block`` holds (embedding, output)."""
+    dense_g, expert_g = groups
+    units: list[tuple[int, float, ShardGroups]] = []
+    rest_dense, rest_expert = block.dense_params, block.expert_params
+    for n, moe in kinds:
+        if n <= 0:
+            continue
+        if isinstance(moe, str):
+            rec = kind_record(model, moe, s.tp, s.ep, s.etp)
+        else:
+            rec = layer_record(model, moe, s.tp, s.ep, s.etp)
+        units += [(n, rec.dense_params, dense_g), (n, rec.expert_params, expert_g)]
+        rest_dense -= n * rec.dense_params
+        rest_expert -= n * rec.expert_params
+    return units + [(1, rest_dense, dense_g), (1, rest_expert, expert_g)]
+
+
+def _recompute_terms(mode: str, c: LayerCost, fwd_comm: float) -> tuple[float, float]:
+    """(recomputed compute s, recomputed collectives s) of one layer and micro-batch:
+    ``selective`` re-runs the recipe's modules (``Mechanisms.recompute_modules``), ``full`` the
+    whole forward and its collectives (half of ``fwd_comm``, the layer's TP, CP all-to-all and
+    EP seconds of both passes)."""
+    if mode == "selective":
+        return c.selective, 0.0
+    if mode == "full":
+        return c.fwd, 0.5 * fwd_comm
+    return 0.0, 0.0
 
 
 def _host_exposed(
