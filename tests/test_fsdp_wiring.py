@@ -176,3 +176,16 @@ def test_cli_plan_fsdp(capsys):
     with pytest.raises(SystemExit) as exc:
         main([*args, "--fsdp", "zero3"])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("model", ["mixtral-8x7b", "qwen3-30b-a3b"])
+def test_hsdp_of_an_moe_model_keeps_replicas_dividing_the_expert_dp(model):
+    """HSDP's replica count must divide the expert data-parallel size (rule
+    dp-replicate-expert); before, one such variant made the whole FSDP search fail."""
+    sharded = [s for s in search(model, 64, 256, "optim").enumerate() if s.fsdp is not None]
+    assert any(s.dp_replicate > 1 for s in sharded)
+    for s in sharded:
+        assert s.expert_dp % s.dp_replicate == 0
+        assert not [v for v in s.check() if v.severity == "error"]
+    plan = ps.plan(model, ps.Cluster("a100", 64), seq_len=4096, global_batch_size=256, fsdp="optim")
+    assert plan.best.strategy.fsdp == "optim"

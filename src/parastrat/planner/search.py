@@ -193,9 +193,18 @@ def legal_strategies(
 
 def hsdp_shard(s: Strategy, scale_up_domain: int) -> int:
     """HSDP's shard degree for ``s``: the largest divisor of its dp whose shard group
-    (``dp_shard * cp``, with each rank's TP group) stays inside one scale-up domain."""
+    (``dp_shard * cp``, with each rank's TP group) stays inside one scale-up domain and whose
+    replica count ``dp / dp_shard`` divides the expert data-parallel size (rule
+    ``dp-replicate-expert``: Megatron's distributed-optimizer instances split the expert
+    gradients too); dp itself (no HSDP) when no divisor does."""
     dp = s.dp or 1
-    return max(d for d in divisors(dp) if d == 1 or d * s.cp * s.tp <= scale_up_domain)
+    edp = s.expert_dp or dp
+    fits = [
+        d
+        for d in divisors(dp)
+        if (d == 1 or d * s.cp * s.tp <= scale_up_domain) and edp % (dp // d) == 0
+    ]
+    return max(fits) if fits else dp
 
 
 def _sharding_variants(s: Strategy, space: SearchSpace, scale_up_domain: int) -> Iterator[Strategy]:
