@@ -172,3 +172,30 @@ def test_strategy_text_with_degree_flags_is_refused(capsys):
     assert "drop --fsdp" in capsys.readouterr().err
     assert main(["check", "--model", "llama3-8b", "--gpus", "8", "--strategy", "TP2 PPQ"]) == 2
     assert "cannot read 'PPQ'" in capsys.readouterr().err
+
+
+def test_split_hints_name_flags_on_the_cli_and_arguments_in_python(capsys):
+    """A broken pipeline split names the fix as the user would type it: ``--pipeline-layout``
+    on the command line (check and explain alike), ``pipeline_layout=`` in Python."""
+    from parastrat.cli import main
+
+    argv = ["--model", "deepseek-v3", "--gpus", "1024", "--tp", "2", "--pp", "8", "--ep", "64"]
+    assert main(["check", *argv]) == 2
+    checked = capsys.readouterr().out
+    assert main(["explain", *argv]) == 2
+    explained = capsys.readouterr().err
+    for out in (checked, explained):
+        assert "--pipeline-layout '" in out and "--first-stage-layers" in out
+        assert "pipeline_layout=" not in out
+    with pytest.raises(StrategyError) as err:
+        ps.estimate_step(
+            "deepseek-v3",
+            ps.Strategy(tp=2, pp=8, ep=64),
+            ps.Cluster("h100", num_devices=1024),
+            seq_len=4096,
+            global_batch_size=1024,
+        )
+    hint = next(v.hint for v in err.value.violations if v.rule == "layers-pp")
+    assert "pipeline_layout='" in hint
+    layout = hint.split("pipeline_layout='")[1].split("'")[0]
+    assert main(["check", *argv, "--pipeline-layout", layout]) == 0

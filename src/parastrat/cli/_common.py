@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from typing import Any
 
@@ -507,7 +508,7 @@ def report_user_error(exc: BaseException) -> int:
         err_console.print(f"[bold red]error:[/] {len(exc.violations)} rule(s) broken")
         for v in exc.violations:
             err_console.print(f"  [red]{escape(v.rule)}[/]: {escape(v.message)}")
-            err_console.print(f"      fix: {escape(v.hint)}")
+            err_console.print(f"      fix: {escape(cli_words(v.hint))}")
     else:
         # escape: messages hold brackets ('pip install "parastrat[megatron]"', '[2, 2]')
         # that rich would otherwise read as markup and drop.
@@ -516,11 +517,21 @@ def report_user_error(exc: BaseException) -> int:
 
 
 #: Python spellings in library messages -> the flag that does the same on the command line.
-PY_TO_CLI = {"Switches(tp_comm_overlap=True)": "--tp-comm-overlap"}
+PY_TO_CLI = {
+    "Switches(tp_comm_overlap=True)": "--tp-comm-overlap",
+    "account_for_embedding=True": "--account-for-embedding",
+    "account_for_loss=True": "--account-for-loss",
+}
+#: Strategy fields a hint sets as ``name=value`` (``first_stage_layers=6``,
+#: ``pipeline_layout='Et*7|...'``): on the command line ``--name value``.
+_VALUE_FIELD = re.compile(
+    r"\b(first_stage_layers|last_stage_layers|pipeline_layout|dp_shard|dp_replicate)="
+    r"('[^']*'|[^\s,;]+)"
+)
 
 
 def cli_words(text: str) -> str:
     """``text`` with the Python arguments it names replaced by this CLI's flags."""
     for py, flag in PY_TO_CLI.items():
         text = text.replace(py, flag)
-    return text
+    return _VALUE_FIELD.sub(lambda m: f"--{m.group(1).replace('_', '-')} {m.group(2)}", text)

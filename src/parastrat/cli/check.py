@@ -11,6 +11,7 @@ from ._args import add_args, arg
 from ._common import (
     add_model_args,
     add_strategy_flags,
+    cli_words,
     console,
     device_count,
     load_model,
@@ -138,12 +139,12 @@ def _print_findings(errors, warnings) -> int:
     for v in errors:
         console.print(
             f"[bold red]error[/] [red]{escape(v.rule)}[/]: {escape(v.message)}\n"
-            f"      fix: {escape(v.hint)}"
+            f"      fix: {escape(cli_words(v.hint))}"
         )
     for v in warnings:
         console.print(
             f"[yellow]warning[/] {escape(v.rule)}: {escape(v.message)}\n"
-            f"      consider: {escape(v.hint)}"
+            f"      consider: {escape(cli_words(v.hint))}"
         )
     if errors:
         console.print(f"[bold red]{len(errors)} rule(s) broken[/]")

@@ -1770,8 +1770,11 @@ def check_errors(
     seq_len: int,
     global_batch_size: int,
     micro_batch_size: int | None = None,
+    verify_hints: bool = False,
 ) -> list[Any]:
-    """The hard rules ``strategy`` breaks (:meth:`Strategy.check`)."""
+    """The hard rules ``strategy`` breaks (:meth:`Strategy.check`; ``verify_hints``: a
+    pipeline-split rule's hint names only fixes that pass every rule, for a user's one strategy
+    rather than the planner's many)."""
     errors = [
         v
         for v in strategy.check(
@@ -1780,6 +1783,7 @@ def check_errors(
             seq_len=seq_len,
             global_batch_size=global_batch_size,
             micro_batch_size=micro_batch_size,
+            verify_hints=verify_hints,
         )
         if v.severity == "error"
     ]
@@ -1803,6 +1807,7 @@ def validate_strategy(
         seq_len=seq_len,
         global_batch_size=global_batch_size,
         micro_batch_size=micro_batch_size,
+        verify_hints=True,
     )
     if errors:
         raise StrategyError(errors)
