@@ -70,7 +70,29 @@ WORDS = st.sampled_from(
         "\x1b[2J",
     ]
 )
+#: Strategy texts (the printed form, key=value pairs) and pipeline layouts, good and broken.
+STRATEGY_TEXTS = st.sampled_from(
+    [
+        "TP2 PP2 CP1 DP2 SP",
+        "TP2 PP8(VP4)[Et|(t*2|)*30mL] CP1 EP64 ETP1 DP64 SP",
+        "TP1 U2 R2 CFG2",
+        "tp=2,pp=2,sp",
+        "tp=x",
+        "TP",
+        "PP2(VP",
+        "TP2 PP4[] CP1",
+        "TP99999999999999999999 PP1",
+        "TP1 PP1 CP1 DP8 S9xR1 FSDP:zero9",
+        "",
+        "[x]",
+    ]
+)
+LAYOUTS = st.sampled_from(
+    ["Et|(t*2|)*30mL", "Et*16|t*16|t*16|t*13mL", "E|L", "((((", "t*99999999999", "", "x|y"]
+)
 FLAGS = {
+    "--strategy": STRATEGY_TEXTS,
+    "--pipeline-layout": LAYOUTS,
     "--gpus": NUMBERS,
     "--tp": NUMBERS,
     "--pp": NUMBERS,
@@ -97,6 +119,8 @@ FLAGS = {
 }
 COMMANDS = {
     "check": [
+        "--strategy",
+        "--pipeline-layout",
         "--gpus",
         "--tp",
         "--pp",
@@ -112,6 +136,7 @@ COMMANDS = {
         "--format",
     ],
     "layout": [
+        "--strategy",
         "--gpus",
         "--tp",
         "--pp",
@@ -123,6 +148,8 @@ COMMANDS = {
         "--format",
     ],
     "memory": [
+        "--strategy",
+        "--pipeline-layout",
         "--gpus",
         "--tp",
         "--pp",
@@ -155,6 +182,8 @@ COMMANDS = {
         "--smallest",
     ],
     "explain": [
+        "--strategy",
+        "--pipeline-layout",
         "--gpus",
         "--tp",
         "--pp",
