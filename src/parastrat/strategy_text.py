@@ -28,9 +28,17 @@ _FLAGS = tuple(f.name for f in fields(Strategy) if f.type == "bool")
 _TEXT = ("order", "pipeline_layout", "fsdp")
 
 #: Tokens of the printed form with one whole number: the token's prefix -> the field.
-_DEGREES = {"TP": "tp", "CP": "cp", "EP": "ep", "ETP": "etp", "DP": "dp", "U": "ulysses"}
-_DEGREES.update({"R": "ring", "CFG": "cfg"})
-_DEGREE = re.compile(r"^(TP|CP|EP|ETP|DP|U|R|CFG)(\d+)$")
+_DEGREES = {
+    "TP": "tp",
+    "CP": "cp",
+    "EP": "ep",
+    "ETP": "etp",
+    "DP": "dp",
+    "U": "ulysses",
+    "R": "ring",
+    "CFG": "cfg",
+}
+_DEGREE = re.compile(rf"^({'|'.join(_DEGREES)})(\d+)$")
 _PP = re.compile(r"^PP(\d+)(?:\(VP(\d+)\))?((?:\[[^\]]*\])*)$")
 _CP = re.compile(r"^CP(\d+)\((?:U(\d+)xR(\d+)|U)\)$")
 _SHARD = re.compile(r"^S(\d+|-)xR(\d+)$")

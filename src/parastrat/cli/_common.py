@@ -228,25 +228,32 @@ def add_strategy_flags(parser: argparse.ArgumentParser) -> None:
 
 def add_sharding_flags(g: Any) -> None:
     """Add ``--dp-shard --dp-replicate --fsdp`` (data-parallel sharding, docs/fsdp.md)."""
+    add_args(g, sharding_args())
+
+
+def sharding_args() -> tuple[Arg, ...]:
+    """The data-parallel sharding flags (built on call: the FSDP levels come from the rules)."""
     from ..rules import FSDP_LEVELS
 
-    g.add_argument(
-        "--dp-shard",
-        type=int,
-        default=None,
-        help="ranks on the data-parallel shard axis (default or -1: the rest of dp)",
-    )
-    g.add_argument(
-        "--dp-replicate",
-        type=positive_int,
-        default=None,
-        help="data-parallel replicas of the sharded state (HSDP; default 1)",
-    )
-    g.add_argument(
-        "--fsdp",
-        choices=FSDP_LEVELS,
-        default=None,
-        help="what the shard axis shards (Megatron FSDP level; default: no sharding)",
+    return (
+        arg(
+            "--dp-shard",
+            type=int,
+            default=None,
+            help="ranks on the data-parallel shard axis (default or -1: the rest of dp)",
+        ),
+        arg(
+            "--dp-replicate",
+            type=positive_int,
+            default=None,
+            help="data-parallel replicas of the sharded state (HSDP; default 1)",
+        ),
+        arg(
+            "--fsdp",
+            choices=FSDP_LEVELS,
+            default=None,
+            help="what the shard axis shards (Megatron FSDP level; default: no sharding)",
+        ),
     )
 
 
@@ -307,20 +314,14 @@ def strategy_from_args(args: argparse.Namespace, training: bool = False):
 
 
 def _refuse_degree_flags(args: argparse.Namespace) -> None:
-    """UsageError when ``--strategy`` comes with a strategy flag set away from its default (the
-    two would disagree on which degrees run)."""
-    from ..errors import UsageError
-
+    """UsageError when ``--strategy`` comes with a strategy or sharding flag set away from its
+    default (the two would disagree on which degrees run)."""
     given = [
         row.names[0]
-        for row in STRATEGY_ARGS[1:]
-        if getattr(args, row.names[0].lstrip("-").replace("-", "_"), None)
+        for row in (*STRATEGY_ARGS, *sharding_args())
+        if row.names[0] != "--strategy"
+        and getattr(args, row.names[0].lstrip("-").replace("-", "_"), None)
         not in (row.options.get("default"), None, False)
-    ]
-    given += [
-        "--" + name.replace("_", "-")
-        for name in ("dp_shard", "dp_replicate", "fsdp")
-        if getattr(args, name, None) is not None
     ]
     if given:
         raise UsageError(
