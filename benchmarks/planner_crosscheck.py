@@ -16,6 +16,7 @@ adds the CPU activation offloading the rows' recipes set (``offload_rows.csv``).
 ``plan()`` with the same switches (``--no-plans`` skips the plans).
 
     python benchmarks/planner_crosscheck.py
+    python benchmarks/planner_crosscheck.py --no-plans --ablate sync_drain   # a mechanism off
 """
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ from dataclasses import replace
 from pathlib import Path
 
 import parastrat as ps
-from parastrat.errors import SpecError, StrategyError
+from parastrat.errors import SpecError, StrategyError, UsageError
 from parastrat.estimate.memory import estimate_memory
 from parastrat.planner.search import pipeline_variants
+from parastrat.spec.workload import Mechanisms, parse_ablation
 
 DATA = Path(__file__).resolve().parent / "data" / "mb_2511_summary.csv"
 #: The table's precision spellings -> parastrat's.
@@ -63,10 +65,15 @@ def strategy_of(row: dict[str, str], model: ps.ModelSpec) -> ps.Strategy:
     return ps.Strategy(**kw, **split, **fsdp).with_world_size(n)
 
 
-def switches_for(row: dict[str, str], offload: bool) -> ps.Switches:
-    """Default switches, plus the recipe's CPU offloading when asked and priced."""
+def switches_for(
+    row: dict[str, str], offload: bool, mechanisms: Mechanisms | None = None
+) -> ps.Switches:
+    """Default switches, plus the recipe's CPU offloading when asked and priced, with the cost
+    model's ``mechanisms`` (default: every one on)."""
     layers = offload_layers().get((row["preset"], row["gpu"], row["precision"]), 0)
-    return ps.Switches(cpu_offload_layers=layers if offload else 0)
+    return ps.Switches(
+        cpu_offload_layers=layers if offload else 0, mechanisms=mechanisms or Mechanisms()
+    )
 
 
 def best_ratio(model, cluster, switches, kw: dict, predicted: float) -> float:
@@ -86,12 +93,14 @@ def best_ratio(model, cluster, switches, kw: dict, predicted: float) -> float:
     return predicted / plan.best.step.tokens_per_s_per_gpu
 
 
-def price(row: dict[str, str], offload: bool, plans: bool) -> dict:
+def price(
+    row: dict[str, str], offload: bool, plans: bool, mechanisms: Mechanisms | None = None
+) -> dict:
     """One row: the published figure, the prediction and the recompute mode that fits."""
     model = ps.models.get(row["preset"])
     cluster = ps.Cluster(accelerator=row["gpu"], num_devices=int(row["num_gpus"]))
     strategy = strategy_of(row, model)
-    base = switches_for(row, offload)
+    base = switches_for(row, offload, mechanisms)
     kw = dict(
         seq_len=int(row["seq_len"]),
         global_batch_size=int(row["gbs"]),
@@ -131,13 +140,22 @@ def main(argv: list[str] | None = None) -> int:
         "--recipe-offload", action="store_true", help="price the recipes' CPU offloading"
     )
     ap.add_argument("--no-plans", action="store_true", help="skip the plans (faster)")
+    ap.add_argument(
+        "--ablate",
+        default="",
+        help="comma-separated cost-model mechanisms to switch off (as planner_accuracy.py's)",
+    )
     args = ap.parse_args(argv)
+    try:
+        mechanisms = parse_ablation(args.ablate)
+    except UsageError as exc:
+        ap.error(str(exc))
     with open(DATA) as fh:
         rows = list(csv.DictReader(fh))
     out = []
     for row in rows:
         try:
-            out.append(price(row, args.recipe_offload, not args.no_plans))
+            out.append(price(row, args.recipe_offload, not args.no_plans, mechanisms))
         except (SpecError, StrategyError) as err:
             print(f"{row['id']} {row['model']} {row['gpu']}: not priced ({err})")
     print(

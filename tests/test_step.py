@@ -339,12 +339,18 @@ def test_host_exposed_hand_checked():
         _host_exposed(LLAMA70, False, s, "bf16", "none", frozenset(), accel, c10, 0.0, 0.0)[1]
         == 0.0
     )
-    # an MoE layer pays one more operation after its token-count sync (GPU queue empty)
+    # an MoE layer pays one more operation after its token-count sync (GPU queue empty)...
     s16 = ps.Strategy(ep=16).with_world_size(16)
-    big = LayerCost(1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+    big = LayerCost(1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, mlp_fwd=0.5)
     assert _host_exposed(QWEN30, True, s16, "fp8", "none", frozenset(), accel, big, 0.0, 0.0)[
         1
     ] == pytest.approx(13.5e-6)
+    # ... and, when the MoE block after the sync has less GPU work than host work (59 ops,
+    # 796.5 us, against 0.5 ms of expert GEMMs), the rest of its host time: the attention's
+    # GPU time comes after it and cannot hide it (mechanism sync_drain)
+    thin = LayerCost(1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, mlp_fwd=0.5e-3)
+    waited = _host_exposed(QWEN30, True, s16, "fp8", "none", frozenset(), accel, thin, 0.0, 0.0)
+    assert waited[1] == pytest.approx(59 * 13.5e-6 - 0.5e-3 + 13.5e-6)
 
 
 def test_cuda_graphs_never_slower_and_remove_host_time():

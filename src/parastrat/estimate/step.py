@@ -188,8 +188,11 @@ def host_ops(
     graphs: frozenset[str] = frozenset(),
     mech: Mechanisms = ALL_MECHANISMS,
     fp8_recipe: str | None = None,
+    after_sync: bool = False,
 ) -> tuple[float, int]:
-    """(forward host operations, host-device syncs) of one layer and micro-batch.
+    """(forward host operations, host-device syncs) of one layer and micro-batch; with
+    ``after_sync``, only the operations the host issues after an MoE layer's token-count sync
+    (the MoE block past the router and preprocessing; none in a layer without a sync).
 
     ``moe``: a GPT layer's MoE flag, or a hybrid layer's kind (its one block alone; a Mamba
     mixer: :data:`MAMBA_HOST_OPS`).  Counts :data:`HOST_OPS` over the blocks of the layer; a
@@ -205,7 +208,8 @@ def host_ops(
     """
     recipe = fp8_overheads.recipe_for(precision, True, fp8_recipe) if precision in QUANTISED else ""
     args = (s.tp, s.ep, s.etp, s.ring, s.ulysses, precision, graphs, mech, recipe)
-    return _host_ops(model, moe, *args)
+    ops, syncs, block = _host_ops(model, moe, *args)
+    return (block if syncs else 0.0) if after_sync else ops, syncs
 
 
 @per_model
@@ -221,32 +225,33 @@ def _host_ops(
     graphs: frozenset[str],
     mech: Mechanisms,
     recipe: str,
-) -> tuple[float, int]:
+) -> tuple[float, int, float]:
+    """(operations, syncs, operations after the sync) of :func:`host_ops`."""
     if "full_iteration" in graphs:
-        return 0.0, 0
+        return 0.0, 0, 0.0
     cast = FP8_CAST_OPS.get(recipe, 0)
     tp_coll = 2 * HOST_OPS["collective"] if tp > 1 else 0
     kind = moe if isinstance(moe, str) else None
     if kind == "mamba":
-        return (1.0 if "mamba" in graphs else _mamba_ops(cast, tp_coll, ring * ulysses > 1)), 0
+        return (1.0 if "mamba" in graphs else _mamba_ops(cast, tp_coll, ring * ulysses > 1)), 0, 0.0
     moe = kind == "moe" if kind is not None else bool(moe)
     attn = 1.0 if "attn" in graphs else _attention_ops(model, cast, tp_coll, ring, ulysses)
     if kind == "attention":
-        return attn, 0
+        return attn, 0, 0.0
     if kind is not None:  # a hybrid's MLP or MoE layer holds no attention
         attn = 0.0
     if not moe:
         mlp = 1.0 if "mlp" in graphs else _mlp_ops(model, cast, tp_coll, mech)
-        return attn + mlp, 0
+        return attn + mlp, 0, 0.0
     if "moe" in graphs:
-        return attn + 1.0, 0
+        return attn + 1.0, 0, 0.0
     block = _moe_block_ops(model, precision, cast, tp_coll, (ep, etp), mech)
     router = 1.0 if "moe_router" in graphs else float(HOST_OPS["router"])
     pre: float = HOST_OPS["preprocess"] + (HOST_OPS["collective"] if ep > 1 else 0)
     if "moe_preprocess" in graphs:
         pre = 1.0
     # the token-count sync, and the clamped activation's offset copy (kernels: act_clamp)
-    return attn + block + router + pre, 1 + moe_kernels.activation_syncs(model, mech)
+    return attn + block + router + pre, 1 + moe_kernels.activation_syncs(model, mech), block
 
 
 def _gemm_ops(mats: list[Matrix], cast: int) -> float:
@@ -1143,7 +1148,7 @@ class StepModel:
         ep_exp = _ep_exposed(c, t_ep, moe_comm, mode) if moe else 0.0
         ring_exp = _exposed(t_ring, c.attn, True)
         host, host_exp = self._host(
-            kind or moe, s, mode, c, tp_exp + ring_exp + t_a2a + ep_exp, rec + rec_comm
+            kind or moe, s, mode, c, tp_exp + ring_exp + t_a2a + ep_exp, rec + rec_comm, delayed
         )
         terms = {
             "compute": c.fwd + c.bwd,
@@ -1180,8 +1185,10 @@ class StepModel:
         c: LayerCost,
         exposed_comm: float,
         recompute: float,
+        paired: bool = False,
     ) -> tuple[float, float]:
-        """:func:`_host_exposed` of one layer kind under this workload and these switches."""
+        """:func:`_host_exposed` of one layer kind under this workload and these switches
+        (``paired``: combined 1F1B runs this layer)."""
         wl = self._workload
         return _host_exposed(
             wl.model,
@@ -1196,6 +1203,7 @@ class StepModel:
             recompute,
             self.mechanisms,
             wl.fp8_recipe,
+            paired,
         )
 
     @property
@@ -1871,6 +1879,7 @@ def _host_exposed(
     recompute: float,
     mech: Mechanisms = ALL_MECHANISMS,
     fp8_recipe: str | None = None,
+    paired: bool = False,
 ) -> tuple[float, float]:
     """(host seconds, host seconds the GPU waits for) of one layer and micro-batch.
 
@@ -1880,8 +1889,11 @@ def _host_exposed(
     pass costs the longer of its host and GPU times (the GPU's being its compute, exposed
     communication and recompute; the forward gets a third of the exposed communication, the
     backward two thirds): the GPU waits ``max(0, host - gpu)``. The MoE token-count sync
-    (:func:`host_ops`) empties the GPU's queue once per MoE layer forward: the GPU then idles
-    while the host issues the next operation (one more operation's host time).
+    (:func:`host_ops`) empties the GPU's queue once per MoE layer forward (again in the
+    recomputed forward under full recompute): the GPU then idles while the host issues the
+    next operation (one more operation's host time), and the MoE block issued after the sync
+    cannot hide its host time behind the layer's attention (:func:`_sync_drain`; ``paired``:
+    combined 1F1B issues another micro-batch's backward in the same span).
     """
     fp8 = prec if prec in QUANTISED and accel.supports(prec) else "bf16"
     ops_f, sync = host_ops(model, moe, s, fp8, graphs, mech, fp8_recipe)
@@ -1895,8 +1907,35 @@ def _host_exposed(
     host_b = (HOST_BWD_RATIO * ops_f + rec_ops) * h_op
     gpu_f = c.fwd + exposed_comm / 3
     gpu_b = c.bwd + 2 * exposed_comm / 3 + recompute
-    waited = max(0.0, host_f - gpu_f) + max(0.0, host_b - gpu_b) + h_op * sync
-    return host_f + host_b, waited
+    wait_f, wait_b = max(0.0, host_f - gpu_f), max(0.0, host_b - gpu_b)
+    if sync and mech.sync_drain:  # kernels: the drained queue after the token-count sync
+        post = host_ops(model, moe, s, fp8, graphs, mech, fp8_recipe, True)[0] * h_op
+        drain = _sync_drain(post, c, exposed_comm, paired)
+        wait_f = max(wait_f, drain)
+        if mode == "full":  # the recomputed forward syncs again, inside the backward
+            wait_b, sync = max(wait_b, drain), 2 * sync
+    return host_f + host_b, wait_f + wait_b + h_op * sync
+
+
+def _sync_drain(post_host: float, c: LayerCost, exposed_comm: float, paired: bool) -> float:
+    """Seconds the GPU waits, per MoE layer forward, for the host to issue the MoE block after
+    the token-count sync (mechanism ``sync_drain``).
+
+    The sync returns only when the GPU has run everything queued, so the block after it
+    (permutation, dispatch, the per-expert GEMMs and casts, combine: :func:`host_ops`
+    ``after_sync``,
+    ``post_host`` seconds of host time) starts on an empty queue: the GPU runs each operation
+    as the host issues it, and only the GPU work issued after the block (the next layer's
+    attention) can hide the host's lead from then on.  Of a span "block, then attention"
+    with host times ``hA, hB`` and GPU times ``gA, gB`` the GPU finishes no earlier than
+    ``hA + gB``, besides ``hA + hB`` and ``gA + gB``: beyond what the layer-wide comparison
+    of host and GPU time already charges, the GPU waits ``hA - gA``.  ``gA`` is the MLP
+    block's forward GEMMs and the forward third of the layer's exposed communication (the
+    dispatch and combine); with combined 1F1B (``paired``) another micro-batch's layer
+    backward is issued in the same span and adds its GPU time.
+    """
+    gpu = c.mlp_fwd + exposed_comm / 3 + (c.bwd if paired else 0.0)
+    return max(0.0, post_host - gpu)
 
 
 def _cp_correction(

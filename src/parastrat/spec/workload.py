@@ -274,7 +274,14 @@ class Mechanisms:
       warm-up and the backwards of its cool-down, which run alone, expose theirs (Megatron
       Core's interleaved schedule: ``2 (p - rank - 1) + (v - 1) p + 1`` warm-up steps per
       rank with the overlap; without a pipeline, the first forward and the last backward;
-      off: every micro-batch is paired).
+      off: every micro-batch is paired);
+    * ``sync_drain``: the host-device synchronisation of an MoE layer's forward (the
+      dispatcher copies the tokens-per-expert counts to the host for the all-to-all splits
+      and TE GroupedLinear's ``m_splits``) returns once the GPU's queue is empty, so the MoE
+      block issued after it runs at the host's pace until the host is ahead again: its host
+      time beyond its own GPU time is exposed, whatever the rest of the layer's GPU time
+      (off: only the layer's host time as a whole against its GPU time, and one launch per
+      sync).
 
     ``balance`` is the routing regime the imbalance assumes (:data:`BALANCE_MODES`):
     "forced" (``moe_router_force_load_balancing``: random routing, what Megatron Bridge's
@@ -305,6 +312,7 @@ class Mechanisms:
     eager_act: bool = True
     a2a_pairing: bool = True
     quantised_gather: bool = True
+    sync_drain: bool = True
     recompute_modules: tuple[str, ...] = ("core_attn",)
 
     def __post_init__(self) -> None:
@@ -371,6 +379,7 @@ MECHANISM_SWITCHES = (
     "eager_act",
     "a2a_pairing",
     "quantised_gather",
+    "sync_drain",
 )
 
 
