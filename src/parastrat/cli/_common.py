@@ -11,6 +11,7 @@ import json
 import os
 import re
 import sys
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -460,6 +461,29 @@ def switches_from_args(args: argparse.Namespace, *, searched: bool = False):
     if searched:
         given.pop("recompute")
     return Switches(**{k: v for k, v in given.items() if v is not None})
+
+
+def switch_flags(change: Mapping[str, Any]) -> str:
+    """The flags that set ``change`` (:class:`~parastrat.spec.workload.Switches` fields to
+    values), read from the switch tables: ``--cuda-graphs attn,mlp``, ``--tp-comm-overlap``,
+    ``--moe-dispatcher flex``; a field only a ``--no-X`` flag sets reads "without --no-X"."""
+    rows = {
+        row.options.get("dest", row.names[0].lstrip("-").replace("-", "_")): row
+        for row in (*MEMORY_SWITCH_ARGS, *step_switch_args())
+    }
+    return " ".join(_flag_words(rows[field], value) for field, value in change.items())
+
+
+def _flag_words(row: Arg, value: Any) -> str:
+    """The words of one switch table row that set ``value``."""
+    name, options = row.names[0], row.options
+    if isinstance(value, (frozenset, set, tuple, list)):
+        return f"{name} {','.join(sorted(value))}"
+    if not isinstance(value, bool):
+        return f"{name} {value}"
+    if options.get("action") is argparse.BooleanOptionalAction:
+        return name if value else "--no-" + name.removeprefix("--")
+    return name if options.get("const") is value else f"without {name}"
 
 
 def workload_from_args(

@@ -16,6 +16,7 @@ from ._common import (
     positive_int,
     print_json,
     strategy_from_args,
+    switch_flags,
     switches_from_args,
     workload_from_args,
 )
@@ -59,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``parastrat explain``: print one strategy's memory and step-time breakdown, or with
     ``--compare`` what changed between two and why (table or JSON); return 0."""
+    from ..planner.advice import switch_advice
     from ..planner.compare import compare
     from ..planner.explain import explain_strategy
     from ..planner.price import price
@@ -76,14 +78,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if args.format == "json":
         s, step, mem = price(workload, strategy, cluster, switches)
+        advice = switch_advice(workload, s, cluster, switches)
         print_json(
             {
                 "strategy": s.to_dict(),
                 "step": step.to_dict(),
                 "memory": mem.to_dict(),
                 "fits": mem.fits(cluster.accel),
+                "switch_advice": [a.to_dict() for a in advice],
             }
         )
         return 0
-    console.print(cli_words(explain_strategy(workload, strategy, cluster, switches)), markup=False)
+    text = explain_strategy(workload, strategy, cluster, switches, render=switch_flags)
+    console.print(cli_words(text), markup=False)
     return 0

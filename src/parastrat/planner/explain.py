@@ -3,6 +3,7 @@ from the seed guide's starting point."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, StrategyError, UsageError
@@ -10,9 +11,10 @@ from ..estimate.fsdp import ShardGroups
 from ..estimate.memory import memory_of
 from ..estimate.step import StepModel, StepReport, validate_strategy
 from ..spec.hardware import GiB
-from ..spec.workload import Switches, Workload
+from ..spec.workload import Switches, Workload, resolve
 from ..strategy import Strategy
-from .price import price_strategy
+from .advice import SwitchAdvice, switch_advice
+from .price import price
 from .ranking import RANK_TIE, VPP_TIE, exposure_class, model_parallel_sizes
 
 if TYPE_CHECKING:
@@ -341,15 +343,20 @@ def explain_strategy(
     switches: Switches | None = None,
     *,
     workload: Workload | None = None,
+    render: Callable[[dict[str, Any]], str] | None = None,
     **options: Any,
 ) -> str:
-    """Memory per stage and the step-time breakdown of one given strategy, as text.
+    """Memory per stage and the step-time breakdown of one given strategy, as text, and the
+    implementation switches that would shorten its step (:func:`.advice.switch_advice`).
 
     Typed form: ``explain_strategy(workload, strategy, cluster, switches)``; the keyword form
     (``model, strategy, cluster, seq_len=..., global_batch_size=...`` and any
-    :class:`~parastrat.spec.workload.Switches` field) builds them.
+    :class:`~parastrat.spec.workload.Switches` field) builds them.  ``render`` writes a switch
+    change (``{"tp_comm_overlap": True}``) as the caller spells it (default: Python keywords,
+    ``tp_comm_overlap=True``; the CLI passes its flags).
     """
-    s, step, mem = price_strategy(model, strategy, cluster, switches, workload=workload, **options)
+    wl, sw = resolve(model, workload, switches, who="explain_strategy", **options)
+    s, step, mem = price(wl, strategy, cluster, sw)
     total = step.step_time_s
     lines = [
         f"{mem.model} | {s} | mbs {mem.micro_batch_size} | {step.recompute} recompute | "
@@ -373,7 +380,28 @@ def explain_strategy(
         f"({'fits' if mem.fits(cluster.accel) else 'DOES NOT FIT'})"
     )
     lines += [f"note: {n}" for n in step.notes]
+    lines += _advice_lines(switch_advice(wl, s, cluster, sw), render or python_keywords)
     return "\n".join(lines)
+
+
+def python_keywords(change: dict[str, Any]) -> str:
+    """A switch change as Python keywords: ``cuda_graphs=('attn', 'mlp')``."""
+    return ", ".join(
+        f"{k}={tuple(sorted(v)) if isinstance(v, frozenset) else v!r}" for k, v in change.items()
+    )
+
+
+def _advice_lines(advice: list[SwitchAdvice], render: Callable[[dict[str, Any]], str]) -> list[str]:
+    """The text lines of :func:`.advice.switch_advice`'s result (none when it is empty)."""
+    if not advice:
+        return []
+    lines = ["switches that would shorten this step (each alone, same model):"]
+    for a in advice:
+        lines.append(
+            f"  {render(a.change)}: step {a.step.step_time_s:.3f} s (-{a.gain:.1%}), "
+            f"{a.step.tokens_per_s_per_gpu:,.0f} tokens/s/GPU"
+        )
+    return lines
 
 
 def _precision_label(step: StepReport) -> str:
