@@ -94,16 +94,37 @@ def test_changes_are_written_as_the_cli_flags(change, words):
         assert {k: getattr(got, k) for k in change} == change
 
 
+def _cli(capsys, command: str) -> str:
+    """stdout of the CLI run with ``command`` (exit status 0 checked)."""
+    assert main(shlex.split(command)) == 0
+    return capsys.readouterr().out
+
+
 def test_explain_lists_the_advice_as_flags_and_in_json(capsys):
-    argv = shlex.split(
+    explain = (
         "explain --model qwen3-30b-a3b --gpus 8 --accelerator b200 --seq-len 4096 "
         "--global-batch-size 512 --precision mxfp8 --strategy 'TP1 PP1 CP1 EP8 DP8'"
     )
-    assert main(argv) == 0
-    out = capsys.readouterr().out
+    out = _cli(capsys, explain)
     assert "switches that would shorten this step" in out
     assert "--moe-a2a-overlap: step" in out and "moe_a2a_overlap=" not in out
-    assert main(argv + ["--format", "json"]) == 0
-    doc = json.loads(capsys.readouterr().out)
+    doc = json.loads(_cli(capsys, explain + " --format json"))
     assert doc["switch_advice"][0]["set"] == {"moe_a2a_overlap": True}
     assert 0 < doc["switch_advice"][0]["step_time_s"] < doc["step"]["step_time_s"]
+
+
+def test_plan_names_the_switches_that_would_shorten_its_choice(capsys):
+    cluster = ps.Cluster(accelerator="h100", num_devices=16)
+    kw = dict(seq_len=4096, global_batch_size=512, precision="fp8", top_k=3)
+    plan = ps.plan(QWEN30, cluster, Switches(), **kw)
+    line = next(x for x in plan.explain().splitlines() if "would shorten it" in x)
+    assert "moe_a2a_overlap=True -" in line  # Python keywords by default
+    # with the advised switches on, the plan has nothing left to advise for those
+    on = ps.plan(QWEN30, cluster, Switches(moe_a2a_overlap=True, moe_dispatcher="flex"), **kw)
+    assert "moe_a2a_overlap" not in on.explain() and "moe_dispatcher" not in on.explain()
+    out = _cli(
+        capsys,
+        "plan --model qwen3-30b-a3b --gpus 16 --accelerator h100 --seq-len 4096 "
+        "--global-batch-size 512 --precision fp8 --top-k 3",
+    )
+    assert "switches that would shorten it: --moe-a2a-overlap -" in out

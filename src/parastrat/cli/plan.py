@@ -27,6 +27,7 @@ from ._common import (
     print_json,
     search_from_args,
     seq_len,
+    switch_flags,
     switches_from_args,
     workload_from_args,
 )
@@ -468,4 +469,4 @@ def _print_footer(result, top) -> None:
         f"{result.elapsed_s:.2f} s; model FLOPs = 3 x forward (6 N_active + causal "
         "attention / 2), recompute excluded"
     )
-    console.print(result.explain(), markup=False)
+    console.print(result.explain(render=switch_flags), markup=False)

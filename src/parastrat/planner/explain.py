@@ -130,8 +130,10 @@ def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
         c.why = "; ".join(parts)
 
 
-def explain_plan(plan: Plan) -> str:
-    """Seed heuristic vs the chosen strategy, term by term, as plain text."""
+def explain_plan(plan: Plan, render: Callable[[dict[str, Any]], str] | None = None) -> str:
+    """Seed heuristic vs the chosen strategy, term by term, as plain text, after the switches
+    that would shorten the choice's step (:func:`choice_advice`; ``render`` as
+    :func:`explain_strategy`'s)."""
     best = plan.best
     lines = [
         f"{plan.model.name} on {plan.num_devices} x {plan.cluster.accel.name}, seq "
@@ -143,6 +145,10 @@ def explain_plan(plan: Plan) -> str:
     ]
     if plan.search.fsdp:
         lines.append(f"  fsdp: {fsdp_verdict(plan)}")
+    advice = choice_advice(plan)
+    if advice:
+        shown = ", ".join(f"{(render or python_keywords)(a.change)} -{a.gain:.1%}" for a in advice)
+        lines.append(f"  switches that would shorten it: {shown} (plan again with them)")
     heur = plan.heuristic
     if heur is None:
         return "\n".join(lines)
@@ -382,6 +388,17 @@ def explain_strategy(
     lines += [f"note: {n}" for n in step.notes]
     lines += _advice_lines(switch_advice(wl, s, cluster, sw), render or python_keywords)
     return "\n".join(lines)
+
+
+def choice_advice(plan: Plan) -> list[SwitchAdvice]:
+    """:func:`.advice.switch_advice` of the plan's choice, with its micro-batch, recompute and
+    switches (none when the plan has no workload, as a hand-built one)."""
+    best = plan.best
+    if plan.workload is None:
+        return []
+    workload = plan.workload.with_micro_batch(best.micro_batch_size)
+    switches = (best.switches or plan.switches).with_recompute(best.recompute)
+    return switch_advice(workload, best.strategy, plan.cluster, switches)
 
 
 def python_keywords(change: dict[str, Any]) -> str:

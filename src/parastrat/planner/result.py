@@ -3,6 +3,7 @@ ranking and how the search went)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -155,9 +156,11 @@ class Plan:
         memory, step and why."""
         return {"candidates": [c.to_dict() for c in self.candidates]}
 
-    def explain(self) -> str:
-        """The seed guide's starting point beside the choice, and why the model departs."""
-        return explain_plan(self)
+    def explain(self, render: Callable[[dict[str, Any]], str] | None = None) -> str:
+        """The seed guide's starting point beside the choice, and why the model departs; the
+        switches that would shorten the choice's step, written by ``render`` (default: Python
+        keywords; the CLI passes its flags)."""
+        return explain_plan(self, render)
 
     def find(
         self, strategy: Strategy, *, step_time_s: float | None = None, tolerance: float = VPP_TIE
