@@ -128,3 +128,17 @@ def test_plan_names_the_switches_that_would_shorten_its_choice(capsys):
         "--global-batch-size 512 --precision fp8 --top-k 3",
     )
     assert "switches that would shorten it: --moe-a2a-overlap -" in out
+
+
+def test_plan_json_carries_the_choice_advice(capsys):
+    doc = json.loads(
+        _cli(
+            capsys,
+            "plan --model qwen3-30b-a3b --gpus 16 --accelerator h100 --seq-len 4096 "
+            "--global-batch-size 512 --precision fp8 --top-k 1 --format json",
+        )
+    )
+    sets = [a["set"] for a in doc["switch_advice"]]
+    assert {"moe_a2a_overlap": True} in sets
+    choice = doc["candidates"][0]["step"]["step_time_s"]
+    assert all(a["step_time_s"] < choice for a in doc["switch_advice"])

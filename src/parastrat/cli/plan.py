@@ -123,9 +123,10 @@ OUTPUT_ARGS = (
         "--format",
         choices=FORMATS,
         default="table",
-        help="table; json/yaml (the candidates); overrides (Megatron Bridge's run_recipe.py); "
-        "megatron-args (Megatron-LM / MindSpeed-LLM pretrain_gpt.py arguments); torchrun (the "
-        "launch command and its environment; Megatron-LM's launcher with HCCL settings on Ascend)",
+        help="table; json/yaml (the candidates and the switch_advice of the choice); "
+        "overrides (Megatron Bridge's run_recipe.py); megatron-args (Megatron-LM / "
+        "MindSpeed-LLM pretrain_gpt.py arguments); torchrun (the launch command and its "
+        "environment; Megatron-LM's launcher with HCCL settings on Ascend)",
     ),
     arg(
         "--recipe",
@@ -184,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
         written = plot_plan(result, args.plot, device_bytes=cluster.accel.memory_bytes)
         err_console.print(f"wrote the plot to {written}", markup=False)
     if args.format in ("json", "yaml"):
-        _print_candidates(top, args.format)
+        _print_candidates(result, top, args.format)
     elif args.format in ("overrides", "megatron-args", "torchrun"):
         console.print(_launch_text(args, result, model, cluster, gbs), markup=False)
     else:
@@ -225,9 +226,15 @@ def _search(args: argparse.Namespace, model, cluster, gbs: int):
         )
 
 
-def _print_candidates(top, fmt: str) -> None:
-    """The shown candidates as one JSON (``fmt='json'``) or YAML document."""
-    doc = {"candidates": [c.to_dict() for c in top]}
+def _print_candidates(result, top, fmt: str) -> None:
+    """The shown candidates, and the switches that would shorten the choice's step
+    (``switch_advice``), as one JSON (``fmt='json'``) or YAML document."""
+    from ..planner.explain import choice_advice
+
+    doc = {
+        "candidates": [c.to_dict() for c in top],
+        "switch_advice": [a.to_dict() for a in choice_advice(result)],
+    }
     if fmt == "json":
         print_json(doc)
         return
