@@ -547,10 +547,11 @@ PY_TO_CLI = {
     "account_for_embedding=True": "--account-for-embedding",
     "account_for_loss=True": "--account-for-loss",
 }
-#: Strategy fields a hint sets as ``name=value`` (``first_stage_layers=6``,
+#: Strategy fields and switches a hint sets as ``name=value`` (``first_stage_layers=6``,
 #: ``pipeline_layout='Et*7|...'``): on the command line ``--name value``.
 _VALUE_FIELD = re.compile(
-    r"\b(first_stage_layers|last_stage_layers|pipeline_layout|dp_shard|dp_replicate)="
+    r"\b(first_stage_layers|last_stage_layers|pipeline_layout|dp_shard|dp_replicate"
+    r"|cuda_graphs|recompute)="
     r"('[^']*'|[^\s,;]+)"
 )
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StrategyError, UsageError
+from ..graph_rules import GraphRun, graph_violations
 from ..grid import expert_dp
 from ..rules import hybrid_workload_violations
 from ..spec.hardware import (
@@ -1336,6 +1337,10 @@ class StepModel:
             bad = hybrid_workload_violations(wl.model, wl.precision, mode)
             if bad:
                 raise StrategyError(bad)
+        graphs = self._switches.cuda_graphs
+        bad = graph_violations(graphs, graph_run(wl.model, self._switches, mode)) if graphs else []
+        if bad:  # what Megatron Core refuses about the CUDA-graph scopes
+            raise StrategyError(bad)
         gbs = wl.needs_global_batch("estimate_step")
         dp = _dp(s)
         world = s.world_size if s.world_size is not None else s.min_world_size * dp
@@ -1796,6 +1801,21 @@ def check_errors(
         if v.severity == "error"
     ]
     return errors
+
+
+def graph_run(model: ModelSpec, switches: Switches, recompute: str) -> GraphRun:
+    """What :func:`parastrat.graph_rules.graph_violations` reads of a run: the model's MoE
+    shape, ``recompute`` and the switches' recompute modules and MoE routing."""
+    mech = switches.mechanisms
+    return GraphRun(
+        moe=model.is_moe,
+        all_moe=model.is_moe and model.num_moe_layers == model.num_layers,
+        recompute=recompute,
+        recompute_modules=mech.recompute_modules,
+        dispatcher=switches.moe_dispatcher,
+        capacity_factor=mech.capacity_factor,
+        router_padding=mech.router_padding,
+    )
 
 
 def validate_strategy(

@@ -40,8 +40,9 @@ from ..estimate.fsdp import fsdp_layer_memory
 from ..estimate.layers import stage_params, try_split
 from ..estimate.memo import per_model
 from ..estimate.memory import MemoryReport, memory_of
-from ..estimate.step import StepModel, StepReport, check_errors
+from ..estimate.step import StepModel, StepReport, check_errors, graph_run
 from ..estimate.step import clear_caches as clear_step_caches
+from ..graph_rules import graph_violations
 from ..grid import expert_dp
 from ..pipeline_layout import parse_string
 from ..spec.cluster import MAX_DEVICES
@@ -621,7 +622,32 @@ def plan_values(
     sw = replace(sw, recompute=None) if sw.recompute is not None else sw
     if wl.model.is_hybrid:
         space = _hybrid_space(wl, space)
+    if sw.cuda_graphs:
+        space = _graph_space(wl, sw, space)
     return wl, sw, space
+
+
+def _graphs_note(sw: Switches, space: SearchSpace) -> str:
+    """Why full recompute was not tried, when the CUDA-graph scopes ruled it out."""
+    if not sw.cuda_graphs or "full" in space.modes:
+        return ""
+    return (
+        " (full recompute needs the whole-iteration CUDA graph: rule cuda-graph-full-recompute; "
+        "cuda_graphs='full_iteration' would allow it)"
+    )
+
+
+def _graph_space(wl: Workload, sw: Switches, space: SearchSpace) -> SearchSpace:
+    """The recompute modes Megatron Core runs with the CUDA-graph scopes of ``sw`` (full
+    recompute only with the whole iteration); StrategyError with the rule when it runs none
+    (:func:`~parastrat.graph_rules.graph_violations`)."""
+    ok = [
+        m for m in space.modes if not graph_violations(sw.cuda_graphs, graph_run(wl.model, sw, m))
+    ]
+    if not ok:
+        first = graph_run(wl.model, sw, space.modes[0])
+        raise StrategyError(graph_violations(sw.cuda_graphs, first))
+    return replace(space, recompute=tuple(ok)) if len(ok) < len(space.modes) else space
 
 
 def _hybrid_space(wl: Workload, space: SearchSpace) -> SearchSpace:
@@ -720,9 +746,9 @@ def _nothing_fits_message(
             return (
                 f"no strategy for {model.name} fits in {cluster.accel.name} memory "
                 f"({cluster.memory_bytes / GiB:.0f} GiB) on {world} devices at seq_len="
-                f"{wl.seq_len}, even with {space.modes[-1]} recompute; {world * factor} devices "
-                f"would fit, e.g. {c.strategy} mbs{c.micro_batch_size} {c.recompute} "
-                f"(peak {c.memory.peak_bytes / GiB:.1f} GiB)"
+                f"{wl.seq_len}, even with {space.modes[-1]} recompute{_graphs_note(sw, space)}; "
+                f"{world * factor} devices would fit, e.g. {c.strategy} mbs{c.micro_batch_size} "
+                f"{c.recompute} (peak {c.memory.peak_bytes / GiB:.1f} GiB)"
             )
     return (
         f"no strategy for {model.name} fits in {cluster.accel.name} memory on {world} "
