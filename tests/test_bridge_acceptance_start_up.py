@@ -202,3 +202,30 @@ def test_default_recipes_are_the_ones_run_recipe_finds(bridge):
     assert not any(hasattr(recipes, guessed[n]) for n in mg.NO_EXPORTED_RECIPE)
     assert mg.default_recipe("llama3.1-405b") in dir(recipes)
     assert mg.default_recipe("llama3.2-1b") in dir(recipes)
+
+
+@pytest.mark.parametrize(("vpp", "written"), [(1, False), (None, True)])
+def test_combined_1f1b_is_written_as_priced_and_starts(bridge, monkeypatch, vpp, written):
+    """A plan asked for combined 1F1B (``moe_a2a_overlap``) on PP 8: with VPP 1 Bridge's
+    start-up refuses it (above), the step model prices it off ("not applied"), and ``apply``
+    writes it off, so the plan's choice applies and starts; with VPP it is on and starts."""
+    import parastrat as ps
+    from parastrat.spec.models import get
+
+    plan = ps.plan(
+        get("qwen3-235b-a22b"),
+        ps.Cluster(accelerator="h100", num_devices=128),
+        seq_len=4096,
+        global_batch_size=512,
+        top_k=1,
+        moe_a2a_overlap=True,
+        pp=(8,),
+        vpp=(1,) if vpp == 1 else None,
+    )
+    assert (plan.best.strategy.vpp > 1) is written
+    cfg = with_provider("Qwen3MoEModelProvider235B_A22B")
+    cfg.dataset.sequence_length = cfg.model.seq_length = 4096
+    cfg.comm_overlap.defer_embedding_wgrad_compute = False
+    mg.apply(cfg, plan, world_size=128)
+    assert cfg.comm_overlap.overlap_moe_expert_parallel_comm is written
+    start_up(cfg, 128, monkeypatch)

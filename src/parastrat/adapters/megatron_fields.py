@@ -628,13 +628,14 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
     if switches and tp_overlap is None:
         tp_overlap = _tp_overlap_default(s, plan)
     mode = getattr(obj, "recompute", None)
+    a2a, shared = _moe_overlaps(s, _mode(mode), switches)
     return s, RunSettings(
         micro_batch_size=getattr(obj, "micro_batch_size", None),
         global_batch_size=getattr(plan, "global_batch_size", None),
         recompute=_mode(mode),
         moe_dispatcher=_dispatcher_on(switches.get("moe_dispatcher"), plan),
-        moe_a2a_overlap=switches.get("moe_a2a_overlap"),
-        moe_shared_expert_overlap=switches.get("moe_shared_expert_overlap"),
+        moe_a2a_overlap=a2a,
+        moe_shared_expert_overlap=shared,
         tp_comm_overlap=tp_overlap,
         cuda_graphs=switches.get("cuda_graphs"),
         cuda_graphs_known="cuda_graphs" in switches,
@@ -646,6 +647,23 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
         moe_model=bool(getattr(getattr(plan, "model", None), "num_moe_experts", 0)) or None,
         **_priced_precision(obj, plan, switches),
     )
+
+
+def _moe_overlaps(
+    s: Strategy, mode: str | None, switches: dict[str, Any]
+) -> tuple[bool | None, bool | None]:
+    """(combined 1F1B, shared-expert overlap) as the step model priced them: combined 1F1B
+    only where Megatron runs it (EP > 1, PP 1 or VPP > 1, no full recompute:
+    :func:`~parastrat.estimate.step.moe_a2a_overlap_ok`), and then without the shared-expert
+    overlap, which Megatron refuses beside it.  None: not asked, the config keeps its value."""
+    a2a, shared = switches.get("moe_a2a_overlap"), switches.get("moe_shared_expert_overlap")
+    if not a2a:
+        return a2a, shared
+    from ..estimate.step import moe_a2a_overlap_ok
+
+    if not moe_a2a_overlap_ok(s, mode or "none"):
+        return False, shared
+    return True, False if shared else shared
 
 
 def _priced_precision(obj: Any, plan: Any, switches: dict[str, Any]) -> dict[str, Any]:
