@@ -3,10 +3,12 @@
 For each model below (its parastrat preset planned, its real Megatron Bridge 0.3.1 provider
 run), on H100 (NVLink-8) and GB200 (NVL72) clusters, at BF16, FP8 (current scaling) and, on
 GB200, MXFP8, at 4,096 tokens and at 32,768 (where plans use context parallelism, ring or
-Ulysses): every candidate ``parastrat.plan`` returns (top 5) is applied with
-``parastrat.adapters.megatron.apply`` to a real Bridge ``ConfigContainer`` (GPT-3 175B's
-recipe holding the model's provider, at the plan's sequence length and global batch, with
-Bridge's own mixed-precision recipe for the plan's precision), then goes through what
+Ulysses), and once more at 4,096 tokens on each cluster with the switches Bridge's performance
+recipes turn on (TE-scoped CUDA graphs; combined 1F1B on MoE models): every candidate
+``parastrat.plan`` returns (top 5) is applied with ``parastrat.adapters.megatron.apply`` to a
+real Bridge ``ConfigContainer`` (GPT-3 175B's recipe holding the model's provider, at the
+plan's sequence length and global batch, with Bridge's own mixed-precision recipe for the
+plan's precision), then goes through what
 Bridge's ``pretrain()`` does with it before any GPU work (:func:`start_up`): Bridge's
 ``runtime_config_update`` (mixed precision and comm-overlap set-up, then
 ``ConfigContainer.validate()``), Megatron Core's micro-batch calculator and its
@@ -190,11 +192,33 @@ CASES = (
 
 @dataclass(frozen=True)
 class Setting:
-    """Accelerator, precision and sequence length of one plan."""
+    """Accelerator, precision and sequence length of one plan, and its implementation
+    switches (:data:`SWITCH_SETS`)."""
 
     accelerator: str
     precision: str
     seq: int
+    switches: str = "default"
+
+
+#: The switches a plan is asked for: Megatron Core's defaults, or what Megatron Bridge's
+#: performance recipes turn on (:func:`recipe_switches`: Transformer Engine-scoped CUDA graphs,
+#: combined 1F1B on MoE models), so that the switches ``apply`` writes go through the same
+#: start-up.
+SWITCH_SETS = ("default", "recipe")
+
+
+def recipe_switches(model, name: str) -> dict:
+    """The plan keywords of switch set ``name`` for ``model``: the recipes' TE-scoped graphs
+    (``attn``, ``moe_router``, ``moe_preprocess`` on MoE models, ``attn``, ``mlp`` on dense
+    ones) and, on MoE models, combined 1F1B."""
+    if name not in SWITCH_SETS:
+        raise ValueError(f"unknown switch set {name!r}; use one of {', '.join(SWITCH_SETS)}")
+    if name == "default":
+        return {}
+    if model.is_moe:
+        return {"cuda_graphs": "attn,moe_router,moe_preprocess", "moe_a2a_overlap": True}
+    return {"cuda_graphs": "attn,mlp"}
 
 
 SETTINGS = (
@@ -204,6 +228,8 @@ SETTINGS = (
     Setting("gb200", "bf16", 4096),
     Setting("gb200", "mxfp8", 4096),
     Setting("gb200", "fp8", 32768),
+    Setting("h100", "bf16", 4096, "recipe"),
+    Setting("gb200", "mxfp8", 4096, "recipe"),
 )
 #: --short: one dense, one MoE and one MLA model, each in one setting that exercises a new
 #: dimension (GB200 with MXFP8, FP8 on H100, 32k tokens with CP); the MLA one on its own
@@ -212,6 +238,7 @@ SHORT = (
     ("llama3-8b", Setting("h100", "bf16", 32768), False),
     ("qwen3-30b-a3b", Setting("gb200", "mxfp8", 4096), False),
     ("deepseek-v2", Setting("h100", "fp8", 4096), True),
+    ("qwen3-30b-a3b", Setting("h100", "bf16", 4096, "recipe"), False),
 )
 
 #: Bridge's own mixed-precision recipe for each parastrat precision
@@ -442,13 +469,15 @@ def run(row: Row, gpus: int) -> Count:
     """Plan the row's model on ``gpus`` devices; apply and start up every candidate."""
     case, setting = row.case, row.setting
     _ACCELERATOR[0] = setting.accelerator
+    model = get(case.model)
     plan = ps.plan(
-        get(case.model),
+        model,
         ps.Cluster(accelerator=setting.accelerator, num_devices=gpus),
         seq_len=setting.seq,
         global_batch_size=4 * gpus if setting.seq <= 4096 else gpus,
         precision=setting.precision,
         top_k=5,
+        **recipe_switches(model, setting.switches),
     )
     count = Count()
     for cand in plan.candidates:
@@ -575,8 +604,8 @@ def main(argv: list[str] | None = None) -> int:
         for diff in shape_differences(case):
             print(f"shape {case.model} ({case.provider}): {diff}")
     print(
-        f"{'model':16s} {'recipe':6s} {'cluster':6s} {'prec':5s} {'seq':>6s} {'gpus':>10s}  "
-        "cand  refused  accepted  with CP  overrides"
+        f"{'model':16s} {'recipe':6s} {'cluster':6s} {'prec':5s} {'seq':>6s} {'switch':7s} "
+        f"{'gpus':>10s}  cand  refused  accepted  with CP  overrides"
     )
     total = Count()
     own = 0  # candidates on their model's own recipe
@@ -591,14 +620,14 @@ def main(argv: list[str] | None = None) -> int:
         st = row.setting
         print(
             f"{row.case.model:16s} {'own' if row.own else 'gpt3':6s} {st.accelerator:6s} "
-            f"{st.precision:5s} {st.seq:6d} {'/'.join(map(str, row.sizes)):>10s}  "
+            f"{st.precision:5s} {st.seq:6d} {st.switches:7s} {'/'.join(map(str, row.sizes)):>10s}  "
             f"{count.candidates:4d}  {count.refused:7d}  {count.accepted:8d}  "
             f"{sum(count.cp.values()):7d}  {count.overrides if row.own else '-':>9}"
         )
         for f in count.failures:
             print("    ", f)
     print(
-        f"{'all':16s} {len(rows):3d} rows{'':27s}  {total.candidates:4d}  {total.refused:7d}  "
+        f"{'all':16s} {len(rows):3d} rows{'':35s}  {total.candidates:4d}  {total.refused:7d}  "
         f"{total.accepted:8d}  {sum(total.cp.values()):7d}  {total.overrides:9d}"
     )
     kinds = ", ".join(f"{k} {n}" for k, n in sorted(total.cp.items()))
