@@ -4,7 +4,7 @@ For each model below (its parastrat preset planned, its real Megatron Bridge 0.3
 run), on H100 (NVLink-8) and GB200 (NVL72) clusters, at BF16, FP8 (current scaling) and, on
 GB200, MXFP8, at 4,096 tokens and at 32,768 (where plans use context parallelism, ring or
 Ulysses), and once more at 4,096 tokens on each cluster with the switches Bridge's performance
-recipes turn on (TE-scoped CUDA graphs; combined 1F1B on MoE models): every candidate
+recipes turn on (TE-scoped CUDA graphs; combined 1F1B and flex on MoE models): every candidate
 ``parastrat.plan`` returns (top 5) is applied with ``parastrat.adapters.megatron.apply`` to a
 real Bridge ``ConfigContainer`` (GPT-3 175B's recipe holding the model's provider, at the
 plan's sequence length and global batch, with Bridge's own mixed-precision recipe for the
@@ -203,21 +203,23 @@ class Setting:
 
 #: The switches a plan is asked for: Megatron Core's defaults, or what Megatron Bridge's
 #: performance recipes turn on (:func:`recipe_switches`: Transformer Engine-scoped CUDA graphs,
-#: combined 1F1B on MoE models), so that the switches ``apply`` writes go through the same
-#: start-up.
+#: combined 1F1B and the flex dispatcher on MoE models), so that the switches ``apply``
+#: writes go through the same start-up.
 SWITCH_SETS = ("default", "recipe")
 
 
 def recipe_switches(model, name: str) -> dict:
     """The plan keywords of switch set ``name`` for ``model``: the recipes' TE-scoped graphs
     (``attn``, ``moe_router``, ``moe_preprocess`` on MoE models, ``attn``, ``mlp`` on dense
-    ones) and, on MoE models, combined 1F1B."""
+    ones) and, on MoE models, combined 1F1B and the flex dispatcher (DeepEP; written as
+    HybridEP on GB200, where Bridge refuses DeepEP)."""
     if name not in SWITCH_SETS:
         raise ValueError(f"unknown switch set {name!r}; use one of {', '.join(SWITCH_SETS)}")
     if name == "default":
         return {}
     if model.is_moe:
-        return {"cuda_graphs": "attn,moe_router,moe_preprocess", "moe_a2a_overlap": True}
+        graphs = "attn,moe_router,moe_preprocess"
+        return {"cuda_graphs": graphs, "moe_a2a_overlap": True, "moe_dispatcher": "flex"}
     return {"cuda_graphs": "attn,mlp"}
 
 
