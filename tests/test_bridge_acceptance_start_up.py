@@ -212,16 +212,10 @@ def test_combined_1f1b_is_written_as_priced_and_starts(bridge, monkeypatch, vpp,
     import parastrat as ps
     from parastrat.spec.models import get
 
-    plan = ps.plan(
-        get("qwen3-235b-a22b"),
-        ps.Cluster(accelerator="h100", num_devices=128),
-        seq_len=4096,
-        global_batch_size=512,
-        top_k=1,
-        moe_a2a_overlap=True,
-        pp=(8,),
-        vpp=(1,) if vpp == 1 else None,
-    )
+    cluster = ps.Cluster(accelerator="h100", num_devices=128)
+    pins = {"pp": (8,), "vpp": (1,) if vpp == 1 else None}
+    kw = dict(seq_len=4096, global_batch_size=512, top_k=1, moe_a2a_overlap=True, **pins)
+    plan = ps.plan(get("qwen3-235b-a22b"), cluster, **kw)
     assert (plan.best.strategy.vpp > 1) is written
     cfg = with_provider("Qwen3MoEModelProvider235B_A22B")
     cfg.dataset.sequence_length = cfg.model.seq_length = 4096
