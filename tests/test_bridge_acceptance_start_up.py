@@ -223,3 +223,32 @@ def test_combined_1f1b_is_written_as_priced_and_starts(bridge, monkeypatch, vpp,
     mg.apply(cfg, plan, world_size=128)
     assert cfg.comm_overlap.overlap_moe_expert_parallel_comm is written
     start_up(cfg, 128, monkeypatch)
+
+
+def test_shared_expert_overlap_is_written_only_with_alltoall(bridge, monkeypatch):
+    """Megatron Core runs the shared-expert overlap with the alltoall dispatcher only ("only
+    works with alltoall token dispatcher"): a plan asked for it with the flex dispatcher on
+    DeepSeek-V2 (shared experts) prices it off with a note, ``apply`` writes it off, and the
+    choice starts; with alltoall it is priced, written and starts."""
+    import types
+
+    import torch
+
+    import parastrat as ps
+    from parastrat.spec.models import get
+
+    # Bridge's flex-backend check asks the device: answer as an H100 would (no GPU here)
+    h100 = types.SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index=0: h100)
+    cluster = ps.Cluster(accelerator="h100", num_devices=128)
+    for dispatcher, written in (("flex", False), ("alltoall", True)):
+        kw = dict(seq_len=4096, global_batch_size=512, top_k=1, moe_dispatcher=dispatcher)
+        plan = ps.plan(get("deepseek-v2"), cluster, moe_shared_expert_overlap=True, **kw)
+        noted = any("alltoall dispatcher only" in n for n in plan.best.step.notes)
+        assert noted is not written
+        cfg = with_provider("hf:deepseek-v2.json")
+        cfg.dataset.sequence_length = cfg.model.seq_length = 4096
+        cfg.comm_overlap.defer_embedding_wgrad_compute = False
+        mg.apply(cfg, plan, world_size=128)
+        assert cfg.model.moe_shared_expert_overlap is written
+        start_up(cfg, 128, monkeypatch)

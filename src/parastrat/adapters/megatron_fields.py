@@ -655,8 +655,12 @@ def _moe_overlaps(
     """(combined 1F1B, shared-expert overlap) as the step model priced them: combined 1F1B
     only where Megatron runs it (EP > 1, PP 1 or VPP > 1, no full recompute:
     :func:`~parastrat.estimate.step.moe_a2a_overlap_ok`), and then without the shared-expert
-    overlap, which Megatron refuses beside it.  None: not asked, the config keeps its value."""
+    overlap, which Megatron refuses beside it; the shared-expert overlap only with the
+    alltoall dispatcher ("moe_shared_expert_overlap only works with alltoall token
+    dispatcher").  None: not asked, the config keeps its value."""
     a2a, shared = switches.get("moe_a2a_overlap"), switches.get("moe_shared_expert_overlap")
+    if shared and switches.get("moe_dispatcher", "alltoall") != "alltoall":
+        shared = False
     if not a2a:
         return a2a, shared
     from ..estimate.step import moe_a2a_overlap_ok

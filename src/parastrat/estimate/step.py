@@ -1998,6 +1998,13 @@ def _effective_moe_comm(
                 "moe_shared_expert_overlap not applied: Megatron refuses it together "
                 "with combined 1F1B"
             )
+    if shared and moe_comm.dispatcher != "alltoall":
+        shared = False
+        if notes is not None:
+            notes.append(
+                "moe_shared_expert_overlap not applied: Megatron Core runs it with the "
+                "alltoall dispatcher only"
+            )
     if (a2a, shared) == (moe_comm.a2a_overlap, moe_comm.shared_expert_overlap):
         return moe_comm
     return MoEComm(moe_comm.dispatcher, a2a, shared)
