@@ -1942,17 +1942,16 @@ def _sync_drain(post_host: float, c: LayerCost, exposed_comm: float, paired: boo
     the token-count sync (mechanism ``sync_drain``).
 
     The sync returns only when the GPU has run everything queued, so the block after it
-    (permutation, dispatch, the per-expert GEMMs and casts, combine: :func:`host_ops`
-    ``after_sync``,
-    ``post_host`` seconds of host time) starts on an empty queue: the GPU runs each operation
-    as the host issues it, and only the GPU work issued after the block (the next layer's
-    attention) can hide the host's lead from then on.  Of a span "block, then attention"
-    with host times ``hA, hB`` and GPU times ``gA, gB`` the GPU finishes no earlier than
-    ``hA + gB``, besides ``hA + hB`` and ``gA + gB``: beyond what the layer-wide comparison
-    of host and GPU time already charges, the GPU waits ``hA - gA``.  ``gA`` is the MLP
-    block's forward GEMMs and the forward third of the layer's exposed communication (the
-    dispatch and combine); with combined 1F1B (``paired``) another micro-batch's layer
-    backward is issued in the same span and adds its GPU time.
+    (permutation, dispatch, the per-expert GEMMs and casts, combine: :func:`host_ops` with
+    ``after_sync``; ``post_host`` seconds of host time) starts on an empty queue: the GPU
+    runs each operation as the host issues it, and only the GPU work issued after the block
+    (the next layer's attention) can hide the host's lead from then on.  Of a span "block,
+    then attention" with host times ``hA, hB`` and GPU times ``gA, gB`` the GPU finishes no
+    earlier than ``hA + gB``, besides ``hA + hB`` and ``gA + gB``: beyond what the
+    layer-wide comparison of host and GPU time already charges, the GPU waits ``hA - gA``.
+    ``gA`` is the MLP block's forward GEMMs and the forward third of the layer's exposed
+    communication (the dispatch and combine); with combined 1F1B (``paired``) another
+    micro-batch's layer backward is issued in the same span and adds its GPU time.
     """
     gpu = c.mlp_fwd + exposed_comm / 3 + (c.bwd if paired else 0.0)
     return max(0.0, post_host - gpu)
