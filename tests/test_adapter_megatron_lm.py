@@ -110,11 +110,15 @@ def test_plan_arguments_carry_what_it_was_priced_with(moe_plan):
         1,
     )
     assert (a.moe_token_dispatcher_type, a.moe_enable_deepep) == ("flex", True)
-    assert a.overlap_moe_expert_parallel_comm is True
+    # combined 1F1B was asked for, but Megatron Core refuses it with full recompute ("disable
+    # full recomputation when enabling overlap_moe_expert_parallel_comm"): priced off (noted)
+    # and written off
+    assert any("combined 1F1B) not applied" in n for n in best.step.notes)
+    assert a.overlap_moe_expert_parallel_comm is False
     # the same switches as Bridge's overrides for the same plan
     overrides = mg.to_overrides(moe_plan)
     assert "model.moe_token_dispatcher_type=flex" in overrides
-    assert "comm_overlap.overlap_moe_expert_parallel_comm=true" in overrides
+    assert "comm_overlap.overlap_moe_expert_parallel_comm=false" in overrides
 
 
 def test_hybridep_has_no_megatron_lm_argument(moe_plan):
