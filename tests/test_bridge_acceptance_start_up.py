@@ -217,12 +217,8 @@ def test_combined_1f1b_is_written_as_priced_and_starts(bridge, monkeypatch, vpp,
     kw = dict(seq_len=4096, global_batch_size=512, top_k=1, moe_a2a_overlap=True, **pins)
     plan = ps.plan(get("qwen3-235b-a22b"), cluster, **kw)
     assert (plan.best.strategy.vpp > 1) is written
-    cfg = with_provider("Qwen3MoEModelProvider235B_A22B")
-    cfg.dataset.sequence_length = cfg.model.seq_length = 4096
-    cfg.comm_overlap.defer_embedding_wgrad_compute = False
-    mg.apply(cfg, plan, world_size=128)
+    cfg = _started(plan, "Qwen3MoEModelProvider235B_A22B", monkeypatch)
     assert cfg.comm_overlap.overlap_moe_expert_parallel_comm is written
-    start_up(cfg, 128, monkeypatch)
 
 
 def test_shared_expert_overlap_is_written_only_with_alltoall(bridge, monkeypatch):
@@ -246,9 +242,16 @@ def test_shared_expert_overlap_is_written_only_with_alltoall(bridge, monkeypatch
         plan = ps.plan(get("deepseek-v2"), cluster, moe_shared_expert_overlap=True, **kw)
         noted = any("alltoall dispatcher only" in n for n in plan.best.step.notes)
         assert noted is not written
-        cfg = with_provider("hf:deepseek-v2.json")
-        cfg.dataset.sequence_length = cfg.model.seq_length = 4096
-        cfg.comm_overlap.defer_embedding_wgrad_compute = False
-        mg.apply(cfg, plan, world_size=128)
+        cfg = _started(plan, "hf:deepseek-v2.json", monkeypatch)
         assert cfg.model.moe_shared_expert_overlap is written
-        start_up(cfg, 128, monkeypatch)
+
+
+def _started(plan, provider: str, monkeypatch):
+    """``plan`` applied to GPT-3's recipe holding the real ``provider`` at 4,096 tokens on
+    128 ranks, after Bridge's start-up (which raises on a refusal)."""
+    cfg = with_provider(provider)
+    cfg.dataset.sequence_length = cfg.model.seq_length = 4096
+    cfg.comm_overlap.defer_embedding_wgrad_compute = False
+    mg.apply(cfg, plan, world_size=128)
+    start_up(cfg, 128, monkeypatch)
+    return cfg
