@@ -62,6 +62,7 @@ logging.disable(logging.WARNING)  # Bridge logs every fusion it turns off withou
 
 import parastrat as ps  # noqa: E402
 from parastrat.adapters import megatron as mg  # noqa: E402
+from parastrat.planner.advice import GRAPH_SCOPES  # noqa: E402
 from parastrat.spec.models import get  # noqa: E402
 from tests.conftest import declare_te_version, import_bridge  # noqa: E402
 
@@ -217,10 +218,10 @@ def recipe_switches(model, name: str) -> dict:
         raise ValueError(f"unknown switch set {name!r}; use one of {', '.join(SWITCH_SETS)}")
     if name == "default":
         return {}
+    graphs = GRAPH_SCOPES[model.is_moe]  # the scopes `explain` advises, from one table
     if model.is_moe:
-        graphs = "attn,moe_router,moe_preprocess"
         return {"cuda_graphs": graphs, "moe_a2a_overlap": True, "moe_dispatcher": "flex"}
-    return {"cuda_graphs": "attn,mlp"}
+    return {"cuda_graphs": graphs}
 
 
 SETTINGS = (

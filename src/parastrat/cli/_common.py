@@ -466,12 +466,16 @@ def switches_from_args(args: argparse.Namespace, *, searched: bool = False):
 def switch_flags(change: Mapping[str, Any]) -> str:
     """The flags that set ``change`` (:class:`~parastrat.spec.workload.Switches` fields to
     values), read from the switch tables: ``--cuda-graphs attn,mlp``, ``--tp-comm-overlap``,
-    ``--moe-dispatcher flex``; a field only a ``--no-X`` flag sets reads "without --no-X"."""
+    ``--moe-dispatcher flex``; a field only a ``--no-X`` flag sets reads "without --no-X", and
+    a field no flag sets keeps its Python spelling (``name=value``)."""
     rows = {
         row.options.get("dest", row.names[0].lstrip("-").replace("-", "_")): row
         for row in (*MEMORY_SWITCH_ARGS, *step_switch_args())
     }
-    return " ".join(_flag_words(rows[field], value) for field, value in change.items())
+    return " ".join(
+        _flag_words(rows[field], value) if field in rows else f"{field}={value!r}"
+        for field, value in change.items()
+    )
 
 
 def _flag_words(row: Arg, value: Any) -> str:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StrategyError
 from ..estimate.step import StepReport
-from ..spec.workload import Switches, Workload, canonical_precision
+from ..spec.workload import TP_OVERLAP_OFF_BY_DEFAULT, Switches, Workload, canonical_precision
 from ..strategy import Strategy
 from .price import price
 from .ranking import RANK_TIE
@@ -70,8 +70,9 @@ def candidate_changes(
     out: list[dict[str, Any]] = []
     if not switches.cuda_graphs and current.breakdown.get("host_exposed", 0.0) > 0:
         out.append({"cuda_graphs": GRAPH_SCOPES[workload.model.is_moe]})
-    nvfp4 = canonical_precision(workload.precision) == "nvfp4"
-    if s.tp > 1 and s.sp and switches.tp_comm_overlap is not True and not nvfp4:
+    # TE's NVFP4 GEMM takes no userbuffers: the precisions whose unset overlap means off
+    no_ub = canonical_precision(workload.precision) in TP_OVERLAP_OFF_BY_DEFAULT
+    if s.tp > 1 and s.sp and switches.tp_comm_overlap is not True and not no_ub:
         out.append({"tp_comm_overlap": True})
     if s.ep > 1 and switches.moe_dispatcher == "alltoall":
         out.append({"moe_dispatcher": "flex"})

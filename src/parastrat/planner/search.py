@@ -627,14 +627,13 @@ def plan_values(
     return wl, sw, space
 
 
-def _graphs_note(sw: Switches, space: SearchSpace) -> str:
-    """Why full recompute was not tried, when the CUDA-graph scopes ruled it out."""
+def _graphs_note(wl: Workload, sw: Switches, space: SearchSpace) -> str:
+    """Why full recompute was not tried, when the CUDA-graph scopes ruled it out (the rule
+    :func:`~parastrat.graph_rules.graph_violations` names, with its fix)."""
     if not sw.cuda_graphs or "full" in space.modes:
         return ""
-    return (
-        " (full recompute needs the whole-iteration CUDA graph: rule cuda-graph-full-recompute; "
-        "cuda_graphs='full_iteration' would allow it)"
-    )
+    bad = graph_violations(sw.cuda_graphs, graph_run(wl.model, sw, "full"))
+    return f" (full recompute not tried: [{bad[0].rule}] {bad[0].hint})" if bad else ""
 
 
 def _graph_space(wl: Workload, sw: Switches, space: SearchSpace) -> SearchSpace:
@@ -742,11 +741,11 @@ def _nothing_fits_message(
         except (StrategyError, SpecError, UsageError):
             continue
         if trial.candidates:
-            c = trial.best
+            c, why = trial.best, _graphs_note(wl, sw, space)
             return (
                 f"no strategy for {model.name} fits in {cluster.accel.name} memory "
                 f"({cluster.memory_bytes / GiB:.0f} GiB) on {world} devices at seq_len="
-                f"{wl.seq_len}, even with {space.modes[-1]} recompute{_graphs_note(sw, space)}; "
+                f"{wl.seq_len}, even with {space.modes[-1]} recompute{why}; "
                 f"{world * factor} devices would fit, e.g. {c.strategy} mbs{c.micro_batch_size} "
                 f"{c.recompute} (peak {c.memory.peak_bytes / GiB:.1f} GiB)"
             )
