@@ -28,7 +28,7 @@ from parastrat.estimate.fsdp import (
     megatron_prefetch_depth,
     torchtitan_reshard_after_forward,
 )
-from parastrat.estimate.step import OVERLAP_SLOWDOWN
+from parastrat.estimate.overlap import OVERLAP_SLOWDOWN
 from parastrat.spec.cluster import Cluster, bus_factor, latency_steps
 
 H100 = Cluster("h100", 64)  # 8 per NVLink domain

@@ -12,14 +12,15 @@ import pytest
 import parastrat as ps
 from parastrat.errors import UsageError
 from parastrat.estimate import moe_kernels
-from parastrat.estimate.step import (
+from parastrat.estimate.host_ops import host_ops
+from parastrat.estimate.layer_cost import KernelSetup, LayerShape
+from parastrat.estimate.step import layer_cost
+from parastrat.spec.workload import (
     ALL_MECHANISMS,
-    KernelSetup,
-    LayerShape,
-    host_ops,
-    layer_cost,
+    RECOMPUTE_MODULES,
+    Mechanisms,
+    parse_ablation,
 )
-from parastrat.spec.workload import RECOMPUTE_MODULES, Mechanisms, parse_ablation
 
 GPT_OSS = ps.models.get("gpt-oss-120b")
 QWEN = ps.models.get("qwen3-30b-a3b")

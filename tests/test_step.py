@@ -251,7 +251,7 @@ QWEN30 = ps.models.get("qwen3-30b-a3b")
 
 
 def test_host_ops_dense_layer_counts():
-    from parastrat.estimate.step import host_ops
+    from parastrat.estimate.host_ops import host_ops
 
     s = ps.Strategy().with_world_size(8)
     # attention: norm 1 + 2 GEMMs (qkv, proj) + rope 2 + fused attention 1 + residual 1 = 7;
@@ -272,7 +272,7 @@ def test_host_ops_dense_layer_counts():
 
 
 def test_host_ops_moe_layer_counts_and_graph_scopes():
-    from parastrat.estimate.step import host_ops
+    from parastrat.estimate.host_ops import host_ops
 
     s = ps.Strategy(ep=16).with_world_size(16)
     # Qwen3-30B-A3B, FP8, EP 16 (128 / 16 = 8 local experts):
@@ -322,7 +322,8 @@ def test_host_op_time_by_host_cpu():
 
 
 def test_host_exposed_hand_checked():
-    from parastrat.estimate.step import LayerCost, _host_exposed
+    from parastrat.estimate.layer_cost import LayerCost
+    from parastrat.estimate.overlap import host_exposed
 
     s = ps.Strategy().with_world_size(8)
     accel = H100.accel
@@ -330,26 +331,25 @@ def test_host_exposed_hand_checked():
     # backward: host forward 12 x 13.5 = 162 us, backward 2 x 12 x 13.5 = 324 us; the GPU
     # waits (162 - 100) + (324 - 200) = 186 us
     c = LayerCost(1e-4, 2e-4, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
-    host, waited = _host_exposed(LLAMA70, False, s, "bf16", "none", frozenset(), accel, c, 0.0, 0.0)
+    host, waited = host_exposed(LLAMA70, False, s, "bf16", "none", frozenset(), accel, c, 0.0, 0.0)
     assert host == pytest.approx(486e-6)
     assert waited == pytest.approx(186e-6)
     # with 10x the GPU work the host runs ahead: nothing waits
     c10 = LayerCost(1e-3, 2e-3, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
     assert (
-        _host_exposed(LLAMA70, False, s, "bf16", "none", frozenset(), accel, c10, 0.0, 0.0)[1]
-        == 0.0
+        host_exposed(LLAMA70, False, s, "bf16", "none", frozenset(), accel, c10, 0.0, 0.0)[1] == 0.0
     )
     # an MoE layer pays one more operation after its token-count sync (GPU queue empty)...
     s16 = ps.Strategy(ep=16).with_world_size(16)
     big = LayerCost(1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, mlp_fwd=0.5)
-    assert _host_exposed(QWEN30, True, s16, "fp8", "none", frozenset(), accel, big, 0.0, 0.0)[
+    assert host_exposed(QWEN30, True, s16, "fp8", "none", frozenset(), accel, big, 0.0, 0.0)[
         1
     ] == pytest.approx(13.5e-6)
     # ... and, when the MoE block after the sync has less GPU work than host work (59 ops,
     # 796.5 us, against 0.5 ms of expert GEMMs), the rest of its host time: the attention's
     # GPU time comes after it and cannot hide it (mechanism sync_drain)
     thin = LayerCost(1.0, 2.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, mlp_fwd=0.5e-3)
-    waited = _host_exposed(QWEN30, True, s16, "fp8", "none", frozenset(), accel, thin, 0.0, 0.0)
+    waited = host_exposed(QWEN30, True, s16, "fp8", "none", frozenset(), accel, thin, 0.0, 0.0)
     assert waited[1] == pytest.approx(59 * 13.5e-6 - 0.5e-3 + 13.5e-6)
 
 
@@ -414,7 +414,7 @@ def test_eager_squared_relu_costs_its_extra_passes():
     mechanism adds exactly that traffic; the same shape with a fused activation does not pay."""
     from dataclasses import replace
 
-    from parastrat.estimate.step import EAGER_ACT_EXTRA_PASSES
+    from parastrat.estimate.layer_cost import EAGER_ACT_EXTRA_PASSES
 
     nemo = ps.models.get("nemotron4-15b")
     fused = replace(nemo, activation=None)
@@ -437,7 +437,7 @@ def test_unpaired_share_is_megatron_cores_warmup(pp, vpp, m):
 
     from megatron.core.pipeline_parallel.schedules import get_pp_rank_microbatches
 
-    from parastrat.estimate.step import unpaired_share
+    from parastrat.estimate.overlap import unpaired_share
 
     for rank in range(pp):
         group = SimpleNamespace(size=lambda: pp, rank=lambda r=rank: r)
@@ -484,7 +484,11 @@ def test_cross_entropy_fusion_default_follows_the_framework():
     scripts (Megatron-LM's ``--cross-entropy-loss-fusion`` off) do not: on Ascend an unset
     switch prices the unfused op-by-op passes over FP32 logits, and setting it restores the
     fused price; a large-vocabulary small model feels it most."""
-    from parastrat.estimate.step import CE_BYTES_PER_LOGIT, CE_UNFUSED_BYTES_PER_LOGIT, head_cost
+    from parastrat.estimate.layer_cost import (
+        CE_BYTES_PER_LOGIT,
+        CE_UNFUSED_BYTES_PER_LOGIT,
+        head_cost,
+    )
     from parastrat.spec.workload import Switches
 
     qwen = ps.models.get("qwen3-8b")
@@ -512,7 +516,7 @@ def test_random_token_counts_round_only_the_routed_experts_gemms():
     GEMMs see every token and are timed as in a dense layer."""
     from parastrat.estimate.efficiency import profile
     from parastrat.estimate.flops import attention_matrices, mlp_matrices
-    from parastrat.estimate.step import _matrix_times
+    from parastrat.estimate.layer_cost import _matrix_times
 
     model = ps.models.get("deepseek-v3")
     accel = ps.hardware.get("h100")

@@ -11,7 +11,10 @@ from __future__ import annotations
 import pytest
 
 import parastrat as ps
-from parastrat.estimate.step import LayerCost, _sync_drain, estimate_step, host_ops
+from parastrat.estimate.host_ops import host_ops
+from parastrat.estimate.layer_cost import LayerCost
+from parastrat.estimate.overlap import sync_drain
+from parastrat.estimate.step import estimate_step
 from parastrat.spec.workload import Mechanisms, Switches, parse_ablation
 
 QWEN30 = ps.models.get("qwen3-30b-a3b")
@@ -38,11 +41,11 @@ def test_drain_is_the_block_host_time_beyond_its_own_gpu_time():
     )  # fmt: skip
     # 0.8 ms of host time after the sync against 0.2 ms of GEMMs and 0.3 / 3 ms of exposed
     # communication in the forward
-    assert _sync_drain(0.8e-3, c, 0.3e-3, False) == pytest.approx(0.5e-3)
+    assert sync_drain(0.8e-3, c, 0.3e-3, False) == pytest.approx(0.5e-3)
     # combined 1F1B issues another micro-batch's layer backward in the same span: hidden
-    assert _sync_drain(0.8e-3, c, 0.3e-3, True) == 0.0
+    assert sync_drain(0.8e-3, c, 0.3e-3, True) == 0.0
     # a block whose GPU time exceeds its host time exposes nothing
-    assert _sync_drain(0.1e-3, c, 0.0, False) == 0.0
+    assert sync_drain(0.1e-3, c, 0.0, False) == 0.0
 
 
 def _qwen_b200(mech, recompute="none"):

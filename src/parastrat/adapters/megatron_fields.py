@@ -654,7 +654,7 @@ def _moe_overlaps(
 ) -> tuple[bool | None, bool | None]:
     """(combined 1F1B, shared-expert overlap) as the step model priced them: combined 1F1B
     only where Megatron runs it (EP > 1, PP 1 or VPP > 1, no full recompute:
-    :func:`~parastrat.estimate.step.moe_a2a_overlap_ok`), and then without the shared-expert
+    :func:`~parastrat.estimate.overlap.moe_a2a_overlap_ok`), and then without the shared-expert
     overlap, which Megatron refuses beside it; the shared-expert overlap only with the
     alltoall dispatcher ("moe_shared_expert_overlap only works with alltoall token
     dispatcher").  None: not asked, the config keeps its value."""
@@ -663,7 +663,7 @@ def _moe_overlaps(
         shared = False
     if not a2a:
         return a2a, shared
-    from ..estimate.step import moe_a2a_overlap_ok
+    from ..estimate.overlap import moe_a2a_overlap_ok
 
     if not moe_a2a_overlap_ok(s, mode or "none"):
         return False, shared

@@ -51,6 +51,7 @@ from ..rules import FSDP_ALIASES, FSDP_LEVELS
 from ..spec.hardware import canonical_precision
 from . import comm
 from .layers import FP8_EXTRA_BYTES, GRAD_BYTES, MAIN_GRAD_BYTES, OPTIM_BYTES, WEIGHT_BYTES
+from .overlap import OVERLAP_SLOWDOWN
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -502,13 +503,6 @@ class LayerTime:
     tail: float
 
 
-def _slowdown() -> float:
-    """The step model's overlap contention (one source of truth, read lazily: step imports us)."""
-    from .step import OVERLAP_SLOWDOWN
-
-    return OVERLAP_SLOWDOWN
-
-
 def _passes(
     c: LayerComm, sharding: Sharding, fwd_s: float, bwd_s: float, m: int
 ) -> list[tuple[dict[str, float], float, int]]:
@@ -555,7 +549,7 @@ def fsdp_layer_comm(
     """
     _whole("micro_batches", micro_batches, 1, "pass the micro-batches per step (>= 1)")
     c = fsdp_layer_collectives(params, sharding, groups, cluster, sizes)
-    slow = _slowdown()
+    slow = OVERLAP_SLOWDOWN
     total = exposed = tail = 0.0
     for per_link, window, reps in _passes(c, sharding, fwd_s, bwd_s, micro_batches):
         busy = max(per_link.values())

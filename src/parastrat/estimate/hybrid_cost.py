@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from ..spec.hardware import Accelerator
 from ..spec.workload import Mechanisms
+from . import layer_cost as _layer
 from . import mamba, moe_kernels
-from . import step as _step
 from .efficiency import KernelProfile, gemm_time, memory_time
 from .efficiency import profile as kernel_profile
 from .flops import kind_matrices
@@ -26,7 +26,8 @@ if TYPE_CHECKING:
 
 #: Elements per token a single block's memory-bound kernels touch (forward): its norm (read
 #: input, write output), the bias-dropout-add of the residual (read two, write one), i.e. half
-#: of the ``10 h`` a GPT layer's two blocks touch (:func:`parastrat.estimate.step.layer_cost`).
+#: of the ``10 h`` a GPT layer's two blocks touch
+#: (:func:`parastrat.estimate.layer_cost.gpt_layer_cost`).
 BLOCK_ELEMS = 5
 
 
@@ -75,7 +76,7 @@ def _core(
         key: tuple = ("attention", tokens, seq_len, tp, cp, flash_attention)
         hit = memo.get(key)
         if hit is None:
-            hit = memo[key] = _step._attention_times(
+            hit = memo[key] = _layer._attention_times(
                 model, accel, prof, tokens, seq_len, tp, cp, flash_attention, mech.shape
             )
         return hit[0], hit[1]
@@ -90,23 +91,23 @@ def _core(
 
 def hybrid_layer_cost(
     model: ModelSpec,
-    kernels: _step.KernelSetup,
+    kernels: _layer.KernelSetup,
     kind: str,
-    shape: _step.LayerShape,
+    shape: _layer.LayerShape,
     matrices: dict[tuple, tuple[float, ...]] | None = None,
-) -> _step.LayerCost:
-    """:func:`~parastrat.estimate.step.layer_cost` of a hybrid layer of ``kind`` ("mamba",
-    "attention", "mlp", "moe") of ``shape``, run as ``kernels`` say."""
+) -> _layer.LayerCost:
+    """Compute time (:class:`~parastrat.estimate.layer_cost.LayerCost`) of a hybrid layer of
+    ``kind`` ("mamba", "attention", "mlp", "moe") of ``shape``, run as ``kernels`` say."""
     accel, mech, flash_attention = kernels.accel, kernels.mech, kernels.flash_attention
     tokens, seq_len = shape.tokens, shape.seq_len
     tp, cp, sp, ep, etp = shape.tp, shape.cp, shape.sp, shape.ep, shape.etp
     prof = kernel_profile(accel)
-    fp8, prec = _step.gemm_precision(kernels)
+    fp8, prec = _layer.gemm_precision(kernels)
     moe = kind == "moe"
-    load, expert_m = _step.routed_load(model, shape, mech, moe)
+    load, expert_m = _layer.routed_load(model, shape, mech, moe)
     memo = {} if matrices is None else matrices
     mats = kind_matrices(model, kind)
-    g_fwd, g_bwd, cast, mlp_f, mlp_b, shared, fwd_of = _step.gemm_sums(
+    g_fwd, g_bwd, cast, mlp_f, mlp_b, shared, fwd_of = _layer.gemm_sums(
         model, accel, prof, mats, tokens, (tp, sp, ep, etp), prec, mech, expert_m, memo
     )
     c_fwd, c_bwd = _core(
@@ -121,18 +122,18 @@ def hybrid_layer_cost(
         elems += qk * (2 if model.qk_layernorm else 1)  # RoPE (and the QK norms)
     elif kind == "mlp":
         elems += (3 if model.gated_linear_unit else 2) * model.ffn_hidden_size / tp
-        extra_f, extra_b = _step._eager_act_bytes(model, False, tokens, tp, mech)
+        extra_f, extra_b = _layer._eager_act_bytes(model, False, tokens, tp, mech)
     elif moe and load is not None:
         extra_f, extra_b = moe_kernels.layer_bytes(model, tokens, tp, ep, load, mech, fp8)
-    e_fwd, e_bwd = _step.elementwise_times(
-        kernels, prof, tokens * elems * _step.ELEM_BYTES, (cast, prec), (extra_f,), (extra_b,)
+    e_fwd, e_bwd = _layer.elementwise_times(
+        kernels, prof, tokens * elems * _layer.ELEM_BYTES, (cast, prec), (extra_f,), (extra_b,)
     )
     rec = kind_record(model, kind, tp, ep, etp)
     sel = _selective(model, accel, prof, kind, tokens, (tp, etp), h_local, load, mech, fwd_of)
     if kind == "attention" and "core_attn" in mech.recompute_modules:
         sel += c_fwd
     scan = c_fwd + c_bwd if kind == "mamba" else 0.0
-    return _step.LayerCost(
+    return _layer.LayerCost(
         g_fwd, g_bwd, c_fwd, c_bwd, e_fwd, e_bwd, rec.dense_params, rec.expert_params,
         mlp_f, mlp_b, shared, sel, scan,
     )  # fmt: skip
@@ -152,13 +153,13 @@ def _selective(
 ) -> float:
     """Forward seconds selective recompute re-runs in one hybrid layer: the attention
     layers' and MLP / MoE layers' modules as a ``TransformerLayer`` recomputes them
-    (:func:`parastrat.estimate.step._selective_fwd`); a ``MambaLayer`` recomputes nothing
+    (:func:`parastrat.estimate.layer_cost._selective_fwd`); a ``MambaLayer`` recomputes nothing
     (it has no ``recompute_modules`` path)."""
     if kind == "mamba":
         return 0.0
     if kind == "attention":
         mla = "mla_up_proj" in mech.recompute_modules and model.multi_latent_attention
         return fwd_of.get("q_up", 0.0) + fwd_of.get("kv_up", 0.0) if mla else 0.0
-    return _step._selective_fwd(
+    return _layer._selective_fwd(
         model, accel, prof, kind == "moe", tokens, tp_etp, h_norm, load, mech, fwd_of
     )

@@ -383,6 +383,10 @@ MECHANISM_SWITCHES = (
 )
 
 
+#: Every kernel mechanism on (the default of the cost functions that take ``mech``).
+ALL_MECHANISMS = Mechanisms()
+
+
 def parse_ablation(text: str | None, base: Mechanisms | None = None) -> Mechanisms:
     """``base`` (default: everything on) with the mechanisms named in ``text`` switched off
     (:meth:`Mechanisms.ablate`)."""
