@@ -32,6 +32,7 @@ TFLOP/s per GPU.
     python benchmarks/planner_accuracy.py --short    # CI: no plans for the largest rows
     python benchmarks/planner_accuracy.py --ablate shape,fp8   # mechanisms switched off
     python benchmarks/planner_accuracy.py --ablation           # the ablation table only
+    python benchmarks/planner_accuracy.py --host-op-us x86=37  # host-constant sensitivity
 
 ``--ablate`` switches off kernel-level mechanisms of the step model
 (:class:`parastrat.spec.workload.Mechanisms`, a field of the ``Switches`` every row is priced
@@ -51,10 +52,11 @@ from pathlib import Path
 
 import parastrat as ps
 from parastrat.errors import StrategyError, UsageError
+from parastrat.estimate.efficiency import HOST_CPU, HOST_OP_S
 from parastrat.estimate.memory import estimate_memory
 from parastrat.estimate.step import estimate_step
 from parastrat.planner.search import pipeline_variants
-from parastrat.spec.hardware import canonical_precision
+from parastrat.spec.hardware import Accelerator, canonical_precision
 from parastrat.spec.workload import Mechanisms, Switches, parse_ablation
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -268,6 +270,35 @@ def recipe_switches(
 ALL_MODES = ("none", "selective", "full")
 
 
+def host_op_override(text: str | None) -> dict[str, float]:
+    """``--host-op-us`` ("x86=37,grace=37": microseconds per eager host operation by host
+    CPU family, :data:`~parastrat.estimate.efficiency.HOST_OP_S`'s keys) as seconds; a
+    sensitivity check of the model's host constant, not a calibration of any row."""
+    out: dict[str, float] = {}
+    for part in filter(None, (text or "").split(",")):
+        cpu, _, us = part.partition("=")
+        cpu = cpu.strip()
+        if cpu not in HOST_OP_S:
+            raise UsageError(f"unknown host CPU {cpu!r}; use {', '.join(HOST_OP_S)}")
+        try:
+            value = float(us)
+        except ValueError:
+            raise UsageError(f"{part!r}: give microseconds, e.g. x86=37") from None
+        if value <= 0:
+            raise UsageError(f"{part!r}: microseconds must be positive")
+        out[cpu] = value * 1e-6
+    return out
+
+
+def accelerator_for(gpu: str, host_op: dict[str, float] | None) -> str | Accelerator:
+    """``gpu``'s preset, with ``host_op``'s seconds per host operation for its host CPU in
+    place of the model's (the ``host_op_s`` a ``bench --kernels`` calibration sets)."""
+    cpu = HOST_CPU.get(ps.hardware.get(gpu).name, "x86")
+    if not host_op or cpu not in host_op:
+        return gpu
+    return replace(ps.hardware.get(gpu), kernels={"host_op_s": host_op[cpu]})
+
+
 def recipe_modes(preset: str, gpu: str, recipe_recompute: bool = True) -> tuple[str, ...]:
     """Recompute modes to try for a row, cheapest first: the recipe's "selective" (then
     "full") where :data:`RECIPE_RECOMPUTE` has its modules, else every mode (the published
@@ -331,7 +362,11 @@ def _rank(model, cluster, strategy, seq, gbs, precision, predicted_tps, predicte
 
 
 def published_rows(
-    short: bool, plans: bool = True, mechanisms: Mechanisms | None = None, **recipes: bool
+    short: bool,
+    plans: bool = True,
+    mechanisms: Mechanisms | None = None,
+    host_op: dict[str, float] | None = None,
+    **recipes: bool,
 ) -> list[dict]:
     """One row per published run: prediction, error, fit and (with ``plans``) its rank in
     the plan; priced with ``mechanisms`` (default: every one on) and the recipe readings
@@ -343,7 +378,7 @@ def published_rows(
         for r in csv.DictReader(fh):
             model = ps.models.get(r["preset"])
             n = int(r["num_gpus"])
-            cluster = ps.Cluster(accelerator=r["gpu"], num_devices=n)
+            cluster = ps.Cluster(accelerator=accelerator_for(r["gpu"], host_op), num_devices=n)
             tp = int(r["tp"])
             ep = int(r["ep"])
             pp, vpp = int(r["pp"]), int(r["vpp"] or 1)
@@ -398,7 +433,9 @@ def published_rows(
     return out
 
 
-def megatron_2021_rows(short: bool, mechanisms: Mechanisms | None = None) -> list[dict]:
+def megatron_2021_rows(
+    short: bool, mechanisms: Mechanisms | None = None, host_op: dict[str, float] | None = None
+) -> list[dict]:
     """One row per run of Narayanan et al. 2021, Table 1 (step time), priced with the
     2021 code base's switches and ``mechanisms``."""
     era = (mechanisms or Mechanisms()).ablate(ERA_2021_OFF)
@@ -422,7 +459,7 @@ def megatron_2021_rows(short: bool, mechanisms: Mechanisms | None = None) -> lis
                 position_embedding_type="learned",
                 normalization="layernorm",
             )
-            cluster = ps.Cluster(accelerator=r["gpu"], num_devices=n)
+            cluster = ps.Cluster(accelerator=accelerator_for(r["gpu"], host_op), num_devices=n)
             tp, pp = int(r["tp"]), int(r["pp"])
             strategy = ps.Strategy(tp=tp, pp=pp, sp=False).with_world_size(n)
             flops = 96 * B * s * L * h * h * (1 + s / (6 * h) + V / (16 * L * h))
@@ -498,11 +535,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="print only the ablation table (each mechanism off alone; no plans)",
     )
+    ap.add_argument(
+        "--host-op-us",
+        default="",
+        metavar="CPU=US,...",
+        help="price with these microseconds per eager host operation by host CPU (x86, grace) "
+        "instead of the model's: a sensitivity check, e.g. x86=37",
+    )
     args = ap.parse_args(argv)
     if args.ablation:
         return ablation_table()
     try:
         mechanisms = parse_ablation(args.ablate)
+        args.host_op = host_op_override(args.host_op_us)
     except UsageError as exc:
         ap.error(str(exc))
     return report(args, mechanisms)
@@ -551,8 +596,8 @@ def ablation_table() -> int:
 def report(args: argparse.Namespace, mechanisms: Mechanisms) -> int:
     """The full table: every row, with plans unless ``--short``."""
     t0 = time.perf_counter()
-    pub = published_rows(args.short, mechanisms=mechanisms)
-    old = megatron_2021_rows(args.short, mechanisms)
+    pub = published_rows(args.short, mechanisms=mechanisms, host_op=args.host_op)
+    old = megatron_2021_rows(args.short, mechanisms, args.host_op)
     print(
         f"{'row':<34} {'strategy':<34} {'rec':<9} {'fit':>3} {'GiB':>5} {'published':>10} "
         f"{'predicted':>10} {'APE':>6} {'top10':>5} {'pub/best':>8} {'plan s':>6}"
@@ -579,6 +624,9 @@ def report(args: argparse.Namespace, mechanisms: Mechanisms) -> int:
     )
     if args.ablate:
         print(f"mechanisms switched off: {args.ablate}")
+    if args.host_op:
+        us = ", ".join(f"{k} {v * 1e6:g} us" for k, v in args.host_op.items())
+        print(f"host seconds per eager operation overridden: {us} (sensitivity check)")
     print(f"megatron_2021_table1.csv: step-time MAPE {mape_old:.1%} over {len(old)} rows")
     print(f"predicted to fit memory: {fits}/{len(pub) + len(old)} rows")
     print(

@@ -17,6 +17,7 @@ adds the CPU activation offloading the rows' recipes set (``offload_rows.csv``).
 
     python benchmarks/planner_crosscheck.py
     python benchmarks/planner_crosscheck.py --no-plans --ablate sync_drain   # a mechanism off
+    python benchmarks/planner_crosscheck.py --no-plans --host-op-us x86=37   # host sensitivity
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ import csv
 import sys
 from dataclasses import replace
 from pathlib import Path
+
+from planner_accuracy import accelerator_for, host_op_override
 
 import parastrat as ps
 from parastrat.errors import SpecError, StrategyError, UsageError
@@ -94,11 +97,17 @@ def best_ratio(model, cluster, switches, kw: dict, predicted: float) -> float:
 
 
 def price(
-    row: dict[str, str], offload: bool, plans: bool, mechanisms: Mechanisms | None = None
+    row: dict[str, str],
+    offload: bool,
+    plans: bool,
+    mechanisms: Mechanisms | None = None,
+    host_op: dict[str, float] | None = None,
 ) -> dict:
-    """One row: the published figure, the prediction and the recompute mode that fits."""
+    """One row: the published figure, the prediction and the recompute mode that fits
+    (``host_op``: :func:`planner_accuracy.host_op_override`'s seconds per host operation)."""
     model = ps.models.get(row["preset"])
-    cluster = ps.Cluster(accelerator=row["gpu"], num_devices=int(row["num_gpus"]))
+    accel = accelerator_for(row["gpu"], host_op)
+    cluster = ps.Cluster(accelerator=accel, num_devices=int(row["num_gpus"]))
     strategy = strategy_of(row, model)
     base = switches_for(row, offload, mechanisms)
     kw = dict(
@@ -145,9 +154,17 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="comma-separated cost-model mechanisms to switch off (as planner_accuracy.py's)",
     )
+    ap.add_argument(
+        "--host-op-us",
+        default="",
+        metavar="CPU=US,...",
+        help="microseconds per eager host operation by host CPU (x86, grace) in place of the "
+        "model's: a sensitivity check, e.g. x86=37",
+    )
     args = ap.parse_args(argv)
     try:
         mechanisms = parse_ablation(args.ablate)
+        host_op = host_op_override(args.host_op_us)
     except UsageError as exc:
         ap.error(str(exc))
     with open(DATA) as fh:
@@ -155,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     out = []
     for row in rows:
         try:
-            out.append(price(row, args.recipe_offload, not args.no_plans, mechanisms))
+            out.append(price(row, args.recipe_offload, not args.no_plans, mechanisms, host_op))
         except (SpecError, StrategyError) as err:
             print(f"{row['id']} {row['model']} {row['gpu']}: not priced ({err})")
     print(
