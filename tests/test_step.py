@@ -529,3 +529,33 @@ def test_random_token_counts_round_only_the_routed_experts_gemms():
             assert routed != plain
         else:
             assert routed == plain, mat
+
+
+def test_host_bound_step_says_which_host_constant_it_priced():
+    """A step that waits on the host for more than HOST_NOTE_SHARE of its time names the
+    host time per operation it assumed and where it comes from (the figure the prediction
+    hangs on); a calibration's measured value is named as measured; a GPU-bound step says
+    nothing of it."""
+    from dataclasses import replace
+
+    from parastrat.estimate.step import HOST_NOTE_SHARE
+
+    qwen = ps.models.get("qwen3-30b-a3b")
+    s = ps.Strategy(ep=8).with_world_size(8)
+    kw = dict(seq_len=4096, global_batch_size=512, micro_batch_size=1, precision="mxfp8")
+    b200 = ps.Cluster("b200", num_devices=8)
+    rep = estimate_step(qwen, s, b200, **kw)
+    assert rep.breakdown["host_exposed"] > HOST_NOTE_SHARE * rep.step_time_s
+    (note,) = [n for n in rep.notes if "waits on the host" in n]
+    assert "13.5 us per eager operation" in note and "x86 hosts" in note
+    assert "bench --kernels" in note
+
+    measured = replace(b200.accel, kernels={"host_op_s": 40e-6})
+    rep40 = estimate_step(qwen, s, ps.Cluster(measured, num_devices=8), **kw)
+    (note40,) = [n for n in rep40.notes if "waits on the host" in n]
+    assert "40.0 us" in note40 and "measured by this calibration" in note40
+    assert rep40.step_time_s > rep.step_time_s  # the slower host is priced, not only named
+
+    graphed = estimate_step(qwen, s, b200, cuda_graphs=("full_iteration",), **kw)
+    assert graphed.breakdown["host_exposed"] == 0.0
+    assert not [n for n in graphed.notes if "waits on the host" in n]

@@ -369,3 +369,11 @@ def host_op_time(accel: Accelerator) -> float:
     ``host_op_s`` of ``accel.kernels`` when calibrated, else :data:`HOST_OP_S` by host CPU."""
     measured = accel.kernels.get("host_op_s") if accel.kernels else None
     return float(measured) if measured else HOST_OP_S[HOST_CPU.get(accel.name, "x86")]
+
+
+def host_op_source(accel: Accelerator) -> str:
+    """Where :func:`host_op_time`'s figure for ``accel`` comes from, in words."""
+    if accel.kernels and accel.kernels.get("host_op_s"):
+        return "measured by this calibration"
+    cpu = HOST_CPU.get(accel.name, "x86")
+    return f"the model's figure for {cpu} hosts, from TE issue #2053, not measured on this machine"

@@ -56,7 +56,7 @@ from ..spec.workload import cuda_graph_scopes as cuda_graph_scopes
 from ..spec.workload import moe_dispatcher as _moe_dispatcher
 from . import comm, hybrid_cost, kernel_model, memo, moe_kernels  # kernels: shape, expert load
 from . import fp8 as fp8_overheads  # kernels: FP8 recipe overheads
-from .efficiency import gemm_time, host_op_time, memory_time
+from .efficiency import gemm_time, host_op_source, host_op_time, memory_time
 from .efficiency import profile as kernel_profile
 from .flops import (
     is_moe_layer,
@@ -912,6 +912,8 @@ class StepModel:
         tokens_step = gbs * wl.seq_len
         fpt = model_flops_per_token(wl.model, wl.seq_len)
         tflops = fpt * tokens_step / step / world / 1e12
+        if breakdown.get("host_exposed", 0.0) > HOST_NOTE_SHARE * step:
+            notes = [*notes, _host_note(self._cluster.accel, breakdown["host_exposed"] / step)]
         return StepReport(
             step_time_s=step,
             tokens_per_s_per_gpu=tokens_step / step / world,
@@ -930,6 +932,23 @@ class StepModel:
             stage_expert_params=st["expert_params"],
             kinds={k[8:]: m * v for k, v in st.items() if k.startswith("compute:")},
         )
+
+
+#: Share of the step the GPU must wait on the host before the report says which host time per
+#: operation it assumed (the figure the most host-bound predictions hang on; see
+#: docs/accuracy.md, "how much rides on the host constant").
+HOST_NOTE_SHARE = 0.05
+
+
+def _host_note(accel: Accelerator, share: float) -> str:
+    """The note of a host-bound step: the wait's share, the host time per operation priced and
+    where it comes from, and what would change it."""
+    return (
+        f"the GPU waits on the host for {share:.0%} of the step, priced at "
+        f"{host_op_time(accel) * 1e6:.1f} us per eager operation ({host_op_source(accel)}); "
+        "`parastrat bench --kernels` measures it on the machine (host_op_s); wider CUDA-graph "
+        "scopes shrink the wait"
+    )
 
 
 def _breakdown(m: int, st: dict[str, float], pp: tuple[float, float, float]) -> dict[str, float]:
