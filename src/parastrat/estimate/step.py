@@ -3,19 +3,21 @@
 ``estimate_step(model, strategy, cluster, seq_len=..., global_batch_size=...)`` prices one
 optimizer step of Megatron-style training:
 
-1. **Compute** per layer and micro-batch from the matrices the model has
-   (:mod:`parastrat.estimate.flops`): every GEMM at the achievable rate its TP/EP-split shape
-   allows (:mod:`parastrat.estimate.efficiency`), fused attention at its own rate (always BF16),
-   and the memory-bound kernels (norms, activations, residuals, RoPE, MoE permutation, FP8
-   casts, cross-entropy) at the achievable HBM bandwidth.  Backward = dgrad + wgrad GEMMs and
-   2.5x the attention forward (FlashAttention's backward recomputes the scores).
+1. **Compute** per layer and micro-batch (:mod:`parastrat.estimate.layer_cost`): every GEMM
+   at the achievable rate its TP/EP-split shape allows (:mod:`parastrat.estimate.efficiency`),
+   fused attention at its own rate (always BF16), and the memory-bound kernels (norms,
+   activations, residuals, RoPE, MoE permutation, FP8 casts, cross-entropy) at the achievable
+   HBM bandwidth.  Backward = dgrad + wgrad GEMMs and 2.5x the attention forward
+   (FlashAttention's backward recomputes the scores).  The host operations each layer issues
+   when it runs eagerly: :mod:`parastrat.estimate.host_ops`.
 2. **Communication** per layer (:mod:`parastrat.estimate.comm`), priced only by
    :meth:`parastrat.Cluster.collective_time`, and the part of it that stays on the critical
-   path: TP with SP overlaps its GEMMs (Megatron's ``tp_comm_overlap``) inside one scale-up
-   domain, CP ring exchanges overlap block attention, EP all-to-all and Ulysses all-to-all are
-   exposed, DP reduce-scatter / all-gather overlap the last backward / first forward
-   micro-batch except the last bucket.  Overlapped communication still slows the concurrent
-   kernels by :data:`OVERLAP_SLOWDOWN` of its duration (it occupies SMs and HBM bandwidth).
+   path (:mod:`parastrat.estimate.overlap`): TP with SP overlaps its GEMMs (Megatron's
+   ``tp_comm_overlap``) inside one scale-up domain, CP ring exchanges overlap block attention,
+   EP all-to-all and Ulysses all-to-all are exposed, DP reduce-scatter / all-gather overlap the
+   last backward / first forward micro-batch except the last bucket.  Overlapped communication
+   still slows the concurrent kernels by :data:`~parastrat.estimate.overlap.OVERLAP_SLOWDOWN`
+   of its duration (it occupies SMs and HBM bandwidth).
 3. **Pipeline**: the slowest stage sets the pace; the bubble is ``(p - 1) / v`` of its
    micro-batch time (``(p-1)/(v m)`` of the ideal step), plus point-to-point transfers on the
    fill/drain path (and every transfer without interleaving, whose 1F1B exchanges block).
