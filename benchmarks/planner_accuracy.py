@@ -52,7 +52,7 @@ from pathlib import Path
 
 import parastrat as ps
 from parastrat.errors import StrategyError, UsageError
-from parastrat.estimate.efficiency import HOST_CPU, HOST_OP_S
+from parastrat.estimate.efficiency import HOST_OP_S, host_cpu
 from parastrat.estimate.memory import estimate_memory
 from parastrat.estimate.step import estimate_step
 from parastrat.planner.search import pipeline_variants
@@ -293,10 +293,11 @@ def host_op_override(text: str | None) -> dict[str, float]:
 def accelerator_for(gpu: str, host_op: dict[str, float] | None) -> str | Accelerator:
     """``gpu``'s preset, with ``host_op``'s seconds per host operation for its host CPU in
     place of the model's (the ``host_op_s`` a ``bench --kernels`` calibration sets)."""
-    cpu = HOST_CPU.get(ps.hardware.get(gpu).name, "x86")
+    accel = ps.hardware.get(gpu)
+    cpu = host_cpu(accel)
     if not host_op or cpu not in host_op:
         return gpu
-    return replace(ps.hardware.get(gpu), kernels={"host_op_s": host_op[cpu]})
+    return replace(accel, kernels={"host_op_s": host_op[cpu]})
 
 
 def recipe_modes(preset: str, gpu: str, recipe_recompute: bool = True) -> tuple[str, ...]:

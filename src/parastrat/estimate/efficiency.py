@@ -364,16 +364,23 @@ def memory_time(accel: Accelerator, nbytes: float, prof: KernelProfile | None = 
     return nbytes / (accel.mem_bandwidth_Bps * prof.mem_eff)
 
 
+def host_cpu(accel: Accelerator) -> str:
+    """The host CPU family of ``accel``'s reference system (:data:`HOST_CPU`; x86 otherwise)."""
+    return HOST_CPU.get(accel.name, "x86")
+
+
 def host_op_time(accel: Accelerator) -> float:
     """Host seconds to issue one eager operation on ``accel``'s system: the measured
     ``host_op_s`` of ``accel.kernels`` when calibrated, else :data:`HOST_OP_S` by host CPU."""
     measured = accel.kernels.get("host_op_s") if accel.kernels else None
-    return float(measured) if measured else HOST_OP_S[HOST_CPU.get(accel.name, "x86")]
+    return float(measured) if measured else HOST_OP_S[host_cpu(accel)]
 
 
 def host_op_source(accel: Accelerator) -> str:
     """Where :func:`host_op_time`'s figure for ``accel`` comes from, in words."""
     if accel.kernels and accel.kernels.get("host_op_s"):
         return "measured by this calibration"
-    cpu = HOST_CPU.get(accel.name, "x86")
-    return f"the model's figure for {cpu} hosts, from TE issue #2053, not measured on this machine"
+    return (
+        f"the model's figure for {host_cpu(accel)} hosts, from TE issue #2053, "
+        "not measured on this machine"
+    )

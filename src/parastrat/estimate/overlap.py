@@ -55,9 +55,6 @@ class MoEComm:
     shared_expert_overlap: bool = False
 
 
-DEFAULT_MOE_COMM = MoEComm()
-
-
 def exposed_time(t_comm: float, window: float, overlap: bool) -> float:
     """Critical-path part of a collective of ``t_comm`` seconds overlapping ``window``."""
     if not overlap:

@@ -1052,13 +1052,6 @@ def estimate_step(
     return StepModel(cluster, wl, sw).price(strategy)
 
 
-def moe_comm_options(
-    dispatcher: str = "alltoall", a2a_overlap: bool = False, shared_expert_overlap: bool = False
-) -> MoEComm:
-    """A :class:`MoEComm`, with UsageError naming the choices for an unknown dispatcher."""
-    return MoEComm(_moe_dispatcher(dispatcher), bool(a2a_overlap), bool(shared_expert_overlap))
-
-
 def check_errors(
     model: ModelSpec,
     strategy: Strategy,
