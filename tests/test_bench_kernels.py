@@ -127,12 +127,17 @@ def test_grid_fit_is_written_merged_and_read_by_plan(tmp_path, capsys):
     from parastrat.cli import main
     from parastrat.cli.bench import _merge_kernels
 
-    shapes = [GemmShape(64, 64, 64, 1, "square 64"), GemmShape(32, 48, 64, 3, "grouped")]
+    # shapes large enough that the A100 shape model is near its large-GEMM rate: at 64^3 it
+    # prices a tensor-core GEMM so slowly that a fast CPU core reaches a tenth of it
+    shapes = [
+        GemmShape(1024, 1024, 1024, 1, "square 1024"),
+        GemmShape(512, 768, 1024, 3, "grouped"),
+    ]
     rows = measure_grid(shapes, ["bf16"], device="cpu", iters=2, warmup=1)
     assert [r["groups"] for r in rows] == [1, 3] and all(r["flops_per_s"] > 0 for r in rows)
     cal = fit_grid("a100", rows, 1e9, source="cpu test")
     eff = cal["kernels"]["gemm_eff"]["bf16"]
-    assert 0 < eff < 0.1  # a CPU is far below an A100's tensor cores
+    assert 0 < eff < 0.05  # a CPU is far below an A100's tensor cores
     assert len(cal["kernel_grid"]) == 2 and all(
         "model_flops_per_s" in r for r in cal["kernel_grid"]
     )
