@@ -405,6 +405,8 @@ def published_rows(
             row = {
                 "table": "published",
                 "name": f"{r['model']} {n}x{r['gpu']}",
+                "gpu": r["gpu"],
+                "preset": r["preset"],
                 "strategy": f"{strategy} mbs{mbs}",
                 "recompute": step.recompute,
                 "fits": fits,

@@ -41,6 +41,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "MemoryReport": ("parastrat.estimate.memory", "MemoryReport"),
     "estimate_step": ("parastrat.estimate.step", "estimate_step"),
     "StepReport": ("parastrat.estimate.step", "StepReport"),
+    "track_record": ("parastrat.estimate.track_record", "track_record"),
+    "TrackRecord": ("parastrat.estimate.track_record", "TrackRecord"),
     "estimate_dit": ("parastrat.estimate.dit", "estimate_dit"),
     "DiTMemoryOptions": ("parastrat.estimate.dit_memory", "DiTMemoryOptions"),
     # planning

@@ -60,6 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run ``parastrat explain``: print one strategy's memory and step-time breakdown, or with
     ``--compare`` what changed between two and why (table or JSON); return 0."""
+    from ..estimate.track_record import track_record
     from ..planner.advice import switch_advice
     from ..planner.compare import compare
     from ..planner.explain import explain_strategy
@@ -79,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         s, step, mem = price(workload, strategy, cluster, switches)
         advice = switch_advice(workload, s, cluster, switches)
+        record = track_record(workload.model, cluster.accel)
         print_json(
             {
                 "strategy": s.to_dict(),
@@ -86,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
                 "memory": mem.to_dict(),
                 "fits": mem.fits(cluster.accel),
                 "switch_advice": [a.to_dict() for a in advice],
+                "track_record": record.to_dict() if record is not None else None,
             }
         )
         return 0

@@ -227,13 +227,17 @@ def _search(args: argparse.Namespace, model, cluster, gbs: int):
 
 
 def _print_candidates(result, top, fmt: str) -> None:
-    """The shown candidates, and the switches that would shorten the choice's step
-    (``switch_advice``), as one JSON (``fmt='json'``) or YAML document."""
+    """The shown candidates, the switches that would shorten the choice's step
+    (``switch_advice``) and the model's track record on runs of this class, as one JSON
+    (``fmt='json'``) or YAML document."""
+    from ..estimate.track_record import track_record
     from ..planner.explain import choice_advice
 
+    record = track_record(result.model, result.cluster.accel)
     doc = {
         "candidates": [c.to_dict() for c in top],
         "switch_advice": [a.to_dict() for a in choice_advice(result)],
+        "track_record": record.to_dict() if record is not None else None,
     }
     if fmt == "json":
         print_json(doc)

@@ -10,6 +10,7 @@ from ..errors import SpecError, StrategyError, UsageError
 from ..estimate.fsdp import ShardGroups
 from ..estimate.memory import memory_of
 from ..estimate.step import StepModel, StepReport, validate_strategy
+from ..estimate.track_record import track_record
 from ..spec.hardware import GiB
 from ..spec.workload import Switches, Workload, resolve
 from ..strategy import Strategy
@@ -143,6 +144,7 @@ def explain_plan(plan: Plan, render: Callable[[dict[str, Any]], str] | None = No
         f"{best.step.step_time_s:.2f} s",
         f"  why: {best.why}",
     ]
+    lines += [f"  record: {r}" for r in _record(plan.model, plan.cluster.accel)]
     if plan.search.fsdp:
         lines.append(f"  fsdp: {fsdp_verdict(plan)}")
     advice = choice_advice(plan)
@@ -371,6 +373,7 @@ def explain_strategy(
         f"{step.tflops_per_gpu:.0f} TFLOP/s/GPU, MFU {step.mfu:.1%}, "
         f"{step.micro_batches} micro-batches",
         f"limiter: {limiter(step)}",
+        *(f"record: {r}" for r in _record(wl.model, cluster.accel)),
         "step time (s):",
     ]
     for key, value in step.breakdown.items():
@@ -388,6 +391,13 @@ def explain_strategy(
     lines += [f"note: {n}" for n in step.notes]
     lines += _advice_lines(switch_advice(wl, s, cluster, sw), render or python_keywords)
     return "\n".join(lines)
+
+
+def _record(model: Any, accel: Any) -> list[str]:
+    """The model's track record on published runs of this model's class on ``accel``
+    (:func:`~parastrat.estimate.track_record.track_record`), as one line, or none."""
+    rec = track_record(model, accel)
+    return [rec.summary()] if rec is not None else []
 
 
 def choice_advice(plan: Plan) -> list[SwitchAdvice]:
