@@ -9,7 +9,7 @@ import pytest
 
 import parastrat as ps
 from parastrat.cli import main
-from parastrat.estimate.track_record import RECORDS, TrackRecord, kind_of, platform_of
+from parastrat.estimate.track_record import TrackRecord, kind_of, platform_of, records
 
 from ._modules import load_script
 
@@ -23,8 +23,10 @@ def test_the_table_is_what_the_benchmarks_print_today(capsys):
 
 def test_every_published_run_is_in_one_class():
     runs = GEN.runs()
-    assert sum(r.runs for r in RECORDS) == sum(kind_of(r["spec"]) is not None for r in runs)
-    assert len({(r.kind, r.platform) for r in RECORDS}) == len(RECORDS)
+    training = sum(kind_of(r["spec"]) is not None for r in runs)
+    assert sum(r.runs for r in records()) == training + len(GEN.dit_runs())
+    assert len({(r.kind, r.platform) for r in records()}) == len(records())
+    assert {r.metric for r in records() if r.kind == "dit"} == {"latency"}
 
 
 def test_grouping_arithmetic_on_hand_made_runs():
@@ -82,9 +84,14 @@ def test_summary_says_the_size_and_direction_of_the_error():
     text = rec.summary()
     assert "10 published MoE runs on b200/h100 (x86 hosts)" in text
     assert "off by 62% on average" in text and "optimistic by 59%" in text
-    assert "+185%, Qwen3 8xb200" in text
+    assert "furthest: tokens/s/GPU +185%, Qwen3 8xb200" in text
     low = TrackRecord("dense", "ascend", 3, 0.1, -0.05, -0.2, "x", ("ascend-910b",), ("t",))
     assert "pessimistic by 5%" in low.summary() and "hosts" not in low.summary()
+    assert low.summary().endswith("docs/accuracy-npu.md")
+    # latency: a negative error is a prediction faster than measured
+    dit = TrackRecord("dit", "l40", 4, 0.2, -0.1, -0.5, "y", ("l40",), ("t",), "latency")
+    assert dit.optimistic and "optimistic by 10%" in dit.summary()
+    assert "furthest: latency -50%" in dit.summary() and "docs/accuracy-dit.md" in dit.summary()
 
 
 def test_plan_and_explain_show_the_record(capsys):
@@ -101,3 +108,15 @@ def test_plan_and_explain_show_the_record(capsys):
     a100 = ["--model", "llama3-8b", "--gpus", "8", "--accelerator", "a100", "--seq-len", "2048"]
     assert main(["explain", *a100, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["track_record"] is None
+
+
+def test_plan_dit_carries_the_record_of_its_accelerator():
+    kw = dict(height=1024, width=1024, steps=28)
+    plan = ps.plan_dit("flux.1-dev", ps.Cluster("l40", num_devices=4), **kw)
+    rec = plan.track_record
+    assert rec is not None and (rec.kind, rec.platform, rec.metric) == ("dit", "l40", "latency")
+    assert f"record: {rec.summary()}" in plan.explain()
+    assert plan.to_dict()["track_record"] == rec.to_dict()
+    # no DiT run measured on an Ascend 910B: no record, and the CLI prints none
+    npu = ps.plan_dit("flux.1-dev", ps.Cluster("ascend-910b", num_devices=4), **kw)
+    assert npu.track_record is None and "record:" not in npu.explain()

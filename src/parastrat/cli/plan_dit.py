@@ -238,6 +238,8 @@ def run(args: argparse.Namespace) -> int:
             "\n".join(c.reasons),
         )
     console.print(table)
+    if plan.track_record is not None:
+        console.print(f"record: {plan.track_record.summary()}", markup=False)
     for a in plan.advice:
         console.print(f"MindIE-SD advice -- {escape(a)}")
     for wmsg in plan.best.report.warnings:

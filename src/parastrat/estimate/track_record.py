@@ -6,23 +6,29 @@ the model was developed against), the Megatron Bridge 25.11 performance summary
 (``benchmarks/planner_crosscheck.py``, never used to choose a constant) and MindSpeed's
 Ascend 910B scripts (``benchmarks/npu_training_accuracy.py``).  Their tokens/s/GPU errors,
 grouped by the two things that change the model's accuracy most (dense or MoE; the platform:
-an x86-hosted NVIDIA system, a Grace-hosted one, or Ascend), are the :data:`RECORDS` below.
+an x86-hosted NVIDIA system, a Grace-hosted one, or Ascend), are the :func:`records`.
+Diffusion-transformer inference has its own records, one per accelerator: the latency errors
+of the xDiT and Wan measurements ``benchmarks/dit_accuracy.py`` prices.
 
 A prediction is only as good as the model's record on runs of its class: MoE runs on x86 hosts
 have been off by far more than dense runs (``docs/accuracy.md``).  :func:`track_record` finds
 the class of a model on an accelerator, and ``plan`` / ``explain`` print it beside every
 prediction.
 
-:data:`RECORDS` is written by ``tools/gen_track_record.py`` from the benchmarks' own output;
-CI (``tools/gen_track_record.py --check``) and the tests fail when a change to the model
-leaves it stale.
+The records live in ``track_record.json`` beside this module, written by
+``tools/gen_track_record.py`` from the benchmarks' own output; the tests
+(``tools/gen_track_record.py --check``) fail when a change to the model leaves it stale.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass
+from functools import cache
+from importlib.resources import files
 from typing import Any
 
+from ..spec.dit import DiTSpec
 from ..spec.hardware import Accelerator
 from ..spec.hardware import get as get_accelerator
 from ..spec.model import ModelSpec
@@ -33,12 +39,12 @@ from .efficiency import host_cpu
 class TrackRecord:
     """The step model's tokens/s/GPU error over the published runs of one class.
 
-    Errors are ``(predicted - published) / published``: positive when the model predicted a
-    faster run than was measured."""
+    Errors are ``(predicted - published) / published`` of :attr:`metric`."""
 
-    #: "dense" or "moe"
+    #: "dense" or "moe" (training), "dit" (diffusion-transformer inference)
     kind: str
-    #: "x86" or "grace" (the host CPU of an NVIDIA system), or "ascend"
+    #: training: "x86" or "grace" (the host CPU of an NVIDIA system), or "ascend"; DiT
+    #: inference: the accelerator
     platform: str
     #: published runs priced
     runs: int
@@ -53,20 +59,34 @@ class TrackRecord:
     accelerators: tuple[str, ...]
     #: the benchmark tables the runs come from
     tables: tuple[str, ...]
+    #: what was compared: "tokens/s/GPU" (higher is faster) or "latency" (lower is faster)
+    metric: str = "tokens/s/GPU"
+
+    @property
+    def optimistic(self) -> bool:
+        """Whether the model predicted faster runs than were measured, on average."""
+        return self.bias > 0 if self.metric == "tokens/s/GPU" else self.bias < 0
 
     def summary(self) -> str:
         """One line: the class, the runs, the error and its direction."""
-        kind = "MoE" if self.kind == "moe" else "dense"
+        kind = {"moe": "MoE", "dit": "DiT inference"}.get(self.kind, self.kind)
         where = "/".join(self.accelerators)
-        if self.platform != "ascend":
+        if self.platform in ("x86", "grace"):
             where += f" ({self.platform} hosts)"
-        lean = "optimistic" if self.bias > 0 else "pessimistic"
+        lean = "optimistic" if self.optimistic else "pessimistic"
         return (
             f"the model's record on {self.runs} published {kind} runs on {where}: "
-            f"tokens/s/GPU off by {self.mape:.0%} on average "
-            f"({lean} by {abs(self.bias):.0%} on average; furthest {self.worst:+.0%}, "
-            f"{self.worst_run}); docs/accuracy.md"
+            f"{self.metric} off by {self.mape:.0%} on average "
+            f"({lean} by {abs(self.bias):.0%} on average; furthest: {self.metric} "
+            f"{self.worst:+.0%}, {self.worst_run}); {self.page}"
         )
+
+    @property
+    def page(self) -> str:
+        """The documentation page that tells these runs' story."""
+        if self.kind == "dit":
+            return "docs/accuracy-dit.md"
+        return "docs/accuracy-npu.md" if self.platform == "ascend" else "docs/accuracy.md"
 
     def to_dict(self) -> dict[str, Any]:
         """The record as plain values, for JSON output."""
@@ -74,6 +94,22 @@ class TrackRecord:
         d["accelerators"] = list(self.accelerators)
         d["tables"] = list(self.tables)
         return d
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TrackRecord:
+        """The record :meth:`to_dict` wrote."""
+        return cls(**{**d, "accelerators": tuple(d["accelerators"]), "tables": tuple(d["tables"])})
+
+
+#: The file the records are kept in (package data), written by ``tools/gen_track_record.py``.
+RECORDS_FILE = "track_record.json"
+
+
+@cache
+def records() -> tuple[TrackRecord, ...]:
+    """Every class's record, as ``tools/gen_track_record.py`` last wrote them."""
+    text = files(__package__).joinpath(RECORDS_FILE).read_text(encoding="utf-8")
+    return tuple(TrackRecord.from_dict(d) for d in json.loads(text)["records"])
 
 
 def platform_of(accelerator: Accelerator) -> str:
@@ -90,84 +126,17 @@ def kind_of(model: ModelSpec) -> str | None:
     return "moe" if model.is_moe else "dense"
 
 
-def track_record(model: ModelSpec, accelerator: str | Accelerator) -> TrackRecord | None:
-    """The record of the published runs of ``model``'s kind on ``accelerator``'s platform,
-    when runs on that accelerator are among them; None when no published run speaks for it."""
+def track_record(model: ModelSpec | DiTSpec, accelerator: str | Accelerator) -> TrackRecord | None:
+    """The record of the published runs of ``model``'s kind on ``accelerator``'s platform
+    (a DiT: on that accelerator), when runs on that accelerator are among them; None when no
+    published run speaks for it."""
     accel = get_accelerator(accelerator)
-    key = (kind_of(model), platform_of(accel))
-    for rec in RECORDS:
+    key: tuple[str | None, str]
+    if isinstance(model, DiTSpec):
+        key = ("dit", accel.name)
+    else:
+        key = (kind_of(model), platform_of(accel))
+    for rec in records():
         if (rec.kind, rec.platform) == key and accel.name in rec.accelerators:
             return rec
     return None
-
-
-# BEGIN GENERATED by tools/gen_track_record.py: do not edit by hand
-RECORDS: tuple[TrackRecord, ...] = (
-    TrackRecord(
-        kind="dense",
-        platform="ascend",
-        runs=38,
-        mape=0.0931,
-        bias=0.0261,
-        worst=-0.2525,
-        worst_run="LLaMA2-7B (T104)",
-        accelerators=("ascend-910b",),
-        tables=("npu_training_measured",),
-    ),
-    TrackRecord(
-        kind="moe",
-        platform="ascend",
-        runs=2,
-        mape=0.569,
-        bias=0.569,
-        worst=0.7026,
-        worst_run="Mixtral-8x7B (T121)",
-        accelerators=("ascend-910b",),
-        tables=("npu_training_measured",),
-    ),
-    TrackRecord(
-        kind="dense",
-        platform="grace",
-        runs=17,
-        mape=0.0991,
-        bias=0.0211,
-        worst=0.2503,
-        worst_run="Nemotron-4 340B 128xgb200",
-        accelerators=("gb200", "gb300"),
-        tables=("mb_2511_summary", "published_configs"),
-    ),
-    TrackRecord(
-        kind="moe",
-        platform="grace",
-        runs=14,
-        mape=0.1097,
-        bias=0.0591,
-        worst=0.3499,
-        worst_run="GPT OSS 120B 64xgb200 BF16",
-        accelerators=("gb200", "gb300"),
-        tables=("mb_2511_summary", "published_configs"),
-    ),
-    TrackRecord(
-        kind="dense",
-        platform="x86",
-        runs=10,
-        mape=0.0774,
-        bias=0.0163,
-        worst=0.1364,
-        worst_run="LLAMA3.1_405B 128xb200 FP8-MX",
-        accelerators=("b200", "h100"),
-        tables=("mb_2511_summary", "published_configs"),
-    ),
-    TrackRecord(
-        kind="moe",
-        platform="x86",
-        runs=10,
-        mape=0.6229,
-        bias=0.5854,
-        worst=1.8546,
-        worst_run="Qwen3_30B_a3B 8xb200 FP8-MX",
-        accelerators=("b200", "h100"),
-        tables=("mb_2511_summary", "published_configs"),
-    ),
-)
-# END GENERATED

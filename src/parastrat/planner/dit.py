@@ -31,6 +31,7 @@ from ..estimate.dit import (
     resolve_guidance,
 )
 from ..estimate.dit_memory import DiTMemoryOptions, memory_hint
+from ..estimate.track_record import TrackRecord, track_record
 from ..spec.cluster import Cluster
 from ..spec.dit import DiTSpec
 from ..spec.dit import get as get_dit
@@ -152,6 +153,9 @@ class DiTPlan:
     advice: list[str]
     rejected: dict[str, int]
     objective: str = "latency"
+    #: the latency model's record on published runs on this accelerator
+    #: (:func:`~parastrat.estimate.track_record.track_record`; None when none was measured)
+    track_record: TrackRecord | None = None
 
     @property
     def best(self) -> DiTCandidate:
@@ -177,6 +181,8 @@ class DiTPlan:
                 f"({c.per_step_s:.3g} s/step), {c.memory.total / GiB:.1f} GiB/device"
             )
             lines += [f"   - {y}" for y in c.reasons]
+        if self.track_record is not None:
+            lines.append(f"record: {self.track_record.summary()}")
         if self.advice:
             lines.append("MindIE-SD's rule of thumb:")
             lines += [f"   - {a}" for a in self.advice]
@@ -198,6 +204,7 @@ class DiTPlan:
             "candidates": [c.to_dict() for c in self.candidates],
             "advice": list(self.advice),
             "rejected": dict(self.rejected),
+            "track_record": self.track_record.to_dict() if self.track_record else None,
         }
 
 
@@ -313,6 +320,7 @@ def plan_dit(
         advice=_advice(model, ranked, n, video, guidance, found.reasons),
         rejected=found.rejected,
         objective=objective,
+        track_record=track_record(model, cluster.accel),
     )
 
 
