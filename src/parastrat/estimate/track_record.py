@@ -37,9 +37,11 @@ from .efficiency import host_cpu
 
 @dataclass(frozen=True)
 class TrackRecord:
-    """The step model's tokens/s/GPU error over the published runs of one class.
+    """A cost model's error over the published runs of one class.
 
-    Errors are ``(predicted - published) / published`` of :attr:`metric`."""
+    Errors are ``(predicted - published) / published`` of :attr:`metric`: tokens/s/GPU for
+    training (positive: predicted faster than measured), latency for DiT inference (negative:
+    predicted faster); :attr:`optimistic` reads the sign either way."""
 
     #: "dense" or "moe" (training), "dit" (diffusion-transformer inference)
     kind: str
@@ -50,7 +52,7 @@ class TrackRecord:
     runs: int
     #: mean absolute error
     mape: float
-    #: mean signed error (positive: the model is optimistic on average)
+    #: mean signed error (its direction: :attr:`optimistic`)
     bias: float
     #: signed error of the run furthest off, and which run it was
     worst: float
