@@ -22,9 +22,9 @@ def test_the_table_is_what_the_benchmarks_print_today(capsys):
 
 
 def test_every_published_run_is_in_one_class():
-    runs = GEN.runs()
-    training = sum(kind_of(r["spec"]) is not None for r in runs)
-    assert sum(r.runs for r in records()) == training + len(GEN.dit_runs())
+    runs = GEN.priced()
+    assert sum(r.runs for r in records()) == sum(GEN._key(r) is not None for r in runs)
+    assert sum(kind_of(r["spec"]) is None for r in runs if "spec" in r) == 0  # none dropped
     assert len({(r.kind, r.platform) for r in records()}) == len(records())
     assert {r.metric for r in records() if r.kind == "dit"} == {"latency"}
 
@@ -42,6 +42,10 @@ def test_grouping_arithmetic_on_hand_made_runs():
     x86 = got[("dense", "x86")]
     assert (x86.runs, x86.mape, x86.bias, x86.worst, x86.worst_run) == (2, 0.2, -0.1, -0.3, "b")
     assert x86.accelerators == ("b200", "h100") and x86.tables == ("t1", "t2")
+    assert (x86.planned, x86.near_best) == (0, 0)  # no plan compared
+    runs[0]["ratio"], runs[1]["ratio"] = 0.95, 0.6
+    x86 = {(r.kind, r.platform): r for r in GEN.records(runs)}[("dense", "x86")]
+    assert (x86.planned, x86.near_best) == (2, 1)
 
 
 @pytest.mark.parametrize(
@@ -85,6 +89,11 @@ def test_summary_says_the_size_and_direction_of_the_error():
     assert "10 published MoE runs on b200/h100 (x86 hosts)" in text
     assert "off by 62% on average" in text and "optimistic by 59%" in text
     assert "furthest: tokens/s/GPU +185%, Qwen3 8xb200" in text
+    assert "plan's best" not in text  # no plan compared
+    ranked = TrackRecord(
+        "moe", "x86", 10, 0.6, 0.6, 1.8, "q", ("h100",), ("t",), planned=10, near_best=2
+    )
+    assert "the published layout within 10% of the plan's best in 2 of 10" in ranked.summary()
     low = TrackRecord("dense", "ascend", 3, 0.1, -0.05, -0.2, "x", ("ascend-910b",), ("t",))
     assert "pessimistic by 5%" in low.summary() and "hosts" not in low.summary()
     assert low.summary().endswith("docs/accuracy-npu.md")

@@ -63,6 +63,11 @@ class TrackRecord:
     tables: tuple[str, ...]
     #: what was compared: "tokens/s/GPU" (higher is faster) or "latency" (lower is faster)
     metric: str = "tokens/s/GPU"
+    #: runs whose published layout was also compared with the plan's best (same switches), and
+    #: of those, how many the plan priced within 10 % of its best: how far to trust a plan that
+    #: says it beats a tuned layout by more
+    planned: int = 0
+    near_best: int = 0
 
     @property
     def optimistic(self) -> bool:
@@ -80,7 +85,14 @@ class TrackRecord:
             f"the model's record on {self.runs} published {kind} runs on {where}: "
             f"{self.metric} off by {self.mape:.0%} on average "
             f"({lean} by {abs(self.bias):.0%} on average; furthest: {self.metric} "
-            f"{self.worst:+.0%}, {self.worst_run}); {self.page}"
+            f"{self.worst:+.0%}, {self.worst_run})"
+            + (
+                f"; the published layout within 10% of the plan's best in {self.near_best} of "
+                f"{self.planned}"
+                if self.planned
+                else ""
+            )
+            + f"; {self.page}"
         )
 
     @property
