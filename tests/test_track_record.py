@@ -101,6 +101,8 @@ def test_summary_says_the_size_and_direction_of_the_error():
     dit = TrackRecord("dit", "l40", 4, 0.2, -0.1, -0.5, "y", ("l40",), ("t",), "latency")
     assert dit.optimistic and "optimistic by 10%" in dit.summary()
     assert "furthest: latency -50%" in dit.summary() and "docs/accuracy-dit.md" in dit.summary()
+    even = TrackRecord("dit", "h100", 4, 0.2, -0.001, -0.5, "y", ("h100",), ("t",), "latency")
+    assert "(no lean on average;" in even.summary()
 
 
 def test_plan_and_explain_show_the_record(capsys):
@@ -126,6 +128,9 @@ def test_plan_dit_carries_the_record_of_its_accelerator():
     assert rec is not None and (rec.kind, rec.platform, rec.metric) == ("dit", "l40", "latency")
     assert f"record: {rec.summary()}" in plan.explain()
     assert plan.to_dict()["track_record"] == rec.to_dict()
+    # xDiT's H100 pages (HunyuanVideo, FLUX.1-dev) are in the H100 record
+    h100 = ps.plan_dit("flux.1-dev", ps.Cluster("h100", num_devices=4), **kw).track_record
+    assert h100 is not None and set(h100.tables) == {"xdit_flux_dev_h100", "xdit_hunyuanvideo"}
     # no DiT run measured on an Ascend 910B: no record, and the CLI prints none
     npu = ps.plan_dit("flux.1-dev", ps.Cluster("ascend-910b", num_devices=4), **kw)
     assert npu.track_record is None and "record:" not in npu.explain()

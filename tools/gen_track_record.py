@@ -72,11 +72,22 @@ def runs() -> list[dict[str, Any]]:
 
 def dit_runs() -> list[dict[str, Any]]:
     """Every measured DiT inference run ``benchmarks/dit_accuracy.py`` prices, with its signed
-    latency error."""
+    latency error: the rows of ``dit_measured.csv`` and its two cross-checks from xDiT's pages
+    (HunyuanVideo on H100 / H20, FLUX.1-dev on H100)."""
     out = []
     for e in dit_accuracy.evaluate()["rows"]:
         name = f"{e['model']} {e['gpus']}x{e['device']} {e['split']} ({e['row']})"
         out.append(dict(table="dit_measured", name=name, gpu=e["device"], err=e["error"]))
+    for device, table in dit_accuracy.hunyuan().items():
+        for n, row in table["rows"].items():
+            err = row["predicted"] / row["measured"] - 1
+            name = f"hunyuanvideo {n}x{device} U{n}"
+            out.append(dict(table="xdit_hunyuanvideo", name=name, gpu=device, err=err))
+    for split, compiled, measured, predicted in dit_accuracy.flux_dev_h100():
+        name = f"flux.1-dev {split} {'compiled' if compiled else 'eager'}"
+        out.append(
+            dict(table="xdit_flux_dev_h100", name=name, gpu="h100", err=predicted / measured - 1)
+        )
     return out
 
 

@@ -81,10 +81,11 @@ class TrackRecord:
         if self.platform in ("x86", "grace"):
             where += f" ({self.platform} hosts)"
         lean = "optimistic" if self.optimistic else "pessimistic"
+        lean = f"{lean} by {abs(self.bias):.0%}" if abs(self.bias) >= 0.005 else "no lean"
         return (
             f"the model's record on {self.runs} published {kind} runs on {where}: "
             f"{self.metric} off by {self.mape:.0%} on average "
-            f"({lean} by {abs(self.bias):.0%} on average; furthest: {self.metric} "
+            f"({lean} on average; furthest: {self.metric} "
             f"{self.worst:+.0%}, {self.worst_run})"
             + (
                 f"; the published layout within 10% of the plan's best in {self.near_best} of "
