@@ -116,6 +116,9 @@ def test_plan_and_explain_show_the_record(capsys):
     assert f"record: {expected.summary()}" in capsys.readouterr().out
     assert main(["explain", *args, "--ep", "8"]) == 0
     assert f"record: {expected.summary()}" in capsys.readouterr().out
+    # comparing two layouts: the record says how far to trust the difference
+    assert main(["explain", *args, "--ep", "8", "--compare", "TP1 PP1 CP1 EP16 ETP1 DP16"]) == 0
+    assert f"record: {expected.summary()}" in capsys.readouterr().out
     a100 = ["--model", "llama3-8b", "--gpus", "8", "--accelerator", "a100", "--seq-len", "2048"]
     assert main(["explain", *a100, "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["track_record"] is None

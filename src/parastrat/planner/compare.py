@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import UsageError
 from ..estimate.memory import MemoryReport
 from ..estimate.step import StepReport
+from ..estimate.track_record import TrackRecord, track_record
 from ..spec.hardware import GiB
 from ..spec.workload import Switches, Workload, resolve
 from ..strategy import Strategy
@@ -59,6 +60,9 @@ class Comparison:
     changed: dict[str, tuple[Any, Any]]
     cause: str
     notes: list[str] = field(default_factory=list)
+    #: the model's record on published runs of this class
+    #: (:func:`~parastrat.estimate.track_record.track_record`): how far to trust the difference
+    track_record: TrackRecord | None = None
 
     @property
     def step_delta(self) -> dict[str, float]:
@@ -99,6 +103,7 @@ class Comparison:
             "memory_delta": self.memory_delta,
             "cause": self.cause,
             "notes": list(self.notes),
+            "track_record": self.track_record.to_dict() if self.track_record else None,
         }
 
     def summary(self) -> str:
@@ -143,6 +148,8 @@ class Comparison:
                 )
         lines.append(f"cause: {self.cause}")
         lines += [f"note: {n}" for n in self.notes]
+        if self.track_record is not None:
+            lines.append(f"record: {self.track_record.summary()}")
         return "\n".join(lines)
 
 
@@ -192,7 +199,8 @@ def compare(
         changed["recompute"] = (ra, rb)
     cause = _cause(ta, tb, ma, mb, cluster, changed)
     notes = list(dict.fromkeys([*ta.notes, *tb.notes]))
-    return Comparison(sa, sb, (ma, mb), (ta, tb), changed, cause, notes)
+    record = track_record(wl.model, cluster.accel)
+    return Comparison(sa, sb, (ma, mb), (ta, tb), changed, cause, notes, record)
 
 
 def _cause(
