@@ -112,6 +112,14 @@ def test_plan_and_explain_show_the_record(capsys):
     doc = json.loads(capsys.readouterr().out)
     expected = ps.track_record(ps.models.get("qwen3-30b-a3b"), "h100")
     assert expected is not None and doc["track_record"] == expected.to_dict()
+    plan = ps.plan(
+        "qwen3-30b-a3b",
+        ps.Cluster("h100", num_devices=16),
+        seq_len=4096,
+        global_batch_size=256,
+        top_k=1,
+    )
+    assert plan.track_record == expected
     assert main(["plan", *args, "--top-k", "1"]) == 0
     assert f"record: {expected.summary()}" in capsys.readouterr().out
     assert main(["explain", *args, "--ep", "8"]) == 0

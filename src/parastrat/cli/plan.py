@@ -230,10 +230,9 @@ def _print_candidates(result, top, fmt: str) -> None:
     """The shown candidates, the switches that would shorten the choice's step
     (``switch_advice``) and the model's track record on runs of this class, as one JSON
     (``fmt='json'``) or YAML document."""
-    from ..estimate.track_record import track_record
     from ..planner.explain import choice_advice
 
-    record = track_record(result.model, result.cluster.accel)
+    record = result.track_record
     doc = {
         "candidates": [c.to_dict() for c in top],
         "switch_advice": [a.to_dict() for a in choice_advice(result)],

@@ -144,7 +144,8 @@ def explain_plan(plan: Plan, render: Callable[[dict[str, Any]], str] | None = No
         f"{best.step.step_time_s:.2f} s",
         f"  why: {best.why}",
     ]
-    lines += [f"  record: {r}" for r in _record(plan.model, plan.cluster.accel)]
+    if plan.track_record is not None:
+        lines.append(f"  record: {plan.track_record.summary()}")
     if plan.search.fsdp:
         lines.append(f"  fsdp: {fsdp_verdict(plan)}")
     advice = choice_advice(plan)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..estimate.memory import MemoryReport
 from ..estimate.step import StepReport
+from ..estimate.track_record import TrackRecord, track_record
 from ..spec.model import ModelSpec
 from ..spec.workload import SearchSpace, Switches, Workload
 from ..strategy import Strategy
@@ -130,6 +131,13 @@ class Plan:
         """The first-ranked candidate."""
         return self.candidates[0]
 
+    @property
+    def track_record(self) -> TrackRecord | None:
+        """The model's record on published runs of this model's class on this accelerator
+        (:func:`~parastrat.estimate.track_record.track_record`): how far to trust the
+        predictions and the ranking."""
+        return track_record(self.model, self.cluster.accel)
+
     def __repr__(self) -> str:
         """One line: model, devices, the best strategy and how many were ranked (the
         candidates themselves are in :attr:`candidates`; ``print`` of a whole plan stays short)."""
@@ -152,9 +160,14 @@ class Plan:
         return self.bounded + self.priced + self.memory_checks
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"candidates": [...]}``, each with strategy, micro_batch_size, recompute,
-        memory, step and why."""
-        return {"candidates": [c.to_dict() for c in self.candidates]}
+        """``{"candidates": [...], "track_record": ...}``: each candidate with strategy,
+        micro_batch_size, recompute, memory, step and why; the :attr:`track_record` (or
+        None)."""
+        record = self.track_record
+        return {
+            "candidates": [c.to_dict() for c in self.candidates],
+            "track_record": record.to_dict() if record is not None else None,
+        }
 
     def explain(self, render: Callable[[dict[str, Any]], str] | None = None) -> str:
         """The seed guide's starting point beside the choice, and why the model departs; the
