@@ -65,6 +65,7 @@ def run(args: argparse.Namespace) -> int:
     from ..planner.compare import compare
     from ..planner.explain import explain_strategy
     from ..planner.price import price
+    from ..planner.sensitivity import sensitivity
 
     model, cluster, gbs = build_target(args)
     workload = workload_from_args(args, model, gbs)
@@ -88,6 +89,7 @@ def run(args: argparse.Namespace) -> int:
                 "memory": mem.to_dict(),
                 "fits": mem.fits(cluster.accel),
                 "switch_advice": [a.to_dict() for a in advice],
+                "sensitivity": [x.to_dict() for x in sensitivity(workload, s, cluster, switches)],
                 "track_record": record.to_dict() if record is not None else None,
             }
         )

@@ -228,14 +228,15 @@ def _search(args: argparse.Namespace, model, cluster, gbs: int):
 
 def _print_candidates(result, top, fmt: str) -> None:
     """The shown candidates, the switches that would shorten the choice's step
-    (``switch_advice``) and the model's track record on runs of this class, as one JSON
-    (``fmt='json'``) or YAML document."""
-    from ..planner.explain import choice_advice
+    (``switch_advice``), what the choice's step hangs on (``sensitivity``) and the model's
+    track record on runs of this class, as one JSON (``fmt='json'``) or YAML document."""
+    from ..planner.explain import choice_advice, choice_sensitivity
 
     record = result.track_record
     doc = {
         "candidates": [c.to_dict() for c in top],
         "switch_advice": [a.to_dict() for a in choice_advice(result)],
+        "sensitivity": [x.to_dict() for x in choice_sensitivity(result)],
         "track_record": record.to_dict() if record is not None else None,
     }
     if fmt == "json":

@@ -17,6 +17,7 @@ from ..strategy import Strategy
 from .advice import SwitchAdvice, switch_advice
 from .price import price
 from .ranking import RANK_TIE, VPP_TIE, exposure_class, model_parallel_sizes
+from .sensitivity import Sensitivity, sensitivity, sensitivity_lines
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -146,6 +147,7 @@ def explain_plan(plan: Plan, render: Callable[[dict[str, Any]], str] | None = No
     ]
     if plan.track_record is not None:
         lines.append(f"  record: {plan.track_record.summary()}")
+    lines += sensitivity_lines(choice_sensitivity(plan), "  ")
     if plan.search.fsdp:
         lines.append(f"  fsdp: {fsdp_verdict(plan)}")
     advice = choice_advice(plan)
@@ -391,6 +393,7 @@ def explain_strategy(
     )
     lines += [f"note: {n}" for n in step.notes]
     lines += _advice_lines(switch_advice(wl, s, cluster, sw), render or python_keywords)
+    lines += sensitivity_lines(sensitivity(wl, s, cluster, sw))
     return "\n".join(lines)
 
 
@@ -410,6 +413,17 @@ def choice_advice(plan: Plan) -> list[SwitchAdvice]:
     workload = plan.workload.with_micro_batch(best.micro_batch_size)
     switches = (best.switches or plan.switches).with_recompute(best.recompute)
     return switch_advice(workload, best.strategy, plan.cluster, switches)
+
+
+def choice_sensitivity(plan: Plan) -> list[Sensitivity]:
+    """:func:`.sensitivity.sensitivity` of the plan's choice, with its micro-batch, recompute
+    and switches (none when the plan has no workload, as a hand-built one)."""
+    best = plan.best
+    if plan.workload is None:
+        return []
+    workload = plan.workload.with_micro_batch(best.micro_batch_size)
+    switches = (best.switches or plan.switches).with_recompute(best.recompute)
+    return sensitivity(workload, best.strategy, plan.cluster, switches)
 
 
 def python_keywords(change: dict[str, Any]) -> str:

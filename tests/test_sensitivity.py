@@ -1,0 +1,100 @@
+"""What a prediction hangs on: each physical constant 10 % worse, the strategy priced again."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import parastrat as ps
+from parastrat.cli import main
+from parastrat.planner.sensitivity import (
+    KNOBS,
+    WORSE,
+    Sensitivity,
+    sensitivity,
+    sensitivity_lines,
+)
+from parastrat.spec.workload import resolve
+
+CASES = [
+    ("llama3-70b", "h100", 64, ps.Strategy(tp=4, pp=8, vpp=5, sp=True)),
+    ("qwen3-30b-a3b", "h100", 16, ps.Strategy(ep=8)),
+    ("llama3-8b", "gb200", 8, ps.Strategy()),
+    ("mixtral-8x7b", "b200", 16, ps.Strategy(tp=2, ep=8, sp=True)),
+]
+
+
+def _run(preset, accel, n, strategy, cluster=None, **kw):
+    wl, sw = resolve(preset, None, None, who="test", seq_len=4096, global_batch_size=128, **kw)
+    return sensitivity(wl, strategy, cluster or ps.Cluster(accel, num_devices=n), sw)
+
+
+@pytest.mark.parametrize("preset, accel, n, strategy", CASES)
+def test_a_worse_constant_never_shortens_the_step_nor_more_than_its_own_share(
+    preset, accel, n, strategy
+):
+    got = _run(preset, accel, n, strategy, micro_batch_size=1)
+    assert {x.key for x in got} == {k.key for k in KNOBS}
+    # a rate 10 % lower stretches at most the whole step by 1/0.9; a host time 10 % higher
+    # at most by 1.1
+    bound = 1 / (1 - WORSE) - 1 + 1e-9
+    assert all(0 <= x.step_change <= bound for x in got), got
+    assert [x.step_change for x in got] == sorted((x.step_change for x in got), reverse=True)
+
+
+def test_a_dense_model_on_one_tp_pp_grid_hangs_on_its_gemms():
+    got = _run(*CASES[0], micro_batch_size=1)
+    assert got[0].key == "gemm_eff" and 0.05 < got[0].step_change < 0.111
+    assert got[0].value == "0.68 of the bf16 peak"
+    assert got[0].measure.startswith("parastrat bench --kernels --accelerator h100")
+
+
+def test_a_one_node_job_does_not_hang_on_the_scale_out_link():
+    got = {x.key: x for x in _run(*CASES[2], micro_batch_size=1)}
+    assert got["inter_bw"].step_change == 0.0
+    assert got["inter_bw"].measure.startswith("parastrat bench --span inter")
+
+
+def test_an_expert_parallel_job_across_nodes_hangs_on_the_scale_out_link():
+    got = {x.key: x for x in _run(*CASES[3], micro_batch_size=1)}
+    assert got["inter_bw"].step_change > 0.005
+
+
+def test_it_builds_on_a_calibration_the_cluster_already_has():
+    cal = {
+        "ops": {"all_to_all": {"intra": {"alpha_s": 5e-6, "busbw_Bps": 1e11}}},
+        "kernels": {"gemm_eff": {"bf16": 0.5}},
+    }
+    cluster = ps.Cluster("h100", num_devices=16).calibrate(cal)
+    got = {x.key: x for x in _run(*CASES[1][:3], CASES[1][3], cluster, micro_batch_size=1)}
+    assert got["gemm_eff"].value == "0.50 of the bf16 peak"
+    assert "100/370 GB/s" in got["intra_bw"].value  # the measured all-to-all and the links'
+
+
+def test_lines_name_what_moves_the_step_and_what_to_measure_first():
+    items = [
+        Sensitivity("gemm_eff", "GEMM rate", "0.68 of the bf16 peak", 0.094, "bench A"),
+        Sensitivity("attn_eff", "attention rate", "0.52", 0.01, "bench A"),
+        Sensitivity("host_op_s", "host time", "13.5 us", 0.0001, "bench A"),
+    ]
+    text = "\n".join(sensitivity_lines(items))
+    assert "GEMM rate (0.68 of the bf16 peak) +9.4%; attention rate (0.52) +1.0%" in text
+    assert "the rest < 0.5 %" in text and "host time" not in text
+    assert "measure first: bench A" in text
+    quiet = sensitivity_lines([items[2]])
+    assert quiet == ["sensitivity: no constant 10 % worse moves this step by 0.5 % or more"]
+    assert sensitivity_lines([]) == []  # a hand-built plan, no workload: nothing priced
+
+
+def test_explain_and_plan_show_it(capsys):
+    args = ["--model", "llama3-70b", "--gpus", "64", "--accelerator", "h100"]
+    args += ["--seq-len", "4096", "--global-batch-size", "128"]
+    flags = ["--tp", "4", "--pp", "8", "--vpp", "5", "--sp"]
+    assert main(["explain", *args, *flags, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [x["key"] for x in doc["sensitivity"]][0] == "gemm_eff"
+    assert main(["explain", *args, *flags]) == 0
+    assert "sensitivity (each constant 10 % worse, alone): GEMM rate" in capsys.readouterr().out
+    assert main(["plan", *args, "--top-k", "1", "--format", "json"]) == 0
+    assert len(json.loads(capsys.readouterr().out)["sensitivity"]) == len(KNOBS)
