@@ -98,3 +98,36 @@ def test_explain_and_plan_show_it(capsys):
     assert "sensitivity (each constant 10 % worse, alone): GEMM rate" in capsys.readouterr().out
     assert main(["plan", *args, "--top-k", "1", "--format", "json"]) == 0
     assert len(json.loads(capsys.readouterr().out)["sensitivity"]) == len(KNOBS)
+
+
+def test_a_measured_attention_rate_reaches_the_dit_model():
+    """A calibration's ``attn_eff`` scales the DiT forward-attention figure by its ratio to the
+    preset's (it used to be read only by the training model)."""
+    from parastrat.estimate.dit import estimate_dit
+    from parastrat.estimate.efficiency import profile
+
+    kw = dict(height=720, width=1280, frames=129, steps=50)
+    s = ps.Strategy(ulysses=8)
+    cluster = ps.Cluster("h100", num_devices=8)
+    base = estimate_dit("hunyuanvideo", s, cluster, **kw).breakdown["attention"]
+    slower = cluster.calibrate(
+        {"ops": {}, "kernels": {"attn_eff": profile(cluster.accel).attn_eff * 0.9}}
+    )
+    got = estimate_dit("hunyuanvideo", s, slower, **kw).breakdown["attention"]
+    assert got == pytest.approx(base / 0.9)
+
+
+def test_plan_dit_names_what_its_best_latency_hangs_on():
+    plan = ps.plan_dit(
+        "hunyuanvideo",
+        ps.Cluster("h100", num_devices=8),
+        height=720,
+        width=1280,
+        frames=129,
+        steps=50,
+    )
+    first = plan.sensitivity[0]
+    assert first.key == "attn_eff" and first.value == "0.35 of the bf16 peak, forward"
+    assert 0.05 < first.step_change < 0.111
+    assert "sensitivity (each constant 10 % worse, alone): attention rate" in plan.explain()
+    assert [x["key"] for x in plan.to_dict()["sensitivity"]][0] == "attn_eff"

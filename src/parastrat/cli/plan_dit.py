@@ -205,6 +205,7 @@ def run(args: argparse.Namespace) -> int:
     reasons, one JSON document, or the best split's MindIE-SD flags; return 0.  Messages name
     this command's flags (``--no-guidance``), not the Python arguments."""
     from ..planner.dit import label
+    from ..planner.sensitivity import sensitivity_lines
 
     try:
         plan = _plan(args)
@@ -240,6 +241,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     if plan.track_record is not None:
         console.print(f"record: {plan.track_record.summary()}", markup=False)
+    for line in sensitivity_lines(list(plan.sensitivity)):
+        console.print(line, markup=False)
     for a in plan.advice:
         console.print(f"MindIE-SD advice -- {escape(a)}")
     for wmsg in plan.best.report.warnings:

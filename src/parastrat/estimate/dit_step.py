@@ -118,8 +118,17 @@ HEAD_DIM_64_FACTOR = 0.87
 
 def attention_efficiency(accel: Accelerator, head_dim: int = 128) -> float:
     """Forward flash-attention efficiency used for ``accel`` (see :data:`ATTN_FWD_EFF`), at
-    ``head_dim`` (64 and below run at :data:`HEAD_DIM_64_FACTOR` of the head-dim-128 rate)."""
-    base = ATTN_FWD_EFF.get(accel.name, efficiency.profile(accel).attn_eff)
+    ``head_dim`` (64 and below run at :data:`HEAD_DIM_64_FACTOR` of the head-dim-128 rate).
+
+    A calibration's measured ``attn_eff`` (training attention, forward + backward) scales the
+    table's forward figure by its ratio to the preset's own ``attn_eff``: attention measured
+    10 % slower than the preset says is priced 10 % slower here too."""
+    base = ATTN_FWD_EFF.get(accel.name)
+    if base is None:
+        base = efficiency.profile(accel).attn_eff  # the calibrated value, if any
+    elif accel.kernels and accel.kernels.get("attn_eff"):
+        preset = efficiency.PROFILES.get(accel.name, efficiency.DEFAULT).attn_eff
+        base = min(1.0, base * float(accel.kernels["attn_eff"]) / preset)
     return base * (HEAD_DIM_64_FACTOR if head_dim <= 64 else 1.0)
 
 

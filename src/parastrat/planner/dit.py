@@ -31,11 +31,13 @@ from ..estimate.dit import (
     resolve_guidance,
 )
 from ..estimate.dit_memory import DiTMemoryOptions, memory_hint
+from ..estimate.dit_step import attention_efficiency
 from ..estimate.track_record import TrackRecord, track_record
 from ..spec.cluster import Cluster
 from ..spec.dit import DiTSpec
 from ..spec.dit import get as get_dit
 from ..strategy import XDIT_ORDER, Strategy, divisors
+from .sensitivity import Sensitivity, changes, sensitivity_lines
 
 #: Image/video tokens from which MindIE-SD's guide calls a sequence "long" (ring worth adding):
 #: at 32K tokens one ring hop's attention block (32K/r queries x 32K/r keys) takes longer than
@@ -156,6 +158,9 @@ class DiTPlan:
     #: the latency model's record on published runs on this accelerator
     #: (:func:`~parastrat.estimate.track_record.track_record`; None when none was measured)
     track_record: TrackRecord | None = None
+    #: what the best candidate's latency hangs on: each physical constant 10 % worse
+    #: (:func:`~parastrat.planner.sensitivity.changes`), largest first
+    sensitivity: tuple[Sensitivity, ...] = ()
 
     @property
     def best(self) -> DiTCandidate:
@@ -183,6 +188,7 @@ class DiTPlan:
             lines += [f"   - {y}" for y in c.reasons]
         if self.track_record is not None:
             lines.append(f"record: {self.track_record.summary()}")
+        lines += sensitivity_lines(list(self.sensitivity))
         if self.advice:
             lines.append("MindIE-SD's rule of thumb:")
             lines += [f"   - {a}" for a in self.advice]
@@ -205,6 +211,7 @@ class DiTPlan:
             "advice": list(self.advice),
             "rejected": dict(self.rejected),
             "track_record": self.track_record.to_dict() if self.track_record else None,
+            "sensitivity": [x.to_dict() for x in self.sensitivity],
         }
 
 
@@ -321,6 +328,14 @@ def plan_dit(
         rejected=found.rejected,
         objective=objective,
         track_record=track_record(model, cluster.accel),
+        sensitivity=tuple(
+            changes(
+                lambda c: price(strategy=ranked[0].strategy, cluster=c).latency_s,
+                cluster,
+                precision,
+                attention_efficiency(cluster.accel, model.head_dim),
+            )
+        ),
     )
 
 

@@ -16,7 +16,7 @@ is the one to measure before trusting the prediction on another machine; one wit
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..estimate.efficiency import host_op_time
@@ -156,22 +156,43 @@ def sensitivity(
     workload: Workload, strategy: Strategy, cluster: Cluster, switches: Switches
 ) -> list[Sensitivity]:
     """Each constant of :data:`KNOBS` :data:`WORSE` worse, one at a time: the relative step
-    change it causes, largest first."""
+    change it causes, largest first (a training step, :func:`~.price.price`)."""
     _s, base, _m = price(workload, strategy, cluster, switches)
+
+    def step_time(c: Cluster) -> float:
+        return price(workload, strategy, c, switches)[1].step_time_s
+
+    return changes(step_time, cluster, base.precision)
+
+
+def changes(
+    cost: Callable[[Cluster], float],
+    cluster: Cluster,
+    precision: str,
+    attention_eff: float | None = None,
+) -> list[Sensitivity]:
+    """The relative change of ``cost`` (seconds of whatever is priced on a cluster: a training
+    step, a DiT request) when each constant of :data:`KNOBS` is :data:`WORSE` worse on
+    ``cluster``, largest first; ``precision`` names the GEMM peak the rate is a fraction of;
+    ``attention_eff``, when the priced work uses another attention figure than the training
+    profile's (DiT inference: the forward kernel's), is the value shown for attention."""
+    base = cost(cluster)
     prof = kernel_profile(cluster.accel)
     out = []
     for knob in KNOBS:
         worse = cluster.calibrate(knob.worse(cluster, prof))
-        _s, step, _m = price(workload, strategy, worse, switches)
         out.append(
             Sensitivity(
                 key=knob.key,
                 constant=knob.constant,
-                value=knob.value(cluster, prof, base.precision),
-                step_change=step.step_time_s / base.step_time_s - 1,
+                value=knob.value(cluster, prof, precision),
+                step_change=cost(worse) / base - 1,
                 measure=knob.measure.format(accel=cluster.accel.name),
             )
         )
+    if attention_eff is not None:
+        shown = f"{attention_eff:.2f} of the bf16 peak, forward"
+        out = [replace(x, value=shown) if x.key == "attn_eff" else x for x in out]
     return sorted(out, key=lambda x: -x.step_change)
 
 
