@@ -407,23 +407,26 @@ def _record(model: Any, accel: Any) -> list[str]:
 def choice_advice(plan: Plan) -> list[SwitchAdvice]:
     """:func:`.advice.switch_advice` of the plan's choice, with its micro-batch, recompute and
     switches (none when the plan has no workload, as a hand-built one)."""
-    best = plan.best
-    if plan.workload is None:
-        return []
-    workload = plan.workload.with_micro_batch(best.micro_batch_size)
-    switches = (best.switches or plan.switches).with_recompute(best.recompute)
-    return switch_advice(workload, best.strategy, plan.cluster, switches)
+    choice = _choice(plan)
+    return switch_advice(*choice) if choice is not None else []
 
 
 def choice_sensitivity(plan: Plan) -> list[Sensitivity]:
-    """:func:`.sensitivity.sensitivity` of the plan's choice, with its micro-batch, recompute
-    and switches (none when the plan has no workload, as a hand-built one)."""
+    """:func:`.sensitivity.sensitivity` of the plan's choice, priced as
+    :func:`choice_advice` prices it (none for a hand-built plan)."""
+    choice = _choice(plan)
+    return sensitivity(*choice) if choice is not None else []
+
+
+def _choice(plan: Plan) -> tuple[Workload, Strategy, Cluster, Switches] | None:
+    """The plan's choice as the typed values that price it: the workload at its micro-batch,
+    its strategy, the cluster, the switches with its recompute (None without a workload)."""
     best = plan.best
     if plan.workload is None:
-        return []
+        return None
     workload = plan.workload.with_micro_batch(best.micro_batch_size)
     switches = (best.switches or plan.switches).with_recompute(best.recompute)
-    return sensitivity(workload, best.strategy, plan.cluster, switches)
+    return workload, best.strategy, plan.cluster, switches
 
 
 def python_keywords(change: dict[str, Any]) -> str:
