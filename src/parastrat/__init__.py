@@ -49,6 +49,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "plan": ("parastrat.planner.search", "plan"),
     "Plan": ("parastrat.planner.search", "Plan"),
     "compare": ("parastrat.planner.compare", "compare"),
+    "sensitivity": ("parastrat.planner.sensitivity", "sensitivity"),
     "plan_dit": ("parastrat.planner.dit", "plan_dit"),
     # edges (frameworks imported lazily inside)
     "initialize": ("parastrat.runtime.groups", "initialize"),
