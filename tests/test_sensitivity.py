@@ -131,3 +131,12 @@ def test_plan_dit_names_what_its_best_latency_hangs_on():
     assert 0.05 < first.step_change < 0.111
     assert "sensitivity (each constant 10 % worse, alone): attention rate" in plan.explain()
     assert [x["key"] for x in plan.to_dict()["sensitivity"]][0] == "attn_eff"
+
+
+def test_a_host_time_at_the_calibration_limit_stays_a_calibration():
+    """10 % more than the largest host time a calibration takes is capped, not refused."""
+    cluster = ps.Cluster("h100", num_devices=16).calibrate(
+        {"ops": {}, "kernels": {"host_op_s": 0.01}}
+    )
+    got = {x.key: x for x in _run(*CASES[1][:3], CASES[1][3], cluster, micro_batch_size=1)}
+    assert got["host_op_s"].step_change == 0.0 and got["host_op_s"].value == "10000.0 us"

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..estimate.efficiency import host_op_time
 from ..estimate.efficiency import profile as kernel_profile
-from ..spec.cluster import OPS, SPANS, Cluster
+from ..spec.cluster import HOST_OP_S_MAX, OPS, SPANS, Cluster
 from ..spec.workload import Switches, Workload
 from ..strategy import Strategy
 from .price import price
@@ -132,7 +132,9 @@ KNOBS = (
         "host_op_s",
         "host time per eager operation",
         lambda c, _prof, _p: f"{host_op_time(c.accel) * 1e6:.1f} us",
-        lambda c, _prof: _kernels(c, host_op_s=host_op_time(c.accel) * (1 + WORSE)),
+        lambda c, _prof: _kernels(
+            c, host_op_s=min(HOST_OP_S_MAX, host_op_time(c.accel) * (1 + WORSE))
+        ),
         BENCH_KERNELS,
     ),
     _Knob(

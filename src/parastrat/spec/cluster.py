@@ -165,6 +165,9 @@ def _is_finite_number(value: Any) -> bool:
 
 
 #: Kernel constants a calibration may set, with what each is and its allowed range.
+#: The longest host time per eager operation a calibration may state, seconds.
+HOST_OP_S_MAX = 0.01
+
 KERNEL_KEYS = {
     "gemm_eff": "fraction of the dense peak a large GEMM sustains, per precision: (0, 1]",
     "attn_eff": "fused attention's fraction of the BF16 peak, forward + backward: (0, 1]",
@@ -202,7 +205,7 @@ def _kernel_constants(data: Any) -> dict[str, Any]:
                 for p, v in value.items()
             }
         elif key == "host_op_s":
-            out[key] = fraction("kernels.host_op_s", value, 0.01)
+            out[key] = fraction("kernels.host_op_s", value, HOST_OP_S_MAX)
         else:
             out[key] = fraction(f"kernels.{key}", value)
     return out
