@@ -145,3 +145,12 @@ def test_plan_dit_carries_the_record_of_its_accelerator():
     # no DiT run measured on an Ascend 910B: no record, and the CLI prints none
     npu = ps.plan_dit("flux.1-dev", ps.Cluster("ascend-910b", num_devices=4), **kw)
     assert npu.track_record is None and "record:" not in npu.explain()
+
+
+def test_the_record_command_prints_every_class(capsys):
+    assert main(["record", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out) == [r.to_dict() for r in records()]
+    assert main(["record"]) == 0
+    out = capsys.readouterr().out
+    assert "MoE training" in out and "DiT inference" in out and "tools/gen_track_record.py" in out
+    assert "-0%" not in out

@@ -27,6 +27,7 @@ SUBCOMMANDS = (
     "plan",
     "explain",
     "plan_dit",
+    "record",
     "bench",
     "verify",
 )
