@@ -75,6 +75,12 @@ def test_no_record_where_no_published_run_speaks(preset, accel):
     assert ps.track_record(ps.models.get(preset), accel) is None
 
 
+def test_a_record_reads_back_what_it_wrote():
+    for rec in records():
+        d = rec.to_dict()
+        assert TrackRecord.from_dict(d) == rec and d["optimistic"] == rec.optimistic
+
+
 def test_platform_and_kind():
     assert platform_of(ps.hardware.get("gb300")) == "grace"
     assert platform_of(ps.hardware.get("b200")) == "x86"

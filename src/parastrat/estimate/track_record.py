@@ -104,16 +104,21 @@ class TrackRecord:
         return "docs/accuracy-npu.md" if self.platform == "ascend" else "docs/accuracy.md"
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as plain values, for JSON output."""
+        """The record as plain values, for JSON output (with :attr:`optimistic`, so the sign of
+        ``bias`` needs no reading of ``metric``)."""
         d = asdict(self)
         d["accelerators"] = list(self.accelerators)
         d["tables"] = list(self.tables)
+        d["optimistic"] = self.optimistic
         return d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> TrackRecord:
-        """The record :meth:`to_dict` wrote."""
-        return cls(**{**d, "accelerators": tuple(d["accelerators"]), "tables": tuple(d["tables"])})
+        """The record :meth:`to_dict` wrote (``optimistic`` is derived, not read)."""
+        fields = {k: v for k, v in d.items() if k != "optimistic"}
+        fields["accelerators"] = tuple(d["accelerators"])
+        fields["tables"] = tuple(d["tables"])
+        return cls(**fields)
 
 
 #: The file the records are kept in (package data), written by ``tools/gen_track_record.py``.
