@@ -179,3 +179,39 @@ def test_grid_fit_recovers_the_efficiency_of_a_device_that_follows_the_model():
     rows[0]["flops_per_s"] = 2e15
     with pytest.raises(UsageError, match="h100"):
         fit_grid("h100", rows)
+
+
+def test_attention_is_measured_in_the_step_models_flops_and_written_as_fractions():
+    """The attention path of ``bench --kernels`` on the CPU: both rates, the kernel named, the
+    two fractions of the BF16 peak, and a rate above the peak refused."""
+    from parastrat.bench.kernels import (
+        AttentionRates,
+        attention_flops,
+        kernel_calibration,
+        measure_attention,
+    )
+    from parastrat.estimate.kernel_model import attention_block_keys
+
+    # causal, whole 128-key blocks: s/2 + 64 keys per query
+    assert attention_flops(1024, 2) == 4 * 2 * 1024 * attention_block_keys(1024) * 128
+    rates = measure_attention(seq=256, heads=2, device="cpu", iters=2, warmup=1)
+    assert rates.train_flops > 0 and rates.forward_flops > 0
+    assert rates.backend == "torch scaled_dot_product_attention"
+    cal = kernel_calibration("a100", {}, 1e9, attention=rates)
+    peak = ps.hardware.get("a100").peak("bf16")
+    assert cal["kernels"]["attn_eff"] == pytest.approx(rates.train_flops / peak)
+    assert cal["kernels"]["attn_fwd_eff"] == pytest.approx(rates.forward_flops / peak)
+    assert "scaled_dot_product_attention" in cal["source"]
+    too_fast = AttentionRates(2 * peak, 1e12, "x")
+    with pytest.raises(ps.UsageError, match=r"attention rate .* is --accelerator"):
+        kernel_calibration("a100", {}, 1e9, attention=too_fast)
+
+
+def test_a_measured_forward_attention_rate_prices_dit_inference():
+    from parastrat.estimate.dit_step import attention_efficiency
+
+    cluster = ps.Cluster("h100", num_devices=1).calibrate(
+        {"ops": {}, "kernels": {"attn_fwd_eff": 0.2}}
+    )
+    assert attention_efficiency(cluster.accel, 128) == pytest.approx(0.2)
+    assert attention_efficiency(ps.hardware.get("h100"), 128) == pytest.approx(0.35)  # the table

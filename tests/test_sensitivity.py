@@ -140,3 +140,12 @@ def test_a_host_time_at_the_calibration_limit_stays_a_calibration():
     )
     got = {x.key: x for x in _run(*CASES[1][:3], CASES[1][3], cluster, micro_batch_size=1)}
     assert got["host_op_s"].step_change == 0.0 and got["host_op_s"].value == "10000.0 us"
+
+
+def test_a_measured_forward_attention_rate_is_what_the_dit_sensitivity_moves():
+    cluster = ps.Cluster("h100", num_devices=8).calibrate(
+        {"ops": {}, "kernels": {"attn_fwd_eff": 0.3}}
+    )
+    plan = ps.plan_dit("hunyuanvideo", cluster, height=720, width=1280, frames=129, steps=50)
+    attn = {x.key: x for x in plan.sensitivity}["attn_eff"]
+    assert attn.value == "0.30 of the bf16 peak, forward" and attn.step_change > 0.05

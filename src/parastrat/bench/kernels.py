@@ -11,6 +11,12 @@ section of a calibration (:class:`parastrat.spec.cluster.Calibration`), which
   ``fp8`` (``torch._scaled_mm`` on devices that have it), median of timed repetitions after
   warm-up, device-event timed (:class:`parastrat.bench.timing.Clock`);
 * :func:`measure_copy`: a ``nbytes`` device-to-device copy (read + write);
+* :func:`measure_attention`: causal flash attention at head dimension 128 (the head dimension
+  the defaults are quoted at), forward + backward (training: Transformer Engine's
+  ``DotProductAttention`` where it is installed, else ``torch.nn.functional.
+  scaled_dot_product_attention``) and forward alone (inference: ``scaled_dot_product_attention``,
+  what diffusers and xDiT call), in the hardware FLOPs the step model counts (whole 128-key
+  blocks under the causal mask, backward 2.5x the forward);
 * :func:`measure_host_op`: host seconds to issue one eager operation (a small
   ``torch.nn.Linear`` forward, launched and not waited for: the measurement behind the step
   model's ``HOST_OP_S``, Transformer Engine issue #2053), on this machine's host CPU;
@@ -51,6 +57,14 @@ from .timing import measure, synchronize
 GEMM_SIZE = 8192
 #: Bytes of the copy measurement (1 GiB: far beyond any cache).
 COPY_BYTES = 1 << 30
+#: Attention measurement shape: (heads, sequence) at head dimension 128, batch 1: a long
+#: sequence, as the defaults are quoted for.
+ATTN_HEADS = 16
+ATTN_SEQ = 8192
+ATTN_HEAD_DIM = 128
+#: The step model's backward-over-forward FLOP ratio of fused attention
+#: (``estimate.layer_cost.ATTN_BWD_RATIO``).
+ATTN_BWD_RATIO = 2.5
 #: Eager operations issued per host-time sample (a loop long enough to time with
 #: ``perf_counter``, short enough that the launch queue never fills).
 HOST_OPS_PER_SAMPLE = 200
@@ -140,6 +154,90 @@ def measure_copy(
     return 2.0 * src.numel() * 2 / seconds
 
 
+@dataclass(frozen=True)
+class AttentionRates:
+    """Measured attention rates (hardware FLOP/s as the step model counts them) and the kernel
+    that ran the training one."""
+
+    train_flops: float
+    forward_flops: float
+    backend: str
+
+
+def attention_flops(seq: int, heads: int, head_dim: int = ATTN_HEAD_DIM) -> float:
+    """Hardware FLOPs of one causal forward: ``4 h s k d`` with ``k = s/2 + 64`` keys per
+    query (whole 128-key blocks on the diagonal, :func:`~parastrat.estimate.kernel_model.
+    attention_block_keys`)."""
+    from ..estimate.kernel_model import attention_block_keys
+
+    return 4.0 * heads * seq * attention_block_keys(seq) * head_dim
+
+
+def measure_attention(
+    *,
+    seq: int = ATTN_SEQ,
+    heads: int = ATTN_HEADS,
+    device: Any = None,
+    iters: int = 10,
+    warmup: int = 3,
+) -> AttentionRates:
+    """Achieved rates of causal BF16 attention at head dimension 128 (see the module
+    docstring): forward + backward, and forward alone."""
+    torch = require("torch", why="measuring kernel rates")
+    if seq < 1 or heads < 1 or iters < 1 or warmup < 0:
+        raise UsageError(
+            f"seq, heads and iters must be >= 1 and warmup >= 0, got {seq}, {heads}, "
+            f"{iters}, {warmup}"
+        )
+    dev = _device(torch, device)
+    shape = (1, seq, heads, ATTN_HEAD_DIM)  # batch, sequence, heads, head dim
+    q, k, v = (torch.randn(shape, device=dev, dtype=torch.bfloat16) for _ in range(3))
+    fwd = attention_flops(seq, heads)
+    train, backend = _training_attention(torch, dev, q, k, v)
+    t_train = _median_seconds(torch, dev, train, iters, warmup)
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
+
+    def forward() -> Any:
+        with torch.no_grad():
+            return sdpa(qt, kt, vt, is_causal=True)
+
+    t_fwd = _median_seconds(torch, dev, forward, iters, warmup)
+    return AttentionRates((1 + ATTN_BWD_RATIO) * fwd / t_train, fwd / t_fwd, backend)
+
+
+def _training_attention(torch: Any, dev: Any, q: Any, k: Any, v: Any) -> tuple[Any, str]:
+    """A forward + backward of causal attention over (batch, seq, heads, dim) ``q, k, v``:
+    Transformer Engine's ``DotProductAttention`` on CUDA when it is installed (what Megatron
+    Core trains with), else ``scaled_dot_product_attention``; and the kernel's name."""
+    q, k, v = (x.detach().requires_grad_(True) for x in (q, k, v))
+    grad = torch.ones_like(q)
+    attn: Any = None
+    backend = "torch scaled_dot_product_attention"
+    if dev.type == "cuda":
+        try:
+            import transformer_engine.pytorch as te  # type: ignore[import-not-found]
+
+            core = te.DotProductAttention(
+                q.shape[2], q.shape[3], attn_mask_type="causal", qkv_format="bshd"
+            )
+            attn, backend = core, "Transformer Engine DotProductAttention"
+        except ImportError:
+            pass
+    if attn is None:
+        sdpa = torch.nn.functional.scaled_dot_product_attention
+
+        def attn(a: Any, b: Any, c: Any) -> Any:
+            return sdpa(a.transpose(1, 2), b.transpose(1, 2), c.transpose(1, 2), is_causal=True)
+
+    def run() -> Any:
+        out = attn(q, k, v)
+        out.backward(grad.reshape(out.shape))
+        return out
+
+    return run, backend
+
+
 def measure_host_op(
     *, device: Any = None, ops: int = HOST_OPS_PER_SAMPLE, iters: int = 10, warmup: int = 3
 ) -> float:
@@ -174,6 +272,7 @@ def kernel_calibration(
     copy_Bps: float | None = None,
     *,
     host_op_s: float | None = None,
+    attention: AttentionRates | None = None,
     source: str | None = None,
 ) -> dict[str, Any]:
     """The ``kernels`` calibration of measured rates on an ``accelerator`` preset.
@@ -212,11 +311,29 @@ def kernel_calibration(
         kernels["mem_eff"] = copy_Bps / accel.mem_bandwidth_Bps
     if host_op_s is not None:
         kernels["host_op_s"] = host_op_s  # validated by Calibration.from_dict below
-    out = {
-        "kernels": kernels,
-        "source": source or f"parastrat bench --kernels on {accel.name}, {date.today()}",
-    }
+    if attention is not None:
+        kernels.update(_attention_fractions(accel, attention))
+    text = source or f"parastrat bench --kernels on {accel.name}, {date.today()}"
+    if attention is not None:
+        text += f"; attention (training) by {attention.backend}"
+    out = {"kernels": kernels, "source": text}
     Calibration.from_dict(out)  # the cost model's own validation
+    return out
+
+
+def _attention_fractions(accel: Accelerator, rates: AttentionRates) -> dict[str, float]:
+    """``attn_eff`` and ``attn_fwd_eff``: the measured attention rates over the BF16 peak (a
+    rate above it names the wrong preset)."""
+    peak = accel.peak("bf16")
+    out = {}
+    for key, flops in (("attn_eff", rates.train_flops), ("attn_fwd_eff", rates.forward_flops)):
+        if not 0 < flops <= peak:
+            raise UsageError(
+                f"measured attention rate {flops / 1e12:.1f} TFLOP/s is outside (0, "
+                f"{peak / 1e12:.0f}] TFLOP/s of {accel.name}: is --accelerator the device "
+                "that ran it?"
+            )
+        out[key] = flops / peak
     return out
 
 
@@ -392,6 +509,7 @@ def fit_grid(
     copy_Bps: float | None = None,
     *,
     host_op_s: float | None = None,
+    attention: AttentionRates | None = None,
     source: str | None = None,
 ) -> dict[str, Any]:
     """The calibration of a measured grid: per precision, the shape model's large-GEMM
@@ -419,6 +537,7 @@ def fit_grid(
         {p: e * accel.peak(p) for p, e in eff.items()},
         copy_Bps,
         host_op_s=host_op_s,
+        attention=attention,
         source=source or f"parastrat bench --kernels --grid on {accel.name}, {date.today()}",
     )
     cal["kernel_grid"] = [

@@ -5,9 +5,9 @@ a torchrun environment is given); under torchrun (WORLD_SIZE set, no --world) ev
 rank runs the sweep on the device's backend and rank 0 prints.  Strategy flags (or --model)
 switch to a strategy-aware run: each collective on the group of the strategy that uses it.
 ``--load FILE`` re-reads rows written earlier, to print, plot or fit them without running.
-``--kernels --accelerator NAME`` measures GEMM rates and HBM copy bandwidth on this process's
-device instead, as fractions of the preset's peaks, and the host's seconds per eager operation
-(the ``kernels`` section of a calibration).
+``--kernels --accelerator NAME`` measures GEMM rates, causal attention (training and inference)
+and HBM copy bandwidth on this process's device instead, as fractions of the preset's peaks,
+and the host's seconds per eager operation (the ``kernels`` section of a calibration).
 """
 
 from __future__ import annotations
@@ -219,12 +219,14 @@ class KernelRun:
     iters: int
     warmup: int
     copy_bytes: int
+    #: sequence length of the attention measurement
+    attn_seq: int
 
 
 def _kernel_run(args: argparse.Namespace) -> KernelRun:
     """The :class:`KernelRun` of the flags; refuses a missing preset and a device that is not
     the preset's kind."""
-    from ..bench.kernels import COPY_BYTES, GEMM_SIZE, check_device
+    from ..bench.kernels import ATTN_SEQ, COPY_BYTES, GEMM_SIZE, check_device
     from ..errors import UsageError
     from ..spec.hardware import get as get_accelerator
 
@@ -242,6 +244,8 @@ def _kernel_run(args: argparse.Namespace) -> KernelRun:
         iters=args.iters,
         warmup=max(args.warmup, 0),
         copy_bytes=copy_bytes,
+        # the long sequence, or one of the asked GEMM size for a small (test) run
+        attn_seq=ATTN_SEQ if args.gemm_size is None else min(ATTN_SEQ, size),
     )
 
 
@@ -265,13 +269,20 @@ def _kernel_rates(kr: KernelRun) -> tuple[dict[str, Any], Any]:
     from rich.table import Table
 
     from ..bench import format_bytes
-    from ..bench.kernels import kernel_calibration, measure_copy, measure_gemm, measure_host_op
+    from ..bench.kernels import (
+        kernel_calibration,
+        measure_attention,
+        measure_copy,
+        measure_gemm,
+        measure_host_op,
+    )
 
     timing = {"iters": kr.iters, "warmup": kr.warmup}
     gemm = {p: measure_gemm(p, size=kr.size, **timing) for p in kr.precisions}
     copy = measure_copy(nbytes=kr.copy_bytes, **timing)
     host = measure_host_op(**timing)
-    cal = kernel_calibration(kr.accel.name, gemm, copy, host_op_s=host)
+    attn = measure_attention(seq=kr.attn_seq, **timing)
+    cal = kernel_calibration(kr.accel.name, gemm, copy, host_op_s=host, attention=attn)
     table = Table(title=f"kernel rates against {kr.accel.name}'s peaks")
     for col in ("kernel", "measured", "peak", "fraction"):
         table.add_column(col, justify="right" if col != "kernel" else "left")
@@ -291,7 +302,20 @@ def _kernel_rates(kr: KernelRun) -> tuple[dict[str, Any], Any]:
         f"{copy / hbm:.3f}",
     )
     table.add_row("host: one eager op", f"{host * 1e6:.1f} us", "-", "-")
+    _attention_rows(table, kr, attn)
     return cal, table
+
+
+def _attention_rows(table: Any, kr: KernelRun, attn: Any) -> None:
+    """The attention measurement's two rows (training, inference) of the kernel table."""
+    peak = kr.accel.peak("bf16")
+    for what, flops in (("fwd+bwd", attn.train_flops), ("fwd", attn.forward_flops)):
+        table.add_row(
+            f"attention causal s={kr.attn_seq} d=128 {what}",
+            f"{flops / 1e12:.1f} TFLOP/s",
+            f"{peak / 1e12:.0f} TFLOP/s",
+            f"{flops / peak:.3f}",
+        )
 
 
 def _kernel_grid(kr: KernelRun) -> tuple[dict[str, Any], Any]:
@@ -299,12 +323,20 @@ def _kernel_grid(kr: KernelRun) -> tuple[dict[str, Any], Any]:
     of measured against modelled rates."""
     from rich.table import Table
 
-    from ..bench.kernels import fit_grid, gemm_grid, measure_copy, measure_grid, measure_host_op
+    from ..bench.kernels import (
+        fit_grid,
+        gemm_grid,
+        measure_attention,
+        measure_copy,
+        measure_grid,
+        measure_host_op,
+    )
 
     timing = {"iters": kr.iters, "warmup": kr.warmup}
     rows = measure_grid(gemm_grid(kr.size), kr.precisions, **timing)
     copy = measure_copy(nbytes=kr.copy_bytes, **timing)
-    cal = fit_grid(kr.accel, rows, copy, host_op_s=measure_host_op(**timing))
+    attn = measure_attention(seq=kr.attn_seq, **timing)
+    cal = fit_grid(kr.accel, rows, copy, host_op_s=measure_host_op(**timing), attention=attn)
     table = Table(title=f"GEMM grid on {kr.accel.name}: measured vs the fitted shape model")
     for col in ("shape", "precision", "measured TFLOP/s", "model TFLOP/s"):
         table.add_column(col, justify="left" if col == "shape" else "right")

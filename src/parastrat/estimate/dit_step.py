@@ -120,15 +120,19 @@ def attention_efficiency(accel: Accelerator, head_dim: int = 128) -> float:
     """Forward flash-attention efficiency used for ``accel`` (see :data:`ATTN_FWD_EFF`), at
     ``head_dim`` (64 and below run at :data:`HEAD_DIM_64_FACTOR` of the head-dim-128 rate).
 
-    A calibration's measured ``attn_eff`` (training attention, forward + backward) scales the
+    A calibration's measured ``attn_fwd_eff`` (forward attention, ``bench --kernels``) is used
+    as it is; a measured ``attn_eff`` alone (training attention, forward + backward) scales the
     table's forward figure by its ratio to the preset's own ``attn_eff``: attention measured
     10 % slower than the preset says is priced 10 % slower here too."""
+    kern = accel.kernels or {}
     base = ATTN_FWD_EFF.get(accel.name)
-    if base is None:
+    if kern.get("attn_fwd_eff"):
+        base = float(kern["attn_fwd_eff"])
+    elif base is None:
         base = efficiency.profile(accel).attn_eff  # the calibrated value, if any
-    elif accel.kernels and accel.kernels.get("attn_eff"):
+    elif kern.get("attn_eff"):
         preset = efficiency.PROFILES.get(accel.name, efficiency.DEFAULT).attn_eff
-        base = min(1.0, base * float(accel.kernels["attn_eff"]) / preset)
+        base = min(1.0, base * float(kern["attn_eff"]) / preset)
     return base * (HEAD_DIM_64_FACTOR if head_dim <= 64 else 1.0)
 
 

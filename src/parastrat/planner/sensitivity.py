@@ -83,6 +83,16 @@ def _kernels(cluster: Cluster, **changed: Any) -> dict[str, Any]:
     return cal
 
 
+def _attention_worse(cluster: Cluster, prof: KernelProfile) -> dict[str, float]:
+    """The attention constants :data:`WORSE` lower: training's ``attn_eff``, and a measured
+    forward ``attn_fwd_eff`` when the cluster's calibration has one (DiT inference reads it)."""
+    out = {"attn_eff": prof.attn_eff * (1 - WORSE)}
+    fwd = (cluster.accel.kernels or {}).get("attn_fwd_eff")
+    if fwd:
+        out["attn_fwd_eff"] = float(fwd) * (1 - WORSE)
+    return out
+
+
 def _links(cluster: Cluster, span: str) -> dict[str, Any]:
     """The calibration of ``cluster`` with every collective's bus bandwidth on ``span``
     :data:`WORSE` lower (its latency kept)."""
@@ -118,7 +128,7 @@ KNOBS = (
         "attn_eff",
         "attention rate",
         lambda _c, prof, _p: f"{prof.attn_eff:.2f} of the bf16 peak",
-        lambda c, prof: _kernels(c, attn_eff=prof.attn_eff * (1 - WORSE)),
+        lambda c, prof: _kernels(c, **_attention_worse(c, prof)),
         BENCH_KERNELS,
     ),
     _Knob(

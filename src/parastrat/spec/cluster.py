@@ -171,6 +171,7 @@ HOST_OP_S_MAX = 0.01
 KERNEL_KEYS = {
     "gemm_eff": "fraction of the dense peak a large GEMM sustains, per precision: (0, 1]",
     "attn_eff": "fused attention's fraction of the BF16 peak, forward + backward: (0, 1]",
+    "attn_fwd_eff": "flash attention's fraction of the BF16 peak, forward only (inference): (0, 1]",
     "mem_eff": "fraction of HBM bandwidth element-wise kernels reach: (0, 1]",
     "host_op_s": "host seconds per eager operation (dispatch + launch): (0, 0.01]",
 }
