@@ -149,3 +149,45 @@ def test_a_measured_forward_attention_rate_is_what_the_dit_sensitivity_moves():
     plan = ps.plan_dit("hunyuanvideo", cluster, height=720, width=1280, frames=129, steps=50)
     attn = {x.key: x for x in plan.sensitivity}["attn_eff"]
     assert attn.value == "0.30 of the bf16 peak, forward" and attn.step_change > 0.05
+
+
+def test_a_ranking_check_says_whether_the_order_survives_the_constants():
+    from parastrat.planner.sensitivity import RankingCheck
+
+    holds = RankingCheck(0.10, (("GEMM rate", "worse", 0.08), ("scale-out link", "better", 0.12)))
+    assert not holds.flips
+    assert holds.summary("A", "B") == (
+        "B is 10.0% slower than A as priced (+8.0% to +12.0% with any one constant 10 % "
+        "worse or better); it stays slower under every one"
+    )
+    flips = RankingCheck(-0.02, (("GEMM rate", "worse", -0.03), ("scale-out link", "worse", 0.01)))
+    assert flips.flips == (("scale-out link", "worse", 0.01),)
+    assert flips.summary().endswith("it turns slower with the scale-out link 10 % worse")
+    assert flips.to_dict()["order_holds"] is False
+
+
+def test_compare_and_plan_check_their_order_against_the_constants(capsys):
+    from parastrat.planner.explain import choice_robustness
+
+    cmp = ps.compare(
+        "TP1 PP1 CP1 EP8 ETP1 DP16",
+        "TP1 PP1 CP1 EP16 ETP1 DP16",
+        cluster=ps.Cluster("h100", num_devices=16),
+        model="qwen3-30b-a3b",
+        seq_len=4096,
+        global_batch_size=1024,
+        micro_batch_size=1,
+    )
+    assert cmp.ranking is not None and cmp.ranking.lead > 0.3 and not cmp.ranking.flips
+    assert len(cmp.ranking.leads) == 2 * len(KNOBS)
+    assert "robustness: B is" in cmp.summary() and cmp.to_dict()["ranking"]["order_holds"]
+    plan = ps.plan(
+        "llama3-70b",
+        ps.Cluster("h100", num_devices=16),
+        seq_len=4096,
+        global_batch_size=64,
+        top_k=2,
+    )
+    robust = choice_robustness(plan)
+    assert robust is not None and robust.lead > 0.02  # #2 clearly slower: the line is shown
+    assert f"robustness: {robust.summary('#1', '#2')}" in plan.explain()

@@ -27,6 +27,7 @@ from ..strategy_text import parse_strategy as parse_strategy
 from .explain import TERM_NAMES
 from .price import price
 from .price import price_strategy as price_strategy
+from .sensitivity import RankingCheck, ranking_check, step_cost
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -63,6 +64,9 @@ class Comparison:
     #: the model's record on published runs of this class
     #: (:func:`~parastrat.estimate.track_record.track_record`): how far to trust the difference
     track_record: TrackRecord | None = None
+    #: whether b's lead (or lag) over a survives each physical constant 10 % off
+    #: (:func:`~parastrat.planner.sensitivity.ranking_check`)
+    ranking: RankingCheck | None = None
 
     @property
     def step_delta(self) -> dict[str, float]:
@@ -104,6 +108,7 @@ class Comparison:
             "cause": self.cause,
             "notes": list(self.notes),
             "track_record": self.track_record.to_dict() if self.track_record else None,
+            "ranking": self.ranking.to_dict() if self.ranking else None,
         }
 
     def summary(self) -> str:
@@ -148,6 +153,8 @@ class Comparison:
                 )
         lines.append(f"cause: {self.cause}")
         lines += [f"note: {n}" for n in self.notes]
+        if self.ranking is not None:
+            lines.append(f"robustness: {self.ranking.summary()}")
         if self.track_record is not None:
             lines.append(f"record: {self.track_record.summary()}")
         return "\n".join(lines)
@@ -181,7 +188,7 @@ def compare(
         elif value is not None:
             options[name] = value
     wl, sw = resolve(model, workload, switches, who="compare", **options)
-    sides = []
+    sides, costs = [], []
     for i, obj in enumerate((a, b)):
         wl_i = (
             wl.with_micro_batch(pairs["micro_batch_size"][i]) if "micro_batch_size" in pairs else wl
@@ -189,6 +196,7 @@ def compare(
         sw_i = sw.with_recompute(pairs["recompute"][i]) if "recompute" in pairs else sw
         s, step, mem = price(wl_i, as_strategy(obj), cluster, sw_i)
         sides.append((s, step, mem, wl_i.mbs, step.recompute))
+        costs.append(step_cost(wl_i, s, sw_i))
     (sa, ta, ma, mba, ra), (sb, tb, mb, mbb, rb) = sides
     changed = {
         k: (getattr(sa, k), getattr(sb, k)) for k in FIELDS if getattr(sa, k) != getattr(sb, k)
@@ -200,7 +208,8 @@ def compare(
     cause = _cause(ta, tb, ma, mb, cluster, changed)
     notes = list(dict.fromkeys([*ta.notes, *tb.notes]))
     record = track_record(wl.model, cluster.accel)
-    return Comparison(sa, sb, (ma, mb), (ta, tb), changed, cause, notes, record)
+    check = ranking_check(costs[0], costs[1], cluster)
+    return Comparison(sa, sb, (ma, mb), (ta, tb), changed, cause, notes, record, check)
 
 
 def _cause(

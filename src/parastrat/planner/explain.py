@@ -17,7 +17,14 @@ from ..strategy import Strategy
 from .advice import SwitchAdvice, switch_advice
 from .price import price
 from .ranking import RANK_TIE, VPP_TIE, exposure_class, model_parallel_sizes
-from .sensitivity import Sensitivity, sensitivity, sensitivity_lines
+from .sensitivity import (
+    RankingCheck,
+    Sensitivity,
+    ranking_check,
+    sensitivity,
+    sensitivity_lines,
+    step_cost,
+)
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -148,6 +155,9 @@ def explain_plan(plan: Plan, render: Callable[[dict[str, Any]], str] | None = No
     if plan.track_record is not None:
         lines.append(f"  record: {plan.track_record.summary()}")
     lines += sensitivity_lines(choice_sensitivity(plan), "  ")
+    robust = choice_robustness(plan)
+    if robust is not None and robust.lead > RANK_TIE:  # a tie is explained in "why"
+        lines.append(f"  robustness: {robust.summary('#1', '#2')}")
     if plan.search.fsdp:
         lines.append(f"  fsdp: {fsdp_verdict(plan)}")
     advice = choice_advice(plan)
@@ -407,26 +417,39 @@ def _record(model: Any, accel: Any) -> list[str]:
 def choice_advice(plan: Plan) -> list[SwitchAdvice]:
     """:func:`.advice.switch_advice` of the plan's choice, with its micro-batch, recompute and
     switches (none when the plan has no workload, as a hand-built one)."""
-    choice = _choice(plan)
+    choice = _priced_as(plan, plan.best)
     return switch_advice(*choice) if choice is not None else []
 
 
 def choice_sensitivity(plan: Plan) -> list[Sensitivity]:
     """:func:`.sensitivity.sensitivity` of the plan's choice, priced as
     :func:`choice_advice` prices it (none for a hand-built plan)."""
-    choice = _choice(plan)
+    choice = _priced_as(plan, plan.best)
     return sensitivity(*choice) if choice is not None else []
 
 
-def _choice(plan: Plan) -> tuple[Workload, Strategy, Cluster, Switches] | None:
-    """The plan's choice as the typed values that price it: the workload at its micro-batch,
-    its strategy, the cluster, the switches with its recompute (None without a workload)."""
-    best = plan.best
+def choice_robustness(plan: Plan) -> RankingCheck | None:
+    """:func:`.sensitivity.ranking_check` of the plan's second candidate against its choice:
+    whether the order survives each physical constant 10 % off (None with one candidate or a
+    hand-built plan)."""
+    if len(plan.candidates) < 2:
+        return None
+    first, second = (_priced_as(plan, c) for c in plan.candidates[:2])
+    if first is None or second is None:
+        return None
+    costs = [step_cost(wl, s, sw) for wl, s, _c, sw in (first, second)]
+    return ranking_check(costs[0], costs[1], plan.cluster)
+
+
+def _priced_as(plan: Plan, cand: Any) -> tuple[Workload, Strategy, Cluster, Switches] | None:
+    """A candidate of the plan as the typed values that price it: the workload at its
+    micro-batch, its strategy, the cluster, the switches with its recompute (None without a
+    workload)."""
     if plan.workload is None:
         return None
-    workload = plan.workload.with_micro_batch(best.micro_batch_size)
-    switches = (best.switches or plan.switches).with_recompute(best.recompute)
-    return workload, best.strategy, plan.cluster, switches
+    workload = plan.workload.with_micro_batch(cand.micro_batch_size)
+    switches = (cand.switches or plan.switches).with_recompute(cand.recompute)
+    return workload, cand.strategy, plan.cluster, switches
 
 
 def python_keywords(change: dict[str, Any]) -> str:

@@ -66,13 +66,14 @@ class Sensitivity:
 
 @dataclass(frozen=True)
 class _Knob:
-    """One constant: its key, its name, its current value in words, and the calibration
-    that makes it :data:`WORSE` worse."""
+    """One constant: its key, its name, its current value in words, and the calibration that
+    scales it by a rate factor ``f`` (rates and bandwidths times ``f``, fractions capped at 1;
+    the host time times ``2 - f``: ``f = 0.9`` is 10 % worse, ``1.1`` 10 % better)."""
 
     key: str
     constant: str
     value: Callable[[Cluster, KernelProfile, str], str]
-    worse: Callable[[Cluster, KernelProfile], dict[str, Any]]
+    scaled: Callable[[Cluster, KernelProfile, float], dict[str, Any]]
     measure: str
 
 
@@ -83,25 +84,30 @@ def _kernels(cluster: Cluster, **changed: Any) -> dict[str, Any]:
     return cal
 
 
-def _attention_worse(cluster: Cluster, prof: KernelProfile) -> dict[str, float]:
-    """The attention constants :data:`WORSE` lower: training's ``attn_eff``, and a measured
+def _frac(value: float, f: float) -> float:
+    """A fraction of a peak scaled by ``f``, kept at most 1."""
+    return min(1.0, value * f)
+
+
+def _attention(cluster: Cluster, prof: KernelProfile, f: float) -> dict[str, float]:
+    """The attention constants scaled by ``f``: training's ``attn_eff``, and a measured
     forward ``attn_fwd_eff`` when the cluster's calibration has one (DiT inference reads it)."""
-    out = {"attn_eff": prof.attn_eff * (1 - WORSE)}
+    out = {"attn_eff": _frac(prof.attn_eff, f)}
     fwd = (cluster.accel.kernels or {}).get("attn_fwd_eff")
     if fwd:
-        out["attn_fwd_eff"] = float(fwd) * (1 - WORSE)
+        out["attn_fwd_eff"] = _frac(float(fwd), f)
     return out
 
 
-def _links(cluster: Cluster, span: str) -> dict[str, Any]:
-    """The calibration of ``cluster`` with every collective's bus bandwidth on ``span``
-    :data:`WORSE` lower (its latency kept)."""
+def _links(cluster: Cluster, span: str, f: float) -> dict[str, Any]:
+    """The calibration of ``cluster`` with every collective's bus bandwidth on ``span`` scaled
+    by ``f`` (its latency kept)."""
     cal = cluster.calibration.to_dict() if cluster.calibration is not None else {"ops": {}}
     ops = {op: dict(spans) for op, spans in cal.get("ops", {}).items()}
     for op in OPS:
         for sp in SPANS:
             alpha, bw = cluster.collective_params(op, sp)
-            scale = 1 - WORSE if sp == span else 1.0
+            scale = f if sp == span else 1.0
             ops.setdefault(op, {})[sp] = {"alpha_s": alpha, "busbw_Bps": bw * scale}
     return {**cal, "ops": ops}
 
@@ -119,31 +125,29 @@ KNOBS = (
         "gemm_eff",
         "GEMM rate",
         lambda _c, prof, prec: f"{prof.gemm_fraction(prec):.2f} of the {prec} peak",
-        lambda c, prof: _kernels(
-            c, gemm_eff={p: e * (1 - WORSE) for p, e in prof.gemm_eff.items()}
-        ),
+        lambda c, prof, f: _kernels(c, gemm_eff={p: _frac(e, f) for p, e in prof.gemm_eff.items()}),
         BENCH_KERNELS,
     ),
     _Knob(
         "attn_eff",
         "attention rate",
         lambda _c, prof, _p: f"{prof.attn_eff:.2f} of the bf16 peak",
-        lambda c, prof: _kernels(c, **_attention_worse(c, prof)),
+        lambda c, prof, f: _kernels(c, **_attention(c, prof, f)),
         BENCH_KERNELS,
     ),
     _Knob(
         "mem_eff",
         "HBM rate of element-wise kernels",
         lambda _c, prof, _p: f"{prof.mem_eff:.2f} of HBM bandwidth",
-        lambda c, prof: _kernels(c, mem_eff=prof.mem_eff * (1 - WORSE)),
+        lambda c, prof, f: _kernels(c, mem_eff=_frac(prof.mem_eff, f)),
         BENCH_KERNELS,
     ),
     _Knob(
         "host_op_s",
         "host time per eager operation",
         lambda c, _prof, _p: f"{host_op_time(c.accel) * 1e6:.1f} us",
-        lambda c, _prof: _kernels(
-            c, host_op_s=min(HOST_OP_S_MAX, host_op_time(c.accel) * (1 + WORSE))
+        lambda c, _prof, f: _kernels(
+            c, host_op_s=min(HOST_OP_S_MAX, host_op_time(c.accel) * (2 - f))
         ),
         BENCH_KERNELS,
     ),
@@ -151,14 +155,14 @@ KNOBS = (
         "intra_bw",
         "scale-up link",
         _bw("intra"),
-        lambda c, _p: _links(c, "intra"),
+        lambda c, _p, f: _links(c, "intra", f),
         BENCH_LINKS["intra"],
     ),
     _Knob(
         "inter_bw",
         "scale-out link",
         _bw("inter"),
-        lambda c, _p: _links(c, "inter"),
+        lambda c, _p, f: _links(c, "inter", f),
         BENCH_LINKS["inter"],
     ),
 )
@@ -170,11 +174,18 @@ def sensitivity(
     """Each constant of :data:`KNOBS` :data:`WORSE` worse, one at a time: the relative step
     change it causes, largest first (a training step, :func:`~.price.price`)."""
     _s, base, _m = price(workload, strategy, cluster, switches)
+    return changes(step_cost(workload, strategy, switches), cluster, base.precision)
 
-    def step_time(c: Cluster) -> float:
-        return price(workload, strategy, c, switches)[1].step_time_s
 
-    return changes(step_time, cluster, base.precision)
+def step_cost(
+    workload: Workload, strategy: Strategy, switches: Switches
+) -> Callable[[Cluster], float]:
+    """Seconds of one training step of ``strategy`` on a cluster (:func:`~.price.price`)."""
+
+    def seconds(cluster: Cluster) -> float:
+        return price(workload, strategy, cluster, switches)[1].step_time_s
+
+    return seconds
 
 
 def changes(
@@ -192,7 +203,7 @@ def changes(
     prof = kernel_profile(cluster.accel)
     out = []
     for knob in KNOBS:
-        worse = cluster.calibrate(knob.worse(cluster, prof))
+        worse = cluster.calibrate(knob.scaled(cluster, prof, 1 - WORSE))
         out.append(
             Sensitivity(
                 key=knob.key,
@@ -206,6 +217,60 @@ def changes(
         shown = f"{attention_eff:.2f} of the bf16 peak, forward"
         out = [replace(x, value=shown) if x.key == "attn_eff" else x for x in out]
     return sorted(out, key=lambda x: -x.step_change)
+
+
+@dataclass(frozen=True)
+class RankingCheck:
+    """Whether one strategy's lead over another survives the constants being off: ``lead`` is
+    ``b``'s cost over ``a``'s minus 1 as priced (negative: ``b`` is faster), ``leads`` the same
+    with each constant of :data:`KNOBS` 10 % worse and 10 % better, one at a time
+    (``(constant, "worse" | "better", lead)``)."""
+
+    lead: float
+    leads: tuple[tuple[str, str, float], ...]
+
+    @property
+    def flips(self) -> tuple[tuple[str, str, float], ...]:
+        """The changes under which the other strategy comes out ahead."""
+        return tuple(x for x in self.leads if (x[2] < 0) != (self.lead < 0) and x[2] != 0)
+
+    def summary(self, a: str = "A", b: str = "B") -> str:
+        """One line: how much faster or slower ``b`` is as priced, the range under the
+        changes, and whether it stays so."""
+
+        def word(x: float) -> str:
+            return "faster" if x < 0 else "slower"
+
+        lo, hi = (min(x[2] for x in self.leads), max(x[2] for x in self.leads))
+        text = (
+            f"{b} is {abs(self.lead):.1%} {word(self.lead)} than {a} as priced "
+            f"({lo:+.1%} to {hi:+.1%} with any one constant 10 % worse or better)"
+        )
+        if not self.flips:
+            return text + f"; it stays {word(self.lead)} under every one"
+        flips = ", ".join(f"the {c} 10 % {d}" for c, d, _ in self.flips)
+        return text + f"; it turns {word(-self.lead)} with {flips}"
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready."""
+        return {
+            "lead": self.lead,
+            "leads": [{"constant": c, "change": d, "lead": x} for c, d, x in self.leads],
+            "order_holds": not self.flips,
+        }
+
+
+def ranking_check(
+    cost_a: Callable[[Cluster], float], cost_b: Callable[[Cluster], float], cluster: Cluster
+) -> RankingCheck:
+    """:class:`RankingCheck` of two priced things (seconds on a cluster) on ``cluster``."""
+    prof = kernel_profile(cluster.accel)
+    leads = []
+    for knob in KNOBS:
+        for word, f in (("worse", 1 - WORSE), ("better", 1 + WORSE)):
+            c = cluster.calibrate(knob.scaled(cluster, prof, f))
+            leads.append((knob.constant, word, cost_b(c) / cost_a(c) - 1))
+    return RankingCheck(cost_b(cluster) / cost_a(cluster) - 1, tuple(leads))
 
 
 #: Changes below this share of the step are reported together as "the rest".
