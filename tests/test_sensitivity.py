@@ -96,8 +96,10 @@ def test_explain_and_plan_show_it(capsys):
     assert [x["key"] for x in doc["sensitivity"]][0] == "gemm_eff"
     assert main(["explain", *args, *flags]) == 0
     assert "sensitivity (each constant 10 % worse, alone): GEMM rate" in capsys.readouterr().out
-    assert main(["plan", *args, "--top-k", "1", "--format", "json"]) == 0
-    assert len(json.loads(capsys.readouterr().out)["sensitivity"]) == len(KNOBS)
+    assert main(["plan", *args, "--top-k", "2", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["sensitivity"]) == len(KNOBS)
+    assert len(doc["robustness"]["leads"]) == 2 * len(KNOBS)
 
 
 def test_a_measured_attention_rate_reaches_the_dit_model():

@@ -228,15 +228,19 @@ def _search(args: argparse.Namespace, model, cluster, gbs: int):
 
 def _print_candidates(result, top, fmt: str) -> None:
     """The shown candidates, the switches that would shorten the choice's step
-    (``switch_advice``), what the choice's step hangs on (``sensitivity``) and the model's
-    track record on runs of this class, as one JSON (``fmt='json'``) or YAML document."""
-    from ..planner.explain import choice_advice, choice_sensitivity
+    (``switch_advice``), what the choice's step hangs on (``sensitivity``), whether its order
+    over the second candidate survives the constants being off (``robustness``) and the
+    model's track record on runs of this class, as one JSON (``fmt='json'``) or YAML
+    document."""
+    from ..planner.explain import choice_advice, choice_robustness, choice_sensitivity
 
     record = result.track_record
+    robust = choice_robustness(result)
     doc = {
         "candidates": [c.to_dict() for c in top],
         "switch_advice": [a.to_dict() for a in choice_advice(result)],
         "sensitivity": [x.to_dict() for x in choice_sensitivity(result)],
+        "robustness": robust.to_dict() if robust is not None else None,
         "track_record": record.to_dict() if record is not None else None,
     }
     if fmt == "json":
