@@ -80,10 +80,10 @@ def test_lines_name_what_moves_the_step_and_what_to_measure_first():
     ]
     text = "\n".join(sensitivity_lines(items))
     assert "GEMM rate (0.68 of the bf16 peak) +9.4%; attention rate (0.52) +1.0%" in text
-    assert "the rest < 0.5 %" in text and "host time" not in text
+    assert "the rest < 0.5%" in text and "host time" not in text
     assert "measure first: bench A" in text
     quiet = sensitivity_lines([items[2]])
-    assert quiet == ["sensitivity: no constant 10 % worse moves this step by 0.5 % or more"]
+    assert quiet == ["sensitivity: no constant 10% worse moves this step by 0.5% or more"]
     assert sensitivity_lines([]) == []  # a hand-built plan, no workload: nothing priced
 
 
@@ -95,7 +95,7 @@ def test_explain_and_plan_show_it(capsys):
     doc = json.loads(capsys.readouterr().out)
     assert [x["key"] for x in doc["sensitivity"]][0] == "gemm_eff"
     assert main(["explain", *args, *flags]) == 0
-    assert "sensitivity (each constant 10 % worse, alone): GEMM rate" in capsys.readouterr().out
+    assert "sensitivity (each constant 10% worse, alone): GEMM rate" in capsys.readouterr().out
     assert main(["plan", *args, "--top-k", "2", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert len(doc["sensitivity"]) == len(KNOBS)
@@ -131,7 +131,7 @@ def test_plan_dit_names_what_its_best_latency_hangs_on():
     first = plan.sensitivity[0]
     assert first.key == "attn_eff" and first.value == "0.35 of the bf16 peak, forward"
     assert 0.05 < first.step_change < 0.111
-    assert "sensitivity (each constant 10 % worse, alone): attention rate" in plan.explain()
+    assert "sensitivity (each constant 10% worse, alone): attention rate" in plan.explain()
     assert [x["key"] for x in plan.to_dict()["sensitivity"]][0] == "attn_eff"
 
 
@@ -159,12 +159,12 @@ def test_a_ranking_check_says_whether_the_order_survives_the_constants():
     holds = RankingCheck(0.10, (("GEMM rate", "worse", 0.08), ("scale-out link", "better", 0.12)))
     assert not holds.flips
     assert holds.summary("A", "B") == (
-        "B is 10.0% slower than A as priced (+8.0% to +12.0% with any one constant 10 % "
+        "B is 10.0% slower than A as priced (+8.0% to +12.0% with any one constant 10% "
         "worse or better); it stays slower under every one"
     )
     flips = RankingCheck(-0.02, (("GEMM rate", "worse", -0.03), ("scale-out link", "worse", 0.01)))
     assert flips.flips == (("scale-out link", "worse", 0.01),)
-    assert flips.summary().endswith("it turns slower with the scale-out link 10 % worse")
+    assert flips.summary().endswith("it turns slower with the scale-out link 10% worse")
     assert flips.to_dict()["order_holds"] is False
 
 

@@ -16,7 +16,7 @@ is the one to measure before trusting the prediction on another machine; one wit
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..estimate.efficiency import host_op_time
@@ -55,13 +55,7 @@ class Sensitivity:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
-        return {
-            "key": self.key,
-            "constant": self.constant,
-            "value": self.value,
-            "step_change": self.step_change,
-            "measure": self.measure,
-        }
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -244,11 +238,11 @@ class RankingCheck:
         lo, hi = (min(x[2] for x in self.leads), max(x[2] for x in self.leads))
         text = (
             f"{b} is {abs(self.lead):.1%} {word(self.lead)} than {a} as priced "
-            f"({lo:+.1%} to {hi:+.1%} with any one constant 10 % worse or better)"
+            f"({lo:+.1%} to {hi:+.1%} with any one constant 10% worse or better)"
         )
         if not self.flips:
             return text + f"; it stays {word(self.lead)} under every one"
-        flips = ", ".join(f"the {c} 10 % {d}" for c, d, _ in self.flips)
+        flips = ", ".join(f"the {c} 10% {d}" for c, d, _ in self.flips)
         return text + f"; it turns {word(-self.lead)} with {flips}"
 
     def to_dict(self) -> dict[str, Any]:
@@ -285,11 +279,11 @@ def sensitivity_lines(items: list[Sensitivity], indent: str = "") -> list[str]:
         return []
     shown = [x for x in items if x.step_change >= SHOWN]
     if not shown:
-        return [f"{indent}sensitivity: no constant 10 % worse moves this step by 0.5 % or more"]
+        return [f"{indent}sensitivity: no constant 10% worse moves this step by 0.5% or more"]
     cells = "; ".join(f"{x.constant} ({x.value}) {x.step_change:+.1%}" for x in shown)
-    rest = "; the rest < 0.5 %" if len(shown) < len(items) else ""
+    rest = "; the rest < 0.5%" if len(shown) < len(items) else ""
     return [
-        f"{indent}sensitivity (each constant 10 % worse, alone): {cells}{rest}",
+        f"{indent}sensitivity (each constant 10% worse, alone): {cells}{rest}",
         f"{indent}  measure first: {shown[0].measure}, then price with that calibration "
         "(--calibration cal.json, or Cluster.calibrate)",
     ]
