@@ -34,9 +34,8 @@ import planner_accuracy  # noqa: E402
 import planner_crosscheck  # noqa: E402
 
 TARGET = ROOT / "src" / "parastrat" / "estimate" / RECORDS_FILE
-#: A published layout is "near the plan's best" at this share of its throughput or more (issue
-#: 15's "within 10 %").
-NEAR_BEST = 0.9
+#: A published layout is "near the plan's best" at this share of its throughput or more.
+NEAR_BEST = planner_accuracy.NEAR_BEST
 #: Decimal places kept: enough to tell the table changed, few enough to read.
 DIGITS = 4
 
