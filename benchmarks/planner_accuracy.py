@@ -374,11 +374,8 @@ def _robustness(plan, model, strategy, seq, gbs, mbs, precision, switches):
     wl = ps.Workload(
         model=model, seq_len=seq, global_batch_size=gbs, micro_batch_size=mbs, precision=precision
     )
-    published = step_cost(wl, strategy, switches)
-    best = plan.best
-    wb = wl.with_micro_batch(best.micro_batch_size)
-    sb = (best.switches or plan.switches).with_recompute(best.recompute)
-    return ranking_check(published, step_cost(wb, best.strategy, sb), plan.cluster)
+    wb, sb, _cluster, swb = plan.priced_as(plan.best)
+    return ranking_check(step_cost(wl, strategy, switches), step_cost(wb, sb, swb), plan.cluster)
 
 
 def published_rows(

@@ -48,6 +48,7 @@ from typing import Any
 
 from .._deps import require
 from ..errors import UsageError
+from ..estimate.layer_cost import ATTN_BWD_RATIO
 from ..spec.cluster import Calibration
 from ..spec.hardware import Accelerator, canonical_precision
 from ..spec.hardware import get as get_accelerator
@@ -62,9 +63,6 @@ COPY_BYTES = 1 << 30
 ATTN_HEADS = 16
 ATTN_SEQ = 8192
 ATTN_HEAD_DIM = 128
-#: The step model's backward-over-forward FLOP ratio of fused attention
-#: (``estimate.layer_cost.ATTN_BWD_RATIO``).
-ATTN_BWD_RATIO = 2.5
 #: Eager operations issued per host-time sample (a loop long enough to time with
 #: ``perf_counter``, short enough that the launch queue never fills).
 HOST_OPS_PER_SAMPLE = 200
@@ -222,8 +220,8 @@ def _training_attention(torch: Any, dev: Any, q: Any, k: Any, v: Any) -> tuple[A
                 q.shape[2], q.shape[3], attn_mask_type="causal", qkv_format="bshd"
             )
             attn, backend = core, "Transformer Engine DotProductAttention"
-        except ImportError:
-            pass
+        except (ImportError, TypeError, ValueError, RuntimeError):
+            pass  # no TE, or one whose constructor differs: torch's kernel, named in source
     if attn is None:
         sdpa = torch.nn.functional.scaled_dot_product_attention
 

@@ -417,14 +417,14 @@ def _record(model: Any, accel: Any) -> list[str]:
 def choice_advice(plan: Plan) -> list[SwitchAdvice]:
     """:func:`.advice.switch_advice` of the plan's choice, with its micro-batch, recompute and
     switches (none when the plan has no workload, as a hand-built one)."""
-    choice = _priced_as(plan, plan.best)
+    choice = plan.priced_as(plan.best)
     return switch_advice(*choice) if choice is not None else []
 
 
 def choice_sensitivity(plan: Plan) -> list[Sensitivity]:
     """:func:`.sensitivity.sensitivity` of the plan's choice, priced as
     :func:`choice_advice` prices it (none for a hand-built plan)."""
-    choice = _priced_as(plan, plan.best)
+    choice = plan.priced_as(plan.best)
     return sensitivity(*choice) if choice is not None else []
 
 
@@ -434,22 +434,11 @@ def choice_robustness(plan: Plan) -> RankingCheck | None:
     hand-built plan)."""
     if len(plan.candidates) < 2:
         return None
-    first, second = (_priced_as(plan, c) for c in plan.candidates[:2])
+    first, second = (plan.priced_as(c) for c in plan.candidates[:2])
     if first is None or second is None:
         return None
     costs = [step_cost(wl, s, sw) for wl, s, _c, sw in (first, second)]
     return ranking_check(costs[0], costs[1], plan.cluster)
-
-
-def _priced_as(plan: Plan, cand: Any) -> tuple[Workload, Strategy, Cluster, Switches] | None:
-    """A candidate of the plan as the typed values that price it: the workload at its
-    micro-batch, its strategy, the cluster, the switches with its recompute (None without a
-    workload)."""
-    if plan.workload is None:
-        return None
-    workload = plan.workload.with_micro_batch(cand.micro_batch_size)
-    switches = (cand.switches or plan.switches).with_recompute(cand.recompute)
-    return workload, cand.strategy, plan.cluster, switches
 
 
 def python_keywords(change: dict[str, Any]) -> str:

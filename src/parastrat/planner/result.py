@@ -131,6 +131,18 @@ class Plan:
         """The first-ranked candidate."""
         return self.candidates[0]
 
+    def priced_as(
+        self, candidate: Candidate
+    ) -> tuple[Workload, Strategy, Cluster, Switches] | None:
+        """``candidate`` as the typed values that price it again: the workload at its
+        micro-batch, its strategy, the cluster, the switches with its recompute (None for a
+        hand-built plan without a workload)."""
+        if self.workload is None:
+            return None
+        workload = self.workload.with_micro_batch(candidate.micro_batch_size)
+        switches = (candidate.switches or self.switches).with_recompute(candidate.recompute)
+        return workload, candidate.strategy, self.cluster, switches
+
     @property
     def track_record(self) -> TrackRecord | None:
         """The model's record on published runs of this model's class on this accelerator

@@ -71,9 +71,14 @@ class _Knob:
     measure: str
 
 
+def _calibration(cluster: Cluster) -> dict[str, Any]:
+    """The calibration ``cluster`` already has, as a dict (an empty one without)."""
+    return cluster.calibration.to_dict() if cluster.calibration is not None else {"ops": {}}
+
+
 def _kernels(cluster: Cluster, **changed: Any) -> dict[str, Any]:
     """The calibration of ``cluster`` with its kernel constants changed as ``changed`` says."""
-    cal = cluster.calibration.to_dict() if cluster.calibration is not None else {"ops": {}}
+    cal = _calibration(cluster)
     cal["kernels"] = {**cal.get("kernels", {}), **changed}
     return cal
 
@@ -96,7 +101,7 @@ def _attention(cluster: Cluster, prof: KernelProfile, f: float) -> dict[str, flo
 def _links(cluster: Cluster, span: str, f: float) -> dict[str, Any]:
     """The calibration of ``cluster`` with every collective's bus bandwidth on ``span`` scaled
     by ``f`` (its latency kept)."""
-    cal = cluster.calibration.to_dict() if cluster.calibration is not None else {"ops": {}}
+    cal = _calibration(cluster)
     ops = {op: dict(spans) for op, spans in cal.get("ops", {}).items()}
     for op in OPS:
         for sp in SPANS:
