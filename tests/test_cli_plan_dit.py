@@ -69,3 +69,34 @@ def test_calibration_prices_the_host(capsys, tmp_path):
     assert slow > base
     assert main(flux + ["--calibration", str(tmp_path / "missing.json")]) == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+FLUX_16 = ["plan-dit", "--model", "flux.1-dev", "--devices", "16", "--accelerator", "h100"]
+FLUX_16 += ["--height", "1024", "--width", "1024", "--steps", "28"]
+
+
+def test_replicas_show_their_rate_and_launch_per_replica(capsys):
+    """With --data-parallel the table ranks by requests per second and shows it; the launch
+    flags are each replica's, and the line says how many replicas run them."""
+    assert main([*FLUX_16, "--data-parallel"]) == 0
+    out = capsys.readouterr().out
+    assert "req/s" in out
+    launch = next(line for line in out.splitlines() if line.startswith("launch:"))
+    assert "replicas of" in launch and "--ulysses_size" in launch
+    assert main([*FLUX_16, "--data-parallel", "--format", "mindiesd"]) == 0
+    got = capsys.readouterr()
+    assert got.out.startswith("--ulysses_size") and "replicas of" in got.err
+
+
+def test_json_names_cli_flags(capsys):
+    assert main([*FLUX_16[:4], "4", *FLUX_16[5:], "--guidance", "--format", "json"]) == 0
+    text = capsys.readouterr().out
+    assert "--guidance" in text and "guidance=True" not in text and "guidance=None" not in text
+
+
+def test_no_legal_split_names_each_rule_and_only_flags_not_given(capsys):
+    many = [*FLUX_16[:4], "100000", *FLUX_16[5:], "--allow-cross-node"]
+    assert main(many) == 2
+    err = capsys.readouterr().err
+    assert "sp-exceeds-tokens" in err and "heads-tp" in err and "--data-parallel" in err
+    assert err.count("--allow-cross-node") == 0

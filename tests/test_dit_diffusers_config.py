@@ -263,3 +263,45 @@ def test_models_get_points_at_dit_presets_and_suggests():
         ps.models.get("flux.1-dv")
     with pytest.raises(SpecError, match=r"did you mean .*hunyuanvideo"):
         dit.get("hunyuan-video")
+
+
+def test_every_flux_config_runs_one_branch_by_default():
+    """FluxPipeline runs true CFG only with a negative prompt and true_cfg_scale > 1, so a
+    schnell-like config (no guidance embedding) is one branch too, as its preset."""
+    schnell = DiTSpec.from_diffusers_config(
+        {"_class_name": "FluxTransformer2DModel", "guidance_embeds": False}
+    )
+    assert schnell.guidance_distilled == dit.get("flux.1-schnell").guidance_distilled is True
+    plan = ps.plan_dit(schnell, ps.Cluster("h100", 8), height=1024, width=1024, steps=4)
+    assert all(c.strategy.cfg == 1 for c in plan.candidates)
+
+
+def _pipeline(folder, second: dict | None) -> object:
+    """A pipeline folder with a Wan transformer/config.json, and ``second`` as
+    transformer_2/config.json when given."""
+    cfg = {"_class_name": "WanTransformer3DModel", "num_layers": 40, "out_channels": 16}
+    for sub, body in (("transformer", cfg), ("transformer_2", second)):
+        if body is not None:
+            (folder / sub).mkdir(parents=True)
+            (folder / sub / "config.json").write_text(json.dumps(body))
+    return folder
+
+
+def test_a_two_expert_pipeline_folder_counts_both_experts(tmp_path):
+    """Wan2.2 A14B keeps a high-noise and a low-noise transformer in memory: a pipeline
+    folder with transformer_2 prices two experts, as the preset does, so a split that only
+    fits one expert is not recommended."""
+    one = DiTSpec.from_diffusers_config(_pipeline(tmp_path / "a", None))
+    same = {"_class_name": "WanTransformer3DModel", "num_layers": 40, "out_channels": 16}
+    two = DiTSpec.from_diffusers_config(_pipeline(tmp_path / "b", same))
+    assert (one.experts, two.experts) == (1, dit.get("wan2.2-t2v-a14b").experts) == (1, 2)
+    assert two.name == "b" and "two experts" in two.source
+    with pytest.raises(SpecError, match="two experts of one class"):
+        DiTSpec.from_diffusers_config(_pipeline(tmp_path / "c", {"_class_name": "Other"}))
+
+
+def test_ratio_field_errors_name_the_config_field():
+    with pytest.raises(SpecError, match="'mlp_ratio' must be large enough"):
+        DiTSpec.from_diffusers_config(
+            {"_class_name": "HunyuanVideoTransformer3DModel", "mlp_ratio": 0.0001}
+        )

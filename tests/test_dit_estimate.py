@@ -239,3 +239,14 @@ def test_distilled_guidance_is_flagged():
         guidance=True,
     )
     assert any("guidance-distilled" in w for w in r.warnings)
+
+
+def test_quantised_precision_needs_the_device_to_have_it():
+    """FP8 on an A100 or Ascend 910B (no FP8 tensor cores) is refused, as training is, rather
+    than priced faster than BF16."""
+    s = ps.Strategy(ulysses=4, cfg=2)
+    kw = dict(height=480, width=832, frames=81, steps=50)
+    for accel in ("a100", "ascend-910b"):
+        with pytest.raises(SpecError, match="needs"):
+            estimate_dit("wan2.1-t2v-1.3b", s, ps.Cluster(accel, 8), precision="fp8", **kw)
+    assert estimate_dit("wan2.1-t2v-1.3b", s, ps.Cluster("h100", 8), precision="fp8", **kw)

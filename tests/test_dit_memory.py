@@ -330,4 +330,40 @@ def test_plan_dit_names_the_peak_phase_when_nothing_fits(capsys):
     args = WAN_CLI[:4] + ["1", "--accelerator", "l40"] + WAN_CLI[7:-4]
     assert main(args) == 2
     err = capsys.readouterr().err
-    assert "at its denoise" in err and "--dit-fsdp" in err and "--offload-text-encoder" in err
+    assert "at its denoise" in err and "--offload-text-encoder" in err
+    assert "--dit-fsdp" not in err  # one device has nothing to shard the transformer over
+
+
+def _hint_chain(extra: list[str], capsys) -> str:
+    from parastrat.cli import main
+
+    args = ["plan-dit", "--model", "flux.1-dev", "--devices", "1", "--accelerator", "rtx-4090"]
+    assert main(args + ["--height", "1024", "--width", "1024", "--steps", "28", *extra]) == 2
+    return capsys.readouterr().err
+
+
+def test_memory_hints_name_only_remedies_left_and_real_flags(capsys):
+    """Each out-of-memory hint names CLI flags plan-dit has, never one already given or one
+    that cannot apply (a parallel VAE or FSDP on one device, FSDP with offloading); following
+    them in turn ends at the one remedy left, a device with more memory."""
+    first = _hint_chain([], capsys)
+    assert "--vae-tiling" in first and "--offload-model" in first
+    assert "--vae-parallel" not in first and "vae_tiling=True" not in first
+    offload = _hint_chain(["--vae-tiling", "--offload-model"], capsys)
+    assert "at its text_encode" in offload and "--offload-text-encoder" in offload
+    assert "--encoder-fsdp" not in offload and "--dit-fsdp" not in offload
+    last = _hint_chain(["--vae-tiling", "--offload-model", "--offload-text-encoder"], capsys)
+    assert "at its denoise" in last and "--offload-text-encoder" not in last
+    assert last.rstrip().endswith("or use a device with more memory")
+
+
+def test_memory_hint_offers_sharding_on_several_devices():
+    from parastrat.estimate.dit_memory import DiTMemoryOptions, Remedies, memory_hint
+
+    many = memory_hint("denoise", Remedies(devices=4))
+    assert "dit_fsdp=True" in many and "text_encoder_on_device=False" in many
+    sharded = Remedies(devices=4, options=DiTMemoryOptions(dit_fsdp=True, encoder_fsdp=True))
+    assert "dit_fsdp" not in memory_hint("denoise", sharded)
+    assert "encoder" not in memory_hint("text_encode", sharded)
+    assert "vae_parallel=True" in memory_hint("vae_decode", Remedies(devices=4))
+    assert "vae_parallel" not in memory_hint("vae_decode", Remedies(devices=4, vae_parallel=True))

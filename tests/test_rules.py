@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import pytest
 
+import parastrat as ps
 from parastrat import Strategy, StrategyError
+from parastrat.errors import SpecError
 from parastrat.spec.model import ModelSpec
 
 LLAMA70 = ModelSpec(
@@ -252,3 +254,15 @@ def test_softmax_type_is_checked():
 
     with pytest.raises(SpecError, match="softmax_type"):
         dataclasses.replace(LLAMA70, softmax_type="sink")
+
+
+def test_check_resolves_preset_names_and_refuses_numbers():
+    """A preset name is checked as its spec (LLM or DiT), never silently skipped; a number is
+    refused."""
+    dit_rules = {v.rule for v in ps.Strategy(tp=5, ulysses=7).check("flux.1-dev")}
+    assert "heads-tp" in dit_rules
+    assert {v.rule for v in ps.Strategy(tp=3).check("llama3-8b")} >= {"heads-tp"}
+    with pytest.raises(SpecError, match="preset name"):
+        ps.Strategy(tp=2).check(12345)
+    with pytest.raises(SpecError, match="did you mean"):
+        ps.Strategy(tp=2).check("llama3-8bb")

@@ -17,7 +17,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .checks import divisors, fmt_set, is_count, lcm
-from .errors import StrategyError, Violation
+from .errors import SpecError, StrategyError, Violation
 from .grid import expert_dp, training_grid
 
 if TYPE_CHECKING:
@@ -508,6 +508,24 @@ def _uneven_split_violations(
 def clear_caches() -> None:
     """Empty the rules' memo of pipeline-split checks (for timing a plan from a cold start)."""
     _split_violations.cache_clear()
+
+
+def resolve_model(model: Any) -> Any:
+    """``model`` as the rules read it: a preset name becomes its spec (a language model's or
+    a DiT's, as ``parastrat.plan`` and ``parastrat.plan_dit`` take names); a number is refused
+    (SpecError), since no rule could be checked against it; anything else passes (a spec, or
+    an object with the same fields, such as Megatron's ``TransformerConfig``)."""
+    if isinstance(model, str):
+        from .spec import dit, models
+
+        key = model.strip().lower()
+        return dit.get(key) if key in dit.names() else models.get(model)
+    if isinstance(model, (bool, int, float)):
+        raise SpecError(
+            f"model={model!r} must be a ModelSpec, a DiTSpec or a preset name "
+            "(e.g. 'llama3-70b', 'flux.1-dev')"
+        )
+    return model
 
 
 def model_violations(s: Strategy, model: Any) -> list[Violation]:
@@ -1020,6 +1038,7 @@ def check(
     With ``verify_hints`` (user-facing checks) a broken pipeline-split rule's hint lists only
     fixes that clear it and break no other rule (:func:`verified_split_hints`).
     """
+    model = resolve_model(model)
     out, world, world_ok = _world_check(s, world_size)
     if model is not None:
         out += model_violations(s, model)

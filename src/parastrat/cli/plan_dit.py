@@ -8,14 +8,16 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from rich.markup import escape
 from rich.table import Table
 
 from ..errors import SpecError, StrategyError, UsageError
 from ..spec.hardware import GiB
+from ..strategy import Strategy
 from ._args import Arg, add_args, arg, store_true
-from ._common import console, positive_int, print_json
+from ._common import console, err_console, positive_int, print_json
 
 
 def register(subparsers) -> None:
@@ -97,6 +99,11 @@ PLACEMENT_ARGS = (
         "--vae-parallel", "the VAE decode is split over the devices (MindIE-SD --vae_parallel)"
     ),
     store_true("--offload-text-encoder", "do not count the text encoder in device memory"),
+    store_true(
+        "--vae-tiling",
+        "decode in tiles (diffusers' enable_tiling) even where the VAE's pipeline does not "
+        "by default: less decode memory, some overlap recomputed",
+    ),
 )
 
 
@@ -144,6 +151,7 @@ CLI_TERMS = {
     "guidance=True": "--guidance",
     "guidance=False": "--no-guidance",
     "vae_parallel=True": "--vae-parallel",
+    "vae_tiling=True": "--vae-tiling",
     "text_encoder_on_device=False": "--offload-text-encoder",
     "allow_cross_node=True": "--allow-cross-node",
     "data_parallel=True": "--data-parallel",
@@ -164,6 +172,17 @@ def cli_terms(message: str) -> str:
     for spelling, cli_flag in CLI_TERMS.items():
         message = message.replace(spelling, cli_flag)
     return message
+
+
+def _cli_strings(value: Any) -> Any:
+    """A JSON-ready value with :func:`cli_terms` applied to every string in it (keys kept)."""
+    if isinstance(value, str):
+        return cli_terms(value)
+    if isinstance(value, dict):
+        return {k: _cli_strings(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_cli_strings(v) for v in value]
+    return value
 
 
 def _plan(args: argparse.Namespace):
@@ -194,6 +213,7 @@ def _plan(args: argparse.Namespace):
         data_parallel=args.data_parallel,
         allow_cross_node=args.allow_cross_node,
         vae_parallel=args.vae_parallel,
+        vae_tiling=True if args.vae_tiling else None,
         text_encoder_on_device=not args.offload_text_encoder,
         compiled=args.compile,
         memory=memory,
@@ -212,9 +232,11 @@ def run(args: argparse.Namespace) -> int:
     except (SpecError, StrategyError, UsageError) as exc:
         raise UsageError(cli_terms(str(exc))) from None
     if args.format == "json":
-        print_json(plan.to_dict())
+        print_json(_cli_strings(plan.to_dict()))
         return 0
     if args.format == "mindiesd":
+        if _replicas(plan.best.strategy) > 1:
+            err_console.print(f"# {_replica_note(plan.best.strategy, plan.devices)}")
         console.print(plan.best.mindiesd_flags())
         return 0
     w = plan.workload
@@ -225,13 +247,16 @@ def run(args: argparse.Namespace) -> int:
         f"{' (model default)' if w.get('guidance_from') == 'model' else ''} "
         f"({w['video_tokens']} + {w['text_tokens']} tokens)"
     )
-    for col in ("#", "strategy", "latency s", "s/step", "GiB/dev", "why"):
-        table.add_column(
-            col, justify="right" if col in ("#", "latency s", "s/step", "GiB/dev") else "left"
-        )
+    rate = plan.objective == "throughput"  # replicas tried: ranked by requests per second
+    numeric = ("#", "req/s", "latency s", "s/step", "GiB/dev")
+    for col in ("#", *(("req/s",) if rate else ()), "strategy", "latency s", "s/step"):
+        table.add_column(col, justify="right" if col in numeric else "left")
+    table.add_column("GiB/dev", justify="right")
+    table.add_column("why")
     for i, c in enumerate(plan.candidates, 1):
         table.add_row(
             str(i),
+            *((f"{c.requests_per_s:.3g}",) if rate else ()),
             label(c.strategy),
             f"{c.latency_s:.3g}",
             f"{c.per_step_s:.3g}",
@@ -247,5 +272,20 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"MindIE-SD advice -- {escape(a)}")
     for wmsg in plan.best.report.warnings:
         console.print(f"[yellow]warning:[/] {escape(cli_terms(wmsg))}")
-    console.print(f"launch: {plan.best.mindiesd_flags()}")
+    note = _replica_note(plan.best.strategy, plan.devices)
+    console.print(f"launch: {note + ', each with ' if note else ''}{plan.best.mindiesd_flags()}")
     return 0
+
+
+def _replicas(s: Strategy) -> int:
+    """Data-parallel replicas of a split (1 without)."""
+    return s.dp or 1
+
+
+def _replica_note(s: Strategy, devices: int) -> str:
+    """How the devices divide into replicas that each run the launch flags ('' for one)."""
+    dp = _replicas(s)
+    if dp == 1:
+        return ""
+    per = devices // dp
+    return f"{dp} replicas of {per} device{'s' if per > 1 else ''} serving separate requests"

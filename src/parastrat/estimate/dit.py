@@ -40,12 +40,13 @@ from ..errors import SpecError, StrategyError, Violation
 from ..spec.cluster import Cluster
 from ..spec.dit import DiTSpec, ceil_div
 from ..spec.dit import get as get_dit
-from ..spec.hardware import Accelerator, GiB
+from ..spec.hardware import Accelerator, GiB, require_precision
 from ..strategy import XDIT_ORDER, Strategy, require_strategy
 from .dit_memory import (
     DTYPE_BYTES,
     DiTMemoryOptions,
     MemoryPhase,
+    Remedies,
     memory_hint,
     memory_phases,
     require_options,
@@ -132,6 +133,13 @@ class DiTMemory:
     other: float
     capacity: float
     phases: tuple[MemoryPhase, ...] = ()
+    #: What the run already does to save memory (what :meth:`hint` leaves out).
+    taken: Remedies = field(default_factory=Remedies, compare=False)
+
+    def hint(self) -> str:
+        """How to bring the peak phase under the device's memory, of what the run does not
+        do yet (:func:`~parastrat.estimate.dit_memory.memory_hint`)."""
+        return memory_hint(self.peak_phase, self.taken)
 
     @property
     def peak(self) -> MemoryPhase:
@@ -291,11 +299,15 @@ def resolve_guidance(model: DiTSpec, guidance: bool | None) -> bool:
     return guidance
 
 
-def _precision(precision: str) -> int:
+def _precision(precision: str, accel: Accelerator) -> int:
+    """Bytes per element of ``precision``; SpecError for one the DiT model does not know or a
+    quantised one ``accel`` has no tensor cores for (:func:`require_precision`)."""
     try:
-        return BYTES[precision.lower()]
+        nbytes = BYTES[precision.lower()]
     except (KeyError, AttributeError):
         raise SpecError(f"unknown precision {precision!r}; known: {', '.join(BYTES)}") from None
+    require_precision(accel, precision)
+    return nbytes
 
 
 def _memory(run: _Run, shard: DeviceShard, latent_frames: int, tiled: bool) -> DiTMemory:
@@ -335,6 +347,7 @@ def _memory(run: _Run, shard: DeviceShard, latent_frames: int, tiled: bool) -> D
         other=RUNTIME_RESERVE_BYTES,
         capacity=run.cluster.accel.memory_bytes,
         phases=phases,
+        taken=run.remedies(tiled),
     )
 
 
@@ -463,6 +476,16 @@ class _Run:
         """Devices the strategy takes, replicas included."""
         return self.s.model_parallel_size * (self.s.dp or 1)
 
+    def remedies(self, tiled: bool) -> Remedies:
+        """What this run already does to save memory (``tiled``: its decode is tiled)."""
+        return Remedies(
+            devices=self.s.model_parallel_size,
+            vae_parallel=self.vae_parallel,
+            vae_tiled=tiled,
+            text_on_device=self.text_on_device,
+            options=self.memory,
+        )
+
     @property
     def vae_devices(self) -> int:
         """Devices the VAE decode runs on: every model-parallel one with ``vae_parallel``."""
@@ -549,7 +572,7 @@ def _device_shard(
         tp=s.tp,
         ulysses=s.ulysses,
         ring=s.ring,
-        nbytes=_precision(precision),
+        nbytes=_precision(precision, run.cluster.accel),
         precision=precision,
         compiled=compiled,
         attention_eff=_attention_eff(run.cluster.accel, run.model, attention_eff),
@@ -583,7 +606,7 @@ def _memory_warnings(memory: DiTMemory, accel: Accelerator) -> list[str]:
     return [
         f"memory: {memory.total / GiB:.1f} GiB per device exceeds the "
         f"{accel.memory_bytes / GiB:.0f} GiB of {accel.name} at the "
-        f"{worst.describe()}; " + memory_hint(worst.name)
+        f"{worst.describe()}; " + memory.hint()
     ]
 
 

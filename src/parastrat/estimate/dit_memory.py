@@ -295,23 +295,47 @@ def memory_phases(
     return (text, loop, decode_phase)
 
 
-def memory_hint(phase: str) -> str:
-    """How to bring the named phase (:data:`PHASES`) under the device's memory."""
+@dataclass(frozen=True)
+class Remedies:
+    """What a run already does to save memory, so a hint names only what is left:
+    ``devices`` per replica, the parallel VAE, tiled decoding (as priced), the text encoder on
+    the device, and the weight options (:class:`DiTMemoryOptions`)."""
+
+    devices: int = 1
+    vae_parallel: bool = False
+    vae_tiled: bool = False
+    text_on_device: bool = True
+    options: DiTMemoryOptions = field(default_factory=DiTMemoryOptions)
+
+
+def memory_hint(phase: str, taken: Remedies | None = None) -> str:
+    """How to bring the named phase (:data:`PHASES`) under the device's memory: the remedies
+    ``taken`` does not use yet and can combine with (FSDP only on several devices and not
+    with offloading; encoder sharding only for an encoder kept on the device)."""
+    t = taken or Remedies()
+    o = t.options
+    shardable = t.devices > 1 and not o.offload
+    fixes = []
     if phase == "vae_decode":
-        return (
-            "decode with a parallel VAE (vae_parallel=True) or tiles (vae_tiling=True), or move "
-            "the transformer off the device first (DiTMemoryOptions(offload=True))"
-        )
-    if phase == "text_encode":
-        return (
-            "keep the text encoder on the host (text_encoder_on_device=False) or shard it "
-            "(DiTMemoryOptions(encoder_fsdp=True))"
-        )
-    return (
-        "use more devices for TP, or shard the transformer over them "
-        "(DiTMemoryOptions(dit_fsdp=True)), or keep the text encoder on the host "
-        "(text_encoder_on_device=False)"
-    )
+        if t.devices > 1 and not t.vae_parallel:
+            fixes.append("decode with a parallel VAE (vae_parallel=True)")
+        if not t.vae_tiled:
+            fixes.append("decode in tiles (vae_tiling=True)")
+        if not (o.offload or o.dit_fsdp or o.encoder_fsdp):
+            fixes.append(
+                "move the transformer off the device first (DiTMemoryOptions(offload=True))"
+            )
+    else:
+        if phase == "denoise":
+            fixes.append("use more devices for TP")
+            if shardable and not o.dit_fsdp:
+                fixes.append("shard the transformer over them (DiTMemoryOptions(dit_fsdp=True))")
+        if t.text_on_device and not o.encoder_fsdp:
+            fixes.append("keep the text encoder on the host (text_encoder_on_device=False)")
+        if phase == "text_encode" and shardable and t.text_on_device and not o.encoder_fsdp:
+            fixes.append("shard the text encoder (DiTMemoryOptions(encoder_fsdp=True))")
+    fixes.append("use a device with more memory")
+    return ", or ".join(fixes)
 
 
 __all__ = [
@@ -320,6 +344,7 @@ __all__ = [
     "PHASES",
     "DiTMemoryOptions",
     "MemoryPhase",
+    "Remedies",
     "Residency",
     "memory_hint",
     "memory_phases",

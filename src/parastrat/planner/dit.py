@@ -30,7 +30,7 @@ from ..estimate.dit import (
     estimate_dit,
     resolve_guidance,
 )
-from ..estimate.dit_memory import DiTMemoryOptions, memory_hint
+from ..estimate.dit_memory import DiTMemoryOptions
 from ..estimate.dit_step import attention_efficiency
 from ..estimate.track_record import TrackRecord, track_record
 from ..spec.cluster import Cluster
@@ -262,6 +262,7 @@ def plan_dit(
     data_parallel: bool = False,
     allow_cross_node: bool = False,
     vae_parallel: bool = False,
+    vae_tiling: bool | None = None,
     text_encoder_on_device: bool = True,
     precision: str = "bf16",
     compiled: bool = False,
@@ -271,7 +272,9 @@ def plan_dit(
 
     ``data_parallel=True`` also tries replicas (``dp``) that serve separate requests and
     ranks by requests per second; otherwise all devices serve one request and the ranking is
-    by latency.  ``compiled=True`` prices the transformer under torch.compile.  ``memory``
+    by latency.  ``vae_tiling`` forces tiled VAE decoding on/off (None: the VAE's default, as
+    :func:`~parastrat.estimate.dit.estimate_dit`).  ``compiled=True`` prices the transformer
+    under torch.compile.  ``memory``
     (:class:`~parastrat.estimate.dit_memory.DiTMemoryOptions`) says how the weights are kept
     (FSDP shards, offloading); a split fits when its peak memory phase does.
     ``guidance=None`` follows the model (one branch for guidance-distilled
@@ -298,6 +301,7 @@ def plan_dit(
         guidance=explicit_guidance,
         precision=precision,
         vae_parallel=vae_parallel,
+        vae_tiling=vae_tiling,
         text_encoder_on_device=text_encoder_on_device,
         compiled=compiled,
         memory=memory,
@@ -305,7 +309,7 @@ def plan_dit(
     domain = None if allow_cross_node else cluster.scale_up_domain
     found = _price_splits(_splits(n, guidance, data_parallel), price, domain)
     if not found.priced:
-        raise _nothing_fits(model, cluster, n, video, found)
+        raise _nothing_fits(model, cluster, n, video, found, (allow_cross_node, data_parallel))
     objective = "throughput" if data_parallel else "latency"
     ranked = _ranked(found.priced, model, objective)
     return DiTPlan(
@@ -374,10 +378,21 @@ class _Priced:
     rejected: dict[str, int] = field(default_factory=dict)
     too_big: list[DiTReport] = field(default_factory=list)
     reasons: dict[tuple[int, int, int, int], str] = field(default_factory=dict)
+    #: The first reason given under each rule, with its split.
+    examples: dict[str, str] = field(default_factory=dict)
 
     def drop(self, s: Strategy, rule: str, why: str) -> None:
         self.rejected[rule] = self.rejected.get(rule, 0) + 1
         self.reasons[(s.tp, s.ulysses, s.ring, s.cfg)] = why
+        self.examples.setdefault(rule, f"{label(s)}: {why}")
+
+    def summary(self, most: int = 4) -> str:
+        """The rules that dropped splits, most splits first, each with its first example."""
+        ranked = sorted(self.rejected.items(), key=lambda kv: -kv[1])[:most]
+        return "; ".join(
+            f"{rule} ({count} split{'s' if count > 1 else ''}, e.g. {self.examples[rule]})"
+            for rule, count in ranked
+        )
 
 
 def _price_splits(splits: list[Strategy], price: Any, domain: int | None) -> _Priced:
@@ -409,23 +424,28 @@ def _price_splits(splits: list[Strategy], price: Any, domain: int | None) -> _Pr
 
 
 def _nothing_fits(
-    model: DiTSpec, cluster: Cluster, n: int, video: int, found: _Priced
+    model: DiTSpec, cluster: Cluster, n: int, video: int, found: _Priced, tried: tuple[bool, bool]
 ) -> UsageError:
-    """Why no split is left, and what would leave one."""
+    """Why no split is left, and what would leave one (``tried``: whether the search already
+    allowed cross-node groups and data-parallel replicas)."""
     if found.too_big:
         least = min(found.too_big, key=lambda r: r.memory.total)
         return UsageError(
             f"no split of {n} {cluster.accel.name} devices fits {model.name}: the smallest "
             f"({label(least.strategy)}) needs {least.memory.total / GiB:.1f} GiB of "
             f"{least.memory.capacity / GiB:.0f} at its {least.memory.peak.describe()}; "
-            f"{memory_hint(least.memory.peak_phase)}; or a larger accelerator"
+            f"{least.memory.hint()}"
         )
+    cross_node, replicas = tried
+    fixes = ["Use a device count whose factors divide the heads"]
+    if not cross_node and "TP/Ulysses across nodes" in found.rejected:
+        fixes.append("allow_cross_node=True")
+    if not replicas:
+        fixes.append("data_parallel=True (replicas serving separate requests)")
     return UsageError(
         f"no legal split of {n} devices for {model.name} "
-        f"({model.num_attention_heads} heads, {video} tokens): "
-        + "; ".join(sorted(set(found.reasons.values()))[:4])
-        + ". Use a device count whose factors divide the heads, or "
-        "allow_cross_node=True / data_parallel=True"
+        f"({model.num_attention_heads} heads, {video} tokens): {found.summary()}. "
+        + ", or ".join(fixes)
     )
 
 

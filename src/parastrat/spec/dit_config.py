@@ -7,8 +7,10 @@ diffusers 0.35 classes:
 =================================  =============================================================
 ``FluxTransformer2DModel``         ``num_layers`` double + ``num_single_layers`` single blocks,
                                    ``num_attention_heads`` x ``attention_head_dim``, MLP 4x,
-                                   ``in_channels`` / 4 latent channels (2x2 packing),
-                                   ``guidance_embeds`` -> guidance-distilled
+                                   ``in_channels`` / 4 latent channels (2x2 packing);
+                                   one branch per step whatever ``guidance_embeds`` says
+                                   (FluxPipeline runs true CFG only with a negative prompt
+                                   and ``true_cfg_scale`` > 1; schnell is timestep-distilled)
 ``SD3Transformer2DModel``          ``num_layers`` joint (MMDiT) blocks, heads x head dim,
                                    ``patch_size``, ``in_channels``; 77 CLIP + 256 T5 tokens
 ``WanTransformer3DModel``          ``num_layers`` cross-attention blocks, ``ffn_dim``,
@@ -32,6 +34,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +86,13 @@ class _Fields:
         if not math.isfinite(value) or not 0 < value <= 64:
             raise self.err(key, "a finite number in (0, 64]", value)
         return float(value)
+
+    def width(self, key: str, default: float, base: int) -> int:
+        """``base`` scaled by the ratio field ``key`` (rounded), at least one unit wide."""
+        ratio = self.number(key, default)
+        if round(ratio * base) < 1:
+            raise self.err(key, f"large enough that {key} x {base} >= 1", ratio)
+        return round(ratio * base)
 
     def flag(self, key: str, default: bool = False) -> bool:
         value = self.cfg.get(key, default)
@@ -162,10 +172,20 @@ def _flux(f: _Fields, name: str) -> DiTSpec:
         latent_channels=_packed(f, "in_channels", 64),
         text_encoders=(te.CLIP_L, te.T5_XXL.with_tokens(512)),
         vae=vaes.KL_2D,
-        guidance_distilled=f.flag("guidance_embeds"),
+        guidance_distilled=_flux_one_branch(f),
         eager_traffic=EAGER_TRAFFIC["flux"],
         source=f"{f.where} (FluxTransformer2DModel; text 512 tokens as FluxPipeline)",
     )
+
+
+def _flux_one_branch(f: _Fields) -> bool:
+    """FluxPipeline's default for any Flux transformer: one branch per step.  ``__call__``
+    sets ``do_true_cfg = true_cfg_scale > 1 and has_neg_prompt`` with ``true_cfg_scale=1.0``
+    by default (diffusers 0.35 ``pipeline_flux.py``): dev embeds the guidance scale
+    (``guidance_embeds``), schnell is timestep-distilled and embeds none.  The field is still
+    read, so a wrong type is refused."""
+    f.flag("guidance_embeds")
+    return True
 
 
 def _qwen(f: _Fields, name: str) -> DiTSpec:
@@ -248,7 +268,7 @@ def _hunyuan(f: _Fields, name: str) -> DiTSpec:
         hidden_size=heads * d,
         num_attention_heads=heads,
         head_dim=d,
-        ffn_hidden_size=round(f.number("mlp_ratio", 4.0) * heads * d),
+        ffn_hidden_size=f.width("mlp_ratio", 4.0, heads * d),
         text_tokens=256,
         vae_temporal=4,
         patch_size=f.whole("patch_size", 2),
@@ -357,7 +377,28 @@ def dit_from_diffusers_config(
     if not isinstance(label, str) or not label.strip():
         label = cls
     try:
-        return READERS[cls](_Fields(raw, where, cls), label)
+        spec = READERS[cls](_Fields(raw, where, cls), label)
     except SpecError as exc:
         msg = str(exc)
         raise SpecError(msg if msg.startswith(where) else f"{where}: {msg}") from None
+    return _with_second_expert(spec, where, cls)
+
+
+def _with_second_expert(spec: DiTSpec, where: str, cls: str) -> DiTSpec:
+    """``spec`` with two transformer copies when ``where`` is a pipeline folder's
+    ``transformer/config.json`` beside a ``transformer_2/config.json`` of the same class
+    (Wan2.2 A14B: a high-noise and a low-noise expert, both loaded, one run per step by the
+    pipeline's ``boundary_ratio``)."""
+    here = Path(where)
+    if where == "<dict>" or here.parent.name != "transformer":
+        return spec
+    second = here.parent.parent / "transformer_2" / "config.json"
+    if not second.is_file():
+        return spec
+    raw2, where2 = read_config(second)
+    if raw2.get("_class_name") != cls:
+        raise SpecError(
+            f"{where2}: the second transformer's class {raw2.get('_class_name')!r} differs from "
+            f"{cls!r} in {where}; parastrat prices two experts of one class only"
+        )
+    return replace(spec, experts=2, source=f"{spec.source}; two experts ({where2})")
