@@ -181,7 +181,8 @@ def test_source_is_recorded():
 
 def test_cross_entropy_fusion_priced_is_written():
     """A plan priced with the fused loss writes Megatron-LM's ``--cross-entropy-loss-fusion``
-    (a name Megatron-LM declares); one priced unfused, or with the switch unset, does not."""
+    (a name Megatron-LM declares; off by default there); one priced unfused does not.  Unset,
+    the switch is priced on for NVIDIA and off for Ascend, and written as priced."""
     model = ps.models.get("llama3-8b")
     cluster = ps.Cluster("h100", 8)
 
@@ -191,5 +192,36 @@ def test_cross_entropy_fusion_priced_is_written():
 
     assert "--cross-entropy-loss-fusion" in argv(cross_entropy_fusion=True)
     assert "--cross-entropy-loss-fusion" not in argv(cross_entropy_fusion=False)
-    assert "--cross-entropy-loss-fusion" not in argv()
+    assert "--cross-entropy-loss-fusion" in argv()
+    ascend = ps.plan(model, ps.Cluster("ascend-910b", 8), seq_len=4096, global_batch_size=64)
+    assert "--cross-entropy-loss-fusion" not in mg.megatron_lm_args(ascend)
     assert parse(argv(cross_entropy_fusion=True)).cross_entropy_loss_fusion
+
+
+def test_data_parallel_switches_priced_are_written():
+    """Megatron-LM defaults the distributed optimizer and the DP overlaps off: a plan priced
+    with them (the default) says them, one priced without them does not, and its memory is
+    what the plan priced (pasting the flags without --use-distributed-optimizer ran out of
+    memory on 70B)."""
+    model = ps.models.get("llama3-70b")
+    cluster = ps.Cluster("h100", 64)
+
+    def argv(**sw):
+        plan = ps.plan(model, cluster, seq_len=8192, global_batch_size=256, top_k=1, **sw)
+        return parse(mg.megatron_lm_args(plan))
+
+    on = argv()
+    assert on.use_distributed_optimizer and on.overlap_grad_reduce and on.overlap_param_gather
+    off = argv(distributed_optimizer=False)
+    assert not off.use_distributed_optimizer and not off.overlap_param_gather
+    assert off.overlap_grad_reduce
+    assert not argv(overlap_grad_reduce=False).overlap_grad_reduce
+
+
+def test_cuda_graphs_priced_are_written():
+    plan = ps.plan(
+        ps.models.get("llama3-8b"), ps.Cluster("h100", 8), seq_len=4096,
+        global_batch_size=64, top_k=1, cuda_graphs="attn",
+    )  # fmt: skip
+    a = parse(mg.megatron_lm_args(plan))
+    assert (a.cuda_graph_impl, a.cuda_graph_scope) == ("transformer_engine", ["attn"])

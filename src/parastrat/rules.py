@@ -926,12 +926,16 @@ def batch_violations(
             )
         )
     if s.vpp > 1 and m % s.pp:
+        lower, upper = m // s.pp * s.pp * unit, (m // s.pp + 1) * s.pp * unit
         out.append(
-            _warn(
+            _err(
                 "vpp-microbatches",
-                f"{m} micro-batches is not a multiple of pp={s.pp}; interleaved schedules in "
-                "older Megatron versions require it",
-                f"use a global batch giving a multiple of {s.pp} micro-batches",
+                f"{m} micro-batches is not a multiple of pp={s.pp}: Megatron Core's interleaved "
+                "schedule (microbatch_group_size_per_vp_stage = pp, its default) refuses a "
+                "last group of fewer than pp micro-batches at the first step",
+                "use global_batch_size "
+                + (f"{lower} or {upper}" if lower else f"{upper}")
+                + f" (a multiple of pp*micro_batch_size*dp = {s.pp * unit}), or vpp=1",
             )
         )
     return out

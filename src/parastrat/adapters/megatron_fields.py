@@ -70,6 +70,9 @@ class RunSettings:
     fp8_param_gather: bool | None = None  # None: what Bridge's recipe for the precision sets
     #: CPU activation offloading priced (Switches.cpu_offload_layers; 0 = off)
     cpu_offload_layers: int | None = None
+    #: the data-parallel switches priced (Switches.distributed_optimizer, .overlap_grad_reduce)
+    distributed_optimizer: bool | None = None
+    overlap_grad_reduce: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,38 @@ def _int_or_one(v: Any) -> int:
 
 def _fsdp_on(a: Applied) -> bool:
     return a.s.fsdp is not None
+
+
+def _dist_opt_known(a: Applied) -> bool:
+    """The distributed optimizer was priced, and no FSDP field writes it (:data:`FSDP_FIELDS`)."""
+    return _run(a, "distributed_optimizer") is not None and not _fsdp_on(a)
+
+
+def _param_gather(a: Applied) -> bool:
+    """The parameter all-gather overlapped: with the gradient overlap and a sharded optimizer
+    (Megatron asserts ``overlap_param_gather`` needs ``use_distributed_optimizer``)."""
+    dist_opt = bool(_run(a, "distributed_optimizer")) or _fsdp_on(a)
+    return bool(_run(a, "overlap_grad_reduce")) and dist_opt
+
+
+def _dist_fields() -> tuple[Field, ...]:
+    """The distributed-optimizer and DP-overlap rows of the field table."""
+    dist_opt = lambda a: bool(_run(a, "distributed_optimizer"))  # noqa: E731
+    overlap = lambda a: bool(_run(a, "overlap_grad_reduce"))  # noqa: E731
+    off_in_bridge = lambda a: _run(a, "overlap_grad_reduce") is False  # noqa: E731
+    return (
+        Field("use_distributed_optimizer", dist_opt, False, _dist_opt_known, None, ("ddp",),
+              arg="--use-distributed-optimizer"),
+        Field("use_distributed_optimizer", dist_opt, False, _dist_opt_known, None,
+              ("optimizer",)),
+        Field("overlap_grad_reduce", overlap, False, _knows("overlap_grad_reduce"), None,
+              ("ddp",), arg="--overlap-grad-reduce"),
+        Field("overlap_param_gather", _param_gather, False, _knows("overlap_grad_reduce"), None,
+              ("ddp",), arg="--overlap-param-gather"),
+        Field("overlap_grad_reduce", overlap, None, off_in_bridge, None, ("comm_overlap",)),
+        Field("overlap_param_gather", _param_gather, None, off_in_bridge, None,
+              ("comm_overlap",)),
+    )  # fmt: skip
 
 
 def _read_sharding(value: Any) -> dict[str, Any]:
@@ -474,8 +509,15 @@ RUN_FIELDS: tuple[Field, ...] = (
         _graph_impl,
         "none",
         when=lambda a: bool(a.run and a.run.cuda_graphs_known),
+        arg="--cuda-graph-impl",
+        arg_value=lambda v: None if v == "none" else v,
     ),
-    Field("cuda_graph_scope", _graph_scopes, when=lambda a: bool(a.run and _graph_scopes(a))),
+    Field(
+        "cuda_graph_scope",
+        _graph_scopes,
+        when=lambda a: bool(a.run and _graph_scopes(a)),
+        arg="--cuda-graph-scope",
+    ),
     # the gradient buffer's dtype priced: Bridge's MixedPrecisionConfig.setup() copies its
     # value onto the DDP config at start-up, so both are written
     Field(
@@ -547,6 +589,11 @@ RUN_FIELDS: tuple[Field, ...] = (
         when=_knows("cross_entropy_fusion"),
         arg="--cross-entropy-loss-fusion",
     ),
+    # the distributed optimizer and the DP overlaps priced: Megatron-LM defaults both off, so
+    # pasted arguments must say them; Bridge syncs ddp/optimizer's use_distributed_optimizer
+    # and, with it, sets the DDP overlaps from comm_overlap (None there: on with DP > 1), so an
+    # overlap priced off is written there as well as on the DDP config
+    *_dist_fields(),
     # CPU activation offloading priced (estimate/offload.py), as Megatron Bridge's performance
     # scripts set it (cpu_offloading, cpu_offloading_weights=False, the layer count);
     # Megatron-LM has one argument, and its validate_args turns cpu_offloading on from it
@@ -640,13 +687,29 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
         cuda_graphs=switches.get("cuda_graphs"),
         cuda_graphs_known="cuda_graphs" in switches,
         grad_reduce_in_fp32=switches.get("grad_reduce_in_fp32"),
-        cross_entropy_fusion=switches.get("cross_entropy_fusion"),
+        cross_entropy_fusion=_ce_fusion(switches, plan),
+        distributed_optimizer=switches.get("distributed_optimizer"),
+        overlap_grad_reduce=switches.get("overlap_grad_reduce"),
         cpu_offload_layers=switches.get(
             "cpu_offload_layers", getattr(obj, "cpu_offload_layers", None)
         ),
         moe_model=bool(getattr(getattr(plan, "model", None), "num_moe_experts", 0)) or None,
         **_priced_precision(obj, plan, switches),
     )
+
+
+def _ce_fusion(switches: dict[str, Any], plan: Any) -> bool | None:
+    """The loss fusion as the plan priced it: an unset switch resolved on the plan's
+    accelerator (:meth:`~parastrat.spec.workload.Switches.ce_fusion`: on, off on Ascend), so
+    Megatron-LM, whose ``--cross-entropy-loss-fusion`` defaults to off, runs what was priced;
+    None without a plan (the config keeps its value)."""
+    value = switches.get("cross_entropy_fusion")
+    accel = getattr(getattr(plan, "cluster", None), "accel", None)
+    if value is not None or accel is None:
+        return value
+    from ..spec.workload import CE_FUSION_OFF_VENDORS
+
+    return accel.vendor not in CE_FUSION_OFF_VENDORS
 
 
 def _moe_overlaps(

@@ -345,6 +345,15 @@ def clear_caches() -> None:
 # ---------------------------------------------------------------------------------------------
 # The search
 # ---------------------------------------------------------------------------------------------
+def _batch_ok(s: Strategy, dp: int, gbs: int, mbs: int) -> bool:
+    """Whether the global batch splits into micro-batches of ``mbs`` over ``dp`` replicas as
+    Megatron runs them (no error of :func:`rules.batch_violations`: divisible, and a multiple
+    of ``pp`` micro-batches for an interleaved schedule)."""
+    if gbs % (dp * mbs):
+        return False
+    return not (s.vpp > 1 and (gbs // (dp * mbs)) % s.pp)
+
+
 class Search:
     """One plan's branch-and-bound on one cluster: :meth:`enumerate`, :meth:`bound`,
     :meth:`price`, :meth:`rank` (:meth:`run` does all four).
@@ -417,7 +426,7 @@ class Search:
             if self.progress and i % 256 == 0:
                 self.progress(i, total)
             dp = s.dp if s.dp is not None else 1
-            sizes = [b for b in self.space.micro_batch_sizes if gbs % (dp * b) == 0]
+            sizes = [b for b in self.space.micro_batch_sizes if _batch_ok(s, dp, gbs, b)]
             for mbs, lb in zip(sizes, self.steps.lower_bounds(s, sizes)):
                 heap.append((lb, len(heap), s, mbs))
         if self.progress:
