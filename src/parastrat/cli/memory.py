@@ -83,6 +83,14 @@ def run(args: argparse.Namespace) -> int:
     strategy = strategy_from_args(args, training=True).with_world_size(args.gpus)
     workload = workload_from_args(args, model, args.global_batch_size)
     require_precision(accel, workload.precision)  # a format the device has (as TE checks)
+    # the rules explain and plan apply: memory is not priced for a strategy Megatron refuses
+    strategy.validate(
+        model,
+        world_size=args.gpus,
+        seq_len=workload.seq_len,
+        global_batch_size=workload.global_batch_size,
+        micro_batch_size=workload.micro_batch_size,
+    )
     report = estimate_memory(workload, strategy, switches_from_args(args))
     fits = report.fits(accel, headroom=args.headroom or 0.0)
     plot_path = None

@@ -265,6 +265,7 @@ def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> 
         from ..adapters.megatron import megatron_lm_args
 
         return shell_join(megatron_lm_args(result))  # the plan: its best, batch and switches
+    _require_whole_nodes(cluster)
     if cluster.accel.vendor == "huawei":
         return ascend_torchrun_line(result, cluster)
     recipe = args.recipe or default_recipe(model.name)
@@ -278,6 +279,24 @@ def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> 
             "apply them to your own ConfigContainer"
         )
     return torchrun_line(result, cluster, gbs, recipe)
+
+
+def _require_whole_nodes(cluster) -> None:
+    """torchrun starts ``--nproc_per_node`` ranks on each of ``--nnodes`` nodes: refuse a
+    device count that is not a whole number of nodes (the line would start another world)."""
+    from ..errors import UsageError
+
+    n, per = cluster.num_devices, cluster.devices_per_node
+    if n <= per or n % per == 0:
+        return
+    lower, upper = n // per * per, (n // per + 1) * per
+    divisors = [d for d in range(2, per) if n % d == 0]
+    alt = f", or --devices-per-node {divisors[-1]}" if divisors else ""
+    raise UsageError(
+        f"{n} devices are not a whole number of {per}-device nodes: torchrun would start "
+        f"{upper} ranks ({cluster.num_nodes} nodes x {per}); plan for --gpus {lower} or "
+        f"{upper}{alt}"
+    )
 
 
 def _diagnosed(plan_fn, workload, cluster, switches, space, **kwargs: Any):

@@ -714,6 +714,23 @@ def _pinned_step(space: SearchSpace) -> int:
     return step
 
 
+def _batch_message(world: int, wl: Workload, space: SearchSpace, gbs: int) -> str:
+    """Legal strategies exist but the global batch splits into none of the micro-batch sizes
+    over their data-parallel degrees (a multiple of ``pp`` micro-batches when interleaved)."""
+    sizes = list(space.micro_batch_sizes)
+    fix = (
+        "a micro-batch size of 1"
+        if 1 not in sizes
+        else f"a global batch size divisible by the data-parallel degree (e.g. {world * 8})"
+    )
+    return (
+        f"global_batch_size={gbs} does not split into micro-batches of "
+        f"{', '.join(map(str, sizes))} over the data-parallel degree of any legal strategy for "
+        f"{wl.model.name} on {world} devices (gbs = micro-batch size x DP x micro-batches, a "
+        f"multiple of pp with interleaving); use {fix}"
+    )
+
+
 def _nothing_fits_message(
     cluster: Cluster, wl: Workload, sw: Switches, space: SearchSpace, result: Plan
 ) -> str:
@@ -741,6 +758,8 @@ def _nothing_fits_message(
             f"{wl.seq_len} and global_batch_size={gbs} (with the pins/bounds given): "
             + "; ".join(hints)
         )
+    if result.enumerated and not result.bounded:
+        return _batch_message(world, wl, space, gbs)
     # legal strategies exist but none fits: look for a device count that would
     for factor in (2, 4, 8, 16):
         if world * factor > MAX_DEVICES:

@@ -266,6 +266,10 @@ class Cluster:
             ("scale_out_bw_Bps", scale_out_bw_Bps),
         ):
             resolved[name] = getattr(accel, name) if value is None else value
+        if devices_per_node is not None and scale_up_domain is None:
+            # a node-bound NVLink / HCCS domain (H100's 8) is no wider than the node given
+            if accel.scale_up_domain <= accel.devices_per_node and is_count(devices_per_node):
+                resolved["scale_up_domain"] = min(accel.scale_up_domain, devices_per_node)
         resolved["calibration"] = (
             None if calibration is None else Calibration.from_dict(calibration)
         )
