@@ -65,11 +65,13 @@ def real_provider(name: str, seq_length: int, **kw):
     return make(seq_length=seq_length, apply_rope_fusion=False, **kw)
 
 
-def with_provider(name: str, **kw):
+def with_provider(name: str, seq: int | None = None, **kw):
     """GPT-3 175B's recipe container holding a real Bridge model provider
     (:func:`real_provider`; permute fusion off; the sequence length of the recipe's
-    dataset)."""
+    dataset, or ``seq`` for both)."""
     cfg = gpt3_recipe()
+    if seq is not None:
+        cfg.dataset.sequence_length = seq
     provider = real_provider(name, cfg.dataset.sequence_length, **kw)
     if provider.num_moe_experts:
         provider.moe_permute_fusion = False
@@ -214,6 +216,23 @@ def test_apply_plan_writes_strategy_and_what_it_was_priced_with(bridge, monkeypa
     sections = {"model", "train", "comm_overlap", "dist", "ddp", "mixed_precision"}
     assert {c.path.split(".")[0] for c in changes} <= sections
     validate(cfg, 64, monkeypatch)
+
+
+def test_a_plan_for_another_model_or_length_is_refused_untouched(bridge, llama_plan):
+    """A plan carries its model and sequence length: applied to a config of another model or
+    length it would write another run's micro-batch and recompute, so it is refused with the
+    fix, and the config is left exactly as it was; its strategy alone still applies."""
+    other = with_provider("Llama3ModelProvider8B")
+    before = snapshot(other)
+    with pytest.raises(StrategyError) as err:
+        mg.apply(other, llama_plan, world_size=64)
+    assert "plan-model" in {v.rule for v in err.value.violations}
+    assert snapshot(other) == before
+    longer = with_provider("Llama3ModelProvider70B", seq=8192)
+    with pytest.raises(StrategyError, match="plan at seq_len 8192"):
+        mg.apply(longer, llama_plan, world_size=64)
+    mg.apply(longer, llama_plan.best.strategy, world_size=64)
+    assert mg.from_config(longer, world_size=64) == llama_plan.best.strategy
 
 
 def test_candidate_and_its_overrides_give_the_same_config(bridge, llama_plan):

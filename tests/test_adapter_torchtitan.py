@@ -110,6 +110,33 @@ def test_existing_config_keeps_other_tables_and_keys(tmp_path):
     assert path.read_bytes() == before
 
 
+@pytest.mark.parametrize(
+    "body",
+    [
+        '["parallelism"]\ntensor_parallel_degree = 2\n',
+        "parallelism.tensor_parallel_degree = 8\n",
+        'note = """\n[parallelism]\n"""\n',
+    ],
+)
+def test_a_table_the_editor_cannot_rewrite_is_refused_unchanged(tmp_path, body):
+    """Valid TOML that declares the table another way (a quoted header, dotted keys) or hides a
+    header in a string: a usage error that gives the table to paste, the file unchanged."""
+    path = tmp_path / "job.toml"
+    path.write_text(body)
+    s = Strategy(tp=2, dp_shard=2, fsdp="optim_grads_params")
+    with pytest.raises(UsageError, match="by hand"):
+        tt.write_toml(path, s, 4)
+    assert path.read_text() == body
+
+
+def test_the_file_keeps_its_mode(tmp_path):
+    path = tmp_path / "job.toml"
+    path.write_text("[job]\n")
+    path.chmod(0o644)
+    tt.write_toml(path, Strategy(tp=2, dp_shard=2, fsdp="optim_grads_params"), 4)
+    assert path.stat().st_mode & 0o777 == 0o644
+
+
 def test_everything_torchtitan_cannot_express_at_once():
     s = Strategy(
         tp=2,

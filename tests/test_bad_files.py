@@ -112,3 +112,14 @@ def test_good_files_still_read(tmp_path, capsys):
     rows.write_text(json.dumps([ROW]))
     assert main(["bench", "--load", str(rows)]) == 0
     assert main(["plan", "--hf-config", str(HF), "--gpus", "8", "--top-k", "1"]) == 0
+
+
+def test_a_json_object_that_is_no_calibration_is_refused(tmp_path, capsys):
+    """``{}`` or a plan's JSON passed as --calibration was read as an empty calibration and
+    silently ignored."""
+    for body in ("{}", '{"candidates": []}'):
+        path = tmp_path / "not_cal.json"
+        path.write_text(body)
+        argv = ["plan", "--model", "llama3-8b", "--gpus", "8", "--calibration", str(path)]
+        assert main(argv) == 2
+        assert "not a calibration" in capsys.readouterr().err

@@ -197,6 +197,16 @@ def test_cli_reads_earlier_rows_to_print_plot_and_fit(tmp_path, capsys):
     assert cal["ops"]["ring"]["inter"]["busbw_Bps"] == pytest.approx(25e9)
     assert cal["ops"]["ring"]["inter"]["alpha_s"] == pytest.approx(10e-6)
 
+    # a collective fit into a file holding measured kernel constants keeps them
+    from parastrat.bench.kernels import kernel_calibration
+
+    both = tmp_path / "both.json"
+    both.write_text(json.dumps(kernel_calibration("h100", {"bf16": 600e12}, host_op_s=1.4e-5)))
+    assert main(["bench", "--load", str(src), "--fit", str(both)]) == 0
+    kept = json.loads(both.read_text())
+    assert kept["kernels"]["host_op_s"] == pytest.approx(1.4e-5)
+    assert kept["ops"]["ring"]["inter"]["busbw_Bps"] == pytest.approx(25e9)
+
 
 @pytest.mark.parametrize(
     "argv, needle",

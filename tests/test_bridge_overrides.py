@@ -12,6 +12,7 @@ against every recipe parastrat names.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 from pathlib import Path
@@ -104,13 +105,17 @@ def test_recorded_shapes_are_the_recipes(recipes):
     for name in sorted(named | set(bo.RECIPE_SHAPES)):
         got = bo.shape_of(built(recipes, name))
         want = bo.shape_of(name)
-        assert (got.comm_overlap, got.mixed_precision) == (
+        assert (got.comm_overlap, got.mixed_precision, got.dataset_seq) == (
             want.comm_overlap,
             want.mixed_precision,
+            want.dataset_seq,
         ), name
         if want.mixed_precision is not None:  # read from Bridge: the fields off their default
             assert got.precision_base() == _off_default(want.precision_base()), name
-    assert bo.shape_of("llama3_8b_sft_config") == bo.BASE_SHAPE  # not recorded: the base
+    # not recorded: the base, with a fine-tuning dataset's key, as the built recipe has it
+    sft = bo.shape_of("llama3_8b_sft_config")
+    assert sft == dataclasses.replace(bo.BASE_SHAPE, dataset_seq="seq_length")
+    assert bo.shape_of(built(recipes, "llama3_8b_sft_config")).dataset_seq == sft.dataset_seq
 
 
 def _off_default(fields: dict) -> dict:
@@ -140,13 +145,21 @@ SHAPES = [
 ]
 
 
+def at_seq(cfg, seq_len: int):
+    """``cfg`` with its model and dataset at ``seq_len`` tokens."""
+    cfg.model.seq_length = seq_len
+    cfg.dataset.seq_length = seq_len
+    return cfg
+
+
 @pytest.mark.parametrize("model,gpus,precision", SHAPES)
 def test_overrides_parse_start_and_equal_apply(recipes, monkeypatch, model, gpus, precision):
     from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
 
     plan = _plan(model, gpus, precision)
     name = mg.default_recipe(model)
-    applied = mg.apply(built(recipes, name), plan, world_size=gpus)
+    # apply refuses a plan priced at another length than the config's; the overrides carry it
+    applied = mg.apply(at_seq(built(recipes, name), plan.seq_len), plan, world_size=gpus)
     lines = mg.to_overrides(plan, recipe=name)
     parsed = built(recipes, name)
     parsed = process_config_with_overrides(parsed, cli_overrides=lines) or parsed

@@ -146,3 +146,17 @@ def test_span_prices_groups_that_straddle_two_racks():
 
     a2a = comm.Collective("ep", "all_to_all", 64e6, 16, 1)
     assert a2a.time(by72) > a2a.time(ps.Cluster("gb200", 128))
+
+
+def test_kernel_constants_measured_as_another_accelerator_are_refused():
+    """A kernel calibration holds fractions of the measured preset's peaks: on a cluster of
+    another accelerator it would price that one with them, so the cluster refuses it."""
+    from parastrat.bench.kernels import kernel_calibration
+    from parastrat.errors import SpecError
+
+    cal = kernel_calibration("h100", {"bf16": 600e12}, host_op_s=1.4e-5)
+    assert ps.Cluster("h100", 8, calibration=cal).accel.kernels["host_op_s"] == 1.4e-5
+    with pytest.raises(SpecError, match=r"measured as h100.*--accelerator ascend-910b"):
+        ps.Cluster("ascend-910b", 8, calibration=cal)
+    with pytest.raises(SpecError, match="measured as h100"):
+        ps.Cluster("a100", 8).calibrate(cal)

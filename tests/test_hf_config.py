@@ -147,6 +147,11 @@ def test_missing_field_named(drop, field):
         ({"num_hidden_layers": float("nan")}, "num_hidden_layers"),
         ({"tie_word_embeddings": "false"}, "tie_word_embeddings"),
         ({"mlp_only_layers": 1}, "mlp_only_layers"),
+        ({"mlp_only_layers": ["a"]}, "mlp_only_layers"),
+        ({"mlp_only_layers": [-1]}, "mlp_only_layers"),
+        ({"mlp_only_layers": [100]}, "mlp_only_layers"),
+        ({"mlp_only_layers": [0, 2, 4]}, "not a leading run"),
+        ({"mlp_only_layers": [31]}, "not a leading run"),
     ],
 )
 def test_nonsense_field_named(change, field):
@@ -154,6 +159,12 @@ def test_nonsense_field_named(change, field):
     d.update(change)
     with pytest.raises(SpecError, match=field):
         ps.ModelSpec.from_hf_config(d)
+
+
+def test_a_leading_run_of_dense_layers_is_read():
+    d = json.loads((DATA / "mixtral-8x7b.json").read_text())
+    d.update(mlp_only_layers=[1, 0])
+    assert ps.ModelSpec.from_hf_config(d).moe_first_dense_layers == 2
 
 
 def test_unreadable_files(tmp_path):

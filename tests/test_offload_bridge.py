@@ -51,7 +51,7 @@ def offload_plan():
 
 def test_apply_writes_the_offloading_priced_and_bridge_validates(bridge, monkeypatch, offload_plan):
     k = offload_plan.best.switches.cpu_offload_layers
-    cfg = with_provider("Llama3ModelProvider70B")
+    cfg = with_provider("Llama3ModelProvider70B", seq=offload_plan.seq_len)
     cfg.model.recompute_granularity = "full"  # the recipe's recompute is replaced, not kept
     cfg.model.recompute_method, cfg.model.recompute_num_layers = "uniform", 1
     mg.apply(cfg, offload_plan, world_size=64)
@@ -66,7 +66,7 @@ def test_a_plan_without_offloading_turns_it_off(bridge, monkeypatch, offload_pla
     """Applying a candidate priced without offloading (full recompute) to a container that
     offloads writes it off, as Megatron refuses offloading with recompute."""
     full = next(c for c in offload_plan.ranked if c.recompute == "full")
-    cfg = with_provider("Llama3ModelProvider70B")
+    cfg = with_provider("Llama3ModelProvider70B", seq=offload_plan.seq_len)
     cfg.model.cpu_offloading, cfg.model.cpu_offloading_num_layers = True, 20
     plan = replace(offload_plan, candidates=[full])
     mg.apply(cfg, plan, world_size=64)
@@ -78,8 +78,12 @@ def test_a_plan_without_offloading_turns_it_off(bridge, monkeypatch, offload_pla
 def test_overrides_through_bridges_parser_equal_apply(bridge, offload_plan):
     from megatron.bridge.training.utils.omegaconf_utils import process_config_with_overrides
 
-    applied = mg.apply(with_provider("Llama3ModelProvider70B"), offload_plan, world_size=64)
-    parsed = with_provider("Llama3ModelProvider70B")
+    applied = mg.apply(
+        with_provider("Llama3ModelProvider70B", seq=offload_plan.seq_len),
+        offload_plan,
+        world_size=64,
+    )
+    parsed = with_provider("Llama3ModelProvider70B", seq=offload_plan.seq_len)
     overrides = mg.to_overrides(offload_plan)
     k = offload_plan.best.switches.cpu_offload_layers
     assert f"model.cpu_offloading_num_layers={k}" in overrides
@@ -103,7 +107,7 @@ def test_refused_offload_candidate_leaves_the_container_untouched(bridge, offloa
     tc = pytest.importorskip("megatron.core.transformer.transformer_config")
     best = offload_plan.best
     bad = replace(best, strategy=ps.Strategy(tp=1, pp=2).with_world_size(64))
-    cfg = with_provider("Llama3ModelProvider70B")
+    cfg = with_provider("Llama3ModelProvider70B", seq=offload_plan.seq_len)
     before = snapshot(cfg)
     with pytest.raises(StrategyError) as err:
         mg.apply(cfg, bad, world_size=64)

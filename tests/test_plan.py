@@ -393,3 +393,22 @@ def test_nothing_legal_hints_are_reachable():
     tried = re.search(r"try ([\d, ]+) devices", msg)
     assert tried, msg
     assert all(int(w) % 32 == 0 for w in tried.group(1).split(", "))
+
+
+def test_a_cluster_name_is_refused_with_the_cluster_to_build():
+    wl = ps.Workload(model="llama3-8b", seq_len=4096, global_batch_size=64)
+    with pytest.raises(UsageError, match=r"Cluster\('h100', num_devices=64\)"):
+        ps.plan(wl, "h100")
+
+
+def test_interleaved_candidates_have_a_multiple_of_pp_micro_batches():
+    """Megatron Core's interleaved schedule refuses a last group of fewer than pp
+    micro-batches: every interleaved candidate passes that rule (Qwen3-32B on 32 H100 at
+    global batch 56 chose PP2 VP11 with 7 micro-batches)."""
+    plan = ps.plan(
+        ps.models.get("qwen3-32b"), ps.Cluster("h100", 32), seq_len=4096, global_batch_size=56
+    )
+    for c in plan.ranked:
+        s = c.strategy
+        if s.vpp > 1:
+            assert (56 // (s.dp * c.micro_batch_size)) % s.pp == 0, c.label()

@@ -134,3 +134,20 @@ def test_timeout_accepts_seconds():
     assert as_timedelta(90) == timedelta(seconds=90)
     assert as_timedelta(timedelta(minutes=2)) == timedelta(seconds=120)
     assert as_timedelta(None) is None
+
+
+def test_nccl_without_cuda_and_bad_timeouts_are_usage_errors():
+    """The nccl backend on a machine whose torch has no CUDA names gloo instead of failing
+    inside torch; a timeout that is not positive is refused before anything starts."""
+    import torch
+
+    from parastrat.errors import UsageError
+    from parastrat.runtime.backend import as_timedelta, bind_device
+
+    if not torch.cuda.is_available():
+        with pytest.raises(UsageError, match="gloo"):
+            bind_device("nccl", 0)
+    for bad in (-1, 0, float("nan"), "5", True):
+        with pytest.raises(UsageError, match="positive"):
+            as_timedelta(bad)
+    assert as_timedelta(2).total_seconds() == 2

@@ -78,3 +78,43 @@ def test_every_group_matches_layout_on_a_fake_world(world, spec):
         assert x["kinds"] >= 10  # every kind parastrat.layout names, Megatron's and its own
         assert x["vpp"] == (vpp if vpp > 1 else None)
         assert len(x["pp_group"]) == pp and x["rank"] in x["pp_group"]
+
+
+HSDP_WORKER = textwrap.dedent("""
+    import json, sys, warnings
+    warnings.simplefilter("ignore")
+    import torch.distributed as dist
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    from megatron.core import parallel_state as mps
+    import parastrat as ps
+
+    s = ps.Strategy(tp=2, dp_shard=4, dp_replicate=2, fsdp="optim_grads_params")
+    expected = ps.layout(s.with_world_size(16), 16)
+    out = []
+    for r in (0, 5, 15):
+        dist.init_process_group("fake", rank=r, world_size=16, store=FakeStore())
+        s.initialize(megatron_kwargs={"create_gloo_process_groups": False})
+        shard = mps.get_data_parallel_group(with_context_parallel=True, partial_data_parallel=True)
+        inter = mps.get_inter_distributed_optimizer_instance_group()
+        out.append({
+            "shard": sorted(dist.get_process_group_ranks(shard)),
+            "want_shard": next(g for g in expected["dp_shard-cp"] if r in g),
+            "inter": sorted(dist.get_process_group_ranks(inter)),
+            "want_inter": next(g for g in expected["dp_replicate"] if r in g),
+        })
+        ps.destroy()
+        dist.destroy_process_group()
+    print(json.dumps(out))
+""")
+
+
+def test_hsdp_builds_megatron_distributed_optimizer_instances():
+    """HSDP (dp_shard x dp_replicate): Megatron's intra-instance data-parallel group is the
+    shard group and its inter-instance group the replicas, as the layout has them
+    (initialize passes num_distributed_optimizer_instances = dp_replicate)."""
+    r = subprocess.run(
+        [sys.executable, "-c", HSDP_WORKER], capture_output=True, text=True, timeout=300
+    )
+    assert r.returncode == 0, r.stderr[-3000:]
+    for x in json.loads(r.stdout.strip().splitlines()[-1]):
+        assert x["shard"] == x["want_shard"] and x["inter"] == x["want_inter"]

@@ -70,6 +70,19 @@ def test_it_builds_on_a_calibration_the_cluster_already_has():
     got = {x.key: x for x in _run(*CASES[1][:3], CASES[1][3], cluster, micro_batch_size=1)}
     assert got["gemm_eff"].value == "0.50 of the bf16 peak"
     assert "100/370 GB/s" in got["intra_bw"].value  # the measured all-to-all and the links'
+    assert got["gemm_eff"].measured and got["intra_bw"].measured
+    assert not got["mem_eff"].measured and not got["inter_bw"].measured
+
+
+def test_measure_first_names_the_first_constant_not_yet_measured():
+    items = [
+        Sensitivity("gemm_eff", "GEMM rate", "0.61", 0.09, "bench K", measured=True),
+        Sensitivity("intra_bw", "scale-up link", "370 GB/s", 0.02, "bench L"),
+    ]
+    text = "\n".join(sensitivity_lines(items))
+    assert "GEMM rate (0.61, measured) +9.0%" in text and "measure first: bench L" in text
+    done = "\n".join(sensitivity_lines(items[:1]))
+    assert "measure first" not in done and "every constant shown is from the calibration" in done
 
 
 def test_lines_name_what_moves_the_step_and_what_to_measure_first():

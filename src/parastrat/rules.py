@@ -832,16 +832,20 @@ def sequence_violations(s: Strategy, seq_len: int) -> list[Violation]:
     if s.is_inference:
         return out  # DiT token counts are padded, not refused: see estimate.dit
     if s.cp > 1 and seq_len % (2 * s.cp):
-        unit = 2 * s.cp
+        # the fix must clear seq-sp too: a multiple of 2*cp and, with SP, of tp*cp
+        unit = lcm(2 * s.cp, s.tp * s.cp if s.sp else 1)
+        cps = [
+            c
+            for c in divisors(seq_len // 2)
+            if c > 1 and not (s.sp and seq_len % (s.tp * c))
+        ] if seq_len % 2 == 0 else []  # fmt: skip
+        others = f" or cp in {fmt_set(cps)} (with the world size a multiple of it)" if cps else ""
         out.append(
             _err(
                 "seq-cp",
                 f"seq_len={seq_len} is not a multiple of 2*cp = {2 * s.cp} (the "
                 "load-balanced causal split gives each CP rank two chunks)",
-                f"use seq_len a multiple of {unit} (e.g. {(seq_len // unit + 1) * unit})"
-                f" or cp in {fmt_set([c for c in divisors(seq_len // 2) if c > 1])}"
-                if seq_len % 2 == 0
-                else f"use an even seq_len divisible by {2 * s.cp}",
+                f"use seq_len a multiple of {unit} (e.g. {(seq_len // unit + 1) * unit}){others}",
             )
         )
     if s.sp and seq_len % (s.tp * s.cp):
@@ -882,6 +886,12 @@ def chunk_violations(s: Strategy, model: Any, seq_len: int) -> list[Violation]:
     ]
 
 
+def _either(value: int, unit: int) -> str:
+    """The multiples of ``unit`` around ``value``: "48 or 64", or just "64" below one unit."""
+    lower, upper = value // unit * unit, (value // unit + 1) * unit
+    return f"{lower} or {upper}" if lower else str(upper)
+
+
 def batch_violations(
     s: Strategy, dp: int, global_batch_size: int | None, micro_batch_size: int | None
 ) -> list[Violation]:
@@ -909,8 +919,8 @@ def batch_violations(
                 "batch-divisible",
                 f"global_batch_size={global_batch_size} is not a multiple of micro_batch_size*dp "
                 f"= {mbs}*{dp} = {unit}",
-                f"use global_batch_size {max(unit, global_batch_size // unit * unit)} or "
-                f"{(global_batch_size // unit + 1) * unit}, or a micro-batch size dividing "
+                f"use global_batch_size {_either(global_batch_size, unit)}, or a micro-batch "
+                "size dividing "
                 f"{global_batch_size // dp if global_batch_size % dp == 0 else 'gbs/dp'}",
             )
         )
@@ -926,16 +936,14 @@ def batch_violations(
             )
         )
     if s.vpp > 1 and m % s.pp:
-        lower, upper = m // s.pp * s.pp * unit, (m // s.pp + 1) * s.pp * unit
         out.append(
             _err(
                 "vpp-microbatches",
                 f"{m} micro-batches is not a multiple of pp={s.pp}: Megatron Core's interleaved "
                 "schedule (microbatch_group_size_per_vp_stage = pp, its default) refuses a "
                 "last group of fewer than pp micro-batches at the first step",
-                "use global_batch_size "
-                + (f"{lower} or {upper}" if lower else f"{upper}")
-                + f" (a multiple of pp*micro_batch_size*dp = {s.pp * unit}), or vpp=1",
+                f"use global_batch_size {_either(global_batch_size, s.pp * unit)} (a multiple "
+                f"of pp*micro_batch_size*dp = {s.pp * unit}), or vpp=1",
             )
         )
     return out

@@ -67,8 +67,10 @@ def pair_fields(text: str) -> dict[str, Any]:
         key = key.strip().lower().replace("-", "_")
         if key not in FIELDS:
             raise UsageError(f"unknown strategy field {key!r} in {text!r}; use {', '.join(FIELDS)}")
+        if key in kwargs:
+            raise UsageError(f"{key} is given twice in {text!r}; give each field once")
         if key in _FLAGS:
-            kwargs[key] = value.strip().lower() not in ("0", "false", "no", "off")
+            kwargs[key] = _flag(key, value, text)
         elif key in _TEXT:
             kwargs[key] = value.strip()
         else:
@@ -79,15 +81,30 @@ def pair_fields(text: str) -> dict[str, Any]:
     return kwargs
 
 
+#: Spellings of a flag's value ("sp" alone means on).
+_ON, _OFF = ("", "1", "true", "yes", "on"), ("0", "false", "no", "off")
+
+
+def _flag(key: str, value: str, text: str) -> bool:
+    """A flag field's value; UsageError for a spelling that is neither on nor off."""
+    word = value.strip().lower()
+    if word not in _ON + _OFF:
+        raise UsageError(f"{key}={value!r} in {text!r} is not on or off; write {key} or {key}=0")
+    return word in _ON
+
+
 def printed_fields(text: str) -> dict[str, Any]:
     """Strategy keywords of the printed form (``str(strategy)``), token by token."""
     kwargs: dict[str, Any] = {}
     for token in text.split():
+        before = dict(kwargs)
         if not _read_token(token, kwargs):
             raise UsageError(
                 f"cannot read {token!r} in strategy {text!r}: the printed form is e.g. "
                 '"TP2 PP8(VP4) CP1 EP8 ETP1 DP16 SP" (or write "tp=2,pp=8,vpp=4,ep=8,sp")'
             )
+        if twice := sorted(k for k in before if k in kwargs and before[k] != kwargs[k]):
+            raise UsageError(f"{token!r} gives {', '.join(twice)} again in {text!r}; once each")
     # a serving grid prints CFG (and U, R); a training one CP, whose Ulysses part alone would
     # make Strategy derive the serving order
     kwargs.setdefault("order", XDIT_ORDER if "cfg" in kwargs else MEGATRON_ORDER)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
@@ -84,6 +84,11 @@ class RecipeShape:
     #: False for a container whose ``mixed_precision`` is None: its fields go to the model,
     #: as ``apply`` writes them, and the section's own fields are left out
     has_mixed_precision: bool = True
+    #: the dataset config's sequence-length key: ``sequence_length`` for a pretraining
+    #: recipe's ``GPTDatasetConfig`` (Megatron Core's field; ``seq_length`` is only a Python
+    #: property there, which Hydra cannot override), ``seq_length`` for a fine-tuning
+    #: ``FinetuningDatasetConfig``, None when the dataset has neither (left out)
+    dataset_seq: str | None = "sequence_length"
 
     def absent(self) -> frozenset[str]:
         """The sections this recipe's container does not have."""
@@ -179,7 +184,9 @@ def shape_of(recipe: Any) -> RecipeShape:
     if recipe is None:
         return UNKNOWN_SHAPE
     if isinstance(recipe, str):
-        return RECIPE_SHAPES.get(recipe, BASE_SHAPE)
+        shape = RECIPE_SHAPES.get(recipe, BASE_SHAPE)
+        tuned = any(word in recipe for word in ("finetune", "sft", "peft"))
+        return replace(shape, dataset_seq="seq_length") if tuned else shape
     if not hasattr(recipe, "model") or not hasattr(recipe, "mixed_precision"):
         raise UsageError(
             f"recipe must be a Megatron Bridge recipe's name (run_recipe.py --recipe NAME) or "
@@ -192,7 +199,15 @@ def shape_of(recipe: Any) -> RecipeShape:
         mixed_precision=named,
         named_fields=_resolved_fields(named) if named else None,
         has_mixed_precision=mp is not None,
+        dataset_seq=_dataset_seq_key(getattr(recipe, "dataset", None)),
     )
+
+
+def _dataset_seq_key(dataset: Any) -> str | None:
+    """The dataclass field of ``dataset`` that holds its sequence length (see
+    :attr:`RecipeShape.dataset_seq`)."""
+    names = getattr(dataset, "__dataclass_fields__", {})
+    return next((n for n in ("sequence_length", "seq_length") if n in names), None)
 
 
 def _resolved_fields(name: str) -> tuple[tuple[str, Any], ...]:
@@ -238,6 +253,10 @@ def override_lines(writes: Iterable[Write], shape: RecipeShape) -> list[str]:
         section = next((x for x in sections if x not in absent), None)
         if section is None:  # the section's own field, and the recipe has no such section
             continue
+        if section == "dataset" and name == "sequence_length":
+            if shape.dataset_seq is None:
+                continue
+            name = shape.dataset_seq
         if section == "mixed_precision" and shape.mixed_precision is not None:
             if at is None:
                 at = len(lines)

@@ -258,6 +258,44 @@ def _seq_len(t: _Target) -> int | None:
 # ---------------------------------------------------------------------------------------------
 # Planning the writes (pure: reads the config, never changes it).
 # ---------------------------------------------------------------------------------------------
+#: Shape fields a plan's model must share with the config's to be applied there.
+PLAN_SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_moe_experts")
+
+
+def priced_for_violations(what: Any, cfg: Any, seq_len: int | None) -> list[Violation]:
+    """A plan applied to a config whose model or sequence length it was not priced for: its
+    micro-batch, recompute and memory would be another model's (nothing to compare for a
+    Strategy or a bare candidate, which carry no model)."""
+    model = getattr(what, "model", None)
+    if not (hasattr(what, "candidates") and hasattr(model, "num_layers")):
+        return []
+    view, out = model_view(cfg), []
+    for name in PLAN_SHAPE_FIELDS:
+        mine, theirs = getattr(model, name, None) or None, getattr(view, name, None)
+        if mine is not None and theirs is not None and mine != theirs:
+            out.append(
+                Violation(
+                    "plan-model",
+                    f"the plan was priced for {getattr(model, 'name', 'its model')} "
+                    f"({name} {mine}); the config's model "
+                    f"({view.name}) has {name} {theirs}",
+                    "plan the config's model (parastrat.plan with its ModelSpec or preset), or "
+                    "apply plan.best.strategy to take its degrees alone",
+                )
+            )
+    seq = seq_len if seq_len is not None else _seq_len(_target(cfg))
+    planned = getattr(what, "seq_len", None)
+    if seq is not None and planned is not None and seq != planned:
+        out.append(
+            Violation(
+                "plan-seq-len",
+                f"the plan was priced at seq_len {planned}; the config trains at {seq}",
+                f"plan at seq_len {seq}, or set the config's seq_length to {planned} first",
+            )
+        )
+    return out
+
+
 def _inference_refusal(s: Strategy) -> Violation:
     return Violation(
         "megatron-inference-strategy",
@@ -344,6 +382,8 @@ def _writes(t: _Target, a: Applied) -> list[_Write]:
             named[f.name] = new
             continue
         where = t.place(f)
+        if f.optional and (where is None or not hasattr(where[0], f.name)):
+            continue
         if where is None or not hasattr(where[0], f.name):
             if where is None and f.sections[0] in CONTAINER_SECTIONS:
                 if f.name == "use_tp_pp_dp_mapping" and new and t.container:
@@ -497,7 +537,7 @@ def _plan(
     s, run = run_of(what)
     s = as_training(s)
     t = _target(cfg)
-    problems = _adapter_violations(t, s)
+    problems = priced_for_violations(what, cfg, seq_len) + _adapter_violations(t, s)
     problems += applied_violations(t.model, s, run)  # CPU offloading priced (offload_rules.py)
     if micro_batch_size or global_batch_size:  # explicit sizes are written, as they are checked
         base = run or RunSettings()

@@ -30,6 +30,7 @@ CONTAINER_SECTIONS = (
     "optimizer",
     "checkpoint",
     "mixed_precision",
+    "dataset",
 )
 
 #: Megatron's ``cp_comm_type`` values and how they read back as Ulysses x ring.
@@ -70,6 +71,8 @@ class RunSettings:
     fp8_param_gather: bool | None = None  # None: what Bridge's recipe for the precision sets
     #: CPU activation offloading priced (Switches.cpu_offload_layers; 0 = off)
     cpu_offload_layers: int | None = None
+    #: the sequence length a plan was priced at (a plan's; None for a candidate or strategy)
+    seq_len: int | None = None
     #: the data-parallel switches priced (Switches.distributed_optimizer, .overlap_grad_reduce)
     distributed_optimizer: bool | None = None
     overlap_grad_reduce: bool | None = None
@@ -98,7 +101,8 @@ class Field:
     ``comm_overlap`` section when the container has one, else the model).  ``value``: the new
     value; ``when``: written only when true; ``neutral``: the "off" value; ``read``: Strategy
     keywords from the config's value (None: read by a combined reader or not at all);
-    ``arg``: the Megatron-LM command-line argument (``arg_value`` maps the value to it).
+    ``arg``: the Megatron-LM command-line argument (``arg_value`` maps the value to it);
+    ``optional``: a section without the field skips it instead of refusing the write.
     """
 
     name: str
@@ -110,6 +114,8 @@ class Field:
     #: Megatron-LM's ``pretrain_gpt.py`` argument (None: none), and the value it takes
     arg: str | None = None
     arg_value: Callable[[Any], Any] | None = None
+    #: skipped, not refused, where the section lacks the field
+    optional: bool = False
 
 
 #: Megatron's quantisation settings per priced (precision, recipe), as Megatron Bridge's named
@@ -594,6 +600,23 @@ RUN_FIELDS: tuple[Field, ...] = (
     # and, with it, sets the DDP overlaps from comm_overlap (None there: on with DP > 1), so an
     # overlap priced off is written there as well as on the DDP config
     *_dist_fields(),
+    # the sequence length a plan was priced at: a launch line runs it, not the recipe's own
+    # (apply refuses a plan whose length differs from the config's: priced_for_violations);
+    # Bridge's validate() asserts the model's and the dataset's lengths equal
+    Field(
+        "seq_length",
+        lambda a: _run(a, "seq_len"),
+        when=_knows("seq_len"),
+        arg="--seq-length",
+        optional=True,  # a bare Megatron Core TransformerConfig holds no sequence length
+    ),
+    Field(
+        "sequence_length",  # GPTDatasetConfig's field (seq_length is a property alias there)
+        lambda a: _run(a, "seq_len"),
+        when=_knows("seq_len"),
+        sections=("dataset",),
+        optional=True,
+    ),
     # CPU activation offloading priced (estimate/offload.py), as Megatron Bridge's performance
     # scripts set it (cpu_offloading, cpu_offloading_weights=False, the layer count);
     # Megatron-LM has one argument, and its validate_args turns cpu_offloading on from it
@@ -679,6 +702,7 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
     return s, RunSettings(
         micro_batch_size=getattr(obj, "micro_batch_size", None),
         global_batch_size=getattr(plan, "global_batch_size", None),
+        seq_len=getattr(plan, "seq_len", None),
         recompute=_mode(mode),
         moe_dispatcher=_dispatcher_on(switches.get("moe_dispatcher"), plan),
         moe_a2a_overlap=a2a,

@@ -28,15 +28,14 @@ Nothing here imports torch or torchtitan.  :func:`write_toml` writes the table i
 
 from __future__ import annotations
 
-import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from .._deps import require
+from .._io import write_text
 from ..checks import is_int
 from ..errors import StrategyError, UsageError, Violation
 from ..strategy import MEGATRON_ORDER, Strategy, require_strategy
@@ -322,8 +321,18 @@ def write_toml(
         f"{k} = {_toml_value(v)}\n" for k, v in {**table, **kept}.items()
     )
     new = _replace_table(text, "parallelism", section)
-    tomllib.loads(new)  # what we write must parse
-    _write_atomically(target, new)
+    try:
+        parsed = tomllib.loads(new)  # what we write must parse, and hold the table written
+    except tomllib.TOMLDecodeError:
+        parsed = None
+    if parsed is None or parsed.get("parallelism", {}) != {**table, **kept}:
+        raise UsageError(
+            f"{target} declares its parallelism table in a form this line editor does not "
+            'rewrite (a quoted ["parallelism"] header, dotted parallelism.* keys, or a '
+            "header inside a multi-line string); the file is unchanged. Replace the table by "
+            f"hand with:\n{section}"
+        )
+    write_text(target, new, what="torchtitan config")  # whole or not at all, mode kept
     return target
 
 
@@ -361,18 +370,6 @@ def _replace_table(text: str, name: str, section: str) -> str:
         return text + sep + section
     end = len(lines) if end is None else end
     return "".join(lines[:start]) + section + "\n" + "".join(lines[end:]).lstrip("\n")
-
-
-def _write_atomically(target: Path, text: str) -> None:
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 #: torchtitan's defaults for the degree fields (``ParallelismConfig``).

@@ -314,7 +314,7 @@ def kernel_calibration(
     text = source or f"parastrat bench --kernels on {accel.name}, {date.today()}"
     if attention is not None:
         text += f"; attention (training) by {attention.backend}"
-    out = {"kernels": kernels, "source": text}
+    out = {"kernels": kernels, "accelerator": accel.name, "source": text}
     Calibration.from_dict(out)  # the cost model's own validation
     return out
 

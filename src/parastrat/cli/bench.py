@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
         require("matplotlib.pyplot", "plot").close(plot(rows, args.plot))
         err_console.print(f"wrote the plot to {escape(str(figure_path(args.plot)))}")
     if args.fit:
-        cal = fit(rows)
+        cal = _with_kernels_of(Path(args.fit), fit(rows))
         _print_fit(cal, str(save(cal, args.fit)))
     if args.format == "json":
         print_json(rows_to_json(rows))
@@ -350,6 +350,26 @@ def _kernel_grid(kr: KernelRun) -> tuple[dict[str, Any], Any]:
     return cal, table
 
 
+def _with_kernels_of(path: Path, cal: dict[str, Any]) -> dict[str, Any]:
+    """The collective fit ``cal`` keeping the kernel constants (and grid) that the calibration
+    already at ``path`` holds: the two are measured apart (``bench --kernels --fit`` merges
+    the other way), and a collective sweep into the same file must not lose them."""
+    from .._io import read_json
+    from ..errors import UsageError
+
+    if not path.is_file():
+        return cal
+    try:
+        old = read_json(path, what="calibration file")
+    except UsageError:
+        return cal  # not a calibration: replaced, as before
+    if not isinstance(old, dict) or not old.get("kernels"):
+        return cal
+    kept = {k: old[k] for k in ("kernels", "kernel_grid", "accelerator") if k in old}
+    source = "; ".join(x for x in (cal.get("source"), old.get("source")) if x)
+    return {**cal, **kept, "source": source}
+
+
 def _merge_kernels(path: Path, cal: dict[str, Any]) -> None:
     """Merge a kernel calibration (and its grid) into the calibration file at ``path``, whole
     or not at all."""
@@ -363,6 +383,7 @@ def _merge_kernels(path: Path, cal: dict[str, Any]) -> None:
         if not isinstance(merged, dict):
             raise UsageError(f"{path} is not a calibration (a JSON object); give another file")
     merged["kernels"] = cal["kernels"]
+    merged["accelerator"] = cal.get("accelerator")
     if "kernel_grid" in cal:
         merged["kernel_grid"] = cal["kernel_grid"]
     merged["source"] = "; ".join(x for x in (merged.get("source"), cal["source"]) if x)

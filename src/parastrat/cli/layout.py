@@ -34,6 +34,10 @@ def _layout_world(text: str) -> int:
     return whole_number(text, 1, MAX_LAYOUT_RANKS, note)
 
 
+#: Group kinds the table lists when --kinds is not given.
+DEFAULT_KINDS = "tp,cp,dp,pp,ep"
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``layout`` subcommand (print the rank grid of a strategy) to ``sub``."""
     p = sub.add_parser(
@@ -47,8 +51,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--kinds",
-        default="tp,cp,dp,pp,ep",
-        help=f"group kinds to list (comma separated, from {','.join(KINDS)})",
+        default=None,
+        help=f"group kinds to list (comma separated, from {','.join(KINDS)}; default "
+        f"{DEFAULT_KINDS} in the table, every kind in JSON)",
     )
     p.add_argument(
         "--format",
@@ -74,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
     kinds (or one JSON document), drawing the grid with ``--plot``; return 0."""
     strategy = strategy_from_args(args).with_world_size(args.gpus)
     groups = layout(strategy, args.gpus)
+    kinds = _kinds(args.kinds or DEFAULT_KINDS, groups)  # checked before anything is printed
     if args.plot:
         from ..viz import plot_layout
 
@@ -82,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
         )
         err_console.print(f"wrote the plot to {written}", markup=False)
     if args.format == "json":
-        print_json({"strategy": strategy.to_dict(), "groups": groups})
+        shown = {k: groups[k] for k in kinds} if args.kinds else groups
+        print_json({"strategy": strategy.to_dict(), "groups": shown})
         return 0
     axes = (
         ["tp", "ulysses", "ring", "cfg", "pp", "dp"]
@@ -101,10 +108,17 @@ def run(args: argparse.Namespace) -> int:
         console.print(
             f"... {len(coords) - TABLE_RANKS:,} more ranks (--format json lists every one)"
         )
-    for kind in [k.strip() for k in args.kinds.split(",") if k.strip()]:
-        if kind not in groups:
-            from ..errors import UsageError
-
-            raise UsageError(f"unknown group kind {kind!r}; choose from {', '.join(KINDS)}")
+    for kind in kinds:
         console.print(f"[bold]{kind}[/]: {escape(str(groups[kind]))}")
     return 0
+
+
+def _kinds(text: str, groups: dict[str, list[list[int]]]) -> list[str]:
+    """The group kinds ``--kinds`` names, each one the layout has (UsageError otherwise)."""
+    from ..errors import UsageError
+
+    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    for kind in kinds:
+        if kind not in groups:
+            raise UsageError(f"unknown group kind {kind!r}; choose from {', '.join(KINDS)}")
+    return kinds

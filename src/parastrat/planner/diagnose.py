@@ -16,10 +16,10 @@ from itertools import product
 from typing import Any
 
 from ..errors import StrategyError, Violation
-from ..strategy import Strategy
+from ..strategy import MEGATRON_ORDER, Strategy
 
 #: Degrees ``plan`` takes as pins.
-PIN_NAMES = ("tp", "pp", "vpp", "cp", "ep", "etp")
+PIN_NAMES = ("tp", "pp", "vpp", "cp", "ep", "etp", "ulysses")
 
 
 def pinned_violations(
@@ -36,7 +36,11 @@ def pinned_violations(
     for emb, loss in splits:
         try:
             s = Strategy(
-                **given, sp=sp, account_for_embedding=bool(emb), account_for_loss=bool(loss)
+                **given,
+                sp=sp,
+                account_for_embedding=bool(emb),
+                account_for_loss=bool(loss),
+                order=MEGATRON_ORDER,  # a training grid, also with Ulysses pinned
             )
         except StrategyError as exc:  # the pins contradict each other
             per_variant.append([v for v in exc.violations if v.severity == "error"])

@@ -45,7 +45,7 @@ from ..estimate.step import clear_caches as clear_step_caches
 from ..graph_rules import graph_violations
 from ..grid import expert_dp
 from ..pipeline_layout import parse_string
-from ..spec.cluster import MAX_DEVICES
+from ..spec.cluster import MAX_DEVICES, Cluster
 from ..spec.hardware import GiB
 from ..spec.model import ModelSpec
 from ..spec.workload import MICRO_BATCH_SIZES as MICRO_BATCH_SIZES
@@ -579,6 +579,11 @@ def plan(
     Raises :class:`UsageError` saying what would work when nothing is legal or fits.
     """
     whole("top_k", top_k)
+    if not isinstance(cluster, Cluster):
+        raise UsageError(
+            f"cluster must be a parastrat.Cluster, got {type(cluster).__name__} {cluster!r:.40}; "
+            "e.g. parastrat.Cluster('h100', num_devices=64)"
+        )
     wl, sw, space = plan_values(model, workload, switches, search, options)
     if num_devices == "smallest":
         return _plan_smallest(cluster, wl, sw, space, top_k, progress)

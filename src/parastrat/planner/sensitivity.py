@@ -52,6 +52,8 @@ class Sensitivity:
     value: str
     step_change: float
     measure: str
+    #: the value comes from the cluster's calibration, not the model's default
+    measured: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -210,6 +212,7 @@ def changes(
                 value=knob.value(cluster, prof, precision),
                 step_change=cost(worse) / base - 1,
                 measure=knob.measure.format(accel=cluster.accel.name),
+                measured=_measured(knob.key, cluster),
             )
         )
     if attention_eff is not None:
@@ -276,6 +279,21 @@ def ranking_check(
 SHOWN = 0.005
 
 
+#: The calibration keys that make each knob measured (links: any collective on the span).
+_MEASURED_KEYS = {"attn_eff": ("attn_eff", "attn_fwd_eff")}
+
+
+def _measured(key: str, cluster: Cluster) -> bool:
+    """Whether ``cluster``'s calibration states the constant of knob ``key``."""
+    cal = cluster.calibration
+    if cal is None:
+        return False
+    if key.endswith("_bw"):
+        span = key.removesuffix("_bw")
+        return any(span in spans for spans in cal.ops.values())
+    return any(k in cal.kernels for k in _MEASURED_KEYS.get(key, (key,)))
+
+
 def sensitivity_lines(items: list[Sensitivity], indent: str = "") -> list[str]:
     """:func:`sensitivity`'s result as text: the constants that move the step by
     :data:`SHOWN` or more, largest first, and how to measure the first (nothing when nothing
@@ -285,10 +303,17 @@ def sensitivity_lines(items: list[Sensitivity], indent: str = "") -> list[str]:
     shown = [x for x in items if x.step_change >= SHOWN]
     if not shown:
         return [f"{indent}sensitivity: no constant 10% worse moves this step by 0.5% or more"]
-    cells = "; ".join(f"{x.constant} ({x.value}) {x.step_change:+.1%}" for x in shown)
+    cells = "; ".join(
+        f"{x.constant} ({x.value}{', measured' if x.measured else ''}) {x.step_change:+.1%}"
+        for x in shown
+    )
     rest = "; the rest < 0.5%" if len(shown) < len(items) else ""
-    return [
-        f"{indent}sensitivity (each constant 10% worse, alone): {cells}{rest}",
-        f"{indent}  measure first: {shown[0].measure}, then price with that calibration "
-        "(--calibration cal.json, or Cluster.calibrate)",
-    ]
+    first = next((x for x in shown if not x.measured), None)
+    advice = (
+        f"measure first: {first.measure}, then price with that calibration "
+        "(--calibration cal.json, or Cluster.calibrate)"
+        if first is not None
+        else "every constant shown is from the calibration"
+    )
+    return [f"{indent}sensitivity (each constant 10% worse, alone): {cells}{rest}",
+            f"{indent}  {advice}"]  # fmt: skip

@@ -11,6 +11,7 @@ model ports use).  torch and torch_npu are imported only when needed.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 from collections.abc import Mapping
@@ -242,6 +243,16 @@ def bind_device(backend: str, local_rank: int) -> str:
     if backend == "nccl":
         import torch
 
+        if not torch.cuda.is_available():
+            raise UsageError(
+                "the nccl backend needs CUDA, and this torch sees no CUDA device; use "
+                "backend='gloo' (--backend gloo) on CPUs, or 'auto' to pick by device"
+            )
+        if local_rank >= torch.cuda.device_count():
+            raise UsageError(
+                f"local rank {local_rank} has no CUDA device: this node has "
+                f"{torch.cuda.device_count()}; start at most that many ranks per node"
+            )
         torch.cuda.set_device(local_rank)
         return f"cuda:{local_rank}"
     if backend == "hccl":
@@ -267,10 +278,18 @@ def device_for(backend: str) -> str:
 
 
 def as_timedelta(timeout: timedelta | float | int | None) -> timedelta | None:
-    """Accept a timedelta or a number of seconds."""
-    if timeout is None or isinstance(timeout, timedelta):
-        return timeout
-    return timedelta(seconds=float(timeout))
+    """Accept a timedelta or a number of seconds (UsageError unless positive and finite)."""
+    if timeout is None:
+        return None
+    seconds = timeout.total_seconds() if isinstance(timeout, timedelta) else timeout
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, (int, float))
+        or not math.isfinite(seconds)
+        or seconds <= 0
+    ):
+        raise UsageError(f"timeout={timeout!r} must be a positive number of seconds or timedelta")
+    return timeout if isinstance(timeout, timedelta) else timedelta(seconds=float(seconds))
 
 
 def init_distributed(

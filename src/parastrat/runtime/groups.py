@@ -348,6 +348,8 @@ def _megatron_init_kwargs(
     }
     if s.ulysses > 1 and s.ring > 1:
         want["hierarchical_context_parallel_sizes"] = [s.ulysses, s.ring]
+    if s.dp_replicate > 1:  # HSDP: Megatron's distributed-optimizer instances are the replicas
+        want["num_distributed_optimizer_instances"] = s.dp_replicate
     if td is not None:
         want["distributed_timeout_minutes"] = max(1, math.ceil(td.total_seconds() / 60))
     # what each argument means when the installed version lacks it: None = harmless to drop
@@ -358,6 +360,7 @@ def _megatron_init_kwargs(
         "hierarchical_context_parallel_sizes": False,
         "order": s.order == "tp-cp-ep-dp-pp",  # the default of versions without the argument
         "virtual_pipeline_model_parallel_size": s.vpp == 1,
+        "num_distributed_optimizer_instances": False,
     }
     version = _megatron_version()
     out: dict[str, Any] = {}

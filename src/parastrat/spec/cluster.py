@@ -105,6 +105,9 @@ class Calibration:
     ops: Mapping[str, Mapping[str, tuple[float, float]]]
     source: str = ""
     kernels: Mapping[str, Any] = field(default_factory=dict)
+    #: the accelerator preset the kernel constants were measured as (``bench --kernels
+    #: --accelerator NAME``); a cluster of another accelerator refuses them
+    accelerator: str | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | Calibration) -> Calibration:
@@ -139,7 +142,11 @@ class Calibration:
                     )
                 ops.setdefault(op, {})[span] = (alpha, bw)
         kernels = _kernel_constants(data.get("kernels") or {})
-        return cls(ops=ops, source=str(data.get("source", "")), kernels=kernels)
+        accel = data.get("accelerator")
+        if accel is not None and not isinstance(accel, str):
+            raise SpecError(f"calibration 'accelerator' must be a preset name, got {accel!r}")
+        source = str(data.get("source", ""))
+        return cls(ops=ops, source=source, kernels=kernels, accelerator=accel)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form shown above, which :meth:`from_dict` and :func:`load_calibration` read
@@ -150,6 +157,7 @@ class Calibration:
                 for op, spans in self.ops.items()
             },
             **({"kernels": dict(self.kernels)} if self.kernels else {}),
+            **({"accelerator": self.accelerator} if self.accelerator else {}),
             "source": self.source,
         }
 
@@ -212,12 +220,31 @@ def _kernel_constants(data: Any) -> dict[str, Any]:
     return out
 
 
+def _require_same_device(cal: Calibration, accel: Accelerator) -> None:
+    """SpecError when ``cal``'s kernel constants were measured as another accelerator: they
+    are fractions of that device's peaks, and would price this one wrongly."""
+    measured = cal.accelerator
+    if measured is None:
+        return
+    if get_accelerator(measured).name != accel.name:
+        raise SpecError(
+            f"the calibration's kernel constants were measured as {measured}, and this "
+            f"cluster is {accel.name}: measure on it (parastrat bench --kernels --accelerator "
+            f"{accel.name} --fit FILE) or leave the calibration out"
+        )
+
+
 def load_calibration(path: str | Path) -> Calibration:
     """Read a calibration JSON file (see :class:`Calibration`)."""
     from .._io import read_json
 
     try:
         data = read_json(path, what="calibration file")
+        if isinstance(data, Mapping) and not ({"ops", "kernels"} & set(data)):
+            raise SpecError(
+                "holds neither 'ops' (collectives: parastrat bench --fit FILE) nor 'kernels' "
+                "(parastrat bench --kernels --accelerator NAME --fit FILE): not a calibration"
+            )
         return Calibration.from_dict(data)
     except UsageError as exc:  # the file could not be read: a SpecError, as before
         raise SpecError(str(exc)) from None
@@ -266,10 +293,10 @@ class Cluster:
             ("scale_out_bw_Bps", scale_out_bw_Bps),
         ):
             resolved[name] = getattr(accel, name) if value is None else value
-        if devices_per_node is not None and scale_up_domain is None:
-            # a node-bound NVLink / HCCS domain (H100's 8) is no wider than the node given
-            if accel.scale_up_domain <= accel.devices_per_node and is_count(devices_per_node):
-                resolved["scale_up_domain"] = min(accel.scale_up_domain, devices_per_node)
+        # a node-bound NVLink / HCCS domain (H100's 8) is no wider than the node given
+        node_bound = accel.scale_up_domain <= accel.devices_per_node
+        if node_bound and scale_up_domain is None and is_count(devices_per_node):
+            resolved["scale_up_domain"] = min(accel.scale_up_domain, int(devices_per_node or 1))
         resolved["calibration"] = (
             None if calibration is None else Calibration.from_dict(calibration)
         )
@@ -291,6 +318,7 @@ class Cluster:
                 )
         cal = resolved["calibration"]
         if cal is not None and cal.kernels:
+            _require_same_device(cal, accel)
             accel = replace(accel, kernels=dict(cal.kernels))
         usable = getattr(accel, "usable_memory_bytes", None)
         if usable and usable < accel.memory_bytes:

@@ -362,13 +362,37 @@ def _expert_layers(c: _Config) -> dict[str, int]:
     if not isinstance(dense_only, list):
         raise SpecError(f"{c.where}: field 'mlp_only_layers' must be a list of layer indices")
     if dense_only:
-        # Qwen-MoE's list of dense layers: count the leading run as dense layers.
-        dense_set = {i for i in dense_only if isinstance(i, int) and not isinstance(i, bool)}
-        lead = 0
-        while lead in dense_set:
-            lead += 1
-        first_dense = max(first_dense, lead)
+        first_dense = max(first_dense, _leading_dense(c, dense_only))
     return {"moe_first_dense_layers": first_dense, "moe_layer_freq": freq}
+
+
+def _leading_dense(c: _Config, dense_only: list[Any]) -> int:
+    """Qwen-MoE's ``mlp_only_layers`` as a count of leading dense layers; SpecError for an
+    index that is no layer, or a list that is not a leading run (layers 0..k-1), which the
+    model's ``moe_first_dense_layers`` cannot say."""
+    layers = c.cfg.get("num_hidden_layers")
+    bad = [
+        i
+        for i in dense_only
+        if isinstance(i, bool)
+        or not isinstance(i, int)
+        or i < 0
+        or (isinstance(layers, int) and i >= layers)
+    ]
+    if bad:
+        raise SpecError(
+            f"{c.where}: field 'mlp_only_layers' holds {bad!r}, which are not layer indices "
+            f"in [0, {layers})"
+        )
+    lead = len(set(dense_only))
+    if sorted(set(dense_only)) != list(range(lead)):
+        raise SpecError(
+            f"{c.where}: field 'mlp_only_layers' {sorted(set(dense_only))} is not a leading run "
+            "of layers (0, 1, ..., k-1); parastrat prices dense layers as the first k "
+            "(Megatron's moe_layer_freq pattern is not read from it), so it cannot price this "
+            "model as given"
+        )
+    return lead
 
 
 def _hybrid(

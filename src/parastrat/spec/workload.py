@@ -641,6 +641,12 @@ class SearchSpace:
             object.__setattr__(self, name, _choices(name, getattr(self, name)))
         for name in DEGREES:
             whole(f"max_{name}", getattr(self, f"max_{name}"), optional=True)
+            pins, upper = getattr(self, name), getattr(self, f"max_{name}")
+            if pins is not None and upper is not None and min(pins) > upper:
+                raise UsageError(
+                    f"{name}={'/'.join(map(str, pins))} is above max_{name}={upper}: no "
+                    f"strategy can have both; drop one, or pin {name} <= {upper}"
+                )
         object.__setattr__(self, "recompute", _modes(self.recompute))
         h = self.headroom
         if h is not None and (isinstance(h, bool) or not isinstance(h, (int, float))):
