@@ -123,3 +123,13 @@ def test_a_json_object_that_is_no_calibration_is_refused(tmp_path, capsys):
         argv = ["plan", "--model", "llama3-8b", "--gpus", "8", "--calibration", str(path)]
         assert main(argv) == 2
         assert "not a calibration" in capsys.readouterr().err
+
+
+def test_a_folder_as_the_picture_path_is_refused(tmp_path):
+    """``--plot /tmp`` wrote ``/tmp.png`` beside the folder; the folder is refused by name."""
+    from parastrat.errors import UsageError
+    from parastrat.viz import figure_path
+
+    with pytest.raises(UsageError, match="is a folder"):
+        figure_path(tmp_path)
+    assert figure_path(tmp_path / "plan") == tmp_path / "plan.png"

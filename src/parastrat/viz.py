@@ -22,6 +22,10 @@ def figure_path(path: str | Path) -> Path:
     """The file a picture asked for at ``path`` is written to: ``path`` itself when it ends
     with a picture format, else ``path`` + ``.png`` (so the path reported is the path written)."""
     out = Path(path)
+    if out.is_dir():
+        raise UsageError(
+            f"{out} is a folder; give a file name for the picture, e.g. {out}/plot.png"
+        )
     if out.suffix.lower().lstrip(".") in FIGURE_FORMATS:
         return out
     return out.with_name(out.name + ".png")
