@@ -220,3 +220,10 @@ def test_cli_reads_earlier_rows_to_print_plot_and_fit(tmp_path, capsys):
 def test_cli_user_errors_exit_2_before_spawning(argv, needle, capsys):
     assert main(["bench", *argv]) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_load_refuses_flags_that_only_shape_a_sweep(tmp_path, capsys):
+    rows = tmp_path / "rows.json"
+    rows.write_text(json.dumps({"rows": []}))
+    assert main(["bench", "--load", str(rows), "--span", "inter"]) == 2
+    assert "--span" in capsys.readouterr().err

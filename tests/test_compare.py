@@ -98,3 +98,13 @@ def test_compare_prices_memory_with_the_step_switches():
     assert off.memory[0].peak_bytes > on.memory[0].peak_bytes
     with pytest.raises(UsageError, match="pair"):
         compare("tp=4,pp=8,sp", "tp=8,pp=4,sp", micro_batch_size=(1,), **kw)
+
+
+def test_a_broken_side_is_named():
+    """A rule broken by one of the two strategies says which one."""
+    a = ps.Strategy(tp=8, pp=4, vpp=5, sp=True)
+    with pytest.raises(ps.StrategyError, match=r"strategy b \(tp=3\)"):
+        compare(
+            a, "tp=3", cluster=ps.Cluster("h100", 64), model="llama3-70b", seq_len=4096,
+            global_batch_size=128,
+        )  # fmt: skip

@@ -172,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     if args.kernels:
         return _run_kernels(args)
     if args.load:
+        _refuse_sweep_flags(args)
         rows = load_rows(args.load)
         if not rows:
             raise UsageError(f"{args.load} holds no benchmark rows; write some with --output")
@@ -403,6 +404,19 @@ def _measure(args: argparse.Namespace) -> list[Any] | None:
     if args.world is None and detect_env().source != "single":
         return _measure_launched(args, strategy, kwargs)
     return _measure_local(args, strategy, kwargs)
+
+
+def _refuse_sweep_flags(args: argparse.Namespace) -> None:
+    """``--load`` reads rows already measured: a flag that only shapes a sweep would be
+    silently ignored, so it is refused."""
+    from ..errors import UsageError
+
+    given = [f"--{k.replace('_', '-')}" for k in ("span", "sizes", "dtype") if getattr(args, k)]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)} shape(s) a sweep, and --load reads rows already measured (each "
+            "row keeps its own); drop them, or measure again without --load"
+        )
 
 
 def _sweep_kwargs(args: argparse.Namespace, *, strategic: bool) -> dict[str, Any]:

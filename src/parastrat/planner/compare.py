@@ -12,10 +12,10 @@ imports no framework adapter).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from ..errors import UsageError
+from ..errors import StrategyError, UsageError, Violation
 from ..estimate.memory import MemoryReport
 from ..estimate.step import StepReport
 from ..estimate.track_record import TrackRecord, track_record
@@ -160,6 +160,11 @@ class Comparison:
         return "\n".join(lines)
 
 
+def _sided(violations: list[Violation], side: str, obj: Any) -> list[Violation]:
+    """``violations`` with each message naming the side (``a`` or ``b``) that broke it."""
+    return [replace(v, message=f"strategy {side} ({obj}): {v.message}") for v in violations]
+
+
 def compare(
     a: Any,
     b: Any,
@@ -194,7 +199,10 @@ def compare(
             wl.with_micro_batch(pairs["micro_batch_size"][i]) if "micro_batch_size" in pairs else wl
         )
         sw_i = sw.with_recompute(pairs["recompute"][i]) if "recompute" in pairs else sw
-        s, step, mem = price(wl_i, as_strategy(obj), cluster, sw_i)
+        try:
+            s, step, mem = price(wl_i, as_strategy(obj), cluster, sw_i)
+        except StrategyError as exc:  # say which of the two broke the rules
+            raise StrategyError(_sided(exc.violations, "ab"[i], obj)) from None
         sides.append((s, step, mem, wl_i.mbs, step.recompute))
         costs.append(step_cost(wl_i, s, sw_i))
     (sa, ta, ma, mba, ra), (sb, tb, mb, mbb, rb) = sides
