@@ -127,3 +127,22 @@ def test_missing_diffusers_names_the_extra(monkeypatch):
         dd.to_context_parallel_config(Strategy(ulysses=2))
     assert err.value.extra == "diffusers"
     assert 'pip install "parastrat[diffusers]"' in str(err.value)
+
+
+def test_a_diffusers_too_old_for_tp_says_upgrade_not_install():
+    """diffusers before 0.40 has no TensorParallelConfig: the error says the installed one is
+    too old and how to upgrade (it said "not installed" and named the extra, which an
+    installed 0.39 already satisfies)."""
+    if hasattr(diffusers, "TensorParallelConfig"):
+        pytest.skip("this diffusers has TensorParallelConfig")
+    with pytest.raises(MissingExtraError, match=r"too old.*pip install -U \"diffusers>=0.40\""):
+        dd.to_parallel_config(Strategy(tp=2))
+
+
+def test_an_option_diffusers_refuses_is_a_strategy_error():
+    if not hasattr(diffusers, "ContextParallelConfig"):
+        pytest.skip("this diffusers has no ContextParallelConfig")
+    with pytest.raises(StrategyError, match="diffusers-cp-option"):
+        dd.to_context_parallel_config(Strategy(ulysses=2, ring=2), ulysses_anything=True)
+    with pytest.raises(StrategyError, match="diffusers-cp-option"):
+        dd.to_context_parallel_config(Strategy(ulysses=2), bogus=1)

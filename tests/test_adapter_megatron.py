@@ -448,6 +448,10 @@ def test_launch_env_and_command():
     assert "CUDA_DEVICE_MAX_CONNECTIONS=1" not in mg.launch_env(
         Strategy(tp=16, sp=True), scale_up_domain=8
     )
+    # Megatron FSDP refuses a single connection, on GPUs and NPUs
+    fsdp = Strategy(tp=2, sp=True, dp_shard=4, fsdp="optim_grads_params")
+    for vendor in ("nvidia", "huawei"):
+        assert "CUDA_DEVICE_MAX_CONNECTIONS=1" not in mg.launch_env(fsdp, vendor=vendor)
     argv = mg.launch_command(
         s, recipe="r", nproc_per_node=8, nnodes=4, recompute="full", rdzv_endpoint="host:29500"
     )

@@ -212,6 +212,7 @@ def test_data_parallel_switches_priced_are_written():
 
     on = argv()
     assert on.use_distributed_optimizer and on.overlap_grad_reduce and on.overlap_param_gather
+    assert on.bf16 and on.seq_length == 8192  # BF16 parameters, the length priced
     off = argv(distributed_optimizer=False)
     assert not off.use_distributed_optimizer and not off.overlap_param_gather
     assert off.overlap_grad_reduce
@@ -225,3 +226,23 @@ def test_cuda_graphs_priced_are_written():
     )  # fmt: skip
     a = parse(mg.megatron_lm_args(plan))
     assert (a.cuda_graph_impl, a.cuda_graph_scope) == ("transformer_engine", ["attn"])
+
+
+def test_an_ascend_plan_names_mindspeeds_context_parallel_algorithm():
+    """MindSpeed picks its CP algorithm from --context-parallel-algo, not --cp-comm-type: an
+    Ascend plan with CP says it (Ulysses, ring, or both with the Ulysses degree); a GPU plan
+    does not (Megatron-LM has no such argument)."""
+    model = ps.models.get("llama3-8b")
+    kw = dict(seq_len=32768, global_batch_size=64, top_k=1, cp=4)
+
+    def algo(accel: str, **pins) -> list[str]:
+        argv = mg.megatron_lm_args(ps.plan(model, ps.Cluster(accel, 16), **kw, **pins))
+        i = argv.index("--context-parallel-algo") if "--context-parallel-algo" in argv else None
+        return argv[i : i + 4] if i is not None else []
+
+    assert algo("ascend-910b", ulysses=4)[:2] == ["--context-parallel-algo", "ulysses_cp_algo"]
+    assert algo("ascend-910b", ulysses=2) == [
+        "--context-parallel-algo", "hybrid_cp_algo", "--ulysses-degree-in-cp", "2",
+    ]  # fmt: skip
+    assert algo("ascend-910b", ulysses=1)[:2] == ["--context-parallel-algo", "megatron_cp_algo"]
+    assert algo("h100", ulysses=4) == []

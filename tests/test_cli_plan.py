@@ -319,3 +319,12 @@ def test_plan_plot_draws_throughput_against_memory(tmp_path):
         == 0
     )
     assert out.stat().st_size > 10_000
+
+
+def test_a_bf16_plan_on_a_quantised_recipe_says_the_recipe_keeps_its_precision(capsys):
+    """Nemotron-H 47B's recipe trains FP8; a BF16 plan's lines keep it (they never turn a
+    recipe's FP8 off), so the launch is not what was priced: the CLI says so."""
+    argv = ["plan", "--model", "nemotron-h-47b", "--gpus", "64", "--seq-len", "8192"]
+    assert main([*argv, "--format", "overrides"]) == 0
+    err = capsys.readouterr().err
+    assert "nemotron_h_bf16_with_fp8_current_scaling_mixed" in err and "--precision fp8" in err

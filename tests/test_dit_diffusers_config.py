@@ -256,9 +256,13 @@ def test_cli_plans_a_config_and_refuses_a_bad_one(tmp_path, capsys):
     assert "not UTF-8" in err and "Traceback" not in err
 
 
-def test_models_get_points_at_dit_presets_and_suggests():
+def test_models_get_finds_dit_presets_and_training_points_at_plan_dit():
+    """One place to look a model up (the public contract): ps.models.get finds DiT presets;
+    where a language model is needed, the name is refused with where it belongs."""
+    assert ps.models.get("flux.1-dev") is dit.get("flux.1-dev")
+    assert isinstance(ps.models.get("llama3-8b"), ps.ModelSpec)
     with pytest.raises(SpecError, match=r"diffusion-transformer .* plan-dit --model flux\.1-dev"):
-        ps.models.get("flux.1-dev")
+        ps.Workload(model="flux.1-dev", seq_len=4096, global_batch_size=8)
     with pytest.raises(SpecError, match=r"did you mean .*flux\.1-dev"):
         ps.models.get("flux.1-dv")
     with pytest.raises(SpecError, match=r"did you mean .*hunyuanvideo"):

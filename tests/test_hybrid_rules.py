@@ -198,3 +198,25 @@ def test_no_interleaving_advice_for_hybrids():
     assert "pp-without-vpp" not in {v.rule for v in s.check(model=hybrid)}
     gpt = ps.models.get("llama3-70b")
     assert "pp-without-vpp" in {v.rule for v in s.check(model=gpt)}
+
+
+def test_a_hybrid_moe_runs_no_combined_1f1b_and_no_mlp_graph():
+    """megatron-core's combined 1F1B asserts a GPTModel (a hybrid is a MambaModel), and its
+    TransformerConfig refuses an mlp CUDA graph when moe_layer_freq (1 on a hybrid) marks no
+    dense layer: the plan prices combined 1F1B off, never advises it, writes it off, and
+    refuses the mlp graph."""
+    from parastrat.adapters import megatron as mg
+    from parastrat.errors import StrategyError, UsageError
+
+    nano, cluster = ps.models.get("nemotron-3-nano"), ps.Cluster("h100", 16)
+    kw = dict(seq_len=8192, global_batch_size=64, top_k=1)
+    plan = ps.plan(nano, cluster, moe_a2a_overlap=True, **kw)
+    if plan.best.strategy.ep > 1:
+        assert any("GPTModel" in n for n in plan.best.notes)
+    assert "comm_overlap.overlap_moe_expert_parallel_comm=true" not in mg.to_overrides(plan)
+    from parastrat.planner.explain import choice_advice
+
+    advice = choice_advice(ps.plan(nano, cluster, **kw))
+    assert all("moe_a2a_overlap" not in a.change for a in advice)
+    with pytest.raises((StrategyError, UsageError), match="mlp"):
+        ps.plan(nano, cluster, cuda_graphs="attn,mlp", **kw)

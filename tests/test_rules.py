@@ -266,3 +266,13 @@ def test_check_resolves_preset_names_and_refuses_numbers():
         ps.Strategy(tp=2).check(12345)
     with pytest.raises(SpecError, match="did you mean"):
         ps.Strategy(tp=2).check("llama3-8bb")
+
+
+def test_pp_not_last_needs_equal_dense_and_expert_dp():
+    """megatron-core 0.16's initialize_model_parallel asserts, whenever pp is not last in the
+    order, that the dense and expert data-parallel sizes are equal; equal pipeline strides
+    alone passed the rule and the ranks then died at start-up."""
+    s = Strategy(tp=1, pp=2, ep=2, etp=1, order="tp-pp-cp-ep-dp")
+    assert "pp-groups-differ" in {v.rule for v in s.check(world_size=4)}
+    same = Strategy(tp=1, pp=2, cp=2, ep=2, etp=1, order="tp-pp-cp-ep-dp")
+    assert "pp-groups-differ" not in {v.rule for v in same.check(world_size=8)}

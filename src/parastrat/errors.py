@@ -82,13 +82,21 @@ class StrategyTypeError(StrategyError, TypeError):
 class MissingExtraError(ImportError):
     """An optional framework is needed but not installed; the message names the extra."""
 
-    def __init__(self, module: str, extra: str, why: str = ""):
+    def __init__(self, module: str, extra: str, why: str = "", *, needs: str | None = None):
+        """``needs``: the version requirement an installed ``module`` does not meet (then the
+        message says it is too old and how to upgrade, not that it is missing)."""
         self.module = module
         self.extra = extra
-        msg = (
-            f"{module} is not installed{': ' + why if why else ''}. "
-            f'Install it with: pip install "parastrat[{extra}]"'
-        )
+        if needs is not None:
+            msg = (
+                f"the installed {module} is too old{': ' + why if why else ''}. "
+                f'Upgrade it with: pip install -U "{module}{needs}"'
+            )
+        else:
+            msg = (
+                f"{module} is not installed{': ' + why if why else ''}. "
+                f'Install it with: pip install "parastrat[{extra}]"'
+            )
         super().__init__(msg)
 
 

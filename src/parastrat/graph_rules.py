@@ -10,8 +10,8 @@ with ``"transformer_engine"``):
   with full iteration CUDA graph.");
 * ``moe`` together with ``moe_router``; ``moe_preprocess`` without ``moe_router``;
 * ``moe`` or ``moe_router`` on a dense model ("moe cuda graph is only supported for MoE.");
-  ``mlp`` on a model whose every layer is MoE ("mlp cuda graph is only supported for dense
-  layers");
+  ``mlp`` on an MoE model whose ``moe_layer_freq`` marks no dense layer, every layer MoE or
+  a hybrid (1 there) ("mlp cuda graph is only supported for dense layers");
 * ``moe`` without drop-padding (``moe_expert_capacity_factor`` and
   ``moe_pad_expert_input_to_capacity``; parastrat prices dropless MoE or a capacity factor
   without padding, so ``moe`` always needs the capacity factor);
@@ -91,7 +91,13 @@ def _moe_violations(scopes: set[str], run: GraphRun) -> list[Violation]:
     if moe_scopes and not run.moe:
         out.append(_rule("cuda-graph-moe-dense", f"{_names(moe_scopes)} on a dense model"))
     if "mlp" in scopes and run.all_moe:
-        out.append(_rule("cuda-graph-mlp-moe", "mlp on a model whose every layer is MoE"))
+        out.append(
+            _rule(
+                "cuda-graph-mlp-moe",
+                "mlp on an MoE model whose moe_layer_freq marks no dense layer (every layer "
+                "MoE, or a hybrid, whose pattern places its layers)",
+            )
+        )
     if {"moe", "moe_router"} <= scopes:
         out.append(_rule("cuda-graph-moe-router", "moe together with moe_router"))
     if "moe_preprocess" in scopes and "moe_router" not in scopes:

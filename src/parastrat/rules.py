@@ -363,15 +363,18 @@ def _pp_groups_violations(s: Strategy, world: int) -> list[Violation]:
     if s.pp <= 1 or s.order.endswith("-pp"):
         return []
     grid = training_grid(s.order, s.tp, s.cp, s.ep, s.etp, s.pp, world, s.ulysses, s.dp_replicate)
-    if grid.stride("pp") == grid.view("expert").stride("pp"):
-        return []
     dp, edp = world // (s.tp * s.cp * s.pp), expert_dp(world, s.etp, s.ep, s.pp)
+    # megatron-core 0.16 initialize_model_parallel asserts equal DP sizes whenever pp is not
+    # last ("the data parallel size of the attention and moe layers must be the same"), which
+    # equal pipeline strides alone do not imply
+    if grid.stride("pp") == grid.view("expert").stride("pp") and dp == edp:
+        return []
     return [
         _err(
             "pp-groups-differ",
-            f"with order {s.order!r} (pp not last) the dense and expert grids put "
-            f"pipeline stages on different ranks: dp={dp} but expert dp={edp} "
-            f"(tp*cp={s.tp * s.cp}, ep*etp={s.ep * s.etp})",
+            f"with order {s.order!r} (pp not last) Megatron Core needs the dense and expert "
+            f"grids to agree (same data-parallel size, same pipeline ranks): dp={dp} but "
+            f"expert dp={edp} (tp*cp={s.tp * s.cp}, ep*etp={s.ep * s.etp})",
             "use order 'tp-cp-ep-dp-pp' (pp last), or make tp*cp == ep*etp",
         )
     ]
@@ -519,7 +522,7 @@ def resolve_model(model: Any) -> Any:
         from .spec import dit, models
 
         key = model.strip().lower()
-        return dit.get(key) if key in dit.names() else models.get(model)
+        return dit.get(key) if key in dit.names() else models.get_llm(model)
     if isinstance(model, (bool, int, float)):
         raise SpecError(
             f"model={model!r} must be a ModelSpec, a DiTSpec or a preset name "

@@ -210,7 +210,9 @@ def require_strategy(value: Any, where: str) -> Strategy:
 
 
 #: Keys :meth:`Strategy.to_dict` adds that are computed, not set.
-_DERIVED_KEYS = frozenset({"min_world_size", "world_size", "expert_dp", "kind", "text"})
+_DERIVED_KEYS = frozenset(
+    {"min_world_size", "world_size", "expert_dp", "kind", "text", "order_given"}
+)
 
 
 def _reject_unknown_fields(values: Mapping[str, Any]) -> None:
@@ -606,6 +608,7 @@ class Strategy:
         d["world_size"] = self.world_size
         d["expert_dp"] = self.expert_dp
         d["text"] = str(self)
+        d["order_given"] = self.order_given  # whether "order" was chosen or derived
         return d
 
     def _degrees(self) -> dict[str, Any]:
@@ -629,7 +632,10 @@ class Strategy:
             )
         known = {f.name for f in fields(cls)}
         _reject_unknown_fields({k: v for k, v in d.items() if k not in _DERIVED_KEYS})
-        return cls(**{k: v for k, v in d.items() if k in known})
+        kwargs = {k: v for k, v in d.items() if k in known}
+        if d.get("order_given") is False:  # derived from the degrees: derive it again
+            kwargs.pop("order", None)
+        return cls(**kwargs)
 
     @classmethod
     def parse(cls, text: str) -> Strategy:
@@ -640,21 +646,29 @@ class Strategy:
 
         return parse_strategy(text)
 
+    def _pp_text(self) -> str:
+        """``PP8(VP4)[3/2][+emb+loss]``: the pipeline degree with its split, as printed."""
+        pp = f"PP{self.pp}" + (f"(VP{self.vpp})" if self.vpp > 1 else "")
+        if self.first_stage_layers or self.last_stage_layers:
+            pp += f"[{self.first_stage_layers or '-'}/{self.last_stage_layers or '-'}]"
+        if self.pipeline_layout is not None:
+            pp += f"[{self.layout_parsed}]"
+        if self.account_for_embedding or self.account_for_loss:
+            pp += ("[+emb" if self.account_for_embedding else "[") + (
+                "+loss]" if self.account_for_loss else "]"
+            )
+        return pp
+
     def __str__(self) -> str:
         if self.is_inference:
             parts = [f"TP{self.tp}", f"U{self.ulysses}", f"R{self.ring}", f"CFG{self.cfg}"]
-            if self.pp > 1:
-                parts.append(f"PP{self.pp}")
+            split = self.vpp > 1 or self.uneven or self.pipeline_layout is not None
+            if self.pp > 1 or split:
+                parts.append(self._pp_text())
+            if self.ep > 1 or self.etp != self.tp:
+                parts.append(f"EP{self.ep} ETP{self.etp}")
         else:
-            pp = f"PP{self.pp}" + (f"(VP{self.vpp})" if self.vpp > 1 else "")
-            if self.first_stage_layers or self.last_stage_layers:
-                pp += f"[{self.first_stage_layers or '-'}/{self.last_stage_layers or '-'}]"
-            if self.pipeline_layout is not None:
-                pp += f"[{self.layout_parsed}]"
-            if self.account_for_embedding or self.account_for_loss:
-                pp += ("[+emb" if self.account_for_embedding else "[") + (
-                    "+loss]" if self.account_for_loss else "]"
-                )
+            pp = self._pp_text()
             cp = f"CP{self.cp}" + (
                 f"(U{self.ulysses}xR{self.ring})"
                 if self.ulysses > 1 and self.ring > 1

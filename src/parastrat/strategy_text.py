@@ -106,8 +106,13 @@ def printed_fields(text: str) -> dict[str, Any]:
         if twice := sorted(k for k in before if k in kwargs and before[k] != kwargs[k]):
             raise UsageError(f"{token!r} gives {', '.join(twice)} again in {text!r}; once each")
     # a serving grid prints CFG (and U, R); a training one CP, whose Ulysses part alone would
-    # make Strategy derive the serving order
-    kwargs.setdefault("order", XDIT_ORDER if "cfg" in kwargs else MEGATRON_ORDER)
+    # make Strategy derive the serving order.  A serving grid whose degrees derive the xDiT
+    # order anyway leaves it derived (as Strategy(ulysses=2) would), so that the text of a
+    # strategy built without an order reads back as one
+    serving = "cfg" in kwargs
+    derived = serving and (kwargs.get("ulysses", 1) > 1 or kwargs.get("cfg", 1) > 1)
+    if not derived:
+        kwargs.setdefault("order", XDIT_ORDER if serving else MEGATRON_ORDER)
     return kwargs
 
 

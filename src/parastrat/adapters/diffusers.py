@@ -87,8 +87,8 @@ def _diffusers() -> Any:
         raise MissingExtraError(
             "diffusers",
             "diffusers",
-            f"diffusers {getattr(mod, '__version__', '?')} has no "
-            "ContextParallelConfig (needs >= 0.36)",
+            f"diffusers {getattr(mod, '__version__', '?')} has no ContextParallelConfig",
+            needs=">=0.36",
         )
     return mod
 
@@ -129,9 +129,18 @@ def to_context_parallel_config(
     problems += _model_errors(s, model, skip)
     if problems:
         raise StrategyError(problems)
-    return _diffusers().ContextParallelConfig(
-        ulysses_degree=s.ulysses, ring_degree=s.ring, **options
-    )
+    cls = _diffusers().ContextParallelConfig
+    try:
+        return cls(ulysses_degree=s.ulysses, ring_degree=s.ring, **options)
+    except (TypeError, ValueError, NotImplementedError) as exc:  # diffusers refused an option
+        raise StrategyError(
+            Violation(
+                "diffusers-cp-option",
+                f"diffusers' ContextParallelConfig refuses {s} with options {options}: {exc}",
+                "drop or change that option (see diffusers' ContextParallelConfig); the degrees "
+                "alone build",
+            )
+        ) from None
 
 
 def to_parallel_config(s: Strategy, model: Any = None, *, world_size: int | None = None) -> Any:
@@ -152,7 +161,7 @@ def to_parallel_config(s: Strategy, model: Any = None, *, world_size: int | None
         raise MissingExtraError(
             "diffusers",
             "diffusers",
-            f"diffusers {getattr(mod, '__version__', '?')} has no TensorParallelConfig "
-            "(needs >= 0.40)",
+            f"diffusers {getattr(mod, '__version__', '?')} has no TensorParallelConfig",
+            needs=">=0.40",
         )
     return mod.ParallelConfig(tensor_parallel_config=tp_cls(tp_degree=s.tp))

@@ -538,6 +538,19 @@ def _plan(
     s = as_training(s)
     t = _target(cfg)
     problems = priced_for_violations(what, cfg, seq_len) + _adapter_violations(t, s)
+    if (
+        run is not None
+        and run.moe_a2a_overlap
+        and getattr(t.model, "hybrid_override_pattern", None)
+    ):
+        problems.append(
+            Violation(
+                "hybrid-a2a-overlap",
+                "moe_a2a_overlap (overlap_moe_expert_parallel_comm) on a hybrid (Mamba) model: "
+                "megatron-core's combined 1F1B schedule asserts a GPTModel at the first step",
+                "leave moe_a2a_overlap off for hybrid models (a plan of the hybrid prices it off)",
+            )
+        )
     problems += applied_violations(t.model, s, run)  # CPU offloading priced (offload_rules.py)
     if micro_batch_size or global_batch_size:  # explicit sizes are written, as they are checked
         base = run or RunSettings()
@@ -711,7 +724,6 @@ def from_config(cfg: Any, *, world_size: int | None = None) -> Strategy:
             kwargs.update(f.read(getattr(where[0], f.name)))
     if not _megatron_fsdp_on(t):  # a recipe's sharding strategy is read only under FSDP
         kwargs.pop("fsdp", None)
-        kwargs.pop("dp_replicate", None)
     m = t.model
     cp = getattr(m, "context_parallel_size", 1) or 1
     kwargs["ulysses"], kwargs["ring"] = _cp_split(m, cp, t.prefix)
@@ -855,7 +867,35 @@ def megatron_lm_args(
         if f.arg_value is not None and value is not None:
             value = f.arg_value(value)
         argv += _arg_words(f.arg, value)
+    if _on_ascend(s) and strategy.cp > 1:
+        argv += _mindspeed_cp_args(strategy)
+    if a.run is not None and a.run.precision is not None:
+        # every precision the step model prices keeps BF16 parameters and activations;
+        # Megatron-LM's validate_args leaves params_dtype float32 without --bf16 (Bridge's
+        # mixed-precision recipes set it themselves, so this is an argument only)
+        argv.append("--bf16")
     return argv
+
+
+def _on_ascend(what: Any) -> bool:
+    """Whether ``what`` is a plan for an Ascend (huawei) cluster (MindSpeed-LLM runs it)."""
+    accel = getattr(getattr(what, "cluster", None), "accel", None)
+    return getattr(accel, "vendor", None) == "huawei"
+
+
+def _mindspeed_cp_args(s: Strategy) -> list[str]:
+    """MindSpeed's context-parallel algorithm for ``s``'s Ulysses x ring split: MindSpeed
+    chooses it from ``--context-parallel-algo`` (``ulysses_cp_algo``, ``megatron_cp_algo`` for
+    ring attention, ``hybrid_cp_algo`` with ``--ulysses-degree-in-cp``), not from Megatron's
+    ``--cp-comm-type`` (MindSpeed ``arguments.py``, "cp parallel" group)."""
+    if s.ulysses > 1 and s.ring > 1:
+        return [
+            "--context-parallel-algo",
+            "hybrid_cp_algo",
+            "--ulysses-degree-in-cp",
+            str(s.ulysses),
+        ]
+    return ["--context-parallel-algo", "ulysses_cp_algo" if s.ulysses > 1 else "megatron_cp_algo"]
 
 
 def _arg_words(arg: str, value: Any) -> list[str]:
@@ -897,14 +937,18 @@ def launch_env(s: Strategy, *, vendor: str = "nvidia", scale_up_domain: int = 8)
     Ascend (``vendor="huawei"``, HCCL): no NCCL variable; ``HCCL_CONNECT_TIMEOUT`` as
     MindSpeed-LLM's scripts set it, and ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with SP, which those
     scripts also export only to pass Megatron's own argument check (no effect on an NPU).
+    Never ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with Megatron FSDP, which refuses it.
     """
+    # Megatron FSDP needs more than one connection (Megatron-LM's validate_args asserts
+    # "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one")
+    fsdp = s.fsdp is not None
     if vendor == "huawei":
         env = [f"HCCL_CONNECT_TIMEOUT={HCCL_CONNECT_TIMEOUT_S}"]
-        if s.tp > 1 and s.sp:
+        if s.tp > 1 and s.sp and not fsdp:
             env.append("CUDA_DEVICE_MAX_CONNECTIONS=1")
         return env
     env = []
-    if vendor == "nvidia" and s.tp > 1 and s.sp and s.tp <= scale_up_domain:
+    if vendor == "nvidia" and s.tp > 1 and s.sp and s.tp <= scale_up_domain and not fsdp:
         env.append("CUDA_DEVICE_MAX_CONNECTIONS=1")
     env += ["NCCL_IB_SL=1", "TORCH_NCCL_AVOID_RECORD_STREAMS=1"]
     if vendor == "nvidia":

@@ -310,7 +310,8 @@ FSDP_FIELDS: tuple[Field, ...] = (
         "num_distributed_optimizer_instances",
         lambda a: a.s.dp_replicate,
         1,
-        _fsdp_on,
+        # also without FSDP: replicas of the distributed optimizer, as the memory is priced
+        lambda a: _fsdp_on(a) or a.s.dp_replicate > 1,
         lambda v: {"dp_replicate": _int_or_one(v)},
         ("ddp",),
         arg="--num-distributed-optimizer-instances",
@@ -698,7 +699,8 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
     if switches and tp_overlap is None:
         tp_overlap = _tp_overlap_default(s, plan)
     mode = getattr(obj, "recompute", None)
-    a2a, shared = _moe_overlaps(s, _mode(mode), switches)
+    hybrid = bool(getattr(getattr(plan, "model", None), "is_hybrid", False))
+    a2a, shared = _moe_overlaps(s, _mode(mode), switches, hybrid)
     return s, RunSettings(
         micro_batch_size=getattr(obj, "micro_batch_size", None),
         global_batch_size=getattr(plan, "global_batch_size", None),
@@ -737,7 +739,7 @@ def _ce_fusion(switches: dict[str, Any], plan: Any) -> bool | None:
 
 
 def _moe_overlaps(
-    s: Strategy, mode: str | None, switches: dict[str, Any]
+    s: Strategy, mode: str | None, switches: dict[str, Any], hybrid: bool = False
 ) -> tuple[bool | None, bool | None]:
     """(combined 1F1B, shared-expert overlap) as the step model priced them: combined 1F1B
     only where Megatron runs it (EP > 1, PP 1 or VPP > 1, no full recompute:
@@ -752,7 +754,7 @@ def _moe_overlaps(
         return a2a, shared
     from ..estimate.overlap import moe_a2a_overlap_ok
 
-    if not moe_a2a_overlap_ok(s, mode or "none"):
+    if not moe_a2a_overlap_ok(s, mode or "none", hybrid):
         return False, shared
     return True, False if shared else shared
 

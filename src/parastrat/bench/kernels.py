@@ -385,7 +385,7 @@ def gemm_grid(max_size: int = GEMM_SIZE, tokens: int = GRID_TOKENS) -> list[Gemm
     {1,024, 14,336}; and each :data:`GRID_MOE` preset's expert FC1 / FC2 forward GEMMs at the
     tokens one local expert sees (``tokens x topk / local experts``), grouped over its local
     experts (at most 8 in the grid, to keep the run short)."""
-    from ..spec.models import get as get_model
+    from ..spec.models import get_llm as get_model
 
     out: list[GemmShape] = []
     size = 1024

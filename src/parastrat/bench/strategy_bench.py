@@ -104,7 +104,7 @@ def measurements(
     the sizes come from the model (one size per op unless ``sizes`` is also given, which then
     wins); otherwise ``sizes`` (default ``"64KB:4MB:x4"``) applies to every op.
     """
-    from ..spec.models import get as get_model
+    from ..spec.models import get_llm as get_model
 
     if strategy.dp is not None and strategy.world_size != world_size:
         raise UsageError(

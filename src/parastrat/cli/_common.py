@@ -274,7 +274,7 @@ def load_model(args: argparse.Namespace):
     if getattr(args, "model", None):
         from ..spec import models
 
-        return models.get(args.model)
+        return models.get_llm(args.model)
     return None
 
 

@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> int:
     """Print every preset (name, layers, hidden, heads, experts, parameters); return 0."""
     from ..spec import models
 
-    specs = [models.get(n) for n in models.names()]
+    specs = [models.get_llm(n) for n in models.names()]
     if args.format == "json":
         print_json(
             [

@@ -255,6 +255,9 @@ def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> 
     """The plan as Bridge overrides, Megatron-LM arguments or a torchrun line (``--format``)."""
     from ..adapters.megatron import default_recipe
 
+    if args.format in ("overrides", "torchrun"):
+        _note_recipe_precision(result, args.recipe or default_recipe(model.name))
+
     if args.format == "overrides":
         from ..adapters.megatron import to_overrides
 
@@ -279,6 +282,23 @@ def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> 
             "apply them to your own ConfigContainer"
         )
     return torchrun_line(result, cluster, gbs, recipe)
+
+
+def _note_recipe_precision(result, recipe: str | None) -> None:
+    """Say so when a BF16 plan goes onto a recipe whose named mixed precision is quantised:
+    the lines keep the recipe's precision (a BF16 plan never turns a recipe's FP8 off), so
+    the run is not what was priced unless the plan is made at that precision."""
+    from ..adapters.bridge_overrides import shape_of
+
+    named = shape_of(recipe).mixed_precision if recipe else None
+    quantised = named and any(q in named for q in ("fp8", "fp4"))
+    if quantised and result.precision == "bf16":
+        err_console.print(
+            f"note: recipe {recipe} trains with its own mixed precision {named!r}, which these "
+            "lines keep; this plan was priced at bf16: plan with --precision fp8 (or the "
+            "recipe's format) to price what it runs",
+            markup=False,
+        )
 
 
 def _require_whole_nodes(cluster) -> None:

@@ -165,16 +165,21 @@ def sync_drain(post_host: float, c: LayerCost, exposed_comm: float, paired: bool
 
 
 def effective_moe_comm(
-    s: Strategy, mode: str, moe_comm: MoEComm, notes: list[str] | None
+    s: Strategy, mode: str, moe_comm: MoEComm, notes: list[str] | None, hybrid: bool = False
 ) -> MoEComm:
-    """``moe_comm`` less the switches Megatron would refuse for this strategy (noted)."""
+    """``moe_comm`` less the switches Megatron would refuse for this strategy (noted);
+    ``hybrid``: the model is a hybrid (Mamba) stack, on which combined 1F1B does not run."""
     a2a, shared = moe_comm.a2a_overlap, moe_comm.shared_expert_overlap
-    if a2a and not moe_a2a_overlap_ok(s, mode):
+    if a2a and not moe_a2a_overlap_ok(s, mode, hybrid):
         a2a = False
         if notes is not None and s.ep > 1:
             notes.append(
-                "moe_a2a_overlap (combined 1F1B) not applied: it needs PP = 1 or "
-                "VPP > 1 and no full recompute"
+                "moe_a2a_overlap (combined 1F1B) not applied: "
+                + (
+                    "Megatron Core runs it on a GPTModel only (a hybrid MambaModel asserts)"
+                    if hybrid
+                    else "it needs PP = 1 or VPP > 1 and no full recompute"
+                )
             )
     if a2a and shared:
         shared = False
@@ -195,10 +200,12 @@ def effective_moe_comm(
     return MoEComm(moe_comm.dispatcher, a2a, shared)
 
 
-def moe_a2a_overlap_ok(s: Strategy, recompute: str) -> bool:
-    """Whether Megatron runs combined 1F1B for this strategy: EP > 1, PP = 1 or VPP > 1, and
-    no full recompute (``overlap_moe_expert_parallel_comm``'s rules)."""
-    return s.ep > 1 and (s.pp == 1 or s.vpp > 1) and recompute != "full"
+def moe_a2a_overlap_ok(s: Strategy, recompute: str, hybrid: bool = False) -> bool:
+    """Whether Megatron runs combined 1F1B for this strategy: EP > 1, PP = 1 or VPP > 1, no
+    full recompute (``overlap_moe_expert_parallel_comm``'s rules), and a GPT model, not a
+    hybrid: megatron-core 0.16 ``pipeline_parallel/combined_1f1b.py`` asserts "The final
+    unwrapped model must be a GPTModel instance", and a hybrid stack is a ``MambaModel``."""
+    return s.ep > 1 and (s.pp == 1 or s.vpp > 1) and recompute != "full" and not hybrid
 
 
 def unpaired_share(pp: int, vpp: int, m: int, rank: int) -> float:

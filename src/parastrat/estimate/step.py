@@ -540,7 +540,9 @@ class StepModel:
     def lower_bounds(self, s: Strategy, sizes: Iterable[int]) -> list[float]:
         """:meth:`lower_bound` of ``s`` at each micro-batch size of ``sizes`` (what they share
         is read once)."""
-        moe_comm = effective_moe_comm(s, "none", self._moe_comm, None)
+        moe_comm = effective_moe_comm(
+            s, "none", self._moe_comm, None, self._workload.model.is_hybrid
+        )
         dp = _dp(s)
         gbs = self._workload.needs_global_batch("the step model")
         bubble = (s.pp - 1) / s.vpp
@@ -619,7 +621,9 @@ class StepModel:
         split = self.split(s)
         if split.note:
             notes.append(split.note)
-        moe_comm = effective_moe_comm(s, mode, self._moe_comm, notes)
+        moe_comm = effective_moe_comm(
+            s, mode, self._moe_comm, notes, self._workload.model.is_hybrid
+        )
         per = self.per_layer(s, mbs, mode, strides, self.tp_overlap(s, strides), moe_comm)
         stages = self._stages(s, split, per, mbs * wl.seq_len / s.cp)
         step, st, pp = self._slowest(s, m, stages, strides, mbs, moe_comm.a2a_overlap)
@@ -1086,7 +1090,9 @@ def graph_run(model: ModelSpec, switches: Switches, recompute: str) -> GraphRun:
     mech = switches.mechanisms
     return GraphRun(
         moe=model.is_moe,
-        all_moe=model.is_moe and model.num_moe_layers == model.num_layers,
+        # Megatron reads moe_layer_freq alone: 1 on a hybrid (its pattern places the MoE
+        # layers), so a hybrid MoE refuses an mlp graph whatever its dense layers
+        all_moe=model.is_moe and (model.is_hybrid or model.num_moe_layers == model.num_layers),
         recompute=recompute,
         recompute_modules=mech.recompute_modules,
         dispatcher=switches.moe_dispatcher,

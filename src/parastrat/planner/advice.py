@@ -76,7 +76,7 @@ def candidate_changes(
         out.append({"tp_comm_overlap": True})
     if s.ep > 1 and switches.moe_dispatcher == "alltoall":
         out.append({"moe_dispatcher": "flex"})
-    if s.ep > 1 and not switches.moe_a2a_overlap:
+    if s.ep > 1 and not switches.moe_a2a_overlap and not workload.model.is_hybrid:
         # Megatron refuses the shared-expert overlap together with combined 1F1B
         shared = {"moe_shared_expert_overlap": False} if switches.moe_shared_expert_overlap else {}
         out.append({"moe_a2a_overlap": True, **shared})

@@ -1,8 +1,9 @@
 """Model presets: the shapes of published LLMs, each from its paper, model card or config.json.
 
-``parastrat.models.get("llama3-70b")`` returns a :class:`~parastrat.ModelSpec`; an unknown name
-raises :class:`~parastrat.errors.SpecError` listing the known ones.  ``register(spec)`` adds a
-user's own model under ``spec.name``.
+``parastrat.models.get("llama3-70b")`` returns a :class:`~parastrat.ModelSpec` (a DiT preset's
+name, its :class:`~parastrat.DiTSpec`: one place to look a model up); an unknown name raises
+:class:`~parastrat.errors.SpecError` listing the known ones, with "did you mean".
+``register(spec)`` adds a user's own model under ``spec.name``.
 
 The shapes are the released checkpoints' ``config.json`` values (field names translated to
 Megatron's); ``tests/test_models.py`` pins each preset's parameter count against the total and
@@ -12,6 +13,7 @@ active counts its authors published.
 from __future__ import annotations
 
 from ..errors import SpecError
+from .dit import DiTSpec
 from .model import ModelSpec
 
 _PRESETS: dict[str, ModelSpec] = {}
@@ -38,8 +40,23 @@ def names() -> list[str]:
     return list(seen)
 
 
-def get(name: str | ModelSpec) -> ModelSpec:
-    """The preset called ``name`` (case-insensitive); a ModelSpec passes through unchanged."""
+def get(name: str | ModelSpec | DiTSpec) -> ModelSpec | DiTSpec:
+    """The preset called ``name`` (case-insensitive), a language model's or a diffusion
+    transformer's: one place to look a model up (a spec passes through unchanged).  Where a
+    language model is needed (training: ``plan``, ``Workload``), :func:`get_llm` says where
+    a DiT name belongs instead."""
+    from . import dit
+
+    if isinstance(name, DiTSpec):
+        return name
+    if isinstance(name, str) and _norm(name) not in _PRESETS and _norm(name) in dit.names():
+        return dit.get(_norm(name))
+    return get_llm(name)
+
+
+def get_llm(name: str | ModelSpec) -> ModelSpec:
+    """The language-model preset called ``name`` (case-insensitive); a ModelSpec passes
+    through unchanged; a DiT preset's name is refused with where it belongs."""
     if isinstance(name, ModelSpec):
         return name
     try:

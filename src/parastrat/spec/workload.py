@@ -30,7 +30,7 @@ from ..errors import SpecError, UsageError
 from ..rules import FSDP_LEVELS, fsdp_value_violations
 from .hardware import FP8_RECIPES, canonical_precision, precision_recipe
 from .model import ModelSpec
-from .models import get as get_model
+from .models import get_llm as get_model
 
 #: Activation recompute modes: none, Megatron's selective (core attention) and full (every
 #: layer, uniform, one layer per checkpoint).
