@@ -220,3 +220,12 @@ def test_a_hybrid_moe_runs_no_combined_1f1b_and_no_mlp_graph():
     assert all("moe_a2a_overlap" not in a.change for a in advice)
     with pytest.raises((StrategyError, UsageError), match="mlp"):
         ps.plan(nano, cluster, cuda_graphs="attn,mlp", **kw)
+
+
+def test_a_pinned_vpp_on_a_hybrid_is_told_vpp_1(capsys):
+    """The fix of a pinned --vpp on a hybrid is vpp=1, not a pp that hybrid-vpp then refuses."""
+    from parastrat.cli import main
+
+    assert main(["plan", "--model", "nemotron-h-8b", "--gpus", "16", "--vpp", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "use vpp=1" in err and "set pp >= 2" not in err

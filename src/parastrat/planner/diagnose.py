@@ -12,6 +12,7 @@ variant the planner would try for those pins (an uneven pipeline split through
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from itertools import product
 from typing import Any
 
@@ -43,8 +44,22 @@ def pinned_violations(
                 order=MEGATRON_ORDER,  # a training grid, also with Ulysses pinned
             )
         except StrategyError as exc:  # the pins contradict each other
-            per_variant.append([v for v in exc.violations if v.severity == "error"])
+            errors = [v for v in exc.violations if v.severity == "error"]
+            per_variant.append(_for_hybrid(errors, model))
             continue
         per_variant.append([v for v in s.check(model, seq_len=seq_len) if v.severity == "error"])
     always = set.intersection(*({v.rule for v in vs} for vs in per_variant))
     return [v for v in per_variant[0] if v.rule in always]
+
+
+def _for_hybrid(errors: list[Violation], model: Any) -> list[Violation]:
+    """On a hybrid model a virtual pipeline is refused outright (MambaStack), so "vpp needs
+    pp" would send the user to a pp that the next check refuses: say that instead."""
+    if not getattr(model, "is_hybrid", False):
+        return errors
+    return [
+        replace(v, hint="use vpp=1 (a hybrid's MambaStack takes no virtual pipeline at any pp)")
+        if v.rule == "vpp-needs-pp"
+        else v
+        for v in errors
+    ]
