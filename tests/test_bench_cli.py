@@ -227,3 +227,8 @@ def test_load_refuses_flags_that_only_shape_a_sweep(tmp_path, capsys):
     rows.write_text(json.dumps({"rows": []}))
     assert main(["bench", "--load", str(rows), "--span", "inter"]) == 2
     assert "--span" in capsys.readouterr().err
+
+
+def test_seq_len_without_a_model_is_refused(capsys):
+    assert main(["bench", "--world", "2", "--tp", "2", "--seq-len", "100"]) == 2
+    assert "--model" in capsys.readouterr().err

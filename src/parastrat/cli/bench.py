@@ -396,6 +396,13 @@ def _measure(args: argparse.Namespace) -> list[Any] | None:
     """Run the sweep where the arguments say; None on torchrun ranks other than 0, [] when a
     local rank failed (the reason is printed)."""
     strategy = strategy_from_args(args) if _strategy_requested(args) else None
+    if args.seq_len is not None and args.model is None:
+        from ..errors import UsageError
+
+        raise UsageError(
+            "--seq-len sizes the messages of a model's layers and needs --model NAME; "
+            "a plain sweep takes --sizes"
+        )
     kwargs = _sweep_kwargs(args, strategic=strategy is not None)
     from ..runtime.backend import detect_env
 
