@@ -168,9 +168,16 @@ class Workload:
         if isinstance(self.model, str):
             object.__setattr__(self, "model", get_model(self.model))
         elif not isinstance(self.model, ModelSpec):
+            dit = type(self.model).__name__ == "DiTSpec"
             raise SpecError(
                 f"a workload needs a ModelSpec or a preset name, got "
-                f"{type(self.model).__name__} (use parastrat.models.get(name))"
+                f"{type(self.model).__name__} "
+                + (
+                    f"{self.model.name!r}: a diffusion transformer is planned with "
+                    "parastrat.plan_dit (parastrat plan-dit)"
+                    if dit
+                    else "(use parastrat.models.get(name) with a language model's name)"
+                )
             )
         whole("seq_len", self.seq_len)
         whole("global_batch_size", self.global_batch_size, optional=True)
