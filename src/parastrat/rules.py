@@ -889,6 +889,13 @@ def chunk_violations(s: Strategy, model: Any, seq_len: int) -> list[Violation]:
     ]
 
 
+def interleave_fits(s: Strategy, microbatches: int) -> bool:
+    """Whether Megatron Core's interleaved schedule takes ``microbatches`` per step: a
+    multiple of ``pp`` with ``vpp > 1`` (``microbatch_group_size_per_vp_stage`` = ``pp`` by
+    default; a last group of fewer raises at the first step), anything without interleaving."""
+    return s.vpp == 1 or microbatches % s.pp == 0
+
+
 def _either(value: int, unit: int) -> str:
     """The multiples of ``unit`` around ``value``: "48 or 64", or just "64" below one unit."""
     lower, upper = value // unit * unit, (value // unit + 1) * unit
@@ -938,7 +945,7 @@ def batch_violations(
                 f"raise global_batch_size to at least {s.pp * unit} or lower pp",
             )
         )
-    if s.vpp > 1 and m % s.pp:
+    if not interleave_fits(s, m):
         out.append(
             _err(
                 "vpp-microbatches",

@@ -178,6 +178,17 @@ RECIPE_SHAPES: dict[str, RecipeShape] = {
 UNKNOWN_SHAPE = _OBJECT_CO
 
 
+def kept_quantisation(recipe: str | None, precision: str) -> str | None:
+    """The recipe's own named mixed precision when it quantises (its recorded fields set
+    ``fp8`` or ``fp4``) and the plan was priced at BF16: launch lines keep a recipe's
+    precision for a BF16 plan (they never turn a recipe's FP8 off), so the run is then not
+    what was priced.  None otherwise."""
+    named = shape_of(recipe).mixed_precision if recipe else None
+    fields = NAMED_PRECISIONS.get((named or "").replace("-", "_"), {})
+    quantised = bool(fields.get("fp8") or fields.get("fp4"))
+    return named if quantised and precision == "bf16" else None
+
+
 def shape_of(recipe: Any) -> RecipeShape:
     """The shape of ``recipe``: a Bridge ``ConfigContainer`` (read from it), a recipe name
     (:data:`RECIPE_SHAPES`, else :data:`BASE_SHAPE`) or None (:data:`UNKNOWN_SHAPE`)."""

@@ -285,14 +285,12 @@ def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> 
 
 
 def _note_recipe_precision(result, recipe: str | None) -> None:
-    """Say so when a BF16 plan goes onto a recipe whose named mixed precision is quantised:
-    the lines keep the recipe's precision (a BF16 plan never turns a recipe's FP8 off), so
-    the run is not what was priced unless the plan is made at that precision."""
-    from ..adapters.bridge_overrides import shape_of
+    """Say so when the launch lines keep a quantised recipe precision for a BF16 plan
+    (:func:`~parastrat.adapters.bridge_overrides.kept_quantisation`)."""
+    from ..adapters.bridge_overrides import kept_quantisation
 
-    named = shape_of(recipe).mixed_precision if recipe else None
-    quantised = named and any(q in named for q in ("fp8", "fp4"))
-    if quantised and result.precision == "bf16":
+    named = kept_quantisation(recipe, result.precision)
+    if named:
         err_console.print(
             f"note: recipe {recipe} trains with its own mixed precision {named!r}, which these "
             "lines keep; this plan was priced at bf16: plan with --precision fp8 (or the "

@@ -351,7 +351,7 @@ def _batch_ok(s: Strategy, dp: int, gbs: int, mbs: int) -> bool:
     of ``pp`` micro-batches for an interleaved schedule)."""
     if gbs % (dp * mbs):
         return False
-    return not (s.vpp > 1 and (gbs // (dp * mbs)) % s.pp)
+    return rules.interleave_fits(s, gbs // (dp * mbs))
 
 
 class Search:
