@@ -16,12 +16,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from parastrat.bench import Row, fit, load, save
-from parastrat.errors import UsageError
+from parastrat.errors import SpecError, UsageError
 from parastrat.spec.cluster import Cluster, bus_factor, latency_steps
 
 
-def _row(op: str, nbytes: int, n: int, t: float, span: str = "intra") -> Row:
-    return Row.from_times(op, nbytes, n, [t], backend="gloo", dtype="float32", span=span)
+def _row(op: str, nbytes: int, n: int, t: float, span: str = "intra", backend: str = "nccl") -> Row:
+    """A measured row, as a sweep on an H100 cluster (NCCL) would give it."""
+    return Row.from_times(op, nbytes, n, [t], backend=backend, dtype="float32", span=span)
 
 
 def _model_time(op: str, nbytes: int, n: int, alpha: float, busbw: float) -> float:
@@ -135,6 +136,27 @@ def test_calibration_changes_the_cost_models_collective_time(tmp_path):
         save(cal, tmp_path / "c.json"), accelerator="h100", num_devices=8
     )
     assert from_file.collective_time("all_gather", 16e6, 4, "intra") == pytest.approx(6.03e-3)
+
+
+def test_collectives_measured_with_another_backend_are_refused():
+    """A gloo sweep (host TCP, e.g. on a laptop) priced as an H100 cluster's NVLink, or an NCCL
+    one as Ascend's HCCS, would be off by orders of magnitude: the cluster refuses it, naming
+    the run that measures the right thing; the fit records its backend."""
+    sizes = (1 << 12, 1 << 20, 1 << 24)
+    t = [_model_time("all_gather", s, 4, 10e-6, 2e9) for s in sizes]
+    gloo = fit([_row("all_gather", s, 4, x, backend="gloo") for s, x in zip(sizes, t)])
+    assert gloo["backend"] == "gloo"
+    with pytest.raises(SpecError, match=r"measured with gloo.*h100.*nccl.*-m parastrat bench"):
+        Cluster("h100", num_devices=8).calibrate(gloo)
+    nccl = fit([_row("all_gather", s, 4, x) for s, x in zip(sizes, t)])
+    with pytest.raises(SpecError, match="ascend-910b devices talk through hccl"):
+        Cluster("ascend-910b", num_devices=8, calibration=nccl)
+    assert Cluster("h100", num_devices=8, calibration=nccl).calibration.backend == "nccl"
+    # a calibration without the key (written by hand, or before it was recorded) is taken
+    unnamed = {k: v for k, v in gloo.items() if k != "backend"}
+    assert Cluster("h100", num_devices=8).calibrate(unnamed).calibration.backend is None
+    with pytest.raises(SpecError, match="'backend' must be one of"):
+        Cluster("h100", num_devices=8).calibrate({**nccl, "backend": "mpi"})
 
 
 def _slow_inter_rows() -> list[Row]:

@@ -10,6 +10,7 @@ import pytest
 
 from parastrat.bench import load_rows
 from parastrat.cli import main
+from parastrat.errors import SpecError
 from parastrat.spec.cluster import Cluster, bus_factor
 
 OPS = "all_reduce,all_gather,reduce_scatter,all_to_all,ring,send_recv,broadcast"
@@ -88,9 +89,13 @@ def test_cli_writes_rows_plot_and_a_calibration_the_cost_model_takes(sweep):
     assert files["plot"].read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     cal = json.loads(files["fit"].read_text())
     assert set(cal["ops"]) == set(OPS.split(","))
-    # measured rows -> fitted model -> the cluster's collective time follows the measurement
+    # a gloo sweep is no measurement of an H100 cluster's NCCL: refused, naming the run that is
+    assert cal["backend"] == "gloo"
+    with pytest.raises(SpecError, match="measured with gloo"):
+        Cluster.from_calibration_file(files["fit"], accelerator="h100", num_devices=8)
+    # without the key (a what-if): the cluster's collective time follows the measurement
     base = Cluster("h100", num_devices=8)
-    tuned = Cluster.from_calibration_file(files["fit"], accelerator="h100", num_devices=8)
+    tuned = base.calibrate({k: v for k, v in cal.items() if k != "backend"})
     for op in OPS.split(","):
         alpha, busbw = cal["ops"][op]["intra"]["alpha_s"], cal["ops"][op]["intra"]["busbw_Bps"]
         assert tuned.collective_params(op, "intra") == (alpha, busbw)

@@ -118,6 +118,15 @@ def test_recorded_shapes_are_the_recipes(recipes):
     assert bo.shape_of(built(recipes, "llama3_8b_sft_config")).dataset_seq == sft.dataset_seq
 
 
+def test_recorded_recipe_names_are_the_ones_bridge_exports(recipes):
+    """``bridge_recipes.json`` (what ``plan --recipe`` is checked against) lists exactly the
+    recipe functions the installed Bridge exports, where ``run_recipe.py`` finds them."""
+    exported = {n for n in dir(recipes) if n.endswith("_config") and callable(getattr(recipes, n))}
+    assert bo.exported_recipes() == exported
+    assert bo.recipe_note("qwen3_30b_a3b_pretrain_config") is None
+    assert "did you mean qwen3_30b_a3b_pretrain_config" in bo.recipe_note("qwen3_30b_a3b_pretrain")
+
+
 def _off_default(fields: dict) -> dict:
     from megatron.bridge.training.mixed_precision import MixedPrecisionConfig
 

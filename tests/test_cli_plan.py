@@ -286,7 +286,14 @@ def test_torchrun_format_names_the_recipe_and_rendezvous(capsys):
     assert "--nnodes=8" in out and "--rdzv-backend=c10d" in out
     assert "--recipe llama3_70b_pretrain_config" in out
     assert main([*args, "--recipe", "my_recipe"]) == 0
-    assert "--recipe my_recipe" in capsys.readouterr().out
+    got = capsys.readouterr()
+    assert "--recipe my_recipe" in got.out
+    assert "not one Megatron Bridge 0.3.1 exports" in got.err  # the user's own, or a typo
+    assert main([*args, "--recipe", "llama3_70b_pretrain_confg"]) == 0
+    assert "did you mean llama3_70b_pretrain_config?" in capsys.readouterr().err
+    assert main([*args, "--recipe", "llama3_70b_pretrain_config; rm -rf ~"]) == 2
+    got = capsys.readouterr()
+    assert not got.out and "is not a Python name" in got.err
     # a model Bridge exports no recipe for: no invented name, the flag that fixes it instead
     mixtral = [*args[:2], "mixtral-8x7b", *args[3:]]
     assert main(mixtral) == 2

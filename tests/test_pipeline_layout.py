@@ -162,6 +162,21 @@ def test_list_form_round_trips_and_prints_compactly():
     assert parse_string(compact(s.pipeline_layout)) == s.pipeline_layout
 
 
+def test_one_layout_in_two_spellings_is_one_strategy():
+    """A layout written as Megatron's string, folded or not, and as lists of layer names is the
+    same strategy: equal, one hash, one set member; the spelling given is kept for output."""
+    rows = [["embedding", "decoder", "decoder"], ["decoder", "decoder", "loss"]]
+    spellings = ["Et*2|t*2L", "Ett|ttL", rows, tuple(map(tuple, rows))]
+    strategies = [Strategy(pp=2, pipeline_layout=x) for x in spellings]
+    assert len(set(strategies)) == 1 and all(s == strategies[0] for s in strategies)
+    assert strategies[1].to_dict()["pipeline_layout"] == "Ett|ttL"
+    assert strategies[0] != Strategy(pp=2, pipeline_layout="Et|tttL")
+    assert strategies[0] != Strategy(pp=2, account_for_embedding=True, account_for_loss=True)
+    # dp filled in later (with_world_size) is part of the value, as any other field
+    assert strategies[0].with_world_size(4) == strategies[2].with_world_size(4)
+    assert strategies[0].with_world_size(4) != strategies[0].with_world_size(2)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "rule"),
     [

@@ -359,6 +359,27 @@ class Strategy:
         if problems:
             raise StrategyError(problems)
 
+    # ---- value semantics ----------------------------------------------------------------
+    def _key(self) -> tuple[Any, ...]:
+        """The fields as compared and hashed: a pipeline layout by its stages, so the string
+        ``"Et*2|t*2L"`` and the same layer lists written out are one strategy."""
+        key = self.__dict__.get("_key_cache")
+        if key is None:  # computed once: the planner hashes strategies by the thousand
+            d = self.__dict__
+            values = [d[name] for name in _FIELD_NAMES]
+            if self.pipeline_layout is not None:
+                values[_LAYOUT_INDEX] = self.layout_parsed.stages  # type: ignore[union-attr]
+            key = d["_key_cache"] = tuple(values)
+        return key
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
     # ---- derived ------------------------------------------------------------------------
     @property
     def kind(self) -> str:
@@ -475,6 +496,7 @@ class Strategy:
         # world: copy without running __init__'s checks again (the planner builds thousands).
         copy = object.__new__(Strategy)
         copy.__dict__.update(self.__dict__)
+        copy.__dict__.pop("_key_cache", None)  # dp changes: the compared key with it
         object.__setattr__(copy, "dp", world_size // self.model_parallel_size)
         return copy
 
@@ -693,3 +715,8 @@ class Strategy:
 
     def __repr__(self) -> str:
         return f"Strategy({str(self)!r})"
+
+
+#: The fields in declared order, and where ``pipeline_layout`` sits (:meth:`Strategy._key`).
+_FIELD_NAMES = tuple(f.name for f in fields(Strategy))
+_LAYOUT_INDEX = _FIELD_NAMES.index("pipeline_layout")

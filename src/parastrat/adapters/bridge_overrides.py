@@ -23,9 +23,13 @@ The shape comes from the container itself when one is given, else from :data:`RE
 
 from __future__ import annotations
 
+import difflib
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from functools import lru_cache
+from importlib import resources
 from typing import Any
 
 from ..errors import UsageError
@@ -187,6 +191,40 @@ def kept_quantisation(recipe: str | None, precision: str) -> str | None:
     fields = NAMED_PRECISIONS.get((named or "").replace("-", "_"), {})
     quantised = bool(fields.get("fp8") or fields.get("fp4"))
     return named if quantised and precision == "bf16" else None
+
+
+#: Package data: the recipe names Megatron Bridge 0.3.1 exports from
+#: ``megatron.bridge.recipes`` (``run_recipe.py --recipe`` finds a recipe only there).
+EXPORTED_RECIPES_FILE = "bridge_recipes.json"
+
+
+@lru_cache(maxsize=1)
+def exported_recipes() -> frozenset[str]:
+    """The names of :data:`EXPORTED_RECIPES_FILE` (read once; checked against the installed
+    Bridge in ``tests/test_bridge_overrides.py``)."""
+    text = resources.files(__package__).joinpath(EXPORTED_RECIPES_FILE).read_text()
+    return frozenset(json.loads(text)["recipes"])
+
+
+def recipe_note(name: str) -> str | None:
+    """A note when ``name`` is not a recipe Bridge 0.3.1 exports (a newer Bridge's, the
+    user's own, or a typo: "did you mean"); UsageError when it is no Python name at all,
+    which ``run_recipe.py`` could never find.  None for an exported recipe."""
+    if not name.isidentifier():
+        raise UsageError(
+            f"--recipe {name!r} is not a Python name; pass the name of a recipe function as "
+            "run_recipe.py takes it, e.g. llama3_8b_pretrain_config"
+        )
+    known = exported_recipes()
+    if name in known:
+        return None
+    near = difflib.get_close_matches(name, sorted(known), n=1)
+    return (
+        f"recipe {name} is not one Megatron Bridge 0.3.1 exports from megatron.bridge.recipes"
+        + (f" (did you mean {near[0]}?)" if near else "")
+        + "; the lines assume the sections of Bridge's base recipes (comm_overlap None, "
+        "mixed_precision 'bf16_mixed')"
+    )
 
 
 def shape_of(recipe: Any) -> RecipeShape:

@@ -256,6 +256,8 @@ def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> 
     from ..adapters.megatron import default_recipe
 
     if args.format in ("overrides", "torchrun"):
+        if args.recipe is not None:
+            _note_recipe_name(args.recipe)
         _note_recipe_precision(result, args.recipe or default_recipe(model.name))
 
     if args.format == "overrides":
@@ -282,6 +284,16 @@ def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> 
             "apply them to your own ConfigContainer"
         )
     return torchrun_line(result, cluster, gbs, recipe)
+
+
+def _note_recipe_name(recipe: str) -> None:
+    """Refuse a ``--recipe`` that is no Python name; say so when Bridge 0.3.1 exports no
+    recipe of that name (:func:`~parastrat.adapters.bridge_overrides.recipe_note`)."""
+    from ..adapters.bridge_overrides import recipe_note
+
+    note = recipe_note(recipe)
+    if note:
+        err_console.print(f"note: {note}", markup=False)
 
 
 def _note_recipe_precision(result, recipe: str | None) -> None:

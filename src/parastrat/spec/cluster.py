@@ -108,6 +108,10 @@ class Calibration:
     #: the accelerator preset the kernel constants were measured as (``bench --kernels
     #: --accelerator NAME``); a cluster of another accelerator refuses them
     accelerator: str | None = None
+    #: the communication backend the collectives were measured with (``parastrat bench
+    #: --fit`` writes it); a cluster whose devices talk through another refuses them
+    #: (:data:`VENDOR_BACKEND`: gloo over host TCP is not what NVLink or HCCS deliver)
+    backend: str | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any] | Calibration) -> Calibration:
@@ -145,8 +149,13 @@ class Calibration:
         accel = data.get("accelerator")
         if accel is not None and not isinstance(accel, str):
             raise SpecError(f"calibration 'accelerator' must be a preset name, got {accel!r}")
+        backend = data.get("backend")
+        if backend is not None and backend not in set(VENDOR_BACKEND.values()) | {"gloo"}:
+            raise SpecError(
+                f"calibration 'backend' must be one of gloo, hccl, nccl, got {backend!r}"
+            )
         source = str(data.get("source", ""))
-        return cls(ops=ops, source=source, kernels=kernels, accelerator=accel)
+        return cls(ops=ops, source=source, kernels=kernels, accelerator=accel, backend=backend)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form shown above, which :meth:`from_dict` and :func:`load_calibration` read
@@ -158,6 +167,7 @@ class Calibration:
             },
             **({"kernels": dict(self.kernels)} if self.kernels else {}),
             **({"accelerator": self.accelerator} if self.accelerator else {}),
+            **({"backend": self.backend} if self.backend else {}),
             "source": self.source,
         }
 
@@ -232,6 +242,23 @@ def _require_same_device(cal: Calibration, accel: Accelerator) -> None:
             f"cluster is {accel.name}: measure on it (parastrat bench --kernels --accelerator "
             f"{accel.name} --fit FILE) or leave the calibration out"
         )
+
+
+#: The collective backend a cluster's devices use, by accelerator vendor.
+VENDOR_BACKEND = {"nvidia": "nccl", "huawei": "hccl"}
+
+
+def _require_same_backend(cal: Calibration, accel: Accelerator) -> None:
+    """SpecError when ``cal``'s collectives were measured with another backend than
+    ``accel``'s devices use: a gloo sweep on a laptop priced as NVLink is off by 100x."""
+    want = VENDOR_BACKEND.get(accel.vendor)
+    if cal.backend is None or not cal.ops or want is None or cal.backend == want:
+        return
+    raise SpecError(
+        f"the calibration's collectives were measured with {cal.backend}, and {accel.name} "
+        f"devices talk through {want}: measure on the cluster (torchrun --nproc-per-node N "
+        f"-m parastrat bench --fit FILE) or leave the calibration out"
+    )
 
 
 def load_calibration(path: str | Path) -> Calibration:
@@ -317,6 +344,8 @@ class Cluster:
                     f"Cluster.{name} must be a finite number > 0 bytes/s, got {value!r}"
                 )
         cal = resolved["calibration"]
+        if cal is not None:
+            _require_same_backend(cal, accel)
         if cal is not None and cal.kernels:
             _require_same_device(cal, accel)
             accel = replace(accel, kernels=dict(cal.kernels))
