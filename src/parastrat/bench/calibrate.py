@@ -110,9 +110,9 @@ def fit(rows: Iterable[Row | dict[str, Any]], *, source: str | None = None) -> d
             f"{', '.join(map(str, worlds))}, {len(table)} rows)"
         )
     out: dict[str, Any] = {"ops": ops, "source": source, "fit": quality}
-    backends = {r.backend for r in table}
-    if len(backends) == 1:  # what the collectives ran on; a cluster of another refuses it
-        out["backend"] = backends.pop()
+    ran_on = {r.backend for r in table}
+    if len(ran_on) == 1:  # what the collectives ran on; a cluster of another refuses it
+        out["backend"] = ran_on.pop()
     if skipped:
         out["skipped"] = skipped
     Calibration.from_dict(out)  # the cost model must accept what we write
