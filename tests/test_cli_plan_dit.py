@@ -43,7 +43,14 @@ def test_mindiesd_flags(capsys):
 def test_table(capsys):
     assert main(BASE) == 0
     out = capsys.readouterr().out
-    assert "Ulysses8" in out and "launch: --ulysses_size 8" in out
+    # GPUs: xDiT's flags by default (xfuser/config/args.py), MindIE-SD's when asked
+    assert "Ulysses8" in out and "launch (xDiT): --ulysses_degree 8 --ring_degree 1" in out
+    assert main([*BASE, "--framework", "mindiesd"]) == 0
+    assert "launch (MindIE-SD): --ulysses_size 8" in capsys.readouterr().out
+    assert main([*BASE, "--format", "launch"]) == 0
+    assert capsys.readouterr().out.strip() == "--ulysses_degree 8 --ring_degree 1"
+    assert main([*BASE, "--format", "mindiesd", "--framework", "xdit"]) == 2
+    assert "--format launch" in capsys.readouterr().err
 
 
 def test_user_errors_exit_2(capsys):
@@ -81,8 +88,8 @@ def test_replicas_show_their_rate_and_launch_per_replica(capsys):
     assert main([*FLUX_16, "--data-parallel"]) == 0
     out = capsys.readouterr().out
     assert "req/s" in out
-    launch = next(line for line in out.splitlines() if line.startswith("launch:"))
-    assert "replicas of" in launch and "--ulysses_size" in launch
+    launch = next(line for line in out.splitlines() if line.startswith("launch (xDiT):"))
+    assert "replicas of" in launch and "--ulysses_degree" in launch
     assert main([*FLUX_16, "--data-parallel", "--format", "mindiesd"]) == 0
     got = capsys.readouterr()
     assert got.out.startswith("--ulysses_size") and "replicas of" in got.err
@@ -95,7 +102,7 @@ def test_json_names_cli_flags(capsys):
 
 
 def test_no_legal_split_names_each_rule_and_only_flags_not_given(capsys):
-    many = [*FLUX_16[:4], "100000", *FLUX_16[5:], "--allow-cross-node"]
+    many = [*FLUX_16[:4], "100000", *FLUX_16[5:], "--allow-cross-node", "--framework", "any"]
     assert main(many) == 2
     err = capsys.readouterr().err
     assert "sp-exceeds-tokens" in err and "heads-tp" in err and "--data-parallel" in err

@@ -280,6 +280,21 @@ def test_every_flux_config_runs_one_branch_by_default():
     assert all(c.strategy.cfg == 1 for c in plan.candidates)
 
 
+def test_every_hunyuanvideo_config_runs_one_branch_by_default():
+    """HunyuanVideo's T2V and I2V pipelines take true_cfg_scale=1.0: one branch per step by
+    default, also for the I2V transformer whose config has guidance_embeds false."""
+    i2v = {"_class_name": "HunyuanVideoTransformer3DModel", "guidance_embeds": False}
+    spec = DiTSpec.from_diffusers_config({**i2v, "in_channels": 33})
+    assert spec.guidance_distilled is True
+    cluster = ps.Cluster("ascend-910b", 8)
+    video = dict(height=720, width=1280, frames=129, steps=50)
+    assert all(c.strategy.cfg == 1 for c in ps.plan_dit(spec, cluster, **video).candidates)
+    forced = ps.plan_dit(spec, cluster, guidance=True, top_k=100, **video)
+    assert any(c.strategy.cfg == 2 for c in forced.candidates)  # --guidance still offers CFG
+    with pytest.raises(SpecError, match="guidance_embeds"):
+        DiTSpec.from_diffusers_config({**i2v, "guidance_embeds": "no"})
+
+
 def _pipeline(folder, second: dict | None) -> object:
     """A pipeline folder with a Wan transformer/config.json, and ``second`` as
     transformer_2/config.json when given."""

@@ -35,17 +35,15 @@ def test_plan_proposes_no_cfg_for_a_distilled_model_by_default():
 
 
 def test_guided_model_keeps_cfg_by_default():
-    p = plan_dit(
-        "wan2.1-t2v-1.3b",
-        ps.Cluster("h100", 2),
-        height=480,
-        width=832,
-        frames=81,
-        steps=50,
-        top_k=1000,
-    )
-    assert p.workload["guidance"] is True
+    wan = dict(height=480, width=832, frames=81, steps=50, top_k=1000)
+    p = plan_dit("wan2.1-t2v-1.3b", ps.Cluster("ascend-910b", 2), **wan)
+    assert p.workload["guidance"] is True and p.framework == "mindiesd"
     assert any(c.strategy.cfg == 2 for c in p.candidates)
+    # xDiT (the GPU default) runs Wan's branches as one batch: guidance on, no CFG split
+    gpu = plan_dit("wan2.1-t2v-1.3b", ps.Cluster("h100", 2), **wan)
+    assert gpu.workload["guidance"] is True and gpu.framework == "xdit"
+    assert not any(c.strategy.cfg == 2 for c in gpu.candidates)
+    assert gpu.rejected.get("xdit-cfg")
 
 
 def test_cfg_on_a_distilled_model_names_the_python_argument():

@@ -89,7 +89,7 @@ def test_two_cards_mindiesd_tp2_or_cfg():
 
 def test_four_cards_cfg_gives_no_gain_where_ulysses_4_is_available():
     # xDiT issue #507: CFG parallel gave no gain over Ulysses 4 for Wan2.1 on 4 GPUs
-    p = plan_dit("wan2.1-t2v-1.3b", ps.Cluster("h100", 4), top_k=100, **WAN480)
+    p = plan_dit("wan2.1-t2v-1.3b", ps.Cluster("h100", 4), top_k=100, framework="any", **WAN480)
     by = {
         (c.strategy.ulysses, c.strategy.ring, c.strategy.cfg, c.strategy.tp): c
         for c in p.candidates
@@ -196,9 +196,32 @@ def test_tiny_image_plans_with_tp_not_sequence_ranks():
     """FLUX at 32x32 has 4 image tokens: Ulysses/ring beyond 4 ranks is refused by the
     `sp-exceeds-tokens` rule, but TP does not split the sequence and stays allowed (the
     planner used to count TP as sequence ranks and refuse everything)."""
-    r = plan_dit("flux.1-dev", ps.Cluster("h100", num_devices=8), height=32, width=32, steps=28)
+    tiny = dict(height=32, width=32, steps=28)
+    r = plan_dit("flux.1-dev", ps.Cluster("ascend-910b", num_devices=8), **tiny)
     assert all(c.strategy.ulysses * c.strategy.ring <= 4 for c in r.candidates)
     assert any(c.strategy.tp > 1 for c in r.candidates)
+    # xDiT (the GPU default) has no TP: nothing is left, and the error says which rule and
+    # what leaves a split
+    with pytest.raises(UsageError, match=r"xdit-tp .*sp-exceeds-tokens|framework='any'"):
+        plan_dit("flux.1-dev", ps.Cluster("h100", num_devices=8), **tiny)
+
+
+def test_each_framework_keeps_only_the_splits_it_runs():
+    """MindIE-SD: no TP with Ulysses/ring; xDiT: no TP, CFG only for SD3 / CogVideoX / Mochi;
+    diffusers: sequence parallelism only for classes with a _cp_plan, no CFG; any: all."""
+    sd3 = dict(height=1024, width=1024, steps=28)
+    by_fw = {
+        fw: plan_dit("sd3-medium", ps.Cluster("h100", 8), top_k=1000, framework=fw, **sd3)
+        for fw in ("mindiesd", "xdit", "diffusers", "any")
+    }
+    splits = {fw: [c.strategy for c in p.candidates] for fw, p in by_fw.items()}
+    assert not any(s.tp > 1 and s.cp > 1 for s in splits["mindiesd"])
+    assert not any(s.tp > 1 for s in splits["xdit"]) and any(s.cfg == 2 for s in splits["xdit"])
+    assert all(s.cp == 1 and s.cfg == 1 for s in splits["diffusers"])  # SD3 has no _cp_plan
+    assert len(splits["any"]) > max(len(v) for fw, v in splits.items() if fw != "any")
+    assert by_fw["xdit"].launch().startswith("--ulysses_degree")
+    assert by_fw["any"].launch() == ""
+    assert by_fw["diffusers"].rejected.get("diffusers-sp")
 
 
 def test_every_breakdown_entry_has_a_label_for_the_why_lines():

@@ -24,6 +24,7 @@ from typing import Any
 
 from .._deps import require
 from ..errors import MissingExtraError, StrategyError, Violation
+from ..spec.dit_frameworks import FRAMEWORKS
 from ..strategy import Strategy, require_strategy
 
 #: Rules :func:`to_context_parallel_config` drops when ``ulysses_anything=True`` (diffusers then
@@ -125,6 +126,9 @@ def to_context_parallel_config(
                 + (", or use to_parallel_config() for tp only" if s.tp > 1 else ""),
             )
         )
+    problems += [
+        v for v in FRAMEWORKS["diffusers"].violations(s, model) if v.rule == "diffusers-sp"
+    ]
     skip = _HEAD_RULES if options.get("ulysses_anything") else ()
     problems += _model_errors(s, model, skip)
     if problems:

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import MissingExtraError, StrategyError, Violation
+from ..spec.dit_frameworks import FRAMEWORKS
 from ..strategy import Strategy, require_strategy
 
 #: Where the MindIE-SD model ports keep their ``ParallelConfig`` (tried in order).
@@ -212,6 +213,7 @@ def to_parallel_config(
     if world_size is None:
         world_size = s.world_size
     problems = _violations(s, world_size)
+    problems += FRAMEWORKS["mindiesd"].violations(s, model)
     if model is not None:
         problems += [v for v in s.check(model) if v.severity == "error"]
     if problems:

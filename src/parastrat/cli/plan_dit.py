@@ -14,6 +14,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from ..errors import SpecError, StrategyError, UsageError
+from ..spec.dit_frameworks import FRAMEWORKS, get_framework
 from ..spec.hardware import GiB
 from ..strategy import Strategy
 from ._args import Arg, add_args, arg, store_true
@@ -140,7 +141,21 @@ def memory_args() -> tuple[Arg, ...]:
             "--compile",
             "the transformer runs under torch.compile (fused element-wise kernels, fewer launches)",
         ),
-        arg("--format", choices=("table", "json", "mindiesd"), default="table"),
+        arg(
+            "--framework",
+            choices=tuple(FRAMEWORKS),
+            default=None,
+            help="the serving framework: only the splits it runs for this model, launched as it "
+            "takes them (default: mindiesd on Ascend, xdit on GPUs; any: every split the model "
+            "prices)",
+        ),
+        arg(
+            "--format",
+            choices=("table", "json", "launch", "mindiesd"),
+            default="table",
+            help="launch: the best split as the framework's launch flags (mindiesd: the same, "
+            "with --framework mindiesd)",
+        ),
     )
 
 
@@ -157,6 +172,7 @@ CLI_TERMS = {
     "data_parallel=True": "--data-parallel",
     "compiled=True": "--compile",
     "compiled=False": "no --compile",
+    "framework='any'": "--framework any",
     "memory=DiTMemoryOptions(encoder_fsdp=True)": "--encoder-fsdp",
     "DiTMemoryOptions(dit_fsdp=True)": "--dit-fsdp",
     "DiTMemoryOptions(encoder_fsdp=True)": "--encoder-fsdp",
@@ -217,7 +233,20 @@ def _plan(args: argparse.Namespace):
         text_encoder_on_device=not args.offload_text_encoder,
         compiled=args.compile,
         memory=memory,
+        framework=_framework(args),
     )
+
+
+def _framework(args: argparse.Namespace) -> str | None:
+    """``--framework``; ``--format mindiesd`` asks for MindIE-SD's flags, so its limits too."""
+    if args.format != "mindiesd":
+        return args.framework
+    if args.framework not in (None, "mindiesd"):
+        raise UsageError(
+            f"--format mindiesd prints MindIE-SD's flags, but --framework is {args.framework}; "
+            "use --format launch for that framework's"
+        )
+    return "mindiesd"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -234,10 +263,10 @@ def run(args: argparse.Namespace) -> int:
     if args.format == "json":
         print_json(_cli_strings(plan.to_dict()))
         return 0
-    if args.format == "mindiesd":
+    if args.format in ("launch", "mindiesd"):
         if _replicas(plan.best.strategy) > 1:
             err_console.print(f"# {_replica_note(plan.best.strategy, plan.devices)}")
-        console.print(plan.best.mindiesd_flags())
+        console.print(plan.launch(), markup=False)
         return 0
     w = plan.workload
     table = Table(
@@ -273,7 +302,12 @@ def run(args: argparse.Namespace) -> int:
     for wmsg in plan.best.report.warnings:
         console.print(f"[yellow]warning:[/] {escape(cli_terms(wmsg))}")
     note = _replica_note(plan.best.strategy, plan.devices)
-    console.print(f"launch: {note + ', each with ' if note else ''}{plan.best.mindiesd_flags()}")
+    title = get_framework(plan.framework).title
+    if plan.launch():
+        console.print(
+            f"launch ({title}): {note + ', each with ' if note else ''}{plan.launch()}",
+            markup=False,
+        )
     return 0
 
 

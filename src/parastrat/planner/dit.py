@@ -36,6 +36,7 @@ from ..estimate.track_record import TrackRecord, track_record
 from ..spec.cluster import Cluster
 from ..spec.dit import DiTSpec
 from ..spec.dit import get as get_dit
+from ..spec.dit_frameworks import DiTFramework, get_framework
 from ..strategy import XDIT_ORDER, Strategy, divisors
 from .sensitivity import Sensitivity, changes, sensitivity_lines
 
@@ -112,12 +113,14 @@ class DiTCandidate:
 
     def mindiesd_flags(self) -> str:
         """The launch flags MindIE-SD's examples take for this strategy."""
-        s = self.strategy
-        vae = " --vae_parallel" if self.report.serial.get("vae", {}).get("devices", 1) > 1 else ""
-        return (
-            f"--ulysses_size {s.ulysses} --ring_size {s.ring} --cfg_size {s.cfg} --tp_size {s.tp}"
-            + vae
-        )
+        return self.launch("mindiesd")
+
+    def launch(self, framework: str | DiTFramework) -> str:
+        """This strategy as ``framework`` launches it (:meth:`DiTFramework.launch`: MindIE-SD's
+        ``--ulysses_size ...``, xDiT's ``--ulysses_degree ...``, diffusers'
+        ``ContextParallelConfig(...)``; "" for ``any``)."""
+        vae = self.report.serial.get("vae", {}).get("devices", 1) > 1
+        return get_framework(framework).launch(self.strategy, vae_parallel=vae)
 
     def to_dict(self) -> dict[str, Any]:
         """The candidate as a JSON-ready dict (degrees, timings, memory, reasons, MindIE-SD flags
@@ -155,6 +158,8 @@ class DiTPlan:
     advice: list[str]
     rejected: dict[str, int]
     objective: str = "latency"
+    #: the serving framework whose limits the splits keep (:mod:`~parastrat.spec.dit_frameworks`)
+    framework: str = "any"
     #: the latency model's record on published runs on this accelerator
     #: (:func:`~parastrat.estimate.track_record.track_record`; None when none was measured)
     track_record: TrackRecord | None = None
@@ -186,6 +191,8 @@ class DiTPlan:
                 f"({c.per_step_s:.3g} s/step), {c.memory.total / GiB:.1f} GiB/device"
             )
             lines += [f"   - {y}" for y in c.reasons]
+        if self.launch():
+            lines.append(f"launch ({get_framework(self.framework).title}): {self.launch()}")
         if self.track_record is not None:
             lines.append(f"record: {self.track_record.summary()}")
         lines += sensitivity_lines(list(self.sensitivity))
@@ -198,6 +205,10 @@ class DiTPlan:
             )
         return "\n".join(lines)
 
+    def launch(self) -> str:
+        """The best split as :attr:`framework` launches it ("" for ``any``)."""
+        return self.best.launch(self.framework)
+
     def to_dict(self) -> dict[str, Any]:
         """The plan as one JSON-ready dict: what ``parastrat plan-dit --format json`` prints."""
         return {
@@ -206,6 +217,8 @@ class DiTPlan:
             "devices": self.devices,
             "workload": dict(self.workload),
             "objective": self.objective,
+            "framework": self.framework,
+            "launch": self.launch(),
             "best": self.best.to_dict(),
             "candidates": [c.to_dict() for c in self.candidates],
             "advice": list(self.advice),
@@ -267,6 +280,7 @@ def plan_dit(
     precision: str = "bf16",
     compiled: bool = False,
     memory: DiTMemoryOptions | None = None,
+    framework: str | DiTFramework | None = None,
 ) -> DiTPlan:
     """Rank every legal Ulysses/ring/CFG/TP split of ``devices`` (default: the cluster's).
 
@@ -277,6 +291,9 @@ def plan_dit(
     under torch.compile.  ``memory``
     (:class:`~parastrat.estimate.dit_memory.DiTMemoryOptions`) says how the weights are kept
     (FSDP shards, offloading); a split fits when its peak memory phase does.
+    ``framework`` ("mindiesd", "xdit", "diffusers" or "any"; None: MindIE-SD on Ascend, xDiT
+    on GPUs) keeps only the splits that framework runs for this model
+    (:mod:`~parastrat.spec.dit_frameworks`) and names the launch.
     ``guidance=None`` follows the model (one branch for guidance-distilled
     models, so no CFG split is proposed); ``True``/``False`` override.
     Raises :class:`SpecError` for a workload the model cannot take and
@@ -307,9 +324,12 @@ def plan_dit(
         memory=memory,
     )
     domain = None if allow_cross_node else cluster.scale_up_domain
-    found = _price_splits(_splits(n, guidance, data_parallel), price, domain)
+    target = get_framework(framework, cluster.accel.vendor)
+    runs = functools.partial(target.violations, model=model)
+    found = _price_splits(_splits(n, guidance, data_parallel), price, domain, runs)
     if not found.priced:
-        raise _nothing_fits(model, cluster, n, video, found, (allow_cross_node, data_parallel))
+        tried = (allow_cross_node, data_parallel, target)
+        raise _nothing_fits(model, cluster, n, video, found, tried)
     objective = "throughput" if data_parallel else "latency"
     ranked = _ranked(found.priced, model, objective)
     return DiTPlan(
@@ -331,6 +351,7 @@ def plan_dit(
         advice=_advice(model, ranked, n, video, guidance, found.reasons),
         rejected=found.rejected,
         objective=objective,
+        framework=target.name,
         track_record=track_record(model, cluster.accel),
         sensitivity=tuple(
             changes(
@@ -395,10 +416,13 @@ class _Priced:
         )
 
 
-def _price_splits(splits: list[Strategy], price: Any, domain: int | None) -> _Priced:
-    """Price every split with ``price(strategy=...)``; a TP x Ulysses group wider than the
-    scale-up ``domain`` (None: allowed), a refused strategy and one that does not fit memory
-    are dropped with the reason."""
+def _price_splits(
+    splits: list[Strategy], price: Any, domain: int | None, runs: Any = None
+) -> _Priced:
+    """Price every split with ``price(strategy=...)``; one the serving framework cannot run
+    (``runs(s)``: its violations), a TP x Ulysses group wider than the scale-up ``domain``
+    (None: allowed), a refused strategy and one that does not fit memory are dropped with
+    the reason."""
     out = _Priced()
     for s in splits:
         if domain is not None and s.tp * s.ulysses > domain:
@@ -410,6 +434,10 @@ def _price_splits(splits: list[Strategy], price: Any, domain: int | None) -> _Pr
             rep = price(strategy=s)
         except StrategyError as exc:
             out.drop(s, exc.violations[0].rule, exc.violations[0].message)
+            continue
+        refused = runs(s) if runs is not None else []  # after the model's own rules
+        if refused:
+            out.drop(s, refused[0].rule, refused[0].message)
             continue
         if not rep.memory.fits():
             why = (
@@ -424,10 +452,10 @@ def _price_splits(splits: list[Strategy], price: Any, domain: int | None) -> _Pr
 
 
 def _nothing_fits(
-    model: DiTSpec, cluster: Cluster, n: int, video: int, found: _Priced, tried: tuple[bool, bool]
+    model: DiTSpec, cluster: Cluster, n: int, video: int, found: _Priced, tried: tuple
 ) -> UsageError:
     """Why no split is left, and what would leave one (``tried``: whether the search already
-    allowed cross-node groups and data-parallel replicas)."""
+    allowed cross-node groups and data-parallel replicas, and the serving framework)."""
     if found.too_big:
         least = min(found.too_big, key=lambda r: r.memory.total)
         return UsageError(
@@ -436,8 +464,12 @@ def _nothing_fits(
             f"{least.memory.capacity / GiB:.0f} at its {least.memory.peak.describe()}; "
             f"{least.memory.hint()}"
         )
-    cross_node, replicas = tried
+    cross_node, replicas, target = tried
     fixes = ["Use a device count whose factors divide the heads"]
+    if any(rule.startswith(f"{target.name}-") for rule in found.rejected):
+        fixes.append(
+            f"framework='any' (the splits the model prices without {target.title}'s limits)"
+        )
     if not cross_node and "TP/Ulysses across nodes" in found.rejected:
         fixes.append("allow_cross_node=True")
     if not replicas:

@@ -22,7 +22,7 @@ Attribute names ``num_attention_heads``/``num_query_groups``/``num_layers`` matc
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ..checks import is_count
@@ -136,6 +136,10 @@ class DiTSpec:
     #: generic pass counts of ``estimate/dit_step.py``.
     eager_traffic: tuple[EagerTraffic, ...] = ()
     source: str = ""
+    #: The diffusers transformer class of the model (``FluxTransformer2DModel``, ...): what the
+    #: serving frameworks key their support on (:mod:`~parastrat.spec.dit_frameworks`).  Presets
+    #: get it from their name (:data:`PRESET_CLASSES`), configs from ``_class_name``.
+    diffusers_class: str = ""
     extra: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
@@ -336,8 +340,23 @@ class DiTSpec:
 _PRESETS: dict[str, DiTSpec] = {}
 
 
+#: The diffusers transformer class of each preset family, by the start of the preset's name.
+PRESET_CLASSES = {
+    "flux": "FluxTransformer2DModel",
+    "sd3": "SD3Transformer2DModel",
+    "wan": "WanTransformer3DModel",
+    "hunyuanvideo": "HunyuanVideoTransformer3DModel",
+    "cogvideox": "CogVideoXTransformer3DModel",
+    "mochi": "MochiTransformer3DModel",
+    "qwen-image": "QwenImageTransformer2DModel",
+}
+
+
 def register(spec: DiTSpec) -> DiTSpec:
-    """Add a preset (its name is the key, lower-case)."""
+    """Add a preset (its name is the key, lower-case), with its family's diffusers class."""
+    if not spec.diffusers_class:
+        family = next(k for k in PRESET_CLASSES if spec.name.lower().startswith(k))
+        spec = replace(spec, diffusers_class=PRESET_CLASSES[family])
     _PRESETS[spec.name.lower()] = spec
     return spec
 

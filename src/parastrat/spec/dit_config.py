@@ -209,6 +209,17 @@ def _qwen(f: _Fields, name: str) -> DiTSpec:
     )
 
 
+def _hunyuan_one_branch(f: _Fields) -> bool:
+    """HunyuanVideo's pipelines run one branch per step by default, whatever
+    ``guidance_embeds`` says: the text-to-video and image-to-video ``__call__`` both take
+    ``true_cfg_scale=1.0`` and set ``do_true_cfg = true_cfg_scale > 1 and has_neg_prompt``
+    (diffusers 0.39 ``pipeline_hunyuan_video.py``, ``pipeline_hunyuan_video_image2video.py``;
+    the I2V transformer has ``guidance_embeds: false``).  The field is still read, so a wrong
+    type is refused."""
+    f.flag("guidance_embeds", True)
+    return True
+
+
 def _sd3(f: _Fields, name: str) -> DiTSpec:
     heads, d = f.whole("num_attention_heads", 18), f.whole("attention_head_dim", 64)
     return DiTSpec(
@@ -276,7 +287,7 @@ def _hunyuan(f: _Fields, name: str) -> DiTSpec:
         latent_channels=f.whole("out_channels", 16),
         text_encoders=(te.LLAVA_LLAMA3_8B, te.CLIP_L),
         vae=vaes.HUNYUAN_VAE,
-        guidance_distilled=f.flag("guidance_embeds", True),
+        guidance_distilled=_hunyuan_one_branch(f),
         is_video=True,
         eager_traffic=EAGER_TRAFFIC["hunyuanvideo"],
         source=f"{f.where} (HunyuanVideoTransformer3DModel; LLaVA + CLIP text, 256 tokens)",
@@ -377,7 +388,7 @@ def dit_from_diffusers_config(
     if not isinstance(label, str) or not label.strip():
         label = cls
     try:
-        spec = READERS[cls](_Fields(raw, where, cls), label)
+        spec = replace(READERS[cls](_Fields(raw, where, cls), label), diffusers_class=cls)
     except SpecError as exc:
         msg = str(exc)
         raise SpecError(msg if msg.startswith(where) else f"{where}: {msg}") from None

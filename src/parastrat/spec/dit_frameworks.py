@@ -1,0 +1,195 @@
+"""What each diffusion-transformer serving framework can run, and how it is launched.
+
+A split the cost model prices is worth nothing if the framework that serves the model cannot
+start it.  The frameworks differ per model class (the diffusers transformer class of the
+:class:`~parastrat.spec.dit.DiTSpec`, :attr:`~parastrat.spec.dit.DiTSpec.diffusers_class`):
+
+* **MindIE-SD** (Ascend; its Wan model ports): ``--ulysses_size --ring_size --cfg_size
+  --tp_size``.  TP only without sequence parallelism: the Wan2.1 port's ``generate.py``
+  asserts ``ulysses_size == 1 and ring_size == 1`` when ``tp_size > 1``, because its
+  ``parallel_mgr`` lays ranks out TP-first but builds yunchang's Ulysses / ring groups over the
+  whole world on consecutive ranks, which are then the TP pairs (the Wan2.2 port refuses any
+  ``tp_size > 1``: "Tensor Parallel is not supported now").
+* **xDiT** (GPUs; ``xfuser/config/args.py``): ``--ulysses_degree --ring_degree
+  --use_cfg_parallel --use_parallel_vae``.  Its hybrid parallelism (README, "Supported
+  DiTs") has no tensor parallelism (TP is a legacy stand-alone method), and CFG parallelism
+  only for the classes marked there: SD3, CogVideoX, Mochi ("NA" for the guidance-distilled
+  Flux and HunyuanVideo, not supported for Wan and Qwen-Image).
+* **diffusers** (``ModelMixin.enable_parallelism(config=ContextParallelConfig(...))``,
+  0.39): context parallelism for the classes that define a ``_cp_plan`` (Flux, Wan,
+  Qwen-Image; ``enable_parallelism`` raises for the others), no CFG parallelism, and no TP
+  together with context parallelism (:mod:`parastrat.adapters.diffusers`).
+
+``any`` constrains nothing (a what-if over every split the cost model can price) and prints no
+launch line.  :func:`default_framework` picks MindIE-SD on Ascend and xDiT on GPUs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import SpecError, Violation
+
+#: diffusers classes with a context-parallel plan (``_cp_plan``) in diffusers 0.39
+#: (checked against the installed package in ``tests/test_dit_frameworks.py``).
+DIFFUSERS_CP_CLASSES = frozenset(
+    {"FluxTransformer2DModel", "WanTransformer3DModel", "QwenImageTransformer2DModel"}
+)
+#: Classes xDiT's README table marks ✔️ under CFG (parallel guidance branches).
+XDIT_CFG_CLASSES = frozenset(
+    {"SD3Transformer2DModel", "CogVideoXTransformer3DModel", "MochiTransformer3DModel"}
+)
+
+
+@dataclass(frozen=True)
+class DiTFramework:
+    """One serving framework's parallel features: ``tp`` (tensor parallelism at all),
+    ``tp_with_sp`` (TP together with Ulysses / ring), the classes with CFG and with sequence
+    parallelism (None: every class), and how its launch names the degrees."""
+
+    name: str
+    title: str
+    tp: bool
+    tp_with_sp: bool
+    cfg_classes: frozenset[str] | None
+    sp_classes: frozenset[str] | None
+    source: str
+    #: models (by the start of their name) whose port has no TP at all
+    no_tp_models: tuple[str, ...] = ()
+
+    def violations(self, s: Any, model: Any) -> list[Violation]:
+        """Why this framework cannot run strategy ``s`` (tp / ulysses / ring / cfg) for
+        ``model`` (a DiTSpec; a model of unknown class is held to the class-free limits
+        only); empty when it can."""
+        cls = getattr(model, "diffusers_class", "") or ""
+        out: list[Violation] = []
+        name = str(getattr(model, "name", "")).lower()
+        to_sp = f"use tp=1 and ulysses x ring = {s.tp * s.cp}"
+        if s.tp > 1 and not self.tp:
+            out.append(self._no("tp", f"tp={s.tp}: {self.title} has no tensor parallelism", to_sp))
+        elif s.tp > 1 and name.startswith(self.no_tp_models):
+            out.append(self._no("tp", f"tp={s.tp}: {self.title}'s {name} port has no TP", to_sp))
+        elif s.tp > 1 and s.cp > 1 and not self.tp_with_sp:
+            out.append(
+                self._no(
+                    "tp-sp",
+                    f"tp={s.tp} with ulysses x ring = {s.cp}: {self.title} runs TP only without "
+                    "sequence parallelism",
+                    f"{to_sp}, or ulysses = ring = 1 and tp = {s.tp * s.cp}",
+                )
+            )
+        if s.cp > 1 and not _covers(self.sp_classes, cls):
+            out.append(
+                self._no(
+                    "sp",
+                    f"ulysses x ring = {s.cp}: {self.title} has no sequence parallelism for {cls}",
+                    "use ulysses = ring = 1, or a framework that shards its sequence",
+                )
+            )
+        if s.cfg > 1 and not _covers(self.cfg_classes, cls):
+            out.append(
+                self._no(
+                    "cfg",
+                    f"cfg={s.cfg}: {self.title} has no CFG parallelism for {cls}",
+                    f"use cfg=1 and ulysses x ring x tp = {s.tp * s.cp * s.cfg} (both branches "
+                    "as one batch)",
+                )
+            )
+        return out
+
+    def _no(self, what: str, message: str, fix: str) -> Violation:
+        rule = f"{self.name}-{what}"  # one of rule_ids()
+        return Violation(
+            rule,
+            message + f" ({self.source})",
+            fix + "; or plan for another framework (--framework / framework=)",
+        )
+
+    def rule_ids(self) -> tuple[str, ...]:
+        """Every rule id :meth:`violations` can give (documented in docs/troubleshooting.md)."""
+        return tuple(f"{self.name}-{what}" for what in ("tp", "tp-sp", "sp", "cfg"))
+
+    def launch(self, s: Any, *, vae_parallel: bool = False) -> str:
+        """The degrees as this framework's launch takes them ("" for ``any``)."""
+        if self.name == "mindiesd":
+            vae = " --vae_parallel" if vae_parallel else ""
+            return (
+                f"--ulysses_size {s.ulysses} --ring_size {s.ring} --cfg_size {s.cfg} "
+                f"--tp_size {s.tp}{vae}"
+            )
+        if self.name == "xdit":
+            cfg = " --use_cfg_parallel" if s.cfg > 1 else ""
+            vae = " --use_parallel_vae" if vae_parallel else ""
+            return f"--ulysses_degree {s.ulysses} --ring_degree {s.ring}{cfg}{vae}"
+        if self.name == "diffusers":
+            return f"ContextParallelConfig(ulysses_degree={s.ulysses}, ring_degree={s.ring})"
+        return ""
+
+
+def _covers(classes: frozenset[str] | None, cls: str) -> bool:
+    return classes is None or not cls or cls in classes
+
+
+FRAMEWORKS = {
+    f.name: f
+    for f in (
+        DiTFramework(
+            "mindiesd",
+            "MindIE-SD",
+            tp=True,
+            tp_with_sp=False,
+            cfg_classes=None,
+            sp_classes=None,
+            source="the MindIE-SD Wan ports' generate.py: TP only with ulysses_size == "
+            "ring_size == 1, and none in the Wan2.2 port",
+            no_tp_models=("wan2.2",),
+        ),
+        DiTFramework(
+            "xdit",
+            "xDiT",
+            tp=False,
+            tp_with_sp=False,
+            cfg_classes=XDIT_CFG_CLASSES,
+            sp_classes=None,
+            source="xDiT README, 'Supported DiTs'",
+        ),
+        DiTFramework(
+            "diffusers",
+            "diffusers",
+            tp=True,
+            tp_with_sp=False,
+            cfg_classes=frozenset(),
+            sp_classes=DIFFUSERS_CP_CLASSES,
+            source="diffusers 0.39 enable_parallelism: a class _cp_plan; no CFG parallelism",
+        ),
+        DiTFramework(
+            "any",
+            "any framework",
+            tp=True,
+            tp_with_sp=True,
+            cfg_classes=None,
+            sp_classes=None,
+            source="no framework's limits",
+        ),
+    )
+}
+
+
+def get_framework(name: str | DiTFramework | None, vendor: str = "nvidia") -> DiTFramework:
+    """A framework by name; None gives :func:`default_framework` for ``vendor``."""
+    if isinstance(name, DiTFramework):
+        return name
+    if name is None:
+        return FRAMEWORKS[default_framework(vendor)]
+    key = str(name).strip().lower().replace("-", "")
+    if key not in FRAMEWORKS:
+        raise SpecError(
+            f"framework={name!r} is not one parastrat knows; use one of {', '.join(FRAMEWORKS)}"
+        )
+    return FRAMEWORKS[key]
+
+
+def default_framework(vendor: str) -> str:
+    """MindIE-SD on Ascend (Huawei) devices, xDiT on GPUs."""
+    return "mindiesd" if vendor == "huawei" else "xdit"

@@ -1,0 +1,85 @@
+"""The serving frameworks' limits (``spec/dit_frameworks.py``) against the real sources.
+
+diffusers runs here: which transformer classes define a context-parallel plan is read from
+the installed package.  xDiT and MindIE-SD cannot run on this machine; their limits are cited
+in the module (xDiT README "Supported DiTs", ``xfuser/config/args.py``; the MindIE-SD Wan
+ports' ``generate.py``) and checked here through the launch lines and refusals they give.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import parastrat as ps
+from parastrat.errors import SpecError
+from parastrat.spec import dit
+from parastrat.spec.dit_config import READERS
+from parastrat.spec.dit_frameworks import (
+    DIFFUSERS_CP_CLASSES,
+    FRAMEWORKS,
+    default_framework,
+    get_framework,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_diffusers_cp_classes_are_those_with_a_cp_plan():
+    """diffusers' ``enable_parallelism`` raises for a class without ``_cp_plan``: the recorded
+    set is exactly the classes parastrat reads that define one in the installed diffusers."""
+    diffusers = pytest.importorskip("diffusers")
+    with_plan = {c for c in READERS if getattr(getattr(diffusers, c), "_cp_plan", None)}
+    assert with_plan == DIFFUSERS_CP_CLASSES
+
+
+def test_every_preset_has_its_diffusers_class():
+    for name in dit.names():
+        assert dit.get(name).diffusers_class in READERS, name
+
+
+def test_launch_lines_as_each_framework_takes_them():
+    s = ps.Strategy(ulysses=4, ring=2, cfg=2)
+    assert FRAMEWORKS["mindiesd"].launch(s, vae_parallel=True) == (
+        "--ulysses_size 4 --ring_size 2 --cfg_size 2 --tp_size 1 --vae_parallel"
+    )
+    # xfuser/config/args.py: --ulysses_degree, --ring_degree, --use_cfg_parallel (cfg 2),
+    # --use_parallel_vae
+    assert FRAMEWORKS["xdit"].launch(s, vae_parallel=True) == (
+        "--ulysses_degree 4 --ring_degree 2 --use_cfg_parallel --use_parallel_vae"
+    )
+    assert FRAMEWORKS["diffusers"].launch(s).startswith("ContextParallelConfig(ulysses_degree=4")
+    assert FRAMEWORKS["any"].launch(s) == ""
+
+
+def test_defaults_and_names():
+    assert default_framework("huawei") == "mindiesd" and default_framework("nvidia") == "xdit"
+    assert get_framework("MindIE-SD").name == "mindiesd"
+    assert get_framework(None, "huawei").name == "mindiesd"
+    with pytest.raises(SpecError, match="one of mindiesd, xdit, diffusers, any"):
+        get_framework("vllm")
+
+
+def test_refusals_name_a_split_that_the_framework_takes():
+    """Each refusal's hint names degrees that, tried, the framework accepts."""
+    flux, sd3 = dit.get("flux.1-dev"), dit.get("sd3-medium")
+    cases = [
+        ("mindiesd", ps.Strategy(tp=2, ulysses=2), flux, ps.Strategy(ulysses=4)),
+        ("xdit", ps.Strategy(tp=2, ulysses=2), flux, ps.Strategy(ulysses=4)),
+        ("xdit", ps.Strategy(ulysses=2, cfg=2), flux, ps.Strategy(ulysses=4)),
+        ("diffusers", ps.Strategy(ulysses=2), sd3, ps.Strategy(tp=2)),
+    ]
+    for name, bad, model, fixed in cases:
+        fw = FRAMEWORKS[name]
+        got = fw.violations(bad, model)
+        assert got and got[0].rule in fw.rule_ids(), (name, bad)
+        assert not fw.violations(fixed, model), (name, fixed)
+    assert not FRAMEWORKS["xdit"].violations(ps.Strategy(ulysses=2, cfg=2), sd3)
+    assert not any(FRAMEWORKS["any"].violations(s, flux) for s, *_ in [c[1:] for c in cases])
+
+
+def test_every_framework_rule_is_documented():
+    text = (ROOT / "docs" / "troubleshooting.md").read_text()
+    missing = [r for f in FRAMEWORKS.values() for r in f.rule_ids() if f"`{r}`" not in text]
+    assert not missing
