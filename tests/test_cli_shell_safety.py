@@ -42,12 +42,17 @@ def _paste(line: str, cwd: Path) -> list[str]:
 def test_torchrun_line_runs_nothing_when_pasted(tmp_path, capsys, extra):
     cfg = _config(tmp_path, "org/llama$(touch PWNED_BY_CONFIG)")
     argv = ["plan", "--hf-config", str(cfg), "--gpus", "16", "--format", "torchrun", *extra]
+    if extra:  # a --recipe that is no Python name is refused before anything is printed
+        assert main(argv) == 2
+        got = capsys.readouterr()
+        assert not got.out and "is not a Python name" in got.err
+        return
     assert main(argv) == 0
     line = capsys.readouterr().out
     args = _paste(line, tmp_path)
     assert not list(tmp_path.glob("PWNED*"))
     recipe = args[args.index("--recipe") + 1]
-    assert recipe == (extra[1] if extra else "llama$(touch PWNED_BY_CONFIG)_pretrain_config")
+    assert recipe == "llama$(touch PWNED_BY_CONFIG)_pretrain_config"
     # the one expansion parastrat means: the rendezvous host
     assert "--rdzv-endpoint=node0:29500" in args
 
