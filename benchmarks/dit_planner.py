@@ -105,6 +105,7 @@ def cfg_wan() -> dict:
         frames=81,
         steps=50,
         top_k=100,
+        framework="any",  # the cost model's comparison (xDiT's README now marks Wan's CFG ❎)
     )
     by = {label(c.strategy): c.latency_s for c in p.candidates}
     u4 = by["Ulysses4"]
@@ -123,9 +124,8 @@ def wan_heads() -> dict:
     out = {}
     print("4. Ulysses degrees allowed on 8 devices (heads must divide)")
     for model in ("wan2.1-t2v-1.3b", "wan2.1-t2v-14b"):
-        p = plan_dit(
-            model, ps.Cluster("h100", 8), height=480, width=832, frames=81, steps=50, top_k=1000
-        )
+        wan = dict(height=480, width=832, frames=81, steps=50, top_k=1000, framework="any")
+        p = plan_dit(model, ps.Cluster("h100", 8), **wan)
         degrees = sorted({c.strategy.ulysses for c in p.candidates})
         out[model] = degrees
         heads = ps.spec.dit.get(model).num_attention_heads
