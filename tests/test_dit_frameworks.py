@@ -83,3 +83,27 @@ def test_every_framework_rule_is_documented():
     text = (ROOT / "docs" / "troubleshooting.md").read_text()
     missing = [r for f in FRAMEWORKS.values() for r in f.rule_ids() if f"`{r}`" not in text]
     assert not missing
+
+
+def test_mindiesd_ring_is_priced_as_the_gathered_k_v_it_runs():
+    """The MindIE-SD Wan ports all-gather the ring group's K and V before one attention
+    (``xFuserLongContextAttention``): exposed, no merges, the whole K/V in memory; xDiT's ring
+    passes blocks behind the attention."""
+    from parastrat.estimate.dit import estimate_dit
+
+    wan = dict(height=720, width=1280, frames=81, steps=50)
+    s = ps.Strategy(ulysses=2, ring=4)
+    npu = ps.Cluster("ascend-910b", 8)
+    gathered = estimate_dit("wan2.1-t2v-14b", s, npu, **wan)  # MindIE-SD: Ascend's default
+    passed = estimate_dit("wan2.1-t2v-14b", s, npu, framework="any", **wan)
+    assert gathered.breakdown["ring_merge"] == 0 and gathered.hidden["ring_kv_exchange"] == 0
+    assert passed.breakdown["ring_merge"] > 0 and passed.hidden["ring_kv_exchange"] > 0
+    assert gathered.breakdown["ring_kv_exchange"] > passed.breakdown["ring_kv_exchange"]
+    assert gathered.memory.activations > passed.memory.activations
+    # the attention itself is the same work either way
+    assert gathered.breakdown["attention"] == pytest.approx(passed.breakdown["attention"])
+    # no ring: nothing differs
+    u8 = ps.Strategy(ulysses=8)
+    assert estimate_dit("wan2.1-t2v-14b", u8, npu, **wan).latency_s == pytest.approx(
+        estimate_dit("wan2.1-t2v-14b", u8, npu, framework="any", **wan).latency_s
+    )

@@ -33,13 +33,14 @@ docs/accuracy-dit.md.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import SpecError, StrategyError, Violation
 from ..spec.cluster import Cluster
 from ..spec.dit import DiTSpec, ceil_div
 from ..spec.dit import get as get_dit
+from ..spec.dit_frameworks import DiTFramework, get_framework
 from ..spec.hardware import Accelerator, GiB, require_precision
 from ..strategy import XDIT_ORDER, Strategy, require_strategy
 from .dit_memory import (
@@ -362,7 +363,9 @@ def _activation_bytes(model: DiTSpec, s: Strategy, shard: DeviceShard, batch: in
     )
     if s.ring > 1:
         kv_loc = model.query_groups * model.head_dim / (s.tp * s.ulysses)
-        activations += 2 * 2 * (s.ulysses * img) * kv_loc * nbytes  # double-buffered K/V blocks
+        # double-buffered K/V blocks, or the ring group's whole K and V when gathered
+        blocks = s.ring if shard.ring_gather else 2
+        activations += 2 * blocks * (s.ulysses * img) * kv_loc * nbytes
     return activations
 
 
@@ -385,6 +388,7 @@ def estimate_dit(
     output_type: str = "pil",
     vae_cold: bool = False,
     memory: DiTMemoryOptions | None = None,
+    framework: str | DiTFramework | None = None,
 ) -> DiTReport:
     """Latency, memory and its breakdown for one generation of ``model`` under ``strategy``.
 
@@ -402,7 +406,9 @@ def estimate_dit(
     ``memory`` (:class:`~parastrat.estimate.dit_memory.DiTMemoryOptions`, default: whole
     weights on every device) says how the run keeps its weights: FSDP shards, offloading, the
     stored dtype, batched or sequential guidance branches; ``.memory`` reports every phase
-    (text encoding, denoising, VAE decode) and the peak one.
+    (text encoding, denoising, VAE decode) and the peak one.  ``framework`` (None: MindIE-SD on
+    Ascend, xDiT on GPUs; :mod:`~parastrat.spec.dit_frameworks`) says how ring runs: passed
+    around behind the attention, or gathered whole first (MindIE-SD's ports).
     Raises :class:`SpecError` for a workload the
     VAE/patch cannot split or ``steps < 1``, :class:`StrategyError` for a strategy the model or
     cluster cannot take (heads vs Ulysses/TP, more devices than the cluster has, more
@@ -422,7 +428,10 @@ def estimate_dit(
     )
     shape = run.model.latent_shape(height, width, frames)
     tokens, warnings = _admit(run, shape)
-    shard = _device_shard(run, tokens, precision, compiled, attention_eff)
+    gather = get_framework(framework, run.cluster.accel.vendor).ring_gather
+    shard = replace(
+        _device_shard(run, tokens, precision, compiled, attention_eff), ring_gather=gather
+    )
     step, serial = _timed(run, shard, steps)
     latency = steps * step.total + serial.text_encode_s + serial.vae_decode_s + serial.postprocess_s
     warnings += _latency_warnings(run.s, step, serial, steps, latency, vae_parallel, tokens.video)

@@ -245,7 +245,9 @@ class DeviceShard:
     """What one device runs per denoising step: ``batch`` guidance branches (1 or 2),
     ``per_dev`` image/video tokens (after padding) and the ``text`` tokens, under ``tp`` x
     ``ulysses`` x ``ring``; ``nbytes`` per activation element at ``precision``; ``compiled``
-    under torch.compile; ``attention_eff`` the forward flash-attention fraction of peak."""
+    under torch.compile; ``attention_eff`` the forward flash-attention fraction of peak;
+    ``ring_gather``: the ring group's K/V gathered whole before the attention (MindIE-SD)
+    rather than passed around behind it."""
 
     batch: int
     per_dev: int
@@ -257,6 +259,7 @@ class DeviceShard:
     precision: str
     compiled: bool
     attention_eff: float
+    ring_gather: bool = False
 
     @property
     def sp(self) -> int:
@@ -365,13 +368,17 @@ def _ring(
 ) -> dict[str, float]:
     """ring - 1 hops of this rank's K and V block, each overlapped with the attention of the
     block already there; partial outputs (+ log-sum-exp) merge in fp32 per hop, reading both
-    and writing one."""
+    and writing one.  With ``d.ring_gather`` two exposed all-gathers (K, V) instead."""
     R = d.ring
     if R <= 1:
         return {}
     kv_loc = model.query_groups * model.head_dim / (d.tp * d.ulysses)  # K or V width per rank
     kv_block = d.batch * 2 * (d.ulysses * d.per_dev) * kv_loc * d.nbytes
-    hop = cluster.collective_time("ring", kv_block, R, cluster.span(R, stride=d.tp * d.ulysses))
+    span = cluster.span(R, stride=d.tp * d.ulysses)
+    if d.ring_gather:  # K, then V, gathered whole on every rank, before the attention
+        gather = 2 * cluster.collective_time("all_gather", R * kv_block / 2, R, span)
+        return {"ring_kv_exchange": gather, "ring_uncovered": gather, "ring_total": gather}
+    hop = cluster.collective_time("ring", kv_block, R, span)
     chunk = attn / R
     overlapped = (R - 1) * min(hop, chunk)
     uncovered = (R - 1) * max(0.0, hop - chunk)

@@ -307,9 +307,11 @@ def plan_dit(
     guidance = resolve_guidance(model, guidance)
     n = _device_count(cluster, devices, top_k)
     video = model.tokens(height, width, frames)
+    target = get_framework(framework, cluster.accel.vendor)
     price = functools.partial(
         estimate_dit,
         model,
+        framework=target,
         cluster=cluster,
         height=height,
         width=width,
@@ -324,7 +326,6 @@ def plan_dit(
         memory=memory,
     )
     domain = None if allow_cross_node else cluster.scale_up_domain
-    target = get_framework(framework, cluster.accel.vendor)
     runs = functools.partial(target.violations, model=model)
     found = _price_splits(_splits(n, guidance, data_parallel), price, domain, runs)
     if not found.priced:
@@ -494,7 +495,12 @@ def _why(c: DiTCandidate, best: DiTCandidate, model: DiTSpec, objective: str) ->
             f"Ulysses {s.ulysses}: {model.num_attention_heads // s.tp // s.ulysses} "
             f"heads per rank; all-to-all {_share(rep, 'ulysses_all_to_all')}"
         )
-    if s.ring > 1:
+    if s.ring > 1 and not rep.breakdown["ring_merge"]:  # gathered whole (MindIE-SD's ports)
+        out.append(
+            f"ring {s.ring}: K/V all-gathered before the attention "
+            f"{_share(rep, 'ring_kv_exchange')}, not hidden"
+        )
+    elif s.ring > 1:
         hidden = rep.hidden.get("ring_kv_exchange", 0.0)
         out.append(
             f"ring {s.ring}: K/V exchange {hidden + rep.breakdown['ring_kv_exchange']:.3g}"

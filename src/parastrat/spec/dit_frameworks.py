@@ -57,6 +57,13 @@ class DiTFramework:
     source: str
     #: models (by the start of their name) whose port has no TP at all
     no_tp_models: tuple[str, ...] = ()
+    #: ring > 1 gathers the ring group's whole K and V on every rank before one attention
+    #: (exposed all-gathers, no merges) instead of passing K/V blocks around a ring behind the
+    #: attention: the MindIE-SD Wan2.2 port's ``xFuserLongContextAttention``
+    #: (``dist.all_gather_into_tensor(k_full, key, group=self.ring_pg)``, then V), as MindIE-SD's
+    #: ``usp_attention(kv_gather_group=...)`` ("KV-AllGather, not Ring Attention",
+    #: ``docs/en/features/usp.md``)
+    ring_gather: bool = False
 
     def violations(self, s: Any, model: Any) -> list[Violation]:
         """Why this framework cannot run strategy ``s`` (tp / ulysses / ring / cfg) for
@@ -144,6 +151,7 @@ FRAMEWORKS = {
             source="the MindIE-SD Wan ports' generate.py: TP only with ulysses_size == "
             "ring_size == 1, and none in the Wan2.2 port",
             no_tp_models=("wan2.2",),
+            ring_gather=True,
         ),
         DiTFramework(
             "xdit",
