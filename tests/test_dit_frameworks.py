@@ -107,3 +107,13 @@ def test_mindiesd_ring_is_priced_as_the_gathered_k_v_it_runs():
     assert estimate_dit("wan2.1-t2v-14b", u8, npu, **wan).latency_s == pytest.approx(
         estimate_dit("wan2.1-t2v-14b", u8, npu, framework="any", **wan).latency_s
     )
+
+
+def test_a_padded_split_on_diffusers_names_the_option_it_needs():
+    """Qwen-Image at 1328^2 has 83 x 83 = 6,889 tokens: every split pads.  diffusers'
+    EquipartitionSharder asserts an exact split unless ulysses_anything / ring_anything."""
+    qwen = dict(height=1328, width=1328, steps=50, guidance=False)
+    plan = ps.plan_dit("qwen-image", ps.Cluster("h100", 8), framework="diffusers", **qwen)
+    assert any("ulysses_anything=True" in w for w in plan.best.report.warnings)
+    xdit = ps.plan_dit("qwen-image", ps.Cluster("h100", 8), **qwen)
+    assert not any("ulysses_anything" in w for w in xdit.best.report.warnings)

@@ -428,9 +428,12 @@ def estimate_dit(
     )
     shape = run.model.latent_shape(height, width, frames)
     tokens, warnings = _admit(run, shape)
-    gather = get_framework(framework, run.cluster.accel.vendor).ring_gather
+    serving = get_framework(framework, run.cluster.accel.vendor)
+    if tokens.padding and serving.pad_note:
+        warnings.append(f"padding: {serving.pad_note}")
     shard = replace(
-        _device_shard(run, tokens, precision, compiled, attention_eff), ring_gather=gather
+        _device_shard(run, tokens, precision, compiled, attention_eff),
+        ring_gather=serving.ring_gather,
     )
     step, serial = _timed(run, shard, steps)
     latency = steps * step.total + serial.text_encode_s + serial.vae_decode_s + serial.postprocess_s

@@ -64,6 +64,8 @@ class DiTFramework:
     #: ``usp_attention(kv_gather_group=...)`` ("KV-AllGather, not Ring Attention",
     #: ``docs/en/features/usp.md``)
     ring_gather: bool = False
+    #: what a split whose tokens do not divide needs in this framework ("" : it pads itself)
+    pad_note: str = ""
 
     def violations(self, s: Any, model: Any) -> list[Violation]:
         """Why this framework cannot run strategy ``s`` (tp / ulysses / ring / cfg) for
@@ -170,6 +172,9 @@ FRAMEWORKS = {
             cfg_classes=frozenset(),
             sp_classes=DIFFUSERS_CP_CLASSES,
             source="diffusers 0.39 enable_parallelism: a class _cp_plan; no CFG parallelism",
+            pad_note="diffusers shards only exact splits (EquipartitionSharder asserts the "
+            "sequence divides by the mesh): pass ContextParallelConfig(ulysses_anything=True) "
+            "for Ulysses, ring_anything=True for ring",
         ),
         DiTFramework(
             "any",
