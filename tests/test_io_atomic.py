@@ -162,3 +162,29 @@ def test_killed_mid_write_leaves_the_previous_file(tmp_path, sig):
     assert target.read_text() == "good"
     # the temporary file may remain (the process had no chance to clean up); never the target
     assert all(name.endswith(".part") for name in _leftovers(tmp_path))
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="named pipes are POSIX")
+def test_a_pipe_or_device_at_the_target_is_written_through_not_replaced(tmp_path, capsys):
+    """``--output /dev/null`` as root used to rename a regular file over the device node (and
+    ``--plot /dev/null`` wrote ``/dev/null.png``): a device, FIFO or a link to one is written
+    in place and stays what it was."""
+    import stat
+    import threading
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    got: list[bytes] = []
+    reader = threading.Thread(target=lambda: got.append(fifo.read_bytes()))
+    reader.start()
+    _io.write_text(fifo, "rows\n", what="rows")
+    reader.join(timeout=10)
+    assert got == [b"rows\n"] and stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    link = tmp_path / "to-null"
+    link.symlink_to(os.devnull)
+    assert _io.write_text(link, "x") == link and link.is_symlink()
+    null_mode = os.stat(os.devnull).st_mode
+    assert main(["layout", "--gpus", "4", "--tp", "2", "--plot", os.devnull]) == 0
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode) and os.stat(os.devnull).st_mode == null_mode
+    assert not Path(os.devnull + ".png").exists()
+    assert f"{os.devnull}" in capsys.readouterr().err

@@ -6,7 +6,9 @@ are flushed and ``fsync``-ed, and the temporary file is renamed over the target 
 ``os.replace`` (atomic on POSIX and Windows within one file system).  A signal, a full disk
 (``ENOSPC``) or a file-size limit (``ulimit -f``) while writing leaves the previous file as it
 was; a symbolic link at the target is replaced by the new file, never followed (so a link
-planted at ``out.json`` cannot make parastrat overwrite the file it points to).
+planted at ``out.json`` cannot make parastrat overwrite the file it points to).  A device, FIFO
+or socket at the target (``/dev/null``, ``/dev/stdout``, a named pipe; also through a link) is
+written through in place instead: it is never replaced.
 
 Reading goes through :func:`read_text` / :func:`read_json`: a missing, unreadable, undecodable
 (not UTF-8) or too deeply nested file is a :class:`~parastrat.errors.UsageError` naming the file
@@ -65,6 +67,8 @@ def write_bytes(path: str | os.PathLike[str], data: bytes, *, what: str = "file"
     target = Path(path)
     if target.is_dir() and not target.is_symlink():
         raise UsageError(f"cannot write the {what} to {target}: it is a folder; give a file name")
+    if is_special(target):
+        return _write_through(target, data, what)
     folder = target.parent
     tmp_name: str | None = None
     try:
@@ -86,6 +90,28 @@ def write_bytes(path: str | os.PathLike[str], data: bytes, *, what: str = "file"
         if tmp_name is not None:
             with contextlib.suppress(OSError):
                 os.unlink(tmp_name)
+    return target
+
+
+def is_special(path: Path) -> bool:
+    """True when ``path`` is (or links to) a device, FIFO or socket -- ``/dev/null``,
+    ``/dev/stdout``, a named pipe: written through in place, never replaced."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _write_through(target: Path, data: bytes, what: str) -> Path:
+    """Stream ``data`` into a special file (no temporary file: a device node or pipe cannot be
+    renamed over, and replacing one as root would break every other process using it)."""
+    try:
+        with open(target, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+    except OSError as exc:
+        raise UsageError(f"cannot write the {what} to {target}: {_why(exc)}") from None
     return target
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ._deps import require
-from ._io import write_bytes
+from ._io import is_special, write_bytes
 from .errors import UsageError
 from .layout import all_coordinates
 
@@ -26,9 +26,15 @@ def figure_path(path: str | Path) -> Path:
         raise UsageError(
             f"{out} is a folder; give a file name for the picture, e.g. {out}/plot.png"
         )
-    if out.suffix.lower().lstrip(".") in FIGURE_FORMATS:
-        return out
+    if out.suffix.lower().lstrip(".") in FIGURE_FORMATS or is_special(out):
+        return out  # a device or pipe (/dev/null) takes the picture as named
     return out.with_name(out.name + ".png")
+
+
+def _format_of(out: Path) -> str:
+    """The picture format of ``out``'s suffix (png for a device or pipe without one)."""
+    suffix = out.suffix.lower().lstrip(".")
+    return suffix if suffix in FIGURE_FORMATS else "png"
 
 
 def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> Path:
@@ -40,7 +46,7 @@ def save_figure(fig: Any, path: str | Path, dpi: int = 120) -> Path:
     out = figure_path(path)
     buf = io.BytesIO()
     try:
-        fig.savefig(buf, dpi=dpi, format=out.suffix.lower().lstrip("."))
+        fig.savefig(buf, dpi=dpi, format=_format_of(out))
     finally:
         require("matplotlib.pyplot", "plot").close(fig)
     return write_bytes(out, buf.getvalue(), what="picture")
