@@ -92,3 +92,21 @@ def test_messages_keep_their_brackets(capsys):
 
     assert report_user_error(MissingExtraError("torch", "megatron")) == 2
     assert 'pip install "parastrat[megatron]"' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--ulysses", "2", "--cfg", "2"], ["--order", "tp-sp-pp-cfg-dp"], ["--compare", "cfg=2"]],
+)
+def test_training_commands_refuse_an_inference_grid_with_the_rule(capsys, flags):
+    """explain / memory price a training step: an xDiT inference order (or cfg 2) is refused
+    with the rule and its fix, not an internal error; --ulysses alone is Megatron's a2a CP."""
+    argv = ["explain", "--model", "llama3-8b", "--gpus", "8", *flags]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "megatron-inference-strategy" in err and "internal error" not in err
+    if flags[0] != "--compare":
+        memory = ["memory", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "4096", *flags]
+        assert main(memory) == 2
+        assert "megatron-inference-strategy" in capsys.readouterr().err
+    assert main(["explain", "--model", "llama3-8b", "--gpus", "8", "--ulysses", "2"]) == 0

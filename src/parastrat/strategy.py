@@ -720,3 +720,27 @@ class Strategy:
 #: The fields in declared order, and where ``pipeline_layout`` sits (:meth:`Strategy._key`).
 _FIELD_NAMES = tuple(f.name for f in fields(Strategy))
 _LAYOUT_INDEX = _FIELD_NAMES.index("pipeline_layout")
+
+
+def as_training(s: Strategy) -> Strategy:
+    """``s`` in Megatron's training order when its inference order was only a default (Ulysses
+    given, no order, no CFG): ``Strategy(tp=2, ulysses=2, ring=2)`` is Megatron's hierarchical
+    CP.  An explicit inference order (or cfg > 1) is refused (``megatron-inference-strategy``)
+    with the fix: the training step model, memory model and Megatron adapters all read it."""
+    if not s.is_inference:
+        return s
+    if not s.order_given and s.cfg == 1:
+        try:
+            return s.replace(order=MEGATRON_ORDER)
+        except StrategyError:
+            pass
+    raise StrategyError(
+        Violation(
+            "megatron-inference-strategy",
+            f"{s} uses the diffusion-inference rank order {s.order!r}"
+            + (f" with cfg={s.cfg}" if s.cfg > 1 else "")
+            + "; Megatron training has no CFG axis and orders ranks tp-cp-ep-dp-pp",
+            f"use order {MEGATRON_ORDER} (--order; Python: Strategy(ulysses={s.ulysses}, "
+            f"ring={s.ring}, order={MEGATRON_ORDER!r})) and cfg 1; plan-dit prices inference",
+        )
+    )

@@ -42,7 +42,7 @@ from .._deps import require
 from ..errors import StrategyError, Violation
 from ..offload_rules import applied_violations
 from ..spec.model import HybridShape
-from ..strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, Strategy
+from ..strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, Strategy, as_training
 from .bridge_overrides import hydra, override_lines, shape_of
 from .megatron_fields import (
     CONTAINER_SECTIONS,
@@ -294,32 +294,6 @@ def priced_for_violations(what: Any, cfg: Any, seq_len: int | None) -> list[Viol
             )
         )
     return out
-
-
-def _inference_refusal(s: Strategy) -> Violation:
-    return Violation(
-        "megatron-inference-strategy",
-        f"{s} uses the diffusion-inference rank order {s.order!r}"
-        + (f" with cfg={s.cfg}" if s.cfg > 1 else "")
-        + "; Megatron training has no CFG axis and orders ranks tp-cp-ep-dp-pp",
-        "build the strategy with a training order, e.g. "
-        f"Strategy(ulysses={s.ulysses}, ring={s.ring}, order={MEGATRON_ORDER!r}), "
-        "and cfg=1",
-    )
-
-
-def as_training(s: Strategy) -> Strategy:
-    """``s`` in Megatron's training order when its inference order was only a default (Ulysses
-    given, no order, no CFG): ``Strategy(tp=2, ulysses=2, ring=2)`` is Megatron's hierarchical
-    CP.  An explicit inference order (or cfg > 1) is refused with the fix."""
-    if not s.is_inference:
-        return s
-    if not s.order_given and s.cfg == 1:
-        try:
-            return s.replace(order=MEGATRON_ORDER)
-        except StrategyError:
-            pass
-    raise StrategyError(_inference_refusal(s))
 
 
 def _adapter_violations(t: _Target, s: Strategy) -> list[Violation]:

@@ -65,7 +65,7 @@ from ..spec.hardware import get as get_accelerator
 from ..spec.hardware import names as accelerator_names
 from ..spec.model import ModelSpec
 from ..spec.workload import Switches, Workload, resolve
-from ..strategy import Strategy, require_strategy
+from ..strategy import Strategy, as_training, require_strategy
 from ..viz import save_figure
 from .fp8 import SAVED_INPUT_BYTES
 from .fsdp import ByteSizes, Sharding, fsdp_layer_memory, fsdp_working_set
@@ -503,7 +503,7 @@ def estimate_memory(
             f"estimate_memory needs a ModelSpec, got {type(model).__name__} "
             "(use parastrat.models.get(name))"
         )
-    require_strategy(strategy, "estimate_memory()")
+    strategy = as_training(require_strategy(strategy, "estimate_memory()"))
     wl, sw = resolve(
         model,
         workload,

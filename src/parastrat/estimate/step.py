@@ -56,6 +56,7 @@ from ..spec.workload import (
 )
 from ..spec.workload import cuda_graph_scopes as cuda_graph_scopes
 from ..spec.workload import moe_dispatcher as _moe_dispatcher
+from ..strategy import as_training, require_strategy
 from . import comm, hybrid_cost, kernel_model, memo, moe_kernels  # kernels: shape, expert load
 from . import fp8 as fp8_overheads  # kernels: FP8 recipe overheads
 from .efficiency import gemm_time, host_op_source, host_op_time, memory_time
@@ -1049,6 +1050,7 @@ def estimate_step(
     )
     gbs = wl.needs_global_batch("estimate_step")
     world = int(cluster.num_devices)  # a strategy's stated dp must fill it ("dp-world")
+    strategy = as_training(require_strategy(strategy, "estimate_step()"))
     if validate:
         validate_strategy(wl.model, strategy, world, wl.seq_len, gbs, wl.mbs)
     if strategy.dp is None:
