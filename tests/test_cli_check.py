@@ -110,3 +110,20 @@ def test_training_commands_refuse_an_inference_grid_with_the_rule(capsys, flags)
         assert main(memory) == 2
         assert "megatron-inference-strategy" in capsys.readouterr().err
     assert main(["explain", "--model", "llama3-8b", "--gpus", "8", "--ulysses", "2"]) == 0
+
+
+def test_split_hints_say_which_flag_to_drop_and_keep_the_layout_mend(capsys):
+    """A reset in a split hint reads as a flag to leave out (not ``--pipeline-layout None``,
+    which the parser refuses), and a layout one layer off keeps its own hint first."""
+    base = ["check", "--model", "llama3-8b", "--gpus", "8"]
+    assert main([*base, "--pp", "2", "--pipeline-layout", "Et*17|t*16L"]) == 2
+    err = capsys.readouterr().err
+    assert "give the stages 32 t in total (remove 1)" in err and "drop --pipeline-layout" in err
+    assert "None" not in err
+    assert main([*base, "--pp", "4", "--first-stage-layers", "7"]) == 2
+    assert "drop --first-stage-layers" in capsys.readouterr().err
+    assert main([*base, "--pp", "4", "--account-for-embedding"]) == 2
+    err = capsys.readouterr().err
+    assert "drop --account-for-embedding" in err and "=False" not in err
+    # the fix named works: pp 2 without the flag
+    assert main([*base, "--pp", "2"]) == 0

@@ -1247,5 +1247,7 @@ def verified_split_hints(
             if fixes
             else f"no pipeline change fixes it alone ({v.hint})"
         )
+        if fixes and v.rule.startswith("pipeline-layout"):  # mending the layout comes first
+            hint = f"{v.hint}; or {hint}"
         out.append(Violation(v.rule, v.message, hint, v.severity))
     return out

@@ -560,8 +560,19 @@ _VALUE_FIELD = re.compile(
 )
 
 
+#: A field reset to its default in a hint (``pipeline_layout=None``,
+#: ``account_for_embedding=False``): on the command line, leaving its flag out.
+_RESET_FIELD = re.compile(
+    r"\b(first_stage_layers|last_stage_layers|pipeline_layout|dp_shard|cuda_graphs)=None"
+    r"|\b(account_for_embedding|account_for_loss)=False"
+)
+
+
 def cli_words(text: str) -> str:
     """``text`` with the Python arguments it names replaced by this CLI's flags."""
     for py, flag in PY_TO_CLI.items():
         text = text.replace(py, flag)
+    text = _RESET_FIELD.sub(
+        lambda m: f"drop --{(m.group(1) or m.group(2)).replace('_', '-')}", text
+    )
     return _VALUE_FIELD.sub(lambda m: f"--{m.group(1).replace('_', '-')} {m.group(2)}", text)
