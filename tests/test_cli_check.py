@@ -117,13 +117,18 @@ def test_split_hints_say_which_flag_to_drop_and_keep_the_layout_mend(capsys):
     which the parser refuses), and a layout one layer off keeps its own hint first."""
     base = ["check", "--model", "llama3-8b", "--gpus", "8"]
     assert main([*base, "--pp", "2", "--pipeline-layout", "Et*17|t*16L"]) == 2
-    err = capsys.readouterr().err
+    err = _said(capsys)
     assert "give the stages 32 t in total (remove 1)" in err and "drop --pipeline-layout" in err
     assert "None" not in err
     assert main([*base, "--pp", "4", "--first-stage-layers", "7"]) == 2
-    assert "drop --first-stage-layers" in capsys.readouterr().err
+    assert "drop --first-stage-layers" in _said(capsys)
     assert main([*base, "--pp", "4", "--account-for-embedding"]) == 2
-    err = capsys.readouterr().err
+    err = _said(capsys)
     assert "drop --account-for-embedding" in err and "=False" not in err
     # the fix named works: pp 2 without the flag
     assert main([*base, "--pp", "2"]) == 0
+
+
+def _said(capsys) -> str:
+    got = capsys.readouterr()
+    return got.out + got.err
