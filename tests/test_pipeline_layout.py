@@ -382,3 +382,14 @@ def test_replacing_the_layout_infers_vpp_again():
     t = s.replace(pipeline_layout="Et|(tt|)*30L")
     assert t.vpp == 4
     assert s.replace(pipeline_layout=None).vpp == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["Et*99999999999999|t*16L", "(t|)*100000000L", "E" + "(t)*60000" * 3 + "L", "t*" + "9" * 5000],
+)
+def test_a_huge_repeat_count_is_refused_before_it_is_expanded(text):
+    """A mistyped count used to expand first (MemoryError, or 17 s and 1.5 GB for 10^8)."""
+    with pytest.raises(StrategyError, match="past 65,536") as err:
+        Strategy(pp=2, pipeline_layout=text)
+    assert err.value.rules == ["pipeline-layout"]

@@ -62,10 +62,32 @@ def _layout_error(message: str, hint: str, rule: str = "pipeline-layout") -> Str
     return StrategyError(Violation(rule, message, hint))
 
 
+#: Longest layout a string may unroll to (characters): 16 x the largest model's 4,096 layers,
+#: so a mistyped repeat count is refused before it is expanded (``t*99999999999999``).
+MAX_UNROLLED = 65_536
+
+
 def _unroll(text: str) -> str:
     text = text.replace(",", "")
-    text = _GROUP.sub(lambda m: m.group(1) * int(m.group(2)), text)
-    return _SINGLE.sub(lambda m: m.group(1) * int(m.group(2)), text)
+    grouped = _GROUP.sub(lambda m: _repeat(text, m.group(1), m.group(2)), text)
+    out = _SINGLE.sub(lambda m: _repeat(text, m.group(1), m.group(2)), grouped)
+    if len(out) > MAX_UNROLLED:
+        raise _layout_error(
+            f"pipeline_layout {text[:80]!r} unrolls to {len(out):,} layers, past {MAX_UNROLLED:,}",
+            "give each stage's layers; a model has at most 4,096 decoder layers",
+        )
+    return out
+
+
+def _repeat(text: str, part: str, count: str) -> str:
+    """``part`` ``count`` times, refused past :data:`MAX_UNROLLED` characters."""
+    if len(count) > 6 or len(part) * int(count) > MAX_UNROLLED:
+        raise _layout_error(
+            f"pipeline_layout {text[:80]!r}: {part[:20]}*{count if len(count) <= 20 else count[:20] + '...'} repeats past "
+            f"{MAX_UNROLLED:,} layers",
+            "give each stage's layers; a model has at most 4,096 decoder layers",
+        )
+    return part * int(count)
 
 
 @lru_cache(maxsize=4096)
