@@ -219,3 +219,22 @@ def test_a_plan_changes_when_measured_inter_node_links_are_slow(tmp_path):
             assert main(argv + extra) == 0
         outs.append(json.loads(buf.getvalue())["candidates"][0]["strategy"])
     assert outs[0]["dp"] == default.strategy.dp and outs[1]["dp"] == slow.strategy.dp
+
+
+@pytest.mark.parametrize(
+    ("alpha", "busbw"), [(1e308, 1e9), (1e-5, 1e-300), (1e-5, 1e20), (2.0, 1e9)]
+)
+def test_unphysical_collective_values_are_refused(alpha, busbw):
+    """Finite but absurd values priced steps at inf / NaN (plan crashed, JSON printed
+    Infinity): a calibration is bounded to what links can do, and the error names the field."""
+    cal = {"ops": {"all_reduce": {"intra": {"alpha_s": alpha, "busbw_Bps": busbw}}}}
+    with pytest.raises(SpecError, match=r"ops\.all_reduce\.intra: alpha_s must be in"):
+        Cluster("h100", num_devices=8).calibrate(cal)
+
+
+def test_json_output_never_carries_infinity(capsys):
+    from parastrat.cli._common import print_json
+
+    with pytest.raises(UsageError, match="JSON cannot carry"):
+        print_json({"step_time_s": float("inf")})
+    assert capsys.readouterr().out == ""

@@ -516,7 +516,14 @@ def search_from_args(args: argparse.Namespace):
 
 def print_json(obj: Any) -> None:
     """Print one JSON document on stdout (nothing else may be printed with --format json)."""
-    sys.stdout.write(json.dumps(obj, indent=2, default=_json_default) + "\n")
+    try:  # JSON has no Infinity / NaN: a document that needs them is refused, not printed
+        text = json.dumps(obj, indent=2, default=_json_default, allow_nan=False)
+    except ValueError as exc:
+        raise UsageError(
+            f"the result holds a number JSON cannot carry ({exc}); check the inputs (a "
+            "calibration's values, the batch and step counts) or use --format table"
+        ) from None
+    sys.stdout.write(text + "\n")
 
 
 def _json_default(obj: Any) -> Any:

@@ -83,6 +83,13 @@ def latency_steps(op: str, n: int) -> int:
     return n - 1
 
 
+#: Physical bounds of a measured collective: a latency term over one second, or a bus
+#: bandwidth below 1 kB/s or above 100 TB/s (beyond any link built), is a broken file, not a
+#: measurement (and would price steps at inf / NaN).
+ALPHA_MAX_S = 1.0
+BUSBW_RANGE = (1e3, 1e14)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Measured ``(alpha_s, busbw_Bps)`` per collective and link class, and optionally
@@ -139,10 +146,11 @@ class Calibration:
                         f"'busbw_Bps' (not strings, booleans, NaN or Infinity), got {vals!r}"
                     )
                 alpha, bw = float(vals["alpha_s"]), float(vals["busbw_Bps"])
-                if alpha < 0 or bw <= 0:
+                if not (0 <= alpha <= ALPHA_MAX_S and BUSBW_RANGE[0] <= bw <= BUSBW_RANGE[1]):
                     raise SpecError(
-                        f"calibration ops.{op}.{span}: alpha_s must be >= 0 and "
-                        f"busbw_Bps > 0, got {alpha}, {bw}"
+                        f"calibration ops.{op}.{span}: alpha_s must be in [0, {ALPHA_MAX_S:g}] s "
+                        f"and busbw_Bps in [{BUSBW_RANGE[0]:g}, {BUSBW_RANGE[1]:g}] B/s, got "
+                        f"{alpha:g}, {bw:g}"
                     )
                 ops.setdefault(op, {})[span] = (alpha, bw)
         kernels = _kernel_constants(data.get("kernels") or {})
