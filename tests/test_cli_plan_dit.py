@@ -50,7 +50,10 @@ def test_table(capsys):
     assert main([*BASE, "--format", "launch"]) == 0
     assert capsys.readouterr().out.strip() == "--ulysses_degree 8 --ring_degree 1"
     assert main([*BASE, "--format", "mindiesd", "--framework", "xdit"]) == 2
-    assert "--format launch" in capsys.readouterr().err
+    assert "--format launch for that framework's flags" in capsys.readouterr().err
+    assert main([*BASE, "--format", "launch", "--framework", "any"]) == 2
+    got = capsys.readouterr()
+    assert not got.out and "pick --framework mindiesd, xdit or diffusers" in got.err
 
 
 def test_user_errors_exit_2(capsys):

@@ -238,13 +238,19 @@ def _plan(args: argparse.Namespace):
 
 
 def _framework(args: argparse.Namespace) -> str | None:
-    """``--framework``; ``--format mindiesd`` asks for MindIE-SD's flags, so its limits too."""
+    """``--framework``; ``--format mindiesd`` asks for MindIE-SD's flags, so its limits too;
+    ``--format launch`` needs a framework that has a launch."""
+    if args.format == "launch" and args.framework == "any":
+        raise UsageError(
+            "--framework any has no launch flags (it is a what-if over every split); pick "
+            "--framework mindiesd, xdit or diffusers"
+        )
     if args.format != "mindiesd":
         return args.framework
     if args.framework not in (None, "mindiesd"):
         raise UsageError(
             f"--format mindiesd prints MindIE-SD's flags, but --framework is {args.framework}; "
-            "use --format launch for that framework's"
+            "use --format launch for that framework's flags"
         )
     return "mindiesd"
 
