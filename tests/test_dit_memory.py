@@ -367,3 +367,25 @@ def test_memory_hint_offers_sharding_on_several_devices():
     assert "encoder" not in memory_hint("text_encode", sharded)
     assert "vae_parallel=True" in memory_hint("vae_decode", Remedies(devices=4))
     assert "vae_parallel" not in memory_hint("vae_decode", Remedies(devices=4, vae_parallel=True))
+
+
+def test_tiling_the_2d_and_wan_vaes_is_a_remedy_that_works():
+    """FLUX's AutoencoderKL and Wan's AutoencoderKLWan tile only when asked (enable_tiling:
+    1024 px / stride 768 and 256 / 192): the default decode is untiled, --vae-tiling brings an
+    8192^2 FLUX decode under 80 GiB, and a VAE without a tiled decode is never told to tile."""
+    import parastrat as ps
+    from parastrat.estimate.dit import estimate_dit
+    from parastrat.estimate.dit_memory import Remedies, memory_hint
+    from parastrat.spec import vae
+
+    big = dict(height=8192, width=8192, steps=28)
+    one = ps.Cluster("h100", 1)
+    plain = estimate_dit("flux.1-dev", ps.Strategy(), one, **big)
+    tiled = estimate_dit("flux.1-dev", ps.Strategy(), one, vae_tiling=True, **big)
+    assert not plain.memory.fits() and "--vae-tiling" not in plain.memory.hint()
+    assert "vae_tiling=True" in plain.memory.hint()
+    assert tiled.memory.fits() and tiled.serial["vae"]["tiled"]
+    at_1024 = dict(height=1024, width=1024, steps=28)
+    assert not estimate_dit("flux.1-dev", ps.Strategy(), one, **at_1024).serial["vae"]["tiled"]
+    assert vae.WAN21_VAE.tiling is not None and vae.WAN21_VAE_FP32.tiling is None
+    assert "tiles" not in memory_hint("vae_decode", Remedies(vae_tileable=False))

@@ -494,6 +494,7 @@ class _Run:
             devices=self.s.model_parallel_size,
             vae_parallel=self.vae_parallel,
             vae_tiled=tiled,
+            vae_tileable=self.model.vae is not None and self.model.vae.tiling is not None,
             text_on_device=self.text_on_device,
             options=self.memory,
         )

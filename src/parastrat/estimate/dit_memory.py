@@ -304,6 +304,8 @@ class Remedies:
     devices: int = 1
     vae_parallel: bool = False
     vae_tiled: bool = False
+    #: the VAE has a tiled decode (its ``tiling``): else tiling is no remedy
+    vae_tileable: bool = True
     text_on_device: bool = True
     options: DiTMemoryOptions = field(default_factory=DiTMemoryOptions)
 
@@ -319,7 +321,7 @@ def memory_hint(phase: str, taken: Remedies | None = None) -> str:
     if phase == "vae_decode":
         if t.devices > 1 and not t.vae_parallel:
             fixes.append("decode with a parallel VAE (vae_parallel=True)")
-        if not t.vae_tiled:
+        if t.vae_tileable and not t.vae_tiled:
             fixes.append("decode in tiles (vae_tiling=True)")
         if not (o.offload or o.dit_fsdp or o.encoder_fsdp):
             fixes.append(

@@ -192,7 +192,7 @@ def vae_decode(
     lh, lw = height // vae.spatial_factor, width // vae.spatial_factor
     nbytes = max(nbytes, vae.act_bytes)
     work = vae.work(shape.latent_frames, lh, lw, nbytes=nbytes)
-    use_tiles = vae.tiling is not None if tiled is None else tiled
+    use_tiles = vae.tiling is not None and (vae.tiling.default if tiled is None else tiled)
     factor = vae.tile_factor(frames, height, width) if use_tiles else 1.0
     n = max(1, int(devices))
     rate = vae_conv_rate(accel) * (TF32_PER_BF16 if vae.precision == "fp32" else 1)

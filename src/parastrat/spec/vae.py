@@ -69,6 +69,9 @@ class Tiling:
     stride: int = 0
     tile_frames: int = 0
     stride_frames: int = 0
+    #: the pipeline tiles without being asked (HunyuanVideo's frame-wise decode, ...); False:
+    #: only with ``enable_tiling()`` (``vae_tiling=True`` / ``--vae-tiling``)
+    default: bool = True
 
 
 @dataclass(frozen=True)
@@ -351,8 +354,12 @@ KL_2D = VAEDecoder(
     name="autoencoder-kl-16ch",
     latent_channels=16,
     stages=(VAEStage(512, 3, 2), VAEStage(512, 3, 2), VAEStage(256, 3, 2), VAEStage(128, 3)),
+    # enable_tiling(): tile_sample_min_size = sample_size (1024), tile_overlap_factor 0.25
+    # (diffusers 0.39 autoencoder_kl.py); off unless the pipeline asks
+    tiling=Tiling(tile=1024, stride=768, default=False),
     source="black-forest-labs/FLUX.1-dev vae/config.json; stabilityai/stable-diffusion-3-medium "
-    "vae/config.json (AutoencoderKL, block_out_channels [128,256,512,512], layers_per_block 2)",
+    "vae/config.json (AutoencoderKL, block_out_channels [128,256,512,512], layers_per_block 2, "
+    "sample_size 1024)",
 )
 
 #: HunyuanVideo causal 3D VAE: block_out_channels (128, 256, 512, 512), layers_per_block 2,
@@ -434,6 +441,9 @@ WAN21_VAE = VAEDecoder(
     kernel_t=3,
     decode_chunk_latent_frames=1,
     params=127e6,
+    # AutoencoderKLWan.enable_tiling(): 256 px tiles, stride 192 (diffusers 0.39
+    # autoencoder_kl_wan.py); off unless the pipeline asks
+    tiling=Tiling(tile=256, stride=192, default=False),
     source="Wan-AI/Wan2.1-T2V-14B-Diffusers vae/config.json (AutoencoderKLWan: base_dim 96, "
     "dim_mult [1,2,4,4], num_res_blocks 2, temperal_downsample [False,True,True]); decoded one "
     "latent frame per call with a 2-frame cache per causal conv (wan/modules/vae.py "
@@ -447,6 +457,7 @@ WAN21_VAE = VAEDecoder(
 WAN21_VAE_FP32 = replace(
     WAN21_VAE,
     precision="fp32",
+    tiling=None,  # Wan's own WanVAE has no tiled decode
     source=WAN21_VAE.source + "; Wan2.1 wan/modules/vae.py WanVAE(dtype=torch.float): fp32",
 )
 
@@ -464,6 +475,7 @@ WAN22_VAE = VAEDecoder(
     kernel_t=3,
     unpatch=2,
     decode_chunk_latent_frames=1,
+    tiling=Tiling(tile=256, stride=192, default=False),  # AutoencoderKLWan.enable_tiling()
     source="Wan-AI/Wan2.2-TI2V-5B-Diffusers vae/config.json (AutoencoderKLWan: base_dim 160, "
     "decoder_base_dim 256, z_dim 48, dim_mult [1,2,4,4], patch_size 2, scale_factor_spatial 16)",
 )
