@@ -82,8 +82,9 @@ def _unroll(text: str) -> str:
 def _repeat(text: str, part: str, count: str) -> str:
     """``part`` ``count`` times, refused past :data:`MAX_UNROLLED` characters."""
     if len(count) > 6 or len(part) * int(count) > MAX_UNROLLED:
+        shown = count if len(count) <= 20 else count[:20] + "..."
         raise _layout_error(
-            f"pipeline_layout {text[:80]!r}: {part[:20]}*{count if len(count) <= 20 else count[:20] + '...'} repeats past "
+            f"pipeline_layout {text[:80]!r}: {part[:20]}*{shown} repeats past "
             f"{MAX_UNROLLED:,} layers",
             "give each stage's layers; a model has at most 4,096 decoder layers",
         )
