@@ -35,24 +35,27 @@ def _paste(line: str, cwd: Path) -> list[str]:
 @pytest.mark.parametrize(
     "extra",
     [
-        [],  # the recipe name derived from _name_or_path
-        ["--recipe", "r$(touch PWNED_BY_FLAG)`touch PWNED2`;touch PWNED3"],
+        [],  # no recipe: a config's folder name is no recipe name, so none is invented
+        ["--recipe", "r$(touch PWNED_BY_FLAG)`touch PWNED2`;touch PWNED3"],  # no Python name
     ],
 )
-def test_torchrun_line_runs_nothing_when_pasted(tmp_path, capsys, extra):
+def test_a_hostile_recipe_name_is_refused_before_anything_is_printed(tmp_path, capsys, extra):
     cfg = _config(tmp_path, "org/llama$(touch PWNED_BY_CONFIG)")
     argv = ["plan", "--hf-config", str(cfg), "--gpus", "16", "--format", "torchrun", *extra]
-    if extra:  # a --recipe that is no Python name is refused before anything is printed
-        assert main(argv) == 2
-        got = capsys.readouterr()
-        assert not got.out and "is not a Python name" in got.err
-        return
-    assert main(argv) == 0
+    assert main(argv) == 2
+    got = capsys.readouterr()
+    assert not got.out and ("is not a Python name" in got.err or "pass --recipe NAME" in got.err)
+    assert not list(tmp_path.glob("PWNED*"))
+
+
+def test_torchrun_line_runs_nothing_when_pasted(tmp_path, capsys):
+    cfg = _config(tmp_path, "org/llama$(touch PWNED_BY_CONFIG)")
+    argv = ["plan", "--hf-config", str(cfg), "--gpus", "16", "--format", "torchrun"]
+    assert main([*argv, "--recipe", "llama3_8b_pretrain_config"]) == 0
     line = capsys.readouterr().out
     args = _paste(line, tmp_path)
     assert not list(tmp_path.glob("PWNED*"))
-    recipe = args[args.index("--recipe") + 1]
-    assert recipe == "llama$(touch PWNED_BY_CONFIG)_pretrain_config"
+    assert args[args.index("--recipe") + 1] == "llama3_8b_pretrain_config"
     # the one expansion parastrat means: the rendezvous host
     assert "--rdzv-endpoint=node0:29500" in args
 

@@ -253,19 +253,18 @@ def _print_candidates(result, top, fmt: str) -> None:
 
 def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> str:
     """The plan as Bridge overrides, Megatron-LM arguments or a torchrun line (``--format``)."""
-    from ..adapters.megatron import default_recipe
 
     if args.format in ("overrides", "torchrun"):
         if args.recipe is not None:
             _note_recipe_name(args.recipe)
-        _note_recipe_precision(result, args.recipe or default_recipe(model.name))
+        _note_recipe_precision(result, _recipe(args, model))
 
     if args.format == "overrides":
         from ..adapters.megatron import to_overrides
 
         # the plan: its best, batch, recompute, switches and precision, placed as the recipe
         # holds its sections
-        return shell_join(to_overrides(result, recipe=args.recipe or default_recipe(model.name)))
+        return shell_join(to_overrides(result, recipe=_recipe(args, model)))
     if args.format == "megatron-args":
         from ..adapters.megatron import megatron_lm_args
 
@@ -273,17 +272,28 @@ def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> 
     _require_whole_nodes(cluster)
     if cluster.accel.vendor == "huawei":
         return ascend_torchrun_line(result, cluster)
-    recipe = args.recipe or default_recipe(model.name)
+    recipe = _recipe(args, model)
     if recipe is None:
         from ..errors import UsageError
 
         raise UsageError(
-            f"Megatron Bridge 0.3.1 exports no pretrain recipe for {model.name} "
+            f"Megatron Bridge 0.3.1 exports no pretrain recipe known for {model.name} "
             "(run_recipe.py finds a recipe by its name in megatron.bridge.recipes); pass "
             "--recipe NAME of the recipe you train with, or use --format overrides and "
             "apply them to your own ConfigContainer"
         )
     return torchrun_line(result, cluster, gbs, recipe)
+
+
+def _recipe(args: argparse.Namespace, model) -> str | None:
+    """``--recipe``, else the Bridge recipe of a preset (:func:`default_recipe`); None for a
+    model read from a config file (its folder name is no recipe name)."""
+    from ..adapters.megatron import default_recipe
+    from ..spec.models import names
+
+    if args.recipe is not None:
+        return args.recipe
+    return default_recipe(model.name) if model.name in names() else None
 
 
 def _note_recipe_name(recipe: str) -> None:
