@@ -132,3 +132,13 @@ def test_split_hints_say_which_flag_to_drop_and_keep_the_layout_mend(capsys):
 def _said(capsys) -> str:
     got = capsys.readouterr()
     return got.out + got.err
+
+
+def test_a_large_grid_plot_labels_a_readable_number_of_rows():
+    """4,096 ranks at TP8 PP4 are 512 rows: every 8th is labelled (at most 64 per axis), which
+    keeps the picture readable and its layout fast (16,384 ranks took over 2 minutes)."""
+    from parastrat.viz import MAX_TICKS, _ticks
+
+    assert list(_ticks(8)) == list(range(8))
+    assert len(_ticks(512)) <= MAX_TICKS and _ticks(512).step == 8
+    assert len(_ticks(65536)) <= MAX_TICKS
