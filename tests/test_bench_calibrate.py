@@ -238,3 +238,12 @@ def test_json_output_never_carries_infinity(capsys):
     with pytest.raises(UsageError, match="JSON cannot carry"):
         print_json({"step_time_s": float("inf")})
     assert capsys.readouterr().out == ""
+
+
+def test_rows_faster_than_a_nanosecond_are_left_out_of_the_fit():
+    """A hand-edited row with time_s 1e-300 made the fit divide by zero (1/t^2 underflows)."""
+    sizes = (1 << 12, 1 << 20, 1 << 24)
+    rows = [_row("all_gather", s, 4, _model_time("all_gather", s, 4, 10e-6, 2e9)) for s in sizes]
+    rows.append(_row("all_gather", 1 << 22, 4, 1e-300))
+    cal = fit(rows)
+    assert cal["fit"]["all_gather"]["intra"]["points"] == 3

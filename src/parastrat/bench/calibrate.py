@@ -30,6 +30,11 @@ from ..spec.cluster import Calibration, bus_factor, latency_steps
 from .rows import Row, rows_from_json
 
 
+#: Shortest time a measured collective can take (seconds): a row below it (0, or 1e-300 in a
+#: hand-edited file) is no measurement and is left out of the fit.
+MIN_TIME_S = 1e-9
+
+
 def _solve(points: list[tuple[float, float, float]]) -> tuple[float, float] | None:
     """(alpha, beta) minimising sum(((alpha x + beta y) - t) / t)^2 with alpha >= 0, beta > 0.
 
@@ -77,7 +82,7 @@ def fit(rows: Iterable[Row | dict[str, Any]], *, source: str | None = None) -> d
         data = [
             (float(latency_steps(op, r.world)), r.bytes * bus_factor(op, r.world), r.time_s)
             for r in pts
-            if r.time_s > 0
+            if r.time_s >= MIN_TIME_S
         ]
         if len({r.bytes for r in pts}) < 2 or len(data) < 2:
             skipped.append(f"{op}/{span}: needs at least two message sizes")
