@@ -212,6 +212,22 @@ def test_cli_reads_earlier_rows_to_print_plot_and_fit(tmp_path, capsys):
     assert kept["kernels"]["host_op_s"] == pytest.approx(1.4e-5)
     assert kept["ops"]["ring"]["inter"]["busbw_Bps"] == pytest.approx(25e9)
 
+    # --ops picks loaded rows (names checked); flags that shape a sweep are refused
+    assert main(["bench", "--load", str(src), "--ops", "nope"]) == 2
+    assert main(["bench", "--load", str(src), "--ops", "all_reduce"]) == 2  # none of them
+    assert main(["bench", "--load", str(src), "--ops", "ring", "--format", "json"]) == 0
+    capsys.readouterr()
+    for flags in (["--world", "2"], ["--tp", "2"], ["--model", "llama3-8b"]):
+        assert main(["bench", "--load", str(src), *flags]) == 2
+        assert "--load reads rows already measured" in capsys.readouterr().err
+    # two outputs on one file, or an output over the rows it reads: refused, nothing written
+    same = tmp_path / "same.json"
+    assert main(["bench", "--load", str(src), "--fit", str(same), "--output", str(same)]) == 2
+    assert not same.exists() and "name the same file" in capsys.readouterr().err
+    before = src.read_text()
+    assert main(["bench", "--load", str(src), "--output", str(src), "--format", "csv"]) == 2
+    assert src.read_text() == before
+
 
 @pytest.mark.parametrize(
     "argv, needle",

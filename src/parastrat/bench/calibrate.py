@@ -29,7 +29,6 @@ from ..errors import SpecError, UsageError
 from ..spec.cluster import Calibration, bus_factor, latency_steps
 from .rows import Row, rows_from_json
 
-
 #: Shortest time a measured collective can take (seconds): a row below it (0, or 1e-300 in a
 #: hand-edited file) is no measurement and is left out of the fit.
 MIN_TIME_S = 1e-9

@@ -20,6 +20,7 @@ from typing import Any
 
 from rich.markup import escape
 
+from .. import _io
 from ._args import add_args, arg, store_true
 from ._common import (
     add_strategy_flags,
@@ -171,11 +172,18 @@ def run(args: argparse.Namespace) -> int:
 
     if args.kernels:
         return _run_kernels(args)
+    _refuse_shared_outputs(args)
     if args.load:
         _refuse_sweep_flags(args)
         rows = load_rows(args.load)
         if not rows:
             raise UsageError(f"{args.load} holds no benchmark rows; write some with --output")
+        if args.ops:  # --ops picks the loaded rows to use (names checked as for a sweep)
+            from ..bench.runner import resolve_ops
+
+            rows = _filter_ops(rows, ",".join(resolve_ops(args.ops, 2)))
+            if not rows:
+                raise UsageError(f"{args.load} holds no rows of {args.ops}")
     else:
         if args.warmup < 0:
             raise UsageError(f"--warmup must be >= 0, got {args.warmup}")
@@ -413,12 +421,37 @@ def _measure(args: argparse.Namespace) -> list[Any] | None:
     return _measure_local(args, strategy, kwargs)
 
 
+def _refuse_shared_outputs(args: argparse.Namespace) -> None:
+    """UsageError when two outputs (``--output``, ``--fit``, ``--plot``) name one file, or an
+    output is the ``--load`` file it would be read from: one would silently replace the other."""
+    from ..errors import UsageError
+    from ..viz import figure_path
+
+    named = {"--output": args.output, "--fit": args.fit, "--load": args.load}
+    if args.plot:
+        named["--plot"] = str(figure_path(args.plot))
+    seen: dict[Path, str] = {}
+    for flag, value in named.items():
+        if not value:
+            continue
+        key = Path(value).resolve()
+        if key in seen and not _io.is_special(key):
+            raise UsageError(
+                f"{seen[key]} and {flag} name the same file {value}: one would replace the "
+                "other; give each its own path"
+            )
+        seen[key] = flag
+
+
 def _refuse_sweep_flags(args: argparse.Namespace) -> None:
     """``--load`` reads rows already measured: a flag that only shapes a sweep would be
     silently ignored, so it is refused."""
     from ..errors import UsageError
 
-    given = [f"--{k.replace('_', '-')}" for k in ("span", "sizes", "dtype") if getattr(args, k)]
+    names = ("span", "sizes", "dtype", "world", "model", "seq_len")
+    given = [f"--{k.replace('_', '-')}" for k in names if getattr(args, k)]
+    if _strategy_requested(args) and args.model is None:
+        given.append("the strategy flags")
     if given:
         raise UsageError(
             f"{', '.join(given)} shape(s) a sweep, and --load reads rows already measured (each "
