@@ -70,3 +70,18 @@ def test_mutually_exclusive_tables_still_exclude(capsys):
         main([*base, "--config", "x"])
     assert exc.value.code == 2
     assert "not allowed with argument --model" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["check", "--model", "", "--gpus", "8"],
+        ["check", "--hf-config", " ", "--gpus", "8"],
+        ["plan", "--model", "llama3-8b", "--gpus", "8", "--plot", ""],
+        ["layout", "--gpus", "8", "--strategy", ""],
+    ],
+)
+def test_an_empty_value_is_an_error_not_a_missing_option(capsys, argv):
+    """``--model "$MODEL"`` with MODEL unset checked without any model and exited 0."""
+    assert main(argv) == 2
+    assert "was given an empty value" in capsys.readouterr().err

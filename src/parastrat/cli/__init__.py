@@ -77,6 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        _refuse_empty_values(args)
         return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         return report_user_error(exc)
@@ -94,6 +95,37 @@ def main(argv: list[str] | None = None) -> int:
             "(set PARASTRAT_DEBUG=1 for the traceback; please report it)"
         )
         return 1
+
+
+#: Options that take a name, a path or a text: an empty value is a mistake (a shell variable
+#: that was not set), not "not given".
+NAMED_VALUES = (
+    "model",
+    "hf_config",
+    "config",
+    "accelerator",
+    "strategy",
+    "compare",
+    "calibration",
+    "recipe",
+    "plot",
+    "output",
+    "fit",
+    "load",
+    "pipeline_layout",
+    "order",
+)
+
+
+def _refuse_empty_values(args: argparse.Namespace) -> None:
+    """UsageError for an option given an empty (or blank) value, naming it."""
+    from ..errors import UsageError
+
+    for name in NAMED_VALUES:
+        value = getattr(args, name, None)
+        if isinstance(value, str) and not value.strip():
+            flag = "--" + name.replace("_", "-")
+            raise UsageError(f"{flag} was given an empty value; give it one, or leave it out")
 
 
 if __name__ == "__main__":  # pragma: no cover
