@@ -60,7 +60,9 @@ def test_user_errors_exit_2(capsys):
     bad_frames = [a if a != "129" else "128" for a in BASE]
     assert main(bad_frames) == 2
     assert "4k+1" in capsys.readouterr().err
-    assert main([a if a != "50" else "0" for a in BASE]) == 2
+    with pytest.raises(SystemExit) as stop:  # --steps takes whole numbers >= 1 (argparse)
+        main([a if a != "50" else "0" for a in BASE])
+    assert stop.value.code == 2
     assert main([a if a != "hunyuanvideo" else "nope" for a in BASE]) == 2
     assert "flux.1-dev" in capsys.readouterr().err
 

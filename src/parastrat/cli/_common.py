@@ -83,6 +83,11 @@ def nonnegative_int(text: str) -> int:
     return whole_number(text, 0)
 
 
+def shard_degree(text: str) -> int:
+    """argparse type: ``-1`` (torchtitan's "the rest of dp") or a whole number >= 1."""
+    return -1 if text == "-1" else whole_number(text, 1)
+
+
 def device_count(text: str) -> int:
     """argparse type: a device count, 1 to :data:`~parastrat.spec.cluster.MAX_DEVICES`."""
     from ..spec.cluster import MAX_DEVICES
@@ -239,7 +244,7 @@ def sharding_args() -> tuple[Arg, ...]:
     return (
         arg(
             "--dp-shard",
-            type=int,
+            type=shard_degree,
             default=None,
             help="ranks on the data-parallel shard axis (default or -1: the rest of dp)",
         ),
@@ -373,7 +378,7 @@ MEMORY_SWITCH_ARGS = (
     arg(
         "--cpu-offload-layers",
         dest="cpu_offload_layers",
-        type=int,
+        type=nonnegative_int,
         default=None,
         metavar="N",
         help="CPU activation offloading of N layers (Megatron's cpu_offloading_num_layers; "

@@ -67,7 +67,7 @@ WORKLOAD_ARGS = (
         help="calibration JSON from `parastrat bench` (collectives; with --kernels also the "
         "GEMM/HBM fractions and the host's seconds per eager op)",
     ),
-    arg("--steps", type=int, required=True, help="denoising steps"),
+    arg("--steps", type=positive_int, required=True, help="denoising steps"),
 )
 
 #: Classifier-free guidance on or off (one of the two; neither: the model's default).
