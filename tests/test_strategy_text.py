@@ -202,3 +202,32 @@ def test_split_hints_name_flags_on_the_cli_and_arguments_in_python(capsys):
     assert "pipeline_layout='" in hint
     layout = hint.split("pipeline_layout='")[1].split("'")[0]
     assert main(["check", *argv, "--pipeline-layout", layout]) == 0
+
+
+def test_plan_dit_labels_and_single_tokens_read_back():
+    """plan-dit prints its splits as "Ulysses4 x TP2" (its table and JSON strategy_str): they
+    read back; so do single tokens (EP8, CP2, DP8, FSDP:optim); a plan candidate's run words
+    (mbs1 none) are named as what they are, with the flags that set them."""
+    from parastrat.planner.dit import label, plan_dit
+
+    plan = plan_dit(
+        "wan2.1-t2v-14b",
+        ps.Cluster("ascend-910b", 8),
+        height=720,
+        width=1280,
+        frames=81,
+        steps=50,
+        top_k=20,
+    )
+    for c in plan.candidates:
+        back = parse_strategy(label(c.strategy))
+        assert (back.tp, back.ulysses, back.ring, back.cfg) == (
+            c.strategy.tp,
+            c.strategy.ulysses,
+            c.strategy.ring,
+            c.strategy.cfg,
+        )
+    assert parse_strategy("EP8").ep == 8 and parse_strategy("CP2").cp == 2
+    assert parse_strategy("DP8").dp == 8 and parse_strategy("FSDP:optim").fsdp == "optim"
+    with pytest.raises(UsageError, match="--micro-batch-size"):
+        parse_strategy("TP2 PP2(VP8) CP1 EP4 ETP2 DP4 SP mbs1 none")

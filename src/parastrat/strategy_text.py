@@ -37,8 +37,14 @@ _DEGREES = {
     "U": "ulysses",
     "R": "ring",
     "CFG": "cfg",
+    # plan-dit's labels: "Ulysses4 x Ring2 x CFG2 x TP2"
+    "Ulysses": "ulysses",
+    "Ring": "ring",
 }
-_DEGREE = re.compile(rf"^({'|'.join(_DEGREES)})(\d+)$")
+_DEGREE = re.compile(rf"^({'|'.join(sorted(_DEGREES, key=len, reverse=True))})(\d+)$")
+#: What a plan's candidate adds after its strategy (micro-batch, recompute, offloaded layers):
+#: not part of a strategy; said so with the flags that set them.
+_RUN_WORDS = re.compile(r"^(mbs\d+|none|selective|full|offload\d+)$")
 _PP = re.compile(r"^PP(\d+)(?:\(VP(\d+)\))?((?:\[[^\]]*\])*)$")
 _CP = re.compile(r"^CP(\d+)\((?:U(\d+)xR(\d+)|U)\)$")
 _SHARD = re.compile(r"^S(\d+|-)xR(\d+)$")
@@ -52,7 +58,8 @@ def parse_strategy(text: str) -> Strategy:
     text = str(text).strip()
     if not text:
         raise UsageError('empty strategy; write e.g. "tp=4,pp=2,sp" or "TP4 PP2 CP1 SP"')
-    if re.match(r"^(TP|PP)\d", text):
+    first = text.split()[0]
+    if first == "x" or _read_token(first, {}) or _RUN_WORDS.match(first):
         return Strategy(**printed_fields(text))
     return Strategy(**pair_fields(text))
 
@@ -98,6 +105,15 @@ def printed_fields(text: str) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     for token in text.split():
         before = dict(kwargs)
+        if token == "x":  # plan-dit joins its degrees with " x "
+            continue
+        if _RUN_WORDS.match(token):
+            raise UsageError(
+                f"{token!r} in {text!r} is how a plan runs its candidate (mbsN: the micro-batch, "
+                "none/selective/full: the recompute, offloadN: offloaded layers), not part of "
+                "the strategy: leave it out and pass --micro-batch-size / --recompute / "
+                "--cpu-offload-layers"
+            )
         if not _read_token(token, kwargs):
             raise UsageError(
                 f"cannot read {token!r} in strategy {text!r}: the printed form is e.g. "
@@ -109,7 +125,7 @@ def printed_fields(text: str) -> dict[str, Any]:
     # make Strategy derive the serving order.  A serving grid whose degrees derive the xDiT
     # order anyway leaves it derived (as Strategy(ulysses=2) would), so that the text of a
     # strategy built without an order reads back as one
-    serving = "cfg" in kwargs
+    serving = "cfg" in kwargs or ("ulysses" in kwargs and "cp" not in kwargs)
     derived = serving and (kwargs.get("ulysses", 1) > 1 or kwargs.get("cfg", 1) > 1)
     if not derived:
         kwargs.setdefault("order", XDIT_ORDER if serving else MEGATRON_ORDER)
