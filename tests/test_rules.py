@@ -276,3 +276,17 @@ def test_pp_not_last_needs_equal_dense_and_expert_dp():
     assert "pp-groups-differ" in {v.rule for v in s.check(world_size=4)}
     same = Strategy(tp=1, pp=2, cp=2, ep=2, etp=1, order="tp-pp-cp-ep-dp")
     assert "pp-groups-differ" not in {v.rule for v in same.check(world_size=8)}
+
+
+def test_world_hints_stay_within_the_device_bound():
+    """``--tp 2147483647`` on 8 devices used to say "use 2147483647 devices", which --gpus
+    (at most 2^20) refuses."""
+    import parastrat as ps
+    from parastrat.checks import MAX_DEVICES
+
+    s = ps.Strategy(tp=2**31 - 1)
+    hint = next(v.hint for v in s.check(world_size=8) if v.rule == "world-dense")
+    assert "use smaller degrees" in hint and str(2**31 - 1) + " devices" not in hint
+    assert f"{MAX_DEVICES:,}" in hint
+    with pytest.raises(ps.StrategyError, match=r"cp in \{2, 4, 8, 16\}"):
+        ps.Strategy(cp=3, ulysses=2)

@@ -12,6 +12,11 @@ from typing import Any
 
 from .errors import UsageError
 
+#: Most devices a Cluster may hold: 2^20, above the largest announced training clusters
+#: (~200,000 accelerators) and low enough that planning stays seconds, not minutes
+#: (docs/troubleshooting.md, "Bounds").  Hints never name a world beyond it.
+MAX_DEVICES = 2**20
+
 
 def is_int(value: Any) -> bool:
     """True when ``value`` is an ``int`` and not a ``bool`` (which Python counts as one)."""

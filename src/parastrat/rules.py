@@ -16,7 +16,7 @@ import math
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-from .checks import divisors, fmt_set, is_count, lcm
+from .checks import MAX_DEVICES, divisors, fmt_set, is_count, lcm
 from .errors import SpecError, StrategyError, Violation
 from .grid import expert_dp, training_grid
 
@@ -275,10 +275,14 @@ def fsdp_soft_violations(s: Strategy, dp: int) -> list[Violation]:
 # World size.
 # ---------------------------------------------------------------------------------------------
 def _fitting_worlds(s: Strategy, world: int) -> str:
+    """``use W devices``: the world sizes nearest ``world`` that fit, within the device bound
+    (:data:`~parastrat.checks.MAX_DEVICES`); smaller degrees when none does."""
     step = s.min_world_size
     lower = (world // step) * step
-    options = [w for w in (lower, lower + step) if w > 0]
-    return " or ".join(str(w) for w in options)
+    options = [w for w in (lower, lower + step) if 0 < w <= MAX_DEVICES]
+    if not options:  # no cluster parastrat takes is that large
+        return f"use smaller degrees (no world of at most {MAX_DEVICES:,} devices fits)"
+    return "use " + " or ".join(str(w) for w in options) + " devices"
 
 
 def world_violations(s: Strategy, world: int) -> list[Violation]:
@@ -308,7 +312,7 @@ def _inference_world_violations(s: Strategy, world: int) -> list[Violation]:
             "world-inference",
             f"world size {world} is not a multiple of tp*ulysses*ring*cfg*pp = "
             f"{s.tp}*{s.ulysses}*{s.ring}*{s.cfg}*{s.pp} = {unit}",
-            f"use {_fitting_worlds(s, world)} devices, or degrees whose product divides {world}",
+            f"{_fitting_worlds(s, world)}, or degrees whose product divides {world}",
         )
     ]
 
@@ -341,7 +345,7 @@ def _grid_world_violations(s: Strategy, world: int) -> list[Violation]:
                 "world-dense",
                 f"world size {world} is not a multiple of tp*cp*pp = {s.tp}*{s.cp}*{s.pp} = "
                 f"{dense}",
-                f"use {_fitting_worlds(s, world)} devices (multiples of pp*lcm(tp*cp, ep*etp) "
+                f"{_fitting_worlds(s, world)} (multiples of pp*lcm(tp*cp, ep*etp) "
                 f"= {s.min_world_size}){alt}",
             )
         )
@@ -351,7 +355,7 @@ def _grid_world_violations(s: Strategy, world: int) -> list[Violation]:
                 "world-expert",
                 f"world size {world} is not a multiple of etp*ep*pp = {s.etp}*{s.ep}*{s.pp} = "
                 f"{expert} (the expert grid)",
-                f"use {_fitting_worlds(s, world)} devices, or ep*etp*pp dividing {world}",
+                f"{_fitting_worlds(s, world)}, or ep*etp*pp dividing {world}",
             )
         )
     return out

@@ -163,8 +163,8 @@ def _cp_ring(cp: int | None, ulysses: int, ring: int | None) -> tuple[int, int]:
                 Violation(
                     "cp-ulysses-ring",
                     f"cp={cp} is not a multiple of ulysses={ulysses} (cp = ulysses * ring)",
-                    f"use cp in {fmt_set([ulysses * k for k in range(1, 5)])} or set ring "
-                    f"explicitly",
+                    f"use a multiple of ulysses that divides the world, e.g. cp in "
+                    f"{fmt_set([ulysses * 2**k for k in range(4)])}, or set ring explicitly",
                 )
             )
         else:

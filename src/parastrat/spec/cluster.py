@@ -23,6 +23,7 @@ from math import gcd
 from pathlib import Path
 from typing import Any
 
+from ..checks import MAX_DEVICES as MAX_DEVICES
 from ..checks import is_count
 from ..errors import SpecError, UsageError
 from .hardware import Accelerator, canonical_precision
@@ -30,10 +31,6 @@ from .hardware import get as get_accelerator
 
 #: Collectives the cost model knows.  "ring" is one hop of a ring exchange (each rank sends S
 #: bytes to its neighbour; callers multiply by the hops), "send_recv" one point-to-point send.
-#: Most devices a Cluster may hold: 2^20, above the largest announced training clusters
-#: (~200,000 accelerators) and low enough that planning stays seconds, not minutes
-#: (docs/troubleshooting.md, "Bounds").
-MAX_DEVICES = 2**20
 
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "ring", "send_recv", "broadcast")
 SPANS = ("intra", "inter")
