@@ -210,15 +210,8 @@ def test_plan_dit_labels_and_single_tokens_read_back():
     (mbs1 none) are named as what they are, with the flags that set them."""
     from parastrat.planner.dit import label, plan_dit
 
-    plan = plan_dit(
-        "wan2.1-t2v-14b",
-        ps.Cluster("ascend-910b", 8),
-        height=720,
-        width=1280,
-        frames=81,
-        steps=50,
-        top_k=20,
-    )
+    video = {"height": 720, "width": 1280, "frames": 81, "steps": 50}
+    plan = plan_dit("wan2.1-t2v-14b", ps.Cluster("ascend-910b", 8), top_k=20, **video)
     for c in plan.candidates:
         back = parse_strategy(label(c.strategy))
         assert (back.tp, back.ulysses, back.ring, back.cfg) == (
