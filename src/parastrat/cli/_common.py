@@ -553,7 +553,7 @@ def report_user_error(exc: BaseException) -> int:
     else:
         # escape: messages hold brackets ('pip install "parastrat[megatron]"', '[2, 2]')
         # that rich would otherwise read as markup and drop.
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        err_console.print(f"[bold red]error:[/] {escape(cli_words(str(exc)))}")
     return 2
 
 
@@ -562,6 +562,12 @@ PY_TO_CLI = {
     "Switches(tp_comm_overlap=True)": "--tp-comm-overlap",
     "account_for_embedding=True": "--account-for-embedding",
     "account_for_loss=True": "--account-for-loss",
+    "or sp=False": "or drop --sp",
+    "set sp=True": "add --sp",
+    "or vpp=1": "or --vpp 1",
+    "use True/'full'": "use full (or --cuda-graphs alone)",
+    "ModelSpec.from_hf_config(path)": "--hf-config PATH",
+    "cpu_offload_layers": "--cpu-offload-layers",
 }
 #: Strategy fields and switches a hint sets as ``name=value`` (``first_stage_layers=6``,
 #: ``pipeline_layout='Et*7|...'``): on the command line ``--name value``.
