@@ -378,6 +378,7 @@ def test_to_overrides_hierarchical_cp_with_vpp():
         "model.tensor_model_parallel_size=4",
         "model.pipeline_model_parallel_size=4",
         "model.virtual_pipeline_model_parallel_size=2",
+        "model.microbatch_group_size_per_vp_stage=4",
         "model.context_parallel_size=4",
         "model.cp_comm_type=a2a+p2p",
         "model.hierarchical_context_parallel_sizes=[2,2]",

@@ -255,3 +255,44 @@ def _started(plan, provider: str, monkeypatch):
     mg.apply(cfg, plan, world_size=128)
     start_up(cfg, 128, monkeypatch)
     return cfg
+
+
+def test_a_swapped_model_does_not_hide_the_strategys_refusal(bridge, monkeypatch):
+    """GPT-3's recipe holding Llama 3 8B's provider, the recipe's wgrad deferral kept: the
+    unchanged config was refused already, which used to switch the second opinion off, and a
+    pp = 1 strategy was accepted, then refused at start-up (on a GPU build).  A config that
+    would not start is refused now, whatever the unchanged one did."""
+    cfg = with_provider("Llama3ModelProvider8B")
+    cfg.comm_overlap.defer_embedding_wgrad_compute = True  # as GPT-3's recipe has it
+    before = snapshot(cfg)
+    with pytest.raises(StrategyError, match="defer embedding wgrad compute") as err:
+        mg.apply(cfg, Strategy(tp=8, sp=True), world_size=64)
+    assert err.value.rules == ["megatron-config"] and snapshot(cfg) == before
+    mg.apply(cfg, Strategy(tp=4, pp=2, sp=True), world_size=64)  # a pipeline keeps it
+    assert cfg.comm_overlap.defer_embedding_wgrad_compute is True
+
+
+def test_full_iteration_graphs_turn_the_nan_check_off_and_start(bridge, monkeypatch):
+    """Bridge's validate() asserts check_for_nan_in_loss is off with full-iteration CUDA graphs:
+    a plan priced with them writes it off (apply and the override line) and starts."""
+    import parastrat as ps
+
+    wl = ps.Workload(model="llama3-8b", seq_len=4096, global_batch_size=64)
+    plan = ps.plan(wl, ps.Cluster("h100", 16), ps.Switches(cuda_graphs="full_iteration"))
+    assert "rerun_state_machine.check_for_nan_in_loss=false" in mg.to_overrides(plan)
+    cfg = with_provider("Llama3ModelProvider8B", seq=4096)
+    mg.apply(cfg, plan, world_size=16)
+    assert cfg.rerun_state_machine.check_for_nan_in_loss is False
+    start_up(cfg, 16, monkeypatch)
+
+
+def test_reapplying_after_start_up_resets_the_interleaved_group(bridge, monkeypatch):
+    """Start-up fills microbatch_group_size_per_vp_stage with the recipe's pp; a later apply
+    with another pp writes Megatron's default (the new pp), as a fresh container gets it."""
+    cfg = with_provider("Llama3ModelProvider70B")
+    mg.apply(cfg, Strategy(tp=4, pp=4, vpp=5, sp=True), world_size=64)
+    start_up(cfg, 64, monkeypatch)
+    assert cfg.model.microbatch_group_size_per_vp_stage == 4
+    mg.apply(cfg, Strategy(tp=4, pp=8, vpp=2, sp=True), world_size=64)
+    start_up(cfg, 64, monkeypatch)
+    assert cfg.model.microbatch_group_size_per_vp_stage == 8

@@ -74,6 +74,7 @@ def test_plan_candidates_launch_on_the_real_bridge(bridge, monkeypatch, name, gp
     assert plan.candidates
     for cand in plan.candidates:
         cfg = gpt3_recipe()
+        cfg.comm_overlap.defer_embedding_wgrad_compute = False  # GPT-3 PP 8 only
         cfg.dataset.sequence_length = 4096
         cfg.model = provider(name)
         cfg.model.moe_permute_fusion = False
@@ -90,6 +91,7 @@ def test_cp_must_keep_attention_chunks_whole(bridge, monkeypatch):
     from tests.test_adapter_bridge import identities, unchanged
 
     cfg = gpt3_recipe()
+    cfg.comm_overlap.defer_embedding_wgrad_compute = False  # GPT-3 PP 8 only
     cfg.dataset.sequence_length = 32768
     cfg.model = provider("llama4-scout", seq_length=32768)
     cfg.model.moe_permute_fusion = False

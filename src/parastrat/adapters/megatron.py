@@ -429,6 +429,23 @@ def _rerun_checks(model: Any) -> None:
 START_UP_SECTIONS = ("mixed_precision", "comm_overlap")
 
 
+def _as_a_gpu_build(trial: Any) -> None:
+    """The trial model as the GPU build it will run on has it: fused wgrad accumulation
+    (``gradient_accumulation_fusion``, whose default asks for apex's CUDA kernel: False on a
+    planning machine without one), so Megatron's "cannot defer embedding wgrad compute when
+    gradient accumulation fusion is not used" is not charged to the strategy."""
+    if getattr(trial, "gradient_accumulation_fusion", None) is False and not _cuda_available():
+        trial.gradient_accumulation_fusion = True
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
 def _trial(t: _Target, writes: Sequence[_Write], start_up: bool) -> Any:
     """A copy of the model section carrying the new values; with ``start_up``, as Bridge's
     start-up leaves it: copies of the container's ``mixed_precision`` (a recipe name
@@ -437,6 +454,7 @@ def _trial(t: _Target, writes: Sequence[_Write], start_up: bool) -> Any:
     for w in writes:
         if w.obj is t.model:
             setattr(trial, w.attr, w.new)
+    _as_a_gpu_build(trial)
     if not start_up:
         return trial
     ddp = copy.deepcopy(t.sections.get("ddp"))
@@ -468,34 +486,45 @@ def _framework_violations(t: _Target, writes: Sequence[_Write]) -> list[Violatio
     For a Bridge container the copy first goes through what Bridge's start-up sets on the
     model (:data:`START_UP_SECTIONS`), so a setting that lives in ``comm_overlap`` (e.g. a
     recipe's ``defer_embedding_wgrad_compute``, which needs pp > 1) is seen before training
-    starts.  When the unchanged config already fails them (or cannot be copied), they run
-    without the start-up step, then not at all: the refusal would not be about the strategy.
+    starts.  A refusal stands even where the unchanged config is refused too (the written
+    config would not start; :func:`_same_refusal` says so); checks that cannot run at all (no
+    copy, a missing package) are skipped, first the start-up step, then the model's.
     """
     for start_up in (True, False) if t.container else (False,):
         try:
-            _rerun_checks(_trial(t, (), start_up))
-        except Exception as exc:
-            log.debug("megatron's own checks fail the unchanged config: %s", exc)
-            continue
-        try:
             _rerun_checks(_trial(t, writes, start_up))
+            return []
         except (ValueError, AssertionError) as exc:
-            where = " (with the container's mixed_precision and comm_overlap set up on it)"
-            return [
-                Violation(
-                    "megatron-config",
-                    f"{type(t.model).__name__}{where if start_up else ''} refuses the new "
-                    f"settings: {exc}",
-                    getattr(exc, "hint", None)
-                    or "parastrat's rules passed; this is a Megatron rule about the rest of the "
-                    "config (comm_overlap and mixed_precision fields included): change that "
-                    "field, or the strategy",
-                )
-            ]
+            refused = exc
         except Exception as exc:
             log.debug("megatron's own checks could not run on the new settings: %s", exc)
-        return []
+            continue
+        where = " (with the container's mixed_precision and comm_overlap set up on it)"
+        alike = _same_refusal(t, start_up, refused)
+        return [
+            Violation(
+                "megatron-config",
+                f"{type(t.model).__name__}{where if start_up else ''} refuses the new "
+                f"settings: {refused}"
+                + (" (it refuses the config without them too)" if alike else ""),
+                getattr(refused, "hint", None)
+                or "parastrat's rules passed; this is a Megatron rule about the rest of the "
+                "config (comm_overlap and mixed_precision fields included): change that "
+                "field, or the strategy",
+            )
+        ]
     return []
+
+
+def _same_refusal(t: _Target, start_up: bool, refused: BaseException) -> bool:
+    """True when the unchanged config is refused with the same message: the config fails to
+    start with or without the strategy (said so in the refusal, which stands either way: the
+    written config would not start)."""
+    try:
+        _rerun_checks(_trial(t, (), start_up))
+    except Exception as exc:
+        return str(exc) == str(refused)
+    return False
 
 
 def _plan(

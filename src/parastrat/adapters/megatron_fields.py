@@ -31,6 +31,7 @@ CONTAINER_SECTIONS = (
     "checkpoint",
     "mixed_precision",
     "dataset",
+    "rerun_state_machine",
 )
 
 #: Megatron's ``cp_comm_type`` values and how they read back as Ulysses x ring.
@@ -359,6 +360,15 @@ STRATEGY_FIELDS: tuple[Field, ...] = (
         read=lambda v: {"vpp": _int_or_one(v)},
         arg="--num-virtual-stages-per-pipeline-rank",
     ),
+    # Megatron Core fills it with pp only when it is None (ModelParallelConfig.__post_init__):
+    # a container that already went through start-up keeps the old pp, and the interleaved
+    # schedule refuses the new one at the first step; written as Megatron's default, pp
+    Field(
+        "microbatch_group_size_per_vp_stage",
+        lambda a: a.s.pp,
+        when=lambda a: a.s.vpp > 1,
+        optional=True,
+    ),
     Field(
         "context_parallel_size", lambda a: a.s.cp, 1, arg="--context-parallel-size"
     ),  # read with cp_comm_type
@@ -524,6 +534,15 @@ RUN_FIELDS: tuple[Field, ...] = (
         _graph_scopes,
         when=lambda a: bool(a.run and _graph_scopes(a)),
         arg="--cuda-graph-scope",
+    ),
+    # Bridge's validate() asserts "check_for_nan_in_loss must be disabled when using
+    # full_iteration CUDA graph" (the check syncs the host inside the captured iteration)
+    Field(
+        "check_for_nan_in_loss",
+        lambda a: False,
+        when=lambda a: bool(a.run) and "full_iteration" in _graph_scopes(a),
+        sections=("rerun_state_machine",),
+        optional=True,
     ),
     # the gradient buffer's dtype priced: Bridge's MixedPrecisionConfig.setup() copies its
     # value onto the DDP config at start-up, so both are written
