@@ -44,6 +44,7 @@ FAMILY = (
     ("qwen3", "qwen3-8b"),
     ("llama", "llama3-8b"),
     ("deepseek-v3", "deepseek-v3"),
+    ("moonlight", "deepseek-v3"),  # Moonlight-16B-A3B is a DeepSeek-V3-class model
     ("deepseek-v2", "deepseek-v2"),
     ("gpt-oss", "gpt-oss-120b"),
     ("olmoe", "olmoe-1b-7b"),

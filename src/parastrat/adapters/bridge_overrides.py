@@ -153,6 +153,7 @@ RECIPE_SHAPES: dict[str, RecipeShape] = {
             "llama31_405b_sft_config",
             "llama31_405b_peft_config",
             "deepseek_v3_pretrain_config",
+            "moonlight_16b_pretrain_config",
             "moonlight_16b_sft_config",
             "moonlight_16b_peft_config",
             "olmoe_7b_pretrain_config",
@@ -172,6 +173,15 @@ RECIPE_SHAPES: dict[str, RecipeShape] = {
             "nemotron_3_nano_pretrain_config",
         ),
         _NAMED_CO,
+    ),
+    # pretraining on a conversation dataset (HFDatasetConversationProvider: seq_length)
+    **dict.fromkeys(
+        (
+            "qwen3_vl_8b_pretrain_config",
+            "qwen3_vl_30b_a3b_pretrain_config",
+            "qwen3_vl_235b_a22b_pretrain_config",
+        ),
+        RecipeShape(comm_overlap=False, mixed_precision=None, dataset_seq="seq_length"),
     ),
     "nemotronh_47b_pretrain_config": _NEMOTRON_FP8,
     "nemotronh_56b_pretrain_config": _NEMOTRON_FP8,
