@@ -233,18 +233,32 @@ def test_ring_cp_refused_for_window_and_sink_attention(extra, what):
     from parastrat.strategy import MEGATRON_ORDER
 
     model = dataclasses.replace(LLAMA70, name="windowed", **extra)
-    ring = Strategy(tp=8, cp=2, sp=True)
+    ring = Strategy(tp=4, cp=2, sp=True)
     found = ring.check(model)
     assert [v.rule for v in found] == ["cp-ring-attention"] and what in found[0].message
     assert "ulysses=2" in found[0].hint
-    assert rules(Strategy(tp=8, ulysses=2, ring=2, sp=True, order=MEGATRON_ORDER), model=model) == [
+    assert rules(Strategy(tp=4, ulysses=2, ring=2, sp=True, order=MEGATRON_ORDER), model=model) == [
         "cp-ring-attention"
     ]
-    assert rules(Strategy(tp=8, cp=2, ulysses=2, sp=True, order=MEGATRON_ORDER), model=model) == []
+    assert rules(Strategy(tp=4, cp=2, ulysses=2, sp=True, order=MEGATRON_ORDER), model=model) == []
     assert rules(ring, model=LLAMA70) == []  # full softmax attention: ring is fine
-    # 64 heads / tp 8 = 8 per rank: cp 16 cannot be Ulysses, the hint says which can
-    hint = Strategy(tp=8, cp=16, sp=True).check(model)[0].hint
-    assert "{1, 2, 4, 8}" in hint
+    # 8 KV heads / tp 4 = 2 per rank: cp 16 cannot be Ulysses, the hint says which can
+    hint = Strategy(tp=4, cp=16, sp=True).check(model)[0].hint
+    assert "{1, 2}" in hint
+    # at tp 8 each rank holds one KV head: no Ulysses at all, the hint says so
+    assert "smaller tp" in Strategy(tp=8, cp=2, sp=True).check(model)[0].hint
+
+
+def test_training_ulysses_must_divide_the_kv_heads_per_tp_rank():
+    """Transformer Engine's all-to-all CP asserts q and k heads % cp_size == 0, and Megatron
+    Core does not replicate KV heads for CP: Llama 3 70B (8 KV heads) at tp 4 takes Ulysses 2,
+    not 4."""
+    from parastrat.strategy import MEGATRON_ORDER
+
+    assert "kv-heads-ulysses" in rules(
+        Strategy(tp=4, ulysses=4, sp=True, order=MEGATRON_ORDER), model=LLAMA70
+    )
+    assert rules(Strategy(tp=4, ulysses=2, sp=True, order=MEGATRON_ORDER), model=LLAMA70) == []
 
 
 def test_softmax_type_is_checked():

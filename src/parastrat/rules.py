@@ -595,7 +595,8 @@ def _head_tp_violations(s: Strategy, heads: int, groups: int, name: str) -> list
 
 
 def _head_ulysses_violations(s: Strategy, heads: int, groups: int, name: str) -> list[Violation]:
-    """The attention heads per TP rank (and, for inference, the KV heads) against Ulysses."""
+    """The attention heads and the KV heads per TP rank against Ulysses (MindIE-SD's USP at
+    inference, Transformer Engine's all-to-all CP in training)."""
     out: list[Violation] = []
     local = heads // s.tp
     if local % s.ulysses:
@@ -608,14 +609,21 @@ def _head_ulysses_violations(s: Strategy, heads: int, groups: int, name: str) ->
                 f"sequence split with ring",
             )
         )
-    if s.is_inference and groups != heads:
+    if groups != heads:
         local_kv = groups // s.tp if groups % s.tp == 0 else groups
+        who = (
+            "MindIE-SD's USP raises USPTopologyError"
+            if s.is_inference
+            # AttnFuncWithCPAndQKVOA2A asserts q and k heads % cp_size == 0; Megatron Core does
+            # not replicate KV heads for context parallelism
+            else "Transformer Engine's all-to-all context parallelism asserts it"
+        )
         if local_kv % s.ulysses:
             out.append(
                 _err(
                     "kv-heads-ulysses",
                     f"ulysses={s.ulysses} does not divide the {local_kv} KV heads per TP "
-                    f"rank of {name} (MindIE-SD's USP raises USPTopologyError)",
+                    f"rank of {name} ({who})",
                     f"use ulysses in {fmt_set(divisors(local_kv))} and add ring",
                 )
             )
@@ -815,10 +823,16 @@ def _ring_attention_violations(s: Strategy, model: Any, name: str) -> list[Viola
         return []
     what = f"a {window}-token sliding window" if window else f"attention sinks ({softmax} softmax)"
     heads = getattr(model, "num_attention_heads", None) or 0
+    groups = getattr(model, "num_query_groups", None) or heads
     local = heads // s.tp if heads and heads % s.tp == 0 else 0
+    local_kv = groups // s.tp if groups and groups % s.tp == 0 else groups
+    if local and local_kv:  # Ulysses splits the query and the KV heads of each TP rank
+        local = math.gcd(local, local_kv)
     fix = f"use ulysses={s.cp} (cp_comm_type='a2a')"
     if local and local % s.cp:
         fix = f"use cp in {fmt_set(divisors(local))} as ulysses (cp_comm_type='a2a'), or cp=1"
+        if local == 1:
+            fix = "use cp=1, or a smaller tp so that each TP rank holds several KV heads"
     return [
         _err(
             "cp-ring-attention",
