@@ -130,7 +130,8 @@ def test_bf16_plan_leaves_a_quantised_recipe_alone(bridge, monkeypatch):
     cfg = with_provider("Llama3ModelProvider70B")
     cfg.mixed_precision = bf16_with_mxfp8_mixed()
     plan = plan_at("bf16")
-    _, changes = mg.apply(cfg, plan, world_size=64, report=True)
+    with pytest.warns(UserWarning, match="priced at bf16.*keeps its quantised"):
+        _, changes = mg.apply(cfg, plan, world_size=64, report=True)  # said, not silent
     assert (cfg.mixed_precision.fp8, cfg.mixed_precision.fp8_recipe) == ("e4m3", "mxfp8")
     assert not {c.path for c in changes} & {f"mixed_precision.{f}" for f in QUANT_FIELDS}
     assert not [o for o in mg.to_overrides(plan) if o.split("=")[0].endswith(QUANT_FIELDS)]

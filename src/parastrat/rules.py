@@ -150,7 +150,8 @@ def _inference_violations(s: Strategy) -> list[Violation]:
             _err(
                 "inference-vpp",
                 f"vpp={s.vpp}: inference pipelines have no virtual stages",
-                "use vpp=1",
+                "use vpp=1, or (training with Ulysses as context parallelism) a training "
+                "order such as 'tp-cp-ep-dp-pp'",
             )
         )
     return out

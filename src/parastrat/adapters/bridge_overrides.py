@@ -192,6 +192,20 @@ RECIPE_SHAPES: dict[str, RecipeShape] = {
 UNKNOWN_SHAPE = _OBJECT_CO
 
 
+def quantises(mixed_precision: Any) -> bool:
+    """True when a container's ``mixed_precision`` (a recipe name or a config object) turns
+    FP8 or FP4 on."""
+    if isinstance(mixed_precision, str):
+        name = mixed_precision.replace("-", "_")
+        try:
+            fields = dict(NAMED_PRECISIONS.get(name) or _resolved_fields(name))
+        except (UsageError, ImportError):
+            return False
+    else:
+        fields = {k: getattr(mixed_precision, k, None) for k in ("fp8", "fp4")}
+    return bool(fields.get("fp8") or fields.get("fp4"))
+
+
 def kept_quantisation(recipe: str | None, precision: str) -> str | None:
     """The recipe's own named mixed precision when it quantises (its recorded fields set
     ``fp8`` or ``fp4``) and the plan was priced at BF16: launch lines keep a recipe's

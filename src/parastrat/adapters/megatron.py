@@ -43,7 +43,7 @@ from ..errors import StrategyError, Violation
 from ..offload_rules import applied_violations
 from ..spec.model import HybridShape
 from ..strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, Strategy, as_training
-from .bridge_overrides import hydra, override_lines, shape_of
+from .bridge_overrides import hydra, override_lines, quantises, shape_of
 from .megatron_fields import (
     CONTAINER_SECTIONS,
     CP_COMM_HIERARCHICAL,
@@ -669,7 +669,26 @@ def apply(
     changes = [Change(w.path, w.old, w.new) for w in done]
     for c in changes:
         log.info("parastrat.apply: %s", c)
+    _warn_kept_quantisation(cfg, s)
     return (cfg, changes) if report else cfg
+
+
+def _warn_kept_quantisation(cfg: Any, what: Any) -> None:
+    """Warn when a plan priced at BF16 lands on a container that quantises (its recipe's FP8 /
+    FP4 is kept: ``apply`` never turns a recipe's FP8 off), so the run is not what was
+    priced -- as the CLI's launch lines say."""
+    _, run = run_of(what)
+    mp = getattr(cfg, "mixed_precision", None)
+    if run is None or run.precision != "bf16" or mp is None or not quantises(mp):
+        return
+    shown = mp if isinstance(mp, str) else type(mp).__name__
+    message = (
+        f"parastrat.apply: the plan was priced at bf16, and the container keeps its "
+        f"quantised mixed precision ({shown}, fp8/fp4 on): plan at its precision "
+        "(Workload(precision='fp8'), --precision fp8, ...) to price what it runs"
+    )
+    log.warning(message)
+    warnings.warn(message, stacklevel=3)
 
 
 def _commit(writes: list[_Write]) -> list[_Write]:
