@@ -732,3 +732,25 @@ def test_sink_and_window_attention_refuse_ring_cp_as_transformer_engine_does(bri
     mg.apply(cfg, ring.replace(ulysses=2, ring=1), world_size=64)
     assert (cfg.model.context_parallel_size, cfg.model.cp_comm_type) == (2, "a2a")
     validate(cfg, 64, monkeypatch)
+
+
+def test_gemma_providers_cp_limits_are_seen(bridge):
+    """Bridge's Gemma 2 attention asserts context_parallel_size == 1 at build (provider-cp);
+    Gemma 3 keeps its window as a plain int, read as a sliding window so ring CP is refused
+    (cp-ring-attention), Ulysses is not."""
+    from megatron.bridge.models.gemma.gemma2_provider import Gemma2ModelProvider9B
+    from megatron.bridge.models.gemma.gemma3_provider import Gemma3ModelProvider1B
+
+    gemma2 = Gemma2ModelProvider9B()
+    with pytest.raises(StrategyError) as err:
+        mg.apply(gemma2, Strategy(ulysses=2, order="tp-cp-ep-dp-pp"), world_size=4)
+    assert "provider-cp" in err.value.rules
+    gemma3 = Gemma3ModelProvider1B()
+    assert mg.model_view(gemma3).sliding_window == gemma3.window_size + 1
+    with pytest.raises(StrategyError) as err:
+        mg.apply(gemma3, Strategy(cp=2), world_size=4)
+    assert err.value.rules == ["cp-ring-attention"]
+    # its one KV head cannot be split by Ulysses either (TE's all-to-all CP asserts it)
+    with pytest.raises(StrategyError) as err:
+        mg.apply(gemma3, Strategy(ulysses=2, order="tp-cp-ep-dp-pp"), world_size=4)
+    assert err.value.rules == ["kv-heads-ulysses"]

@@ -228,12 +228,14 @@ def _hybrid_fields(m: Any, positive: Any) -> dict[str, Any]:
 
 
 def _sliding_window(window_size: Any) -> int | None:
-    """``ModelSpec.sliding_window`` from Megatron's ``window_size`` ((left, right); None or a
-    negative left: no window)."""
+    """``ModelSpec.sliding_window`` from Megatron's ``window_size`` ((left, right), or the left
+    alone; None or a negative left: no window)."""
     if isinstance(window_size, (tuple, list)) and window_size:
-        left = window_size[0]
-        if isinstance(left, int) and not isinstance(left, bool) and left >= 0:
-            return left + 1
+        window_size = window_size[0]
+    # an int is Bridge's Gemma 3 provider's spelling: its attention makes it (w, 0) on the
+    # local layers (models/gemma/gemma3_provider.py)
+    if isinstance(window_size, int) and not isinstance(window_size, bool) and window_size >= 0:
+        return window_size + 1
     return None
 
 
@@ -296,9 +298,27 @@ def priced_for_violations(what: Any, cfg: Any, seq_len: int | None) -> list[Viol
     return out
 
 
+#: Model providers whose attention refuses context parallelism when the model is built:
+#: Megatron Bridge's Gemma 2 layer spec always uses its own unfused
+#: ``Gemma2DotProductAttention`` (logit soft-capping), which asserts
+#: ``context_parallel_size == 1`` ("Context parallelism is only supported by
+#: TEDotProductAttention!", ``models/gemma/gemma2_provider.py``).
+NO_CP_PROVIDERS = ("Gemma2",)
+
+
 def _adapter_violations(t: _Target, s: Strategy) -> list[Violation]:
     """Rules about what a Megatron config can express, beyond the strategy's own rules."""
     out: list[Violation] = []
+    provider = type(t.model).__name__
+    if s.cp > 1 and provider.startswith(NO_CP_PROVIDERS):
+        out.append(
+            Violation(
+                "provider-cp",
+                f"cp={s.cp} on {provider}: Megatron Bridge builds its attention unfused "
+                "(logit soft-capping), which asserts context_parallel_size == 1",
+                "use cp=1 and split the sequence's memory with tp / recompute instead",
+            )
+        )
     for name in ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups"):
         value = getattr(t.model, name, None)
         # 0 is let through: Bridge 0.3.1's deprecated DeepSeekV2/V3ModelProvider classes carry
