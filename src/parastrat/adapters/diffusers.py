@@ -1,6 +1,6 @@
 """diffusers adapter: a Strategy as diffusers' context-parallel (or tensor-parallel) config.
 
-diffusers (checked against 0.42.1) parallelises a transformer with
+diffusers (tested with 0.39; ``TensorParallelConfig`` from 0.40) parallelises a transformer with
 ``model.enable_parallelism(config=...)`` where the config is
 
 * ``ContextParallelConfig(ring_degree=, ulysses_degree=, ...)``: a device mesh of shape

@@ -288,11 +288,12 @@ def strategy_from_args(args: argparse.Namespace, training: bool = False):
     target is a language model): ``--ulysses`` without ``--order`` or ``--cfg`` is Megatron's
     Ulysses context parallelism (``cp_comm_type='a2a'``) on the training order, not an
     xDiT-style inference grid."""
-    from ..strategy import MEGATRON_ORDER, Strategy
+    from ..strategy import MEGATRON_ORDER, Strategy, as_training
 
     if getattr(args, "strategy", None):
         _refuse_degree_flags(args)
-        return Strategy.parse(args.strategy)
+        parsed = Strategy.parse(args.strategy)  # plan-dit's "Ulysses4 x TP2" reads too
+        return as_training(parsed) if training else parsed
     order = args.order
     if training and order is None and args.ulysses > 1 and args.cfg == 1:
         order = MEGATRON_ORDER

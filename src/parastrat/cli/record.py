@@ -25,7 +25,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         description="The step and latency models' record on published runs: for each class "
         "(dense or MoE training by host platform, DiT inference by accelerator) the runs, "
         "the mean absolute and signed error, the furthest run, and how often the published "
-        "layout was within 10 %% of the plan's best.",
+        "layout was within 10 % of the plan's best.",
     )
     p.add_argument("--format", choices=("table", "json"), default="table")
     p.set_defaults(func=run)

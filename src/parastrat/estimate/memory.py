@@ -64,7 +64,7 @@ from ..spec.hardware import Accelerator, GiB
 from ..spec.hardware import get as get_accelerator
 from ..spec.hardware import names as accelerator_names
 from ..spec.model import ModelSpec
-from ..spec.workload import Switches, Workload, resolve
+from ..spec.workload import Switches, Workload, language_model, resolve
 from ..strategy import Strategy, as_training, require_strategy
 from ..viz import save_figure
 from .fp8 import SAVED_INPUT_BYTES
@@ -498,11 +498,8 @@ def estimate_memory(
     ``.other`` (defaults :data:`OTHER_FIXED_BYTES`, :data:`FRAGMENTATION`).
     ``cpu_offload_layers``: CPU activation offloading (:mod:`parastrat.estimate.offload`).
     """
-    if model is not None and not isinstance(model, (ModelSpec, Workload)):
-        raise SpecError(
-            f"estimate_memory needs a ModelSpec, got {type(model).__name__} "
-            "(use parastrat.models.get(name))"
-        )
+    if model is not None and not isinstance(model, Workload):
+        language_model(model)  # SpecError naming plan_dit for a diffusion transformer
     strategy = as_training(require_strategy(strategy, "estimate_memory()"))
     wl, sw = resolve(
         model,

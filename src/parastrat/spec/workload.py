@@ -142,6 +142,25 @@ def _flag(name: str, value: Any, *, optional: bool = False) -> Any:
 # ---------------------------------------------------------------------------------------------
 # Workload
 # ---------------------------------------------------------------------------------------------
+def language_model(model: Any) -> ModelSpec:
+    """``model`` as the ModelSpec a training workload prices (a preset name resolved);
+    SpecError for anything else, naming ``plan_dit`` for a diffusion transformer."""
+    if isinstance(model, str):
+        return get_model(model)
+    if isinstance(model, ModelSpec):
+        return model
+    dit = type(model).__name__ == "DiTSpec"
+    raise SpecError(
+        f"a workload needs a ModelSpec or a preset name, got {type(model).__name__} "
+        + (
+            f"{model.name!r}: a diffusion transformer is planned with "
+            "parastrat.plan_dit (parastrat plan-dit)"
+            if dit
+            else "(use parastrat.models.get(name) with a language model's name)"
+        )
+    )
+
+
 @dataclass(frozen=True, kw_only=True)
 class Workload:
     """What one training step processes.
@@ -165,20 +184,7 @@ class Workload:
     fp8_recipe: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.model, str):
-            object.__setattr__(self, "model", get_model(self.model))
-        elif not isinstance(self.model, ModelSpec):
-            dit = type(self.model).__name__ == "DiTSpec"
-            raise SpecError(
-                f"a workload needs a ModelSpec or a preset name, got "
-                f"{type(self.model).__name__} "
-                + (
-                    f"{self.model.name!r}: a diffusion transformer is planned with "
-                    "parastrat.plan_dit (parastrat plan-dit)"
-                    if dit
-                    else "(use parastrat.models.get(name) with a language model's name)"
-                )
-            )
+        object.__setattr__(self, "model", language_model(self.model))
         whole("seq_len", self.seq_len)
         whole("global_batch_size", self.global_batch_size, optional=True)
         whole("micro_batch_size", self.micro_batch_size, optional=True)
@@ -728,6 +734,8 @@ def resolve(
         model, workload = None, _only_one(workload, model, who)
     wl, sw = split_options(workload, switches, options, who=who, model=model)
     if workload is None:
+        if model is not None:
+            language_model(model)  # a DiT is told where it belongs before anything else
         if "seq_len" not in wl:
             raise UsageError(f"{who} needs seq_len (tokens per sequence), e.g. seq_len=4096")
         workload = Workload(model=model, **wl)
