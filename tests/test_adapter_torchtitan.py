@@ -43,7 +43,7 @@ def test_field_table_matches_torchtitans_parallelism_config():
     written = {t for _, t in tt.FIELDS} | set(tt.EXTRA_FIELDS)
     assert written <= set(fields), written - set(fields)
     # every field of the installed version is either written or knowingly passed over
-    assert set(fields) == written | tt._OTHER_FIELDS
+    assert set(fields) == written | tt._OTHER_FIELDS | tt._SPLIT_OVERRIDES
     for name, default in tt._DEFAULTS.items():
         assert fields[name] == default, name
     assert fields["fsdp_reshard_after_forward"] == "default"
@@ -98,10 +98,8 @@ def test_existing_config_keeps_other_tables_and_keys(tmp_path):
     assert doc["job"] == {"dump_folder": "./out"} and doc["training"] == {"steps": 10}
     assert doc["parallelism"]["tensor_parallel_degree"] == 2
     assert doc["parallelism"]["spmd_backend"] == "full_dtensor"
-    assert doc["parallelism"]["module_fqns_per_model_part"] == [
-        ["tok_embeddings", "layers.0"],
-        ["layers.1"],
-    ]
+    # an explicit split would replace the pipeline written (torchtitan uses it as is): dropped
+    assert "module_fqns_per_model_part" not in doc["parallelism"]
     assert "# keep me" in path.read_text() and path.read_text().startswith("# a torchtitan job")
     # a refused strategy leaves the file untouched
     before = path.read_bytes()
@@ -215,3 +213,15 @@ def test_reading_bad_tables_is_a_usage_error(tmp_path):
         tt.read_toml(bad)
     with pytest.raises(UsageError, match="cannot read"):
         tt.read_toml(tmp_path / "missing.toml")
+
+
+def test_an_explicit_split_is_refused_on_read_and_one_shard_fsdp_on_write(tmp_path):
+    """module_fqns_per_model_part sets torchtitan's stages in place of the degree and schedule:
+    a table carrying one is not read as something else; FSDP over one shard rank is plain
+    data parallelism there and would not read back as FSDP."""
+    table = {"pipeline_parallel_degree": 2, "module_fqns_per_model_part": [["a"], ["b"], ["c"]]}
+    with pytest.raises(UsageError, match="module_fqns_per_model_part"):
+        tt.from_parallelism(table, world_size=2)
+    with pytest.raises(StrategyError) as err:
+        tt.to_parallelism(Strategy(dp_replicate=4, dp_shard=1, fsdp="optim_grads_params"), 4)
+    assert "torchtitan-fsdp-one-shard" in err.value.rules

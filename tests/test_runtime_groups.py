@@ -240,6 +240,41 @@ def test_initialize_destroy_initialize_in_one_process(monkeypatch):
         g2["tp"]
 
 
+def test_a_callers_megatron_state_is_refused_and_left_alone(monkeypatch):
+    """Megatron's parallel_state set up by the caller: initialize refuses before starting
+    anything, and leaves it initialized (the failure cleanup used to destroy it)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state as mps
+
+    for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(key, raising=False)
+    warnings.filterwarnings("ignore")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", "29531")
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    try:
+        mps.initialize_model_parallel()
+        with pytest.raises(UsageError, match="not by parastrat"):
+            rt_groups.initialize(Strategy(), backend="gloo", timeout=30)
+        assert mps.model_parallel_is_initialized() and dist.is_initialized()
+    finally:
+        mps.destroy_model_parallel()
+        dist.destroy_process_group()
+
+
+def test_the_rank_that_raised_is_blamed_not_the_peer_that_lost_it():
+    """Rank 1 raised; rank 0, waiting on it in a collective, reported the closed connection
+    first by rank number: rank 1 is the root cause."""
+    from parastrat.runtime.launch import _root_cause
+
+    failures = {
+        0: "RuntimeError: [gloo/transport/tcp/pair.cc:553] Connection closed by peer [::1]",
+        1: "ValueError: the real bug is on rank 1",
+    }
+    assert _root_cause(failures) == 1
+    assert _root_cause({0: "ValueError: a", 1: "ValueError: b"}) == 0
+
+
 def test_mismatched_world_on_a_running_world_creates_no_group(monkeypatch):
     import torch.distributed as dist
     from megatron.core import parallel_state as mps

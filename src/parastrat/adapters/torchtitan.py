@@ -66,6 +66,18 @@ SINGLE_STAGE_SCHEDULES = frozenset({"1f1b", "gpipe"})
 LOOPED_SCHEDULE = "Interleaved1F1B"
 
 
+def _shard_ranks(s: Strategy, world_size: int | None) -> int | None:
+    """Ranks of the data-parallel shard axis (None: not known without the world)."""
+    if s.dp_shard is not None:
+        return s.dp_shard
+    if s.dp is None and isinstance(world_size, int):
+        try:
+            s = s.with_world_size(world_size)
+        except StrategyError:
+            return None
+    return s.dp_shard_degree
+
+
 def violations(s: Strategy, world_size: int | None = None) -> list[Violation]:
     """Every reason torchtitan cannot run ``s`` (on ``world_size`` ranks when given)."""
     out: list[Violation] = []
@@ -81,6 +93,15 @@ def violations(s: Strategy, world_size: int | None = None) -> list[Violation]:
                 "torchtitan-order",
                 f"order {s.order!r}: torchtitan's mesh is pp, dp_replicate, dp_shard, cp, tp",
                 f"use order={MEGATRON_ORDER!r}",
+            )
+        )
+    if s.fsdp is not None and s.cp == 1 and _shard_ranks(s, world_size) == 1:
+        out.append(
+            Violation(
+                "torchtitan-fsdp-one-shard",
+                f"fsdp={s.fsdp!r} with one shard rank (dp_shard 1, cp 1): torchtitan then runs "
+                "plain data parallelism, so the table would not read back as FSDP",
+                "drop fsdp, or use dp_shard > 1",
             )
         )
     if s.ulysses > 1:
@@ -215,8 +236,16 @@ def from_parallelism(
     if not isinstance(table, Mapping):
         raise UsageError(f"a [parallelism] table is a mapping, got {type(table).__name__}")
     unknown = sorted(set(table) - {t for _, t in FIELDS} - set(EXTRA_FIELDS) - _OTHER_FIELDS)
+    unknown = [k for k in unknown if k not in _SPLIT_OVERRIDES]
     if unknown:
         raise UsageError(f"unknown [parallelism] keys {unknown}: not torchtitan fields")
+    explicit = sorted(k for k in _SPLIT_OVERRIDES if table.get(k))
+    if explicit:
+        raise UsageError(
+            f"[parallelism] {', '.join(explicit)} sets the pipeline split and schedule "
+            "explicitly, in place of the degree and schedule fields parastrat reads; remove "
+            "it to read the table (write_toml drops it when it writes a strategy)"
+        )
     get = table.get
     kwargs: dict[str, Any] = {ours: get(theirs, _DEFAULTS[theirs]) for ours, theirs in FIELDS}
     bad = [t for o, t in FIELDS if o != "sp" and not is_int(kwargs[o])]
@@ -315,8 +344,8 @@ def write_toml(
         old = tomllib.loads(text).get("parallelism", {})
     except tomllib.TOMLDecodeError as exc:
         raise UsageError(f"{target} is not valid TOML: {exc}") from None
-    owned = {t for _, t in FIELDS} | set(EXTRA_FIELDS)
-    kept = {k: v for k, v in old.items() if k not in owned}
+    owned = {t for _, t in FIELDS} | set(EXTRA_FIELDS) | _SPLIT_OVERRIDES
+    kept = {k: v for k, v in old.items() if k not in owned}  # a stale explicit split dropped
     section = "[parallelism]\n" + "".join(
         f"{k} = {_toml_value(v)}\n" for k, v in {**table, **kept}.items()
     )
@@ -382,13 +411,16 @@ _DEFAULTS: dict[str, Any] = {
     "data_parallel_shard_degree": -1,
     "enable_sequence_parallel": True,
 }
+#: ``ParallelismConfig`` fields that override the pipeline the degree and schedule fields give
+#: (torchtitan 0.3.0 ``distributed/pipeline_parallel.py`` uses a non-empty
+#: ``module_fqns_per_model_part`` as the split, a CSV schedule as the schedule): ``write_toml``
+#: drops them, ``from_parallelism`` refuses a table that sets them.
+_SPLIT_OVERRIDES = frozenset({"module_fqns_per_model_part", "pipeline_parallel_schedule_csv"})
 #: ``ParallelismConfig`` fields this adapter reads past (they do not change the strategy).
 _OTHER_FIELDS = frozenset(
     {
         "enable_fsdp_symm_mem",
         "spmd_backend",
-        "module_fqns_per_model_part",
-        "pipeline_parallel_schedule_csv",
         "pipeline_parallel_microbatch_size",
         "context_parallel_load_balancer",
         "context_parallel_ptrr_mask_key",

@@ -134,6 +134,7 @@ def initialize(
     td = as_timedelta(timeout)
     # the check comes first: a strategy that does not fit must not leave half-made groups
     _check_fits(strategy, dist, td, megatron_kwargs)
+    _refuse_foreign_megatron(strategy)  # before anything starts: the cleanup must not reach it
     started = init_distributed(backend, timeout=td)
     try:
         handle = _build(strategy, dist, started, td, megatron_kwargs)
@@ -154,9 +155,17 @@ def _check_fits(
     if world == 1 and not dist.is_initialized() and strategy.min_world_size > 1:
         from .backend import LAUNCH_HINT
 
+        launched = _env_world_given()
         raise UsageError(
-            f"{strategy} needs at least {strategy.min_world_size} ranks, but this is one "
-            f"process started without a launcher (no RANK/WORLD_SIZE): {LAUNCH_HINT}"
+            f"{strategy} needs at least {strategy.min_world_size} ranks, but "
+            + (
+                "the launched world has 1 rank (WORLD_SIZE=1): start "
+                f"{strategy.min_world_size} or more (torchrun --nproc-per-node "
+                f"{strategy.min_world_size} ...)"
+                if launched
+                else f"this is one process started without a launcher (no RANK/WORLD_SIZE): "
+                f"{LAUNCH_HINT}"
+            )
         )
     sized = strategy.with_world_size(world)
     if not sized.is_inference:
@@ -223,6 +232,14 @@ def _env_world() -> int:
     from .backend import detect_env
 
     return detect_env().world_size
+
+
+def _env_world_given() -> bool:
+    """True when a launcher set the world (torchrun, Slurm, ...), not the single-process
+    default."""
+    from .backend import detect_env
+
+    return detect_env().source != "single"
 
 
 def _my_group(groups: list[list[int]], rank: int) -> list[int]:
@@ -449,6 +466,22 @@ def _teardown(handle: Groups) -> None:
     for pg in handle._created:
         with contextlib.suppress(Exception):  # already gone with its backend
             dist.destroy_process_group(pg)
+
+
+def _refuse_foreign_megatron(strategy: Strategy) -> None:
+    """UsageError when Megatron's ``parallel_state`` is already initialized by someone else: a
+    training strategy's groups are Megatron's, and building them would replace (and a failed
+    attempt's cleanup destroy) the caller's."""
+    import sys
+
+    ps = sys.modules.get("megatron.core.parallel_state")
+    if strategy.is_inference or ps is None or not ps.model_parallel_is_initialized():
+        return
+    raise UsageError(
+        "megatron.core.parallel_state is already initialized in this process (not by "
+        "parastrat); call parallel_state.destroy_model_parallel() first, or use the groups "
+        "it built"
+    )
 
 
 def _cleanup_after_failure(started_dist: bool) -> None:

@@ -177,7 +177,7 @@ def _collect(procs: list, conns: list, timeout_s: float) -> list[Any]:
     if failures:
         silent = _silent_culprits(procs, pending, failures) if not died else {}
         failures.update(silent)
-        first = min(died) if died else min(silent) if silent else min(failures)
+        first = min(died) if died else min(silent) if silent else _root_cause(failures)
         raise RankFailure(first, failures[first], failures)
     if pending:
         reason = f"timed out after {timeout_s:g} s (ranks still running: {sorted(pending)})"
@@ -185,6 +185,24 @@ def _collect(procs: list, conns: list, timeout_s: float) -> list[Any]:
             min(pending), reason, {r: f"timed out after {timeout_s:g} s" for r in pending}
         )
     return [results[r] for r in range(world)]
+
+
+#: What a rank reports when a peer went away (gloo, NCCL, the TCP store): a consequence.
+_PEER_LOST = (
+    "connection closed by peer",
+    "connection reset by peer",
+    "broken pipe",
+    "remote worker crash",
+    "socket closed",
+    "connection refused",
+)
+
+
+def _root_cause(failures: dict[int, str]) -> int:
+    """The rank to blame among ranks that all reported: the lowest whose failure is its own
+    (not a peer's connection going away), else the lowest."""
+    own = [r for r, why in failures.items() if not any(w in why.lower() for w in _PEER_LOST)]
+    return min(own or failures)
 
 
 def _process_state(pid: int | None) -> str:
