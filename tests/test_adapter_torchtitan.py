@@ -225,3 +225,15 @@ def test_an_explicit_split_is_refused_on_read_and_one_shard_fsdp_on_write(tmp_pa
     with pytest.raises(StrategyError) as err:
         tt.to_parallelism(Strategy(dp_replicate=4, dp_shard=1, fsdp="optim_grads_params"), 4)
     assert "torchtitan-fsdp-one-shard" in err.value.rules
+
+
+def test_a_crlf_file_keeps_its_line_endings(tmp_path):
+    path = tmp_path / "win.toml"
+    path.write_bytes(
+        b'[job]\r\ndump_folder = "./out"\r\n\r\n[parallelism]\r\ntensor_parallel_degree = 8\r\n'
+    )
+    s = Strategy(tp=2, fsdp="optim_grads_params")
+    tt.write_toml(path, s, 8)
+    raw = path.read_bytes()
+    assert b"\r\n" in raw and raw.count(b"\n") == raw.count(b"\r\n")
+    assert tt.read_toml(path, world_size=8) == s

@@ -339,7 +339,9 @@ def write_toml(
     table = to_parallelism(s, world_size, num_layers=num_layers)
     tomllib = _tomllib()
     target = Path(path)
-    text = target.read_text() if target.exists() else ""
+    raw = target.read_bytes().decode("utf-8") if target.exists() else ""
+    crlf = "\r\n" in raw  # the file's line endings are kept (Windows editors write CRLF)
+    text = raw.replace("\r\n", "\n")
     try:
         old = tomllib.loads(text).get("parallelism", {})
     except tomllib.TOMLDecodeError as exc:
@@ -361,6 +363,8 @@ def write_toml(
             "header inside a multi-line string); the file is unchanged. Replace the table by "
             f"hand with:\n{section}"
         )
+    if crlf:
+        new = new.replace("\n", "\r\n")
     write_text(target, new, what="torchtitan config")  # whole or not at all, mode kept
     return target
 

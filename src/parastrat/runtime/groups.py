@@ -136,13 +136,26 @@ def initialize(
     _check_fits(strategy, dist, td, megatron_kwargs)
     _refuse_foreign_megatron(strategy)  # before anything starts: the cleanup must not reach it
     started = init_distributed(backend, timeout=td)
+    before = _live_groups()
     try:
         handle = _build(strategy, dist, started, td, megatron_kwargs)
     except BaseException:
         _cleanup_after_failure(started.started)
         raise
+    # every group this call made, Megatron's too: destroy() frees them all under a default
+    # group the caller started (destroy_model_parallel only drops Megatron's references)
+    made = [pg for pg in _live_groups() if pg not in before]
+    handle._created.extend(pg for pg in made if pg not in handle._created)
     _active = handle
     return handle
+
+
+def _live_groups() -> list[Any]:
+    """The process groups torch.distributed holds now (its registry; [] where it has none)."""
+    import torch.distributed as dist
+
+    world = getattr(dist.distributed_c10d, "_world", None)
+    return list(getattr(world, "pg_map", {}) or {}) if dist.is_initialized() else []
 
 
 def _check_fits(
