@@ -237,3 +237,26 @@ def test_a_crlf_file_keeps_its_line_endings(tmp_path):
     raw = path.read_bytes()
     assert b"\r\n" in raw and raw.count(b"\n") == raw.count(b"\r\n")
     assert tt.read_toml(path, world_size=8) == s
+
+
+def test_cli_args_are_what_torchtitans_own_parser_takes():
+    """torchtitan 0.3.0 reads no TOML: its ConfigManager builds the config from --module /
+    --config plus tyro command-line overrides.  The overrides parse, with tyro and torchtitan's
+    own ParallelismConfig, into the same table to_parallelism gives (flags included)."""
+    import dataclasses
+
+    tyro = pytest.importorskip("tyro")
+    from torchtitan.config import ParallelismConfig
+
+    field = dataclasses.field(default_factory=ParallelismConfig)
+    job = dataclasses.make_dataclass("Job", [("parallelism", ParallelismConfig, field)])
+
+    for s, world in (
+        (Strategy(tp=2, sp=True, dp_replicate=2, fsdp="optim_grads_params"), 16),
+        (Strategy(tp=2, pp=2, vpp=2, fsdp="optim_grads"), 16),
+        (Strategy(tp=4, dp_replicate=2, dp_shard=1), 8),
+    ):
+        args = tt.to_cli_args(s, world, num_layers=32)
+        parsed = tyro.cli(job, args=args, default=job()).parallelism
+        for key, value in tt.to_parallelism(s, world, num_layers=32).items():
+            assert getattr(parsed, key) == value, (s, key)

@@ -369,6 +369,22 @@ def write_toml(
     return target
 
 
+def to_cli_args(
+    s: Strategy, world_size: int | None = None, *, num_layers: int | None = None
+) -> list[str]:
+    """``s`` as torchtitan's command-line overrides (``--parallelism.<field> <value>``, flags
+    as ``--parallelism.<flag>`` / ``--parallelism.no_<flag>``): torchtitan 0.3.0 builds its
+    config from ``--module/--config`` plus these (``config/manager.py``, tyro); it reads no
+    TOML.  The same table as :func:`to_parallelism`."""
+    out: list[str] = []
+    for key, value in to_parallelism(s, world_size, num_layers=num_layers).items():
+        if isinstance(value, bool):
+            out.append(f"--parallelism.{key}" if value else f"--parallelism.no_{key}")
+        else:
+            out += [f"--parallelism.{key}", str(value)]
+    return out
+
+
 def _toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
