@@ -20,3 +20,17 @@ def stop_rank_one(name: str, rank: int) -> None:
 
     if rank == 1:
         os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def initialize_by_rank(rank: int, world: int, texts: list) -> str:
+    """``initialize`` the strategy ``texts[rank]`` on a gloo world (ranks may disagree);
+    returns the UsageError's message, or "ok"."""
+    import parastrat as ps
+    from parastrat.errors import UsageError
+
+    try:
+        ps.Strategy.parse(texts[rank]).initialize(backend="gloo", timeout=30)
+    except UsageError as exc:
+        return str(exc)
+    ps.destroy()
+    return "ok"

@@ -285,6 +285,21 @@ def test_destroy_frees_megatrons_groups_under_a_callers_default_group(monkeypatc
         dist.destroy_process_group()
 
 
+@pytest.mark.multiprocess
+def test_ranks_started_with_different_strategies_are_told_before_any_group():
+    """Rank 0 with TP 2, rank 1 with Ulysses 2: each would build other groups and both waited
+    on a raw store timeout; now both say which strategies differ, before any group."""
+    from ._workers import initialize_by_rank
+
+    said = spawn_local(
+        initialize_by_rank, 2, args=(["TP2", "Ulysses2"],), backend=None, timeout_s=120
+    )
+    assert all("every rank must build the same strategy" in m for m in said)
+    assert "TP2" in said[0] and "U2" in said[0]
+    agreed = spawn_local(initialize_by_rank, 2, args=(["TP2", "TP2"],), backend=None)
+    assert agreed == ["ok", "ok"]
+
+
 def test_the_rank_that_raised_is_blamed_not_the_peer_that_lost_it():
     """Rank 1 raised; rank 0, waiting on it in a collective, reported the closed connection
     first by rank number: rank 1 is the root cause."""

@@ -150,6 +150,49 @@ def initialize(
     return handle
 
 
+#: initialize() calls so far in this process: names the store keys of each call's exchange
+#: (every rank of a job calls initialize the same number of times).
+_calls = 0
+
+
+def _same_strategy_everywhere(dist: Any, s: Strategy, rank: int, world: int) -> None:
+    """UsageError, before any group is built, when the ranks were started with different
+    strategies (each would build other groups, and all would wait on each other until a raw
+    store timeout): every rank posts its strategy on the default group's store and reads the
+    others'.  A rank that never posts is reported by the store's timeout, named here."""
+    global _calls
+    _calls += 1
+    if world == 1:
+        return
+    store = getattr(dist.distributed_c10d, "_get_default_store", None)
+    if store is None:
+        return
+    store = store()
+    mine = str(s).encode()
+    key = f"parastrat/initialize/{_calls}/"
+    try:
+        store.set(key + str(rank), mine)
+    except RuntimeError:  # a store that carries no keys (torch's fake process group)
+        return
+    for other in range(world):
+        if other == rank:
+            continue
+        try:
+            theirs = store.get(key + str(other))
+        except Exception as exc:  # the store's own timeout: that rank never got this far
+            raise UsageError(
+                f"rank {rank}: rank {other} did not reach initialize({s}) within the "
+                f"timeout ({type(exc).__name__}); start every rank with the same strategy, "
+                "and check that rank is alive"
+            ) from None
+        if theirs != mine:
+            raise UsageError(
+                f"rank {rank} was started with {s}, rank {other} with {theirs.decode()}: "
+                "every rank must build the same strategy (same flags or --strategy on every "
+                "rank)"
+            )
+
+
 def _live_groups() -> list[Any]:
     """The process groups torch.distributed holds now (its registry; [] where it has none)."""
     import torch.distributed as dist
@@ -197,6 +240,7 @@ def _build(
     rank = dist.get_rank()
     world = dist.get_world_size()
     sized = strategy.with_world_size(world)
+    _same_strategy_everywhere(dist, sized, rank, world)
     grid = layout(sized, world)
     if sized.is_inference:
         pgs, created = _build_inference(grid, rank, td)
