@@ -240,49 +240,53 @@ def test_initialize_destroy_initialize_in_one_process(monkeypatch):
         g2["tp"]
 
 
-def test_a_callers_megatron_state_is_refused_and_left_alone(monkeypatch):
+@pytest.fixture
+def callers_default_group(monkeypatch):
+    """A one-rank gloo default group the caller (not parastrat) started, destroyed after."""
+    import socket
+
+    import torch.distributed as dist
+
+    for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
+        monkeypatch.delenv(key, raising=False)
+    warnings.filterwarnings("ignore")
+    with socket.socket() as sock:  # a free port
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    dist.init_process_group("gloo", rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def test_a_callers_megatron_state_is_refused_and_left_alone(callers_default_group):
     """Megatron's parallel_state set up by the caller: initialize refuses before starting
     anything, and leaves it initialized (the failure cleanup used to destroy it)."""
     import torch.distributed as dist
     from megatron.core import parallel_state as mps
 
-    for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
-        monkeypatch.delenv(key, raising=False)
-    warnings.filterwarnings("ignore")
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", "29531")
-    dist.init_process_group("gloo", rank=0, world_size=1)
+    mps.initialize_model_parallel()
     try:
-        mps.initialize_model_parallel()
         with pytest.raises(UsageError, match="not by parastrat"):
             rt_groups.initialize(Strategy(), backend="gloo", timeout=30)
         assert mps.model_parallel_is_initialized() and dist.is_initialized()
     finally:
         mps.destroy_model_parallel()
-        dist.destroy_process_group()
 
 
-def test_destroy_frees_megatrons_groups_under_a_callers_default_group(monkeypatch):
+def test_destroy_frees_megatrons_groups_under_a_callers_default_group(callers_default_group):
     """With the default group started by the caller, destroy() used to drop Megatron's groups
     from its globals only: each initialize/destroy cycle leaked every one of them (about 77
     file descriptors at tp 2 on 2 ranks)."""
     import torch.distributed as dist
 
-    for key in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS"):
-        monkeypatch.delenv(key, raising=False)
-    warnings.filterwarnings("ignore")
-    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
-    monkeypatch.setenv("MASTER_PORT", "29532")
-    dist.init_process_group("gloo", rank=0, world_size=1)
-    try:
-        baseline = len(rt_groups._live_groups())
-        for _ in range(3):
-            rt_groups.initialize(Strategy(), backend="gloo", timeout=30)
-            assert len(rt_groups._live_groups()) > baseline
-            rt_groups.destroy()
-            assert len(rt_groups._live_groups()) == baseline and dist.is_initialized()
-    finally:
-        dist.destroy_process_group()
+    baseline = len(rt_groups._live_groups())
+    for _ in range(3):
+        rt_groups.initialize(Strategy(), backend="gloo", timeout=30)
+        assert len(rt_groups._live_groups()) > baseline
+        rt_groups.destroy()
+        assert len(rt_groups._live_groups()) == baseline and dist.is_initialized()
 
 
 @pytest.mark.multiprocess
