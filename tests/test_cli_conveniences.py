@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from parastrat.cli import main
-from parastrat.spec import models
+from parastrat.spec import dit, models
+from parastrat.spec.dit import DiTSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -20,12 +21,40 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_models_lists_every_preset_with_sizes(capsys):
     assert main(["models", "--format", "json"]) == 0
     listed = {m["name"]: m for m in json.loads(capsys.readouterr().out)}
-    assert set(listed) == set(models.names())
+    assert {n for n, m in listed.items() if m["kind"] == "llm"} == set(models.names())
+    assert {n for n, m in listed.items() if m["kind"] == "dit"} == set(dit.names())
     dsv3 = listed["deepseek-v3"]
     assert dsv3["num_experts"] == 256 and 660e9 < dsv3["params"] < 690e9
+    flux = listed["flux.1-dev"]
+    assert flux["diffusers_class"] == "FluxTransformer2DModel" and flux["guidance_distilled"]
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     assert "llama3-70b" in out and "--hf-config" in out
+    assert "wan2.1-t2v-14b" in out and "plan-dit --model NAME" in out
+
+
+@pytest.mark.parametrize("name", ["gpt-oss-120b", "hunyuanvideo"])
+def test_models_name_prints_every_field_of_one_preset(capsys, name):
+    spec = models.get(name)
+    assert main(["models", name.upper(), "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["name"] == spec.name and shown["hidden_size"] == spec.hidden_size
+    assert shown["kind"] == ("dit" if isinstance(spec, DiTSpec) else "llm")
+    if isinstance(spec, DiTSpec):
+        assert shown["guidance_distilled"] is True and shown["num_layers"] == spec.num_layers
+    else:
+        assert shown["activation_clamp"] == spec.activation_clamp
+        assert shown["num_active_params"] == spec.num_active_params
+    assert main(["models", name]) == 0
+    out = capsys.readouterr().out
+    assert f"{name} (" in out and "hidden_size" in out
+
+
+def test_models_name_with_a_typo_says_what_was_meant(capsys):
+    assert main(["models", "deepsek-v3"]) == 2
+    captured = capsys.readouterr()
+    assert "did you mean deepseek-v3" in captured.err and "Traceback" not in captured.err
+    assert captured.out == ""
 
 
 def test_devices_per_node_reaches_the_launch_line(capsys):
