@@ -21,6 +21,7 @@ from ._common import USER_ERRORS, err_console, report_user_error
 #: Subcommand modules, in the order ``--help`` lists them.  A module that is absent is skipped.
 SUBCOMMANDS = (
     "models",
+    "accelerators",
     "check",
     "layout",
     "memory",

@@ -307,7 +307,15 @@ def get(name: str | Accelerator) -> Accelerator:
         return name
     key = _ALIASES.get(_norm(name))
     if key is None:
-        raise SpecError(f"unknown accelerator {name!r}; known: {', '.join(names())}")
+        import difflib
+
+        near = difflib.get_close_matches(_norm(name), list(_ALIASES), n=6, cutoff=0.6)
+        near = list(dict.fromkeys(_ALIASES[n] for n in near))[:3]
+        hint = f" (did you mean {', '.join(near)}?)" if near else ""
+        raise SpecError(
+            f"unknown accelerator {name!r}{hint}; known: {', '.join(names())} "
+            "(their rates and links: `parastrat accelerators`)"
+        )
     return _PRESETS[key]
 
 

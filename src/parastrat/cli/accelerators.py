@@ -1,0 +1,90 @@
+"""``parastrat accelerators``: the device presets that ``--accelerator`` takes, with the rates,
+memory and links the cost models price them with; ``parastrat accelerators NAME`` prints one
+in full, with its sources."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from rich.table import Table
+from rich.text import Text
+
+from ._common import console, print_json
+
+#: Precision keys shown as columns, in this order (dense peak PFLOP/s).
+PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
+#: How to measure a device instead of trusting its preset (printed under the table).
+MEASURE = (
+    "Rates are datasheet peaks and achievable bus bandwidths (sources: parastrat accelerators "
+    "NAME).  Measured kernels: parastrat bench --kernels --fit cal.json on the device; "
+    "measured links: parastrat bench --fit cal.json; then --calibration cal.json."
+)
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    """Add the ``accelerators`` subcommand (list the device presets, or show one) to ``sub``."""
+    p = sub.add_parser(
+        "accelerators",
+        help="list the device presets (--accelerator NAME); NAME: one in full with sources",
+        description="List the device presets that --accelerator takes, with memory, dense "
+        "peak rates per precision, HBM bandwidth and the scale-up / scale-out links the cost "
+        "models use; with NAME, every field of that preset and where each figure comes from.",
+    )
+    p.add_argument("name", nargs="?", metavar="NAME", help="show this preset in full")
+    p.add_argument("--format", choices=("table", "json"), default="table")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print every device preset, or ``args.name``'s fields; return 0 (an unknown name raises
+    the registry's SpecError)."""
+    from ..spec import hardware
+
+    if args.name is not None:
+        accel = hardware.get(args.name)
+        if args.format == "json":
+            print_json(accel.to_dict())
+            return 0
+        table = Table(title=Text(f"{accel.name} (--accelerator {accel.name})"))
+        table.add_column("field")
+        table.add_column("value", overflow="fold")
+        for key, value in accel.to_dict().items():
+            table.add_row(key, Text(_cell(value)))
+        console.print(table)
+        return 0
+    devices = [hardware.get(n) for n in hardware.names()]
+    if args.format == "json":
+        print_json([a.to_dict() for a in devices])
+        return 0
+    console.print(_summary(devices))
+    console.print(MEASURE, markup=False)
+    return 0
+
+
+def _summary(devices: list[Any]) -> Table:
+    """One row per device: memory, peak PFLOP/s per precision, HBM and link bandwidths."""
+    table = Table(title="accelerator presets (--accelerator NAME)")
+    heads = ("name", "memory GiB", *(f"{p} PF/s" for p in PRECISIONS), "HBM TB/s")
+    heads += ("scale-up", "up GB/s", "out GB/s", "per node")
+    for head in heads:
+        table.add_column(head, justify="left" if head == "name" else "right")
+    for a in devices:
+        usable = a.usable_memory_bytes or a.memory_bytes
+        peaks = [f"{a.peak_flops[p] / 1e15:.2f}" if p in a.peak_flops else "-" for p in PRECISIONS]
+        cells = [a.name, f"{usable / 2**30:.1f}", *peaks, f"{a.mem_bandwidth_Bps / 1e12:.2f}"]
+        cells += [str(a.scale_up_domain), f"{a.scale_up_bw_Bps / 1e9:.0f}"]
+        cells += [f"{a.scale_out_bw_Bps / 1e9:.0f}", str(a.devices_per_node)]
+        table.add_row(*(Text(c) for c in cells))
+    return table
+
+
+def _cell(value: Any) -> str:
+    """A field's value as a table cell (rates and sizes with thousands separators)."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}: {_cell(v)}" for k, v in value.items())
+    if isinstance(value, float) and value >= 1e6:
+        return f"{value:,.0f}"
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 10_000:
+        return f"{value:,}"
+    return str(value)
