@@ -120,6 +120,16 @@ def headroom_fraction(text: str) -> float:
     return value
 
 
+def train_tokens(text: str) -> float:
+    """argparse type: a number of training tokens (``15T``, ``300B``, ``1.5e12``)."""
+    from ..estimate.train_time import token_count
+
+    try:
+        return token_count(text)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 HEADROOM_HELP = (
     "keep this fraction of device memory free on top of the estimate's allowance for the CUDA "
     "context, communicator buffers and fragmentation (e.g. 0.05; default 0)"

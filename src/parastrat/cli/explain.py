@@ -91,9 +91,21 @@ def run(args: argparse.Namespace) -> int:
                 "switch_advice": [a.to_dict() for a in advice],
                 "sensitivity": [x.to_dict() for x in sensitivity(workload, s, cluster, switches)],
                 "track_record": record.to_dict() if record is not None else None,
+                **_training(step, args.train_tokens),
             }
         )
         return 0
     text = explain_strategy(workload, strategy, cluster, switches, render=switch_flags)
     console.print(cli_words(text), markup=False)
+    if args.train_tokens is not None:
+        _, step, _ = price(workload, strategy, cluster, switches)
+        line = step.time_to_train(args.train_tokens).summary(cluster.accel.name)
+        console.print(f"time to train: {line}", markup=False)
     return 0
+
+
+def _training(step, tokens: float | None) -> dict:
+    """``{"time_to_train": ...}`` for ``tokens`` at ``step`` (empty without ``tokens``)."""
+    if tokens is None:
+        return {}
+    return {"time_to_train": step.time_to_train(tokens).to_dict()}

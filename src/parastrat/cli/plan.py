@@ -29,6 +29,7 @@ from ._common import (
     seq_len,
     switch_flags,
     switches_from_args,
+    train_tokens,
     workload_from_args,
 )
 
@@ -54,7 +55,8 @@ TARGET_ARGS = (
     arg(
         "--accelerator",
         default="h100",
-        help="accelerator preset (h100, h200, b200, gb200, a100, ascend-910b, ...)",
+        help="accelerator preset (h100, h200, b200, gb200, a100, ascend-910b, ...; "
+        "`parastrat accelerators` lists them)",
     ),
     arg("--seq-len", type=seq_len, default=4096),
     arg(
@@ -73,6 +75,14 @@ TARGET_ARGS = (
         "--calibration",
         default=None,
         help="calibration JSON from `parastrat bench` (collective alpha/busbw)",
+    ),
+    arg(
+        "--train-tokens",
+        type=train_tokens,
+        default=None,
+        metavar="TOKENS",
+        help="also print how long a run of this many tokens takes at the predicted step "
+        "(e.g. 15T, 300B, 1.5e12): steps, days and device-hours",
     ),
 )
 
@@ -185,11 +195,14 @@ def run(args: argparse.Namespace) -> int:
         written = plot_plan(result, args.plot, device_bytes=cluster.accel.memory_bytes)
         err_console.print(f"wrote the plot to {written}", markup=False)
     if args.format in ("json", "yaml"):
-        _print_candidates(result, top, args.format)
+        _print_candidates(result, top, args.format, args.train_tokens)
     elif args.format in ("overrides", "megatron-args", "torchrun"):
         console.print(_launch_text(args, result, model, cluster, gbs), markup=False)
     else:
         print_table(result, top)
+        if args.train_tokens is not None and top:
+            training = top[0].step.time_to_train(args.train_tokens)
+            console.print(f"time to train #1: {training.summary(cluster.accel.name)}", markup=False)
     return 0
 
 
@@ -226,12 +239,12 @@ def _search(args: argparse.Namespace, model, cluster, gbs: int):
         )
 
 
-def _print_candidates(result, top, fmt: str) -> None:
+def _print_candidates(result, top, fmt: str, tokens: float | None = None) -> None:
     """The shown candidates, the switches that would shorten the choice's step
     (``switch_advice``), what the choice's step hangs on (``sensitivity``), whether its order
     over the second candidate survives the constants being off (``robustness``) and the
-    model's track record on runs of this class, as one JSON (``fmt='json'``) or YAML
-    document."""
+    model's track record on runs of this class (and with ``tokens``, how long a run of that
+    many tokens takes with the choice), as one JSON (``fmt='json'``) or YAML document."""
     from ..planner.explain import choice_advice, choice_robustness, choice_sensitivity
 
     record = result.track_record
@@ -243,6 +256,8 @@ def _print_candidates(result, top, fmt: str) -> None:
         "robustness": robust.to_dict() if robust is not None else None,
         "track_record": record.to_dict() if record is not None else None,
     }
+    if tokens is not None and top:
+        doc["time_to_train"] = top[0].step.time_to_train(tokens).to_dict()
     if fmt == "json":
         print_json(doc)
         return

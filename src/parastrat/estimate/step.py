@@ -86,6 +86,7 @@ from .overlap import (
     tp_exposed,
     unpaired_share,
 )
+from .train_time import TrainingTime, time_to_train
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -157,6 +158,11 @@ class StepReport:
         return sum(
             v for k, v in self.breakdown.items() if k.endswith("exposed") and k != "host_exposed"
         )
+
+    def time_to_train(self, tokens: float | int | str) -> TrainingTime:
+        """Steps, wall clock and device-hours of a run of ``tokens`` tokens (``15e12`` or
+        ``"15T"``) at this step (:mod:`parastrat.estimate.train_time`)."""
+        return time_to_train(self, tokens)
 
     def to_dict(self) -> dict[str, Any]:
         """Every figure and the breakdown as plain numbers, for JSON output."""

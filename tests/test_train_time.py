@@ -1,0 +1,105 @@
+"""Time to train: a token count read the way people write it, turned into steps, days and
+device-hours at a predicted step, in Python and on the CLI (``--train-tokens``)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+import parastrat as ps
+from parastrat.cli import main
+from parastrat.errors import UsageError
+from parastrat.estimate.train_time import MAX_TOKENS, token_count, tokens_text
+
+TARGET = ["--model", "llama3-8b", "--gpus", "16", "--accelerator", "h100", "--seq-len", "8192"]
+
+
+@pytest.mark.parametrize(
+    ("text", "tokens"),
+    [
+        ("15T", 15e12),
+        ("1.5e12", 1.5e12),
+        ("300b", 300e9),
+        ("2.5M", 2.5e6),
+        ("40k", 4e4),
+        (".5T", 0.5e12),
+        ("7", 7.0),
+        (" 15T ", 15e12),
+        ("1G", 1e9),
+    ],
+)
+def test_token_counts_are_read_as_written(text, tokens):
+    assert token_count(text) == pytest.approx(tokens)
+
+
+@pytest.mark.parametrize(
+    "bad", ["15X", "-5", "nan", "inf", "", "abc", "1e30", "0", "1.5.3T", True, None, 0.5, "1_000"]
+)
+def test_a_token_count_that_is_not_one_is_refused_with_an_example(bad):
+    with pytest.raises(UsageError, match=r"15T|token count|bound"):
+        token_count(bad)
+
+
+@given(st.floats(min_value=1, max_value=MAX_TOKENS))
+def test_the_printed_form_reads_back_within_its_four_digits(count):
+    assert token_count(tokens_text(count)) == pytest.approx(count, rel=1e-3, abs=1)
+
+
+def _step():
+    plan = ps.plan(
+        "llama3-8b", ps.Cluster("h100", num_devices=16), seq_len=8192, global_batch_size=64
+    )
+    return plan.best.step
+
+
+def test_steps_days_and_device_hours_follow_from_the_step():
+    step = _step()
+    t = step.time_to_train("1T")
+    assert t.tokens_per_step == 64 * 8192  # the global batch
+    assert t.steps == math.ceil(1e12 / (64 * 8192))
+    assert t.seconds == pytest.approx(t.steps * step.step_time_s)
+    assert t.device_hours == pytest.approx(t.days * 24 * 16)
+    assert step.time_to_train(1).steps == 1  # a part of a step is a whole step
+    assert "1T tokens" in t.summary("h100") and "16 h100" in t.summary("h100")
+
+
+def test_plan_and_explain_print_the_time_to_train(capsys):
+    assert main(["plan", *TARGET, "--global-batch-size", "64", "--train-tokens", "1T"]) == 0
+    out = capsys.readouterr().out
+    assert "time to train #1: 1T tokens:" in out and "device-hours" in out
+    assert (
+        main(
+            [
+                "plan",
+                *TARGET,
+                "--global-batch-size",
+                "64",
+                "--train-tokens",
+                "1T",
+                "--format",
+                "json",
+            ]
+        )
+        == 0
+    )
+    doc = json.loads(capsys.readouterr().out)
+    best = doc["candidates"][0]["step"]
+    assert doc["time_to_train"]["steps"] == math.ceil(1e12 / (64 * 8192))
+    assert doc["time_to_train"]["step_time_s"] == best["step_time_s"]
+    argv = ["explain", *TARGET, "--global-batch-size", "64", "--tp", "2", "--train-tokens"]
+    assert main([*argv, "300B"]) == 0
+    assert "time to train: 300B tokens:" in capsys.readouterr().out
+    assert main([*argv, "300B", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["time_to_train"]["tokens"] == 300e9
+
+
+def test_a_bad_token_count_on_the_cli_is_a_usage_error(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["plan", *TARGET, "--train-tokens", "15Q"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    assert "cannot read '15Q' as a token count" in err and "Traceback" not in err
