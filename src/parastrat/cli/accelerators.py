@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ._common import console, print_json
+from ._presets import add_listing, show_fields
 
 #: Precision keys shown as columns, in this order (dense peak PFLOP/s).
 PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
@@ -24,16 +25,15 @@ MEASURE = (
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``accelerators`` subcommand (list the device presets, or show one) to ``sub``."""
-    p = sub.add_parser(
+    add_listing(
+        sub,
         "accelerators",
-        help="list the device presets (--accelerator NAME); NAME: one in full with sources",
-        description="List the device presets that --accelerator takes, with memory, dense "
-        "peak rates per precision, HBM bandwidth and the scale-up / scale-out links the cost "
-        "models use; with NAME, every field of that preset and where each figure comes from.",
+        "list the device presets (--accelerator NAME); NAME: one in full with sources",
+        "List the device presets that --accelerator takes, with memory, dense peak rates per "
+        "precision, HBM bandwidth and the scale-up / scale-out links the cost models use; with "
+        "NAME, every field of that preset and where each figure comes from.",
+        run,
     )
-    p.add_argument("name", nargs="?", metavar="NAME", help="show this preset in full")
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,16 +43,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.name is not None:
         accel = hardware.get(args.name)
-        if args.format == "json":
-            print_json(accel.to_dict())
-            return 0
-        table = Table(title=Text(f"{accel.name} (--accelerator {accel.name})"))
-        table.add_column("field")
-        table.add_column("value", overflow="fold")
-        for key, value in accel.to_dict().items():
-            table.add_row(key, Text(_cell(value)))
-        console.print(table)
-        return 0
+        return show_fields(
+            f"{accel.name} (--accelerator {accel.name})", accel.to_dict(), args.format
+        )
     devices = [hardware.get(n) for n in hardware.names()]
     if args.format == "json":
         print_json([a.to_dict() for a in devices])
@@ -77,14 +70,3 @@ def _summary(devices: list[Any]) -> Table:
         cells += [f"{a.scale_out_bw_Bps / 1e9:.0f}", str(a.devices_per_node)]
         table.add_row(*(Text(c) for c in cells))
     return table
-
-
-def _cell(value: Any) -> str:
-    """A field's value as a table cell (rates and sizes with thousands separators)."""
-    if isinstance(value, dict):
-        return ", ".join(f"{k}: {_cell(v)}" for k, v in value.items())
-    if isinstance(value, float) and value >= 1e6:
-        return f"{value:,.0f}"
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 10_000:
-        return f"{value:,}"
-    return str(value)

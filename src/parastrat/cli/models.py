@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ._common import console, print_json
+from ._presets import add_listing, show_fields
 
 #: Where a model that is not a preset comes from (printed under the tables).
 OWN_MODEL = (
@@ -22,17 +23,16 @@ OWN_MODEL = (
 
 def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``models`` subcommand (list the model presets, or show one) to ``sub``."""
-    p = sub.add_parser(
+    add_listing(
+        sub,
         "models",
-        help="list the model presets (--model NAME) with their sizes; NAME: one in full",
-        description="List the model presets that --model takes (language models for plan, "
-        "explain and memory; diffusion transformers for plan-dit), with their shape and "
-        "parameter counts; with NAME, every field of that preset.  A model of your own goes "
-        "in with --hf-config PATH (plan-dit: --config PATH).",
+        "list the model presets (--model NAME) with their sizes; NAME: one in full",
+        "List the model presets that --model takes (language models for plan, explain and "
+        "memory; diffusion transformers for plan-dit), with their shape and parameter counts; "
+        "with NAME, every field of that preset.  A model of your own goes in with "
+        "--hf-config PATH (plan-dit: --config PATH).",
+        run,
     )
-    p.add_argument("name", nargs="?", metavar="NAME", help="show this preset in full")
-    p.add_argument("--format", choices=("table", "json"), default="table")
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -54,37 +54,37 @@ def _summaries() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """One summary dict per language-model preset and per DiT preset (``kind`` tells which)."""
     from ..spec import dit, models
 
-    llms = []
-    for m in (models.get_llm(n) for n in models.names()):
-        llms.append(
-            {
-                "name": m.name,
-                "kind": "llm",
-                "num_layers": m.num_layers,
-                "hidden_size": m.hidden_size,
-                "num_attention_heads": m.num_attention_heads,
-                "num_experts": m.num_experts,
-                "params": m.num_params,
-                "active_params": m.num_active_params,
-            }
+    llms = [
+        _summary(m, "llm", m.num_experts, m.num_active_params)
+        for m in (models.get_llm(n) for n in models.names())
+    ]
+    dits = [
+        _summary(
+            d,
+            "dit",
+            0,
+            d.num_params,
+            diffusers_class=d.diffusers_class,
+            guidance_distilled=d.guidance_distilled,
         )
-    dits = []
-    for d in (dit.get(n) for n in dit.names()):
-        dits.append(
-            {
-                "name": d.name,
-                "kind": "dit",
-                "num_layers": d.num_layers,
-                "hidden_size": d.hidden_size,
-                "num_attention_heads": d.num_attention_heads,
-                "num_experts": 0,
-                "params": d.num_params,
-                "active_params": d.num_params,
-                "diffusers_class": d.diffusers_class,
-                "guidance_distilled": d.guidance_distilled,
-            }
-        )
+        for d in (dit.get(n) for n in dit.names())
+    ]
     return llms, dits
+
+
+def _summary(spec: Any, kind: str, experts: int, active: float, **extra: Any) -> dict[str, Any]:
+    """The listing's fields of one preset (a ModelSpec or a DiTSpec)."""
+    return {
+        "name": spec.name,
+        "kind": kind,
+        "num_layers": spec.num_layers,
+        "hidden_size": spec.hidden_size,
+        "num_attention_heads": spec.num_attention_heads,
+        "num_experts": experts,
+        "params": spec.num_params,
+        "active_params": active,
+        **extra,
+    }
 
 
 def _table(title: str, rows: list[dict[str, Any]]) -> Table:
@@ -118,32 +118,11 @@ def _show_one(name: str, fmt: str) -> int:
     spec = models.get(name)
     if isinstance(spec, DiTSpec):
         data = {"kind": "dit", **spec.to_dict()}
-    else:
-        data = {
-            "kind": "llm",
-            **spec.to_dict(),
-            "num_params": spec.num_params,
-            "num_active_params": spec.num_active_params,
-        }
-    if fmt == "json":
-        print_json(data)
-        return 0
-    use = "plan-dit" if data["kind"] == "dit" else "plan, explain, memory"
-    table = Table(title=Text(f"{spec.name} ({use} --model {spec.name})"))
-    table.add_column("field")
-    table.add_column("value", overflow="fold")
-    for key, value in data.items():
-        table.add_row(key, Text(_cell(value)))
-    console.print(table)
-    return 0
-
-
-def _cell(value: Any) -> str:
-    """A field's value as a table cell (large counts with thousands separators)."""
-    if isinstance(value, bool) or value is None:
-        return str(value)
-    if isinstance(value, float) and value.is_integer() and abs(value) >= 1e6:
-        return f"{value:,.0f}"
-    if isinstance(value, int) and abs(value) >= 10_000:
-        return f"{value:,}"
-    return str(value)
+        return show_fields(f"{spec.name} (plan-dit --model {spec.name})", data, fmt)
+    data = {
+        "kind": "llm",
+        **spec.to_dict(),
+        "num_params": spec.num_params,
+        "num_active_params": spec.num_active_params,
+    }
+    return show_fields(f"{spec.name} (plan, explain, memory --model {spec.name})", data, fmt)
