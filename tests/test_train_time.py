@@ -103,3 +103,98 @@ def test_a_bad_token_count_on_the_cli_is_a_usage_error(capsys):
     assert exc.value.code == 2
     err = capsys.readouterr().err
     assert "cannot read '15Q' as a token count" in err and "Traceback" not in err
+
+
+def _days(n: int, tokens: str = "1T") -> float:
+    plan = ps.plan(
+        "llama3-8b", ps.Cluster("h100", num_devices=n), seq_len=8192, global_batch_size=256
+    )
+    return plan.best.step.time_to_train(tokens).days
+
+
+def test_a_budget_sizes_the_cluster_to_the_fewest_devices_that_meet_it():
+    d32, d64 = _days(32), _days(64)
+    assert d64 < d32
+    budget = ps.TrainingBudget("1T", days=(d32 + d64) / 2)
+    cluster = ps.Cluster("h100", num_devices=256)
+    sized = ps.plan(
+        "llama3-8b",
+        cluster,
+        seq_len=8192,
+        global_batch_size=256,
+        num_devices="smallest",
+        budget=budget,
+    )
+    assert sized.num_devices == 64 and budget.met_by(sized.best.step)
+    too_tight = ps.TrainingBudget("1T", days=d64 / 100)
+    with pytest.raises(UsageError, match=r"no device count up to 256 trains 1T tokens"):
+        ps.plan(
+            "llama3-8b",
+            cluster,
+            seq_len=8192,
+            global_batch_size=256,
+            num_devices="smallest",
+            budget=too_tight,
+        )
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(tokens="1T", days=0), "deadline"),
+        (dict(tokens="1T", days=float("nan")), "deadline"),
+        (dict(tokens="1T", days="90"), "number of days"),
+        (dict(tokens="1Q", days=9), "token count"),
+    ],
+)
+def test_a_budget_that_is_not_one_is_refused(kwargs, match):
+    with pytest.raises(UsageError, match=match):
+        ps.TrainingBudget(**kwargs)
+
+
+def test_a_budget_needs_the_smallest_search_and_its_own_type():
+    cluster = ps.Cluster("h100", num_devices=16)
+    with pytest.raises(UsageError, match="num_devices='smallest'"):
+        ps.plan(
+            "llama3-8b",
+            cluster,
+            seq_len=8192,
+            global_batch_size=64,
+            budget=ps.TrainingBudget("1T", days=9),
+        )
+    with pytest.raises(UsageError, match="TrainingBudget"):
+        ps.plan(
+            "llama3-8b",
+            cluster,
+            seq_len=8192,
+            global_batch_size=64,
+            num_devices="smallest",
+            budget=("1T", 9),
+        )
+
+
+def test_the_cli_sizes_for_a_deadline_and_says_when_one_is_missed(capsys):
+    d32, d64 = _days(32), _days(64)
+    argv = [
+        "plan",
+        "--model",
+        "llama3-8b",
+        "--accelerator",
+        "h100",
+        "--seq-len",
+        "8192",
+        "--global-batch-size",
+        "256",
+        "--train-tokens",
+        "1T",
+    ]
+    deadline = f"{(d32 + d64) / 2:.3f}"
+    assert main([*argv, "--gpus", "256", "--smallest", "--deadline-days", deadline]) == 0
+    out = capsys.readouterr().out
+    assert "on 64 x h100" in out and "misses" not in out
+    assert main([*argv, "--gpus", "32", "--deadline-days", deadline]) == 0
+    assert "misses the" in capsys.readouterr().out
+    assert main([*argv, "--gpus", "32", "--smallest", "--deadline-days", deadline]) == 2
+    assert "no device count up to 32 trains 1T tokens" in capsys.readouterr().err
+    assert main(["plan", "--model", "llama3-8b", "--gpus", "8", "--deadline-days", "9"]) == 2
+    assert "--deadline-days needs --train-tokens" in capsys.readouterr().err

@@ -45,6 +45,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "TrackRecord": ("parastrat.estimate.track_record", "TrackRecord"),
     "estimate_dit": ("parastrat.estimate.dit", "estimate_dit"),
     "DiTMemoryOptions": ("parastrat.estimate.dit_memory", "DiTMemoryOptions"),
+    "TrainingBudget": ("parastrat.estimate.train_time", "TrainingBudget"),
     # planning
     "plan": ("parastrat.planner.search", "plan"),
     "Plan": ("parastrat.planner.search", "Plan"),

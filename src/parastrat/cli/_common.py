@@ -130,6 +130,23 @@ def train_tokens(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
+def deadline_days(text: str) -> float:
+    """argparse type: a deadline in days, a positive number up to a century."""
+    import math
+
+    from ..estimate.train_time import MAX_DAYS
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected a number of days, e.g. 90, got {text!r}"
+        ) from None
+    if not math.isfinite(value) or not 0 < value <= MAX_DAYS:
+        raise argparse.ArgumentTypeError(f"expected days in (0, {MAX_DAYS}], got {text!r}")
+    return value
+
+
 HEADROOM_HELP = (
     "keep this fraction of device memory free on top of the estimate's allowance for the CUDA "
     "context, communicator buffers and fragmentation (e.g. 0.05; default 0)"

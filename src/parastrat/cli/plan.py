@@ -19,6 +19,7 @@ from ._common import (
     add_switch_args,
     cli_words,
     console,
+    deadline_days,
     device_count,
     err_console,
     headroom_fraction,
@@ -151,7 +152,19 @@ OUTPUT_ARGS = (
         help="draw every ranked candidate's throughput against its peak memory (the choice "
         "marked) and the top candidates' step-time terms",
     ),
-    store_true("--smallest", "find the fewest devices (up to --gpus) on which something fits"),
+    store_true(
+        "--smallest",
+        "find the fewest devices (up to --gpus) on which something fits (with --deadline-days, "
+        "and trains --train-tokens in time)",
+    ),
+    arg(
+        "--deadline-days",
+        type=deadline_days,
+        default=None,
+        metavar="DAYS",
+        help="with --train-tokens: the run must finish within DAYS of wall clock; --smallest "
+        "then finds the fewest devices that train it in time",
+    ),
 )
 
 #: The search space: a pin and a bound per degree, then the batch, memory and sharding choices.
@@ -187,7 +200,8 @@ PIN_ARGS = (
 def run(args: argparse.Namespace) -> int:
     """Run ``parastrat plan``: rank the strategies and print them; 0, or 2 when nothing fits."""
     model, cluster, gbs = build_target(args)
-    result = _search(args, model, cluster, gbs)
+    budget = _budget(args)
+    result = _search(args, model, cluster, gbs, budget)
     top = result.candidates[: args.top_k]
     if args.plot:
         from ..viz import plot_plan
@@ -201,12 +215,36 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(result, top)
         if args.train_tokens is not None and top:
-            training = top[0].step.time_to_train(args.train_tokens)
-            console.print(f"time to train #1: {training.summary(cluster.accel.name)}", markup=False)
+            line = _training_line(top[0].step, args.train_tokens, budget, cluster.accel.name)
+            console.print(line, markup=False)
     return 0
 
 
-def _search(args: argparse.Namespace, model, cluster, gbs: int):
+def _budget(args: argparse.Namespace):
+    """The :class:`~parastrat.estimate.train_time.TrainingBudget` of ``--train-tokens`` and
+    ``--deadline-days`` (None without a deadline)."""
+    from ..errors import UsageError
+    from ..estimate.train_time import TrainingBudget
+
+    if args.deadline_days is None:
+        return None
+    if args.train_tokens is None:
+        raise UsageError("--deadline-days needs --train-tokens (e.g. --train-tokens 15T)")
+    return TrainingBudget(args.train_tokens, args.deadline_days)
+
+
+def _training_line(step, tokens: float, budget, device: str) -> str:
+    """How long ``tokens`` take with the choice, and whether that meets ``budget``."""
+    line = f"time to train #1: {step.time_to_train(tokens).summary(device)}"
+    if budget is not None and not budget.met_by(step):
+        line += (
+            f"; misses the {budget.days:g}-day deadline (--smallest with a larger --gpus "
+            "finds the fewest devices that meet it)"
+        )
+    return line
+
+
+def _search(args: argparse.Namespace, model, cluster, gbs: int, budget=None):
     """The plan of the flags, with a progress bar on stderr for the table format."""
     from ..planner.search import plan
 
@@ -236,6 +274,7 @@ def _search(args: argparse.Namespace, model, cluster, gbs: int):
             top_k=args.top_k,
             num_devices="smallest" if args.smallest else None,
             progress=progress,
+            budget=budget if args.smallest else None,
         )
 
 

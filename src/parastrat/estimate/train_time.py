@@ -105,6 +105,35 @@ class TrainingTime:
         )
 
 
+#: Longest deadline taken, in days (a century): above it a typo is likelier than a plan.
+MAX_DAYS = 36_500
+
+
+@dataclass(frozen=True)
+class TrainingBudget:
+    """A run of :attr:`tokens` tokens to finish within :attr:`days` days of wall clock: what
+    ``plan(..., num_devices="smallest", budget=...)`` sizes a cluster for (the fewest devices
+    whose best strategy meets it).  ``tokens`` is read as :func:`token_count` reads it."""
+
+    tokens: float | int | str
+    days: float
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "tokens", token_count(self.tokens))
+        days = self.days
+        if isinstance(days, bool) or not isinstance(days, (int, float)):
+            raise UsageError(f"a deadline is a number of days, got {days!r}; e.g. 90")
+        if not math.isfinite(days) or not 0 < days <= MAX_DAYS:
+            raise UsageError(f"a deadline must be in (0, {MAX_DAYS}] days, got {days!r}; e.g. 90")
+
+    def met_by(self, step: StepReport) -> bool:
+        """Whether a run at ``step``'s predicted step time finishes in time."""
+        return time_to_train(step, self.tokens).days <= self.days
+
+    def __str__(self) -> str:
+        return f"{tokens_text(float(self.tokens))} tokens in {self.days:g} days"
+
+
 def time_to_train(step: StepReport, tokens: float | int | str) -> TrainingTime:
     """How long ``tokens`` training tokens take at ``step``'s predicted step time."""
     count = token_count(tokens)

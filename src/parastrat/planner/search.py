@@ -29,6 +29,7 @@ Enumeration limits (documented in ``docs/step-model.md``): TP up to the scale-up
 from __future__ import annotations
 
 import heapq
+import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -42,6 +43,7 @@ from ..estimate.memo import per_model
 from ..estimate.memory import MemoryReport, memory_of
 from ..estimate.step import StepModel, StepReport, check_errors, graph_run
 from ..estimate.step import clear_caches as clear_step_caches
+from ..estimate.train_time import TrainingBudget
 from ..graph_rules import graph_violations
 from ..grid import expert_dp
 from ..pipeline_layout import parse_string
@@ -558,6 +560,7 @@ def plan(
     num_devices: int | str | None = None,
     progress: Callable[[int, int], None] | None = None,
     workload: Workload | None = None,
+    budget: TrainingBudget | None = None,
     **options: Any,
 ) -> Plan:
     """Rank every legal strategy for ``model`` on ``cluster`` by predicted throughput.
@@ -574,7 +577,9 @@ def plan(
     (combined 1F1B only where Megatron allows it).
     ``num_devices`` defaults to the cluster's count; ``"smallest"`` searches for the fewest
     devices (powers of two and multiples of a node, up to the cluster's count) on which
-    something fits.  ``top_k`` bounds ``Plan.candidates``; ``Plan.ranked`` keeps the wider
+    something fits; with a :class:`~parastrat.estimate.train_time.TrainingBudget` ``budget``
+    (``TrainingBudget("15T", days=90)``), on which the best strategy also trains that many
+    tokens in time.  ``top_k`` bounds ``Plan.candidates``; ``Plan.ranked`` keeps the wider
     ranking the search produced (at least :data:`KEEP_AT_LEAST` candidates).
     Raises :class:`UsageError` saying what would work when nothing is legal or fits.
     """
@@ -585,8 +590,15 @@ def plan(
             "e.g. parastrat.Cluster('h100', num_devices=64)"
         )
     wl, sw, space = plan_values(model, workload, switches, search, options)
+    if budget is not None and not isinstance(budget, TrainingBudget):
+        raise UsageError(
+            f"budget must be a TrainingBudget, got {type(budget).__name__}; e.g. "
+            "TrainingBudget('15T', days=90)"
+        )
+    if budget is not None and num_devices != "smallest":
+        raise UsageError("budget= sizes the cluster: give it with num_devices='smallest'")
     if num_devices == "smallest":
-        return _plan_smallest(cluster, wl, sw, space, top_k, progress)
+        return _plan_smallest(cluster, wl, sw, space, top_k, progress, budget)
     if num_devices is not None:
         if isinstance(num_devices, bool) or not isinstance(num_devices, int) or num_devices < 1:
             raise UsageError(
@@ -683,8 +695,10 @@ def _plan_smallest(
     space: SearchSpace,
     top_k: int,
     progress: Callable[[int, int], None] | None,
+    budget: TrainingBudget | None = None,
 ) -> Plan:
-    """Binary search over device counts for the fewest on which something fits."""
+    """Binary search over device counts for the fewest on which something fits (and, with
+    ``budget``, whose best strategy meets it)."""
     top = cluster.num_devices
     node = cluster.devices_per_node
     counts = sorted(
@@ -699,14 +713,29 @@ def _plan_smallest(
         result = Search(
             cluster.with_devices(counts[mid]), wl, sw, space, top_k=top_k, progress=progress
         ).run()
-        if result.candidates:
+        if result.candidates and (budget is None or budget.met_by(result.best.step)):
             best, hi = result, mid - 1
         else:
             lo = mid + 1
     if best is None:
         final = Search(cluster, wl, sw, space, top_k=top_k).run()
+        if final.candidates and budget is not None:
+            raise UsageError(_over_budget_message(final, budget))
         raise UsageError(_nothing_fits_message(cluster, wl, sw, space, final))
     return best
+
+
+def _over_budget_message(result: Plan, budget: TrainingBudget) -> str:
+    """The most devices allowed still miss ``budget``: by how much, and what would meet it."""
+    step = result.best.step
+    took = step.time_to_train(budget.tokens)
+    need = math.ceil(step.world_size * took.days / budget.days)
+    return (
+        f"no device count up to {step.world_size:,} trains {budget}: the best plan on "
+        f"{step.world_size:,} {result.cluster.accel.name} ({result.best.strategy}) takes "
+        f"{took.days:,.1f} days; allow more devices (about {need:,} at the same throughput per "
+        "device) or more days"
+    )
 
 
 def _pinned_step(space: SearchSpace) -> int:
