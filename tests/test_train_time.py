@@ -198,3 +198,28 @@ def test_the_cli_sizes_for_a_deadline_and_says_when_one_is_missed(capsys):
     assert "no device count up to 32 trains 1T tokens" in capsys.readouterr().err
     assert main(["plan", "--model", "llama3-8b", "--gpus", "8", "--deadline-days", "9"]) == 2
     assert "--deadline-days needs --train-tokens" in capsys.readouterr().err
+
+
+def test_explain_compare_prints_both_times_to_train(capsys):
+    argv = [
+        "explain",
+        *TARGET,
+        "--global-batch-size",
+        "64",
+        "--tp",
+        "2",
+        "--compare",
+        "tp=4,sp",
+        "--train-tokens",
+        "300B",
+    ]
+    assert main(argv) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if "time to train" in x)
+    assert line.startswith("time to train 300B tokens:") and "->" in line
+    assert main([*argv, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    a, b = doc["time_to_train"]["a"], doc["time_to_train"]["b"]
+    assert a["steps"] == b["steps"] == math.ceil(300e9 / (64 * 8192))
+    assert (
+        a["step_time_s"] == doc["step"]["a"]["step_time_s"] if "a" in doc.get("step", {}) else True
+    )

@@ -74,9 +74,11 @@ def run(args: argparse.Namespace) -> int:
     if args.compare:
         cmp = compare(strategy, args.compare, cluster=cluster, workload=workload, switches=switches)
         if args.format == "json":
-            print_json(cmp.to_dict())
+            print_json({**cmp.to_dict(), **_compared_training(cmp, args.train_tokens)})
         else:
             console.print(cmp.summary(), markup=False)
+            if args.train_tokens is not None:
+                console.print(_compared_line(cmp, args.train_tokens), markup=False)
         return 0
     if args.format == "json":
         s, step, mem = price(workload, strategy, cluster, switches)
@@ -109,3 +111,23 @@ def _training(step, tokens: float | None) -> dict:
     if tokens is None:
         return {}
     return {"time_to_train": step.time_to_train(tokens).to_dict()}
+
+
+def _compared_training(cmp, tokens: float | None) -> dict:
+    """``{"time_to_train": {"a": ..., "b": ...}}`` of a comparison (empty without ``tokens``)."""
+    if tokens is None:
+        return {}
+    a, b = (step.time_to_train(tokens).to_dict() for step in cmp.step)
+    return {"time_to_train": {"a": a, "b": b}}
+
+
+def _compared_line(cmp, tokens: float) -> str:
+    """Days and device-hours of ``tokens`` tokens with A and with B, and the difference."""
+    from ..estimate.train_time import tokens_text
+
+    a, b = (step.time_to_train(tokens) for step in cmp.step)
+    return (
+        f"time to train {tokens_text(tokens)} tokens: {a.days:,.1f} -> {b.days:,.1f} days "
+        f"({b.days - a.days:+,.1f}); {a.device_hours:,.0f} -> {b.device_hours:,.0f} "
+        "device-hours (no restarts, evaluation or checkpoint stalls counted)"
+    )
