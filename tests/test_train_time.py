@@ -194,6 +194,9 @@ def test_the_cli_sizes_for_a_deadline_and_says_when_one_is_missed(capsys):
     assert "on 64 x h100" in out and "misses" not in out
     assert main([*argv, "--gpus", "32", "--deadline-days", deadline]) == 0
     assert "misses the" in capsys.readouterr().out
+    assert main([*argv, "--gpus", "32", "--deadline-days", deadline, "--format", "json"]) == 0
+    timing = json.loads(capsys.readouterr().out)["time_to_train"]
+    assert timing["meets_deadline"] is False and timing["deadline_days"] == float(deadline)
     assert main([*argv, "--gpus", "32", "--smallest", "--deadline-days", deadline]) == 2
     assert "no device count up to 32 trains 1T tokens" in capsys.readouterr().err
     assert main(["plan", "--model", "llama3-8b", "--gpus", "8", "--deadline-days", "9"]) == 2

@@ -209,7 +209,7 @@ def run(args: argparse.Namespace) -> int:
         written = plot_plan(result, args.plot, device_bytes=cluster.accel.memory_bytes)
         err_console.print(f"wrote the plot to {written}", markup=False)
     if args.format in ("json", "yaml"):
-        _print_candidates(result, top, args.format, args.train_tokens)
+        _print_candidates(result, top, args.format, args.train_tokens, budget)
     elif args.format in ("overrides", "megatron-args", "torchrun"):
         console.print(_launch_text(args, result, model, cluster, gbs), markup=False)
     else:
@@ -278,12 +278,13 @@ def _search(args: argparse.Namespace, model, cluster, gbs: int, budget=None):
         )
 
 
-def _print_candidates(result, top, fmt: str, tokens: float | None = None) -> None:
+def _print_candidates(result, top, fmt: str, tokens: float | None = None, budget=None) -> None:
     """The shown candidates, the switches that would shorten the choice's step
     (``switch_advice``), what the choice's step hangs on (``sensitivity``), whether its order
     over the second candidate survives the constants being off (``robustness``) and the
     model's track record on runs of this class (and with ``tokens``, how long a run of that
-    many tokens takes with the choice), as one JSON (``fmt='json'``) or YAML document."""
+    many tokens takes with the choice, and whether it meets ``budget``), as one JSON
+    (``fmt='json'``) or YAML document."""
     from ..planner.explain import choice_advice, choice_robustness, choice_sensitivity
 
     record = result.track_record
@@ -297,6 +298,10 @@ def _print_candidates(result, top, fmt: str, tokens: float | None = None) -> Non
     }
     if tokens is not None and top:
         doc["time_to_train"] = top[0].step.time_to_train(tokens).to_dict()
+        if budget is not None:
+            doc["time_to_train"].update(
+                deadline_days=budget.days, meets_deadline=budget.met_by(top[0].step)
+            )
     if fmt == "json":
         print_json(doc)
         return
