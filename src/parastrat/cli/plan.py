@@ -297,11 +297,10 @@ def _print_candidates(result, top, fmt: str, tokens: float | None = None, budget
         "track_record": record.to_dict() if record is not None else None,
     }
     if tokens is not None and top:
-        doc["time_to_train"] = top[0].step.time_to_train(tokens).to_dict()
+        timing = top[0].step.time_to_train(tokens).to_dict()
         if budget is not None:
-            doc["time_to_train"].update(
-                deadline_days=budget.days, meets_deadline=budget.met_by(top[0].step)
-            )
+            timing.update(deadline_days=budget.days, meets_deadline=budget.met_by(top[0].step))
+        doc["time_to_train"] = timing
     if fmt == "json":
         print_json(doc)
         return
