@@ -116,6 +116,11 @@ FLAGS = {
     "--format": st.sampled_from(["table", "json", "yaml", "overrides", "torchrun", "csv", "x"]),
     "--sp": st.none(),
     "--smallest": st.none(),
+    "--train-tokens": st.sampled_from(
+        ["15T", "1", "300B", "1.5e12", "0", "-1", "1e30", "15Q", "", "nan", "1_000", "\u0668"]
+    ),
+    "--deadline-days": st.sampled_from(["90", "0.5", "0", "-3", "inf", "nan", "1e9", "x", ""]),
+    "NAME": WORDS,
 }
 COMMANDS = {
     "check": [
@@ -180,6 +185,8 @@ COMMANDS = {
         "--accelerator",
         "--format",
         "--smallest",
+        "--train-tokens",
+        "--deadline-days",
     ],
     "explain": [
         "--strategy",
@@ -194,7 +201,11 @@ COMMANDS = {
         "--micro-batch-size",
         "--recompute",
         "--format",
+        "--train-tokens",
     ],
+    # the preset listings: an optional positional NAME (below, "NAME" stands for it)
+    "models": ["NAME", "--format"],
+    "accelerators": ["NAME", "--format"],
 }
 
 
@@ -214,6 +225,9 @@ def command_lines(draw):
             value = draw(st.sampled_from(["llama3-8b", "mixtral-8x7b", "deepseek-v3"]))
         if f == "--gpus" and draw(st.booleans()):
             value = draw(st.sampled_from(["8", "16", "64", "1048576"]))
+        if f == "NAME":
+            argv += [value or "x"]
+            continue
         argv += [f] if value is None else [f, value]
     return argv
 
