@@ -225,3 +225,30 @@ def test_explain_compare_prints_both_times_to_train(capsys):
     assert a["steps"] == b["steps"] == math.ceil(300e9 / (64 * 8192))
     assert a["step_time_s"] == doc["step"][0]["step_time_s"]
     assert b["step_time_s"] == doc["step"][1]["step_time_s"]
+
+
+def test_the_days_on_the_record_follow_its_mean_error_and_bias():
+    step = _step()
+    training = step.time_to_train("1T")
+    record = ps.track_record(ps.models.get("llama3-8b"), "h100")
+    assert record is not None and record.metric == "tokens/s/GPU"
+    low, high = training.days_on_record(record)
+    assert low == pytest.approx(training.days * max(0.0, 1 + record.bias - record.mape))
+    assert high == pytest.approx(training.days * (1 + record.bias + record.mape))
+    assert low <= training.days * (1 + record.bias) <= high
+    assert training.to_dict(record)["days_on_record"] == [low, high]
+    assert "days_on_record" not in training.to_dict()
+    dit_record = ps.track_record(ps.models.get("flux.1-dev"), "h100")
+    assert dit_record is not None  # a latency record says nothing of training time
+    with pytest.raises(UsageError, match="latency"):
+        training.days_on_record(dit_record)
+
+
+def test_the_cli_line_gives_the_days_on_the_record(capsys):
+    assert main(["plan", *TARGET, "--global-batch-size", "64", "--train-tokens", "1T"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("time to train"))
+    assert "published runs of this class" in line and line.endswith(" days")
+    argv = ["explain", *TARGET, "--global-batch-size", "64", "--tp", "2", "--train-tokens", "1T"]
+    assert main([*argv, "--format", "json"]) == 0
+    low, high = json.loads(capsys.readouterr().out)["time_to_train"]["days_on_record"]
+    assert 0 < low < high

@@ -93,31 +93,35 @@ def run(args: argparse.Namespace) -> int:
                 "switch_advice": [a.to_dict() for a in advice],
                 "sensitivity": [x.to_dict() for x in sensitivity(workload, s, cluster, switches)],
                 "track_record": record.to_dict() if record is not None else None,
-                **_training(step, args.train_tokens),
+                **_training(step, args.train_tokens, record),
             }
         )
         return 0
     text = explain_strategy(workload, strategy, cluster, switches, render=switch_flags)
     console.print(cli_words(text), markup=False)
     if args.train_tokens is not None:
+        from ..estimate.train_time import record_note
+
         _, step, _ = price(workload, strategy, cluster, switches)
-        line = step.time_to_train(args.train_tokens).summary(cluster.accel.name)
-        console.print(f"time to train: {line}", markup=False)
+        training = step.time_to_train(args.train_tokens)
+        note = record_note(training, track_record(workload.model, cluster.accel))
+        console.print(f"time to train: {training.summary(cluster.accel.name)}{note}", markup=False)
     return 0
 
 
-def _training(step, tokens: float | None) -> dict:
-    """``{"time_to_train": ...}`` for ``tokens`` at ``step`` (empty without ``tokens``)."""
+def _training(step, tokens: float | None, record=None) -> dict:
+    """``{"time_to_train": ...}`` for ``tokens`` at ``step``, with the days on ``record``
+    (empty without ``tokens``)."""
     if tokens is None:
         return {}
-    return {"time_to_train": step.time_to_train(tokens).to_dict()}
+    return {"time_to_train": step.time_to_train(tokens).to_dict(record)}
 
 
 def _compared_training(cmp, tokens: float | None) -> dict:
     """``{"time_to_train": {"a": ..., "b": ...}}`` of a comparison (empty without ``tokens``)."""
     if tokens is None:
         return {}
-    a, b = (step.time_to_train(tokens).to_dict() for step in cmp.step)
+    a, b = (step.time_to_train(tokens).to_dict(cmp.track_record) for step in cmp.step)
     return {"time_to_train": {"a": a, "b": b}}
 
 

@@ -215,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         print_table(result, top)
         if args.train_tokens is not None and top:
-            line = _training_line(top[0].step, args.train_tokens, budget, cluster.accel.name)
+            line = _training_line(top[0].step, args.train_tokens, budget, result)
             console.print(line, markup=False)
     return 0
 
@@ -233,9 +233,14 @@ def _budget(args: argparse.Namespace):
     return TrainingBudget(args.train_tokens, args.deadline_days)
 
 
-def _training_line(step, tokens: float, budget, device: str) -> str:
-    """How long ``tokens`` take with the choice, and whether that meets ``budget``."""
-    line = f"time to train #1: {step.time_to_train(tokens).summary(device)}"
+def _training_line(step, tokens: float, budget, result) -> str:
+    """How long ``tokens`` take with the choice (and on the model's record for this class),
+    and whether that meets ``budget``."""
+    from ..estimate.train_time import record_note
+
+    training = step.time_to_train(tokens)
+    line = f"time to train #1: {training.summary(result.cluster.accel.name)}"
+    line += record_note(training, result.track_record)
     if budget is not None and not budget.met_by(step):
         line += (
             f"; misses the {budget.days:g}-day deadline (--smallest with a larger --gpus "
@@ -297,7 +302,7 @@ def _print_candidates(result, top, fmt: str, tokens: float | None = None, budget
         "track_record": record.to_dict() if record is not None else None,
     }
     if tokens is not None and top:
-        timing = top[0].step.time_to_train(tokens).to_dict()
+        timing = top[0].step.time_to_train(tokens).to_dict(record)
         if budget is not None:
             timing.update(deadline_days=budget.days, meets_deadline=budget.met_by(top[0].step))
         doc["time_to_train"] = timing

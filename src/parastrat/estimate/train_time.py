@@ -19,6 +19,7 @@ from ..errors import UsageError
 
 if TYPE_CHECKING:
     from .step import StepReport
+    from .track_record import TrackRecord
 
 #: Decimal multipliers of a token count's suffix (``15T``, ``300B``, ``2.5M``, ``40k``).
 SUFFIXES = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e15}
@@ -81,9 +82,10 @@ class TrainingTime:
         """Device-hours (GPU-hours, NPU-hours) booked: wall clock x devices."""
         return self.seconds * self.devices / 3_600
 
-    def to_dict(self) -> dict[str, Any]:
-        """The figures as plain numbers, for JSON output."""
-        return {
+    def to_dict(self, record: TrackRecord | None = None) -> dict[str, Any]:
+        """The figures as plain numbers, for JSON output (with ``record``, the days on that
+        record as ``days_on_record``: :meth:`days_on_record`)."""
+        out: dict[str, Any] = {
             "tokens": self.tokens,
             "tokens_per_step": self.tokens_per_step,
             "steps": self.steps,
@@ -94,6 +96,19 @@ class TrainingTime:
             "device_hours": self.device_hours,
             "excludes": "restarts, evaluation, checkpoint stalls, warm-up",
         }
+        if record is not None:
+            out["days_on_record"] = list(self.days_on_record(record))
+        return out
+
+    def days_on_record(self, record: TrackRecord) -> tuple[float, float]:
+        """Wall-clock days if the step is off as the model has been on published runs of its
+        class: a run's time is the predicted time x ``(1 + e)``, ``e`` the relative
+        throughput error (positive: predicted too fast), taken as the record's mean error
+        ``bias`` plus or minus its mean absolute error ``mape``."""
+        if record.metric != "tokens/s/GPU":
+            raise UsageError(f"a {record.metric} record does not speak for training time")
+        low = max(0.0, 1 + record.bias - record.mape)
+        return self.days * low, self.days * (1 + record.bias + record.mape)
 
     def summary(self, accelerator: str = "devices") -> str:
         """One line: steps, days and device-hours, and what is not counted."""
@@ -132,6 +147,19 @@ class TrainingBudget:
 
     def __str__(self) -> str:
         return f"{tokens_text(float(self.tokens))} tokens in {self.days:g} days"
+
+
+def record_note(training: TrainingTime, record: TrackRecord | None) -> str:
+    """``"; if off as on N such runs, A-B days"``: :meth:`TrainingTime.days_on_record` as the
+    tail of a time-to-train line (empty without a record)."""
+    if record is None:
+        return ""
+    low, high = training.days_on_record(record)
+    return (
+        f"; off as the model has been on {record.runs} published runs of this class "
+        f"(tokens/s {record.bias:+.0%} on average, {record.mape:.0%} mean error): "
+        f"{low:,.1f}-{high:,.1f} days"
+    )
 
 
 def time_to_train(step: StepReport, tokens: float | int | str) -> TrainingTime:
