@@ -130,21 +130,31 @@ def train_tokens(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def deadline_days(text: str) -> float:
-    """argparse type: a deadline in days, a positive number up to a century."""
+def positive_number(text: str, unit: str, example: str, maximum: float) -> float:
+    """A finite number in ``(0, maximum]`` (argparse error naming ``unit`` and ``example``)."""
     import math
-
-    from ..estimate.train_time import MAX_DAYS
 
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"expected a number of days, e.g. 90, got {text!r}"
+            f"expected a number of {unit}, e.g. {example}, got {text!r}"
         ) from None
-    if not math.isfinite(value) or not 0 < value <= MAX_DAYS:
-        raise argparse.ArgumentTypeError(f"expected days in (0, {MAX_DAYS}], got {text!r}")
+    if not math.isfinite(value) or not 0 < value <= maximum:
+        raise argparse.ArgumentTypeError(f"expected {unit} in (0, {maximum:g}], got {text!r}")
     return value
+
+
+def deadline_days(text: str) -> float:
+    """argparse type: a deadline in days, a positive number up to a century."""
+    from ..estimate.train_time import MAX_DAYS
+
+    return positive_number(text, "days", "90", MAX_DAYS)
+
+
+def latency_seconds(text: str) -> float:
+    """argparse type: a latency bound in seconds, positive, up to a day."""
+    return positive_number(text, "seconds", "5", 86_400)
 
 
 HEADROOM_HELP = (

@@ -18,7 +18,7 @@ from ..spec.dit_frameworks import FRAMEWORKS, get_framework
 from ..spec.hardware import GiB
 from ..strategy import Strategy
 from ._args import Arg, add_args, arg, store_true
-from ._common import console, err_console, positive_int, print_json
+from ._common import console, err_console, latency_seconds, positive_int, print_json
 
 
 def register(subparsers) -> None:
@@ -95,6 +95,14 @@ PLACEMENT_ARGS = (
     store_true(
         "--data-parallel", "also try replicas serving separate requests (rank by throughput)"
     ),
+    arg(
+        "--max-latency",
+        type=latency_seconds,
+        default=None,
+        metavar="S",
+        help="a latency bound per request (a serving SLO): slower splits are dropped; with "
+        "--data-parallel, the most requests per second within it",
+    ),
     store_true("--allow-cross-node", "let TP and Ulysses leave one NVLink node / HCCS island"),
     store_true(
         "--vae-parallel", "the VAE decode is split over the devices (MindIE-SD --vae_parallel)"
@@ -170,6 +178,7 @@ CLI_TERMS = {
     "text_encoder_on_device=False": "--offload-text-encoder",
     "allow_cross_node=True": "--allow-cross-node",
     "data_parallel=True": "--data-parallel",
+    "max_latency_s": "--max-latency",
     "compiled=True": "--compile",
     "compiled=False": "no --compile",
     "framework='any'": "--framework any",
@@ -234,6 +243,7 @@ def _plan(args: argparse.Namespace):
         compiled=args.compile,
         memory=memory,
         framework=_framework(args),
+        max_latency_s=args.max_latency,
     )
 
 

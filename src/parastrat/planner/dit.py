@@ -281,6 +281,7 @@ def plan_dit(
     compiled: bool = False,
     memory: DiTMemoryOptions | None = None,
     framework: str | DiTFramework | None = None,
+    max_latency_s: float | None = None,
 ) -> DiTPlan:
     """Rank every legal Ulysses/ring/CFG/TP split of ``devices`` (default: the cluster's).
 
@@ -296,6 +297,9 @@ def plan_dit(
     (:mod:`~parastrat.spec.dit_frameworks`) and names the launch.
     ``guidance=None`` follows the model (one branch for guidance-distilled
     models, so no CFG split is proposed); ``True``/``False`` override.
+    ``max_latency_s``: a latency bound (a serving SLO): splits slower per request are
+    dropped, so with ``data_parallel=True`` the plan is the most requests per second
+    within it.
     Raises :class:`SpecError` for a workload the model cannot take and
     :class:`UsageError` when no split is legal or fits, saying what would.
     """
@@ -327,7 +331,18 @@ def plan_dit(
     )
     domain = None if allow_cross_node else cluster.scale_up_domain
     runs = functools.partial(target.violations, model=model)
+    bound = _latency_bound(max_latency_s)
     found = _price_splits(_splits(n, guidance, data_parallel), price, domain, runs)
+    fastest = min(found.priced, key=lambda c: c.latency_s, default=None)
+    if bound is not None:
+        found = _within(found, bound)
+    if not found.priced and fastest is not None and bound is not None:
+        raise UsageError(
+            f"no split of {n} {cluster.accel.name} devices serves {model.name} within "
+            f"{bound:g} s: the fastest ({label(fastest.strategy)}) takes "
+            f"{fastest.latency_s:.3g} s; allow more latency, more devices, or fewer steps / "
+            "a compiled transformer where the framework runs one"
+        )
     if not found.priced:
         tried = (allow_cross_node, data_parallel, target)
         raise _nothing_fits(model, cluster, n, video, found, tried)
@@ -450,6 +465,32 @@ def _price_splits(
             continue
         out.priced.append(DiTCandidate(strategy=s, report=rep))
     return out
+
+
+def _latency_bound(value: float | None) -> float | None:
+    """``max_latency_s`` checked: None, or a positive finite number of seconds."""
+    import math
+
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"max_latency_s must be a number of seconds, got {value!r}; e.g. 5")
+    if not math.isfinite(value) or value <= 0:
+        raise UsageError(f"max_latency_s must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _within(found: _Priced, bound: float) -> _Priced:
+    """``found`` with the splits slower than ``bound`` seconds per request dropped (rule
+    "over the latency bound")."""
+    kept = []
+    for c in found.priced:
+        if c.latency_s <= bound:
+            kept.append(c)
+        else:
+            found.drop(c.strategy, "over the latency bound", f"{c.latency_s:.3g} s > {bound:g} s")
+    found.priced = kept
+    return found
 
 
 def _nothing_fits(
