@@ -26,6 +26,7 @@ SUBCOMMANDS = (
     "layout",
     "memory",
     "plan",
+    "size",
     "explain",
     "plan_dit",
     "record",
