@@ -152,6 +152,11 @@ def deadline_days(text: str) -> float:
     return positive_number(text, "days", "90", MAX_DAYS)
 
 
+def requests_per_s(text: str) -> float:
+    """argparse type: a request rate, positive, up to a million per second."""
+    return positive_number(text, "requests per second", "2.5", 1e6)
+
+
 def latency_seconds(text: str) -> float:
     """argparse type: a latency bound in seconds, positive, up to a day."""
     return positive_number(text, "seconds", "5", 86_400)

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 from typing import Any
 
 from rich.markup import escape
@@ -18,7 +19,14 @@ from ..spec.dit_frameworks import FRAMEWORKS, get_framework
 from ..spec.hardware import GiB
 from ..strategy import Strategy
 from ._args import Arg, add_args, arg, store_true
-from ._common import console, err_console, latency_seconds, positive_int, print_json
+from ._common import (
+    console,
+    err_console,
+    latency_seconds,
+    positive_int,
+    print_json,
+    requests_per_s,
+)
 
 
 def register(subparsers) -> None:
@@ -102,6 +110,19 @@ PLACEMENT_ARGS = (
         metavar="S",
         help="a latency bound per request (a serving SLO): slower splits are dropped; with "
         "--data-parallel, the most requests per second within it",
+    ),
+    store_true(
+        "--smallest",
+        "find the fewest devices (up to --devices) on which a split fits, or with --min-rps, "
+        "that serve that many requests per second",
+    ),
+    arg(
+        "--min-rps",
+        type=requests_per_s,
+        default=None,
+        metavar="R",
+        help="with --smallest: the requests per second the devices must serve (replicas "
+        "allowed, within --max-latency if given)",
     ),
     store_true("--allow-cross-node", "let TP and Ulysses leave one NVLink node / HCCS island"),
     store_true(
@@ -211,8 +232,10 @@ def _cli_strings(value: Any) -> Any:
 
 
 def _plan(args: argparse.Namespace):
+    from ..errors import UsageError
     from ..estimate.dit_memory import DiTMemoryOptions
     from ..planner.dit import plan_dit
+    from ..planner.dit_sizing import smallest_dit
     from ..spec.cluster import Cluster, load_calibration
     from ..spec.dit import DiTSpec
 
@@ -226,7 +249,10 @@ def _plan(args: argparse.Namespace):
         weight_precision=args.weight_precision,
         cfg_batched=not args.sequential_cfg,
     )
-    return plan_dit(
+    if args.min_rps is not None and not args.smallest:
+        raise UsageError("--min-rps sizes the service: give it with --smallest")
+    plan = functools.partial(smallest_dit, min_requests_per_s=args.min_rps)
+    return (plan if args.smallest else plan_dit)(
         model,
         cluster,
         height=args.height,
