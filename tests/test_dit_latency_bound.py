@@ -4,6 +4,8 @@ second within the bound."""
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 import parastrat as ps
@@ -11,21 +13,10 @@ from parastrat.cli import main
 from parastrat.errors import UsageError
 
 WORK = dict(height=1024, width=1024, steps=28)
-ARGV = [
-    "plan-dit",
-    "--model",
-    "flux.1-dev",
-    "--devices",
-    "8",
-    "--accelerator",
-    "h100",
-    "--height",
-    "1024",
-    "--width",
-    "1024",
-    "--steps",
-    "28",
-]
+ARGV = shlex.split(
+    "plan-dit --model flux.1-dev --devices 8 --accelerator "
+    "h100 --height 1024 --width 1024 --steps 28"
+)
 
 
 def _plan(**kw):

@@ -4,6 +4,8 @@ bound when one is given)."""
 
 from __future__ import annotations
 
+import shlex
+
 import pytest
 
 import parastrat as ps
@@ -57,19 +59,9 @@ def test_a_rate_the_most_devices_miss_says_by_how_much():
 
 
 def test_the_cli_sizes_the_service(capsys):
-    argv = [
-        "plan-dit",
-        "--model",
-        "flux.1-dev",
-        "--accelerator",
-        "h100",
-        "--height",
-        "1024",
-        "--width",
-        "1024",
-        "--steps",
-        "28",
-    ]
+    argv = shlex.split(
+        "plan-dit --model flux.1-dev --accelerator h100 --height 1024 --width 1024 --steps 28"
+    )
     assert (
         main([*argv, "--devices", "64", "--smallest", "--min-rps", "4", "--max-latency", "3"]) == 0
     )

@@ -5,6 +5,7 @@ first, and say why an accelerator cannot."""
 from __future__ import annotations
 
 import json
+import shlex
 
 import pytest
 
@@ -51,21 +52,10 @@ def test_bad_inputs_are_refused():
 
 
 def test_the_cli_prints_the_answers_and_exits_2_when_none_meets(capsys):
-    argv = [
-        "size",
-        "--model",
-        "llama3-8b",
-        "--seq-len",
-        "8192",
-        "--global-batch-size",
-        "256",
-        "--train-tokens",
-        "1T",
-        "--accelerators",
-        "h100,a100",
-        "--max-gpus",
-        "1024",
-    ]
+    argv = shlex.split(
+        "size --model llama3-8b --seq-len 8192 --global-batch-size "
+        "256 --train-tokens 1T --accelerators h100,a100 --max-gpus 1024"
+    )
     assert main([*argv, "--deadline-days", "30"]) == 0
     out = capsys.readouterr().out
     assert "llama3-8b: 1T tokens in 30 days" in out and "h100" in out

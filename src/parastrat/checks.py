@@ -7,7 +7,7 @@ as one) of at least ``minimum``.  Modules that validate degrees, sizes or counts
 
 from __future__ import annotations
 
-from math import gcd
+from math import gcd, isfinite
 from typing import Any
 
 from .errors import UsageError
@@ -35,6 +35,17 @@ def require_count(
     if not is_count(value, minimum):
         raise error(f"{name} must be a whole number >= {minimum}, got {value!r}")
     return int(value)
+
+
+def require_positive(name: str, value: Any, example: str, maximum: float = float("inf")) -> float:
+    """``value`` as a float when it is a finite number in ``(0, maximum]`` (not a ``bool``,
+    not text), else :class:`UsageError` naming ``name``, the value and an ``example``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{name} must be a number, got {value!r}; e.g. {name}={example}")
+    if not isfinite(value) or not 0 < value <= maximum:
+        bound = f"in (0, {maximum:g}]" if isfinite(maximum) else "positive and finite"
+        raise UsageError(f"{name} must be {bound}, got {value!r}; e.g. {name}={example}")
+    return float(value)
 
 
 def lcm(a: int, b: int) -> int:

@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..checks import require_positive
 from ..errors import UsageError
 
 if TYPE_CHECKING:
@@ -135,11 +136,7 @@ class TrainingBudget:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "tokens", token_count(self.tokens))
-        days = self.days
-        if isinstance(days, bool) or not isinstance(days, (int, float)):
-            raise UsageError(f"a deadline is a number of days, got {days!r}; e.g. 90")
-        if not math.isfinite(days) or not 0 < days <= MAX_DAYS:
-            raise UsageError(f"a deadline must be in (0, {MAX_DAYS}] days, got {days!r}; e.g. 90")
+        object.__setattr__(self, "days", require_positive("days", self.days, "90", MAX_DAYS))
 
     def met_by(self, step: StepReport) -> bool:
         """Whether a run at ``step``'s predicted step time finishes in time."""

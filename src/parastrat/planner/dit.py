@@ -21,6 +21,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..checks import require_positive
 from ..errors import SpecError, StrategyError, UsageError
 from ..estimate.dit import (
     DiTMemory,
@@ -469,15 +470,7 @@ def _price_splits(
 
 def _latency_bound(value: float | None) -> float | None:
     """``max_latency_s`` checked: None, or a positive finite number of seconds."""
-    import math
-
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"max_latency_s must be a number of seconds, got {value!r}; e.g. 5")
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"max_latency_s must be a positive number of seconds, got {value!r}")
-    return float(value)
+    return None if value is None else require_positive("max_latency_s", value, "5")
 
 
 def _within(found: _Priced, bound: float) -> _Priced:

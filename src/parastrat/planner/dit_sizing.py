@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from ..checks import require_positive
 from ..errors import SpecError, UsageError
 from ..spec.cluster import Cluster
 from .dit import DiTPlan, label, plan_dit
@@ -58,13 +59,7 @@ def smallest_dit(
 
 def _target(value: float | None) -> float | None:
     """``min_requests_per_s`` checked: None, or a positive finite rate."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UsageError(f"min_requests_per_s must be a number, got {value!r}; e.g. 2.5")
-    if not math.isfinite(value) or value <= 0:
-        raise UsageError(f"min_requests_per_s must be positive, got {value!r}")
-    return float(value)
+    return None if value is None else require_positive("min_requests_per_s", value, "2.5")
 
 
 def _short(last: DiTPlan, target: float | None) -> DiTPlan:
