@@ -117,3 +117,28 @@ def test_a_padded_split_on_diffusers_names_the_option_it_needs():
     assert any("ulysses_anything=True" in w for w in plan.best.report.warnings)
     xdit = ps.plan_dit("qwen-image", ps.Cluster("h100", 8), **qwen)
     assert not any("ulysses_anything" in w for w in xdit.best.report.warnings)
+
+
+def test_mindiesd_wan_ports_take_only_their_sizes():
+    from parastrat.errors import StrategyError
+    from parastrat.spec.dit_frameworks import MINDIESD_WAN_SIZES
+
+    assert set(MINDIESD_WAN_SIZES) <= set(dit.names())
+    cluster = ps.Cluster("ascend-910b", num_devices=8)
+    work = dict(frames=81, steps=50)
+    with pytest.raises(StrategyError, match=r"mindiesd-size.*1920x1088.*--width 1280 --height 720"):
+        ps.plan_dit("wan2.1-t2v-14b", cluster, width=1920, height=1088, **work)
+    ps.plan_dit("wan2.1-t2v-14b", cluster, width=1280, height=720, **work)  # the hint's size
+    for other in ("xdit", "any"):  # no such table there
+        ps.plan_dit(
+            "wan2.1-t2v-14b",
+            cluster,
+            width=1920,
+            height=1088,
+            framework=other,
+            vae_parallel=True,
+            **work,
+        )
+    with pytest.raises(StrategyError, match="704x1280"):
+        ps.plan_dit("wan2.2-ti2v-5b", cluster, width=736, height=1280, **work)
+    ps.plan_dit("flux.1-dev", cluster, width=1536, height=1024, steps=28)  # no table for Flux

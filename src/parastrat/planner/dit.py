@@ -301,8 +301,10 @@ def plan_dit(
     ``max_latency_s``: a latency bound (a serving SLO): splits slower per request are
     dropped, so with ``data_parallel=True`` the plan is the most requests per second
     within it.
-    Raises :class:`SpecError` for a workload the model cannot take and
-    :class:`UsageError` when no split is legal or fits, saying what would.
+    Raises :class:`SpecError` for a workload the model cannot take,
+    :class:`StrategyError` (rule ``<framework>-size``) for an output size the framework's port
+    of the model refuses, and :class:`UsageError` when no split is legal or fits, saying what
+    would.
     """
     model = get_dit(model)
     if not isinstance(cluster, Cluster):
@@ -313,6 +315,9 @@ def plan_dit(
     n = _device_count(cluster, devices, top_k)
     video = model.tokens(height, width, frames)
     target = get_framework(framework, cluster.accel.vendor)
+    wrong_size = target.size_violations(model, height, width)
+    if wrong_size:
+        raise StrategyError(wrong_size)
     price = functools.partial(
         estimate_dit,
         model,

@@ -26,6 +26,7 @@ launch line.  :func:`default_framework` picks MindIE-SD on Ascend and xDiT on GP
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,17 @@ from ..errors import SpecError, Violation
 DIFFUSERS_CP_CLASSES = frozenset(
     {"FluxTransformer2DModel", "WanTransformer3DModel", "QwenImageTransformer2DModel"}
 )
+#: The output sizes (width, height) the MindIE-SD Wan ports take, by preset: their
+#: ``generate.py`` asserts ``args.size in SUPPORTED_SIZES[args.task]`` ("Unsupport size ...";
+#: ``--size W*H``), with the tables of the Ascend ports MindIE-SD's Wan examples run
+#: (Eco-Sphere/Wan2.1 and Eco-Sphere/Wan2.2 ``wan/configs/__init__.py``: t2v-14B, t2v-1.3B,
+#: t2v-A14B, ti2v-5B).
+MINDIESD_WAN_SIZES: dict[str, tuple[tuple[int, int], ...]] = {
+    "wan2.1-t2v-14b": ((720, 1280), (1280, 720), (480, 832), (832, 480), (480, 720), (720, 480)),
+    "wan2.1-t2v-1.3b": ((480, 832), (832, 480), (480, 720), (720, 480)),
+    "wan2.2-t2v-a14b": ((720, 1280), (1280, 720), (480, 832), (832, 480)),
+    "wan2.2-ti2v-5b": ((704, 1280), (1280, 704)),
+}
 #: Classes xDiT's README table marks ✔️ under CFG (parallel guidance branches).
 XDIT_CFG_CLASSES = frozenset(
     {"SD3Transformer2DModel", "CogVideoXTransformer3DModel", "MochiTransformer3DModel"}
@@ -66,6 +78,27 @@ class DiTFramework:
     ring_gather: bool = False
     #: what a split whose tokens do not divide needs in this framework ("" : it pads itself)
     pad_note: str = ""
+    #: output sizes (width, height) the framework's port of a preset takes, by preset name
+    #: (absent: any size the model's VAE and patch take)
+    sizes: dict[str, tuple[tuple[int, int], ...]] | None = None
+
+    def size_violations(self, model: Any, height: int, width: int) -> list[Violation]:
+        """Why this framework's port of ``model`` refuses a ``width`` x ``height`` output
+        (rule ``<name>-size``); empty when it takes it."""
+        allowed = (self.sizes or {}).get(str(getattr(model, "name", "")).lower())
+        if not allowed or (width, height) in allowed:
+            return []
+        listed = ", ".join(f"{w}x{h}" for w, h in allowed)
+        w, h = min(allowed, key=lambda wh: _distance(wh, (width, height)))
+        return [
+            Violation(
+                f"{self.name}-size",
+                f"{width}x{height}: {self.title}'s {model.name} port takes only {listed} "
+                f"({self.title} Wan ports' generate.py: --size W*H from SUPPORTED_SIZES)",
+                f"use --width {w} --height {h} (width={w}, height={h}); or plan for another "
+                "framework (--framework / framework=)",
+            )
+        ]
 
     def violations(self, s: Any, model: Any) -> list[Violation]:
         """Why this framework cannot run strategy ``s`` (tp / ulysses / ring / cfg) for
@@ -117,7 +150,8 @@ class DiTFramework:
 
     def rule_ids(self) -> tuple[str, ...]:
         """Every rule id :meth:`violations` can give (documented in docs/troubleshooting.md)."""
-        return tuple(f"{self.name}-{what}" for what in ("tp", "tp-sp", "sp", "cfg"))
+        kinds = ("tp", "tp-sp", "sp", "cfg", *(("size",) if self.sizes else ()))
+        return tuple(f"{self.name}-{what}" for what in kinds)
 
     def launch(self, s: Any, *, vae_parallel: bool = False) -> str:
         """The degrees as this framework's launch takes them ("" for ``any``)."""
@@ -134,6 +168,12 @@ class DiTFramework:
         if self.name == "diffusers":
             return f"ContextParallelConfig(ulysses_degree={s.ulysses}, ring_degree={s.ring})"
         return ""
+
+
+def _distance(size: tuple[int, int], asked: tuple[int, int]) -> tuple[float, float]:
+    """How far a (width, height) is from the one asked: aspect ratio first, then area."""
+    aspect = abs(math.log((size[0] / size[1]) / (asked[0] / asked[1])))
+    return round(aspect, 6), abs(math.log(size[0] * size[1] / (asked[0] * asked[1])))
 
 
 def _covers(classes: frozenset[str] | None, cls: str) -> bool:
@@ -154,6 +194,7 @@ FRAMEWORKS = {
             "ring_size == 1, and none in the Wan2.2 port",
             no_tp_models=("wan2.2",),
             ring_gather=True,
+            sizes=MINDIESD_WAN_SIZES,
         ),
         DiTFramework(
             "xdit",
