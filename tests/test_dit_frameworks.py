@@ -142,3 +142,27 @@ def test_mindiesd_wan_ports_take_only_their_sizes():
     with pytest.raises(StrategyError, match="704x1280"):
         ps.plan_dit("wan2.2-ti2v-5b", cluster, width=736, height=1280, **work)
     ps.plan_dit("flux.1-dev", cluster, width=1536, height=1024, steps=28)  # no table for Flux
+
+
+def test_mindiesd_wan21_runs_one_generation_on_1_2_4_or_8_cards():
+    work = dict(width=1280, height=720, frames=81, steps=50)
+    with pytest.raises(ps.UsageError, match="mindiesd-cards"):
+        ps.plan_dit("wan2.1-t2v-14b", ps.Cluster("ascend-910b", num_devices=10), **work)
+    served = ps.plan_dit(
+        "wan2.1-t2v-14b",
+        ps.Cluster("ascend-910b", num_devices=16),
+        data_parallel=True,
+        top_k=100,
+        **work,
+    )
+    assert all(
+        c.strategy.tp * c.strategy.cp * c.strategy.cfg in (1, 2, 4, 8) for c in served.candidates
+    )
+    any_fw = ps.plan_dit(
+        "wan2.1-t2v-14b",
+        ps.Cluster("ascend-910b", num_devices=10),
+        framework="any",
+        allow_cross_node=True,
+        **work,
+    )
+    assert any_fw.best.strategy.tp * any_fw.best.strategy.cp * any_fw.best.strategy.cfg == 10

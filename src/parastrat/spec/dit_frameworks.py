@@ -48,6 +48,10 @@ MINDIESD_WAN_SIZES: dict[str, tuple[tuple[int, int], ...]] = {
     "wan2.2-t2v-a14b": ((720, 1280), (1280, 720), (480, 832), (832, 480)),
     "wan2.2-ti2v-5b": ((704, 1280), (1280, 704)),
 }
+#: Cards one generation may run on in the MindIE-SD Wan2.1 14B port, by preset (MindIE-SD
+#: ``examples/wan/parameter_config.md``, ``nproc_per_node``: "Wan2.1-T2V-14B supports 1, 2, 4,
+#: or 8 cards").
+MINDIESD_WAN_CARDS: dict[str, tuple[int, ...]] = {"wan2.1-t2v-14b": (1, 2, 4, 8)}
 #: Classes xDiT's README table marks ✔️ under CFG (parallel guidance branches).
 XDIT_CFG_CLASSES = frozenset(
     {"SD3Transformer2DModel", "CogVideoXTransformer3DModel", "MochiTransformer3DModel"}
@@ -81,6 +85,9 @@ class DiTFramework:
     #: output sizes (width, height) the framework's port of a preset takes, by preset name
     #: (absent: any size the model's VAE and patch take)
     sizes: dict[str, tuple[tuple[int, int], ...]] | None = None
+    #: devices one generation (one replica) may span in the framework's port of a preset, by
+    #: preset name (absent: any count)
+    cards: dict[str, tuple[int, ...]] | None = None
 
     def size_violations(self, model: Any, height: int, width: int) -> list[Violation]:
         """Why this framework's port of ``model`` refuses a ``width`` x ``height`` output
@@ -129,6 +136,17 @@ class DiTFramework:
                     "use ulysses = ring = 1, or a framework that shards its sequence",
                 )
             )
+        allowed = (self.cards or {}).get(name)
+        per_replica = s.tp * s.cp * s.cfg
+        if allowed and per_replica not in allowed:
+            out.append(
+                self._no(
+                    "cards",
+                    f"{per_replica} devices for one generation: {self.title}'s {name} port "
+                    f"runs on {', '.join(map(str, allowed))} cards",
+                    f"a split over {' or '.join(map(str, allowed))} devices per replica",
+                )
+            )
         if s.cfg > 1 and not _covers(self.cfg_classes, cls):
             out.append(
                 self._no(
@@ -151,6 +169,7 @@ class DiTFramework:
     def rule_ids(self) -> tuple[str, ...]:
         """Every rule id :meth:`violations` can give (documented in docs/troubleshooting.md)."""
         kinds = ("tp", "tp-sp", "sp", "cfg", *(("size",) if self.sizes else ()))
+        kinds += ("cards",) if self.cards else ()
         return tuple(f"{self.name}-{what}" for what in kinds)
 
     def launch(self, s: Any, *, vae_parallel: bool = False) -> str:
@@ -191,10 +210,12 @@ FRAMEWORKS = {
             cfg_classes=None,
             sp_classes=None,
             source="the MindIE-SD Wan ports' generate.py: TP only with ulysses_size == "
-            "ring_size == 1, and none in the Wan2.2 port",
+            "ring_size == 1, and none in the Wan2.2 port; card counts: MindIE-SD "
+            "examples/wan/parameter_config.md",
             no_tp_models=("wan2.2",),
             ring_gather=True,
             sizes=MINDIESD_WAN_SIZES,
+            cards=MINDIESD_WAN_CARDS,
         ),
         DiTFramework(
             "xdit",
