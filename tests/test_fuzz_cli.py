@@ -121,7 +121,22 @@ FLAGS = {
     ),
     "--deadline-days": st.sampled_from(["90", "0.5", "0", "-3", "inf", "nan", "1e9", "x", ""]),
     "NAME": WORDS,
+    "--devices": NUMBERS,
+    "--height": st.sampled_from(["1024", "720", "480", "1088", "0", "17", "99999999", "x"]),
+    "--width": st.sampled_from(["1024", "1280", "832", "1920", "0", "33", "x"]),
+    "--frames": st.sampled_from(["1", "81", "49", "4", "0", "-1", "x"]),
+    "--steps": NUMBERS,
+    "--framework": st.sampled_from(["mindiesd", "xdit", "diffusers", "any", "x", ""]),
+    "--max-latency": st.sampled_from(["3", "0.5", "0", "-1", "nan", "inf", "x"]),
+    "--min-rps": st.sampled_from(["4", "0.1", "0", "nan", "1e9", "x"]),
+    "--data-parallel": st.none(),
+    "--guidance": st.none(),
+    "--no-guidance": st.none(),
 }
+#: DiT presets and near misses, for plan-dit's --model.
+DIT_MODELS = st.sampled_from(
+    ["flux.1-dev", "wan2.1-t2v-14b", "wan2.2-ti2v-5b", "hunyuanvideo", "sd3-medium", "flux", "x"]
+)
 COMMANDS = {
     "check": [
         "--strategy",
@@ -203,6 +218,23 @@ COMMANDS = {
         "--format",
         "--train-tokens",
     ],
+    "plan-dit": [
+        "--model",
+        "--devices",
+        "--accelerator",
+        "--height",
+        "--width",
+        "--frames",
+        "--steps",
+        "--framework",
+        "--max-latency",
+        "--min-rps",
+        "--smallest",
+        "--data-parallel",
+        "--guidance",
+        "--no-guidance",
+        "--format",
+    ],
     # the preset listings: an optional positional NAME (below, "NAME" stands for it)
     "models": ["NAME", "--format"],
     "accelerators": ["NAME", "--format"],
@@ -215,13 +247,15 @@ def command_lines(draw):
     flags = draw(st.lists(st.sampled_from(COMMANDS[cmd]), max_size=6, unique=True))
     # usually a valid core, so the fuzzing reaches past argparse
     if draw(st.booleans()):
-        flags = [f for f in ("--model", "--gpus") if f in COMMANDS[cmd]] + [
-            f for f in flags if f not in ("--model", "--gpus")
-        ]
+        core = ("--model", "--gpus", "--devices", "--height", "--width", "--steps")
+        flags = [f for f in core if f in COMMANDS[cmd]] + [f for f in flags if f not in core]
     argv = [cmd]
     for f in flags:
-        value = draw(FLAGS[f]) if f not in ("--sp", "--smallest") else None
-        if f == "--model" and draw(st.booleans()):
+        flag_only = ("--sp", "--smallest", "--data-parallel", "--guidance", "--no-guidance")
+        value = draw(FLAGS[f]) if f not in flag_only else None
+        if f == "--model" and cmd == "plan-dit":
+            value = draw(DIT_MODELS)
+        elif f == "--model" and draw(st.booleans()):
             value = draw(st.sampled_from(["llama3-8b", "mixtral-8x7b", "deepseek-v3"]))
         if f == "--gpus" and draw(st.booleans()):
             value = draw(st.sampled_from(["8", "16", "64", "1048576"]))

@@ -15,12 +15,10 @@ from .dit import DiTPlan, label, plan_dit
 
 
 def device_counts(cluster: Cluster) -> list[int]:
-    """The counts tried, ascending: powers of two and whole-node multiples up to the
-    cluster's count, and that count itself (as the training search tries)."""
-    top, node = cluster.num_devices, cluster.devices_per_node
-    counts = {2**i for i in range(top.bit_length()) if 2**i <= top}
-    counts |= {k * node for k in range(1, top // node + 1)}
-    return sorted(counts | {top})
+    """The counts tried first, ascending: powers of two up to the cluster's count, and that
+    count itself."""
+    top = cluster.num_devices
+    return sorted({2**i for i in range(top.bit_length()) if 2**i <= top} | {top})
 
 
 def smallest_dit(
@@ -30,31 +28,51 @@ def smallest_dit(
     min_requests_per_s: float | None = None,
     **options: Any,
 ) -> DiTPlan:
-    """The plan on the fewest of :func:`device_counts` devices on which a split fits, or,
-    with ``min_requests_per_s``, whose best split (replicas allowed: ``data_parallel=True``)
+    """The plan on the fewest devices on which a split fits, or, with
+    ``min_requests_per_s``, whose best split (replicas allowed: ``data_parallel=True``)
     serves at least that many requests per second; every other keyword is
     :func:`~parastrat.planner.dit.plan_dit`'s (``max_latency_s`` bounds each request).
-    Raises :class:`UsageError` saying how far the most devices fall short."""
+
+    The search walks :func:`device_counts` up to the first count that meets the goal, then
+    bisects the whole-node counts between it and the last power of two that did not (a
+    count whose factors divide no split can fail between two that pass, so the answer is
+    the fewest found, never more than that power of two).  Raises :class:`UsageError`
+    saying how far the most devices fall short."""
     if "devices" in options:
         raise UsageError("smallest_dit chooses the device count: give the most as the cluster's")
     target = _target(min_requests_per_s)
     if target is not None:
         options["data_parallel"] = True
-    last: DiTPlan | None = None
-    error: Exception | None = None
-    for n in device_counts(cluster):
+    tried: dict[int, DiTPlan | Exception] = {}
+
+    def meets(n: int) -> DiTPlan | None:
         try:
-            found = plan_dit(model, cluster, devices=n, **options)
+            tried[n] = found = plan_dit(model, cluster, devices=n, **options)
         except (UsageError, SpecError) as exc:
-            error = exc
-            continue
-        last = found
-        if target is None or found.best.requests_per_s >= target:
-            return found
-    if last is None:
-        assert error is not None
-        raise error
-    return _short(last, target)
+            tried[n] = exc
+            return None
+        return found if target is None or found.best.requests_per_s >= target else None
+
+    below, best = 0, None
+    for n in device_counts(cluster):
+        best = meets(n)
+        if best is not None:
+            break
+        below = n
+    if best is None:
+        return _short(tried, target)
+    node = cluster.devices_per_node
+    between = [k * node for k in range(below // node + 1, best.devices // node + 1)]
+    between = [n for n in between if below < n < best.devices]
+    lo, hi = 0, len(between) - 1
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        found = meets(between[mid])
+        if found is not None:
+            best, hi = found, mid - 1
+        else:
+            lo = mid + 1
+    return best
 
 
 def _target(value: float | None) -> float | None:
@@ -62,8 +80,13 @@ def _target(value: float | None) -> float | None:
     return None if value is None else require_positive("min_requests_per_s", value, "2.5")
 
 
-def _short(last: DiTPlan, target: float | None) -> DiTPlan:
-    """Raise: the most devices tried serve less than ``target`` requests per second."""
+def _short(tried: dict[int, DiTPlan | Exception], target: float | None) -> DiTPlan:
+    """Raise: no count tried meets the goal (the error of the largest, or how far its best
+    split's rate falls short of ``target``)."""
+    most = max(tried)
+    last = tried[most]
+    if isinstance(last, Exception):
+        raise last
     best = last.best
     per_device = best.requests_per_s / last.devices
     need = math.ceil(target / per_device) if target and per_device > 0 else None
@@ -71,5 +94,6 @@ def _short(last: DiTPlan, target: float | None) -> DiTPlan:
     raise UsageError(
         f"no device count up to {last.devices:,} serves {target:g} requests/s of "
         f"{last.model}: the best on {last.devices:,} {last.accelerator} "
-        f"({label(best.strategy)}) serves {best.requests_per_s:.3g}; allow {more}, or more latency"
+        f"({label(best.strategy)}) serves {best.requests_per_s:.3g}; allow {more}, or more "
+        "latency"
     )
