@@ -6,6 +6,11 @@ Cases: DeepSeek-V3 on 1,024 H100 (seq 4096, global batch 8192, FP8) and Llama 3.
 reported.  Columns: legal strategies enumerated, (strategy, micro-batch) lower bounds computed,
 full step-time pricings, memory checks; cand/s = (bounds + pricings + memory checks) / wall.
 
+Then the sizing searches, each a chain of plans: ``parastrat size`` over the seven NVIDIA
+presets (the fewest devices, up to 16,384, that train the budget by the deadline) and
+``plan-dit --smallest --min-rps`` (the fewest devices that serve a request rate), with the
+wall time and the answer.
+
     python benchmarks/planner_speed.py            # all cases, 3 repeats
     python benchmarks/planner_speed.py --short    # CI: one repeat
 """
@@ -55,7 +60,61 @@ def main(argv: list[str] | None = None) -> int:
             f"{evaluated / best_t:8.0f}  "
             f"{result.best.label()}"
         )
+    _sizing(repeat)
     return 0
+
+
+#: (model, seq, global batch, precision, tokens, days) sized over :data:`SIZED_ON`.
+SIZING = (
+    ("llama3-70b", 8192, 2048, "bf16", "15T", 90),
+    ("deepseek-v3", 4096, 8192, "fp8", "15T", 60),
+)
+SIZED_ON = ("a100", "h100", "h200", "b200", "gb200", "b300", "gb300")
+
+
+def _sizing(repeat: int) -> None:
+    """Wall time of the two sizing searches (best of ``repeat``, caches cleared)."""
+    from parastrat.planner.dit_sizing import smallest_dit
+    from parastrat.planner.sizing import size
+
+    print(f"\n{'sizing search':<58} {'wall s':>7}  answer")
+    for name, seq, gbs, precision, tokens, days in SIZING:
+        wl = ps.Workload(model=name, seq_len=seq, global_batch_size=gbs, precision=precision)
+        budget = ps.TrainingBudget(tokens, days=days)
+        best_t, answers = _timed(
+            repeat, lambda wl=wl, budget=budget: size(wl, SIZED_ON, budget, max_devices=16384)
+        )
+        met = [a for a in answers if a.devices]
+        first = f"{met[0].accelerator} x {met[0].devices:,}" if met else "none"
+        print(
+            f"{f'size {name}, {budget}, {len(SIZED_ON)} accelerators':<58} {best_t:7.3f}  {first}"
+        )
+    cluster = ps.Cluster("h100", num_devices=16384)
+    best_t, served = _timed(
+        repeat,
+        lambda: smallest_dit(
+            "flux.1-dev",
+            cluster,
+            height=1024,
+            width=1024,
+            steps=28,
+            min_requests_per_s=100,
+            max_latency_s=3,
+        ),
+    )
+    label = "plan-dit --smallest flux.1-dev, 100 req/s within 3 s, h100"
+    print(f"{label:<58} {best_t:7.3f}  {served.devices:,} devices, {served.best.strategy}")
+
+
+def _timed(repeat: int, run):
+    """(best wall seconds of ``repeat`` runs with caches cleared, the last result)."""
+    best_t, result = float("inf"), None
+    for _ in range(repeat):
+        clear_caches()
+        t0 = time.perf_counter()
+        result = run()
+        best_t = min(best_t, time.perf_counter() - t0)
+    return best_t, result
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from ._common import (
     console,
     deadline_days,
     device_count,
+    err_console,
     load_model,
     positive_int,
     print_json,
@@ -89,13 +90,15 @@ def run(args: argparse.Namespace) -> int:
     workload = workload_from_args(args, load_model(args), args.global_batch_size, searched=True)
     budget = TrainingBudget(args.train_tokens, args.deadline_days)
     names = [a.strip() for a in args.accelerators.split(",") if a.strip()]
-    answers = size(
-        workload,
-        names,
-        budget,
-        max_devices=args.max_gpus,
-        switches=switches_from_args(args, searched=True),
-    )
+    with err_console.status("sizing", spinner="dots") as status:
+        answers = size(
+            workload,
+            names,
+            budget,
+            max_devices=args.max_gpus,
+            switches=switches_from_args(args, searched=True),
+            progress=lambda name: status.update(f"sizing on {name}"),
+        )
     if args.format == "json":
         print_json({"budget": str(budget), "answers": [a.to_dict() for a in answers]})
     else:

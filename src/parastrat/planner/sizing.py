@@ -6,7 +6,7 @@ budget=...)`` once per accelerator)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -58,12 +58,14 @@ def size(
     max_devices: int,
     switches: Switches | None = None,
     search: SearchSpace | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[Sizing]:
     """For each of ``accelerators``, the fewest devices (powers of two and whole-node
     multiples up to ``max_devices``, as ``plan(num_devices="smallest")`` tries) whose best
     strategy trains ``budget.tokens`` within ``budget.days``; the answers that meet it first,
     fewest device-hours first, then the others with the reason.  An accelerator that cannot
-    run the workload at all (a precision it lacks) is answered with that reason."""
+    run the workload at all (a precision it lacks) is answered with that reason.
+    ``progress(name)`` is called before each accelerator is sized."""
     if not isinstance(budget, TrainingBudget):
         raise UsageError(
             f"budget must be a TrainingBudget, got {type(budget).__name__}; e.g. "
@@ -72,7 +74,11 @@ def size(
     names = list(dict.fromkeys(get_accelerator(a).name for a in accelerators))
     if not names:
         raise UsageError("size: name at least one accelerator, e.g. ['h100', 'gb200']")
-    out = [_size_one(workload, name, budget, max_devices, switches, search) for name in names]
+    out = []
+    for name in names:
+        if progress is not None:
+            progress(name)
+        out.append(_size_one(workload, name, budget, max_devices, switches, search))
     return sorted(out, key=_order)
 
 
