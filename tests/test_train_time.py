@@ -126,7 +126,19 @@ def test_a_budget_sizes_the_cluster_to_the_fewest_devices_that_meet_it():
         num_devices="smallest",
         budget=budget,
     )
-    assert sized.num_devices == 64 and budget.met_by(sized.best.step)
+    assert 32 < sized.num_devices <= 64 and budget.met_by(sized.best.step)
+    assert sized.num_devices % cluster.devices_per_node == 0  # whole nodes
+    for fewer in range(sized.num_devices - 8, 32, -8):  # no whole-node count below it meets
+        try:
+            found = ps.plan(
+                "llama3-8b",
+                ps.Cluster("h100", num_devices=fewer),
+                seq_len=8192,
+                global_batch_size=256,
+            )
+        except UsageError:
+            continue
+        assert not budget.met_by(found.best.step)
     too_tight = ps.TrainingBudget("1T", days=d64 / 100)
     with pytest.raises(UsageError, match=r"no device count up to 256 trains 1T tokens"):
         ps.plan(
@@ -183,7 +195,15 @@ def test_the_cli_sizes_for_a_deadline_and_says_when_one_is_missed(capsys):
     deadline = f"{(d32 + d64) / 2:.3f}"
     assert main([*argv, "--gpus", "256", "--smallest", "--deadline-days", deadline]) == 0
     out = capsys.readouterr().out
-    assert "on 64 x h100" in out and "misses" not in out
+    sized = ps.plan(
+        "llama3-8b",
+        ps.Cluster("h100", num_devices=256),
+        seq_len=8192,
+        global_batch_size=256,
+        num_devices="smallest",
+        budget=ps.TrainingBudget("1T", days=float(deadline)),
+    )
+    assert f"on {sized.num_devices} x h100" in out and "misses" not in out
     assert main([*argv, "--gpus", "32", "--deadline-days", deadline]) == 0
     assert "misses the" in capsys.readouterr().out
     assert main([*argv, "--gpus", "32", "--deadline-days", deadline, "--format", "json"]) == 0

@@ -12,6 +12,7 @@ from ..checks import require_positive
 from ..errors import SpecError, UsageError
 from ..spec.cluster import Cluster
 from .dit import DiTPlan, label, plan_dit
+from .fewest import first_accepted, whole_nodes_between
 
 
 def device_counts(cluster: Cluster) -> list[int]:
@@ -61,18 +62,8 @@ def smallest_dit(
         below = n
     if best is None:
         return _short(tried, target)
-    node = cluster.devices_per_node
-    between = [k * node for k in range(below // node + 1, best.devices // node + 1)]
-    between = [n for n in between if below < n < best.devices]
-    lo, hi = 0, len(between) - 1
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        found = meets(between[mid])
-        if found is not None:
-            best, hi = found, mid - 1
-        else:
-            lo = mid + 1
-    return best
+    between = whole_nodes_between(below, best.devices, cluster.devices_per_node)
+    return first_accepted(between, meets) or best
 
 
 def _target(value: float | None) -> float | None:

@@ -62,6 +62,7 @@ from ..spec.workload import (
 )
 from ..strategy import MEGATRON_ORDER, Strategy, divisors
 from .explain import annotate
+from .fewest import first_accepted, whole_nodes_between
 from .heuristics import seed_strategy
 from .offload import refuse_offload_pin, try_offload
 from .ranking import KEEP_AT_LEAST, VPP_TIE, tie_ordered
@@ -697,8 +698,9 @@ def _plan_smallest(
     progress: Callable[[int, int], None] | None,
     budget: TrainingBudget | None = None,
 ) -> Plan:
-    """Binary search over device counts for the fewest on which something fits (and, with
-    ``budget``, whose best strategy meets it)."""
+    """The fewest devices on which something fits (and, with ``budget``, whose best strategy
+    meets it): bisection over powers of two and power-of-two node counts, then over the
+    whole-node counts between the answer and the count below it."""
     top = cluster.num_devices
     node = cluster.devices_per_node
     counts = sorted(
@@ -706,17 +708,17 @@ def _plan_smallest(
         | {k * node for k in range(1, top // node + 1) if (k & (k - 1)) == 0}
         | {top}
     )
-    lo, hi = 0, len(counts) - 1
-    best: Plan | None = None
-    while lo <= hi:
-        mid = (lo + hi) // 2
-        result = Search(
-            cluster.with_devices(counts[mid]), wl, sw, space, top_k=top_k, progress=progress
-        ).run()
-        if result.candidates and (budget is None or budget.met_by(result.best.step)):
-            best, hi = result, mid - 1
-        else:
-            lo = mid + 1
+
+    def probe(n: int) -> Plan | None:
+        result = Search(cluster.with_devices(n), wl, sw, space, top_k=top_k, progress=progress)
+        found = result.run()
+        met = found.candidates and (budget is None or budget.met_by(found.best.step))
+        return found if met else None
+
+    best = first_accepted(counts, probe)
+    if best is not None:  # refine: the whole-node counts below it, down to the count before
+        below = max((n for n in counts if n < best.num_devices), default=0)
+        best = first_accepted(whole_nodes_between(below, best.num_devices, node), probe) or best
     if best is None:
         final = Search(cluster, wl, sw, space, top_k=top_k).run()
         if final.candidates and budget is not None:

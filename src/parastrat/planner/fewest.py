@@ -1,0 +1,32 @@
+"""The bisection both sizing searches share: the fewest devices of an ascending list that a
+probe accepts (training: ``plan(num_devices="smallest")``; DiT serving:
+:func:`~parastrat.planner.dit_sizing.smallest_dit`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+def first_accepted(counts: Sequence[int], probe: Callable[[int], T | None]) -> T | None:
+    """Bisect ascending ``counts`` for the first one ``probe`` accepts (returns non-None);
+    None when it accepts none.  Assumes acceptance is monotone; where it is not (a count
+    whose factors no strategy takes, between two that pass), the answer is an accepted
+    count, not always the fewest."""
+    lo, hi = 0, len(counts) - 1
+    found: T | None = None
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        got = probe(counts[mid])
+        if got is not None:
+            found, hi = got, mid - 1
+        else:
+            lo = mid + 1
+    return found
+
+
+def whole_nodes_between(low: int, high: int, node: int) -> list[int]:
+    """The whole-node device counts strictly between ``low`` and ``high``, ascending."""
+    return [k * node for k in range(low // node + 1, high // node + 1) if low < k * node < high]
