@@ -19,7 +19,7 @@ WL = ps.Workload(model="llama3-8b", seq_len=8192, global_batch_size=256)
 
 def test_each_accelerator_gets_the_fewest_devices_that_meet_the_budget():
     budget = ps.TrainingBudget("1T", days=30)
-    answers = size(WL, ["h100", "gb200", "H100-SXM"], budget, max_devices=1024)
+    answers = size(WL, ["h100", "gb200", "H100-SXM"], budget, max_devices=1024, objective="devices")
     assert [a.accelerator for a in answers].count("h100") == 1  # aliases sized once
     for a in answers:
         assert a.plan is not None and a.training is not None and budget.met_by(a.plan.best.step)
@@ -67,3 +67,19 @@ def test_the_cli_prints_the_answers_and_exits_2_when_none_meets(capsys):
     assert main([*argv, "--deadline-days", "0.01"]) == 2
     captured = capsys.readouterr()
     assert "no device count up to 1,024" in captured.out and "Traceback" not in captured.err
+
+
+def test_the_default_answer_is_the_cheapest_count_that_meets_the_budget():
+    wl = ps.Workload(model="llama3-70b", seq_len=8192, global_batch_size=2048)
+    budget = ps.TrainingBudget("15T", days=90)
+    fewest = size(wl, ["b300"], budget, max_devices=16384, objective="devices")[0]
+    cheapest = size(wl, ["b300"], budget, max_devices=16384)[0]
+    assert fewest.training is not None and cheapest.training is not None
+    assert budget.met_by(cheapest.plan.best.step)
+    assert cheapest.training.device_hours <= fewest.training.device_hours
+    assert cheapest.devices >= fewest.devices
+    if cheapest.devices != fewest.devices:
+        assert cheapest.fewest == fewest.devices
+        assert cheapest.to_dict()["fewest_devices"] == fewest.devices
+    with pytest.raises(UsageError, match="objective"):
+        size(wl, ["b300"], budget, max_devices=64, objective="cost")

@@ -61,6 +61,13 @@ SIZE_ARGS = (
         default=16_384,
         help="the most devices to consider on each accelerator (default 16,384)",
     ),
+    arg(
+        "--objective",
+        choices=("device-hours", "devices"),
+        default="device-hours",
+        help="what to minimise per accelerator: device-hours (default: the cheapest count that "
+        "meets the deadline, among the fewest and up to twice as many) or devices (the fewest)",
+    ),
     arg("--format", choices=("table", "json"), default="table"),
 )
 
@@ -98,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
             max_devices=args.max_gpus,
             switches=switches_from_args(args, searched=True),
             progress=lambda name: status.update(f"sizing on {name}"),
+            objective=args.objective,
         )
     if args.format == "json":
         print_json({"budget": str(budget), "answers": [a.to_dict() for a in answers]})
@@ -107,6 +115,13 @@ def run(args: argparse.Namespace) -> int:
         for a in answers:
             if a.plan is None:
                 console.print(Text(f"{a.accelerator}: {a.reason}"))
+            elif a.fewest is not None:
+                console.print(
+                    Text(
+                        f"{a.accelerator}: {a.fewest:,} devices also meet it, in more "
+                        "device-hours (--objective devices shows them)"
+                    )
+                )
     return 0 if any(a.plan is not None for a in answers) else 2
 
 

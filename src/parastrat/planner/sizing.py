@@ -27,6 +27,9 @@ class Sizing:
     plan: Plan | None
     training: TrainingTime | None
     reason: str = ""
+    #: the fewest devices that meet the budget, when the answer (fewest device-hours) is more
+    #: (None: the same)
+    fewest: int | None = None
 
     @property
     def devices(self) -> int | None:
@@ -46,6 +49,7 @@ class Sizing:
             "cpu_offload_layers": best.cpu_offload_layers if best is not None else None,
             "tokens_per_s_per_gpu": best.step.tokens_per_s_per_gpu if best is not None else None,
             "time_to_train": self.training.to_dict(record) if self.training else None,
+            "fewest_devices": self.fewest or self.devices,
             "reason": self.reason or None,
         }
 
@@ -59,13 +63,19 @@ def size(
     switches: Switches | None = None,
     search: SearchSpace | None = None,
     progress: Callable[[str], None] | None = None,
+    objective: str = "device-hours",
 ) -> list[Sizing]:
-    """For each of ``accelerators``, the fewest devices (powers of two and whole-node
-    multiples up to ``max_devices``, as ``plan(num_devices="smallest")`` tries) whose best
-    strategy trains ``budget.tokens`` within ``budget.days``; the answers that meet it first,
+    """For each of ``accelerators``, the devices (up to ``max_devices``) whose best strategy
+    trains ``budget.tokens`` within ``budget.days``: with ``objective="devices"`` the fewest
+    (``plan(num_devices="smallest")``); with ``"device-hours"`` (the default) the cheapest of
+    the fewest and the power-of-two and power-of-two-node counts up to twice as many (the
+    fewest is often an odd count whose layout runs less efficiently: 768 B300 take more
+    device-hours than 1,024 for Llama 3 70B).  The answers that meet the budget come first,
     fewest device-hours first, then the others with the reason.  An accelerator that cannot
     run the workload at all (a precision it lacks) is answered with that reason.
     ``progress(name)`` is called before each accelerator is sized."""
+    if objective not in OBJECTIVES:
+        raise UsageError(f"objective={objective!r}: use one of {', '.join(OBJECTIVES)}")
     if not isinstance(budget, TrainingBudget):
         raise UsageError(
             f"budget must be a TrainingBudget, got {type(budget).__name__}; e.g. "
@@ -78,7 +88,10 @@ def size(
     for name in names:
         if progress is not None:
             progress(name)
-        out.append(_size_one(workload, name, budget, max_devices, switches, search))
+        answer = _size_one(workload, name, budget, max_devices, switches, search)
+        if objective == "device-hours" and answer.plan is not None:
+            answer = _cheapest(answer, workload, budget, max_devices, switches, search)
+        out.append(answer)
     return sorted(out, key=_order)
 
 
@@ -99,6 +112,39 @@ def _size_one(
     except (UsageError, StrategyError, SpecError) as exc:
         return Sizing(accelerator, None, None, reason=str(exc))
     return Sizing(accelerator, found, found.best.step.time_to_train(budget.tokens))
+
+
+def _cheapest(
+    fewest: Sizing,
+    workload: Workload,
+    budget: TrainingBudget,
+    max_devices: int,
+    switches: Switches | None,
+    search: SearchSpace | None,
+) -> Sizing:
+    """``fewest``, or the count up to twice as many (powers of two, power-of-two nodes) that
+    meets the budget in fewer device-hours."""
+    assert fewest.plan is not None and fewest.training is not None
+    n0 = fewest.plan.num_devices
+    cluster = Cluster(accelerator=fewest.accelerator, num_devices=max_devices)
+    node = cluster.devices_per_node
+    larger = {2**i for i in range(max_devices.bit_length())}
+    larger |= {node * 2**i for i in range(max_devices.bit_length())}
+    best = fewest
+    for n in sorted(c for c in larger if n0 < c <= min(2 * n0, max_devices)):
+        try:
+            found = plan(workload, cluster.with_devices(n), switches, search, top_k=1)
+        except (UsageError, StrategyError, SpecError):
+            continue
+        training = found.best.step.time_to_train(budget.tokens)
+        assert best.training is not None
+        if budget.met_by(found.best.step) and training.device_hours < best.training.device_hours:
+            best = Sizing(fewest.accelerator, found, training, fewest=n0)
+    return best
+
+
+#: What ``size`` minimises per accelerator.
+OBJECTIVES = ("device-hours", "devices")
 
 
 def _order(s: Sizing) -> tuple[int, float, str]:
