@@ -76,11 +76,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     """Add the ``size`` subcommand (the fewest devices per accelerator for a deadline)."""
     p = sub.add_parser(
         "size",
-        help="the fewest devices, per accelerator, that train a token budget by a deadline",
-        description="For each accelerator, the fewest devices (powers of two and whole-node "
-        "multiples up to --max-gpus) whose best strategy trains --train-tokens within "
-        "--deadline-days, with that strategy, the days and the device-hours; fewest "
-        "device-hours first.",
+        help="the devices, per accelerator, that train a token budget by a deadline",
+        description="For each accelerator, the devices (up to --max-gpus) whose best strategy "
+        "trains --train-tokens within --deadline-days in the fewest device-hours (or, with "
+        "--objective devices, the fewest devices), with that strategy, the days, the "
+        "device-hours and the days on the model's record; cheapest first.",
     )
     add_model_args(p)
     add_args(p, SIZE_ARGS)
