@@ -3,6 +3,7 @@ device-hours at a predicted step, in Python and on the CLI (``--train-tokens``).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import shlex
@@ -167,23 +168,11 @@ def test_a_budget_that_is_not_one_is_refused(kwargs, match):
 
 def test_a_budget_needs_the_smallest_search_and_its_own_type():
     cluster = ps.Cluster("h100", num_devices=16)
+    plan8b = functools.partial(ps.plan, "llama3-8b", cluster, seq_len=8192, global_batch_size=64)
     with pytest.raises(UsageError, match="num_devices='smallest'"):
-        ps.plan(
-            "llama3-8b",
-            cluster,
-            seq_len=8192,
-            global_batch_size=64,
-            budget=ps.TrainingBudget("1T", days=9),
-        )
+        plan8b(budget=ps.TrainingBudget("1T", days=9))
     with pytest.raises(UsageError, match="TrainingBudget"):
-        ps.plan(
-            "llama3-8b",
-            cluster,
-            seq_len=8192,
-            global_batch_size=64,
-            num_devices="smallest",
-            budget=("1T", 9),
-        )
+        plan8b(num_devices="smallest", budget=("1T", 9))
 
 
 def test_the_cli_sizes_for_a_deadline_and_says_when_one_is_missed(capsys):

@@ -130,9 +130,10 @@ def train_tokens(text: str) -> float:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def positive_number(text: str, unit: str, example: str, maximum: float) -> float:
-    """A finite number in ``(0, maximum]`` (argparse error naming ``unit`` and ``example``)."""
-    import math
+def positive_number(text: str, flag: str, unit: str, example: str, maximum: float) -> float:
+    """argparse form of :func:`parastrat.checks.require_positive`: ``text`` as a finite number
+    of ``unit`` in ``(0, maximum]``, else an argparse error naming ``flag`` and ``example``."""
+    from ..checks import require_positive
 
     try:
         value = float(text)
@@ -140,26 +141,27 @@ def positive_number(text: str, unit: str, example: str, maximum: float) -> float
         raise argparse.ArgumentTypeError(
             f"expected a number of {unit}, e.g. {example}, got {text!r}"
         ) from None
-    if not math.isfinite(value) or not 0 < value <= maximum:
-        raise argparse.ArgumentTypeError(f"expected {unit} in (0, {maximum:g}], got {text!r}")
-    return value
+    try:
+        return require_positive(flag, value, example, maximum)
+    except UsageError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def deadline_days(text: str) -> float:
     """argparse type: a deadline in days, a positive number up to a century."""
     from ..estimate.train_time import MAX_DAYS
 
-    return positive_number(text, "days", "90", MAX_DAYS)
+    return positive_number(text, "--deadline-days", "days", "90", MAX_DAYS)
 
 
 def requests_per_s(text: str) -> float:
     """argparse type: a request rate, positive, up to a million per second."""
-    return positive_number(text, "requests per second", "2.5", 1e6)
+    return positive_number(text, "--min-rps", "requests per second", "2.5", 1e6)
 
 
 def latency_seconds(text: str) -> float:
     """argparse type: a latency bound in seconds, positive, up to a day."""
-    return positive_number(text, "seconds", "5", 86_400)
+    return positive_number(text, "--max-latency", "seconds", "5", 86_400)
 
 
 HEADROOM_HELP = (

@@ -12,14 +12,13 @@ from ..checks import require_positive
 from ..errors import SpecError, UsageError
 from ..spec.cluster import Cluster
 from .dit import DiTPlan, label, plan_dit
-from .fewest import first_accepted, whole_nodes_between
+from .fewest import first_accepted, sizing_counts, whole_nodes_between
 
 
 def device_counts(cluster: Cluster) -> list[int]:
-    """The counts tried first, ascending: powers of two up to the cluster's count, and that
-    count itself."""
-    top = cluster.num_devices
-    return sorted({2**i for i in range(top.bit_length()) if 2**i <= top} | {top})
+    """The counts tried first, ascending (:func:`~parastrat.planner.fewest.sizing_counts` of
+    the cluster)."""
+    return sizing_counts(cluster.num_devices, cluster.devices_per_node)
 
 
 def smallest_dit(

@@ -10,6 +10,15 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
+def sizing_counts(top: int, node: int) -> list[int]:
+    """The device counts the sizing searches try first, ascending: powers of two, whole
+    nodes in powers of two, and ``top`` itself, none above ``top``."""
+    counts = {2**i for i in range(top.bit_length())} | {
+        node * 2**i for i in range(top.bit_length())
+    }
+    return sorted({n for n in counts if n <= top} | {top})
+
+
 def first_accepted(counts: Sequence[int], probe: Callable[[int], T | None]) -> T | None:
     """Bisect ascending ``counts`` for the first one ``probe`` accepts (returns non-None);
     None when it accepts none.  Assumes acceptance is monotone; where it is not (a count

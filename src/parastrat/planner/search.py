@@ -62,7 +62,7 @@ from ..spec.workload import (
 )
 from ..strategy import MEGATRON_ORDER, Strategy, divisors
 from .explain import annotate
-from .fewest import first_accepted, whole_nodes_between
+from .fewest import first_accepted, sizing_counts, whole_nodes_between
 from .heuristics import seed_strategy
 from .offload import refuse_offload_pin, try_offload
 from .ranking import KEEP_AT_LEAST, VPP_TIE, tie_ordered
@@ -701,13 +701,8 @@ def _plan_smallest(
     """The fewest devices on which something fits (and, with ``budget``, whose best strategy
     meets it): bisection over powers of two and power-of-two node counts, then over the
     whole-node counts between the answer and the count below it."""
-    top = cluster.num_devices
     node = cluster.devices_per_node
-    counts = sorted(
-        {2**i for i in range(0, top.bit_length()) if 2**i <= top}
-        | {k * node for k in range(1, top // node + 1) if (k & (k - 1)) == 0}
-        | {top}
-    )
+    counts = sizing_counts(cluster.num_devices, node)
 
     def probe(n: int) -> Plan | None:
         result = Search(cluster.with_devices(n), wl, sw, space, top_k=top_k, progress=progress)

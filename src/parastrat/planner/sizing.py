@@ -15,6 +15,7 @@ from ..estimate.train_time import TrainingBudget, TrainingTime
 from ..spec.cluster import Cluster
 from ..spec.hardware import get as get_accelerator
 from ..spec.workload import SearchSpace, Switches, Workload
+from .fewest import sizing_counts
 from .search import Plan, plan
 
 
@@ -89,8 +90,17 @@ def size(
         if progress is not None:
             progress(name)
         answer = _size_one(workload, name, budget, max_devices, switches, search)
-        if objective == "device-hours" and answer.plan is not None:
-            answer = _cheapest(answer, workload, budget, max_devices, switches, search)
+        if objective == "device-hours" and answer.plan is not None and answer.training:
+            answer = _cheapest(
+                answer,
+                answer.plan,
+                answer.training,
+                workload,
+                budget,
+                max_devices,
+                switches,
+                search,
+            )
         out.append(answer)
     return sorted(out, key=_order)
 
@@ -116,30 +126,33 @@ def _size_one(
 
 def _cheapest(
     fewest: Sizing,
+    fewest_plan: Plan,
+    fewest_training: TrainingTime,
     workload: Workload,
     budget: TrainingBudget,
     max_devices: int,
     switches: Switches | None,
     search: SearchSpace | None,
 ) -> Sizing:
-    """``fewest``, or the count up to twice as many (powers of two, power-of-two nodes) that
-    meets the budget in fewer device-hours."""
-    assert fewest.plan is not None and fewest.training is not None
-    n0 = fewest.plan.num_devices
+    """``fewest`` (planned as ``fewest_plan``), or the count up to twice as many (of
+    :func:`~parastrat.planner.fewest.sizing_counts`) that meets the budget in fewer
+    device-hours."""
+    n0 = fewest_plan.num_devices
     cluster = Cluster(accelerator=fewest.accelerator, num_devices=max_devices)
-    node = cluster.devices_per_node
-    larger = {2**i for i in range(max_devices.bit_length())}
-    larger |= {node * 2**i for i in range(max_devices.bit_length())}
-    best = fewest
-    for n in sorted(c for c in larger if n0 < c <= min(2 * n0, max_devices)):
+    best, hours = fewest, fewest_training.device_hours
+    for n in sizing_counts(min(2 * n0, max_devices), cluster.devices_per_node):
+        if n <= n0:
+            continue
         try:
             found = plan(workload, cluster.with_devices(n), switches, search, top_k=1)
         except (UsageError, StrategyError, SpecError):
             continue
         training = found.best.step.time_to_train(budget.tokens)
-        assert best.training is not None
-        if budget.met_by(found.best.step) and training.device_hours < best.training.device_hours:
-            best = Sizing(fewest.accelerator, found, training, fewest=n0)
+        if budget.met_by(found.best.step) and training.device_hours < hours:
+            best, hours = (
+                Sizing(fewest.accelerator, found, training, fewest=n0),
+                training.device_hours,
+            )
     return best
 
 
