@@ -11,7 +11,7 @@ import pytest
 import parastrat as ps
 from parastrat.cli import main
 from parastrat.errors import StrategyError
-from parastrat.graph_rules import GraphRun, graph_violations
+from parastrat.rules.graphs import GraphRun, graph_violations
 from parastrat.spec.workload import Mechanisms, Switches
 
 LLAMA70 = ps.models.get("llama3-70b")

@@ -19,7 +19,7 @@ from parastrat.errors import UsageError
 from parastrat.estimate import offload
 from parastrat.estimate.memory import FRAGMENTATION
 from parastrat.estimate.offload_step import offload_acts
-from parastrat.offload_rules import offload_violations
+from parastrat.rules.offload import offload_violations
 from parastrat.spec.hardware import GRACE_C2C_PER_GPU_BPS, PCIE_GEN5_X16_BPS
 from parastrat.spec.workload import Workload
 

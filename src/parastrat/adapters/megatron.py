@@ -40,7 +40,7 @@ from typing import Any
 
 from .._deps import require
 from ..errors import StrategyError, Violation
-from ..offload_rules import applied_violations
+from ..rules.offload import applied_violations
 from ..spec.model import HybridShape
 from ..strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, Strategy, as_training
 from .bridge_overrides import hydra, override_lines, quantises, shape_of
@@ -574,7 +574,7 @@ def _plan(
                 "leave moe_a2a_overlap off for hybrid models (a plan of the hybrid prices it off)",
             )
         )
-    problems += applied_violations(t.model, s, run)  # CPU offloading priced (offload_rules.py)
+    problems += applied_violations(t.model, s, run)  # CPU offloading priced (rules/offload.py)
     if micro_batch_size or global_batch_size:  # explicit sizes are written, as they are checked
         base = run or RunSettings()
         run = replace(

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StrategyError
-from ..offload_rules import host_violations, offload_violations
+from ..rules.offload import host_violations, offload_violations
 from ..spec.model import ModelSpec
 
 

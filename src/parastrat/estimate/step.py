@@ -34,9 +34,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import StrategyError, UsageError
-from ..graph_rules import GraphRun, graph_violations
 from ..grid import expert_dp
 from ..rules import hybrid_workload_violations
+from ..rules.graphs import GraphRun, graph_violations
 from ..spec.hardware import (
     QUANTISED,
     Accelerator,

@@ -44,9 +44,9 @@ from ..estimate.memory import MemoryReport, memory_of
 from ..estimate.step import StepModel, StepReport, check_errors, graph_run
 from ..estimate.step import clear_caches as clear_step_caches
 from ..estimate.train_time import TrainingBudget
-from ..graph_rules import graph_violations
 from ..grid import expert_dp
 from ..pipeline_layout import parse_string
+from ..rules.graphs import graph_violations
 from ..spec.cluster import MAX_DEVICES, Cluster
 from ..spec.hardware import GiB
 from ..spec.model import ModelSpec

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from .errors import Violation
+from ..errors import Violation
+from .violations import err
 
 GB = 1e9
 
@@ -48,7 +49,7 @@ def _model_violations(num_layers: int, layers: int, hybrid: bool) -> list[Violat
     out = []
     if hybrid:
         out.append(
-            Violation(
+            err(
                 "cpu-offload-hybrid",
                 f"cpu_offload_layers={layers} on a hybrid (Mamba) model: Megatron Core's "
                 "MambaStack (megatron/core/ssm/mamba_block.py) wraps no layer in the CPU-offload "
@@ -59,7 +60,7 @@ def _model_violations(num_layers: int, layers: int, hybrid: bool) -> list[Violat
         )
     if layers >= num_layers:
         out.append(
-            Violation(
+            err(
                 "cpu-offload-layers",
                 f"cpu_offload_layers={layers} with {num_layers} layers: Megatron offloads at "
                 f"most num_layers - 1 = {num_layers - 1} (the last layer's activations are "
@@ -75,7 +76,7 @@ def _run_violations(strategy: Any, recompute: str, cuda_graphs: Any) -> list[Vio
     out = []
     if strategy.pp > 1:
         out.append(
-            Violation(
+            err(
                 "cpu-offload-pp",
                 f"CPU activation offloading with pp={strategy.pp}: Megatron Core has no "
                 "support for pipeline parallelism with CPU offloading",
@@ -85,7 +86,7 @@ def _run_violations(strategy: Any, recompute: str, cuda_graphs: Any) -> list[Vio
         )
     if recompute != "none":
         out.append(
-            Violation(
+            err(
                 "cpu-offload-recompute",
                 f"CPU activation offloading with recompute={recompute!r}: Megatron Core "
                 "refuses offloading when activation recomputation is enabled",
@@ -95,7 +96,7 @@ def _run_violations(strategy: Any, recompute: str, cuda_graphs: Any) -> list[Vio
         )
     if cuda_graphs:
         out.append(
-            Violation(
+            err(
                 "cpu-offload-cuda-graphs",
                 f"CPU activation offloading with CUDA graphs ({', '.join(sorted(cuda_graphs))}): "
                 "Megatron Core refuses CUDA graphs with CPU offloading",
@@ -115,7 +116,7 @@ def host_violations(
         return []
     if accel.host_link_Bps is None:
         return [
-            Violation(
+            err(
                 "cpu-offload-host-link",
                 f"CPU activation offloading on {accel.name}: no source for its host link "
                 "bandwidth, so the transfers cannot be priced",
@@ -131,7 +132,7 @@ def host_violations(
             else "use cpu_offload_layers=0 (recompute instead)"
         )
         return [
-            Violation(
+            err(
                 "cpu-offload-host-memory",
                 f"offloading {layers} layers keeps {host_bytes / GB:.1f} GB of activations per "
                 f"device in host memory, more than the {cap / GB:.0f} GB share of "

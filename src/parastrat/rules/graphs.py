@@ -30,7 +30,8 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from .errors import Violation
+from ..errors import Violation
+from .violations import err
 
 #: The scope captured with ``cuda_graph_impl="local"`` (every other one: Transformer Engine).
 WHOLE_ITERATION = "full_iteration"
@@ -62,7 +63,7 @@ def _recompute_violations(scopes: set[str], run: GraphRun) -> list[Violation]:
     out = []
     if run.recompute == "full" and scopes != {WHOLE_ITERATION}:
         out.append(
-            Violation(
+            err(
                 "cuda-graph-full-recompute",
                 f"CUDA graphs of {_names(scopes)} with full recompute: Megatron Core supports "
                 "full recompute only with the whole-iteration graph",
@@ -74,7 +75,7 @@ def _recompute_violations(scopes: set[str], run: GraphRun) -> list[Violation]:
     recomputed_moe = run.recompute == "selective" and "moe" in run.recompute_modules
     if recomputed_moe and te and "moe_router" in scopes:
         out.append(
-            Violation(
+            err(
                 "cuda-graph-moe-recompute",
                 "a Transformer Engine moe_router CUDA graph with the 'moe' module recomputed: "
                 "Megatron Core refuses a recompute module that covers a graphed scope",
@@ -133,7 +134,7 @@ _FIXES = {
 
 def _rule(rule_id: str, what: str) -> Violation:
     """One MoE-scope violation: ``what`` Megatron Core refuses, and the rule's fix."""
-    return Violation(rule_id, f"CUDA graph scope {what}: Megatron Core refuses it", _FIXES[rule_id])
+    return err(rule_id, f"CUDA graph scope {what}: Megatron Core refuses it", _FIXES[rule_id])
 
 
 def _names(scopes: Collection[str]) -> str:
