@@ -21,9 +21,11 @@ Bridge's providers defer them to ``finalize()``).  A config edited field by fiel
 by nobody until training starts; ``apply`` checks it when the fields are written.
 
 ``from_config(cfg)`` reads a Strategy back (``from_config(apply(cfg, s)) == s``, layouts
-included); ``to_overrides`` gives the Hydra-style overrides Megatron Bridge's
-``scripts/training/run_recipe.py`` takes, ``megatron_lm_args`` Megatron-LM's
-``pretrain_gpt.py`` arguments.
+included).  Re-exported here: ``to_overrides`` (the Hydra-style overrides Megatron Bridge's
+``scripts/training/run_recipe.py`` takes), ``megatron_lm_args`` (Megatron-LM's
+``pretrain_gpt.py`` arguments) and the launch commands, from
+:mod:`parastrat.adapters.megatron_launch`; ``model_view`` and the config recognisers from
+:mod:`parastrat.adapters.megatron_config`.
 
 Which fields exist is checked on the object, not pinned to a version: megatron-core 0.13+
 (checked against 0.16.1) and megatron-bridge 0.3.1 (the real one, in the tests).
@@ -41,9 +43,19 @@ from typing import Any
 from .._deps import require
 from ..errors import StrategyError, Violation
 from ..rules.offload import applied_violations
-from ..spec.model import HybridShape
 from ..strategy import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, Strategy, as_training
-from .bridge_overrides import hydra, override_lines, quantises, shape_of
+from .bridge_overrides import quantises
+from .megatron_config import (
+    NO_CP_PROVIDERS,
+    ModelView,
+    Target,
+    adapter_violations,
+    is_bridge_container,
+    is_model_parallel_config,
+    model_view,
+    seq_len_of,
+    target_of,
+)
 from .megatron_fields import (
     CONTAINER_SECTIONS,
     CP_COMM_HIERARCHICAL,
@@ -57,6 +69,45 @@ from .megatron_fields import (
     run_of,
 )
 from .megatron_hybrid import hybrid_build_check
+from .megatron_launch import (
+    HCCL_CONNECT_TIMEOUT_S,
+    NO_EXPORTED_RECIPE,
+    RECIPE_NAMES,
+    default_recipe,
+    launch_command,
+    launch_env,
+    megatron_lm_args,
+    megatron_lm_command,
+    recompute_overrides,
+    to_overrides,
+)
+
+#: The adapter's public names: apply and read back here, the config's view
+#: (:mod:`.megatron_config`) and the launch lines (:mod:`.megatron_launch`) re-exported.
+__all__ = [
+    "HCCL_CONNECT_TIMEOUT_S",
+    "NO_CP_PROVIDERS",
+    "NO_EXPORTED_RECIPE",
+    "PLAN_SHAPE_FIELDS",
+    "RECIPE_NAMES",
+    "START_UP_SECTIONS",
+    "Change",
+    "ModelView",
+    "apply",
+    "default_recipe",
+    "from_config",
+    "is_bridge_container",
+    "is_model_parallel_config",
+    "launch_command",
+    "launch_env",
+    "megatron_lm_args",
+    "megatron_lm_command",
+    "model_view",
+    "plan_changes",
+    "priced_for_violations",
+    "recompute_overrides",
+    "to_overrides",
+]
 
 log = logging.getLogger(__name__)
 
@@ -79,65 +130,6 @@ class Change:
 
 
 @dataclass(frozen=True)
-class ModelView(HybridShape):
-    """The model shape a Megatron config holds, under the attribute names the rules read.
-
-    Passed as ``model=`` to :meth:`Strategy.validate`, so the rules stay written once.
-    """
-
-    name: str
-    num_layers: int | None
-    hidden_size: int | None
-    num_attention_heads: int | None
-    num_query_groups: int | None
-    num_moe_experts: int | None
-    mtp_num_layers: int | None = None
-    add_bias_linear: bool = False
-    #: keys a query sees under Megatron's ``window_size = (left, 0)``: left + 1; None: full
-    sliding_window: int | None = None
-    softmax_type: str = "vanilla"
-    #: Llama 4's chunked attention (Bridge's ``attention_chunk_size``); None: not chunked
-    attention_chunk_size: int | None = None
-    #: Hybrid (Mamba) models: Megatron Core's ``MambaModel`` pattern and mixer shape, under
-    #: :class:`~parastrat.ModelSpec`'s names (None: not a hybrid)
-    hybrid_override_pattern: str | None = None
-    mamba_num_heads: int | None = None
-    mamba_head_dim: int = 64
-    mamba_num_groups: int = 8
-    mamba_state_dim: int = 128
-
-
-@dataclass(frozen=True)
-class _Target:
-    """Where the parts of a config live: its sections by name (``model`` always; for a Bridge
-    container ``train``, ``dist``, ``comm_overlap`` when present) and the path prefix."""
-
-    root: Any
-    sections: dict[str, Any]
-    container: bool
-
-    @property
-    def model(self) -> Any:
-        return self.sections["model"]
-
-    @property
-    def train(self) -> Any | None:
-        return self.sections.get("train")
-
-    @property
-    def prefix(self) -> str:
-        return "model." if self.container else ""
-
-    def place(self, f: Field) -> tuple[Any, str] | None:
-        """(object, dotted path) where field ``f`` lives here, or None."""
-        for name in f.sections:
-            obj = self.sections.get(name)
-            if obj is not None:
-                return obj, (f"{name}.{f.name}" if self.container else f.name)
-        return None
-
-
-@dataclass(frozen=True)
 class _Write:
     obj: Any
     attr: str
@@ -148,113 +140,6 @@ class _Write:
     @property
     def changes(self) -> bool:
         return not _same(self.old, self.new)
-
-
-# ---------------------------------------------------------------------------------------------
-# Recognising a config.
-# ---------------------------------------------------------------------------------------------
-def is_bridge_container(cfg: Any) -> bool:
-    """True for a Megatron Bridge ``ConfigContainer``-shaped object (``cfg.model`` holds the
-    parallel sizes; ``cfg.train``/``cfg.dist`` are read when present)."""
-    model = getattr(cfg, "model", None)
-    return model is not None and hasattr(model, "tensor_model_parallel_size")
-
-
-def is_model_parallel_config(cfg: Any) -> bool:
-    """True for a Megatron Core ``ModelParallelConfig`` (or ``TransformerConfig``) shape."""
-    return hasattr(cfg, "tensor_model_parallel_size") and hasattr(
-        cfg, "pipeline_model_parallel_size"
-    )
-
-
-def _target(cfg: Any) -> _Target:
-    if is_bridge_container(cfg):
-        names = ("model", *CONTAINER_SECTIONS)
-        found = {n: getattr(cfg, n, None) for n in names}
-        return _Target(cfg, {n: v for n, v in found.items() if v is not None}, True)
-    if is_model_parallel_config(cfg):
-        return _Target(cfg, {"model": cfg}, False)
-    raise TypeError(
-        f"{type(cfg).__name__} is neither a Megatron Bridge ConfigContainer (cfg.model with "
-        "tensor_model_parallel_size) nor a Megatron Core TransformerConfig/ModelParallelConfig "
-        "(tensor_model_parallel_size and pipeline_model_parallel_size)"
-    )
-
-
-def model_view(cfg: Any) -> ModelView:
-    """The model shape of a Bridge container or a Megatron Core config, for the rules."""
-    m = _target(cfg).model
-
-    def positive(name: str) -> int | None:
-        value = getattr(m, name, None)
-        return (
-            value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-        )
-
-    return ModelView(
-        name=type(m).__name__,
-        num_layers=positive("num_layers"),
-        hidden_size=positive("hidden_size"),
-        num_attention_heads=positive("num_attention_heads"),
-        num_query_groups=positive("num_query_groups"),
-        num_moe_experts=positive("num_moe_experts"),
-        mtp_num_layers=positive("mtp_num_layers"),
-        add_bias_linear=getattr(m, "add_bias_linear", False) is True,
-        sliding_window=_sliding_window(getattr(m, "window_size", None)),
-        softmax_type=_text(getattr(m, "softmax_type", None)) or "vanilla",
-        attention_chunk_size=positive("attention_chunk_size"),
-        **_hybrid_fields(m, positive),
-    )
-
-
-def _hybrid_fields(m: Any, positive: Any) -> dict[str, Any]:
-    """The hybrid fields of a Megatron Bridge ``MambaModelProvider`` (or a config carrying
-    ``hybrid_override_pattern``); empty for a GPT config.  A Mamba provider without a
-    pattern and without attention/MLP ratios is all Mamba layers, as ``allocate_layers``
-    builds it."""
-    pattern = _text(getattr(m, "hybrid_override_pattern", None))
-    ratios = (getattr(m, "hybrid_attention_ratio", None), getattr(m, "hybrid_mlp_ratio", None))
-    if pattern is None and hasattr(m, "mamba_stack_spec") and not any(ratios):
-        layers = positive("num_layers")
-        pattern = "M" * layers if layers else None
-    if pattern is None:
-        return {}
-    out: dict[str, Any] = {"hybrid_override_pattern": pattern}
-    for name in ("mamba_num_heads", "mamba_head_dim", "mamba_num_groups", "mamba_state_dim"):
-        value = positive(name)
-        if value is not None:
-            out[name] = value
-    return out
-
-
-def _sliding_window(window_size: Any) -> int | None:
-    """``ModelSpec.sliding_window`` from Megatron's ``window_size`` ((left, right), or the left
-    alone; None or a negative left: no window)."""
-    if isinstance(window_size, (tuple, list)) and window_size:
-        window_size = window_size[0]
-    # an int is Bridge's Gemma 3 provider's spelling: its attention makes it (w, 0) on the
-    # local layers (models/gemma/gemma3_provider.py)
-    if isinstance(window_size, int) and not isinstance(window_size, bool) and window_size >= 0:
-        return window_size + 1
-    return None
-
-
-def _text(value: Any) -> str | None:
-    """``value`` when it is a string (an enum member's ``value`` too), else None."""
-    value = getattr(value, "value", value)
-    return value if isinstance(value, str) else None
-
-
-def _seq_len(t: _Target) -> int | None:
-    for obj, name in (
-        (t.model, "seq_length"),
-        (getattr(t.root, "dataset", None), "seq_length"),
-        (getattr(t.root, "dataset", None), "sequence_length"),
-    ):
-        value = getattr(obj, name, None) if obj is not None else None
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -285,7 +170,7 @@ def priced_for_violations(what: Any, cfg: Any, seq_len: int | None) -> list[Viol
                     "apply plan.best.strategy to take its degrees alone",
                 )
             )
-    seq = seq_len if seq_len is not None else _seq_len(_target(cfg))
+    seq = seq_len if seq_len is not None else seq_len_of(target_of(cfg))
     planned = getattr(what, "seq_len", None)
     if seq is not None and planned is not None and seq != planned:
         out.append(
@@ -298,64 +183,7 @@ def priced_for_violations(what: Any, cfg: Any, seq_len: int | None) -> list[Viol
     return out
 
 
-#: Model providers whose attention refuses context parallelism when the model is built:
-#: Megatron Bridge's Gemma 2 layer spec always uses its own unfused
-#: ``Gemma2DotProductAttention`` (logit soft-capping), which asserts
-#: ``context_parallel_size == 1`` ("Context parallelism is only supported by
-#: TEDotProductAttention!", ``models/gemma/gemma2_provider.py``).
-NO_CP_PROVIDERS = ("Gemma2",)
-
-
-def _adapter_violations(t: _Target, s: Strategy) -> list[Violation]:
-    """Rules about what a Megatron config can express, beyond the strategy's own rules."""
-    out: list[Violation] = []
-    provider = type(t.model).__name__
-    if s.cp > 1 and provider.startswith(NO_CP_PROVIDERS):
-        out.append(
-            Violation(
-                "provider-cp",
-                f"cp={s.cp} on {provider}: Megatron Bridge builds its attention unfused "
-                "(logit soft-capping), which asserts context_parallel_size == 1",
-                "use cp=1 and split the sequence's memory with tp / recompute instead",
-            )
-        )
-    for name in ("num_layers", "hidden_size", "num_attention_heads", "num_query_groups"):
-        value = getattr(t.model, name, None)
-        # 0 is let through: Bridge 0.3.1's deprecated DeepSeekV2/V3ModelProvider classes carry
-        # 0 heads (the rules that need heads skip a 0); the HF-converted providers have them
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 0
-        ):
-            out.append(
-                Violation(
-                    "megatron-config-field",
-                    f"{type(t.model).__name__}.{name} is {value!r}, not a whole number, so "
-                    "the rules that depend on it cannot be checked",
-                    f"set {name} to a whole number (e.g. {name}=32, not '32')",
-                )
-            )
-    if t.container and s.order not in (MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER):
-        out.append(
-            Violation(
-                "bridge-order",
-                f"Megatron Bridge can order ranks only as {MEGATRON_ORDER!r} or "
-                f"{MEGATRON_TP_PP_DP_ORDER!r} (dist.use_tp_pp_dp_mapping); got {s.order!r}",
-                f"use order={MEGATRON_ORDER!r}",
-            )
-        )
-    if t.container and s.order == MEGATRON_TP_PP_DP_ORDER and (s.ep > 1 or s.cp > 1):
-        out.append(
-            Violation(
-                "bridge-tp-pp-dp-mapping",
-                f"order {s.order!r} (dist.use_tp_pp_dp_mapping) with ep={s.ep}, cp={s.cp}: "
-                "Bridge supports that mapping only without EP and CP",
-                f"use order={MEGATRON_ORDER!r}",
-            )
-        )
-    return out
-
-
-def _applied(t: _Target, s: Strategy, run: RunSettings | None) -> Applied:
+def _applied(t: Target, s: Strategy, run: RunSettings | None) -> Applied:
     m = t.model
     dtype = None
     if s.pp > 1 and getattr(m, "pipeline_dtype", None) is None:
@@ -363,7 +191,7 @@ def _applied(t: _Target, s: Strategy, run: RunSettings | None) -> Applied:
     return Applied(s, run, bool(getattr(m, "num_moe_experts", None)), dtype)
 
 
-def _writes(t: _Target, a: Applied) -> list[_Write]:
+def _writes(t: Target, a: Applied) -> list[_Write]:
     """Every field of the table that applies here, with its old and new value."""
     writes: list[_Write] = []
     missing: list[Violation] = []
@@ -393,7 +221,7 @@ def _writes(t: _Target, a: Applied) -> list[_Write]:
     return writes + (_named_precision_write(t, named) if named else [])
 
 
-def _named_precision_write(t: _Target, values: dict[str, Any]) -> list[_Write]:
+def _named_precision_write(t: Target, values: dict[str, Any]) -> list[_Write]:
     """A container whose ``mixed_precision`` is a recipe name ("bf16_mixed"): Bridge resolves
     it at start-up, so the fields are written on the resolved config, which replaces the name
     (nothing is written when the named recipe already has every value)."""
@@ -417,7 +245,7 @@ def _named_precision_write(t: _Target, values: dict[str, Any]) -> list[_Write]:
     return [_Write(t.root, "mixed_precision", "mixed_precision", old, resolved)]
 
 
-def _missing(t: _Target, f: Field, new: Any, why: str) -> Violation:
+def _missing(t: Target, f: Field, new: Any, why: str) -> Violation:
     return Violation(
         "megatron-field-missing",
         f"{type(t.model).__name__} config has no field {f.name!r}, needed for "
@@ -466,7 +294,7 @@ def _cuda_available() -> bool:
     return bool(torch.cuda.is_available())
 
 
-def _trial(t: _Target, writes: Sequence[_Write], start_up: bool) -> Any:
+def _trial(t: Target, writes: Sequence[_Write], start_up: bool) -> Any:
     """A copy of the model section carrying the new values; with ``start_up``, as Bridge's
     start-up leaves it: copies of the container's ``mixed_precision`` (a recipe name
     resolved) and ``comm_overlap`` sections, with their new values, set up onto it."""
@@ -499,7 +327,7 @@ def _trial(t: _Target, writes: Sequence[_Write], start_up: bool) -> Any:
     return trial
 
 
-def _framework_violations(t: _Target, writes: Sequence[_Write]) -> list[Violation]:
+def _framework_violations(t: Target, writes: Sequence[_Write]) -> list[Violation]:
     """Megatron's own checks, run on a copy carrying the new values.
 
     A second opinion for rules parastrat does not model (e.g. "bias in MoE needs ETP 1").
@@ -536,7 +364,7 @@ def _framework_violations(t: _Target, writes: Sequence[_Write]) -> list[Violatio
     return []
 
 
-def _same_refusal(t: _Target, start_up: bool, refused: BaseException) -> bool:
+def _same_refusal(t: Target, start_up: bool, refused: BaseException) -> bool:
     """True when the unchanged config is refused with the same message: the config fails to
     start with or without the strategy (said so in the refusal, which stands either way: the
     written config would not start)."""
@@ -556,11 +384,11 @@ def _plan(
     global_batch_size: int | None,
     micro_batch_size: int | None,
     framework_check: bool,
-) -> tuple[_Target, list[_Write]]:
+) -> tuple[Target, list[_Write]]:
     s, run = run_of(what)
     s = as_training(s)
-    t = _target(cfg)
-    problems = priced_for_violations(what, cfg, seq_len) + _adapter_violations(t, s)
+    t = target_of(cfg)
+    problems = priced_for_violations(what, cfg, seq_len) + adapter_violations(t, s)
     if (
         run is not None
         and run.moe_a2a_overlap
@@ -596,7 +424,7 @@ def _plan(
         for v in s.check(
             model_view(cfg),
             world_size=world_size,
-            seq_len=seq_len if seq_len is not None else _seq_len(t),
+            seq_len=seq_len if seq_len is not None else seq_len_of(t),
             global_batch_size=global_batch_size,
             micro_batch_size=micro_batch_size,
             verify_hints=True,
@@ -758,7 +586,7 @@ def from_config(cfg: Any, *, world_size: int | None = None) -> Strategy:
     is Megatron's default, or ``tp-cp-ep-pp-dp`` when ``cfg.dist.use_tp_pp_dp_mapping``.
     With ``world_size`` the data-parallel degree is filled in.
     """
-    t = _target(cfg)
+    t = target_of(cfg)
     kwargs: dict[str, Any] = {}
     for f in STRATEGY_FIELDS:
         where = t.place(f)
@@ -778,7 +606,7 @@ def from_config(cfg: Any, *, world_size: int | None = None) -> Strategy:
     return s.with_world_size(world_size) if world_size is not None else s
 
 
-def _megatron_fsdp_on(t: _Target) -> bool:
+def _megatron_fsdp_on(t: Target) -> bool:
     """Whether Megatron FSDP is on (``use_megatron_fsdp`` in ``ddp`` or ``dist``): only then
     does ``ddp.data_parallel_sharding_strategy`` mean anything (Bridge's Nemotron 3 Nano recipe
     leaves it at "optim_grads_params" with FSDP off)."""
@@ -830,274 +658,6 @@ def _cp_split(m: Any, cp: int, prefix: str) -> tuple[int, int]:
             f"{prefix}cp_comm_type={kind!r} is not one parastrat knows",
             "use 'p2p' (ring), 'a2a' (Ulysses), 'a2a+p2p' (both) or 'all_gather'",
         )
-    )
-
-
-#: Sections ``to_overrides`` assumes a Bridge recipe's container has.
-_OVERRIDE_SECTIONS = {"model": True, **dict.fromkeys(CONTAINER_SECTIONS, True)}
-
-
-def _applied_to_recipe(s: Any, mbs: int | None, gbs: int | None) -> Applied:
-    """What a launch line carries for a Strategy, candidate or plan on a recipe's container
-    (every section present; MoE switches when the strategy has EP or the plan's model has
-    experts); explicit batch sizes replace the candidate's."""
-    strategy, run = run_of(s)
-    strategy = as_training(strategy)
-    problems = _adapter_violations(_Target(None, dict(_OVERRIDE_SECTIONS), True), strategy)
-    if problems:
-        raise StrategyError(problems)
-    run = run or RunSettings()
-    if mbs is not None:
-        run = replace(run, micro_batch_size=mbs)
-    if gbs is not None:
-        run = replace(run, global_batch_size=gbs)
-    return Applied(strategy, run, moe=strategy.ep > 1 or bool(run.moe_model))
-
-
-def to_overrides(
-    s: Any,
-    *,
-    recipe: Any = None,
-    micro_batch_size: int | None = None,
-    global_batch_size: int | None = None,
-) -> list[str]:
-    """Hydra-style overrides for Megatron Bridge's ``scripts/training/run_recipe.py``: the
-    same field table as :func:`apply` on a recipe's container, for a Strategy, a plan
-    candidate or a plan.
-
-    ``["model.tensor_model_parallel_size=4", ..., "dist.use_tp_pp_dp_mapping=false"]`` —
-    every degree explicitly (ETP too), so a recipe's own values cannot leak through.
-    ``pipeline_dtype`` is not among them: Bridge's ``finalize()`` sets it from
-    ``params_dtype`` when pp > 1, and a string override on an unset field would stay a string.
-    A candidate adds what it was priced with (micro-batch, recompute, switches, precision);
-    explicit batch sizes are added (or replace the candidate's).
-
-    ``recipe``: the recipe the lines go onto — its ``ConfigContainer`` or its name as
-    ``run_recipe.py --recipe`` takes it.  Bridge's parser refuses a line written for the
-    other shape of the ``comm_overlap`` and ``mixed_precision`` sections, so they are placed
-    as that recipe holds them (:mod:`parastrat.adapters.bridge_overrides`); with None, both
-    sections are taken to be config objects.
-    """
-    a = _applied_to_recipe(s, micro_batch_size, global_batch_size)
-    writes = [
-        (f.sections, f.name, f.value(a)) for f in FIELDS if f.when(a) and f.name != "pipeline_dtype"
-    ]
-    return override_lines(writes, shape_of(recipe))
-
-
-def megatron_lm_args(
-    s: Any, *, micro_batch_size: int | None = None, global_batch_size: int | None = None
-) -> list[str]:
-    """Megatron-LM ``pretrain_gpt.py`` arguments (MindSpeed-LLM takes the same) for a
-    Strategy, a plan candidate or a plan: the field table's ``arg`` column.
-
-    ``["--tensor-model-parallel-size", "4", ..., "--sequence-parallel"]`` as an argv list: a
-    flag appears when on, a list gives one word per item, a layout is written in the string
-    syntax.  The virtual pipeline size is ``--num-virtual-stages-per-pipeline-rank`` (it
-    also holds with an uneven split), and is left out with a layout, which sets it.  Names
-    checked against Megatron-LM's ``megatron/training/arguments.py`` (tests/data).
-    """
-    a = _applied_to_recipe(s, micro_batch_size, global_batch_size)
-    strategy = a.s
-    argv: list[str] = []
-    for f in FIELDS:
-        if f.arg is None or not f.when(a):
-            continue
-        if f.name == "virtual_pipeline_model_parallel_size" and strategy.pipeline_layout:
-            continue
-        value = f.value(a)
-        if f.arg_value is not None and value is not None:
-            value = f.arg_value(value)
-        argv += _arg_words(f.arg, value)
-    if _on_ascend(s) and strategy.cp > 1:
-        argv += _mindspeed_cp_args(strategy)
-    if a.run is not None and a.run.precision is not None:
-        # every precision the step model prices keeps BF16 parameters and activations;
-        # Megatron-LM's validate_args leaves params_dtype float32 without --bf16 (Bridge's
-        # mixed-precision recipes set it themselves, so this is an argument only)
-        argv.append("--bf16")
-    return argv
-
-
-def _on_ascend(what: Any) -> bool:
-    """Whether ``what`` is a plan for an Ascend (huawei) cluster (MindSpeed-LLM runs it)."""
-    accel = getattr(getattr(what, "cluster", None), "accel", None)
-    return getattr(accel, "vendor", None) == "huawei"
-
-
-def _mindspeed_cp_args(s: Strategy) -> list[str]:
-    """MindSpeed's context-parallel algorithm for ``s``'s Ulysses x ring split: MindSpeed
-    chooses it from ``--context-parallel-algo`` (``ulysses_cp_algo``, ``megatron_cp_algo`` for
-    ring attention, ``hybrid_cp_algo`` with ``--ulysses-degree-in-cp``), not from Megatron's
-    ``--cp-comm-type`` (MindSpeed ``arguments.py``, "cp parallel" group)."""
-    if s.ulysses > 1 and s.ring > 1:
-        return [
-            "--context-parallel-algo",
-            "hybrid_cp_algo",
-            "--ulysses-degree-in-cp",
-            str(s.ulysses),
-        ]
-    return ["--context-parallel-algo", "ulysses_cp_algo" if s.ulysses > 1 else "megatron_cp_algo"]
-
-
-def _arg_words(arg: str, value: Any) -> list[str]:
-    if value is None or value is False:
-        return []
-    if value is True:
-        return [arg]
-    if isinstance(value, (list, tuple)):
-        return [arg, *map(str, value)]
-    return [arg, str(value)]
-
-
-def recompute_overrides(mode: str) -> list[str]:
-    """Megatron Bridge overrides for a recompute mode ("none", "selective" or "full"; UsageError
-    naming them for anything else): the recompute rows of the field table."""
-    from ..estimate.flops import normalize_recompute
-
-    run = RunSettings(recompute=normalize_recompute(mode))
-    a = Applied(Strategy(), run, moe=False)
-    return [
-        f"{f.sections[0]}.{f.name}={hydra(f.value(a))}"
-        for f in FIELDS
-        if f.name.startswith("recompute_") and f.when(a)
-    ]
-
-
-#: HCCL's connection set-up timeout (s) MindSpeed-LLM's pretrain scripts export (1200-3600
-#: in its examples; HCCL's default of 120 s is short for thousands of ranks).
-HCCL_CONNECT_TIMEOUT_S = 1200
-
-
-def launch_env(s: Strategy, *, vendor: str = "nvidia", scale_up_domain: int = 8) -> list[str]:
-    """Environment variables the strategy wants at launch (``NAME=value`` strings).
-
-    NVIDIA (NCCL): ``CUDA_DEVICE_MAX_CONNECTIONS=1`` when TP (with SP) stays in the NVLink
-    domain, where Megatron overlaps TP communication with GEMMs and needs kernels issued in
-    order; ``NCCL_P2P_NET_CHUNKSIZE`` larger for pipeline and context-parallel p2p across
-    nodes; ``NCCL_NVLS_ENABLE=0`` (NVLink SHARP buffers cost memory Megatron does not use).
-    Ascend (``vendor="huawei"``, HCCL): no NCCL variable; ``HCCL_CONNECT_TIMEOUT`` as
-    MindSpeed-LLM's scripts set it, and ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with SP, which those
-    scripts also export only to pass Megatron's own argument check (no effect on an NPU).
-    Never ``CUDA_DEVICE_MAX_CONNECTIONS=1`` with Megatron FSDP, which refuses it.
-    """
-    # Megatron FSDP needs more than one connection (Megatron-LM's validate_args asserts
-    # "FSDP always requires CUDA_DEVICE_MAX_CONNECTIONS value large than one")
-    fsdp = s.fsdp is not None
-    if vendor == "huawei":
-        env = [f"HCCL_CONNECT_TIMEOUT={HCCL_CONNECT_TIMEOUT_S}"]
-        if s.tp > 1 and s.sp and not fsdp:
-            env.append("CUDA_DEVICE_MAX_CONNECTIONS=1")
-        return env
-    env = []
-    if vendor == "nvidia" and s.tp > 1 and s.sp and s.tp <= scale_up_domain and not fsdp:
-        env.append("CUDA_DEVICE_MAX_CONNECTIONS=1")
-    env += ["NCCL_IB_SL=1", "TORCH_NCCL_AVOID_RECORD_STREAMS=1"]
-    if vendor == "nvidia":
-        env.append("NCCL_NVLS_ENABLE=0")
-    if s.pp > 1 or s.cp > 1:
-        env.append("NCCL_P2P_NET_CHUNKSIZE=2097152")
-    return env
-
-
-def launch_command(
-    s: Any,
-    *,
-    recipe: str,
-    nproc_per_node: int,
-    nnodes: int = 1,
-    micro_batch_size: int | None = None,
-    global_batch_size: int | None = None,
-    recompute: str | None = None,
-    rdzv_endpoint: str | None = None,
-    script: str = "scripts/training/run_recipe.py",
-) -> list[str]:
-    """``torchrun ... run_recipe.py --recipe NAME <overrides>`` as an argv list.
-
-    ``s``: a Strategy, a plan candidate or a plan; its :func:`to_overrides` for ``recipe``
-    (placed as that recipe holds its sections), so a plan's switches and precision are part
-    of the line.  ``recompute`` adds its overrides; an override given twice keeps its last
-    value.  With ``rdzv_endpoint`` (e.g. ``"$MASTER_ADDR:29500"``) the c10d rendezvous flags a
-    multi-node launch needs are added.
-    """
-    argv = ["torchrun", f"--nproc_per_node={nproc_per_node}"]
-    if nnodes > 1:
-        argv.append(f"--nnodes={nnodes}")
-    if rdzv_endpoint:
-        argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}"]
-    lines = to_overrides(
-        s,
-        recipe=recipe,
-        micro_batch_size=micro_batch_size,
-        global_batch_size=global_batch_size,
-    )
-    if recompute is not None:
-        lines += recompute_overrides(recompute)
-    by_key = {line.split("=", 1)[0]: line for line in lines}  # first place, last value
-    return [*argv, script, "--recipe", recipe, *by_key.values()]
-
-
-def megatron_lm_command(
-    s: Any,
-    *,
-    nproc_per_node: int,
-    nnodes: int = 1,
-    global_batch_size: int | None = None,
-    rdzv_endpoint: str | None = None,
-    script: str = "pretrain_gpt.py",
-) -> list[str]:
-    """``torchrun ... pretrain_gpt.py <Megatron-LM arguments>`` as an argv list: Megatron-LM's
-    own launcher, which MindSpeed-LLM keeps on Ascend NPUs (no Transformer Engine, no CUDA).
-    The model, data and optimizer arguments are the user's to add."""
-    argv = ["torchrun", f"--nproc_per_node={nproc_per_node}"]
-    if nnodes > 1:
-        argv.append(f"--nnodes={nnodes}")
-    if rdzv_endpoint:
-        argv += ["--rdzv-backend=c10d", f"--rdzv-endpoint={rdzv_endpoint}"]
-    return [*argv, script, *megatron_lm_args(s, global_batch_size=global_batch_size)]
-
-
-#: Presets whose Megatron Bridge recipe is not named by the rule below: Bridge 0.3.1 drops the
-#: dot of a Llama version (``megatron.bridge.recipes.llama31_405b_pretrain_config``,
-#: ``llama32_1b_pretrain_config``) and the hyphen of Nemotron-H (``nemotronh_56b_...``), and
-#: ``run_recipe.py`` finds a recipe only by its exact name
-#: in ``megatron.bridge.recipes``.
-RECIPE_NAMES = {
-    "llama3.1-405b": "llama31_405b_pretrain_config",
-    "llama3.2-1b": "llama32_1b_pretrain_config",
-    # Bridge spells the Nemotron-H family without the hyphen (recipes/nemotronh/nemotronh.py);
-    # nemotron-nano-9b-v2 and nemotron-3-nano follow the rule
-    "nemotron-h-8b": "nemotronh_8b_pretrain_config",
-    "nemotron-h-47b": "nemotronh_47b_pretrain_config",
-    "nemotron-h-56b": "nemotronh_56b_pretrain_config",
-}
-#: Presets for which Megatron Bridge 0.3.1 exports no pretrain recipe from
-#: ``megatron.bridge.recipes`` (so ``run_recipe.py --recipe`` cannot find one): GPT-3 175B's
-#: and Kimi K2's live in modules the package does not export (``recipes/gpt/gpt3_175b.py``;
-#: ``recipes/kimi`` has no ``__init__``), Mixtral, Nemotron-4 and Llama 4 have none.
-NO_EXPORTED_RECIPE = frozenset(
-    {
-        "gpt3-175b",
-        "kimi-k2",
-        "mixtral-8x7b",
-        "mixtral-8x22b",
-        "nemotron4-15b",
-        "nemotron4-340b",
-        "llama4-scout",
-        "llama4-maverick",
-    }
-)
-
-
-def default_recipe(model_name: str) -> str | None:
-    """The Bridge recipe ``run_recipe.py`` would run for a preset: the name Bridge gives it
-    (:data:`RECIPE_NAMES`), None where Bridge exports none (:data:`NO_EXPORTED_RECIPE`: the
-    caller must name one), else the name the model's follows Bridge's rule
-    (``llama3-70b`` -> ``llama3_70b_pretrain_config``)."""
-    if model_name in NO_EXPORTED_RECIPE:
-        return None
-    return RECIPE_NAMES.get(model_name) or (
-        model_name.replace(".", "_").replace("-", "_") + "_pretrain_config"
     )
 
 
