@@ -79,7 +79,7 @@ def test_best_beats_every_enumerated_fitting_strategy_sampled(result):
 
 def test_to_dict_shape(result):
     d = result.to_dict()
-    assert list(d) == ["candidates", "track_record"]
+    assert list(d) == ["candidates", "track_record", "published"]
     assert list(d["candidates"][0]) == [
         "strategy",
         "micro_batch_size",

@@ -1,9 +1,10 @@
 """Write the step model's track record (``parastrat/estimate/track_record.json``) from the
 accuracy benchmarks' own output: every published run they price, grouped by kind (dense / MoE)
-and platform (x86- or Grace-hosted NVIDIA, Ascend).
+and platform (x86- or Grace-hosted NVIDIA, Ascend); and the NVIDIA training runs one by one,
+with their layouts and sources (``parastrat/estimate/published_runs.json``).
 
     python tools/gen_track_record.py           # rewrite the table, print it
-    python tools/gen_track_record.py --check   # exit 1 when the table is stale
+    python tools/gen_track_record.py --check   # exit 1 when a file is stale
 
 Run it after any change to the cost model; CI and the tests run ``--check``.
 """
@@ -15,6 +16,7 @@ import csv
 import functools
 import json
 import math
+import re
 import statistics
 import sys
 from collections import defaultdict
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import parastrat as ps
+from parastrat.estimate.published_runs import RUNS_FILE, PublishedRun
 from parastrat.estimate.track_record import RECORDS_FILE, TrackRecord, kind_of, platform_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -34,6 +37,8 @@ import planner_accuracy  # noqa: E402
 import planner_crosscheck  # noqa: E402
 
 TARGET = ROOT / "src" / "parastrat" / "estimate" / RECORDS_FILE
+#: The published runs one by one (:mod:`parastrat.estimate.published_runs`).
+RUNS_TARGET = TARGET.with_name(RUNS_FILE)
 #: A published layout is "near the plan's best" at this share of its throughput or more.
 NEAR_BEST = planner_accuracy.NEAR_BEST
 #: Decimal places kept: enough to tell the table changed, few enough to read.
@@ -49,14 +54,42 @@ def runs() -> list[dict[str, Any]]:
         err = (r["predicted"] - r["published"]) / r["published"]
         spec = ps.models.get(r["preset"])
         run = dict(table="published_configs", name=r["name"], gpu=r["gpu"], err=err, spec=spec)
-        out.append(run | dict(ratio=r["ratio"]))
+        detail = PublishedRun(
+            model=r["preset"],
+            accelerator=r["gpu"],
+            devices=r["devices"],
+            **r["workload"],
+            precision=r["precision"].lower(),
+            strategy=r["layout"],
+            recompute=r["recompute"],
+            measured=r["published"],
+            predicted=round(r["predicted"], 1),
+            table="published_configs",
+            source=_source(r["source"]),
+        )
+        out.append(run | dict(ratio=r["ratio"], detail=detail))
     with open(planner_crosscheck.DATA) as fh:
         for row in csv.DictReader(fh):
             r = planner_crosscheck.price(row, offload=False, plans=True)
             name = f"{row['model']} {row['num_gpus']}x{row['gpu']} {row['precision']}"
             spec = ps.models.get(row["preset"])
             run = dict(table="mb_2511_summary", name=name, gpu=row["gpu"], err=r["err"], spec=spec)
-            out.append(run | dict(ratio=r["ratio"]))
+            detail = PublishedRun(
+                model=row["preset"],
+                accelerator=row["gpu"],
+                devices=int(row["num_gpus"]),
+                seq_len=int(row["seq_len"]),
+                global_batch_size=int(row["gbs"]),
+                micro_batch_size=int(row["mbs"]),
+                precision=planner_crosscheck.PRECISION[row["precision"]],
+                strategy=r["strategy"],
+                recompute=r["mode"],
+                measured=r["pub"],
+                predicted=round(r["pred"], 1),
+                table="mb_2511_summary",
+                source=_source(row["source"]),
+            )
+            out.append(run | dict(ratio=r["ratio"], detail=detail))
     models = npu_training_accuracy.load_models()
     for r in npu_training_accuracy.price_all(short=False):
         if "skip" not in r:
@@ -67,6 +100,24 @@ def runs() -> list[dict[str, Any]]:
                 dict(table="npu_training_measured", name=name, gpu=gpu, err=r["error"], spec=spec)
             )
     return out
+
+
+#: The publications behind the short ``source`` labels of ``published_configs.csv``
+#: (``benchmarks/data/README.md``).
+SOURCE_NAMES = {
+    "MB archive": "Megatron Bridge performance archive",
+    "MB summary": "Megatron Bridge docs/performance-summary.md",
+}
+
+
+def _source(label: str) -> str:
+    """A run's source as a reader can find it (the table's short labels spelled out, a commit
+    shortened to its first seven digits)."""
+    label = re.sub(r"@([0-9a-f]{7})[0-9a-f]{33}", r"@\1", label)
+    for short, long in SOURCE_NAMES.items():
+        if label.startswith(short):
+            return long + label[len(short) :]
+    return label
 
 
 def dit_runs() -> list[dict[str, Any]]:
@@ -148,25 +199,36 @@ def render(recs: list[TrackRecord]) -> str:
     return json.dumps(doc, indent=1) + "\n"
 
 
+def render_runs(priced: Iterable[dict[str, Any]]) -> str:
+    """The published runs' file: every NVIDIA training run with its layout, one by one."""
+    doc = {
+        "written_by": "tools/gen_track_record.py (do not edit by hand)",
+        "predicted": "tokens/s/GPU of the layout priced with its recipe's switches",
+        "runs": [run["detail"].to_dict() for run in priced if "detail" in run],
+    }
+    return json.dumps(doc, indent=1) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--check", action="store_true", help="exit 1 when the table is stale")
+    ap.add_argument("--check", action="store_true", help="exit 1 when a file is stale")
     args = ap.parse_args(argv)
     recs = records(priced())
-    text = TARGET.read_text() if TARGET.exists() else ""
-    new = render(recs)
     for rec in recs:
         print(rec.summary())
-    if args.check:
-        if new != text:
-            print(f"{TARGET.relative_to(ROOT)} is stale: run python tools/gen_track_record.py")
-            return 1
-        return 0
-    if new != text:
-        tmp = TARGET.with_suffix(".tmp")
+    stale = 0
+    for target, new in ((TARGET, render(recs)), (RUNS_TARGET, render_runs(priced()))):
+        text = target.read_text() if target.exists() else ""
+        if new == text:
+            continue
+        if args.check:
+            print(f"{target.relative_to(ROOT)} is stale: run python tools/gen_track_record.py")
+            stale = 1
+            continue
+        tmp = target.with_suffix(".tmp")
         tmp.write_text(new)
-        tmp.replace(TARGET)
-    return 0
+        tmp.replace(target)
+    return stale
 
 
 if __name__ == "__main__":

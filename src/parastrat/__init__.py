@@ -43,6 +43,8 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "StepReport": ("parastrat.estimate.step", "StepReport"),
     "track_record": ("parastrat.estimate.track_record", "track_record"),
     "TrackRecord": ("parastrat.estimate.track_record", "TrackRecord"),
+    "published_runs": ("parastrat.estimate.published_runs", "published_runs"),
+    "PublishedRun": ("parastrat.estimate.published_runs", "PublishedRun"),
     "estimate_dit": ("parastrat.estimate.dit", "estimate_dit"),
     "DiTMemoryOptions": ("parastrat.estimate.dit_memory", "DiTMemoryOptions"),
     "TrainingBudget": ("parastrat.estimate.train_time", "TrainingBudget"),

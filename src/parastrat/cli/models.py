@@ -119,10 +119,34 @@ def _show_one(name: str, fmt: str) -> int:
     if isinstance(spec, DiTSpec):
         data = {"kind": "dit", **spec.to_dict()}
         return show_fields(f"{spec.name} (plan-dit --model {spec.name})", data, fmt)
+    from ..estimate.published_runs import published_runs
+
+    runs = published_runs(spec.name)
     data = {
         "kind": "llm",
         **spec.to_dict(),
         "num_params": spec.num_params,
         "num_active_params": spec.num_active_params,
     }
-    return show_fields(f"{spec.name} (plan, explain, memory --model {spec.name})", data, fmt)
+    if fmt == "json":
+        data["published_runs"] = [r.to_dict() for r in runs]
+    code = show_fields(f"{spec.name} (plan, explain, memory --model {spec.name})", data, fmt)
+    if fmt == "table" and runs:
+        console.print(_runs_table(spec.name, runs))
+    return code
+
+
+def _runs_table(name: str, runs: Any) -> Table:
+    """The published runs of preset ``name``: job, layout, measured and predicted
+    tokens/s/GPU, and where each was published."""
+    table = Table(title=Text(f"{name}: published runs (measured; predicted by the step model)"))
+    for col in ("accelerator", "devices", "seq", "batch", "precision", "layout"):
+        table.add_column(col, justify="right" if col in ("devices", "seq", "batch") else "left")
+    for col in ("measured", "predicted", "error", "source"):
+        table.add_column(col, justify="left" if col == "source" else "right", overflow="fold")
+    for r in runs:
+        cells = [r.accelerator, str(r.devices), str(r.seq_len), str(r.global_batch_size)]
+        cells += [r.precision, f"{r.strategy} mbs{r.micro_batch_size} {r.recompute}"]
+        cells += [f"{r.measured:,.0f}", f"{r.predicted:,.0f}", f"{r.error:+.1%}", r.source]
+        table.add_row(*(Text(c) for c in cells))
+    return table

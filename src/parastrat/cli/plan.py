@@ -300,6 +300,7 @@ def _print_candidates(result, top, fmt: str, tokens: float | None = None, budget
         "sensitivity": [x.to_dict() for x in choice_sensitivity(result)],
         "robustness": robust.to_dict() if robust is not None else None,
         "track_record": record.to_dict() if record is not None else None,
+        "published": [b.to_dict() for b in result.published()],
     }
     if tokens is not None and top:
         timing = top[0].step.time_to_train(tokens).to_dict(record)

@@ -16,6 +16,7 @@ from ..spec.workload import Switches, Workload, resolve
 from ..strategy import Strategy
 from .advice import SwitchAdvice, switch_advice
 from .price import price
+from .published import same_job_lines
 from .ranking import RANK_TIE, VPP_TIE, exposure_class, model_parallel_sizes
 from .sensitivity import (
     RankingCheck,
@@ -154,6 +155,7 @@ def explain_plan(plan: Plan, render: Callable[[dict[str, Any]], str] | None = No
     ]
     if plan.track_record is not None:
         lines.append(f"  record: {plan.track_record.summary()}")
+    lines += [f"  {b.summary()}" for b in plan.published()]
     lines += sensitivity_lines(choice_sensitivity(plan), "  ")
     robust = choice_robustness(plan)
     if robust is not None and robust.lead > RANK_TIE:  # a tie is explained in "why"
@@ -402,6 +404,7 @@ def explain_strategy(
         f"({'fits' if mem.fits(cluster.accel) else 'DOES NOT FIT'})"
     )
     lines += [f"note: {n}" for n in step.notes]
+    lines += same_job_lines(wl, cluster, s, step)
     lines += _advice_lines(switch_advice(wl, s, cluster, sw), render or python_keywords)
     lines += sensitivity_lines(sensitivity(wl, s, cluster, sw))
     return "\n".join(lines)

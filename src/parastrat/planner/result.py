@@ -15,6 +15,7 @@ from ..spec.workload import SearchSpace, Switches, Workload
 from ..strategy import Strategy
 from .explain import explain_plan
 from .heuristics import Heuristic
+from .published import PublishedBeside, published_beside
 from .ranking import VPP_TIE, layout_degrees, layout_key
 
 if TYPE_CHECKING:
@@ -150,6 +151,13 @@ class Plan:
         predictions and the ranking."""
         return track_record(self.model, self.cluster.accel)
 
+    def published(self, limit: int = 3) -> list[PublishedBeside]:
+        """The runs NVIDIA published for this model preset on this accelerator (the same job
+        first, with its layout priced beside the choice), at most ``limit``
+        (:func:`~parastrat.planner.published.published_beside`): what a tuned recipe ran and
+        measured, and how far the model was from it."""
+        return published_beside(self, limit)
+
     def __repr__(self) -> str:
         """One line: model, devices, the best strategy and how many were ranked (the
         candidates themselves are in :attr:`candidates`; ``print`` of a whole plan stays short)."""
@@ -172,13 +180,15 @@ class Plan:
         return self.bounded + self.priced + self.memory_checks
 
     def to_dict(self) -> dict[str, Any]:
-        """``{"candidates": [...], "track_record": ...}``: each candidate with strategy,
-        micro_batch_size, recompute, memory, step and why; the :attr:`track_record` (or
-        None)."""
+        """``{"candidates": [...], "track_record": ..., "published": [...]}``: each candidate
+        with strategy, micro_batch_size, recompute, memory, step and why; the
+        :attr:`track_record` (or None); the :meth:`published` runs of this model and
+        accelerator."""
         record = self.track_record
         return {
             "candidates": [c.to_dict() for c in self.candidates],
             "track_record": record.to_dict() if record is not None else None,
+            "published": [b.to_dict() for b in self.published()],
         }
 
     def explain(self, render: Callable[[dict[str, Any]], str] | None = None) -> str:

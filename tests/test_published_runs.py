@@ -1,0 +1,143 @@
+"""The published runs one by one: the file holds every NVIDIA row the accuracy benchmarks price,
+a model finds its runs, and a plan of the same job prices the published layout beside its
+choice (the same number estimate_step gives it)."""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import parastrat as ps
+from parastrat.cli import main
+from parastrat.estimate.published_runs import PublishedRun, all_runs
+from parastrat.planner import published
+from parastrat.planner.published import PublishedBeside
+
+DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
+
+LLAMA70_H100 = dict(seq_len=8192, global_batch_size=256, precision="fp8")
+
+
+def _rows(name: str) -> list[dict[str, str]]:
+    with open(DATA / name) as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_every_nvidia_row_of_the_benchmarks_is_a_run():
+    published, summary = _rows("published_configs.csv"), _rows("mb_2511_summary.csv")
+    runs = all_runs()
+    assert len(runs) == len(published) + len(summary)
+    assert {r.table for r in runs} == {"published_configs", "mb_2511_summary"}
+    measured = sorted(r.measured for r in runs)
+    rows = published + summary
+    assert measured == sorted(float(r["tokens_per_s_per_gpu"]) for r in rows)
+
+
+@pytest.mark.parametrize("run", all_runs(), ids=lambda r: f"{r.model}-{r.devices}x{r.accelerator}")
+def test_each_run_is_a_preset_layout_that_reads_back(run):
+    model = ps.models.get(run.model)
+    ps.hardware.get(run.accelerator)
+    s = ps.Strategy.parse(run.strategy)
+    assert s.world_size == run.devices
+    s.validate(model, world_size=run.devices, seq_len=run.seq_len)
+    assert run.source and run.measured > 0 and run.predicted > 0
+    assert run.error == pytest.approx(run.predicted / run.measured - 1)
+
+
+def test_a_run_reads_back_what_it_wrote():
+    run = all_runs()[0]
+    d = json.loads(json.dumps(run.to_dict()))
+    assert PublishedRun.from_dict(d) == run
+    assert d["error"] == round(run.error, 4)
+
+
+def test_a_model_finds_its_runs_fewest_devices_first():
+    runs = ps.published_runs("llama3-70b", "h100")
+    assert [r.accelerator for r in runs] == ["h100"] * len(runs) and len(runs) == 2
+    assert {r.global_batch_size for r in runs} == {128, 256}
+    every = ps.published_runs("LLaMA3-70B ")
+    assert len(every) > len(runs) and [r.accelerator for r in every] == sorted(
+        r.accelerator for r in every
+    )
+    assert ps.published_runs("llama3-8b", "ascend-910b") == ()
+    assert ps.published_runs("no-such-model") == ()
+
+
+def test_same_job_reads_precision_spellings_alike():
+    run = next(r for r in ps.published_runs("llama3-70b", "h100") if r.global_batch_size == 256)
+    assert run.same_job(64, 8192, 256, "FP8-CS") and run.same_job(64, 8192, 256, "fp8")
+    assert not run.same_job(64, 8192, 256, "bf16")
+    assert not run.same_job(128, 8192, 256, "fp8") and not run.same_job(64, 4096, 256, "fp8")
+
+
+def test_a_plan_of_the_published_job_prices_its_layout_beside_the_choice():
+    plan = ps.plan("llama3-70b", ps.Cluster("h100", num_devices=64), **LLAMA70_H100)
+    beside = plan.published()
+    first = beside[0]
+    assert first.same_job and first.priced is not None
+    run = first.run
+    # the layout priced as estimate_step prices it with the plan's switches
+    again = ps.estimate_step(
+        plan.workload.with_micro_batch(run.micro_batch_size),
+        ps.Strategy.parse(run.strategy),
+        plan.cluster,
+        plan.switches.with_recompute(run.recompute),
+    )
+    assert first.priced.tokens_per_s_per_gpu == pytest.approx(again.tokens_per_s_per_gpu)
+    ratio = plan.best.tokens_per_s_per_gpu / again.tokens_per_s_per_gpu
+    assert first.choice_over_published == pytest.approx(ratio)
+    assert [b.same_job for b in beside] == [True] + [False] * (len(beside) - 1)
+    assert all(b.priced is None and b.choice_over_published is None for b in beside[1:])
+    text = first.summary()
+    assert text.startswith("this job as published: llama3-70b on 64 h100")
+    assert "measured 1,664 tokens/s/GPU" in text and f"{ratio:.2f}x" in text
+    assert plan.to_dict()["published"][0]["same_job"] is True
+
+
+def test_another_job_lists_the_nearest_runs_unpriced():
+    plan = ps.plan(
+        "qwen3-30b-a3b", ps.Cluster("h100", num_devices=32), seq_len=4096, global_batch_size=512
+    )
+    beside = plan.published(limit=1)
+    assert len(beside) == 1 and not beside[0].same_job and beside[0].run.devices == 16
+    assert beside[0].summary().startswith("published: qwen3-30b-a3b on 16 h100")
+    nothing = ps.plan(
+        "llama3-8b", ps.Cluster("a100", num_devices=8), seq_len=4096, global_batch_size=64
+    )
+    assert nothing.published() == []
+
+
+def test_a_layout_that_cannot_be_priced_says_why():
+    run = ps.published_runs("llama3-70b", "h100")[0]
+    plan = ps.plan("llama3-70b", ps.Cluster("h100", num_devices=64), **LLAMA70_H100)
+    broken = replace(run, strategy="TP3 PP1 CP1 DP1")  # 64 heads do not split over TP3
+    got = published._priced(plan, broken)
+    assert isinstance(got, PublishedBeside) and got.priced is None and got.why_not
+    assert "not priced here" in got.summary()
+
+
+def test_plan_cli_shows_the_published_job(capsys):
+    args = ["plan", "--model", "llama3-70b", "--gpus", "64", "--accelerator", "h100"]
+    args += ["--seq-len", "8192", "--global-batch-size", "256", "--precision", "fp8"]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "this job as published: llama3-70b on 64 h100" in out
+    assert main([*args, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    first = doc["published"][0]
+    assert first["same_job"] and first["measured"] == 1664 and first["choice_over_published"] > 0
+
+
+def test_models_cli_lists_a_presets_published_runs(capsys):
+    assert main(["models", "qwen3-30b-a3b"]) == 0
+    out = capsys.readouterr().out
+    assert "published runs" in out and "b200" in out
+    assert main(["models", "qwen3-30b-a3b", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["published_runs"]) == len(ps.published_runs("qwen3-30b-a3b"))
+    assert main(["models", "llama3.2-1b", "--format", "json"]) == 0
+    assert json.loads(capsys.readouterr().out)["published_runs"] == []
