@@ -96,6 +96,11 @@ class Row:
     predicted: float
     group: tuple
     per_step: bool
+    #: the request (height, width, frames, steps), the degrees (ulysses, ring, cfg) and the
+    #: row's source
+    workload: dict[str, Any] = dataclasses.field(default_factory=dict)
+    degrees: tuple[int, int, int] = (1, 1, 1)
+    source: str = ""
 
 
 def _int(text: str, default: int = 1) -> int:
@@ -209,6 +214,9 @@ def price(r: dict[str, str]) -> Row | str:
         predicted=rep.per_step_s if per_step else rep.latency_s,
         group=(model, device, r["resolution"], compiled),
         per_step=per_step,
+        workload=kw,
+        degrees=(u, ring, cfg),
+        source=r["source"],
     )
 
 
@@ -239,6 +247,10 @@ def evaluate() -> dict[str, Any]:
             "measured": x.measured,
             "predicted": x.predicted,
             "error": err,
+            "per_step": x.per_step,
+            "workload": x.workload,
+            "degrees": x.degrees,
+            "source": x.source,
         }
         base = single.get(x.group)
         if x.n > 1 and base is not None:

@@ -13,7 +13,13 @@ import pytest
 
 import parastrat as ps
 from parastrat.cli import main
-from parastrat.estimate.published_runs import PublishedRun, all_runs
+from parastrat.estimate.published_runs import (
+    PublishedDiTRun,
+    PublishedRun,
+    all_dit_runs,
+    all_runs,
+    published_dit_runs,
+)
 from parastrat.planner import published
 from parastrat.planner.published import PublishedBeside
 
@@ -141,3 +147,70 @@ def test_models_cli_lists_a_presets_published_runs(capsys):
     assert len(doc["published_runs"]) == len(ps.published_runs("qwen3-30b-a3b"))
     assert main(["models", "llama3.2-1b", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["published_runs"] == []
+    assert main(["models", "cogvideox-2b", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert len(doc["published_runs"]) == len(published_dit_runs("cogvideox-2b")) > 0
+    assert main(["models", "cogvideox-2b"]) == 0
+    assert "published generations" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# Diffusion transformers: xDiT's and Wan's generations beside plan-dit
+# ---------------------------------------------------------------------------------------------
+COGVIDEO_L40 = dict(height=480, width=720, frames=49, steps=50)
+
+
+def test_every_priced_dit_measurement_is_a_run():
+    from ._modules import load_script
+
+    gen = load_script("tools/gen_track_record.py")
+    details = [r["dit_detail"] for r in gen.priced() if "dit_detail" in r]
+    assert tuple(details) == all_dit_runs()
+    for run in all_dit_runs():
+        ps.models.get(run.model)  # a DiT preset, found through the one registry
+        ps.hardware.get(run.accelerator)
+        assert run.ulysses * run.ring * run.cfg == run.devices
+        assert run.scope in ("latency", "per step") and run.measured_s > 0 and run.source
+        assert PublishedDiTRun.from_dict(json.loads(json.dumps(run.to_dict()))) == run
+
+
+def test_a_dit_run_names_its_split_and_request():
+    run = next(
+        r for r in published_dit_runs("cogvideox-2b", "l40") if r.devices == 2 and r.cfg == 2
+    )
+    assert run.split == "CFG2" and run.scope == "per step"
+    assert run.same_request(2, 480, 720, 49, 50, False)
+    assert not run.same_request(2, 480, 720, 49, 50, True)  # the compiled run is another one
+    assert "720x480x49, 50 steps, eager: CFG2 measured" in run.summary()
+    assert published_dit_runs("flux.1-dev", "ascend-910b") == ()
+
+
+def test_plan_dit_places_each_published_split_of_its_request():
+    plan = ps.plan_dit("cogvideox-2b", ps.Cluster("l40", num_devices=2), **COGVIDEO_L40)
+    same = [b for b in plan.published if b.same_request]
+    assert len(same) == 3 and sorted(b.rank for b in same) == [1, 2, 3]
+    first = next(b for b in same if b.rank == 1)
+    best = plan.best.strategy
+    assert (first.run.ulysses, first.run.ring, first.run.cfg) == (best.ulysses, best.ring, best.cfg)
+    assert first.seconds == pytest.approx(plan.best.per_step_s)  # per-step rows: per step
+    assert "this plan ranks it #1 of 3" in first.summary()
+    assert plan.to_dict()["published"][0]["same_request"] is True
+
+
+def test_another_request_lists_the_nearest_generations():
+    plan = ps.plan_dit(
+        "flux.1-dev", ps.Cluster("h100", num_devices=8), height=512, width=512, steps=20
+    )
+    assert plan.published and not any(b.same_request for b in plan.published)
+    assert all(b.rank is None for b in plan.published) and len(plan.published) <= 3
+    assert plan.published[0].summary().startswith("published: flux.1-dev on 4 h100")
+
+
+def test_plan_dit_cli_shows_the_published_request(capsys):
+    args = ["plan-dit", "--model", "flux.1-dev", "--devices", "4", "--accelerator", "h100"]
+    args += ["--height", "1024", "--width", "1024", "--steps", "28"]
+    assert main(args) == 0
+    assert "this request as published: flux.1-dev on 4 h100" in capsys.readouterr().out
+    assert main([*args, "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert {b["split"] for b in doc["published"] if b["same_request"]} == {"U2 x R2", "U4", "R4"}

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import parastrat as ps
-from parastrat.estimate.published_runs import RUNS_FILE, PublishedRun
+from parastrat.estimate.published_runs import RUNS_FILE, PublishedDiTRun, PublishedRun
 from parastrat.estimate.track_record import RECORDS_FILE, TrackRecord, kind_of, platform_of
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -110,10 +110,15 @@ SOURCE_NAMES = {
 }
 
 
+#: Where xDiT's FLUX.1-dev H100 table is published (``dit_accuracy.FLUX_DEV_H100_TABLE``).
+FLUX_DEV_SOURCE = "github.com/xdit-project/xDiT @175e0bf : docs/performance/flux.md"
+
+
 def _source(label: str) -> str:
     """A run's source as a reader can find it (the table's short labels spelled out, a commit
     shortened to its first seven digits)."""
-    label = re.sub(r"@([0-9a-f]{7})[0-9a-f]{33}", r"@\1", label)
+    label = re.sub(r"@ ?([0-9a-f]{7})[0-9a-f]{33}", r"@\1", label)
+    label = re.sub(r"\b([0-9a-f]{7})[0-9a-f]{33}\b", r"\1", label)
     for short, long in SOURCE_NAMES.items():
         if label.startswith(short):
             return long + label[len(short) :]
@@ -127,18 +132,58 @@ def dit_runs() -> list[dict[str, Any]]:
     out = []
     for e in dit_accuracy.evaluate()["rows"]:
         name = f"{e['model']} {e['gpus']}x{e['device']} {e['split']} ({e['row']})"
-        out.append(dict(table="dit_measured", name=name, gpu=e["device"], err=e["error"]))
+        run = dict(table="dit_measured", name=name, gpu=e["device"], err=e["error"])
+        out.append(run | dict(dit_detail=_dit_run(e)))
     for device, table in dit_accuracy.hunyuan().items():
         for n, row in table["rows"].items():
             err = row["predicted"] / row["measured"] - 1
             name = f"hunyuanvideo {n}x{device} U{n}"
             out.append(dict(table="xdit_hunyuanvideo", name=name, gpu=device, err=err))
-    for split, compiled, measured, predicted in dit_accuracy.flux_dev_h100():
+    degrees = [d for d in dit_accuracy.FLUX_DEV_H100_TABLE for _ in (False, True)]
+    flux = dit_accuracy.flux_dev_h100()
+    for (u, r), (split, compiled, measured, predicted) in zip(degrees, flux, strict=True):
         name = f"flux.1-dev {split} {'compiled' if compiled else 'eager'}"
-        out.append(
-            dict(table="xdit_flux_dev_h100", name=name, gpu="h100", err=predicted / measured - 1)
+        detail = PublishedDiTRun(
+            model="flux.1-dev",
+            accelerator="h100",
+            devices=u * r,
+            height=1024,
+            width=1024,
+            frames=1,
+            steps=28,
+            ulysses=u,
+            ring=r,
+            cfg=1,
+            compiled=compiled,
+            scope="latency",
+            measured_s=measured,
+            predicted_s=round(predicted, 4),
+            row="xDiT FLUX.1-dev H100 table",
+            source=FLUX_DEV_SOURCE,
         )
+        run = dict(table="xdit_flux_dev_h100", name=name, gpu="h100", err=predicted / measured - 1)
+        out.append(run | dict(dit_detail=detail))
     return out
+
+
+def _dit_run(e: dict[str, Any]) -> PublishedDiTRun:
+    """One priced row of ``dit_accuracy.evaluate()`` as a published DiT run."""
+    u, ring, cfg = e["degrees"]
+    return PublishedDiTRun(
+        model=e["model"],
+        accelerator=e["device"],
+        devices=e["gpus"],
+        **e["workload"],
+        ulysses=u,
+        ring=ring,
+        cfg=cfg,
+        compiled=e["compiled"],
+        scope="per step" if e["per_step"] else "latency",
+        measured_s=e["measured"],
+        predicted_s=round(e["predicted"], 4),
+        row=e["row"],
+        source=_source(e["source"].split(";")[0].strip()),
+    )
 
 
 @functools.cache
@@ -200,11 +245,14 @@ def render(recs: list[TrackRecord]) -> str:
 
 
 def render_runs(priced: Iterable[dict[str, Any]]) -> str:
-    """The published runs' file: every NVIDIA training run with its layout, one by one."""
+    """The published runs' file: every NVIDIA training run with its layout, and every measured
+    DiT generation with its split, one by one."""
     doc = {
         "written_by": "tools/gen_track_record.py (do not edit by hand)",
         "predicted": "tokens/s/GPU of the layout priced with its recipe's switches",
         "runs": [run["detail"].to_dict() for run in priced if "detail" in run],
+        "predicted_s": "seconds of the split priced as the DiT accuracy benchmark prices it",
+        "dit_runs": [run["dit_detail"].to_dict() for run in priced if "dit_detail" in run],
     }
     return json.dumps(doc, indent=1) + "\n"
 

@@ -111,28 +111,39 @@ def _table(title: str, rows: list[dict[str, Any]]) -> Table:
 
 def _show_one(name: str, fmt: str) -> int:
     """Every field of the preset ``name`` (a language model's or a DiT's), with its derived
-    sizes."""
+    sizes, and the runs published for it (measured, and as the cost model predicts them)."""
+    from ..estimate.published_runs import published_dit_runs, published_runs
     from ..spec import models
     from ..spec.dit import DiTSpec
 
     spec = models.get(name)
     if isinstance(spec, DiTSpec):
         data = {"kind": "dit", **spec.to_dict()}
-        return show_fields(f"{spec.name} (plan-dit --model {spec.name})", data, fmt)
-    from ..estimate.published_runs import published_runs
-
-    runs = published_runs(spec.name)
-    data = {
-        "kind": "llm",
-        **spec.to_dict(),
-        "num_params": spec.num_params,
-        "num_active_params": spec.num_active_params,
-    }
+        title = f"{spec.name} (plan-dit --model {spec.name})"
+        dit_runs = published_dit_runs(spec.name)
+        shown: Any = [r.summary() for r in dit_runs]
+        runs: tuple[Any, ...] = dit_runs
+    else:
+        data = {
+            "kind": "llm",
+            **spec.to_dict(),
+            "num_params": spec.num_params,
+            "num_active_params": spec.num_active_params,
+        }
+        title = f"{spec.name} (plan, explain, memory --model {spec.name})"
+        runs = published_runs(spec.name)
+        shown = _runs_table(spec.name, runs)
     if fmt == "json":
         data["published_runs"] = [r.to_dict() for r in runs]
-    code = show_fields(f"{spec.name} (plan, explain, memory --model {spec.name})", data, fmt)
+    code = show_fields(title, data, fmt)
     if fmt == "table" and runs:
-        console.print(_runs_table(spec.name, runs))
+        if isinstance(shown, list):
+            console.print(
+                f"{spec.name}: published generations (measured; predicted by the DiT model):",
+                markup=False,
+            )
+            shown = "\n".join(f"  {line}" for line in shown)
+        console.print(shown, markup=False)
     return code
 
 

@@ -337,6 +337,8 @@ def run(args: argparse.Namespace) -> int:
     console.print(table)
     if plan.track_record is not None:
         console.print(f"record: {plan.track_record.summary()}", markup=False)
+    for beside in plan.published:
+        console.print(beside.summary(), markup=False)
     for line in sensitivity_lines(list(plan.sensitivity)):
         console.print(line, markup=False)
     for a in plan.advice:

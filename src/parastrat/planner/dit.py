@@ -39,6 +39,7 @@ from ..spec.dit import DiTSpec
 from ..spec.dit import get as get_dit
 from ..spec.dit_frameworks import DiTFramework, get_framework
 from ..strategy import XDIT_ORDER, Strategy, divisors
+from .dit_published import PublishedDiTBeside, dit_published_beside
 from .sensitivity import Sensitivity, changes, sensitivity_lines
 
 #: Image/video tokens from which MindIE-SD's guide calls a sequence "long" (ring worth adding):
@@ -167,6 +168,10 @@ class DiTPlan:
     #: what the best candidate's latency hangs on: each physical constant 10 % worse
     #: (:func:`~parastrat.planner.sensitivity.changes`), largest first
     sensitivity: tuple[Sensitivity, ...] = ()
+    #: the generations xDiT / Wan published for this model on this accelerator, the same
+    #: request first with its split's place in this plan
+    #: (:func:`~parastrat.planner.dit_published.dit_published_beside`)
+    published: tuple[PublishedDiTBeside, ...] = ()
 
     @property
     def best(self) -> DiTCandidate:
@@ -196,6 +201,7 @@ class DiTPlan:
             lines.append(f"launch ({get_framework(self.framework).title}): {self.launch()}")
         if self.track_record is not None:
             lines.append(f"record: {self.track_record.summary()}")
+        lines += [b.summary() for b in self.published]
         lines += sensitivity_lines(list(self.sensitivity))
         if self.advice:
             lines.append("MindIE-SD's rule of thumb:")
@@ -226,6 +232,7 @@ class DiTPlan:
             "rejected": dict(self.rejected),
             "track_record": self.track_record.to_dict() if self.track_record else None,
             "sensitivity": [x.to_dict() for x in self.sensitivity],
+            "published": [b.to_dict() for b in self.published],
         }
 
 
@@ -375,6 +382,9 @@ def plan_dit(
         objective=objective,
         framework=target.name,
         track_record=track_record(model, cluster.accel),
+        published=dit_published_beside(
+            model.name, cluster.accel.name, (n, height, width, frames, steps, compiled), ranked
+        ),
         sensitivity=tuple(
             changes(
                 lambda c: price(strategy=ranked[0].strategy, cluster=c).latency_s,
