@@ -34,3 +34,29 @@ def initialize_by_rank(rank: int, world: int, texts: list) -> str:
         return str(exc)
     ps.destroy()
     return "ok"
+
+
+def stall_in_group_build(rank: int, world: int, stall_s: float) -> str:
+    """``initialize`` Ulysses2 with a 5 s timeout while rank 1 stalls ``stall_s`` seconds in its
+    first ``new_group``; returns each rank's error as ``"Type: message"``, or "ok"."""
+    import time
+
+    import torch.distributed as dist
+
+    import parastrat as ps
+
+    if rank == 1:
+        real, state = dist.new_group, {"first": True}
+
+        def stalled(*args, **kwargs):
+            if state.pop("first", False):
+                time.sleep(stall_s)
+            return real(*args, **kwargs)
+
+        dist.new_group = stalled
+    try:
+        ps.Strategy(ulysses=2).initialize(backend="gloo", timeout=5)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    ps.destroy()
+    return "ok"

@@ -304,6 +304,33 @@ def test_ranks_started_with_different_strategies_are_told_before_any_group():
     assert agreed == ["ok", "ok"]
 
 
+@pytest.mark.multiprocess
+def test_a_rank_stalled_mid_build_is_a_rank_timeout_on_both_sides():
+    """Rank 1 stalls in its first new_group past rank 0's 5 s timeout: rank 0 times out
+    waiting, rank 1 then finds rank 0 gone; both say so with the strategy and what torch
+    said, instead of torch's bare store or network error."""
+    from ._workers import stall_in_group_build
+
+    said = spawn_local(stall_in_group_build, 2, args=(12,), backend=None, timeout_s=120)
+    assert all(m.startswith("RankTimeoutError: rank ") for m in said), said
+    assert "timed out waiting for another rank" in said[0] and "DistStoreError" in said[0]
+    assert "lost another rank" in said[1] and "U2" in said[1]
+    assert "Megatron" not in said[0]  # no Megatron groups in an inference strategy
+
+
+def test_only_torchs_store_and_network_errors_become_rank_timeouts():
+    import torch.distributed as dist
+
+    from parastrat.errors import RankTimeoutError
+
+    s = Strategy(tp=2)
+    lost = rt_groups._peer_lost(dist.DistStoreError("wait timeout after 60000ms"), s, 3, 61.2)
+    assert isinstance(lost, RankTimeoutError) and "rank 3" in str(lost)
+    assert "timed out waiting" in str(lost) and "61 s" in str(lost) and "whole minutes" in str(lost)
+    assert rt_groups._peer_lost(ValueError("a bug"), s, 0, 1.0) is None
+    assert rt_groups._peer_lost(RuntimeError("timeout"), s, 0, 1.0) is None
+
+
 def test_the_rank_that_raised_is_blamed_not_the_peer_that_lost_it():
     """Rank 1 raised; rank 0, waiting on it in a collective, reported the closed connection
     first by rank number: rank 1 is the root cause."""
@@ -381,3 +408,18 @@ def test_arguments_follow_the_installed_signature(monkeypatch):
         rt_groups._megatron_init_kwargs(
             Strategy(ulysses=2, ring=2, order="tp-cp-ep-dp-pp"), None, None
         )
+
+
+def test_the_cli_reports_a_rank_timeout_as_an_error_not_an_internal_one(monkeypatch, capsys):
+    """``parastrat verify`` on a job whose peer hung: exit 1 with the message, no traceback."""
+    from parastrat.cli import main
+    from parastrat.cli import verify as cli_verify
+    from parastrat.errors import RankTimeoutError
+
+    def hung(args):
+        raise RankTimeoutError("rank 0: building the process groups of TP2 timed out")
+
+    monkeypatch.setattr(cli_verify, "run", hung)
+    assert main(["verify", "--world", "2", "--tp", "2"]) == 1
+    err = capsys.readouterr().err
+    assert "timed out" in err and "internal error" not in err and "Traceback" not in err

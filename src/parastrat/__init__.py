@@ -15,6 +15,7 @@ from typing import Any
 from ._version import __version__
 from .errors import (
     MissingExtraError,
+    RankTimeoutError,
     SpecError,
     StrategyError,
     StrategyTypeError,
@@ -72,6 +73,7 @@ __all__ = [
     "UsageError",
     "Violation",
     "MissingExtraError",
+    "RankTimeoutError",
     "layout",
     *sorted(_LAZY),
 ]

@@ -113,3 +113,13 @@ class UsageError(ValueError):
 
     The message says what would work instead.  The CLI prints it and exits with status 2.
     """
+
+
+class RankTimeoutError(RuntimeError):
+    """A rank waited for its peers past the timeout, or lost them, while the process groups
+    were being built: another rank stopped or hung there (its own log names why).
+
+    Raised by :func:`parastrat.initialize` in place of torch's store and network errors, with
+    the strategy, this rank, how long it waited and what torch said.  Not a mistake in the
+    request: the CLI reports it and exits with status 1.
+    """

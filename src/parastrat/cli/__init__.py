@@ -16,6 +16,7 @@ import sys
 from rich.markup import escape
 
 from .._version import __version__
+from ..errors import RankTimeoutError
 from ._common import USER_ERRORS, err_console, report_user_error
 
 #: Subcommand modules, in the order ``--help`` lists them.  A module that is absent is skipped.
@@ -83,6 +84,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(args.func(args) or 0)
     except USER_ERRORS as exc:
         return report_user_error(exc)
+    except RankTimeoutError as exc:  # a peer stopped or hung: the job's, not the request's
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        return 1
     except KeyboardInterrupt:
         err_console.print("interrupted")
         return 130

@@ -23,12 +23,13 @@ from __future__ import annotations
 import contextlib
 import inspect
 import math
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import RankTimeoutError, UsageError
 from ..layout import KINDS, coordinates, layout
 from ..strategy import Strategy, require_strategy
 from .backend import Started, as_timedelta, device_for, init_distributed
@@ -137,11 +138,15 @@ def initialize(
     _refuse_foreign_megatron(strategy)  # before anything starts: the cleanup must not reach it
     started = init_distributed(backend, timeout=td)
     before = _live_groups()
+    rank, begun = dist.get_rank(), time.monotonic()
     try:
         handle = _build(strategy, dist, started, td, megatron_kwargs)
-    except BaseException:
+    except BaseException as exc:
         _cleanup_after_failure(started.started)
-        raise
+        lost = _peer_lost(exc, strategy, rank, time.monotonic() - begun)
+        if lost is None:
+            raise
+        raise lost from exc
     # every group this call made, Megatron's too: destroy() frees them all under a default
     # group the caller started (destroy_model_parallel only drops Megatron's references)
     made = [pg for pg in _live_groups() if pg not in before]
@@ -538,6 +543,35 @@ def _refuse_foreign_megatron(strategy: Strategy) -> None:
         "megatron.core.parallel_state is already initialized in this process (not by "
         "parastrat); call parallel_state.destroy_model_parallel() first, or use the groups "
         "it built"
+    )
+
+
+def _peer_lost(exc: BaseException, s: Strategy, rank: int, waited_s: float) -> Exception | None:
+    """A :class:`RankTimeoutError` for torch's store timeout or broken connection while the
+    groups were built (``dist.new_group`` waits on the store for every member: a peer that
+    stopped or hung there leaves this rank waiting out the timeout, or its connection
+    closed); None for any other failure, which is re-raised as it is."""
+    import torch.distributed as dist
+
+    kinds = tuple(
+        k
+        for k in (getattr(dist, "DistStoreError", None), getattr(dist, "DistNetworkError", None))
+        if k is not None
+    )
+    if not (kinds and isinstance(exc, kinds)):
+        return None
+    what = "timed out waiting for" if "timeout" in str(exc).lower() else "lost"
+    first = str(exc).splitlines()[0] if str(exc) else ""
+    minutes = (
+        ""
+        if s.is_inference
+        else (" (Megatron Core's groups wait whole minutes: a timeout under 60 s waits 60)")
+    )
+    return RankTimeoutError(
+        f"rank {rank}: building the process groups of {s} {what} another rank after "
+        f"{waited_s:.0f} s (torch: {type(exc).__name__}: {first[:160]}); a rank stopped or "
+        "hung while the groups were being built: the first rank to fail in the job's logs is "
+        f"the cause{minutes}"
     )
 
 
