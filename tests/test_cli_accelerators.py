@@ -30,7 +30,9 @@ def test_lists_every_device_with_its_rates(capsys):
 def test_one_device_in_full_names_its_source(capsys):
     assert main(["accelerators", "H100-SXM", "--format", "json"]) == 0
     shown = json.loads(capsys.readouterr().out)
+    runs, dit_runs = shown.pop("published_runs"), shown.pop("published_dit_runs")
     assert shown == ps.hardware.get("h100").to_dict()
+    assert len(runs) == len(ps.published_runs(accelerator="h100")) > 0 and dit_runs
     assert main(["accelerators", "gb200"]) == 0
     out = capsys.readouterr().out
     assert "gb200 (--accelerator gb200)" in out and "source" in out

@@ -214,3 +214,17 @@ def test_plan_dit_cli_shows_the_published_request(capsys):
     assert main([*args, "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert {b["split"] for b in doc["published"] if b["same_request"]} == {"U2 x R2", "U4", "R4"}
+
+
+def test_accelerators_cli_lists_the_runs_published_on_a_device(capsys):
+    assert main(["accelerators", "gb300"]) == 0
+    out = capsys.readouterr().out
+    assert "published training runs on gb300" in out and "qwen3-30b-a3b" in out
+    assert main(["accelerators", "l40", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["published_runs"] == [] and len(doc["published_dit_runs"]) == len(
+        published_dit_runs(accelerator="l40")
+    )
+    assert main(["accelerators", "l40"]) == 0
+    assert "published DiT generations on l40: " in capsys.readouterr().out
+    assert {r.accelerator for r in ps.published_runs(accelerator="GB300 ")} == {"gb300"}

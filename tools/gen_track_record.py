@@ -107,6 +107,7 @@ def runs() -> list[dict[str, Any]]:
 SOURCE_NAMES = {
     "MB archive": "Megatron Bridge performance archive",
     "MB summary": "Megatron Bridge docs/performance-summary.md",
+    "NVIDIA-NeMo/Megatron-Bridge docs": "Megatron Bridge docs",
 }
 
 

@@ -4,7 +4,7 @@ optional NAME, and one preset shown field by field."""
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from rich.table import Table
@@ -53,3 +53,22 @@ def cell(value: Any) -> str:
     if isinstance(value, int) and abs(value) >= 10_000:
         return f"{value:,}"
     return str(value)
+
+
+def runs_table(title: str, runs: Sequence[Any], model_column: bool = False) -> Table:
+    """Published training runs (:class:`~parastrat.estimate.published_runs.PublishedRun`):
+    job, layout, measured and predicted tokens/s/GPU, and where each was published; with
+    ``model_column``, the model preset first (runs of several models)."""
+    table = Table(title=Text(f"{title} (tokens/s/GPU measured; predicted by the step model)"))
+    heads = ("model",) * model_column + ("accelerator", "devices", "seq", "batch", "precision")
+    for col in (*heads, "layout"):
+        table.add_column(col, justify="right" if col in ("devices", "seq", "batch") else "left")
+    for col in ("measured", "predicted", "error", "source"):
+        table.add_column(col, justify="left" if col == "source" else "right", overflow="fold")
+    for r in runs:
+        cells = [r.model] * model_column + [r.accelerator, str(r.devices), str(r.seq_len)]
+        cells += [str(r.global_batch_size), r.precision]
+        cells += [f"{r.strategy} mbs{r.micro_batch_size} {r.recompute}"]
+        cells += [f"{r.measured:,.0f}", f"{r.predicted:,.0f}", f"{r.error:+.1%}", r.source]
+        table.add_row(*(Text(c) for c in cells))
+    return table

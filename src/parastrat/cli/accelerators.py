@@ -5,13 +5,14 @@ in full, with its sources."""
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from typing import Any
 
 from rich.table import Table
 from rich.text import Text
 
 from ._common import console, print_json
-from ._presets import add_listing, show_fields
+from ._presets import add_listing, runs_table, show_fields
 
 #: Precision keys shown as columns, in this order (dense peak PFLOP/s).
 PRECISIONS = ("bf16", "fp8", "mxfp8", "nvfp4")
@@ -42,10 +43,7 @@ def run(args: argparse.Namespace) -> int:
     from ..spec import hardware
 
     if args.name is not None:
-        accel = hardware.get(args.name)
-        return show_fields(
-            f"{accel.name} (--accelerator {accel.name})", accel.to_dict(), args.format
-        )
+        return _show_one(hardware.get(args.name), args.format)
     devices = [hardware.get(n) for n in hardware.names()]
     if args.format == "json":
         print_json([a.to_dict() for a in devices])
@@ -70,3 +68,27 @@ def _summary(devices: list[Any]) -> Table:
         cells += [f"{a.scale_out_bw_Bps / 1e9:.0f}", str(a.devices_per_node)]
         table.add_row(*(Text(c) for c in cells))
     return table
+
+
+def _show_one(accel: Any, fmt: str) -> int:
+    """Every field of ``accel`` with its sources, and the runs published on it: the training
+    runs in a table, the DiT generations counted by model."""
+    from ..estimate.published_runs import published_dit_runs, published_runs
+
+    runs, dit_runs = published_runs(accelerator=accel.name), published_dit_runs(None, accel.name)
+    data = accel.to_dict()
+    if fmt == "json":
+        data["published_runs"] = [r.to_dict() for r in runs]
+        data["published_dit_runs"] = [r.to_dict() for r in dit_runs]
+    code = show_fields(f"{accel.name} (--accelerator {accel.name})", data, fmt)
+    if fmt == "table" and runs:
+        console.print(runs_table(f"published training runs on {accel.name}", runs, True))
+    if fmt == "table" and dit_runs:
+        counts = Counter(r.model for r in dit_runs)
+        by_model = ", ".join(f"{m} {n}" for m, n in sorted(counts.items()))
+        console.print(
+            f"published DiT generations on {accel.name}: {len(dit_runs)} ({by_model}); "
+            "parastrat models NAME lists a model's",
+            markup=False,
+        )
+    return code

@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ._common import console, print_json
-from ._presets import add_listing, show_fields
+from ._presets import add_listing, runs_table, show_fields
 
 #: Where a model that is not a preset comes from (printed under the tables).
 OWN_MODEL = (
@@ -132,7 +132,7 @@ def _show_one(name: str, fmt: str) -> int:
         }
         title = f"{spec.name} (plan, explain, memory --model {spec.name})"
         runs = published_runs(spec.name)
-        shown = _runs_table(spec.name, runs)
+        shown = runs_table(f"{spec.name}: published runs", runs)
     if fmt == "json":
         data["published_runs"] = [r.to_dict() for r in runs]
     code = show_fields(title, data, fmt)
@@ -145,19 +145,3 @@ def _show_one(name: str, fmt: str) -> int:
             shown = "\n".join(f"  {line}" for line in shown)
         console.print(shown, markup=False)
     return code
-
-
-def _runs_table(name: str, runs: Any) -> Table:
-    """The published runs of preset ``name``: job, layout, measured and predicted
-    tokens/s/GPU, and where each was published."""
-    table = Table(title=Text(f"{name}: published runs (measured; predicted by the step model)"))
-    for col in ("accelerator", "devices", "seq", "batch", "precision", "layout"):
-        table.add_column(col, justify="right" if col in ("devices", "seq", "batch") else "left")
-    for col in ("measured", "predicted", "error", "source"):
-        table.add_column(col, justify="left" if col == "source" else "right", overflow="fold")
-    for r in runs:
-        cells = [r.accelerator, str(r.devices), str(r.seq_len), str(r.global_batch_size)]
-        cells += [r.precision, f"{r.strategy} mbs{r.micro_batch_size} {r.recompute}"]
-        cells += [f"{r.measured:,.0f}", f"{r.predicted:,.0f}", f"{r.error:+.1%}", r.source]
-        table.add_row(*(Text(c) for c in cells))
-    return table

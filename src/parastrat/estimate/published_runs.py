@@ -193,25 +193,28 @@ def all_dit_runs() -> tuple[PublishedDiTRun, ...]:
     return tuple(PublishedDiTRun.from_dict(d) for d in _document()["dit_runs"])
 
 
-def published_runs(model: str, accelerator: str | None = None) -> tuple[PublishedRun, ...]:
-    """The published runs of preset ``model`` (on ``accelerator`` when given), fewest devices
-    first; empty when none was published (or ``model`` is no preset)."""
-    key = model.strip().lower()
-    chosen = [
-        r
-        for r in all_runs()
-        if r.model == key and (accelerator is None or r.accelerator == accelerator.lower())
-    ]
-    return tuple(sorted(chosen, key=lambda r: (r.accelerator, r.devices, r.precision)))
+def published_runs(
+    model: str | None = None, accelerator: str | None = None
+) -> tuple[PublishedRun, ...]:
+    """The published training runs of preset ``model`` (every model when None), on
+    ``accelerator`` when given; by accelerator, then fewest devices first; empty when none
+    was published."""
+    chosen = [r for r in all_runs() if _chosen(r, model, accelerator)]
+    return tuple(sorted(chosen, key=lambda r: (r.accelerator, r.model, r.devices, r.precision)))
 
 
-def published_dit_runs(model: str, accelerator: str | None = None) -> tuple[PublishedDiTRun, ...]:
-    """The published generations of DiT preset ``model`` (on ``accelerator`` when given),
-    fewest devices first; empty when none was published."""
-    key = model.strip().lower()
-    chosen = [
-        r
-        for r in all_dit_runs()
-        if r.model == key and (accelerator is None or r.accelerator == accelerator.lower())
-    ]
-    return tuple(sorted(chosen, key=lambda r: (r.accelerator, r.devices, r.row)))
+def published_dit_runs(
+    model: str | None = None, accelerator: str | None = None
+) -> tuple[PublishedDiTRun, ...]:
+    """The published generations of DiT preset ``model`` (every model when None), on
+    ``accelerator`` when given; by accelerator, then fewest devices first; empty when none
+    was published."""
+    chosen = [r for r in all_dit_runs() if _chosen(r, model, accelerator)]
+    return tuple(sorted(chosen, key=lambda r: (r.accelerator, r.model, r.devices, r.row)))
+
+
+def _chosen(run: PublishedRun | PublishedDiTRun, model: str | None, accel: str | None) -> bool:
+    """Whether ``run`` is of ``model`` and on ``accel`` (None: any), names as typed."""
+    return (model is None or run.model == model.strip().lower()) and (
+        accel is None or run.accelerator == accel.strip().lower()
+    )
