@@ -21,6 +21,7 @@ from parastrat.estimate.published_runs import (
     published_dit_runs,
 )
 from parastrat.planner import published
+from parastrat.planner.explain import explain_strategy
 from parastrat.planner.published import PublishedBeside
 
 DATA = Path(__file__).resolve().parents[1] / "benchmarks" / "data"
@@ -228,3 +229,21 @@ def test_accelerators_cli_lists_the_runs_published_on_a_device(capsys):
     assert main(["accelerators", "l40"]) == 0
     assert "published DiT generations on l40: " in capsys.readouterr().out
     assert {r.accelerator for r in ps.published_runs(accelerator="GB300 ")} == {"gb300"}
+
+
+def test_a_spec_borrowing_a_presets_name_gets_no_published_runs():
+    """The runs were measured on the preset: a spec of another shape under its name (a user's
+    edit) must not be shown them, nor have them priced."""
+    from dataclasses import replace as changed
+
+    cluster = ps.Cluster("h100", num_devices=64)
+    shallower = changed(ps.models.get("llama3-70b"), num_layers=40)
+    plan = ps.plan(shallower, cluster, **LLAMA70_H100)
+    assert plan.published() == [] and plan.to_dict()["published"] == []
+    text = explain_strategy(shallower, ps.Strategy(tp=4, pp=4, sp=True), cluster, **LLAMA70_H100)
+    assert "published:" not in text
+    flux = changed(ps.models.get("flux.1-dev"), text_tokens=256)
+    dit_plan = ps.plan_dit(
+        flux, ps.Cluster("h100", num_devices=4), height=1024, width=1024, steps=28
+    )
+    assert dit_plan.published == ()

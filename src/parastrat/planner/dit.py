@@ -383,7 +383,7 @@ def plan_dit(
         framework=target.name,
         track_record=track_record(model, cluster.accel),
         published=dit_published_beside(
-            model.name, cluster.accel.name, (n, height, width, frames, steps, compiled), ranked
+            model, cluster.accel.name, (n, height, width, frames, steps, compiled), ranked
         ),
         sensitivity=tuple(
             changes(

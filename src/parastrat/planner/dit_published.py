@@ -15,8 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..estimate.published_runs import PublishedDiTRun, published_dit_runs
+from .published import is_the_preset
 
 if TYPE_CHECKING:
+    from ..spec.dit import DiTSpec
     from .dit import DiTCandidate
 
 
@@ -58,17 +60,20 @@ class PublishedDiTBeside:
 
 
 def dit_published_beside(
-    model: str,
+    model: DiTSpec,
     accelerator: str,
     request: tuple[int, int, int, int, int, bool],
     ranked: Sequence[DiTCandidate],
     limit: int = 3,
 ) -> tuple[PublishedDiTBeside, ...]:
-    """The published runs of DiT preset ``model`` on ``accelerator``: those of ``request``
+    """The published runs of DiT preset ``model`` on ``accelerator`` (none for a spec that is
+    not the preset of its name): those of ``request``
     (devices, height, width, frames, steps, compiled) first, each with its split's place in
     ``ranked`` (the plan's priced splits, best first), then the nearest device counts, at most
     ``limit`` in all."""
-    runs = published_dit_runs(model, accelerator)
+    if not is_the_preset(model):  # a spec under a preset's name with another shape
+        return ()
+    runs = published_dit_runs(model.name, accelerator)
     same = [r for r in runs if r.same_request(*request)]
     others = sorted(
         (r for r in runs if not r.same_request(*request)),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import SpecError, StrategyError, UsageError
 from ..estimate.published_runs import PublishedRun, published_runs
 from ..estimate.step import StepReport
+from ..spec.models import get as get_model
 from ..strategy import Strategy
 from .price import price
 from .ranking import layout_degrees
@@ -81,6 +82,8 @@ def published_beside(plan: Plan, limit: int = 3) -> list[PublishedBeside]:
     """The published runs of ``plan``'s model preset on its accelerator, the same job first,
     then the nearest device counts (at most ``limit``); the same job's layout priced with the
     plan's switches beside its choice."""
+    if not is_the_preset(plan.model):
+        return []
     devices = plan.num_devices or plan.cluster.num_devices
     runs = published_runs(plan.model.name, plan.cluster.accel.name)
     job = (devices, plan.seq_len, plan.global_batch_size, plan.precision)
@@ -97,7 +100,7 @@ def same_job_lines(
 ) -> list[str]:
     """What ``explain`` says of the published runs of exactly this job: the layout each ran and
     measured, and for the very layout being explained, its measurement beside this price."""
-    if workload.global_batch_size is None:
+    if workload.global_batch_size is None or not is_the_preset(workload.model):
         return []
     job = (cluster.num_devices, workload.seq_len, workload.global_batch_size, workload.precision)
     out = []
@@ -110,6 +113,15 @@ def same_job_lines(
             line += f"; this layout, priced here {priced:,.0f} ({priced / run.measured - 1:+.1%})"
         out.append(line)
     return out
+
+
+def is_the_preset(model: Any) -> bool:
+    """Whether ``model`` is the preset its name names (the runs were measured on that model,
+    not on a spec that borrowed its name with another shape)."""
+    try:
+        return bool(model == get_model(model.name))
+    except SpecError:
+        return False
 
 
 def _same_layout(a: Strategy, b: Strategy) -> bool:
