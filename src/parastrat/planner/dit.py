@@ -344,18 +344,8 @@ def plan_dit(
     )
     domain = None if allow_cross_node else cluster.scale_up_domain
     runs = functools.partial(target.violations, model=model)
-    bound = _latency_bound(max_latency_s)
     found = _price_splits(_splits(n, guidance, data_parallel), price, domain, runs)
-    fastest = min(found.priced, key=lambda c: c.latency_s, default=None)
-    if bound is not None:
-        found = _within(found, bound)
-    if not found.priced and fastest is not None and bound is not None:
-        raise UsageError(
-            f"no split of {n} {cluster.accel.name} devices serves {model.name} within "
-            f"{bound:g} s: the fastest ({label(fastest.strategy)}) takes "
-            f"{fastest.latency_s:.3g} s; allow more latency, more devices, or fewer steps / "
-            "a compiled transformer where the framework runs one"
-        )
+    found = _bounded(found, _latency_bound(max_latency_s), f"{n} {cluster.accel.name}", model)
     if not found.priced:
         tried = (allow_cross_node, data_parallel, target)
         raise _nothing_fits(model, cluster, n, video, found, tried)
@@ -486,6 +476,23 @@ def _price_splits(
 def _latency_bound(value: float | None) -> float | None:
     """``max_latency_s`` checked: None, or a positive finite number of seconds."""
     return None if value is None else require_positive("max_latency_s", value, "5")
+
+
+def _bounded(found: _Priced, bound: float | None, devices: str, model: DiTSpec) -> _Priced:
+    """``found`` within the latency ``bound`` (None: all of it); UsageError naming the fastest
+    split when splits were priced but none meets the bound (``devices``: "8 h100")."""
+    if bound is None:
+        return found
+    fastest = min(found.priced, key=lambda c: c.latency_s, default=None)
+    kept = _within(found, bound)
+    if not kept.priced and fastest is not None:
+        raise UsageError(
+            f"no split of {devices} devices serves {model.name} within {bound:g} s: the "
+            f"fastest ({label(fastest.strategy)}) takes {fastest.latency_s:.3g} s; allow more "
+            "latency, more devices, or fewer steps / a compiled transformer where the "
+            "framework runs one"
+        )
+    return kept
 
 
 def _within(found: _Priced, bound: float) -> _Priced:
