@@ -31,6 +31,7 @@ from .pipeline_layout import (
     resolve_layout,
     split_stages,
 )
+from .rules.orders import MEGATRON_ORDER, MEGATRON_TP_PP_DP_ORDER, XDIT_ORDER
 
 __all__ = [
     "MEGATRON_ORDER",
@@ -43,13 +44,6 @@ __all__ = [
     "order_kind",
     "require_strategy",
 ]
-
-#: Megatron Core's default rank order (first name varies fastest).
-MEGATRON_ORDER = "tp-cp-ep-dp-pp"
-#: Megatron Bridge's ``use_tp_pp_dp_mapping`` order.
-MEGATRON_TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
-#: xDiT's order for diffusion inference (sp = ulysses * ring).
-XDIT_ORDER = "tp-sp-pp-cfg-dp"
 
 
 @lru_cache(maxsize=256)

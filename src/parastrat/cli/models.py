@@ -118,30 +118,29 @@ def _show_one(name: str, fmt: str) -> int:
 
     spec = models.get(name)
     if isinstance(spec, DiTSpec):
-        data = {"kind": "dit", **spec.to_dict()}
-        title = f"{spec.name} (plan-dit --model {spec.name})"
-        dit_runs = published_dit_runs(spec.name)
-        shown: Any = [r.summary() for r in dit_runs]
-        runs: tuple[Any, ...] = dit_runs
-    else:
-        data = {
-            "kind": "llm",
-            **spec.to_dict(),
-            "num_params": spec.num_params,
-            "num_active_params": spec.num_active_params,
-        }
-        title = f"{spec.name} (plan, explain, memory --model {spec.name})"
-        runs = published_runs(spec.name)
-        shown = runs_table(f"{spec.name}: published runs", runs)
+        return _show_dit(spec, published_dit_runs(spec.name), fmt)
+    data = {
+        "kind": "llm",
+        **spec.to_dict(),
+        "num_params": spec.num_params,
+        "num_active_params": spec.num_active_params,
+    }
+    runs = published_runs(spec.name)
     if fmt == "json":
         data["published_runs"] = [r.to_dict() for r in runs]
-    code = show_fields(title, data, fmt)
+    code = show_fields(f"{spec.name} (plan, explain, memory --model {spec.name})", data, fmt)
     if fmt == "table" and runs:
-        if isinstance(shown, list):
-            console.print(
-                f"{spec.name}: published generations (measured; predicted by the DiT model):",
-                markup=False,
-            )
-            shown = "\n".join(f"  {line}" for line in shown)
-        console.print(shown, markup=False)
+        console.print(runs_table(f"{spec.name}: published runs", runs))
+    return code
+
+
+def _show_dit(spec: Any, runs: Any, fmt: str) -> int:
+    """A DiT preset's fields, and its published generations one line each."""
+    data = {"kind": "dit", **spec.to_dict()}
+    if fmt == "json":
+        data["published_runs"] = [r.to_dict() for r in runs]
+    code = show_fields(f"{spec.name} (plan-dit --model {spec.name})", data, fmt)
+    if fmt == "table" and runs:
+        lines = [f"{spec.name}: published generations (measured; predicted by the DiT model):"]
+        console.print("\n".join([*lines, *(f"  {r.summary()}" for r in runs)]), markup=False)
     return code

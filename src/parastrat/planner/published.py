@@ -52,9 +52,8 @@ class PublishedBeside:
 
     def summary(self) -> str:
         """One line: the run, and for the same job how the choice compares as priced."""
-        line = ("this job as published: " if self.same_job else "published: ") + (
-            self.run.summary()
-        )
+        head = "this job as published: " if self.same_job else "published: "
+        line = head + self.run.summary()
         ratio = self.choice_over_published
         if ratio is not None and self.priced is not None:
             line += (

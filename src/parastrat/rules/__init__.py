@@ -20,6 +20,7 @@ One module per subject:
 * :mod:`.batch` — sequence and batch;
 * :mod:`.soft` — the heuristics (warnings);
 * :mod:`.check` — all of them together (:func:`check`), with :mod:`.hints`' verified fixes;
+* :mod:`.orders` — the rank orders' axis names and the frameworks' orders;
 * :mod:`.offload` and :mod:`.graphs` — CPU activation offloading and CUDA-graph scopes,
   which the step model and the Megatron adapter check against a run's switches.
 """
@@ -40,8 +41,15 @@ from .hints import SPLIT_RULES, verified_split_hints
 from .hybrid import HYBRID_RECOMPUTE, hybrid_violations, hybrid_workload_violations
 from .layers import clear_caches, layer_split_violations, layout_conflict_violations
 from .model import model_violations, resolve_model, ring_attention_violations
+from .orders import (
+    INFERENCE_ORDER_NAMES,
+    MEGATRON_ORDER,
+    MEGATRON_TP_PP_DP_ORDER,
+    TRAINING_ORDER_NAMES,
+    XDIT_ORDER,
+)
 from .soft import soft_violations
-from .structure import INFERENCE_ORDER_NAMES, TRAINING_ORDER_NAMES, structural_violations
+from .structure import structural_violations
 from .world import world_violations
 
 __all__ = [
@@ -49,8 +57,11 @@ __all__ = [
     "FSDP_LEVELS",
     "HYBRID_RECOMPUTE",
     "INFERENCE_ORDER_NAMES",
+    "MEGATRON_ORDER",
+    "MEGATRON_TP_PP_DP_ORDER",
     "SPLIT_RULES",
     "TRAINING_ORDER_NAMES",
+    "XDIT_ORDER",
     "batch_violations",
     "check",
     "chunk_violations",

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..checks import divisors, fmt_set
 from ..errors import Violation
+from .orders import MEGATRON_TP_PP_DP_ORDER
 from .violations import err, warn
 
 if TYPE_CHECKING:
@@ -30,8 +31,6 @@ FSDP_ALIASES = {
     "fsdp": "optim_grads_params",
     "full_shard": "optim_grads_params",
 }
-#: Bridge's ``use_tp_pp_dp_mapping`` order, which Megatron FSDP refuses.
-_TP_PP_DP_ORDER = "tp-cp-ep-pp-dp"
 
 
 def fsdp_value_violations(fsdp: Any) -> list[Violation]:
@@ -67,7 +66,7 @@ def fsdp_structural_violations(s: Strategy) -> list[Violation]:
                 "drop dp_shard, dp_replicate and fsdp for inference",
             )
         )
-    if s.fsdp is not None and s.order == _TP_PP_DP_ORDER:
+    if s.fsdp is not None and s.order == MEGATRON_TP_PP_DP_ORDER:  # Bridge refuses the pair
         out.append(
             err(
                 "fsdp-order",

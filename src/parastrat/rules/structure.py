@@ -8,13 +8,11 @@ from typing import TYPE_CHECKING
 from ..errors import Violation
 from .fsdp import fsdp_structural_violations
 from .layers import layout_conflict_violations
+from .orders import INFERENCE_ORDER_NAMES, TRAINING_ORDER_NAMES
 from .violations import err
 
 if TYPE_CHECKING:
     from ..strategy import Strategy
-
-TRAINING_ORDER_NAMES = ("tp", "cp", "ep", "dp", "pp")
-INFERENCE_ORDER_NAMES = ("tp", "sp", "pp", "cfg", "dp")
 
 
 def structural_violations(s: Strategy) -> list[Violation]:
