@@ -36,12 +36,21 @@ def _rows(name: str) -> list[dict[str, str]]:
 
 def test_every_nvidia_row_of_the_benchmarks_is_a_run():
     published, summary = _rows("published_configs.csv"), _rows("mb_2511_summary.csv")
+    zoo = _rows("moe_zoo_layouts.csv")
     runs = all_runs()
-    assert len(runs) == len(published) + len(summary)
-    assert {r.table for r in runs} == {"published_configs", "mb_2511_summary"}
-    measured = sorted(r.measured for r in runs)
+    assert len(runs) == len(published) + len(summary) + len(zoo)
+    assert {r.table for r in runs} == {"published_configs", "mb_2511_summary", "moe_zoo_layouts"}
+    measured = sorted(r.measured for r in runs if r.table != "moe_zoo_layouts")
     rows = published + summary
     assert measured == sorted(float(r["tokens_per_s_per_gpu"]) for r in rows)
+    # the Model Zoo gives step seconds (or TFLOP/s only): tokens/s/GPU follows from the job
+    for row in zoo:
+        run = next(
+            r for r in runs if r.table == "moe_zoo_layouts" and f"row {row['id']}" in r.source
+        )
+        if row["step_s"]:
+            tokens = int(row["gbs"]) * int(row["seq_len"]) / int(row["num_gpus"])
+            assert run.measured == pytest.approx(tokens / float(row["step_s"]), abs=0.1)
 
 
 @pytest.mark.parametrize("run", all_runs(), ids=lambda r: f"{r.model}-{r.devices}x{r.accelerator}")

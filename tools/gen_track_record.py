@@ -27,11 +27,13 @@ from typing import Any
 import parastrat as ps
 from parastrat.estimate.published_runs import RUNS_FILE, PublishedDiTRun, PublishedRun
 from parastrat.estimate.track_record import RECORDS_FILE, TrackRecord, kind_of, platform_of
+from parastrat.spec.workload import Mechanisms
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import dit_accuracy  # noqa: E402
+import moe_layouts  # noqa: E402
 import npu_training_accuracy  # noqa: E402
 import planner_accuracy  # noqa: E402
 import planner_crosscheck  # noqa: E402
@@ -90,6 +92,7 @@ def runs() -> list[dict[str, Any]]:
                 source=_source(row["source"]),
             )
             out.append(run | dict(ratio=r["ratio"], detail=detail))
+    out += zoo_runs()
     models = npu_training_accuracy.load_models()
     for r in npu_training_accuracy.price_all(short=False):
         if "skip" not in r:
@@ -99,6 +102,38 @@ def runs() -> list[dict[str, Any]]:
             out.append(
                 dict(table="npu_training_measured", name=name, gpu=gpu, err=r["error"], spec=spec)
             )
+    return out
+
+
+def zoo_runs() -> list[dict[str, Any]]:
+    """The Megatron MoE Model Zoo's layouts (``benchmarks/moe_layouts.py``), each with its
+    signed error (model TFLOP/s, the table's unit; the step model counts Megatron's FLOPs) and
+    its predicted throughput over the plan's best with the row's switches."""
+    out = []
+    with open(moe_layouts.DATA) as fh:
+        for row in csv.DictReader(fh):
+            r = moe_layouts.price(row, Mechanisms(), {}, plans=True)
+            spec = ps.models.get(row["preset"])
+            name = f"{row['model']} {row['num_gpus']}x{row['gpu']} ({row['id']})"
+            measured, predicted = r["tokens"]
+            via = "" if row["step_s"] else "; tokens/s/GPU from its TFLOP/s"
+            detail = PublishedRun(
+                model=row["preset"],
+                accelerator=row["gpu"],
+                devices=int(row["num_gpus"]),
+                seq_len=int(row["seq_len"]),
+                global_batch_size=int(row["gbs"]),
+                micro_batch_size=int(row["mbs"]),
+                precision=row["precision"],
+                strategy=r["strategy"],
+                recompute=r["recompute"],
+                measured=round(measured, 1),
+                predicted=round(predicted, 1),
+                table="moe_zoo_layouts",
+                source=f"{_source(row['source'])}, row {row['id']}{via}",
+            )
+            run = dict(table="moe_zoo_layouts", name=name, gpu=row["gpu"], err=r["err"], spec=spec)
+            out.append(run | dict(ratio=r["ratio"], detail=detail))
     return out
 
 
