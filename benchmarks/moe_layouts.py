@@ -48,6 +48,7 @@ import parastrat as ps
 from parastrat.errors import UsageError
 from parastrat.estimate.memory import estimate_memory
 from parastrat.planner.search import pipeline_variants
+from parastrat.planner.sensitivity import host_break_even, step_cost
 from parastrat.spec.workload import Mechanisms, parse_ablation
 
 DATA = Path(__file__).resolve().parent / "data" / "moe_zoo_layouts.csv"
@@ -130,6 +131,7 @@ def price(
     fits = estimate_memory(model, strategy, sw, **kw).fits(cluster.accel)
     measured = float(row["tflops_per_gpu"])
     tokens = step.tokens_per_s_per_gpu
+    cost = step_cost(ps.Workload(model=model, **kw), strategy, sw)
     ratio = best_ratio(model, cluster, sw, kw, tokens) if plans else float("nan")
     return {
         "row": row,
@@ -142,6 +144,8 @@ def price(
         "recompute": step.recompute,
         "tokens": (measured_tokens(row, step.model_flops_per_token), tokens),
         "ratio": ratio,
+        "cost": cost,
+        "cluster": cluster,
     }
 
 
@@ -155,6 +159,16 @@ def pairs(priced: list[dict]) -> list[tuple[dict, dict, bool]]:
         fast, slow = (a, b) if a["measured"] > b["measured"] else (b, a)
         out.append((fast, slow, fast["predicted"] > slow["predicted"]))
     return out
+
+
+def _turn(fast: dict, slow: dict, ok: bool) -> str:
+    """Where the host constant turns the model's order of a pair
+    (:func:`~parastrat.planner.sensitivity.host_break_even`), in words."""
+    even = host_break_even(fast["cost"], slow["cost"], fast["cluster"])
+    if even is None:
+        return ""
+    word = "reversed" if ok else "as measured"
+    return f"; {word} at {even * 1e6:.0f} us per host operation"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -197,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"  [{'agrees' if ok else 'REVERSED'}] {fast['row']['id']} "
             f"{fast['measured']:.0f} > {slow['row']['id']} {slow['measured']:.0f} TF measured; "
-            f"predicted {fast['predicted']:.0f} vs {slow['predicted']:.0f}"
+            f"predicted {fast['predicted']:.0f} vs {slow['predicted']:.0f}{_turn(fast, slow, ok)}"
         )
     print(
         f"ordered as measured: {sum(t[2] for t in every)} of {len(every)} pairs; "

@@ -206,3 +206,52 @@ def test_compare_and_plan_check_their_order_against_the_constants(capsys):
     robust = choice_robustness(plan)
     assert robust is not None and robust.lead > 0.02  # #2 clearly slower: the line is shown
     assert f"robustness: {robust.summary('#1', '#2')}" in plan.explain()
+
+
+def test_a_ranking_check_names_the_host_cost_that_reverses_it():
+    from parastrat.planner.sensitivity import RankingCheck
+
+    check = RankingCheck(-0.3, (("GEMM rate", "worse", -0.31),), 27e-6, 13.5e-6)
+    assert check.summary("A", "B").endswith(
+        "; it turns slower if a host operation costs 27 us or more (priced at 13.5 us; "
+        "parastrat bench --kernels measures it)"
+    )
+    assert check.to_dict()["host_break_even_s"] == 27e-6
+    assert "host operation" not in RankingCheck(-0.3, check.leads, None, 13.5e-6).summary()
+
+
+def test_the_host_break_even_is_where_the_order_really_turns():
+    """Qwen3-235B-A22B on 256 H100: intra-node EP 8 (16 local experts a GPU) priced ahead of
+    the cross-node EP 32 the Model Zoo measured faster; the lead hangs on the host constant,
+    and at the break-even it turns (benchmarks/moe_layouts.py)."""
+    from parastrat.planner.sensitivity import _kernels, host_break_even, step_cost
+
+    cluster = ps.Cluster("h100", num_devices=256)
+    wl, sw = resolve(
+        "qwen3-235b-a22b", None, None, who="test", seq_len=4096, global_batch_size=2048
+    )
+    wl = wl.with_micro_batch(1)
+    emb = dict(account_for_embedding=True, account_for_loss=True)
+    ep32 = ps.Strategy(tp=2, pp=8, vpp=4, ep=32, sp=True, **emb).with_world_size(256)
+    ep8 = ps.Strategy(tp=4, pp=8, vpp=4, ep=8, sp=True, **emb).with_world_size(256)
+    a, b = step_cost(wl, ep32, sw), step_cost(wl, ep8, sw)
+    assert b(cluster) < a(cluster)  # EP 8 priced faster at the model's 13.5 us
+    even = host_break_even(a, b, cluster)
+    assert even is not None and 13.5e-6 < even < 8 * 13.5e-6
+
+    def lead(host: float) -> float:
+        c = cluster.calibrate(_kernels(cluster, host_op_s=host))
+        return b(c) / a(c) - 1
+
+    assert lead(0.97 * even) < 0 < lead(1.03 * even)
+
+
+def test_an_order_the_host_cannot_move_has_no_break_even():
+    from parastrat.planner.sensitivity import host_break_even, step_cost
+
+    cluster = ps.Cluster("h100", num_devices=64)
+    wl, sw = resolve("llama3-70b", None, None, who="test", seq_len=8192, global_batch_size=256)
+    wl = wl.with_micro_batch(1)
+    good = ps.Strategy(tp=4, pp=8, vpp=5, sp=True).with_world_size(64)
+    bad = ps.Strategy(tp=8, pp=8, sp=True).with_world_size(64)  # no VPP: a large bubble
+    assert host_break_even(step_cost(wl, good, sw), step_cost(wl, bad, sw), cluster) is None
