@@ -46,6 +46,7 @@ from planner_accuracy import accelerator_for, host_op_override
 
 import parastrat as ps
 from parastrat.errors import UsageError
+from parastrat.estimate.efficiency import host_op_time
 from parastrat.estimate.memory import estimate_memory
 from parastrat.planner.search import pipeline_variants
 from parastrat.planner.sensitivity import host_break_even, step_cost
@@ -168,7 +169,9 @@ def _turn(fast: dict, slow: dict, ok: bool) -> str:
     if even is None:
         return ""
     word = "reversed" if ok else "as measured"
-    return f"; {word} at {even * 1e6:.0f} us per host operation"
+    base = host_op_time(fast["cluster"].accel)
+    side = "or more" if even > base else "or less"
+    return f"; {word} at {even * 1e6:.0f} us per host operation {side}"
 
 
 def main(argv: list[str] | None = None) -> int:
