@@ -40,32 +40,19 @@ import argparse
 import csv
 from dataclasses import replace
 from itertools import combinations
+from math import nan
 from pathlib import Path
 
-from planner_accuracy import accelerator_for, host_op_override
+from planner_accuracy import accelerator_for, add_model_options, model_options
+from planner_crosscheck import best_ratio, strategy_of
 
 import parastrat as ps
-from parastrat.errors import UsageError
 from parastrat.estimate.efficiency import host_op_time
 from parastrat.estimate.memory import estimate_memory
-from parastrat.planner.search import pipeline_variants
 from parastrat.planner.sensitivity import host_break_even, step_cost
-from parastrat.spec.workload import Mechanisms, parse_ablation
+from parastrat.spec.workload import Mechanisms
 
 DATA = Path(__file__).resolve().parent / "data" / "moe_zoo_layouts.csv"
-
-
-def strategy_of(row: dict[str, str], model: ps.ModelSpec) -> ps.Strategy:
-    """The row's layout; embedding and loss counted in the pipeline split when it is uneven
-    (the planner's first split otherwise), Megatron FSDP over the data-parallel ranks."""
-    n, tp, cp = int(row["num_gpus"]), int(row["tp"]), int(row["cp"])
-    pp, vpp = int(row["pp"]), int(row["vpp"] or 1)
-    split = (pipeline_variants(model, pp, vpp) or ({},))[0] if pp > 1 else {}
-    fsdp: dict = {}
-    if row["fsdp"] == "1":
-        fsdp = {"dp_shard": n // (tp * pp * cp), "fsdp": "optim_grads_params"}
-    kw = dict(tp=tp, pp=pp, vpp=vpp, cp=cp, ep=int(row["ep"]), sp=tp > 1)
-    return ps.Strategy(**kw, **split, **fsdp).with_world_size(n)
 
 
 def switches_of(row: dict[str, str], mechanisms: Mechanisms) -> ps.Switches:
@@ -96,21 +83,6 @@ def measured_tokens(row: dict[str, str], flops_per_token: float) -> float:
     return float(row["tflops_per_gpu"]) * 1e12 / flops_per_token
 
 
-def best_ratio(model, cluster, sw: ps.Switches, kw: dict, predicted: float) -> float:
-    """The row's predicted tokens/s/GPU over the best of ``plan()`` with the row's switches
-    (the plan chooses the recompute mode)."""
-    plan = ps.plan(
-        model,
-        cluster,
-        replace(sw, recompute=None),
-        seq_len=kw["seq_len"],
-        global_batch_size=kw["global_batch_size"],
-        precision=kw["precision"],
-        top_k=1,
-    )
-    return predicted / plan.best.step.tokens_per_s_per_gpu
-
-
 def price(
     row: dict[str, str], mechanisms: Mechanisms, host_op: dict[str, float], plans: bool = False
 ) -> dict:
@@ -133,7 +105,7 @@ def price(
     measured = float(row["tflops_per_gpu"])
     tokens = step.tokens_per_s_per_gpu
     cost = step_cost(ps.Workload(model=model, **kw), strategy, sw)
-    ratio = best_ratio(model, cluster, sw, kw, tokens) if plans else float("nan")
+    ratio = best_ratio(model, cluster, replace(sw, recompute=None), kw, tokens) if plans else nan
     return {
         "row": row,
         "strategy": str(strategy),
@@ -176,20 +148,10 @@ def _turn(fast: dict, slow: dict, ok: bool) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--ablate", default="", help="cost-model mechanisms to switch off")
     ap.add_argument("--no-plans", action="store_true", help="skip the plans (faster)")
-    ap.add_argument(
-        "--host-op-us",
-        default="",
-        metavar="CPU=US,...",
-        help="microseconds per eager host operation by host CPU (x86, grace): a sensitivity check",
-    )
+    add_model_options(ap)
     args = ap.parse_args(argv)
-    try:
-        mechanisms = parse_ablation(args.ablate)
-        host_op = host_op_override(args.host_op_us)
-    except UsageError as exc:
-        ap.error(str(exc))
+    mechanisms, host_op = model_options(ap, args)
     with open(DATA) as fh:
         priced = [price(r, mechanisms, host_op, not args.no_plans) for r in csv.DictReader(fh)]
     print(

@@ -553,15 +553,26 @@ def main(argv: list[str] | None = None) -> int:
         help="CI mode: skip the plans of rows with more than 256 GPUs",
     )
     ap.add_argument(
-        "--ablate",
-        default="",
-        help="comma-separated kernel mechanisms to switch off (shape, imbalance, moe_kernels, "
-        "fp8, nvfp4, interleave, expert_bias, or all)",
-    )
-    ap.add_argument(
         "--ablation",
         action="store_true",
         help="print only the ablation table (each mechanism off alone; no plans)",
+    )
+    add_model_options(ap)
+    args = ap.parse_args(argv)
+    if args.ablation:
+        return ablation_table()
+    mechanisms, args.host_op = model_options(ap, args)
+    return report(args, mechanisms)
+
+
+def add_model_options(ap: argparse.ArgumentParser) -> None:
+    """The cost-model options the accuracy benchmarks share: ``--ablate`` and
+    ``--host-op-us`` (read back by :func:`model_options`)."""
+    ap.add_argument(
+        "--ablate",
+        default="",
+        help="comma-separated kernel mechanisms to switch off (shape, imbalance, moe_kernels, "
+        "fp8, nvfp4, interleave, expert_bias, ..., or all)",
     )
     ap.add_argument(
         "--host-op-us",
@@ -570,15 +581,17 @@ def main(argv: list[str] | None = None) -> int:
         help="price with these microseconds per eager host operation by host CPU (x86, grace) "
         "instead of the model's: a sensitivity check, e.g. x86=37",
     )
-    args = ap.parse_args(argv)
-    if args.ablation:
-        return ablation_table()
+
+
+def model_options(
+    ap: argparse.ArgumentParser, args: argparse.Namespace
+) -> tuple[Mechanisms, dict[str, float]]:
+    """(mechanisms, host seconds per operation by CPU) of :func:`add_model_options`' flags;
+    a bad value exits with argparse's usage error."""
     try:
-        mechanisms = parse_ablation(args.ablate)
-        args.host_op = host_op_override(args.host_op_us)
+        return parse_ablation(args.ablate), host_op_override(args.host_op_us)
     except UsageError as exc:
         ap.error(str(exc))
-    return report(args, mechanisms)
 
 
 def _mapes(pub: list[dict], old: list[dict]) -> tuple[float, float, float, float]:

@@ -28,13 +28,13 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from planner_accuracy import accelerator_for, host_op_override
+from planner_accuracy import accelerator_for, add_model_options, model_options
 
 import parastrat as ps
-from parastrat.errors import SpecError, StrategyError, UsageError
+from parastrat.errors import SpecError, StrategyError
 from parastrat.estimate.memory import estimate_memory
 from parastrat.planner.search import pipeline_variants
-from parastrat.spec.workload import Mechanisms, parse_ablation
+from parastrat.spec.workload import Mechanisms
 
 DATA = Path(__file__).resolve().parent / "data" / "mb_2511_summary.csv"
 #: The table's precision spellings -> parastrat's.
@@ -149,24 +149,9 @@ def main(argv: list[str] | None = None) -> int:
         "--recipe-offload", action="store_true", help="price the recipes' CPU offloading"
     )
     ap.add_argument("--no-plans", action="store_true", help="skip the plans (faster)")
-    ap.add_argument(
-        "--ablate",
-        default="",
-        help="comma-separated cost-model mechanisms to switch off (as planner_accuracy.py's)",
-    )
-    ap.add_argument(
-        "--host-op-us",
-        default="",
-        metavar="CPU=US,...",
-        help="microseconds per eager host operation by host CPU (x86, grace) in place of the "
-        "model's: a sensitivity check, e.g. x86=37",
-    )
+    add_model_options(ap)
     args = ap.parse_args(argv)
-    try:
-        mechanisms = parse_ablation(args.ablate)
-        host_op = host_op_override(args.host_op_us)
-    except UsageError as exc:
-        ap.error(str(exc))
+    mechanisms, host_op = model_options(ap, args)
     with open(DATA) as fh:
         rows = list(csv.DictReader(fh))
     out = []

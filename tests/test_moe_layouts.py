@@ -17,7 +17,8 @@ from parastrat.spec.workload import Mechanisms
 
 from ._modules import load_script
 
-load_script("benchmarks/planner_accuracy.py")  # the benchmark's sibling import
+load_script("benchmarks/planner_accuracy.py")  # the benchmark's sibling imports
+load_script("benchmarks/planner_crosscheck.py")
 BENCH = load_script("benchmarks/moe_layouts.py")
 with open(BENCH.DATA) as fh:
     ROWS = list(csv.DictReader(fh))

@@ -76,19 +76,14 @@ def runs() -> list[dict[str, Any]]:
             name = f"{row['model']} {row['num_gpus']}x{row['gpu']} {row['precision']}"
             spec = ps.models.get(row["preset"])
             run = dict(table="mb_2511_summary", name=name, gpu=row["gpu"], err=r["err"], spec=spec)
-            detail = PublishedRun(
-                model=row["preset"],
-                accelerator=row["gpu"],
-                devices=int(row["num_gpus"]),
-                seq_len=int(row["seq_len"]),
-                global_batch_size=int(row["gbs"]),
-                micro_batch_size=int(row["mbs"]),
+            detail = _row_run(
+                row,
+                "mb_2511_summary",
                 precision=planner_crosscheck.PRECISION[row["precision"]],
                 strategy=r["strategy"],
                 recompute=r["mode"],
                 measured=r["pub"],
                 predicted=round(r["pred"], 1),
-                table="mb_2511_summary",
                 source=_source(row["source"]),
             )
             out.append(run | dict(ratio=r["ratio"], detail=detail))
@@ -105,6 +100,21 @@ def runs() -> list[dict[str, Any]]:
     return out
 
 
+def _row_run(row: dict[str, str], table: str, **priced: Any) -> PublishedRun:
+    """A published run from a benchmark CSV row of ``table`` (its ``preset``, ``gpu``,
+    ``num_gpus``, ``seq_len``, ``gbs``, ``mbs``) and what the benchmark priced."""
+    return PublishedRun(
+        model=row["preset"],
+        accelerator=row["gpu"],
+        devices=int(row["num_gpus"]),
+        seq_len=int(row["seq_len"]),
+        global_batch_size=int(row["gbs"]),
+        micro_batch_size=int(row["mbs"]),
+        table=table,
+        **priced,
+    )
+
+
 def zoo_runs() -> list[dict[str, Any]]:
     """The Megatron MoE Model Zoo's layouts (``benchmarks/moe_layouts.py``), each with its
     signed error (model TFLOP/s, the table's unit; the step model counts Megatron's FLOPs) and
@@ -117,19 +127,14 @@ def zoo_runs() -> list[dict[str, Any]]:
             name = f"{row['model']} {row['num_gpus']}x{row['gpu']} ({row['id']})"
             measured, predicted = r["tokens"]
             via = "" if row["step_s"] else "; tokens/s/GPU from its TFLOP/s"
-            detail = PublishedRun(
-                model=row["preset"],
-                accelerator=row["gpu"],
-                devices=int(row["num_gpus"]),
-                seq_len=int(row["seq_len"]),
-                global_batch_size=int(row["gbs"]),
-                micro_batch_size=int(row["mbs"]),
+            detail = _row_run(
+                row,
+                "moe_zoo_layouts",
                 precision=row["precision"],
                 strategy=r["strategy"],
                 recompute=r["recompute"],
                 measured=round(measured, 1),
                 predicted=round(predicted, 1),
-                table="moe_zoo_layouts",
                 source=f"{_source(row['source'])}, row {row['id']}{via}",
             )
             run = dict(table="moe_zoo_layouts", name=name, gpu=row["gpu"], err=r["err"], spec=spec)
