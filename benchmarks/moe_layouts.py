@@ -59,9 +59,10 @@ def switches_of(row: dict[str, str], mechanisms: Mechanisms) -> ps.Switches:
     """The implementation switches of the row's command (see the module docstring)."""
     recompute = row["recompute"]
     mode = recompute
-    if "+" in recompute or recompute in ("layernorm", "moe_act"):
+    if recompute not in ("none", "full"):  # selective: the modules the command names
         mechanisms = replace(mechanisms, recompute_modules=tuple(recompute.split("+")))
         mode = "selective"
+    mechanisms = replace(mechanisms, balance=row["balance"])
     bf16 = row["precision"] == "bf16"
     return ps.Switches(
         recompute=mode,
@@ -134,6 +135,20 @@ def pairs(priced: list[dict]) -> list[tuple[dict, dict, bool]]:
     return out
 
 
+def routing_pairs(priced: list[dict]) -> list[tuple[dict, dict]]:
+    """(forced, dropless) rows of one layout and job that differ only in routing: what the
+    real router's imbalance costs, measured and as the ``imbalance`` mechanism prices it."""
+
+    def key(p: dict) -> tuple:
+        r = p["row"]
+        return (r["gpu"], r["num_gpus"], r["seq_len"], r["gbs"], r["mbs"], p["strategy"])
+
+    forced = {key(p): p for p in priced if p["row"]["balance"] == "forced"}
+    return [
+        (forced[key(p)], p) for p in priced if p["row"]["balance"] != "forced" and key(p) in forced
+    ]
+
+
 def _turn(fast: dict, slow: dict, ok: bool) -> str:
     """Where the host constant turns the model's order of a pair
     (:func:`~parastrat.planner.sensitivity.host_break_even`), in words."""
@@ -182,6 +197,14 @@ def main(argv: list[str] | None = None) -> int:
         f"ordered as measured: {sum(t[2] for t in every)} of {len(every)} pairs; "
         f"of one code revision: {sum(t[2] for t in same)} of {len(same)}"
     )
+    print("dropless routing against forced balance, one layout (throughput lost):")
+    for forced, real in routing_pairs(priced):
+        lost = 1 - real["measured"] / forced["measured"]
+        priced_lost = 1 - real["predicted"] / forced["predicted"]
+        print(
+            f"  {real['row']['id']} vs {forced['row']['id']} (seq {real['row']['seq_len']}, "
+            f"{real['row']['balance']}): measured {lost:.1%}, priced {priced_lost:.1%}"
+        )
     return 0
 
 

@@ -14,6 +14,7 @@ from parastrat.errors import UsageError
 from parastrat.estimate import moe_kernels
 from parastrat.estimate.host_ops import host_ops
 from parastrat.estimate.layer_cost import KernelSetup, LayerShape
+from parastrat.estimate.memory import estimate_memory
 from parastrat.estimate.step import layer_cost
 from parastrat.spec.workload import (
     ALL_MECHANISMS,
@@ -113,7 +114,7 @@ def test_recompute_modules_are_megatrons():
 
 def test_recompute_modules_refused_and_normalised():
     with pytest.raises(UsageError, match="unknown or unpriced recompute module"):
-        Mechanisms(recompute_modules=("moe",))
+        Mechanisms(recompute_modules=("moe_layer",))  # the deprecated flag's name
     with pytest.raises(UsageError, match="collection of module names"):
         Mechanisms(recompute_modules="mlp")  # type: ignore[arg-type]
     m = Mechanisms(recompute_modules=["moe_act", "layernorm"])  # type: ignore[arg-type]
@@ -161,6 +162,43 @@ def test_recipe_recompute_slows_the_step_by_the_modules():
     assert recipe.breakdown["recompute"] > 0
     plain = step("selective", replace(mods, act_clamp=False))
     assert plain.breakdown["recompute"] < recipe.breakdown["recompute"]
+
+
+def test_the_moe_module_recomputes_the_whole_block():
+    """ "moe" checkpoints Megatron's MoELayer: its forward (router, expert and shared GEMMs, the
+    MoE kernels) runs again, covering "moe_act"; "shared_experts" re-runs the shared experts'
+    GEMMs alone; a dense layer has neither."""
+    block = _selective(DSV3, True, ("moe",), ep=64)
+    assert block.selective > block.mlp_fwd > 0  # the GEMMs and the MoE kernels
+    assert block.selective == pytest.approx(
+        _selective(DSV3, True, ("moe", "moe_act"), ep=64).selective
+    )
+    shared = _selective(DSV3, True, ("shared_experts",), ep=64)
+    assert 0 < shared.selective < block.mlp_fwd
+    assert _selective(QWEN, True, ("shared_experts",)).selective == 0.0  # no shared experts
+    assert _selective(DSV3, False, ("moe", "shared_experts"), tp=2).selective == 0.0
+
+
+def test_recomputing_the_moe_block_trades_memory_for_its_forward_and_collectives():
+    """Against the recipe's layernorm + moe_act: peak memory falls (only the block's input
+    stays), the recompute term grows by the block's forward and its dispatch and combine, and
+    the host issues the block (and its token-count sync) again."""
+    model = ps.models.get("qwen3-235b-a22b")
+    s = ps.Strategy(tp=2, pp=8, vpp=4, ep=32, sp=True, account_for_embedding=True)
+    s = replace(s, account_for_loss=True).with_world_size(256)
+    cluster = ps.Cluster("h100", num_devices=256)
+    kw = dict(seq_len=4096, global_batch_size=2048, micro_batch_size=1)
+
+    def run(mods):
+        sw = ps.Switches(moe_dispatcher="flex", mechanisms=Mechanisms(recompute_modules=mods))
+        sw = sw.with_recompute("selective")
+        return ps.estimate_step(model, s, cluster, sw, **kw), estimate_memory(model, s, sw, **kw)
+
+    (recipe, recipe_mem), (block, block_mem) = run(("layernorm", "moe_act")), run(("moe",))
+    assert block_mem.peak_bytes < 0.7 * recipe_mem.peak_bytes
+    assert block.breakdown["recompute"] > 10 * recipe.breakdown["recompute"]
+    assert block.breakdown["host"] > recipe.breakdown["host"]
+    assert block.step_time_s > recipe.step_time_s
 
 
 def test_clamped_activation_bytes_and_sync():

@@ -364,6 +364,11 @@ def gpt_layer_cost(
     rec = layer_record(model, moe, tp, ep, etp)  # the one parameter accounting
     sel = _selective_fwd(model, accel, prof, moe, tokens, (tp, etp), h_local, load, mech, fwd_of)
     sel += a_fwd if "core_attn" in mech.recompute_modules else 0.0
+    if moe:
+        block = moe_kernels.layer_bytes(model, tokens, tp, ep, load, mech, fp8)[0] if load else 0.0
+        sel += _moe_block_fwd(
+            mech.recompute_modules, mlp_f, memory_time(accel, block, prof), fwd_of
+        )
     return LayerCost(
         g_fwd,
         g_bwd,
@@ -400,6 +405,21 @@ def _eager_act_bytes(
     return fwd * per_pass, bwd * per_pass
 
 
+def _moe_block_fwd(
+    mods: tuple[str, ...], gemm_fwd: float, kernels_fwd: float, fwd_of: dict[str, float]
+) -> float:
+    """Forward seconds of an MoE layer's block that ``moe`` / ``shared_experts`` recompute:
+    the whole block (router, routed and shared expert GEMMs ``gemm_fwd``, and its memory-bound
+    kernels ``kernels_fwd``: permutation, activation, probabilities, casts), or the shared
+    experts' two GEMMs alone.  Its dispatch and combine run again too (the step model's
+    :func:`~parastrat.estimate.step.recomputed_comm`)."""
+    if "moe" in mods:
+        return gemm_fwd + kernels_fwd
+    if "shared_experts" in mods:
+        return fwd_of.get("shared_fc1", 0.0) + fwd_of.get("shared_fc2", 0.0)
+    return 0.0
+
+
 #: HBM bytes per element of one norm forward that the ``layernorm`` recompute module re-runs
 #: (read the BF16 input, write the BF16 output).
 NORM_BYTES = 2 * ELEM_BYTES
@@ -429,7 +449,9 @@ def _selective_fwd(
     * ``mlp``: a dense layer's MLP (Megatron skips MoE layers: ``if not self.is_moe_layer``);
     * ``moe_act``: the routed experts' activation (TEGroupedMLP's output-discarding
       checkpoint), memory-bound, on the slowest EP rank's copies, with a clamped activation's
-      eager clamp and concatenation (``act_clamp``).
+      eager clamp and concatenation (``act_clamp``);
+    * ``moe`` / ``shared_experts``: the whole MoE block, or its shared experts
+      (:func:`_moe_block_fwd`, added by the caller; ``moe`` covers ``moe_act``).
     """
     mods, (tp, etp) = mech.recompute_modules, tp_etp
     t = 0.0
@@ -441,7 +463,7 @@ def _selective_fwd(
     if "mlp" in mods and not moe:
         t += fwd_of.get("fc1", 0.0) + fwd_of.get("fc2", 0.0)
         t += memory_time(accel, tokens * act * model.ffn_hidden_size / tp * ELEM_BYTES, prof)
-    if "moe_act" in mods and moe and load is not None:
+    if "moe_act" in mods and "moe" not in mods and moe and load is not None:
         f = model.moe_ffn_hidden_size or model.ffn_hidden_size
         copies = load.slowest if mech.imbalance else load.mean
         clamp = moe_kernels.clamp_bytes(model)[0] if mech.act_clamp else 0.0  # kernels

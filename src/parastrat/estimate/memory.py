@@ -402,10 +402,14 @@ def _moe_layer_bytes(
     parallelism, else 1; ``lin`` / ``mask`` / ``mats_in``: the bytes per element of a saved
     linear input, of the dropout mask and of an activation's input."""
     h = model.hidden_size
+    if "moe" in sel:  # the MoE layer checkpointed: the pre-MLP norm's input and output stay
+        return (attn * tokens) + (4.0 * h + mask) / rep_div * tokens
     moe_rep = 2 * h + lin * h + mask + 6.0 * model.num_experts  # norm, dispatch, scores
     if "layernorm" in sel:  # the pre-MLP norm's output is recomputed
         moe_rep -= lin * h
     shared = model.moe_shared_expert_intermediate_size
+    if "shared_experts" in sel:  # checkpointed shared experts: their input is the norm's
+        shared = 0
     moe_tok = moe_rep / rep_div + (mats_in + lin) * shared / tp
     local = tokens / rep_div  # tokens this rank routes
     dup = tp / rep_div  # copies of a token across the TP group: 1 with SP, else tp

@@ -127,9 +127,13 @@ def host_exposed(
     if not ops_f and not sync:
         return 0.0, 0.0
     h_op = host_op_time(accel)
-    # selective: about one launch per recomputed module (the core-attention kernel by default)
+    # selective: about one launch per recomputed module (the core-attention kernel by default);
+    # the "moe" module issues the MoE block again, with its token-count sync
     n_sel = len(mech.recompute_modules) * HOST_OPS["attention"] if moe != "mamba" else 0
     rec_ops = ops_f if mode == "full" else (n_sel if mode == "selective" else 0.0)
+    moe_again = bool(sync) and mode == "selective" and "moe" in mech.recompute_modules
+    if moe_again:
+        rec_ops += host_ops(model, moe, s, fp8, graphs, mech, fp8_recipe, True)[0]
     host_f = ops_f * h_op
     host_b = (HOST_BWD_RATIO * ops_f + rec_ops) * h_op
     gpu_f = c.fwd + exposed_comm / 3
@@ -139,7 +143,7 @@ def host_exposed(
         post = host_ops(model, moe, s, fp8, graphs, mech, fp8_recipe, True)[0] * h_op
         drain = sync_drain(post, c, exposed_comm, paired)
         wait_f = max(wait_f, drain)
-        if mode == "full":  # the recomputed forward syncs again, inside the backward
+        if mode == "full" or moe_again:  # the recomputed forward syncs again, in backward
             wait_b, sync = max(wait_b, drain), 2 * sync
     return host_f + host_b, wait_f + wait_b + h_op * sync
 

@@ -411,6 +411,7 @@ class StepModel:
         t_ep, t_amax, c = self._kernel_terms(s, moe, tokens, strides, moe_comm, c, t_ep)
         t_tp += t_amax
         rec, rec_comm = _recompute_terms(mode, c, t_tp + t_a2a + t_ep)
+        rec_comm += recomputed_comm(mode, self.mechanisms.recompute_modules, t_ep)
         corr_f, corr_b = _cp_correction(model, s, tokens, accel, kind)
         if corr_f:
             c = replace(c, elem_fwd=c.elem_fwd + corr_f, elem_bwd=c.elem_bwd + corr_b)
@@ -1175,6 +1176,13 @@ def _recompute_terms(mode: str, c: LayerCost, fwd_comm: float) -> tuple[float, f
     if mode == "full":
         return c.fwd, 0.5 * fwd_comm
     return 0.0, 0.0
+
+
+def recomputed_comm(mode: str, modules: tuple[str, ...], t_ep: float) -> float:
+    """Collective seconds the selective recompute runs again: the ``moe`` module re-runs the
+    MoE layer's forward dispatch and combine (half of ``t_ep``, its EP seconds of both
+    passes), as Megatron Core's ``MoELayer`` checkpoint covers the token dispatcher."""
+    return 0.5 * t_ep if mode == "selective" and "moe" in modules else 0.0
 
 
 def _cp_correction(

@@ -226,10 +226,20 @@ class Workload:
 # ---------------------------------------------------------------------------------------------
 #: Routing regimes the expert load-imbalance mechanism knows (:class:`Mechanisms`).
 BALANCE_MODES = ("forced", "aux_loss", "loss_free")
-#: Megatron Core's ``recompute_modules`` (``TransformerConfig``, 0.16) that the step model
-#: prices under the "selective" recompute mode (:attr:`Mechanisms.recompute_modules`).
-#: ("moe", "shared_experts" and the offloading variants are not priced and are refused.)
-RECOMPUTE_MODULES = ("core_attn", "moe_act", "layernorm", "mla_up_proj", "mlp")
+#: Megatron Core's ``recompute_modules`` (``TransformerConfig``, 0.16: its whole allowed set)
+#: that the step model prices under the "selective" recompute mode
+#: (:attr:`Mechanisms.recompute_modules`): "moe" checkpoints the whole MoE layer (router,
+#: dispatch, experts, combine: ``MoELayer.forward``'s ``tensor_parallel.checkpoint``),
+#: "shared_experts" the shared experts alone.
+RECOMPUTE_MODULES = (
+    "core_attn",
+    "moe_act",
+    "layernorm",
+    "mla_up_proj",
+    "mlp",
+    "moe",
+    "shared_experts",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
