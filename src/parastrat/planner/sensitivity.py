@@ -309,8 +309,8 @@ HOST_STEPS = 12
 def host_break_even(
     cost_a: Callable[[Cluster], float], cost_b: Callable[[Cluster], float], cluster: Cluster
 ) -> float | None:
-    """Host seconds per eager operation at which ``b``'s lead over ``a`` changes sign: the
-    nearer such value above or below the cluster's own, within :data:`HOST_RANGE` times it;
+    """Host seconds per eager operation at which ``b``'s lead over ``a`` changes sign,
+    searched above the cluster's own value (up to :data:`HOST_RANGE` times it), then below;
     None when the order holds over that range.  The one constant the model's MoE rankings
     hang on where host launches are not hidden (``benchmarks/moe_layouts.py``)."""
     base = host_op_time(cluster.accel)
