@@ -256,3 +256,25 @@ def test_a_spec_borrowing_a_presets_name_gets_no_published_runs():
         flux, ps.Cluster("h100", num_devices=4), height=1024, width=1024, steps=28
     )
     assert dit_plan.published == ()
+
+
+def test_the_fastest_measured_layout_says_at_what_host_cost_it_overtakes_the_choice():
+    """Qwen3-235B-A22B on 256 H100 (the Model Zoo's job): the plan prices its EP 8 choice
+    ahead of every measured layout; beside the fastest one measured it names the host cost
+    per operation at which that layout, as priced, would come out ahead."""
+    plan = ps.plan(
+        "qwen3-235b-a22b",
+        ps.Cluster("h100", num_devices=256),
+        seq_len=4096,
+        global_batch_size=2048,
+        top_k=1,
+    )
+    same = [b for b in plan.published() if b.same_job]
+    assert len(same) == 5
+    marked = [b for b in same if b.host_break_even_s is not None]
+    assert len(marked) == 1
+    best = marked[0]
+    assert best.run.measured == max(b.run.measured for b in same)
+    assert best.host_break_even_s > best.host_op_s == pytest.approx(13.5e-6)
+    assert "comes out ahead if a host operation costs" in best.summary()
+    assert best.to_dict()["host_break_even_s"] == best.host_break_even_s

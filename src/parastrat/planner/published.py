@@ -10,16 +10,18 @@ as the model prices both, next to what the tuned layout measured.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, StrategyError, UsageError
+from ..estimate.efficiency import host_op_time
 from ..estimate.published_runs import PublishedRun, published_runs
 from ..estimate.step import StepReport
 from ..spec.models import get as get_model
 from ..strategy import Strategy
 from .price import price
 from .ranking import layout_degrees
+from .sensitivity import host_break_even, step_cost
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -41,6 +43,11 @@ class PublishedBeside:
     #: the plan's choice, tokens/s/GPU as priced (the same job only)
     choice_tokens_per_s: float | None = None
     why_not: str = ""
+    #: the fastest run measured for the same job only: the host seconds per eager operation at
+    #: which its layout, as priced, overtakes a choice priced faster (None: no such cost within
+    #: :data:`~parastrat.planner.sensitivity.HOST_RANGE` of the priced one)
+    host_break_even_s: float | None = None
+    host_op_s: float = 0.0
 
     @property
     def choice_over_published(self) -> float | None:
@@ -60,6 +67,12 @@ class PublishedBeside:
                 f"; priced with this plan's switches {self.priced.tokens_per_s_per_gpu:,.0f}, "
                 f"the choice prices {ratio:.2f}x that"
             )
+            if self.host_break_even_s is not None:
+                line += (
+                    f"; this layout comes out ahead if a host operation costs "
+                    f"{self.host_break_even_s * 1e6:.0f} us or more (priced at "
+                    f"{self.host_op_s * 1e6:.1f} us; parastrat bench --kernels measures it)"
+                )
         elif self.why_not:
             line += f"; not priced here: {self.why_not}"
         return line
@@ -74,6 +87,7 @@ class PublishedBeside:
             ),
             "choice_over_published": self.choice_over_published,
             "why_not": self.why_not or None,
+            "host_break_even_s": self.host_break_even_s,
         }
 
 
@@ -90,8 +104,25 @@ def published_beside(plan: Plan, limit: int = 3) -> list[PublishedBeside]:
     others = sorted(
         (r for r in runs if not r.same_job(*job)), key=lambda r: abs(r.devices - devices)
     )
-    out = [_priced(plan, r) for r in same]
+    out = _with_break_even(plan, [_priced(plan, r) for r in same])
     return out + [PublishedBeside(r, same_job=False) for r in others][: max(0, limit - len(out))]
+
+
+def _with_break_even(plan: Plan, same: list[PublishedBeside]) -> list[PublishedBeside]:
+    """``same`` with the host break-even of the fastest measured run whose layout the plan
+    prices slower than its choice (:func:`~parastrat.planner.sensitivity.host_break_even`):
+    the cost per host operation at which the model would agree with the measurement."""
+    slower = [b for b in same if (b.choice_over_published or 0.0) > 1.0]
+    choice = plan.priced_as(plan.best) if plan.candidates else None
+    if not slower or choice is None or plan.workload is None:
+        return same
+    best = max(slower, key=lambda b: b.run.measured)
+    wl = plan.workload.with_micro_batch(best.run.micro_batch_size)
+    sw = plan.switches.with_recompute(best.run.recompute)
+    published = step_cost(wl, Strategy.parse(best.run.strategy), sw)
+    even = host_break_even(step_cost(choice[0], choice[1], choice[3]), published, plan.cluster)
+    host = host_op_time(plan.cluster.accel)
+    return [replace(b, host_break_even_s=even, host_op_s=host) if b is best else b for b in same]
 
 
 def same_job_lines(
