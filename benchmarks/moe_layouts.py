@@ -4,10 +4,11 @@
 Megatron MoE Model Zoo (``yanring/Megatron-MoE-ModelZoo``, ``best_practice/Qwen3`` and
 ``best_practice/qwen3``): five layouts of one job on 256 H100 (BF16, sequence 4,096, global
 batch 2,048: cross-node EP 32 with and without combined-1F1B overlap, and three intra-node
-EP 8 layouts) and three GB200 / GB300 runs.  None of these rows was used to choose a constant
-or a mechanism.  The accuracy tables (``planner_accuracy.py``, ``planner_crosscheck.py``)
-compare one published layout per job; this table asks the question a planner must get right
-first: of two layouts of the same job, which is faster?
+EP 8 layouts), the same model on 256 H100 at 16k-128k tokens with forced and with real
+(dropless, auxiliary-loss) routing, and three GB200 / GB300 runs.  None of these rows was used
+to choose a constant or a mechanism.  The accuracy tables (``planner_accuracy.py``,
+``planner_crosscheck.py``) compare one published layout per job; this table asks the question
+a planner must get right first: of two layouts of the same job, which is faster?
 
 Each row is priced as the Model Zoo ran it (``sbatch_benchmarking.sh`` and the model's YAML
 at the same repository): Megatron-LM with the distributed optimizer and DP overlap, BF16 with
@@ -15,19 +16,19 @@ at the same repository): Megatron-LM with the distributed optimizer and DP overl
 ``accumulate_allreduce_grads_in_fp32`` for BF16), MXFP8 without TP overlap, the dispatcher of
 the row (``deepep`` / ``hybridep``: Megatron's flex dispatcher; ``alltoall``), the combined
 1F1B overlap where the row has it, the recompute modules of the row's command
-(``layernorm+moe_act``; ``full``; ``none``), TE CUDA graphs of the scopes the command names,
-forced load balancing (the commands' ``--moe-router-force-load-balancing``, the step model's
-default), and embedding / loss counted in the pipeline split (the YAML's
+(``layernorm+moe_act``, ``layernorm+moe``; ``full``; ``none``), TE CUDA graphs of the scopes
+the command names, the row's routing (``balance``: ``forced`` for the commands'
+``--moe-router-force-load-balancing``, ``aux_loss`` for the dropless runs), and embedding /
+loss counted in the pipeline split (the YAML's
 ``--account-for-*-in-pipeline-split``).  Measured and predicted throughput are compared in
 model TFLOP/s per GPU (the table's unit; the step model's FLOP count matches Megatron's to
 within 1 % on these rows: 148.3 GFLOP per token against 245 TFLOP/s x 19.7 s / 8,192 tokens
 per GPU = 147.3).
 
-Left out, with the reason: the H100 long-context rows (their command recomputes the whole MoE
-block, Megatron's ``recompute_modules=["moe"]``, which the step model does not price) and the
-GB200 MXFP8 row (fine-grained activation offloading of ``expert_fc1`` / ``moe_act``, not
-modelled).  The H100 rows ran two code revisions (``code``): rows of one revision are the
-sharper ranking test, and the script counts them apart.
+Left out, with the reason: the GB200 MXFP8 row (fine-grained activation offloading of
+``expert_fc1`` / ``moe_act``, not modelled).  The H100 4k rows ran two code revisions
+(``code``): rows of one revision are the sharper ranking test, and the script counts them
+apart.  Forced and dropless rows of one layout are compared as what real routing costs.
 
     python benchmarks/moe_layouts.py
     python benchmarks/moe_layouts.py --host-op-us x86=37   # host-constant sensitivity
@@ -49,7 +50,7 @@ from planner_crosscheck import best_ratio, strategy_of
 import parastrat as ps
 from parastrat.estimate.efficiency import host_op_time
 from parastrat.estimate.memory import estimate_memory
-from parastrat.planner.sensitivity import host_break_even, step_cost
+from parastrat.planner.sensitivity import host_break_even, host_clause, step_cost
 from parastrat.spec.workload import Mechanisms
 
 DATA = Path(__file__).resolve().parent / "data" / "moe_zoo_layouts.csv"
@@ -156,9 +157,7 @@ def _turn(fast: dict, slow: dict, ok: bool) -> str:
     if even is None:
         return ""
     word = "reversed" if ok else "as measured"
-    base = host_op_time(fast["cluster"].accel)
-    side = "or more" if even > base else "or less"
-    return f"; {word} at {even * 1e6:.0f} us per host operation {side}"
+    return f"; {word} {host_clause(even, host_op_time(fast['cluster'].accel))}"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -412,7 +412,7 @@ def _moe_block_fwd(
     the whole block (router, routed and shared expert GEMMs ``gemm_fwd``, and its memory-bound
     kernels ``kernels_fwd``: permutation, activation, probabilities, casts), or the shared
     experts' two GEMMs alone.  Its dispatch and combine run again too (the step model's
-    :func:`~parastrat.estimate.step.recomputed_comm`)."""
+    ``estimate.step._recompute_terms``)."""
     if "moe" in mods:
         return gemm_fwd + kernels_fwd
     if "shared_experts" in mods:

@@ -132,16 +132,16 @@ def host_exposed(
     n_sel = len(mech.recompute_modules) * HOST_OPS["attention"] if moe != "mamba" else 0
     rec_ops = ops_f if mode == "full" else (n_sel if mode == "selective" else 0.0)
     moe_again = bool(sync) and mode == "selective" and "moe" in mech.recompute_modules
+    post_ops = host_ops(model, moe, s, fp8, graphs, mech, fp8_recipe, True)[0] if sync else 0.0
     if moe_again:
-        rec_ops += host_ops(model, moe, s, fp8, graphs, mech, fp8_recipe, True)[0]
+        rec_ops += post_ops
     host_f = ops_f * h_op
     host_b = (HOST_BWD_RATIO * ops_f + rec_ops) * h_op
     gpu_f = c.fwd + exposed_comm / 3
     gpu_b = c.bwd + 2 * exposed_comm / 3 + recompute
     wait_f, wait_b = max(0.0, host_f - gpu_f), max(0.0, host_b - gpu_b)
     if sync and mech.sync_drain:  # kernels: the drained queue after the token-count sync
-        post = host_ops(model, moe, s, fp8, graphs, mech, fp8_recipe, True)[0] * h_op
-        drain = sync_drain(post, c, exposed_comm, paired)
+        drain = sync_drain(post_ops * h_op, c, exposed_comm, paired)
         wait_f = max(wait_f, drain)
         if mode == "full" or moe_again:  # the recomputed forward syncs again, in backward
             wait_b, sync = max(wait_b, drain), 2 * sync

@@ -410,8 +410,8 @@ class StepModel:
         t_ep = self._ep_time(s, tokens, strides, moe_comm) if moe else 0.0
         t_ep, t_amax, c = self._kernel_terms(s, moe, tokens, strides, moe_comm, c, t_ep)
         t_tp += t_amax
-        rec, rec_comm = _recompute_terms(mode, c, t_tp + t_a2a + t_ep)
-        rec_comm += recomputed_comm(mode, self.mechanisms.recompute_modules, t_ep)
+        mods = self.mechanisms.recompute_modules
+        rec, rec_comm = _recompute_terms(mode, c, t_tp + t_a2a + t_ep, t_ep, mods)
         corr_f, corr_b = _cp_correction(model, s, tokens, accel, kind)
         if corr_f:
             c = replace(c, elem_fwd=c.elem_fwd + corr_f, elem_bwd=c.elem_bwd + corr_b)
@@ -1166,23 +1166,20 @@ def _fsdp_units(
     return units + [(1, rest_dense, dense_g), (1, rest_expert, expert_g)]
 
 
-def _recompute_terms(mode: str, c: LayerCost, fwd_comm: float) -> tuple[float, float]:
+def _recompute_terms(
+    mode: str, c: LayerCost, fwd_comm: float, t_ep: float, modules: tuple[str, ...]
+) -> tuple[float, float]:
     """(recomputed compute s, recomputed collectives s) of one layer and micro-batch:
-    ``selective`` re-runs the recipe's modules (``Mechanisms.recompute_modules``), ``full`` the
-    whole forward and its collectives (half of ``fwd_comm``, the layer's TP, CP all-to-all and
-    EP seconds of both passes)."""
+    ``selective`` re-runs the recipe's modules (``Mechanisms.recompute_modules``; ``moe``
+    also the MoE layer's forward dispatch and combine, half of ``t_ep``, its EP seconds of
+    both passes, as Megatron Core's ``MoELayer`` checkpoint covers the token dispatcher),
+    ``full`` the whole forward and its collectives (half of ``fwd_comm``, the layer's TP, CP
+    all-to-all and EP seconds of both passes)."""
     if mode == "selective":
-        return c.selective, 0.0
+        return c.selective, (0.5 * t_ep if "moe" in modules else 0.0)
     if mode == "full":
         return c.fwd, 0.5 * fwd_comm
     return 0.0, 0.0
-
-
-def recomputed_comm(mode: str, modules: tuple[str, ...], t_ep: float) -> float:
-    """Collective seconds the selective recompute runs again: the ``moe`` module re-runs the
-    MoE layer's forward dispatch and combine (half of ``t_ep``, its EP seconds of both
-    passes), as Megatron Core's ``MoELayer`` checkpoint covers the token dispatcher."""
-    return 0.5 * t_ep if mode == "selective" and "moe" in modules else 0.0
 
 
 def _cp_correction(

@@ -21,7 +21,7 @@ from ..spec.models import get as get_model
 from ..strategy import Strategy
 from .price import price
 from .ranking import layout_degrees
-from .sensitivity import host_break_even, step_cost
+from .sensitivity import host_break_even, host_clause, step_cost
 
 if TYPE_CHECKING:
     from ..spec.cluster import Cluster
@@ -68,11 +68,8 @@ class PublishedBeside:
                 f"the choice prices {ratio:.2f}x that"
             )
             if self.host_break_even_s is not None:
-                line += (
-                    f"; this layout comes out ahead if a host operation costs "
-                    f"{self.host_break_even_s * 1e6:.0f} us or more (priced at "
-                    f"{self.host_op_s * 1e6:.1f} us; parastrat bench --kernels measures it)"
-                )
+                clause = host_clause(self.host_break_even_s, self.host_op_s)
+                line += f"; this layout comes out ahead {clause}"
         elif self.why_not:
             line += f"; not priced here: {self.why_not}"
         return line

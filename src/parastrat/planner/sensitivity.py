@@ -263,12 +263,7 @@ class RankingCheck:
         """Where the host constant reverses the order, if it does within the searched range."""
         if self.host_break_even_s is None:
             return ""
-        us, model = self.host_break_even_s * 1e6, self.host_op_s * 1e6
-        side = "or more" if self.host_break_even_s > self.host_op_s else "or less"
-        return (
-            f"; it turns {turned} if a host operation costs {us:.0f} us {side} "
-            f"(priced at {model:.1f} us; parastrat bench --kernels measures it)"
-        )
+        return f"; it turns {turned} {host_clause(self.host_break_even_s, self.host_op_s)}"
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready."""
@@ -304,6 +299,16 @@ def ranking_check(
 HOST_RANGE = 8.0
 #: Bisection steps of the search (the break-even to about 1 % of its value).
 HOST_STEPS = 12
+
+
+def host_clause(break_even_s: float, host_op_s: float) -> str:
+    """ "if a host operation costs N us or more (priced at M us; ...)": a break-even of
+    :func:`host_break_even` against the priced host time, in words."""
+    side = "or more" if break_even_s > host_op_s else "or less"
+    return (
+        f"if a host operation costs {break_even_s * 1e6:.0f} us {side} "
+        f"(priced at {host_op_s * 1e6:.1f} us; parastrat bench --kernels measures it)"
+    )
 
 
 def host_break_even(
