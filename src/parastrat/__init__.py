@@ -48,6 +48,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "PublishedRun": ("parastrat.estimate.published_runs", "PublishedRun"),
     "estimate_dit": ("parastrat.estimate.dit", "estimate_dit"),
     "DiTMemoryOptions": ("parastrat.estimate.dit_memory", "DiTMemoryOptions"),
+    "DiTRequest": ("parastrat.estimate.dit_options", "DiTRequest"),
+    "DiTSwitches": ("parastrat.estimate.dit_options", "DiTSwitches"),
+    "DiTSearch": ("parastrat.estimate.dit_options", "DiTSearch"),
     "TrainingBudget": ("parastrat.estimate.train_time", "TrainingBudget"),
     # planning
     "plan": ("parastrat.planner.search", "plan"),

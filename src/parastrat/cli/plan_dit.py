@@ -234,6 +234,7 @@ def _cli_strings(value: Any) -> Any:
 def _plan(args: argparse.Namespace):
     from ..errors import UsageError
     from ..estimate.dit_memory import DiTMemoryOptions
+    from ..estimate.dit_options import DiTRequest, DiTSearch, DiTSwitches
     from ..planner.dit import plan_dit
     from ..planner.dit_sizing import smallest_dit
     from ..spec.cluster import Cluster, load_calibration
@@ -251,25 +252,30 @@ def _plan(args: argparse.Namespace):
     )
     if args.min_rps is not None and not args.smallest:
         raise UsageError("--min-rps sizes the service: give it with --smallest")
-    plan = functools.partial(smallest_dit, min_requests_per_s=args.min_rps)
-    return (plan if args.smallest else plan_dit)(
-        model,
-        cluster,
+    request = DiTRequest(
         height=args.height,
         width=args.width,
         frames=args.frames,
         steps=args.steps,
         guidance=args.guidance,
-        top_k=args.top_k,
-        data_parallel=args.data_parallel,
-        allow_cross_node=args.allow_cross_node,
+    )
+    switches = DiTSwitches(
         vae_parallel=args.vae_parallel,
         vae_tiling=True if args.vae_tiling else None,
         text_encoder_on_device=not args.offload_text_encoder,
         compiled=args.compile,
         memory=memory,
         framework=_framework(args),
+    )
+    search = DiTSearch(
+        top_k=args.top_k,
+        data_parallel=args.data_parallel,
+        allow_cross_node=args.allow_cross_node,
         max_latency_s=args.max_latency,
+    )
+    plan = functools.partial(smallest_dit, min_requests_per_s=args.min_rps)
+    return (plan if args.smallest else plan_dit)(
+        model, cluster, request=request, switches=switches, search=search
     )
 
 

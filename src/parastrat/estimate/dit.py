@@ -50,11 +50,10 @@ from .dit_memory import (
     Remedies,
     memory_hint,
     memory_phases,
-    require_options,
     residency,
 )
+from .dit_options import DiTRequest, DiTSwitches, resolve_dit
 from .dit_serial import (
-    POSTPROCESS_S_PER_ELEMENT,
     SerialParts,
     postprocess_time,
     text_encode_times,
@@ -273,16 +272,6 @@ def as_inference(strategy: Strategy) -> Strategy:
     )
 
 
-def check_workload(model: DiTSpec, *, height: int, width: int, frames: int, steps: int) -> None:
-    """SpecError for a workload the model cannot take (sizes, frames, steps)."""
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
-        raise SpecError(
-            f"steps={steps!r} must be a whole number >= 1 (denoising steps, e.g. "
-            "50 for HunyuanVideo, 28 for FLUX.1-dev)"
-        )
-    model.latent_shape(height, width, frames)
-
-
 def resolve_guidance(model: DiTSpec, guidance: bool | None) -> bool:
     """Whether the run uses classifier-free guidance (two branches per step).
 
@@ -316,14 +305,14 @@ def _memory(run: _Run, shard: DeviceShard, latent_frames: int, tiled: bool) -> D
     weights as the run keeps them, the activations of the guidance branches live at once
     (``DiTMemoryOptions.cfg_batched``), the text encoders and the VAE decode of
     ``latent_frames`` at the output's pixel size (``tiled``: the decode is tiled)."""
-    model, opts, s, out = run.model, run.memory, run.s, run.output
+    model, opts, s, out = run.model, run.switches.memory_options, run.s, run.request
     kept = residency(
         model,
         opts,
         nbytes=shard.nbytes,
         tp=s.tp,
         shard_world=s.ulysses * s.ring * s.cfg,
-        text_on_device=run.text_on_device,
+        text_on_device=run.switches.text_encoder_on_device,
         prompts=run.branches,
     )
     activations = _activation_bytes(model, s, shard, shard.batch if opts.cfg_batched else 1)
@@ -373,71 +362,79 @@ def estimate_dit(
     model: DiTSpec | str,
     strategy: Strategy,
     cluster: Cluster,
+    request: DiTRequest | None = None,
+    switches: DiTSwitches | None = None,
     *,
-    height: int,
-    width: int,
-    frames: int = 1,
-    steps: int,
+    height: int | None = None,
+    width: int | None = None,
+    frames: int | None = None,
+    steps: int | None = None,
     guidance: bool | None = None,
-    precision: str = "bf16",
-    vae_parallel: bool = False,
-    text_encoder_on_device: bool = True,
-    attention_eff: float | None = None,
-    compiled: bool = False,
+    output_type: str | None = None,
+    precision: str | None = None,
+    compiled: bool | None = None,
+    vae_parallel: bool | None = None,
     vae_tiling: bool | None = None,
-    output_type: str = "pil",
-    vae_cold: bool = False,
+    vae_cold: bool | None = None,
+    text_encoder_on_device: bool | None = None,
+    attention_eff: float | None = None,
     memory: DiTMemoryOptions | None = None,
     framework: str | DiTFramework | None = None,
 ) -> DiTReport:
     """Latency, memory and its breakdown for one generation of ``model`` under ``strategy``.
 
+    Typed form: ``estimate_dit(model, strategy, cluster, request, switches)`` with a
+    :class:`~parastrat.estimate.dit_options.DiTRequest` (what is generated) and
+    :class:`~parastrat.estimate.dit_options.DiTSwitches` (how it runs); the keyword form
+    (``height=..., width=..., steps=..., compiled=...``) builds them, an omitted keyword taking
+    its field's default (the fields say what each one means).
+
     ``strategy`` holds ``ulysses``, ``ring``, ``cfg`` (2 needs guidance), ``tp`` and
     optionally ``dp`` (replicas for throughput).  ``guidance=None`` (the default) follows the
     model: classifier-free guidance (two branches per step) unless the model is
-    guidance-distilled (FLUX.1, HunyuanVideo: one branch); ``True``/``False`` override.
-    ``compiled=True`` prices the transformer under torch.compile (fused element-wise chains,
-    fewer host launches); ``vae_tiling`` forces tiled VAE decoding on/off (None: the VAE's
-    default).  ``output_type`` is the pipeline's: "pil" (diffusers' default) and "np" add the
-    host's conversion of the decoded pixels, "pt" keeps the tensor, "latent" also skips the VAE
-    decode.  ``vae_cold=True``: the request's VAE decode is the serving process's first (no
-    warm-up decoded before it), which adds a measured one-time cost.  The serial parts (text
-    encoders, scheduler, VAE decode, output post-processing) are in ``.serial``.
-    ``memory`` (:class:`~parastrat.estimate.dit_memory.DiTMemoryOptions`, default: whole
-    weights on every device) says how the run keeps its weights: FSDP shards, offloading, the
-    stored dtype, batched or sequential guidance branches; ``.memory`` reports every phase
-    (text encoding, denoising, VAE decode) and the peak one.  ``framework`` (None: MindIE-SD on
-    Ascend, xDiT on GPUs; :mod:`~parastrat.spec.dit_frameworks`) says how ring runs: passed
-    around behind the attention, or gathered whole first (MindIE-SD's ports).
+    guidance-distilled (FLUX.1, HunyuanVideo: one branch).  The serial parts (text encoders,
+    scheduler, VAE decode, output post-processing) are in ``.serial``; ``.memory`` reports
+    every phase (text encoding, denoising, VAE decode) and the peak one.
     Raises :class:`SpecError` for a workload the
     VAE/patch cannot split or ``steps < 1``, :class:`StrategyError` for a strategy the model or
     cluster cannot take (heads vs Ulysses/TP, more devices than the cluster has, more
     sequence ranks than tokens); padding is reported in ``.warnings``.
     """
-    output = DiTOutput(height, width, frames, output_type, vae_tiling, vae_cold)
-    run = _resolve(
-        model,
-        strategy,
-        cluster,
-        output,
-        steps,
+    request, switches = resolve_dit(
+        request,
+        switches,
+        who="estimate_dit",
+        height=height,
+        width=width,
+        frames=frames,
+        steps=steps,
         guidance=guidance,
-        memory=memory,
+        output_type=output_type,
+        precision=precision,
+        compiled=compiled,
         vae_parallel=vae_parallel,
-        text_on_device=text_encoder_on_device,
+        vae_tiling=vae_tiling,
+        vae_cold=vae_cold,
+        text_encoder_on_device=text_encoder_on_device,
+        attention_eff=attention_eff,
+        memory=memory,
+        framework=framework,
     )
-    shape = run.model.latent_shape(height, width, frames)
+    return _estimate(_resolve(model, strategy, cluster, request, switches))
+
+
+def _estimate(run: _Run) -> DiTReport:
+    """The report of one checked run (:func:`estimate_dit`)."""
+    req, sw = run.request, run.switches
+    shape = run.model.latent_shape(req.height, req.width, req.frames)
     tokens, warnings = _admit(run, shape)
-    serving = get_framework(framework, run.cluster.accel.vendor)
+    serving = get_framework(sw.framework, run.cluster.accel.vendor)
     if tokens.padding and serving.pad_note:
         warnings.append(f"padding: {serving.pad_note}")
-    shard = replace(
-        _device_shard(run, tokens, precision, compiled, attention_eff),
-        ring_gather=serving.ring_gather,
-    )
-    step, serial = _timed(run, shard, steps)
-    latency = steps * step.total + serial.text_encode_s + serial.vae_decode_s + serial.postprocess_s
-    warnings += _latency_warnings(run.s, step, serial, steps, latency, vae_parallel, tokens.video)
+    shard = replace(_device_shard(run, tokens), ring_gather=serving.ring_gather)
+    step, serial = _timed(run, shard)
+    latency = req.steps * step.total + serial.total_s
+    warnings += _latency_warnings(run, step, serial, latency, tokens.video)
     memory_rep = _memory(run, shard, shape.latent_frames, bool(serial.vae.get("tiled", False)))
     warnings += _memory_warnings(memory_rep, run.cluster.accel)
     return DiTReport(
@@ -445,38 +442,40 @@ def estimate_dit(
         strategy=run.s,
         accelerator=run.cluster.accel.name,
         devices=run.devices,
-        height=height,
-        width=width,
-        frames=frames,
-        steps=steps,
+        height=req.height,
+        width=req.width,
+        frames=req.frames,
+        steps=req.steps,
         guidance=run.guidance,
         latency_s=latency,
         per_step_s=step.total,
         memory=memory_rep,
-        breakdown=_breakdown(step, serial, steps),
-        hidden={"ring_kv_exchange": steps * step.ring_hidden},
+        breakdown=_breakdown(step, serial, req.steps),
+        hidden={"ring_kv_exchange": req.steps * step.ring_hidden},
         tokens=tokens,
         warnings=warnings,
         serial=serial.to_dict(),
-        compiled=compiled,
+        compiled=sw.compiled,
     )
 
 
 @dataclass(frozen=True)
 class _Run:
     """One generation's inputs, checked and with their defaults resolved: what the phases of
-    :func:`estimate_dit` read.  ``guidance`` is resolved (``guidance_given``: whether the
-    caller set it); ``s`` is the strategy on the xDiT grid."""
+    :func:`estimate_dit` read.  ``guidance`` is resolved (the request's ``guidance`` None
+    when the model chose it); ``s`` is the strategy on the xDiT grid."""
 
     model: DiTSpec
     s: Strategy
     cluster: Cluster
-    output: DiTOutput
+    request: DiTRequest
+    switches: DiTSwitches
     guidance: bool
-    guidance_given: bool
-    memory: DiTMemoryOptions
-    vae_parallel: bool
-    text_on_device: bool
+
+    @property
+    def guidance_given(self) -> bool:
+        """Whether the caller set guidance (rather than the model's default)."""
+        return self.request.guidance is not None
 
     @property
     def branches(self) -> int:
@@ -490,65 +489,43 @@ class _Run:
 
     def remedies(self, tiled: bool) -> Remedies:
         """What this run already does to save memory (``tiled``: its decode is tiled)."""
+        sw = self.switches
         return Remedies(
             devices=self.s.model_parallel_size,
-            vae_parallel=self.vae_parallel,
+            vae_parallel=sw.vae_parallel,
             vae_tiled=tiled,
             vae_tileable=self.model.vae is not None and self.model.vae.tiling is not None,
-            text_on_device=self.text_on_device,
-            options=self.memory,
+            text_on_device=sw.text_encoder_on_device,
+            options=sw.memory_options,
         )
 
     @property
     def vae_devices(self) -> int:
         """Devices the VAE decode runs on: every model-parallel one with ``vae_parallel``."""
         s = self.s
-        return (s.tp * (s.ulysses * s.ring) * s.cfg) if self.vae_parallel else 1
+        return (s.tp * (s.ulysses * s.ring) * s.cfg) if self.switches.vae_parallel else 1
 
 
 def _resolve(
     model: DiTSpec | str,
     strategy: Strategy,
     cluster: Cluster,
-    output: DiTOutput,
-    steps: int,
-    *,
-    guidance: bool | None,
-    memory: DiTMemoryOptions | None,
-    vae_parallel: bool,
-    text_on_device: bool,
+    request: DiTRequest,
+    switches: DiTSwitches,
 ) -> _Run:
-    """The checked inputs of :func:`estimate_dit`; SpecError for a model, cluster, workload,
-    output type or memory option it cannot take."""
+    """The checked inputs of :func:`estimate_dit`; SpecError for a model, cluster or workload
+    it cannot take."""
     model = get_dit(model)
     if not isinstance(cluster, Cluster):
         raise SpecError(f"cluster must be a parastrat.Cluster, got {type(cluster).__name__}")
-    check_workload(
-        model, height=output.height, width=output.width, frames=output.frames, steps=steps
-    )
-    if output.output_type not in POSTPROCESS_S_PER_ELEMENT:
-        raise SpecError(
-            f"output_type={output.output_type!r} is not one a diffusers pipeline takes; known: "
-            f"{', '.join(POSTPROCESS_S_PER_ELEMENT)}"
-        )
-    mem_opts = require_options(memory)
-    if mem_opts.encoder_fsdp and not text_on_device:
-        raise SpecError(
-            "memory=DiTMemoryOptions(encoder_fsdp=True) shards text encoders that "
-            "text_encoder_on_device=False keeps on the host; use one or the other"
-        )
-    resolved = resolve_guidance(model, guidance)
-    s = as_inference(strategy)
+    model.latent_shape(request.height, request.width, request.frames)
     return _Run(
         model=model,
-        s=s,
+        s=as_inference(strategy),
         cluster=cluster,
-        output=output,
-        guidance=resolved,
-        guidance_given=guidance is not None,
-        memory=mem_opts,
-        vae_parallel=vae_parallel,
-        text_on_device=text_on_device,
+        request=request,
+        switches=switches,
+        guidance=resolve_guidance(model, request.guidance),
     )
 
 
@@ -557,7 +534,7 @@ def _admit(run: _Run, shape: Any) -> tuple[TokenSplit, list[str]]:
     (the strategy's soft rules, padding, true CFG on a distilled model); StrategyError
     listing every refusal otherwise."""
     model, s, cluster = run.model, run.s, run.cluster
-    size = f"{run.output.width}x{run.output.height}"
+    size = run.request.size
     problems = _refusals(
         model, s, cluster, run.guidance, run.guidance_given, run.devices, (shape.tokens, size)
     )
@@ -572,12 +549,10 @@ def _admit(run: _Run, shape: Any) -> tuple[TokenSplit, list[str]]:
     return tokens, warnings
 
 
-def _device_shard(
-    run: _Run, tokens: TokenSplit, precision: str, compiled: bool, attention_eff: float | None
-) -> DeviceShard:
+def _device_shard(run: _Run, tokens: TokenSplit) -> DeviceShard:
     """What one device runs per step; SpecError for an unknown precision or an attention
     efficiency outside (0, 1]."""
-    s = run.s
+    s, sw = run.s, run.switches
     return DeviceShard(
         batch=run.branches // s.cfg,  # branches each device runs per step (1 or 2)
         per_dev=tokens.per_device,
@@ -585,30 +560,21 @@ def _device_shard(
         tp=s.tp,
         ulysses=s.ulysses,
         ring=s.ring,
-        nbytes=_precision(precision, run.cluster.accel),
-        precision=precision,
-        compiled=compiled,
-        attention_eff=_attention_eff(run.cluster.accel, run.model, attention_eff),
+        nbytes=_precision(sw.precision, run.cluster.accel),
+        precision=sw.precision,
+        compiled=sw.compiled,
+        attention_eff=_attention_eff(run.cluster.accel, run.model, sw.attention_eff),
     )
 
 
-def _timed(run: _Run, shard: DeviceShard, steps: int) -> tuple[StepTime, SerialParts]:
-    """One denoising step on one device, and the serial parts around the ``steps`` steps."""
-    out = run.output
-    latent = run.model.latent_elements(out.height, out.width, out.frames)
+def _timed(run: _Run, shard: DeviceShard) -> tuple[StepTime, SerialParts]:
+    """One denoising step on one device, and the serial parts around the request's steps."""
+    req = run.request
+    latent = run.model.latent_elements(req.height, req.width, req.frames)
     step = step_time(
         run.model, shard, run.cluster, latent_elements=latent, guidance=run.guidance, cfg=run.s.cfg
     )
-    serial = _serial(
-        run.model,
-        run.cluster,
-        out,
-        nbytes=shard.nbytes,
-        prompts=run.branches,
-        vae_devices=run.vae_devices,
-        scheduler_s=steps * step.scheduler,
-    )
-    return step, serial
+    return step, _serial(run, nbytes=shard.nbytes, scheduler_s=req.steps * step.scheduler)
 
 
 def _memory_warnings(memory: DiTMemory, accel: Accelerator) -> list[str]:
@@ -731,43 +697,21 @@ def _token_warnings(model: DiTSpec, t: TokenSplit, shape: Any, guidance: bool) -
     return out
 
 
-@dataclass(frozen=True)
-class DiTOutput:
-    """What the pipeline makes of the final latents: the picture's size, its
-    ``output_type`` ("pil", "np", "pt", "latent"), tiled VAE decoding (None: the VAE's
-    default) and whether the decode is the serving process's first (``cold``)."""
-
-    height: int
-    width: int
-    frames: int
-    output_type: str = "pil"
-    tiled: bool | None = None
-    cold: bool = False
-
-
-def _serial(
-    model: DiTSpec,
-    cluster: Cluster,
-    out: DiTOutput,
-    *,
-    nbytes: int,
-    prompts: int,
-    vae_devices: int,
-    scheduler_s: float,
-) -> SerialParts:
+def _serial(run: _Run, *, nbytes: int, scheduler_s: float) -> SerialParts:
     """The parts outside the sharded transformer: text encoders and the VAE decode once,
     output post-processing, and the scheduler's steps (``scheduler_s``)."""
-    encoders = text_encode_times(model, cluster, prompts=prompts)
+    model, cluster, out, sw = run.model, run.cluster, run.request, run.switches
+    encoders = text_encode_times(model, cluster, prompts=run.branches)
     vae_s, vae_detail = vae_decode(
         model,
         cluster,
         height=out.height,
         width=out.width,
         frames=out.frames,
-        devices=vae_devices,
-        tiled=out.tiled,
+        devices=run.vae_devices,
+        tiled=sw.vae_tiling,
         nbytes=nbytes,
-        cold=out.cold,
+        cold=sw.vae_cold,
     )
     if out.output_type == "latent":  # the pipeline returns the latents: no decode at all
         vae_s, vae_detail = 0.0, {"vae": None, "skipped": "output_type='latent'"}
@@ -799,16 +743,10 @@ def _breakdown(step: StepTime, serial: SerialParts, steps: int) -> dict[str, flo
 
 
 def _latency_warnings(
-    s: Strategy,
-    step: StepTime,
-    serial: SerialParts,
-    steps: int,
-    latency: float,
-    vae_parallel: bool,
-    video: int,
+    run: _Run, step: StepTime, serial: SerialParts, latency: float, video: int
 ) -> list[str]:
     """A ring whose K/V exchange is not hidden; a one-device VAE decode that weighs."""
-    out = []
+    s, steps, out = run.s, run.request.steps, []
     if s.ring > 1 and step.ring_uncovered > 0.05 * step.ring_total:
         out.append(
             f"ring: {steps * step.ring_uncovered:.3g} s of K/V exchange is not "
@@ -816,7 +754,7 @@ def _latency_warnings(
             f"ring={s.ring}); prefer Ulysses or CFG for this sequence"
         )
     vae_s = serial.vae_decode_s
-    if not vae_parallel and s.model_parallel_size > 1 and vae_s > 0.1 * latency:
+    if not run.switches.vae_parallel and s.model_parallel_size > 1 and vae_s > 0.1 * latency:
         out.append(
             f"vae: the VAE decode ({vae_s:.3g} s) runs on one device and is "
             f"{100 * vae_s / latency:.0f} % of the latency; a parallel VAE "

@@ -114,6 +114,12 @@ class SerialParts:
     postprocess_s: float = 0.0
     output_type: str = "pil"
 
+    @property
+    def total_s(self) -> float:
+        """Seconds the request spends outside the denoising loop (text encoding, VAE decode,
+        output conversion; the scheduler's steps are inside the loop's step time)."""
+        return self.text_encode_s + self.vae_decode_s + self.postprocess_s
+
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready: each part in seconds, with the per-encoder and VAE details."""
         return {

@@ -18,20 +18,19 @@ where its numbers put it and why.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..checks import require_positive
 from ..errors import SpecError, StrategyError, UsageError
 from ..estimate.dit import (
     DiTMemory,
     DiTReport,
     GiB,
-    check_workload,
     estimate_dit,
     resolve_guidance,
 )
 from ..estimate.dit_memory import DiTMemoryOptions
+from ..estimate.dit_options import DiTRequest, DiTSearch, DiTSwitches, resolve_dit, resolve_search
 from ..estimate.dit_step import attention_efficiency
 from ..estimate.track_record import TrackRecord, track_record
 from ..spec.cluster import Cluster
@@ -272,36 +271,42 @@ def _splits(devices: int, guidance: bool, data_parallel: bool) -> list[Strategy]
 def plan_dit(
     model: DiTSpec | str,
     cluster: Cluster,
+    request: DiTRequest | None = None,
+    switches: DiTSwitches | None = None,
+    search: DiTSearch | None = None,
     *,
-    height: int,
-    width: int,
-    frames: int = 1,
-    steps: int,
+    height: int | None = None,
+    width: int | None = None,
+    frames: int | None = None,
+    steps: int | None = None,
     guidance: bool | None = None,
-    top_k: int = 5,
+    top_k: int | None = None,
     devices: int | None = None,
-    data_parallel: bool = False,
-    allow_cross_node: bool = False,
-    vae_parallel: bool = False,
+    data_parallel: bool | None = None,
+    allow_cross_node: bool | None = None,
+    vae_parallel: bool | None = None,
     vae_tiling: bool | None = None,
-    text_encoder_on_device: bool = True,
-    precision: str = "bf16",
-    compiled: bool = False,
+    text_encoder_on_device: bool | None = None,
+    precision: str | None = None,
+    compiled: bool | None = None,
     memory: DiTMemoryOptions | None = None,
     framework: str | DiTFramework | None = None,
     max_latency_s: float | None = None,
 ) -> DiTPlan:
-    """Rank every legal Ulysses/ring/CFG/TP split of ``devices`` (default: the cluster's).
+    """Rank every legal Ulysses/ring/CFG/TP split of the devices (default: the cluster's).
+
+    Typed form: ``plan_dit(model, cluster, request, switches, search)`` with a
+    :class:`~parastrat.estimate.dit_options.DiTRequest` (what is generated),
+    :class:`~parastrat.estimate.dit_options.DiTSwitches` (how it runs: every split is priced
+    with them by :func:`~parastrat.estimate.dit.estimate_dit`) and
+    :class:`~parastrat.estimate.dit_options.DiTSearch` (what may be tried); the keyword form
+    builds them, an omitted keyword taking its field's default.
 
     ``data_parallel=True`` also tries replicas (``dp``) that serve separate requests and
     ranks by requests per second; otherwise all devices serve one request and the ranking is
-    by latency.  ``vae_tiling`` forces tiled VAE decoding on/off (None: the VAE's default, as
-    :func:`~parastrat.estimate.dit.estimate_dit`).  ``compiled=True`` prices the transformer
-    under torch.compile.  ``memory``
-    (:class:`~parastrat.estimate.dit_memory.DiTMemoryOptions`) says how the weights are kept
-    (FSDP shards, offloading); a split fits when its peak memory phase does.
-    ``framework`` ("mindiesd", "xdit", "diffusers" or "any"; None: MindIE-SD on Ascend, xDiT
-    on GPUs) keeps only the splits that framework runs for this model
+    by latency.  A split fits when its peak memory phase does (``memory``: how the weights are
+    kept).  ``framework`` ("mindiesd", "xdit", "diffusers" or "any"; None: MindIE-SD on
+    Ascend, xDiT on GPUs) keeps only the splits that framework runs for this model
     (:mod:`~parastrat.spec.dit_frameworks`) and names the launch.
     ``guidance=None`` follows the model (one branch for guidance-distilled
     models, so no CFG split is proposed); ``True``/``False`` override.
@@ -313,77 +318,141 @@ def plan_dit(
     of the model refuses, and :class:`UsageError` when no split is legal or fits, saying what
     would.
     """
-    model = get_dit(model)
-    if not isinstance(cluster, Cluster):
-        raise SpecError(f"cluster must be a parastrat.Cluster, got {type(cluster).__name__}")
-    check_workload(model, height=height, width=width, frames=frames, steps=steps)
-    explicit_guidance = guidance
-    guidance = resolve_guidance(model, guidance)
-    n = _device_count(cluster, devices, top_k)
-    video = model.tokens(height, width, frames)
-    target = get_framework(framework, cluster.accel.vendor)
-    wrong_size = target.size_violations(model, height, width)
-    if wrong_size:
-        raise StrategyError(wrong_size)
-    price = functools.partial(
-        estimate_dit,
-        model,
-        framework=target,
-        cluster=cluster,
+    request, switches = resolve_dit(
+        request,
+        switches,
+        who="plan_dit",
         height=height,
         width=width,
         frames=frames,
         steps=steps,
-        guidance=explicit_guidance,
+        guidance=guidance,
         precision=precision,
+        compiled=compiled,
         vae_parallel=vae_parallel,
         vae_tiling=vae_tiling,
         text_encoder_on_device=text_encoder_on_device,
-        compiled=compiled,
         memory=memory,
+        framework=framework,
     )
-    domain = None if allow_cross_node else cluster.scale_up_domain
-    runs = functools.partial(target.violations, model=model)
-    found = _price_splits(_splits(n, guidance, data_parallel), price, domain, runs)
-    found = _bounded(found, _latency_bound(max_latency_s), f"{n} {cluster.accel.name}", model)
+    search = resolve_search(
+        search,
+        who="plan_dit",
+        top_k=top_k,
+        devices=devices,
+        data_parallel=data_parallel,
+        allow_cross_node=allow_cross_node,
+        max_latency_s=max_latency_s,
+    )
+    return _plan(_Job.of(model, cluster, request, switches, search))
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What :func:`plan_dit` plans, checked: the model, the cluster, the typed request,
+    switches (the serving framework resolved) and search, and the devices to split."""
+
+    model: DiTSpec
+    cluster: Cluster
+    request: DiTRequest
+    switches: DiTSwitches
+    search: DiTSearch
+    devices: int
+    guidance: bool
+
+    @classmethod
+    def of(
+        cls,
+        model: DiTSpec | str,
+        cluster: Cluster,
+        request: DiTRequest,
+        switches: DiTSwitches,
+        search: DiTSearch,
+    ) -> _Job:
+        """The checked job; SpecError for a model, cluster or picture size the model cannot
+        take, StrategyError for one the framework's port refuses, UsageError for a device
+        count the cluster does not have."""
+        model = get_dit(model)
+        if not isinstance(cluster, Cluster):
+            raise SpecError(f"cluster must be a parastrat.Cluster, got {type(cluster).__name__}")
+        model.latent_shape(request.height, request.width, request.frames)
+        guidance = resolve_guidance(model, request.guidance)
+        target = get_framework(switches.framework, cluster.accel.vendor)
+        wrong_size = target.size_violations(model, request.height, request.width)
+        if wrong_size:
+            raise StrategyError(wrong_size)
+        n = _device_count(cluster, search.devices)
+        switches = replace(switches, framework=target)
+        return cls(model, cluster, request, switches, search, n, guidance)
+
+    @property
+    def framework(self) -> DiTFramework:
+        """The serving framework whose limits the splits keep."""
+        return get_framework(self.switches.framework)
+
+    def price(self, strategy: Strategy, cluster: Cluster | None = None) -> DiTReport:
+        """``strategy``'s report for this job (on ``cluster``: another view of the devices)."""
+        c = self.cluster if cluster is None else cluster
+        return estimate_dit(self.model, strategy, c, self.request, self.switches)
+
+
+def _plan(job: _Job) -> DiTPlan:
+    """Price and rank every split of the job's devices."""
+    model, cluster, req, search, n = job.model, job.cluster, job.request, job.search, job.devices
+    video = model.tokens(req.height, req.width, req.frames)
+    domain = None if search.allow_cross_node else cluster.scale_up_domain
+    runs = functools.partial(job.framework.violations, model=model)
+    splits = _splits(n, job.guidance, search.data_parallel)
+    found = _price_splits(splits, job.price, domain, runs)
+    found = _bounded(found, search.max_latency_s, f"{n} {cluster.accel.name}", model)
     if not found.priced:
-        tried = (allow_cross_node, data_parallel, target)
+        tried = (search.allow_cross_node, search.data_parallel, job.framework)
         raise _nothing_fits(model, cluster, n, video, found, tried)
-    objective = "throughput" if data_parallel else "latency"
+    objective = "throughput" if search.data_parallel else "latency"
     ranked = _ranked(found.priced, model, objective)
     return DiTPlan(
         model=model.name,
         accelerator=cluster.accel.name,
         devices=n,
-        workload={
-            "height": height,
-            "width": width,
-            "frames": frames,
-            "steps": steps,
-            "guidance": guidance,
-            "guidance_from": "argument" if explicit_guidance is not None else "model",
-            "compiled": compiled,
-            "video_tokens": video,
-            "text_tokens": model.text_tokens,
-        },
-        candidates=ranked[:top_k],
-        advice=_advice(model, ranked, n, video, guidance, found.reasons),
+        workload=_workload(job, video),
+        candidates=ranked[: search.top_k],
+        advice=_advice(model, ranked, n, video, job.guidance, found.reasons),
         rejected=found.rejected,
         objective=objective,
-        framework=target.name,
+        framework=job.framework.name,
         track_record=track_record(model, cluster.accel),
         published=dit_published_beside(
-            model, cluster.accel.name, (n, height, width, frames, steps, compiled), ranked
+            model,
+            cluster.accel.name,
+            (n, req.height, req.width, req.frames, req.steps, job.switches.compiled),
+            ranked,
         ),
         sensitivity=tuple(
             changes(
-                lambda c: price(strategy=ranked[0].strategy, cluster=c).latency_s,
+                lambda c: job.price(ranked[0].strategy, c).latency_s,
                 cluster,
-                precision,
+                job.switches.precision,
                 attention_efficiency(cluster.accel, model.head_dim),
             )
         ),
     )
+
+
+def _workload(job: _Job, video: int) -> dict[str, Any]:
+    """The plan's ``workload`` entry: the request, with guidance resolved and where it came
+    from, and the tokens it makes."""
+    req = job.request
+    return {
+        "height": req.height,
+        "width": req.width,
+        "frames": req.frames,
+        "steps": req.steps,
+        "guidance": job.guidance,
+        "guidance_from": "argument" if req.guidance is not None else "model",
+        "compiled": job.switches.compiled,
+        "video_tokens": video,
+        "text_tokens": job.model.text_tokens,
+    }
 
 
 def _ranked(priced: list[DiTCandidate], model: DiTSpec, objective: str) -> list[DiTCandidate]:
@@ -397,8 +466,8 @@ def _ranked(priced: list[DiTCandidate], model: DiTSpec, objective: str) -> list[
     return [DiTCandidate(c.strategy, c.report, _why(c, best, model, objective)) for c in priced]
 
 
-def _device_count(cluster: Cluster, devices: int | None, top_k: int) -> int:
-    """The devices to split (default: the cluster's), checked with ``top_k``."""
+def _device_count(cluster: Cluster, devices: int | None) -> int:
+    """The devices to split (default: the cluster's), checked."""
     n = cluster.num_devices if devices is None else devices
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise UsageError(f"devices={n!r} must be a whole number >= 1")
@@ -407,8 +476,6 @@ def _device_count(cluster: Cluster, devices: int | None, top_k: int) -> int:
             f"devices={n} but the cluster has {cluster.num_devices}; pass a "
             f"Cluster with num_devices >= {n}"
         )
-    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
-        raise UsageError(f"top_k={top_k!r} must be a whole number >= 1")
     return n
 
 
@@ -471,11 +538,6 @@ def _price_splits(
             continue
         out.priced.append(DiTCandidate(strategy=s, report=rep))
     return out
-
-
-def _latency_bound(value: float | None) -> float | None:
-    """``max_latency_s`` checked: None, or a positive finite number of seconds."""
-    return None if value is None else require_positive("max_latency_s", value, "5")
 
 
 def _bounded(found: _Priced, bound: float | None, devices: str, model: DiTSpec) -> _Priced:

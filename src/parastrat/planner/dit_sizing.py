@@ -6,10 +6,12 @@ latency bound if one is given): :func:`smallest_dit`, the serving counterpart of
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from typing import Any
 
 from ..checks import require_positive
 from ..errors import SpecError, UsageError
+from ..estimate.dit_options import SEARCH_FIELDS, resolve_search
 from ..spec.cluster import Cluster
 from .dit import DiTPlan, label, plan_dit
 from .fewest import first_accepted, sizing_counts, whole_nodes_between
@@ -31,23 +33,28 @@ def smallest_dit(
     """The plan on the fewest devices on which a split fits, or, with
     ``min_requests_per_s``, whose best split (replicas allowed: ``data_parallel=True``)
     serves at least that many requests per second; every other keyword is
-    :func:`~parastrat.planner.dit.plan_dit`'s (``max_latency_s`` bounds each request).
+    :func:`~parastrat.planner.dit.plan_dit`'s (``max_latency_s`` bounds each request), the
+    typed ``request`` / ``switches`` / ``search`` included (the search's ``devices`` is what
+    this chooses).
 
     The search walks :func:`device_counts` up to the first count that meets the goal, then
     bisects the whole-node counts between it and the last power of two that did not (a
     count whose factors divide no split can fail between two that pass, so the answer is
     the fewest found, never more than that power of two).  Raises :class:`UsageError`
     saying how far the most devices fall short."""
-    if "devices" in options:
-        raise UsageError("smallest_dit chooses the device count: give the most as the cluster's")
     target = _target(min_requests_per_s)
+    search = resolve_search(options.pop("search", None), who="smallest_dit", **options)
+    if search.devices is not None:
+        raise UsageError("smallest_dit chooses the device count: give the most as the cluster's")
+    options = {k: v for k, v in options.items() if k not in SEARCH_FIELDS}
     if target is not None:
-        options["data_parallel"] = True
+        search = replace(search, data_parallel=True)
     tried: dict[int, DiTPlan | Exception] = {}
 
     def meets(n: int) -> DiTPlan | None:
         try:
-            tried[n] = found = plan_dit(model, cluster, devices=n, **options)
+            found = plan_dit(model, cluster, search=replace(search, devices=n), **options)
+            tried[n] = found
         except (UsageError, SpecError) as exc:
             tried[n] = exc
             return None
