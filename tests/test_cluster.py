@@ -160,3 +160,37 @@ def test_kernel_constants_measured_as_another_accelerator_are_refused():
         ps.Cluster("ascend-910b", 8, calibration=cal)
     with pytest.raises(SpecError, match="measured as h100"):
         ps.Cluster("a100", 8).calibrate(cal)
+
+
+def test_pipeline_hops_that_leave_a_segment():
+    """A pipeline group's stages sit ``stride`` ranks apart, not in an aligned block: on 128
+    GB200 (two 64-GPU segments) PP4 with stride 32 puts stages 0-1 in one segment and 2-3 in
+    the other, so hop 1 -> 2 (and the interleaved wrap 3 -> 0) crosses; the two-rank group
+    ``span`` alone calls every hop intra."""
+    c = ps.Cluster("gb200", 128)
+    assert c.span(2, stride=32) == "intra"
+    assert c.hop_crossings(4, 32) == 1
+    assert c.hop_crossings(4, 32, wrap=True) == 2
+    assert c.hop_crossings(4, 16) == 0  # the whole group in one segment
+    h100 = ps.Cluster("h100", 64)
+    assert h100.hop_crossings(8, 8) == 7  # every stage on its own node
+    assert h100.hop_crossings(4, 4, wrap=True) == 2  # 0-4 | 8-12: one hop each way crosses
+
+
+@given(
+    stages=st.integers(2, 16),
+    stride=st.integers(1, 64),
+    wrap=st.booleans(),
+    accel=st.sampled_from(["h100", "gb200", "ascend-910b"]),
+)
+def test_hop_crossings_bounds(stages, stride, wrap, accel):
+    c = ps.Cluster(accel, stages * stride)
+    hops = stages - 1 + wrap
+    crossing = c.hop_crossings(stages, stride, wrap)
+    assert 0 <= crossing <= hops
+    # a group whose every member shares one unit has no crossing; one wider has at least one
+    unit = c.segment if c.scale_up_domain > c.devices_per_node else c.scale_up_domain
+    if stages * stride <= unit and unit % (stages * stride) == 0:
+        assert crossing == 0
+    if stride >= unit:
+        assert crossing == hops

@@ -559,3 +559,30 @@ def test_host_bound_step_says_which_host_constant_it_priced():
     graphed = estimate_step(qwen, s, b200, cuda_graphs=("full_iteration",), **kw)
     assert graphed.breakdown["host_exposed"] == 0.0
     assert not [n for n in graphed.notes if "waits on the host" in n]
+
+
+def test_pipeline_hops_across_segments_pay_the_scale_out_link():
+    """Nemotron-4 340B on 128 GB200 as NeMo ran it (TP8 PP4 VP12, stride 32 over two 64-GPU
+    segments): with ``p2p_hops`` the crossing hops take InfiniBand, so the pipeline's exposed
+    transfer time grows; on 64 GB200 (one segment) the mechanism changes nothing."""
+    from parastrat.spec.workload import Switches, parse_ablation
+
+    model = ps.models.get("nemotron4-340b")
+    s = ps.Strategy(tp=8, pp=4, vpp=12, sp=True)
+
+    def step(n: int, off: str = ""):
+        return estimate_step(
+            model,
+            s.with_world_size(n),
+            ps.Cluster("gb200", num_devices=n),
+            Switches(mechanisms=parse_ablation(off)),
+            seq_len=4096,
+            global_batch_size=8 * n // 32,
+            micro_batch_size=1,
+            precision="fp8",
+        )
+
+    on, off = step(128), step(128, "p2p_hops")
+    assert on.breakdown["pp_exposed"] > 2 * off.breakdown["pp_exposed"]
+    assert on.step_time_s > off.step_time_s
+    assert step(64).step_time_s == pytest.approx(step(64, "p2p_hops").step_time_s)

@@ -759,19 +759,18 @@ class StepModel:
         (:func:`unpaired_share`, the ``a2a_pairing`` mechanism)."""
         p, v = s.pp, s.vpp
         tokens = mbs * self._workload.seq_len / s.cp
-        p2p = comm.pp_microbatch(self._workload.model, s, tokens, strides)
-        t_p2p = p2p.time(self._cluster) if p2p else 0.0
+        t_p2p, t_hop = self._p2p_times(s, tokens, strides)
         t_max_mb = max(st["mb"] for st, _ in stages)
         bubble = (p - 1) / v * t_max_mb if p > 1 else 0.0
         pp_total = 2 * v * m * t_p2p
         pp_exposed = 0.0
         if p > 1:
             steady = (OVERLAP_SLOWDOWN if v > 1 else 1.0) * 2 * v * m * t_p2p
-            fill = 2 * (p - 1) * t_p2p
+            fill = 2 * (p - 1) * t_hop
             if self.mechanisms.interleave and v > 1:
                 # kernels: the first micro-batch crosses every chunk boundary (p v - 1 sends
                 # forward and as many backward), each with its host launch
-                fill = 2 * (p * v - 1) * (t_p2p + host_op_time(self._cluster.accel))
+                fill = 2 * (p * v - 1) * (t_hop + host_op_time(self._cluster.accel))
             pp_exposed = fill + steady
         best: tuple[float, dict[str, float]] | None = None
         for st, block in stages:
@@ -785,6 +784,30 @@ class StepModel:
                 best = (st["total"], st)
         assert best is not None
         return best[0], best[1], (bubble, pp_total, pp_exposed)
+
+    def _p2p_times(
+        self, s: Strategy, tokens: float, strides: dict[str, int]
+    ) -> tuple[float, float]:
+        """(the slowest stage's, the mean hop's) seconds for one pipeline transfer.  With the
+        ``p2p_hops`` mechanism the hops that leave a placement unit
+        (:meth:`~parastrat.spec.cluster.Cluster.hop_crossings`) take the scale-out link and the
+        others the scale-up link: the slowest sets the steady state, the fill crosses every
+        hop in turn (off: every hop priced as a two-rank group ``stride`` apart)."""
+        p2p = comm.pp_microbatch(self._workload.model, s, tokens, strides)
+        if p2p is None:
+            return 0.0, 0.0
+        c = self._cluster
+        if not self.mechanisms.p2p_hops:
+            t = p2p.time(c)
+            return t, t
+        wrap = s.vpp > 1
+        hops = s.pp - 1 + wrap
+        crossing = c.hop_crossings(s.pp, p2p.stride, wrap)
+        inter, intra = (
+            c.collective_time("send_recv", p2p.nbytes, 2, x) for x in ("inter", "intra")
+        )
+        worst = inter if crossing else intra
+        return worst, (crossing * inter + (hops - crossing) * intra) / hops
 
     def _dp_and_optimizer(
         self, s: Strategy, st: dict[str, float], block: Any, strides: dict[str, int], m: int = 1

@@ -428,6 +428,27 @@ class Cluster:
         unit = self.segment if dom > self.devices_per_node else dom
         return _local_peers(group_size, max(stride, 1), unit, self.num_devices)
 
+    def hop_crossings(self, stages: int, stride: int, wrap: bool = False) -> int:
+        """Most hops between consecutive pipeline stages (``stride`` ranks apart) that leave a
+        placement unit (the :attr:`segment` of a multi-node domain, the node's domain
+        otherwise), over every pipeline group: those transfers take the scale-out link.
+        ``wrap``: the last stage also sends to the first (an interleaved schedule's next
+        virtual chunk).  A pipeline group is not an aligned block of consecutive ranks the
+        way its collectives' groups are: stage ``k`` of every group sits ``k * stride`` ranks
+        after its first, so hop ``k -> k + 1`` leaves the unit wherever a unit boundary falls
+        between them."""
+        dom = self.scale_up_domain
+        unit = self.segment if dom > self.devices_per_node else dom
+        hops = [(k, k + 1) for k in range(stages - 1)] + ([(stages - 1, 0)] if wrap else [])
+        extent = stages * stride
+        period = min(max(self.num_devices, extent), extent * unit // gcd(extent, unit))
+        most = 0
+        for start in range(0, period, extent):
+            for offset in range(stride):
+                rank = [start + offset + k * stride for k in range(stages)]
+                most = max(most, sum(rank[a] // unit != rank[b] // unit for a, b in hops))
+        return most
+
     def link(self, span: str) -> tuple[float, float]:
         """(per-step latency in s, achievable bus bandwidth in B/s) of a link class."""
         if span == "intra":

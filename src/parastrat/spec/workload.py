@@ -264,6 +264,11 @@ class Mechanisms:
       :mod:`parastrat.estimate.fp8`);
     * ``interleave``: deep pipeline interleaving lengthens the fill/drain chain by one P2P
       transfer (and its host launches) per chunk boundary;
+    * ``p2p_hops``: a pipeline group is not a block of consecutive ranks, so the hops between
+      consecutive stages that leave an NVLink node / NVL72 segment take the scale-out link
+      while the rest stay on NVLink (:meth:`~parastrat.spec.cluster.Cluster.hop_crossings`):
+      the slowest hop paces the steady state, the fill crosses each hop once per chunk
+      (off: every hop priced alike, as a two-rank group ``stride`` ranks apart);
     * ``expert_bias``: routed experts with biases (``add_bias_linear``, GPT-OSS) add their
       FC2 bias outside the grouped GEMM, one probability-weighted add per local expert
       (Megatron Core ``TEGroupedMLP._apply_bias``): its HBM traffic forward and backward and
@@ -326,6 +331,7 @@ class Mechanisms:
     fp8: bool = True
     nvfp4: bool = True
     interleave: bool = True
+    p2p_hops: bool = True
     balance: str = "forced"
     capacity_factor: float | None = None
     router_padding: bool = False
@@ -396,6 +402,7 @@ MECHANISM_SWITCHES = (
     "fp8",
     "nvfp4",
     "interleave",
+    "p2p_hops",
     "expert_bias",
     "act_clamp",
     "tp_async",
