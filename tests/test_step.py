@@ -586,3 +586,31 @@ def test_pipeline_hops_across_segments_pay_the_scale_out_link():
     assert on.breakdown["pp_exposed"] > 2 * off.breakdown["pp_exposed"]
     assert on.step_time_s > off.step_time_s
     assert step(64).step_time_s == pytest.approx(step(64, "p2p_hops").step_time_s)
+
+
+def test_recomputed_forward_widens_the_window_dp_collectives_hide_behind():
+    """Activation checkpointing re-runs a layer's forward inside its backward pass, so a
+    gradient reduce-scatter (here Megatron FSDP's, over 128 ranks across nodes, as the MoE Model
+    Zoo ran Qwen3-235B-A22B) overlaps the recompute too: with ``recompute_window`` less of it
+    is exposed; without recompute the mechanism changes nothing."""
+    from parastrat.spec.workload import Switches, parse_ablation
+
+    model = ps.models.get("qwen3-235b-a22b")
+    s = ps.Strategy(tp=2, ep=8, sp=True, fsdp="optim_grads_params").with_world_size(256)
+    cluster = ps.Cluster("h100", num_devices=256)
+
+    def step(recompute: str, off: str = ""):
+        return estimate_step(
+            model,
+            s,
+            cluster,
+            Switches(recompute=recompute, mechanisms=parse_ablation(off)),
+            seq_len=4096,
+            global_batch_size=2048,
+            micro_batch_size=4,
+        )
+
+    on, off = step("full"), step("full", "recompute_window")
+    assert on.breakdown["dp"] == pytest.approx(off.breakdown["dp"])
+    assert on.breakdown["dp_exposed"] < off.breakdown["dp_exposed"]
+    assert step("none").step_time_s == pytest.approx(step("none", "recompute_window").step_time_s)

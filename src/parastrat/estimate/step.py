@@ -842,13 +842,23 @@ class StepModel:
         if sw.overlap_grad_reduce:
             bucket_frac = min(1.0, max(BUCKET_PARAMS, 1e6 * dp) / local) if local > 0 else 0.0
             exposed = (
-                exposed_time(t_rs, st["bwd"], True)
+                exposed_time(t_rs, self._bwd_window(st), True)
                 + exposed_time(t_ag, st["fwd"], True)
                 + bucket_frac * (t_rs + t_ag)
             )
         else:
             exposed = t_rs + t_ag
         st.update(dp=t_rs + t_ag, dp_exposed=exposed, optimizer=opt)
+
+    def _bwd_window(self, st: dict[str, float]) -> float:
+        """Seconds of a stage's backward pass per micro-batch that data-parallel collectives
+        can hide behind: its backward GEMMs and, with the ``recompute_window`` mechanism, the
+        recomputed forward, which activation checkpointing runs inside the backward pass
+        (Megatron Core ``CheckpointFunction.backward`` re-runs the layer's forward before its
+        gradients; a gradient's reduce-scatter issued after one layer's backward runs under
+        the next layer's recompute and backward)."""
+        extra = st["recompute"] if self.mechanisms.recompute_window else 0.0
+        return st["bwd"] + extra
 
     def _optimizer_step(self, dense: float, expert: float, dense_shard: int, edp: int) -> float:
         """Seconds of a stage's optimizer step (Adam over the local shard, and the FP8 weight
@@ -920,7 +930,7 @@ class StepModel:
                 groups,
                 cl,
                 fwd_s=st["fwd"] / per,
-                bwd_s=st["bwd"] / per,
+                bwd_s=self._bwd_window(st) / per,
                 micro_batches=m,
                 sizes=sizes,
             )

@@ -269,6 +269,10 @@ class Mechanisms:
       while the rest stay on NVLink (:meth:`~parastrat.spec.cluster.Cluster.hop_crossings`):
       the slowest hop paces the steady state, the fill crosses each hop once per chunk
       (off: every hop priced alike, as a two-rank group ``stride`` ranks apart);
+    * ``recompute_window``: activation checkpointing re-runs a layer's forward inside its
+      backward pass, so the data-parallel gradient reduce-scatters (and FSDP's backward
+      all-gathers) overlap the recompute as well as the backward GEMMs (off: the backward
+      GEMMs alone are the window);
     * ``expert_bias``: routed experts with biases (``add_bias_linear``, GPT-OSS) add their
       FC2 bias outside the grouped GEMM, one probability-weighted add per local expert
       (Megatron Core ``TEGroupedMLP._apply_bias``): its HBM traffic forward and backward and
@@ -332,6 +336,7 @@ class Mechanisms:
     nvfp4: bool = True
     interleave: bool = True
     p2p_hops: bool = True
+    recompute_window: bool = True
     balance: str = "forced"
     capacity_factor: float | None = None
     router_padding: bool = False
@@ -403,6 +408,7 @@ MECHANISM_SWITCHES = (
     "nvfp4",
     "interleave",
     "p2p_hops",
+    "recompute_window",
     "expert_bias",
     "act_clamp",
     "tp_async",
