@@ -586,6 +586,10 @@ def test_pipeline_hops_across_segments_pay_the_scale_out_link():
     assert on.breakdown["pp_exposed"] > 2 * off.breakdown["pp_exposed"]
     assert on.step_time_s > off.step_time_s
     assert step(64).step_time_s == pytest.approx(step(64, "p2p_hops").step_time_s)
+    # the report says so: hop 1 -> 2 and the interleaved wrap 3 -> 0 cross
+    (note,) = [n for n in on.notes if n.startswith("pipeline:")]
+    assert "2 of 4 stage hops" in note and "64-device NVLink segment" in note
+    assert not [n for n in step(64).notes + off.notes if n.startswith("pipeline:")]
 
 
 def test_recomputed_forward_widens_the_window_dp_collectives_hide_behind():

@@ -367,6 +367,50 @@ def ep_layer(
     ]
 
 
+@dataclass(frozen=True)
+class PipelineHops:
+    """The transfers between consecutive pipeline stages on a cluster: ``hops`` per pass over
+    the stages (the interleaved wrap from the last stage to the first included), ``crossing``
+    of them on the scale-out link (:meth:`~parastrat.spec.cluster.Cluster.hop_crossings`),
+    and one transfer's seconds on each link."""
+
+    hops: int
+    crossing: int
+    inter_s: float
+    intra_s: float
+
+    @property
+    def worst_s(self) -> float:
+        """One transfer on the slowest hop: what paces the steady state."""
+        return self.inter_s if self.crossing else self.intra_s
+
+    @property
+    def mean_s(self) -> float:
+        """One transfer on the mean hop: what the fill, which crosses every hop, pays."""
+        return (
+            self.crossing * self.inter_s + (self.hops - self.crossing) * self.intra_s
+        ) / self.hops
+
+
+def pipeline_hops(
+    model: ModelSpec, strategy: Strategy, tokens: float, strides: dict[str, int], cluster: Cluster
+) -> PipelineHops | None:
+    """The pipeline's hops and their prices (None without a pipeline)."""
+    p2p = pp_microbatch(model, strategy, tokens, strides)
+    if p2p is None:
+        return None
+    wrap = strategy.vpp > 1
+    inter, intra = (
+        cluster.collective_time("send_recv", p2p.nbytes, 2, x) for x in ("inter", "intra")
+    )
+    return PipelineHops(
+        hops=strategy.pp - 1 + wrap,
+        crossing=cluster.hop_crossings(strategy.pp, p2p.stride, wrap),
+        inter_s=inter,
+        intra_s=intra,
+    )
+
+
 def pp_microbatch(
     model: ModelSpec, strategy: Strategy, tokens: float, strides: dict[str, int]
 ) -> Collective | None:

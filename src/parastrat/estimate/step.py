@@ -643,8 +643,24 @@ class StepModel:
             )
         if self._default_turned_tp_overlap_off(s, strides):
             notes.append(self._tp_overlap_off_note())
+        notes += self._pp_crossing_notes(s, mbs * wl.seq_len / s.cp, strides)
         rep = self._report(step, st, _breakdown(m, st, pp), m, world, mode, notes)
         return with_offload(rep, wl, s, self._switches, self._cluster.accel, mbs)
+
+    def _pp_crossing_notes(self, s: Strategy, tokens: float, strides: dict[str, int]) -> list[str]:
+        """A note when a pipeline on a multi-node scale-up domain (NVL72) has hops that leave
+        its segment (``p2p_hops``): how many, and what a transfer costs on each link."""
+        c = self._cluster
+        if not self.mechanisms.p2p_hops or c.scale_up_domain <= c.devices_per_node:
+            return []
+        hops = comm.pipeline_hops(self._workload.model, s, tokens, strides, c)
+        if hops is None or not hops.crossing:
+            return []
+        return [
+            f"pipeline: {hops.crossing} of {hops.hops} stage hops (stages {strides['pp']} ranks "
+            f"apart) leave the {c.segment}-device NVLink segment and use the scale-out link: "
+            f"{hops.inter_s * 1e3:.2f} ms a transfer instead of {hops.intra_s * 1e3:.2f} ms"
+        ]
 
     def _tp_overlap_off_note(self) -> str:
         """Why an unset ``tp_comm_overlap`` was priced off (:meth:`Switches.tp_overlap`)."""
@@ -790,24 +806,16 @@ class StepModel:
     ) -> tuple[float, float]:
         """(the slowest stage's, the mean hop's) seconds for one pipeline transfer.  With the
         ``p2p_hops`` mechanism the hops that leave a placement unit
-        (:meth:`~parastrat.spec.cluster.Cluster.hop_crossings`) take the scale-out link and the
+        (:class:`~parastrat.estimate.comm.PipelineHops`) take the scale-out link and the
         others the scale-up link: the slowest sets the steady state, the fill crosses every
         hop in turn (off: every hop priced as a two-rank group ``stride`` apart)."""
-        p2p = comm.pp_microbatch(self._workload.model, s, tokens, strides)
-        if p2p is None:
-            return 0.0, 0.0
-        c = self._cluster
+        model, c = self._workload.model, self._cluster
         if not self.mechanisms.p2p_hops:
-            t = p2p.time(c)
+            p2p = comm.pp_microbatch(model, s, tokens, strides)
+            t = p2p.time(c) if p2p else 0.0
             return t, t
-        wrap = s.vpp > 1
-        hops = s.pp - 1 + wrap
-        crossing = c.hop_crossings(s.pp, p2p.stride, wrap)
-        inter, intra = (
-            c.collective_time("send_recv", p2p.nbytes, 2, x) for x in ("inter", "intra")
-        )
-        worst = inter if crossing else intra
-        return worst, (crossing * inter + (hops - crossing) * intra) / hops
+        hops = comm.pipeline_hops(model, s, tokens, strides, c)
+        return (hops.worst_s, hops.mean_s) if hops else (0.0, 0.0)
 
     def _dp_and_optimizer(
         self, s: Strategy, st: dict[str, float], block: Any, strides: dict[str, int], m: int = 1

@@ -439,15 +439,7 @@ class Cluster:
         between them."""
         dom = self.scale_up_domain
         unit = self.segment if dom > self.devices_per_node else dom
-        hops = [(k, k + 1) for k in range(stages - 1)] + ([(stages - 1, 0)] if wrap else [])
-        extent = stages * stride
-        period = min(max(self.num_devices, extent), extent * unit // gcd(extent, unit))
-        most = 0
-        for start in range(0, period, extent):
-            for offset in range(stride):
-                rank = [start + offset + k * stride for k in range(stages)]
-                most = max(most, sum(rank[a] // unit != rank[b] // unit for a, b in hops))
-        return most
+        return _hop_crossings(stages, max(stride, 1), wrap, unit, self.num_devices)
 
     def link(self, span: str) -> tuple[float, float]:
         """(per-step latency in s, achievable bus bandwidth in B/s) of a link class."""
@@ -527,6 +519,23 @@ class Cluster:
 
 
 @lru_cache(maxsize=4096)
+@lru_cache(maxsize=4096)
+def _hop_crossings(stages: int, stride: int, wrap: bool, unit: int, world: int) -> int:
+    """:meth:`Cluster.hop_crossings` over one period of the rank layout (pipeline groups of
+    ``stages`` ranks ``stride`` apart; units of ``unit`` consecutive ranks)."""
+    hops = [(k, k + 1) for k in range(stages - 1)] + ([(stages - 1, 0)] if wrap else [])
+    extent = stages * stride
+    period = min(max(world, extent), extent * unit // gcd(extent, unit))
+    most = 0
+    for start in range(0, period, extent):
+        for offset in range(stride):
+            rank = [start + offset + k * stride for k in range(stages)]
+            most = max(most, sum(rank[a] // unit != rank[b] // unit for a, b in hops))
+            if most == len(hops):
+                return most
+    return most
+
+
 def _local_peers(n: int, stride: int, unit: int, world: int) -> int:
     """:meth:`Cluster.local_peers` over one period of the rank layout (the groups of
     ``n`` ranks ``stride`` apart tile aligned blocks of ``n * stride`` ranks; units of ``unit``
