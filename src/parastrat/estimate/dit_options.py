@@ -161,6 +161,14 @@ def _built(cls: type, given: Any, options: dict[str, Any], who: str) -> Any:
     return given
 
 
+#: The request fields without a default, each with an example.
+_REQUIRED = {
+    "height": "height=1024 (pixels)",
+    "width": "width=1024 (pixels)",
+    "steps": "steps=28 (denoising steps)",
+}
+
+
 def resolve_dit(
     request: DiTRequest | None,
     switches: DiTSwitches | None,
@@ -173,11 +181,12 @@ def resolve_dit(
     unknown = set(options) - {f.name for f in (*fields(DiTRequest), *fields(DiTSwitches))}
     assert not unknown, unknown  # a caller's programming error, not a user's
     if request is None:
-        missing = [k for k in ("height", "width", "steps") if options.get(k) is None]
+        missing = [k for k in _REQUIRED if options.get(k) is None]
         if missing:
             raise UsageError(
-                f"{who} needs {', '.join(missing)} (the picture in pixels and the denoising "
-                "steps), e.g. height=1024, width=1024, steps=28"
+                f"{who} needs {', '.join(missing)}: "
+                + ", ".join(_REQUIRED[k] for k in missing)
+                + " (or a DiTRequest)"
             )
     return (
         _built(DiTRequest, request, options, who),
