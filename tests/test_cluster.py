@@ -169,12 +169,14 @@ def test_pipeline_hops_that_leave_a_segment():
     ``span`` alone calls every hop intra."""
     c = ps.Cluster("gb200", 128)
     assert c.span(2, stride=32) == "intra"
-    assert c.hop_crossings(4, 32) == 1
-    assert c.hop_crossings(4, 32, wrap=True) == 2
-    assert c.hop_crossings(4, 16) == 0  # the whole group in one segment
+    # (hops crossing in the worst group, crossing exchanges of the worst stage)
+    assert c.hop_crossings(4, 32) == (1, 1)  # stages 1 and 2 each have one crossing side
+    assert c.hop_crossings(4, 32, wrap=True) == (2, 1)
+    assert c.hop_crossings(4, 16) == (0, 0)  # the whole group in one segment
+    assert c.hop_crossings(2, 64) == (1, 2)  # an end stage makes both exchanges on its hop
     h100 = ps.Cluster("h100", 64)
-    assert h100.hop_crossings(8, 8) == 7  # every stage on its own node
-    assert h100.hop_crossings(4, 4, wrap=True) == 2  # 0-4 | 8-12: one hop each way crosses
+    assert h100.hop_crossings(8, 8) == (7, 2)  # every stage on its own node
+    assert h100.hop_crossings(4, 4, wrap=True) == (2, 1)  # 0-4 | 8-12: one hop each way
 
 
 @given(
@@ -186,11 +188,13 @@ def test_pipeline_hops_that_leave_a_segment():
 def test_hop_crossings_bounds(stages, stride, wrap, accel):
     c = ps.Cluster(accel, stages * stride)
     hops = stages - 1 + wrap
-    crossing = c.hop_crossings(stages, stride, wrap)
-    assert 0 <= crossing <= hops
-    # a group whose every member shares one unit has no crossing; one wider has at least one
+    crossing, at_stage = c.hop_crossings(stages, stride, wrap)
+    assert 0 <= crossing <= hops and 0 <= at_stage <= 2
+    assert (crossing == 0) == (at_stage == 0)
+    # a group whose every member shares one unit has no crossing; with a stage per unit,
+    # every hop and both exchanges of every stage cross
     unit = c.segment if c.scale_up_domain > c.devices_per_node else c.scale_up_domain
     if stages * stride <= unit and unit % (stages * stride) == 0:
         assert crossing == 0
     if stride >= unit:
-        assert crossing == hops
+        assert (crossing, at_stage) == (hops, 2)

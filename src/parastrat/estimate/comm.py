@@ -371,18 +371,22 @@ def ep_layer(
 class PipelineHops:
     """The transfers between consecutive pipeline stages on a cluster: ``hops`` per pass over
     the stages (the interleaved wrap from the last stage to the first included), ``crossing``
-    of them on the scale-out link (:meth:`~parastrat.spec.cluster.Cluster.hop_crossings`),
-    and one transfer's seconds on each link."""
+    of them on the scale-out link in the worst pipeline group, ``at_stage`` of the worst
+    stage's two steady-state exchanges on it
+    (:meth:`~parastrat.spec.cluster.Cluster.hop_crossings`), and one transfer's seconds on
+    each link."""
 
     hops: int
     crossing: int
+    at_stage: int
     inter_s: float
     intra_s: float
 
     @property
     def worst_s(self) -> float:
-        """One transfer on the slowest hop: what paces the steady state."""
-        return self.inter_s if self.crossing else self.intra_s
+        """One exchange of the slowest stage, averaged over its two: what paces the steady
+        state."""
+        return (self.at_stage * self.inter_s + (2 - self.at_stage) * self.intra_s) / 2
 
     @property
     def mean_s(self) -> float:
@@ -403,9 +407,11 @@ def pipeline_hops(
     inter, intra = (
         cluster.collective_time("send_recv", p2p.nbytes, 2, x) for x in ("inter", "intra")
     )
+    crossings = cluster.hop_crossings(strategy.pp, p2p.stride, wrap)
     return PipelineHops(
         hops=strategy.pp - 1 + wrap,
-        crossing=cluster.hop_crossings(strategy.pp, p2p.stride, wrap),
+        crossing=crossings.hops,
+        at_stage=crossings.at_stage,
         inter_s=inter,
         intra_s=intra,
     )

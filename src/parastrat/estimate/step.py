@@ -807,8 +807,8 @@ class StepModel:
         """(the slowest stage's, the mean hop's) seconds for one pipeline transfer.  With the
         ``p2p_hops`` mechanism the hops that leave a placement unit
         (:class:`~parastrat.estimate.comm.PipelineHops`) take the scale-out link and the
-        others the scale-up link: the slowest sets the steady state, the fill crosses every
-        hop in turn (off: every hop priced as a two-rank group ``stride`` apart)."""
+        others the scale-up link: the slowest stage's exchanges set the steady state, the fill
+        crosses every hop in turn (off: every hop priced as a two-rank group ``stride`` apart)."""
         model, c = self._workload.model, self._cluster
         if not self.mechanisms.p2p_hops:
             p2p = comm.pp_microbatch(model, s, tokens, strides)

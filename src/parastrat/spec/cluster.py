@@ -21,7 +21,7 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from math import gcd
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from ..checks import MAX_DEVICES as MAX_DEVICES
 from ..checks import is_count
@@ -428,15 +428,15 @@ class Cluster:
         unit = self.segment if dom > self.devices_per_node else dom
         return _local_peers(group_size, max(stride, 1), unit, self.num_devices)
 
-    def hop_crossings(self, stages: int, stride: int, wrap: bool = False) -> int:
-        """Most hops between consecutive pipeline stages (``stride`` ranks apart) that leave a
+    def hop_crossings(self, stages: int, stride: int, wrap: bool = False) -> Crossings:
+        """The hops between consecutive pipeline stages (``stride`` ranks apart) that leave a
         placement unit (the :attr:`segment` of a multi-node domain, the node's domain
-        otherwise), over every pipeline group: those transfers take the scale-out link.
-        ``wrap``: the last stage also sends to the first (an interleaved schedule's next
-        virtual chunk).  A pipeline group is not an aligned block of consecutive ranks the
-        way its collectives' groups are: stage ``k`` of every group sits ``k * stride`` ranks
-        after its first, so hop ``k -> k + 1`` leaves the unit wherever a unit boundary falls
-        between them."""
+        otherwise): those transfers take the scale-out link.  ``wrap``: the last stage also
+        sends to the first (an interleaved schedule's next virtual chunk).  A pipeline group is
+        not an aligned block of consecutive ranks the way its collectives' groups are: stage
+        ``k`` of every group sits ``k * stride`` ranks after its first, so hop ``k -> k + 1``
+        leaves the unit wherever a unit boundary falls between them.  The worst pipeline
+        group and the worst stage of any group are counted (:class:`Crossings`)."""
         dom = self.scale_up_domain
         unit = self.segment if dom > self.devices_per_node else dom
         return _hop_crossings(stages, max(stride, 1), wrap, unit, self.num_devices)
@@ -519,21 +519,50 @@ class Cluster:
 
 
 @lru_cache(maxsize=4096)
+class Crossings(NamedTuple):
+    """Pipeline hops that leave a placement unit (:meth:`Cluster.hop_crossings`).
+
+    ``hops``: the most in one pipeline group; ``at_stage``: the most among the two exchanges a
+    stage makes per micro-batch and chunk in the steady state (Megatron's
+    ``send_forward_recv_backward`` with the next stage, ``send_backward_recv_forward`` with
+    the previous one; a first or last stage without the interleaved wrap makes both with its
+    one neighbour), so 0, 1 or 2."""
+
+    hops: int
+    at_stage: int
+
+
 @lru_cache(maxsize=4096)
-def _hop_crossings(stages: int, stride: int, wrap: bool, unit: int, world: int) -> int:
+def _hop_crossings(stages: int, stride: int, wrap: bool, unit: int, world: int) -> Crossings:
     """:meth:`Cluster.hop_crossings` over one period of the rank layout (pipeline groups of
     ``stages`` ranks ``stride`` apart; units of ``unit`` consecutive ranks)."""
-    hops = [(k, k + 1) for k in range(stages - 1)] + ([(stages - 1, 0)] if wrap else [])
     extent = stages * stride
     period = min(max(world, extent), extent * unit // gcd(extent, unit))
-    most = 0
+    most = Crossings(0, 0)
     for start in range(0, period, extent):
         for offset in range(stride):
-            rank = [start + offset + k * stride for k in range(stages)]
-            most = max(most, sum(rank[a] // unit != rank[b] // unit for a, b in hops))
-            if most == len(hops):
-                return most
+            unit_of = [(start + offset + k * stride) // unit for k in range(stages)]
+            crossed = [unit_of[k] != unit_of[(k + 1) % stages] for k in range(stages)]
+            if not wrap:
+                crossed[-1] = False  # no hop from the last stage back to the first
+            hops = sum(crossed)
+            at_stage = max(_stage_exchanges(crossed, k, wrap) for k in range(stages))
+            most = Crossings(max(most.hops, hops), max(most.at_stage, at_stage))
     return most
+
+
+def _stage_exchanges(crossed: list[bool], k: int, wrap: bool) -> int:
+    """How many of stage ``k``'s two steady-state exchanges cross (``crossed[j]``: hop
+    ``j -> j + 1``): one with the next stage, one with the previous; an end stage without
+    the wrap makes both with its one neighbour."""
+    last = len(crossed) - 1
+    nxt = crossed[k] if (k < last or wrap) else None
+    prev = crossed[k - 1] if (k > 0 or wrap) else None
+    if nxt is None:
+        return 2 * int(bool(prev))
+    if prev is None:
+        return 2 * int(nxt)
+    return int(nxt) + int(prev)
 
 
 def _local_peers(n: int, stride: int, unit: int, world: int) -> int:

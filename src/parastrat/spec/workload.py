@@ -267,7 +267,8 @@ class Mechanisms:
     * ``p2p_hops``: a pipeline group is not a block of consecutive ranks, so the hops between
       consecutive stages that leave an NVLink node / NVL72 segment take the scale-out link
       while the rest stay on NVLink (:meth:`~parastrat.spec.cluster.Cluster.hop_crossings`):
-      the slowest hop paces the steady state, the fill crosses each hop once per chunk
+      the slowest stage's two exchanges (with its next and previous stage, each on its
+      hop's link) pace the steady state, the fill crosses each hop once per chunk
       (off: every hop priced alike, as a two-rank group ``stride`` ranks apart);
     * ``recompute_window``: activation checkpointing re-runs a layer's forward inside its
       backward pass, so the data-parallel gradient reduce-scatters (and FSDP's backward
