@@ -9,6 +9,7 @@ from parastrat.errors import SpecError, StrategyError
 from parastrat.estimate import efficiency, kernel_model
 from parastrat.estimate.layers import embedding_record, layer_record, mtp_record
 from parastrat.estimate.step import estimate_step, pipeline_split
+from parastrat.strategy import MEGATRON_TP_PP_DP_ORDER
 
 LLAMA70 = ps.models.get("llama3-70b")
 H100 = ps.Cluster("h100", num_devices=64)
@@ -568,12 +569,11 @@ def test_pipeline_hops_across_segments_pay_the_scale_out_link():
     from parastrat.spec.workload import Switches, parse_ablation
 
     model = ps.models.get("nemotron4-340b")
-    s = ps.Strategy(tp=8, pp=4, vpp=12, sp=True)
 
-    def step(n: int, off: str = ""):
+    def step(n: int, off: str = "", order: str | None = None):
         return estimate_step(
             model,
-            s.with_world_size(n),
+            ps.Strategy(tp=8, pp=4, vpp=12, sp=True, order=order).with_world_size(n),
             ps.Cluster("gb200", num_devices=n),
             Switches(mechanisms=parse_ablation(off)),
             seq_len=4096,
@@ -590,6 +590,11 @@ def test_pipeline_hops_across_segments_pay_the_scale_out_link():
     (note,) = [n for n in on.notes if n.startswith("pipeline:")]
     assert "2 of 4 stage hops" in note and "64-device NVLink segment" in note
     assert not [n for n in step(64).notes + off.notes if n.startswith("pipeline:")]
+    # Bridge's tp-pp-dp mapping puts the pipeline inside one segment (stride tp*cp = 8)
+    mapped = step(128, order=MEGATRON_TP_PP_DP_ORDER)
+    assert not [n for n in mapped.notes if n.startswith("pipeline:")]
+    unmapped_off = step(128, "p2p_hops", order=MEGATRON_TP_PP_DP_ORDER)
+    assert mapped.breakdown["pp_exposed"] == pytest.approx(unmapped_off.breakdown["pp_exposed"])
 
 
 def test_recomputed_forward_widens_the_window_dp_collectives_hide_behind():
