@@ -152,3 +152,8 @@ def test_sizing_takes_the_typed_values_and_chooses_the_devices():
     assert typed.objective == "throughput"  # a throughput target plans with replicas
     with pytest.raises(UsageError, match="chooses the device count"):
         smallest_dit("flux.1-dev", cluster, request=req, search=ps.DiTSearch(devices=4))
+
+
+def test_an_unknown_keyword_is_named():
+    with pytest.raises(UsageError, match=r"unknown argument.*hieght"):
+        resolve_dit(None, None, who="t", hieght=64, width=64, steps=2)

@@ -179,7 +179,11 @@ def resolve_dit(
     """The typed values of a keyword-convenience call: ``request`` / ``switches`` as given, or
     built from the keyword ``options`` (None means "not given")."""
     unknown = set(options) - {f.name for f in (*fields(DiTRequest), *fields(DiTSwitches))}
-    assert not unknown, unknown  # a caller's programming error, not a user's
+    if unknown:
+        raise UsageError(
+            f"{who}: unknown argument(s) {', '.join(sorted(unknown))}; the fields of DiTRequest "
+            "and DiTSwitches are the keywords it takes"
+        )
     if request is None:
         missing = [k for k in _REQUIRED if options.get(k) is None]
         if missing:
