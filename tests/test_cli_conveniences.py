@@ -139,3 +139,31 @@ def test_memory_headroom_turns_a_tight_fit_into_no(capsys):
     share = doc["peak_bytes"] / doc["device_memory_bytes"]
     assert main([*argv, "--headroom", f"{1 - share + 0.01:.3f}"]) == 0
     assert json.loads(capsys.readouterr().out)["fits"] is False
+
+
+#: Every subcommand that takes a device count, with the rest of a valid command line.
+DEVICE_COMMANDS = {
+    "plan": ["plan", "--model", "llama3-8b", "--accelerator", "h100", "--format", "json"],
+    "check": ["check", "--model", "llama3-8b", "--tp", "2"],
+    "explain": ["explain", "--model", "llama3-8b", "--tp", "2", "--format", "json"],
+    "memory": ["memory", "--model", "llama3-8b", "--tp", "2", "--format", "json"],
+    "layout": ["layout", "--tp", "2", "--format", "json"],
+    "plan-dit": [
+        "plan-dit", "--model", "flux.1-dev", "--accelerator", "h100", "--height", "1024",
+        "--width", "1024", "--steps", "28", "--format", "json",
+    ],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("command", sorted(DEVICE_COMMANDS))
+def test_every_command_takes_the_device_count_as_devices_or_gpus(capsys, command):
+    """One spelling works everywhere: a user moving from ``plan --devices 8`` to ``memory``
+    or ``layout`` need not learn that those said ``--gpus`` only (and plan-dit ``--devices``
+    only); both spellings give the same answer."""
+    outs = []
+    for flag in ("--devices", "--gpus"):
+        code = main([*DEVICE_COMMANDS[command], flag, "8"])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        outs.append(json.loads(captured.out) if command != "check" else captured.out)
+    assert outs[0] == outs[1]

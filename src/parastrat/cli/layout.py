@@ -47,7 +47,13 @@ def register(sub: argparse._SubParsersAction) -> None:
         "the groups of each kind, as Megatron Core / xDiT build them.",
     )
     p.add_argument(
-        "--gpus", "--world", dest="gpus", type=_layout_world, required=True, help="world size"
+        "--gpus",
+        "--devices",
+        "--world",
+        dest="gpus",
+        type=_layout_world,
+        required=True,
+        help="world size",
     )
     p.add_argument(
         "--kinds",

@@ -39,9 +39,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "allowance for context/buffers per rank of every pipeline stage.",
     )
     add_model_args(p)
-    p.add_argument("--gpus", type=device_count, required=True, help="world size")
+    p.add_argument(
+        "--gpus", "--devices", dest="gpus", type=device_count, required=True, help="world size"
+    )
     add_strategy_flags(p)
-    p.add_argument("--seq-len", type=seq_len, required=True, help="sequence length")
+    p.add_argument("--seq-len", type=seq_len, default=4096, help="sequence length")
     p.add_argument("--micro-batch-size", type=positive_int, default=1)
     p.add_argument(
         "--global-batch-size",

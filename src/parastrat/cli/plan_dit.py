@@ -64,7 +64,7 @@ SOURCE_ARGS = (
 
 #: The devices and the generation: output size, calibration and denoising steps.
 WORKLOAD_ARGS = (
-    arg("--devices", type=positive_int, required=True, help="devices to use"),
+    arg("--devices", "--gpus", type=positive_int, required=True, help="devices to use"),
     arg("--accelerator", required=True, help="e.g. h100, ascend-910b"),
     arg("--height", type=positive_int, required=True, help="output height, pixels"),
     arg("--width", type=positive_int, required=True, help="output width, pixels"),
