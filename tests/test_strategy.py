@@ -293,3 +293,13 @@ def test_public_errors_are_exported():
 
     for name in ("StrategyError", "SpecError", "UsageError", "StrategyTypeError"):
         assert name in parastrat.__all__ and hasattr(parastrat, name)
+
+
+def test_dir_lists_the_package_surface_not_its_imports():
+    """Tab completion on ``parastrat.`` shows the API (every ``__all__`` name, the lazy ones
+    included), not the helpers ``parastrat/__init__.py`` imports for itself."""
+    import parastrat
+
+    listed = set(dir(parastrat))
+    assert set(parastrat.__all__) <= listed
+    assert not listed & {"Any", "importlib", "annotations"}

@@ -93,5 +93,9 @@ def __getattr__(name: str) -> Any:
     return value
 
 
+#: Names this module's own code imports, not part of the package's surface.
+_INTERNAL = frozenset({"annotations", "importlib", "Any"})
+
+
 def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted((set(globals()) - _INTERNAL) | set(_LAZY))
