@@ -39,6 +39,7 @@ from ..spec.dit import get as get_dit
 from ..spec.dit_frameworks import DiTFramework, get_framework
 from ..strategy import XDIT_ORDER, Strategy, divisors
 from .dit_published import PublishedDiTBeside, dit_published_beside
+from .dit_remedies import working_remedy
 from .sensitivity import Sensitivity, changes, sensitivity_lines
 
 #: Image/video tokens from which MindIE-SD's guide calls a sequence "long" (ring worth adding):
@@ -407,7 +408,7 @@ def _plan(job: _Job) -> DiTPlan:
     found = _bounded(found, search.max_latency_s, f"{n} {cluster.accel.name}", model)
     if not found.priced:
         tried = (search.allow_cross_node, search.data_parallel, job.framework)
-        raise _nothing_fits(model, cluster, n, video, found, tried)
+        raise _nothing_fits(model, cluster, n, video, found, tried, _remedy(job, found))
     objective = "throughput" if search.data_parallel else "latency"
     ranked = _ranked(found.priced, model, objective)
     return DiTPlan(
@@ -570,18 +571,44 @@ def _within(found: _Priced, bound: float) -> _Priced:
     return found
 
 
+def _remedy(job: _Job, found: _Priced) -> str:
+    """The sentence naming the fewest memory remedies that make a too-big split fit, tried
+    (:func:`.dit_remedies.working_remedy`); "" when none or no split was too big."""
+    if not found.too_big:
+        return ""
+    works = working_remedy(
+        job.switches,
+        found.too_big,
+        lambda rep, sw: estimate_dit(job.model, rep.strategy, job.cluster, job.request, sw),
+    )
+    if works is None:
+        return ""
+    names, rep = works
+    return (
+        f". Tried: with {names}, {label(rep.strategy)} fits at "
+        f"{rep.memory.total / GiB:.1f} GiB ({rep.latency_s:.3g} s)"
+    )
+
+
 def _nothing_fits(
-    model: DiTSpec, cluster: Cluster, n: int, video: int, found: _Priced, tried: tuple
+    model: DiTSpec,
+    cluster: Cluster,
+    n: int,
+    video: int,
+    found: _Priced,
+    tried: tuple,
+    remedy: str = "",
 ) -> UsageError:
     """Why no split is left, and what would leave one (``tried``: whether the search already
-    allowed cross-node groups and data-parallel replicas, and the serving framework)."""
+    allowed cross-node groups and data-parallel replicas, and the serving framework;
+    ``remedy``: :func:`_remedy`'s sentence)."""
     if found.too_big:
         least = min(found.too_big, key=lambda r: r.memory.total)
         return UsageError(
             f"no split of {n} {cluster.accel.name} devices fits {model.name}: the smallest "
             f"({label(least.strategy)}) needs {least.memory.total / GiB:.1f} GiB of "
             f"{least.memory.capacity / GiB:.0f} at its {least.memory.peak.describe()}; "
-            f"{least.memory.hint()}"
+            f"{least.memory.hint()}{remedy}"
         )
     cross_node, replicas, target = tried
     fixes = ["Use a device count whose factors divide the heads"]
