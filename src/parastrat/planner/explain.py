@@ -112,7 +112,9 @@ def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
                 mine = c.step.exposed_comm_s / c.step.step_time_s
                 theirs = nxt.step.exposed_comm_s / nxt.step.step_time_s
                 mp, nmp = model_parallel_sizes(c), model_parallel_sizes(nxt)
-                if mp < nmp:
+                if nxt.cpu_offload_layers and not c.cpu_offload_layers:
+                    reason = "no CPU activation offloading"
+                elif mp < nmp:
                     which = (
                         f"TPxCPxPP {mp[0]} vs {nmp[0]}"
                         if mp[0] != nmp[0]

@@ -58,10 +58,45 @@ def model_parallel_sizes(c: Candidate) -> tuple[int, int]:
     return (s.tp * s.cp * s.pp, s.ep * s.etp if moe else 1)
 
 
+def _simplicity(c: Candidate) -> tuple:
+    """How plain a variant is: without CPU activation offloading, without a custom pipeline
+    layout (Megatron's default even split, or its embedding / loss accounting), with the
+    fewest virtual stages, then the fastest."""
+    s = c.strategy
+    return (c.cpu_offload_layers > 0, s.pipeline_layout is not None, s.vpp or 1, c.step.step_time_s)
+
+
+def least_interleaved(c: Candidate, tie: float = VPP_TIE) -> Candidate:
+    """A layout's representative: of its fastest variant ``c`` and the variants within ``tie``
+    of it (its ``alternatives``), the plainest (:func:`_simplicity`: no CPU activation
+    offloading, no custom pipeline layout, the fewest virtual stages, then the fastest); the
+    other near-equal variants become its ``alternatives``, fastest first.
+
+    Variants of one layout differ in VPP, the layer split or CP's Ulysses x ring split.  When
+    the model puts them within its resolution it cannot say that deeper interleaving pays, and
+    each extra virtual stage is a cost the model prices only approximately (two more P2P
+    transfers per micro-batch and chunk, their host launches, a longer warm-up holding more
+    activations), so the plan shows the shallower schedule and lists the others."""
+    limit = c.step.step_time_s * (1 + tie)
+    near = [c, *(a for a in c.alternatives if a.step.step_time_s <= limit)]
+    pick = min(near, key=_simplicity)
+    c.alternatives = []
+    pick.alternatives = sorted((a for a in near if a is not pick), key=lambda a: a.step.step_time_s)
+    return pick
+
+
 def tie_key(c: Candidate) -> tuple:
-    """How tied candidates are ordered: least model parallelism (:func:`model_parallel_sizes`),
-    then exposure class, then peak memory, then step time."""
-    return (*model_parallel_sizes(c), exposure_class(c), c.memory.peak_bytes, c.step.step_time_s)
+    """How tied candidates are ordered: without CPU activation offloading first (it moves
+    activations over the host link and needs host memory, for a gain the model cannot
+    resolve), then least model parallelism (:func:`model_parallel_sizes`), then exposure
+    class, then peak memory, then step time."""
+    return (
+        c.cpu_offload_layers > 0,
+        *model_parallel_sizes(c),
+        exposure_class(c),
+        c.memory.peak_bytes,
+        c.step.step_time_s,
+    )
 
 
 def tie_ordered(candidates: list[Candidate], tie: float = RANK_TIE) -> list[Candidate]:
@@ -69,12 +104,12 @@ def tie_ordered(candidates: list[Candidate], tie: float = RANK_TIE) -> list[Cand
     practice and robustness rather than by differences below the model's resolution.
 
     Repeatedly take, among the remaining candidates within ``tie`` of the fastest remaining
-    one, the one that splits the model least (TP x CP x PP, then EP x ETP: the Megatron Core
-    MoE report's first guideline, "keep TP, EP, PP and CP as small as possible while avoiding
-    OOM; maximise data parallelism"), then the one with the smallest exposed-communication
-    share of its step (in classes of ``RANK_TIE``: :func:`exposure_class`), then the lowest
-    peak memory, then the shortest step.  No candidate is ever placed before one that is more
-    than ``tie`` faster than it.
+    one, one that offloads no activations to the CPU, then the one that splits the model least
+    (TP x CP x PP, then EP x ETP: the Megatron Core MoE report's first guideline, "keep TP,
+    EP, PP and CP as small as possible while avoiding OOM; maximise data parallelism"), then
+    the one with the smallest exposed-communication share of its step (in classes of
+    ``RANK_TIE``: :func:`exposure_class`), then the lowest peak memory, then the shortest step.
+    No candidate is ever placed before one that is more than ``tie`` faster than it.
     """
     rest = list(candidates)
     out: list[Candidate] = []

@@ -65,7 +65,7 @@ from .explain import annotate
 from .fewest import first_accepted, sizing_counts, whole_nodes_between
 from .heuristics import seed_strategy
 from .offload import refuse_offload_pin, try_offload
-from .ranking import KEEP_AT_LEAST, VPP_TIE, tie_ordered
+from .ranking import KEEP_AT_LEAST, VPP_TIE, least_interleaved, tie_ordered
 from .ranking import RANK_TIE as RANK_TIE
 from .ranking import exposure_class as exposure_class
 from .ranking import layout_key as layout_key
@@ -508,15 +508,13 @@ class Search:
 
     # ---- 4. rank ----------------------------------------------------------------------------
     def rank(self) -> list[Candidate]:
-        """The kept candidates, near-ties ordered, near-equal variants as alternatives, each
-        with its reasons."""
-        ranked = tie_ordered(sorted(self.found.values(), key=lambda c: c.step.step_time_s))
-        for c in ranked:
-            best_t = c.step.step_time_s
-            c.alternatives = sorted(
-                (a for a in c.alternatives if a.step.step_time_s <= best_t * (1 + VPP_TIE)),
-                key=lambda a: a.step.step_time_s,
-            )
+        """The kept candidates, each layout shown by its least interleaved near-equal variant
+        (:func:`least_interleaved`, the others its alternatives), near-ties ordered, each with
+        its reasons."""
+        shown = sorted(
+            (least_interleaved(c) for c in self.found.values()), key=lambda c: c.step.step_time_s
+        )
+        ranked = tie_ordered(shown)
         annotate(ranked, self.cluster)
         return ranked
 
