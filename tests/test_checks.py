@@ -31,3 +31,14 @@ def test_require_count_names_the_value_and_raises_the_callers_error():
 @given(st.integers(min_value=1, max_value=10_000))
 def test_divisors_are_exactly_the_divisors(n):
     assert divisors(n) == [d for d in range(1, n + 1) if n % d == 0]
+
+
+@pytest.mark.parametrize(
+    ("name", "example"), [("seq_len", 4096), ("global_batch_size", 256), ("micro_batch_size", 1)]
+)
+def test_a_bad_count_names_a_typical_value(name, example):
+    """The example in the message is one a user would pass (seq_len=4096, not seq_len=1)."""
+    from parastrat.spec.workload import whole
+
+    with pytest.raises(UsageError, match=rf"got '8' \(e\.g\. {name}={example}\)"):
+        whole(name, "8")

@@ -55,13 +55,21 @@ MICRO_BATCH_SIZES = (1, 2, 4, 8)
 MIN_CP_TOKENS = 1024
 
 
+#: A typical value for each count :func:`whole` checks, for its error's example (else 1).
+TYPICAL_COUNTS = {"seq_len": 4096, "global_batch_size": 256, "top_k": 5, "num_devices": 64}
+
+
 def whole(name: str, value: Any, *, optional: bool = False) -> Any:
     """``value`` when it is a whole number >= 1 (or None with ``optional``); UsageError
-    naming ``name`` otherwise (:func:`parastrat.checks.is_count`)."""
+    naming ``name`` and a typical value (:data:`TYPICAL_COUNTS`) otherwise
+    (:func:`parastrat.checks.is_count`)."""
     if value is None and optional:
         return None
     if not is_count(value):
-        raise UsageError(f"{name} must be a whole number >= 1, got {value!r} (e.g. {name}=1)")
+        example = TYPICAL_COUNTS.get(name, 1)
+        raise UsageError(
+            f"{name} must be a whole number >= 1, got {value!r} (e.g. {name}={example})"
+        )
     return value
 
 
