@@ -68,9 +68,12 @@ def _simplicity(c: Candidate) -> tuple:
 
 def least_interleaved(c: Candidate, tie: float = VPP_TIE) -> Candidate:
     """A layout's representative: of its fastest variant ``c`` and the variants within ``tie``
-    of it (its ``alternatives``), the plainest (:func:`_simplicity`: no CPU activation
-    offloading, no custom pipeline layout, the fewest virtual stages, then the fastest); the
-    other near-equal variants become its ``alternatives``, fastest first.
+    of it (its ``alternatives``) that need no more memory than ``c``, the plainest
+    (:func:`_simplicity`: no CPU activation offloading, no custom pipeline layout, the fewest
+    virtual stages, then the fastest); the other near-equal variants become its
+    ``alternatives``, fastest first.  Headroom is never traded for plainness: with fewer
+    virtual stages the interleaved warm-up holds more layers' activations on the first stage,
+    so a shallower variant can need more memory than the fastest.
 
     Variants of one layout differ in VPP, the layer split or CP's Ulysses x ring split.  When
     the model puts them within its resolution it cannot say that deeper interleaving pays, and
@@ -79,7 +82,8 @@ def least_interleaved(c: Candidate, tie: float = VPP_TIE) -> Candidate:
     activations), so the plan shows the shallower schedule and lists the others."""
     limit = c.step.step_time_s * (1 + tie)
     near = [c, *(a for a in c.alternatives if a.step.step_time_s <= limit)]
-    pick = min(near, key=_simplicity)
+    roomy = [a for a in near if a.memory.peak_bytes <= c.memory.peak_bytes]
+    pick = min(roomy, key=_simplicity)
     c.alternatives = []
     pick.alternatives = sorted((a for a in near if a is not pick), key=lambda a: a.step.step_time_s)
     return pick
