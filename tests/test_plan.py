@@ -458,3 +458,21 @@ def test_the_plan_shows_the_plainest_near_equal_schedule_with_as_much_headroom()
     assert (best.strategy.pp, best.strategy.vpp) == (2, 16)
     shallower = [a for a in best.alternatives if a.strategy.vpp == 4]
     assert shallower and shallower[0].memory.peak_bytes > best.memory.peak_bytes
+
+
+def test_a_candidate_near_the_memory_limit_says_so_and_headroom_removes_it():
+    """Mixtral 8x7B on 8 GB200: the best fits at 96.5 % of device memory; its reason says the
+    headroom is small and names the flag, and headroom=0.05 plans below 95 %."""
+    from parastrat.planner.explain import TIGHT_MEMORY
+
+    cluster = ps.Cluster("gb200", num_devices=8)
+    kw = dict(seq_len=4096, global_batch_size=256)
+    p = plan("mixtral-8x7b", cluster, **kw)
+    cap = cluster.memory_bytes
+    for c in p.candidates:
+        tight = c.memory.peak_bytes > TIGHT_MEMORY * cap
+        assert ("little headroom" in c.why) == tight
+    assert "little headroom" in p.best.why and "--headroom 0.05" in p.best.why
+    roomy = plan("mixtral-8x7b", cluster, headroom=0.05, **kw)
+    assert all(c.memory.peak_bytes <= 0.95 * cap for c in roomy.candidates)
+    assert not any("little headroom" in c.why for c in roomy.candidates)

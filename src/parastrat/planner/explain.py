@@ -88,6 +88,22 @@ def _pipeline_label(s: Strategy) -> str:
     return " ".join(part for part in str(s).split() if part.startswith(("PP", "CP")))
 
 
+#: Share of device memory above which a candidate's reason says its headroom is small (a
+#: presentation threshold, not a fit rule: the plan keeps every candidate that fits).
+TIGHT_MEMORY = 0.95
+
+
+def _tight(peak: float, capacity: float) -> str:
+    """ ", little headroom: ..." when ``peak`` is above :data:`TIGHT_MEMORY` of ``capacity``."""
+    if peak <= TIGHT_MEMORY * capacity:
+        return ""
+    return (
+        f", little headroom: {peak / capacity:.1%} of device memory, so an estimate a few "
+        f"percent low would not fit; --headroom {1 - TIGHT_MEMORY:.2f} (headroom="
+        f"{1 - TIGHT_MEMORY:.2f} in Python) plans below {TIGHT_MEMORY:.0%}"
+    )
+
+
 def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
     """Fill each candidate's ``why``: its limiter, memory, and its edge over the next one."""
     cap = cluster.memory_bytes
@@ -95,7 +111,7 @@ def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
         parts = [
             limiter(c.step),
             f"peak memory {c.memory.peak_bytes / GiB:.1f} of {cap / GiB:.0f} GiB "
-            f"({c.recompute} recompute)",
+            f"({c.recompute} recompute){_tight(c.memory.peak_bytes, cap)}",
         ]
         if c.alternatives:
             parts.append(
