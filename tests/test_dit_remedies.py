@@ -3,6 +3,7 @@ and the remedy it names makes the plan fit when the user runs it as written."""
 
 from __future__ import annotations
 
+import json
 import re
 
 import pytest
@@ -88,3 +89,25 @@ def test_the_cli_names_the_flags(capsys):
 
 def test_working_remedy_is_none_without_reports():
     assert working_remedy(ps.DiTSwitches(), [], lambda rep, sw: rep) is None
+
+
+def test_a_split_near_the_memory_limit_says_so_in_the_callers_terms(capsys):
+    """Wan2.1-T2V-14B 832x480x33 on 2 L40: the splits fit at 96.9 % of device memory (the VAE
+    decode); their reasons say the headroom is small and how to get more, with Python
+    spellings in Python and flags on the CLI (table and JSON)."""
+    from parastrat.planner.explain import TIGHT_MEMORY
+
+    case = ("wan2.1-t2v-14b", "l40", 2, 480, 832, 33)
+    plan = _plan(*case)
+    for c in plan.candidates:
+        tight = c.report.memory.total > TIGHT_MEMORY * c.report.memory.capacity
+        assert ("little headroom" in c.why) == tight
+    assert "little headroom" in plan.best.why and "vae_parallel=True" in plan.best.why
+    argv = ["plan-dit", "--model", case[0], "--devices", "2", "--accelerator", "l40"]
+    argv += ["--height", "480", "--width", "832", "--frames", "33", "--steps", "20"]
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert "little headroom" in table and "vae_parallel=True" not in table
+    assert main([*argv, "--format", "json"]) == 0
+    why = json.loads(capsys.readouterr().out)["candidates"][0]["why"]
+    assert "(--vae-parallel)" in why and "(--offload-model)" in why

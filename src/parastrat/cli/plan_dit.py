@@ -338,7 +338,7 @@ def run(args: argparse.Namespace) -> int:
             f"{c.latency_s:.3g}",
             f"{c.per_step_s:.3g}",
             f"{c.memory.total / GiB:.1f}",
-            "\n".join(c.reasons),
+            escape(cli_terms("\n".join(c.reasons))),
         )
     console.print(table)
     if plan.track_record is not None:
@@ -348,7 +348,7 @@ def run(args: argparse.Namespace) -> int:
     for line in sensitivity_lines(list(plan.sensitivity)):
         console.print(line, markup=False)
     for a in plan.advice:
-        console.print(f"MindIE-SD advice -- {escape(a)}")
+        console.print(f"MindIE-SD advice -- {escape(cli_terms(a))}")
     for wmsg in plan.best.report.warnings:
         console.print(f"[yellow]warning:[/] {escape(cli_terms(wmsg))}")
     note = _replica_note(plan.best.strategy, plan.devices)

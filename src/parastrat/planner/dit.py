@@ -40,6 +40,7 @@ from ..spec.dit_frameworks import DiTFramework, get_framework
 from ..strategy import XDIT_ORDER, Strategy, divisors
 from .dit_published import PublishedDiTBeside, dit_published_beside
 from .dit_remedies import working_remedy
+from .explain import TIGHT_MEMORY
 from .sensitivity import Sensitivity, changes, sensitivity_lines
 
 #: Image/video tokens from which MindIE-SD's guide calls a sequence "long" (ring worth adding):
@@ -679,6 +680,13 @@ def _why(c: DiTCandidate, best: DiTCandidate, model: DiTSpec, objective: str) ->
             )
     if rep.tokens.padding:
         out.append(f"pads {rep.tokens.padding} tokens so {rep.tokens.sp} ranks split them")
+    mem = rep.memory
+    if mem.total > TIGHT_MEMORY * mem.capacity:
+        out.append(
+            f"little headroom: {mem.total / GiB:.1f} of {mem.capacity / GiB:.0f} GiB "
+            f"({mem.total / mem.capacity:.1%}) at its {mem.peak_phase}; to keep more free: "
+            f"{mem.hint()}"
+        )
     return out
 
 
