@@ -106,6 +106,35 @@ def test_nothing_fits_says_what_would():
         )
 
 
+def test_the_device_count_it_names_fits_with_headroom():
+    """Llama 3 70B on 8 H100 does not fit; the message names 16 devices and a strategy for
+    them that leaves headroom (the fastest at 16, TP8 PP2, would sit at 79.5 of 79.6 GiB), and
+    that strategy, planned as named, fits below 95 % of device memory."""
+    import re
+
+    from parastrat.planner.explain import TIGHT_MEMORY
+
+    with pytest.raises(UsageError) as err:
+        plan(LLAMA70, ps.Cluster("h100", num_devices=8), seq_len=4096, global_batch_size=256)
+    msg = str(err.value)
+    found = re.search(
+        r"(\d+) devices would fit, e\.g\. (.+?) mbs(\d+) (\w+) \(peak ([\d.]+) GiB\)", msg
+    )
+    assert found, msg
+    n, strategy, mbs, mode, gib = found.groups()
+    cluster = ps.Cluster("h100", num_devices=int(n))
+    mem = ps.estimate_memory(
+        LLAMA70,
+        ps.Strategy.parse(strategy).with_world_size(int(n)),
+        seq_len=4096,
+        global_batch_size=256,
+        micro_batch_size=int(mbs),
+        recompute=mode,
+    )
+    assert mem.peak_bytes / 2**30 == pytest.approx(float(gib), abs=0.05)
+    assert mem.peak_bytes <= TIGHT_MEMORY * cluster.memory_bytes
+
+
 def test_impossible_count_is_usage_error():
     # 97 is prime: no TP (64 heads), PP (80 layers), CP (4096 / 2c) or DP split of it works
     # (7 devices would: PP 7 with an uneven 10 + 5 x 12 + 10 layer split)

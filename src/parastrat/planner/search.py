@@ -61,7 +61,7 @@ from ..spec.workload import (
     whole,
 )
 from ..strategy import MEGATRON_ORDER, Strategy, divisors
-from .explain import annotate
+from .explain import TIGHT_MEMORY, annotate
 from .fewest import first_accepted, sizing_counts, whole_nodes_between
 from .heuristics import seed_strategy
 from .offload import refuse_offload_pin, try_offload
@@ -790,6 +790,7 @@ def _nothing_fits_message(
     if result.enumerated and not result.bounded:
         return _batch_message(world, wl, space, gbs)
     # legal strategies exist but none fits: look for a device count that would
+    cap = cluster.memory_bytes
     for factor in (2, 4, 8, 16):
         if world * factor > MAX_DEVICES:
             break
@@ -798,13 +799,16 @@ def _nothing_fits_message(
         except (StrategyError, SpecError, UsageError):
             continue
         if trial.candidates:
-            c, why = trial.best, _graphs_note(wl, sw, space)
+            # the fastest that leaves some headroom, when one does: the fix should run
+            roomy = [x for x in trial.ranked if x.memory.peak_bytes <= TIGHT_MEMORY * cap]
+            c, why = (roomy or [trial.best])[0], _graphs_note(wl, sw, space)
             return (
                 f"no strategy for {model.name} fits in {cluster.accel.name} memory "
-                f"({cluster.memory_bytes / GiB:.0f} GiB) on {world} devices at seq_len="
+                f"({cap / GiB:.0f} GiB) on {world} devices at seq_len="
                 f"{wl.seq_len}, even with {space.modes[-1]} recompute{why}; "
                 f"{world * factor} devices would fit, e.g. {c.strategy} mbs{c.micro_batch_size} "
-                f"{c.recompute} (peak {c.memory.peak_bytes / GiB:.1f} GiB)"
+                f"{c.recompute} (peak {c.memory.peak_bytes / GiB:.1f} GiB"
+                f"{'' if roomy else ', little headroom'})"
             )
     return (
         f"no strategy for {model.name} fits in {cluster.accel.name} memory on {world} "
