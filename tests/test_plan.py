@@ -505,3 +505,23 @@ def test_a_candidate_near_the_memory_limit_says_so_and_headroom_removes_it():
     roomy = plan("mixtral-8x7b", cluster, headroom=0.05, **kw)
     assert all(c.memory.peak_bytes <= 0.95 * cap for c in roomy.candidates)
     assert not any("little headroom" in c.why for c in roomy.candidates)
+
+
+def test_the_tie_reason_is_the_first_criterion_that_differs():
+    """One source for why a tied candidate is ahead (the reason under the table and the
+    table's "over next" column): the first tie_key criterion that differs, when the
+    candidate is ahead on it; none when it is behind there."""
+    from parastrat.cli.plan import ranking_reason
+    from parastrat.planner.ranking import tie_criterion
+
+    no_off, off = _fake(1.01, 0.0, 10, tp=4, pp=4), _fake(1.00, 0.0, 5, tp=8, offload=47)
+    assert tie_criterion(no_off, off) == "offload"
+    assert ranking_reason(no_off, off, LLAMA70) == "tie: no offload"
+    small, big = _fake(1.01, 0.2, 50, tp=2), _fake(1.00, 0.0, 5, tp=8)
+    assert tie_criterion(small, big) == "model"
+    assert ranking_reason(small, big, LLAMA70) == "tie: TPxCPxPP 2 < 8"
+    assert tie_criterion(big, small) is None  # behind on the first criterion that differs
+    assert ranking_reason(big, small, LLAMA70) == "tie: set by those ahead"
+    lean, fat = _fake(1.0, 0.0, 5), _fake(1.0, 0.0, 9)
+    assert tie_criterion(lean, fat) == "memory"
+    assert ranking_reason(_fake(1.0, 0.0, 5), _fake(1.05, 0.0, 5), LLAMA70) == "faster by 5.0%"

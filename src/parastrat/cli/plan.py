@@ -485,25 +485,24 @@ def env_words(env: list[str]) -> list[str]:
 
 def ranking_reason(c, nxt, model) -> str:
     """Why ``c`` is ranked above ``nxt``, by the criterion the planner used: a shorter step
-    beyond the model's resolution, else the tie-break that decided (less model parallelism,
-    less exposed communication, less memory; :func:`parastrat.planner.search.tie_key`)."""
-    from ..planner.search import RANK_TIE, exposure_class, model_parallel_sizes
+    beyond the model's resolution, else the tie-break that decided
+    (:func:`parastrat.planner.ranking.tie_criterion`)."""
+    from ..planner.ranking import RANK_TIE, model_parallel_sizes, tie_criterion
 
     a, b = c.step.step_time_s, nxt.step.step_time_s
     if b > a * (1 + RANK_TIE):
         return f"faster by {b / a - 1:.1%}"
     (mp_a, ep_a), (mp_b, ep_b) = model_parallel_sizes(c), model_parallel_sizes(nxt)
-    if mp_a != mp_b:
-        return f"tie: TPxCPxPP {mp_a} < {mp_b}"
-    if ep_a != ep_b:
-        if getattr(model, "is_moe", False):
-            return f"tie: EPxETP {ep_a} < {ep_b}"
-        return f"tie: TP {c.strategy.tp} < {nxt.strategy.tp}"
-    if exposure_class(c) != exposure_class(nxt):
-        return "tie: less exposed comm"
-    if c.memory.peak_bytes != nxt.memory.peak_bytes:
-        return "tie: less memory"
-    return "tie: shorter step"
+    experts = f"EPxETP {ep_a} < {ep_b}" if getattr(model, "is_moe", False) else "less TP"
+    return {
+        "offload": "tie: no offload",
+        "model": f"tie: TPxCPxPP {mp_a} < {mp_b}",
+        "experts": f"tie: {experts}",
+        "exposure": "tie: less exposed comm",
+        "memory": "tie: less memory",
+        "step": "tie: shorter step",
+        None: "tie: set by those ahead",
+    }[tie_criterion(c, nxt)]
 
 
 def shared_notes(top) -> list[tuple[str, str]]:

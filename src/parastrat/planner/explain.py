@@ -17,7 +17,7 @@ from ..strategy import Strategy
 from .advice import SwitchAdvice, switch_advice
 from .price import price
 from .published import same_job_lines
-from .ranking import RANK_TIE, VPP_TIE, exposure_class, model_parallel_sizes
+from .ranking import RANK_TIE, VPP_TIE, model_parallel_sizes, tie_criterion
 from .sensitivity import (
     RankingCheck,
     Sensitivity,
@@ -104,6 +104,23 @@ def _tight(peak: float, capacity: float) -> str:
     )
 
 
+def _tie_reason(c: Candidate, nxt: Candidate) -> str:
+    """Why tied ``c`` is ranked above ``nxt``, in words (:func:`.ranking.tie_criterion`)."""
+    (mp, ep), (nmp, nep) = model_parallel_sizes(c), model_parallel_sizes(nxt)
+    mine = c.step.exposed_comm_s / c.step.step_time_s
+    theirs = nxt.step.exposed_comm_s / nxt.step.step_time_s
+    more_dp = "more devices on data parallelism"
+    return {
+        "offload": "no CPU activation offloading",
+        "model": f"less model parallelism (TPxCPxPP {mp} vs {nmp}: {more_dp})",
+        "experts": f"less model parallelism (EPxETP {ep} vs {nep}: {more_dp})",
+        "exposure": f"less exposed communication ({mine:.1%} vs {theirs:.1%} of the step)",
+        "memory": "lower peak memory",
+        "step": "shorter step",
+        None: "the tie rule among the candidates ahead of it",
+    }[tie_criterion(c, nxt)]
+
+
 def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
     """Fill each candidate's ``why``: its limiter, memory, and its edge over the next one."""
     cap = cluster.memory_bytes
@@ -125,27 +142,7 @@ def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
             nxt = ranked[i + 1]
             gain = nxt.step.step_time_s / c.step.step_time_s - 1
             if abs(gain) < RANK_TIE:
-                mine = c.step.exposed_comm_s / c.step.step_time_s
-                theirs = nxt.step.exposed_comm_s / nxt.step.step_time_s
-                mp, nmp = model_parallel_sizes(c), model_parallel_sizes(nxt)
-                if nxt.cpu_offload_layers and not c.cpu_offload_layers:
-                    reason = "no CPU activation offloading"
-                elif mp < nmp:
-                    which = (
-                        f"TPxCPxPP {mp[0]} vs {nmp[0]}"
-                        if mp[0] != nmp[0]
-                        else f"EPxETP {mp[1]} vs {nmp[1]}"
-                    )
-                    reason = f"less model parallelism ({which}: more devices on data parallelism)"
-
-                elif mp == nmp and exposure_class(c) < exposure_class(nxt):
-                    reason = f"less exposed communication ({mine:.1%} vs {theirs:.1%} of the step)"
-                elif mp == nmp and c.memory.peak_bytes < nxt.memory.peak_bytes:
-                    reason = "lower peak memory"
-                elif gain >= 0:
-                    reason = "shorter step"
-                else:
-                    reason = "the tie rule among the candidates ahead of it"
+                reason = _tie_reason(c, nxt)
                 parts.append(
                     f"tied with #{i + 2} ({nxt.label()}, {gain:+.1%}, within the "
                     f"model's {RANK_TIE:.0%} resolution): ranked first for {reason}"

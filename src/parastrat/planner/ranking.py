@@ -103,6 +103,20 @@ def tie_key(c: Candidate) -> tuple:
     )
 
 
+#: The criteria of :func:`tie_key`, in its order.
+TIE_CRITERIA = ("offload", "model", "experts", "exposure", "memory", "step")
+
+
+def tie_criterion(c: Candidate, nxt: Candidate) -> str | None:
+    """The :data:`TIE_CRITERIA` entry that puts tied ``c`` before ``nxt``: the first on which
+    their :func:`tie_key` differs, when ``c`` is ahead on it; None when ``c`` is behind there
+    (:func:`tie_ordered` placed it by its tie with a candidate ahead of both)."""
+    for name, mine, theirs in zip(TIE_CRITERIA, tie_key(c), tie_key(nxt)):
+        if mine != theirs:
+            return name if mine < theirs else None
+    return "step"
+
+
 def tie_ordered(candidates: list[Candidate], tie: float = RANK_TIE) -> list[Candidate]:
     """``candidates`` (sorted by step time) re-ordered so that near-ties are decided by
     practice and robustness rather than by differences below the model's resolution.
