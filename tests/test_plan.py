@@ -525,3 +525,19 @@ def test_the_tie_reason_is_the_first_criterion_that_differs():
     lean, fat = _fake(1.0, 0.0, 5), _fake(1.0, 0.0, 9)
     assert tie_criterion(lean, fat) == "memory"
     assert ranking_reason(_fake(1.0, 0.0, 5), _fake(1.05, 0.0, 5), LLAMA70) == "faster by 5.0%"
+
+
+def test_a_reason_names_the_five_nearest_variants_and_counts_the_rest():
+    """Llama 3 70B on 64 H100 (the README's job): TP4 PP2 CP2 has 20 near-equal variants; its
+    reason names the 5 nearest in step time and says how many more (the JSON keeps all)."""
+    from parastrat.planner.explain import VARIANTS_NAMED
+
+    p = plan(LLAMA70, H100_64, seq_len=8192, global_batch_size=256)
+    many = [c for c in p.candidates if len(c.alternatives) > VARIANTS_NAMED]
+    assert many
+    for c in many:
+        part = next(x for x in c.why.split("; ") if x.startswith("near-equal variants"))
+        assert part.count("%,") == VARIANTS_NAMED - 1
+        assert part.endswith(f" and {len(c.alternatives) - VARIANTS_NAMED} more")
+        assert "-0.00%" not in part
+        assert len(c.to_dict()["alternatives"]) == len(c.alternatives)

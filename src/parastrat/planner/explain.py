@@ -121,6 +121,25 @@ def _tie_reason(c: Candidate, nxt: Candidate) -> str:
     }[tie_criterion(c, nxt)]
 
 
+#: Near-equal variants a reason names; the rest are counted (``Candidate.alternatives`` and
+#: the JSON keep every one).
+VARIANTS_NAMED = 5
+
+
+def _variants(c: Candidate) -> str:
+    """The near-equal variants of ``c``'s layout, the :data:`VARIANTS_NAMED` nearest in step
+    time named with their step relative to ``c`` (negative where faster)."""
+    nearest = sorted(c.alternatives, key=lambda a: abs(_rel(a.step, c.step)))
+    named = ", ".join(
+        f"{_pipeline_label(a.strategy)} {round(_rel(a.step, c.step), 4) + 0.0:+.2%}"
+        for a in nearest[:VARIANTS_NAMED]
+    )
+    more = len(nearest) - VARIANTS_NAMED
+    return f"near-equal variants of this layout (within {VPP_TIE:.0%}): {named}" + (
+        f" and {more} more" if more > 0 else ""
+    )
+
+
 def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
     """Fill each candidate's ``why``: its limiter, memory, and its edge over the next one."""
     cap = cluster.memory_bytes
@@ -131,13 +150,7 @@ def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
             f"({c.recompute} recompute){_tight(c.memory.peak_bytes, cap)}",
         ]
         if c.alternatives:
-            parts.append(
-                f"near-equal variants of this layout (within {VPP_TIE:.0%}): "
-                + ", ".join(
-                    f"{_pipeline_label(a.strategy)} {_rel(a.step, c.step):+.2%}"
-                    for a in c.alternatives
-                )
-            )
+            parts.append(_variants(c))
         if i + 1 < len(ranked):
             nxt = ranked[i + 1]
             gain = nxt.step.step_time_s / c.step.step_time_s - 1
