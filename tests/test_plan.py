@@ -516,15 +516,15 @@ def test_the_tie_reason_is_the_first_criterion_that_differs():
 
     no_off, off = _fake(1.01, 0.0, 10, tp=4, pp=4), _fake(1.00, 0.0, 5, tp=8, offload=47)
     assert tie_criterion(no_off, off) == "offload"
-    assert ranking_reason(no_off, off, LLAMA70) == "tie: no offload"
+    assert ranking_reason(no_off, off) == "tie: no offload"
     small, big = _fake(1.01, 0.2, 50, tp=2), _fake(1.00, 0.0, 5, tp=8)
     assert tie_criterion(small, big) == "model"
-    assert ranking_reason(small, big, LLAMA70) == "tie: TPxCPxPP 2 < 8"
+    assert ranking_reason(small, big) == "tie: TPxCPxPP 2 < 8"
     assert tie_criterion(big, small) is None  # behind on the first criterion that differs
-    assert ranking_reason(big, small, LLAMA70) == "tie: set by those ahead"
+    assert ranking_reason(big, small) == "tie: set by those ahead"
     lean, fat = _fake(1.0, 0.0, 5), _fake(1.0, 0.0, 9)
     assert tie_criterion(lean, fat) == "memory"
-    assert ranking_reason(_fake(1.0, 0.0, 5), _fake(1.05, 0.0, 5), LLAMA70) == "faster by 5.0%"
+    assert ranking_reason(_fake(1.0, 0.0, 5), _fake(1.05, 0.0, 5)) == "faster by 5.0%"
 
 
 def test_a_reason_names_the_five_nearest_variants_and_counts_the_rest():

@@ -483,7 +483,7 @@ def env_words(env: list[str]) -> list[str]:
     return out
 
 
-def ranking_reason(c, nxt, model) -> str:
+def ranking_reason(c, nxt) -> str:
     """Why ``c`` is ranked above ``nxt``, by the criterion the planner used: a shorter step
     beyond the model's resolution, else the tie-break that decided
     (:func:`parastrat.planner.ranking.tie_criterion`)."""
@@ -493,11 +493,10 @@ def ranking_reason(c, nxt, model) -> str:
     if b > a * (1 + RANK_TIE):
         return f"faster by {b / a - 1:.1%}"
     (mp_a, ep_a), (mp_b, ep_b) = model_parallel_sizes(c), model_parallel_sizes(nxt)
-    experts = f"EPxETP {ep_a} < {ep_b}" if getattr(model, "is_moe", False) else "less TP"
     return {
         "offload": "tie: no offload",
         "model": f"tie: TPxCPxPP {mp_a} < {mp_b}",
-        "experts": f"tie: {experts}",
+        "experts": f"tie: EPxETP {ep_a} < {ep_b}",
         "exposure": "tie: less exposed comm",
         "memory": "tie: less memory",
         "step": "tie: shorter step",
@@ -569,12 +568,12 @@ def print_table(result, top) -> None:
     ranked = list(getattr(result, "ranked", None) or top)
     for i, c in enumerate(top, 1):
         nxt = ranked[i] if i < len(ranked) else None
-        t.add_row(*_candidate_cells(i, c, nxt, result.model))
+        t.add_row(*_candidate_cells(i, c, nxt))
     console.print(t)
     _print_footer(result, top)
 
 
-def _candidate_cells(i: int, c, nxt, model) -> tuple[str, ...]:
+def _candidate_cells(i: int, c, nxt) -> tuple[str, ...]:
     """The cells of candidate ``c`` ranked ``i``, ``nxt`` the one ranked after it (or None)."""
     from ..spec.hardware import GiB
 
@@ -589,7 +588,7 @@ def _candidate_cells(i: int, c, nxt, model) -> tuple[str, ...]:
         f"{st.mfu:.1%}",
         f"{st.step_time_s:.2f}",
         f"{c.memory.peak_bytes / GiB:.1f}",
-        escape(ranking_reason(c, nxt, model)) if nxt is not None else "",
+        escape(ranking_reason(c, nxt)) if nxt is not None else "",
     )
 
 

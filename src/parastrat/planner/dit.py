@@ -585,9 +585,11 @@ def _remedy(job: _Job, found: _Priced) -> str:
     if works is None:
         return ""
     names, rep = works
+    tight = rep.memory.total > TIGHT_MEMORY * rep.memory.capacity
     return (
         f". Tried: with {names}, {label(rep.strategy)} fits at "
-        f"{rep.memory.total / GiB:.1f} GiB ({rep.latency_s:.3g} s)"
+        f"{rep.memory.total / GiB:.1f} GiB ({rep.latency_s:.3g} s"
+        f"{', little headroom' if tight else ''})"
     )
 
 

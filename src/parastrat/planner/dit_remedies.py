@@ -18,6 +18,7 @@ from ..errors import SpecError, StrategyError
 from ..estimate.dit import DiTReport
 from ..estimate.dit_memory import DiTMemoryOptions
 from ..estimate.dit_options import DiTSwitches
+from .explain import TIGHT_MEMORY
 
 #: Largest number of remedies combined in one try.
 MOST_COMBINED = 3
@@ -68,8 +69,14 @@ def _combined(base: DiTSwitches, remedies: Iterable[Remedy]) -> DiTSwitches | No
     return sw
 
 
+def _tight(rep: DiTReport) -> bool:
+    """Whether ``rep`` fits with little headroom (above :data:`.explain.TIGHT_MEMORY`)."""
+    return rep.memory.total > TIGHT_MEMORY * rep.memory.capacity
+
+
 def _fitting(reports: list[DiTReport], sw: DiTSwitches, reprice: Reprice) -> DiTReport | None:
-    """The fastest of ``reports``' splits that fits with ``sw``, or None."""
+    """The fastest of ``reports``' splits that fits with ``sw`` leaving some headroom, else the
+    fastest that fits at all, or None."""
     fits = []
     for rep in reports:
         try:
@@ -78,14 +85,15 @@ def _fitting(reports: list[DiTReport], sw: DiTSwitches, reprice: Reprice) -> DiT
             continue
         if again is not None and again.memory.fits():
             fits.append(again)
-    return min(fits, key=lambda r: r.latency_s, default=None)
+    return min(fits, key=lambda r: (_tight(r), r.latency_s), default=None)
 
 
 def working_remedy(
     base: DiTSwitches, too_big: list[DiTReport], reprice: Reprice
 ) -> tuple[str, DiTReport] | None:
     """The fewest remedies with which one of ``too_big``'s splits fits, in words ("vae_parallel=True
-    and DiTMemoryOptions(offload=True)"), with the fastest such split's report; None when no
+    and DiTMemoryOptions(offload=True)"), with the fastest such split's report (one that
+    leaves some headroom first, as the training planner's no-fit message does); None when no
     combination of up to :data:`MOST_COMBINED` does."""
     for size in range(1, MOST_COMBINED + 1):
         found = []
@@ -93,7 +101,7 @@ def working_remedy(
             sw = _combined(base, combo)
             rep = _fitting(too_big, sw, reprice) if sw is not None else None
             if rep is not None:
-                found.append((rep.latency_s, combo, rep))
+                found.append(((_tight(rep), rep.latency_s), combo, rep))
         if found:
             _, combo, rep = min(found, key=lambda f: f[0])
             return " and ".join(r.spelling for r in combo), rep

@@ -66,7 +66,7 @@ def _simplicity(c: Candidate) -> tuple:
     return (c.cpu_offload_layers > 0, s.pipeline_layout is not None, s.vpp or 1, c.step.step_time_s)
 
 
-def least_interleaved(c: Candidate, tie: float = VPP_TIE) -> Candidate:
+def plainest_variant(c: Candidate, tie: float = VPP_TIE) -> Candidate:
     """A layout's representative: of its fastest variant ``c`` and the variants within ``tie``
     of it (its ``alternatives``) that need no more memory than ``c``, the plainest
     (:func:`_simplicity`: no CPU activation offloading, no custom pipeline layout, the fewest

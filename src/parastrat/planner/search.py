@@ -65,7 +65,7 @@ from .explain import TIGHT_MEMORY, annotate
 from .fewest import first_accepted, sizing_counts, whole_nodes_between
 from .heuristics import seed_strategy
 from .offload import refuse_offload_pin, try_offload
-from .ranking import KEEP_AT_LEAST, VPP_TIE, least_interleaved, tie_ordered
+from .ranking import KEEP_AT_LEAST, VPP_TIE, plainest_variant, tie_ordered
 from .ranking import RANK_TIE as RANK_TIE
 from .ranking import exposure_class as exposure_class
 from .ranking import layout_key as layout_key
@@ -508,11 +508,11 @@ class Search:
 
     # ---- 4. rank ----------------------------------------------------------------------------
     def rank(self) -> list[Candidate]:
-        """The kept candidates, each layout shown by its least interleaved near-equal variant
-        (:func:`least_interleaved`, the others its alternatives), near-ties ordered, each with
+        """The kept candidates, each layout shown by its plainest near-equal variant
+        (:func:`plainest_variant`, the others its alternatives), near-ties ordered, each with
         its reasons."""
         shown = sorted(
-            (least_interleaved(c) for c in self.found.values()), key=lambda c: c.step.step_time_s
+            (plainest_variant(c) for c in self.found.values()), key=lambda c: c.step.step_time_s
         )
         ranked = tie_ordered(shown)
         annotate(ranked, self.cluster)
