@@ -12,11 +12,16 @@ plan's precision), then goes through what
 Bridge's ``pretrain()`` does with it before any GPU work (:func:`start_up`): Bridge's
 ``runtime_config_update`` (mixed precision and comm-overlap set-up, then
 ``ConfigContainer.validate()``), Megatron Core's micro-batch calculator and its
-``initialize_model_parallel`` at the plan's world size (a torch fake process group).  Four
-models (Llama 3 8B, Qwen3 8B, DeepSeek-V2, GPT-OSS 120B) also run on their own Bridge recipe
-(the one ``parastrat plan --format torchrun`` names, found as ``run_recipe.py`` finds it),
-where each candidate goes a second way too: its ``to_overrides`` through Bridge's override
-parser, as ``run_recipe.py`` takes them, then the same start-up.  The hybrid (Mamba) presets
+``initialize_model_parallel`` at the plan's world size (a torch fake process group).  Every
+preset for which Bridge 0.3.1 exports a recipe (16: Llama 3.2 1B, Llama 3 8B / 70B, Llama
+3.1 405B, Qwen3 8B / 32B / 30B-A3B / 235B-A22B, DeepSeek-V2 / V3, GPT-OSS 20B / 120B, OLMoE,
+and the Nemotron hybrids) also runs on that recipe (the one ``parastrat plan --format
+torchrun`` names, found as ``run_recipe.py`` finds it, its Hugging Face config served from
+tests/data/hf), where each candidate goes a second way too: its ``to_overrides`` through
+Bridge's override parser, as ``run_recipe.py`` takes them, then the same start-up.  What this
+CPU machine lacks is switched off on every recipe (``without_cpu_missing_kernels``: TE's
+fused RoPE and permute, and the FusedAdam OLMoE's precision-aware optimizer needs).  The
+hybrid (Mamba) presets
 (Nemotron-H 8B/47B/56B, Nemotron Nano 9B v2, Nemotron 3 Nano) run on GPT-3's recipe holding
 their real ``NemotronH*`` provider and on their own Nemotron recipes, once ``parastrat.plan``
 prices a hybrid's layers by kind (:func:`hybrid_pricing`); until then their rows are skipped
@@ -64,7 +69,11 @@ import parastrat as ps  # noqa: E402
 from parastrat.adapters import megatron as mg  # noqa: E402
 from parastrat.planner.advice import GRAPH_SCOPES  # noqa: E402
 from parastrat.spec.models import get  # noqa: E402
-from tests.conftest import declare_te_version, import_bridge  # noqa: E402
+from tests.conftest import (  # noqa: E402
+    declare_te_version,
+    import_bridge,
+    without_cpu_missing_kernels,
+)
 
 MODELS = "megatron.bridge.models"
 HF = Path(__file__).resolve().parents[1] / "tests" / "data" / "hf"
@@ -106,14 +115,33 @@ class Case:
 
 CASES = (
     Case(
+        "llama3.2-1b",
+        "Llama32ModelProvider1B",
+        (8, 64),
+        (72,),
+        recipe=Recipe("meta-llama/Llama-3.2-1B", "llama3.2-1b.json"),
+    ),
+    Case(
         "llama3-8b",
         "Llama3ModelProvider8B",
         (8, 64),
         (72,),
         recipe=Recipe("meta-llama/Meta-Llama-3-8B", "llama3-8b.json"),
     ),
-    Case("llama3-70b", "Llama3ModelProvider70B", (64, 256), (144,)),
-    Case("llama3.1-405b", "Llama31ModelProvider405B", (128, 512), (576,)),
+    Case(
+        "llama3-70b",
+        "Llama3ModelProvider70B",
+        (64, 256),
+        (144,),
+        recipe=Recipe("meta-llama/Meta-Llama-3-70B", "llama3-70b.json"),
+    ),
+    Case(
+        "llama3.1-405b",
+        "Llama31ModelProvider405B",
+        (128, 512),
+        (576,),
+        recipe=Recipe("meta-llama/Meta-Llama-3.1-405B", "llama3.1-405b.json"),
+    ),
     Case(
         "qwen3-8b",
         "Qwen3ModelProvider8B",
@@ -121,9 +149,27 @@ CASES = (
         (64,),
         recipe=Recipe("Qwen/Qwen3-8B", "qwen3-8b.json"),
     ),
-    Case("qwen3-32b", "Qwen3ModelProvider32B", (32, 128), (144,)),
-    Case("qwen3-30b-a3b", "Qwen3MoEModelProvider30B_A3B", (16, 64), (72,)),
-    Case("qwen3-235b-a22b", "Qwen3MoEModelProvider235B_A22B", (128, 512), (288,)),
+    Case(
+        "qwen3-32b",
+        "Qwen3ModelProvider32B",
+        (32, 128),
+        (144,),
+        recipe=Recipe("Qwen/Qwen3-32B", "qwen3-32b.json"),
+    ),
+    Case(
+        "qwen3-30b-a3b",
+        "Qwen3MoEModelProvider30B_A3B",
+        (16, 64),
+        (72,),
+        recipe=Recipe("Qwen/Qwen3-30B-A3B", "qwen3-30b-a3b.json"),
+    ),
+    Case(
+        "qwen3-235b-a22b",
+        "Qwen3MoEModelProvider235B_A22B",
+        (128, 512),
+        (288,),
+        recipe=Recipe("Qwen/Qwen3-235B-A22B", "qwen3-235b-a22b.json"),
+    ),
     Case(
         "deepseek-v2",
         "hf:deepseek-v2.json",
@@ -132,7 +178,14 @@ CASES = (
         recipe=Recipe("deepseek-ai/DeepSeek-V2", "deepseek-v2.json"),
     ),
     # MTP as Bridge's deepseek_v3_pretrain_config sets it (the preset prices one MTP layer)
-    Case("deepseek-v3", "hf:deepseek-v3.json", (256, 1024), (576,), {"mtp_num_layers": 1}),
+    Case(
+        "deepseek-v3",
+        "hf:deepseek-v3.json",
+        (256, 1024),
+        (576,),
+        {"mtp_num_layers": 1},
+        recipe=Recipe("deepseek-ai/DeepSeek-V3", "deepseek-v3.json"),
+    ),
     Case("kimi-k2", "kimi.KimiK2Provider", (256, 1024), (1152,)),
     Case(
         "mixtral-8x7b",
@@ -163,16 +216,28 @@ CASES = (
         (144,),
         recipe=Recipe("openai/gpt-oss-120b", "gpt-oss-120b.json"),
     ),
-    Case("gpt-oss-20b", "GPTOSSProvider20B", (8, 32), (72,)),
+    Case(
+        "gpt-oss-20b",
+        "GPTOSSProvider20B",
+        (8, 32),
+        (72,),
+        recipe=Recipe("openai/gpt-oss-20b", "gpt-oss-20b.json"),
+    ),
     Case("llama4-scout", "Llama4Experts16ModelProvider", (64, 128), (144,)),
     Case("llama4-maverick", "Llama4Experts128ModelProvider", (128, 256), (288,)),
     Case("nemotron4-15b", "Nemotron4ModelProvider15B", (16, 64), (72,)),
     Case("nemotron4-340b", "Nemotron4ModelProvider340B", (256, 1024), (576,)),
-    Case("olmoe-7b", "OlMoEModelProvider", (8, 32), (72,)),
+    Case("olmoe-7b", "OlMoEModelProvider", (8, 32), (72,), recipe=Recipe()),
     # hybrid (Mamba) models: Megatron Core's MambaModel, as Bridge's Nemotron providers and
     # recipes build it
     Case("nemotron-h-8b", "nemotronh.NemotronHModelProvider8B", (8, 64), (72,), recipe=Recipe()),
-    Case("nemotron-h-47b", "nemotronh.NemotronHModelProvider47B", (64, 128), (144,)),
+    Case(
+        "nemotron-h-47b",
+        "nemotronh.NemotronHModelProvider47B",
+        (64, 128),
+        (144,),
+        recipe=Recipe(),
+    ),
     Case(
         "nemotron-h-56b",
         "nemotronh.NemotronHModelProvider56B",
@@ -294,9 +359,8 @@ def container(case: Case, setting: Setting, global_batch_size: int, own: bool):
         import megatron.bridge.recipes as recipes
 
         cfg = getattr(recipes, mg.default_recipe(case.model))()  # as run_recipe.py finds it
+        cfg = without_cpu_missing_kernels(cfg)  # no TE here
         cfg.model.seq_length = setting.seq
-        cfg.model.apply_rope_fusion = False  # no TE here
-        cfg.model.moe_permute_fusion = False
     else:
         from megatron.bridge.recipes.gpt.gpt3_175b import gpt3_175b_pretrain_config
 

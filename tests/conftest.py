@@ -124,6 +124,22 @@ def declare_te_version(version: str = BRIDGE_TE_FLOOR) -> None:
         utils._te_version = Version(version)
 
 
+def without_cpu_missing_kernels(cfg):
+    """A Bridge recipe's container without the Transformer Engine kernels this CPU machine
+    lacks: its fused RoPE and permute, and the FusedAdam the precision-aware optimizer needs
+    (OLMoE's recipe turns it on; Megatron Core refuses it without TE), with the float32
+    gradient and Adam-state dtypes Adam keeps without it.  Returns ``cfg``."""
+    cfg.model.apply_rope_fusion = False
+    cfg.model.moe_permute_fusion = False
+    if cfg.optimizer.use_precision_aware_optimizer:
+        import torch
+
+        cfg.optimizer.use_precision_aware_optimizer = False
+        for dtype in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
+            setattr(cfg.optimizer, dtype, torch.float32)
+    return cfg
+
+
 @pytest.fixture(scope="session")
 def bridge():
     """The real megatron.bridge package (skips the test with the reason when not importable:

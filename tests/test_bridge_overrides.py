@@ -24,6 +24,7 @@ from parastrat.adapters import bridge_overrides as bo
 from parastrat.adapters import megatron as mg
 from parastrat.errors import UsageError
 
+from .conftest import without_cpu_missing_kernels
 from .test_adapter_bridge import differences, snapshot
 from .test_bridge_acceptance_start_up import start_up
 
@@ -39,13 +40,18 @@ HF = Path(__file__).parent / "data" / "hf"
 #: checked here do not depend on the model's sizes.
 FAMILY = (
     ("deepseek-v2-lite", "deepseek-v2"),
-    ("qwen3-235b", "qwen3-30b-a3b"),
+    ("qwen3-235b", "qwen3-235b-a22b"),
     ("qwen3-30b", "qwen3-30b-a3b"),
+    ("qwen3-32b", "qwen3-32b"),
     ("qwen3", "qwen3-8b"),
+    ("llama-3.2-1b", "llama3.2-1b"),
+    ("meta-llama-3-70b", "llama3-70b"),
+    ("meta-llama-3.1-405b", "llama3.1-405b"),
     ("llama", "llama3-8b"),
     ("deepseek-v3", "deepseek-v3"),
     ("moonlight", "deepseek-v3"),  # Moonlight-16B-A3B is a DeepSeek-V3-class model
     ("deepseek-v2", "deepseek-v2"),
+    ("gpt-oss-20b", "gpt-oss-20b"),
     ("gpt-oss", "gpt-oss-120b"),
     ("olmoe", "olmoe-1b-7b"),
 )
@@ -84,16 +90,7 @@ def built(recipes, name: str):
     """Recipe ``name``'s container as ``run_recipe.py`` builds it, without the fusions this
     CPU machine lacks (Transformer Engine's RoPE and permute kernels, its FusedAdam for the
     precision-aware optimizer OLMoE's recipe turns on)."""
-    cfg = getattr(recipes, name)()
-    cfg.model.apply_rope_fusion = False
-    cfg.model.moe_permute_fusion = False
-    if cfg.optimizer.use_precision_aware_optimizer:
-        import torch
-
-        cfg.optimizer.use_precision_aware_optimizer = False
-        for dtype in ("main_grads_dtype", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype"):
-            setattr(cfg.optimizer, dtype, torch.float32)  # what Adam keeps without it
-    return cfg
+    return without_cpu_missing_kernels(getattr(recipes, name)())
 
 
 def test_recorded_shapes_are_the_recipes(recipes):
