@@ -55,3 +55,21 @@ def test_cli_reference_is_current():
         timeout=120,
     )
     assert r.returncode == 0, r.stderr
+
+
+def test_command_outputs_the_docs_show_are_current():
+    """docs/snippets/*.txt hold what their commands print now (tools/gen_snippets.py), and
+    every snippet file is one the tool writes and a page includes."""
+    import subprocess
+    import sys
+
+    r = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gen_snippets.py"), "--check"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    pages = "".join(p.read_text() for p in (ROOT / "docs").glob("*.md"))
+    for snippet in (ROOT / "docs" / "snippets").glob("*.txt"):
+        assert f'--8<-- "docs/snippets/{snippet.name}"' in pages, snippet.name
