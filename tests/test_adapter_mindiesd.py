@@ -222,3 +222,14 @@ def test_port_class_missing_names_the_extra():
         md.to_port_config(Strategy(ulysses=2))
     assert err.value.extra == "mindiesd"
     assert "torch_npu" in str(err.value)
+
+
+def test_a_replicated_split_is_refused_with_the_per_replica_call_that_works():
+    """A DiT plan with data-parallel replicas (DiTSearch(data_parallel=True)) launches one
+    service per replica; the refusal names that call, and the call works."""
+    s = Strategy(ulysses=4, cfg=2).with_world_size(16)  # two replicas of 8
+    with pytest.raises(StrategyError) as err:
+        md.to_cli_args(s, WAN)
+    assert "run 2 replicas (one service each) of 8 devices" in str(err.value)
+    assert "to_cli_args(s, world_size=8)" in str(err.value)
+    assert md.to_cli_args(s, WAN, world_size=8)[:2] == ["--ulysses_size", "4"]

@@ -288,6 +288,17 @@ def test_non_strategy_arguments_raise_one_error_type():
     assert isinstance(e.value, TypeError) and isinstance(e.value, StrategyError)
 
 
+def test_strategy_text_where_a_strategy_goes_names_the_parse_that_works():
+    import parastrat as ps
+    from parastrat.errors import StrategyTypeError
+
+    with pytest.raises(StrategyTypeError) as e:
+        ps.layout("TP2 PP2", 8)  # type: ignore[arg-type]
+    assert "layout() takes a parastrat.Strategy, got str" in str(e.value)
+    assert "parastrat.Strategy.parse('TP2 PP2')" in str(e.value)
+    assert ps.layout(ps.Strategy.parse("TP2 PP2"), 8)["tp"][:2] == [[0, 1], [2, 3]]
+
+
 def test_public_errors_are_exported():
     import parastrat
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 from .errors import StrategyError
 from .grid import RankGrid, strategy_grid
+from .strategy import require_strategy
 
 if TYPE_CHECKING:
     from .strategy import Strategy
@@ -105,6 +106,7 @@ def layout(strategy: Strategy, world_size: int | None = None) -> dict[str, Group
     ``world_size`` defaults to the strategy's own (when its ``dp`` is set).  Raises
     StrategyError when the world does not fit the strategy.
     """
+    strategy = require_strategy(strategy, "layout()")
     if world_size is None:
         world_size = strategy.world_size
         if world_size is None:

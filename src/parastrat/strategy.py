@@ -194,11 +194,12 @@ def require_strategy(value: Any, where: str) -> Strategy:
     for a non-Strategy."""
     if isinstance(value, Strategy):
         return value
+    fix = "build one with parastrat.Strategy(tp=..., pp=...) or Strategy.from_dict(d)"
+    if isinstance(value, str):
+        fix = f"parse the text first: parastrat.Strategy.parse({value!r})"
     raise StrategyTypeError(
         Violation(
-            "strategy-type",
-            f"{where} takes a parastrat.Strategy, got {type(value).__name__}",
-            "build one with parastrat.Strategy(tp=..., pp=...) or Strategy.from_dict(d)",
+            "strategy-type", f"{where} takes a parastrat.Strategy, got {type(value).__name__}", fix
         )
     )
 

@@ -193,10 +193,22 @@ def _violations(s: Strategy, world_size: int | None) -> list[Violation]:
                 "mindiesd-world",
                 f"world size {world_size} != cfg*ulysses*ring*tp = {s.cfg}*{s.ulysses}*{s.ring}*"
                 f"{s.tp} = {unit}: the ports have no data-parallel replicas",
-                f"use {unit} devices, or degrees whose product is {world_size}",
+                _world_fix(unit, world_size),
             )
         )
     return out
+
+
+def _world_fix(unit: int, world_size: int) -> str:
+    """How to run ``world_size`` devices with a ``unit``-device split: one service per
+    replica when it divides, else other degrees."""
+    if world_size > unit and world_size % unit == 0:
+        return (
+            f"run {world_size // unit} replicas (one service each) of {unit} devices: "
+            f"to_parallel_config(s, world_size={unit}) / to_cli_args(s, world_size={unit}) "
+            "for each"
+        )
+    return f"use {unit} devices, or degrees whose product is {world_size}"
 
 
 def to_parallel_config(
