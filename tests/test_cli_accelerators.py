@@ -31,6 +31,8 @@ def test_one_device_in_full_names_its_source(capsys):
     assert main(["accelerators", "H100-SXM", "--format", "json"]) == 0
     shown = json.loads(capsys.readouterr().out)
     runs, dit_runs = shown.pop("published_runs"), shown.pop("published_dit_runs")
+    # beside the nominal memory, the memory the estimates plan against (79.6 GiB on an H100)
+    assert shown["usable_memory_bytes"] == ps.Cluster("h100", 1).accel.memory_bytes
     assert shown == ps.hardware.get("h100").to_dict()
     assert len(runs) == len(ps.published_runs(accelerator="h100")) > 0 and dit_runs
     assert main(["accelerators", "gb200"]) == 0

@@ -20,7 +20,10 @@ HEADER = """# Command-line reference
 
 `parastrat COMMAND ...` (also `python -m parastrat COMMAND ...`).  Exit status: 0 success;
 2 a user error or a broken rule (a message with the fix, never a traceback); 1 anything else.
-`--format json` prints exactly one JSON document on stdout.
+`--format json` prints exactly one JSON document on stdout, a failure too: `{"error": {"kind":
+..., "message": ..., "violations": [{"rule", "message", "hint", "severity"}]}}` (`kind`:
+`strategy`, `spec`, `usage`, `missing-extra`, `arguments`, `rank-timeout` or `internal`), with
+the same text on stderr and the same exit status.
 
 This page is generated from the commands' own definitions by `tools/gen_cli_docs.py`.
 """

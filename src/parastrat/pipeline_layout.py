@@ -58,6 +58,16 @@ class StagePlacement:
         return self.decoder + self.mtp + self.embedding + self.loss
 
 
+def _stages_fix(stages: int, pp: int) -> str:
+    """The fix when a layout's ``stages`` are not a multiple of ``pp``: a layout of pp * vpp
+    stages, or a pp above 1 dividing its stages (pp=1 takes no multi-stage layout)."""
+    fix = f"give pp * vpp stages, e.g. {pp} or {2 * pp} for pp={pp}"
+    pps = [d for d in _divisors(stages) if d > 1]
+    if stages > 1 and pps:
+        fix += f", or use pp in {{{', '.join(map(str, pps))}}}"
+    return fix
+
+
 def _layout_error(message: str, hint: str, rule: str = "pipeline-layout") -> StrategyError:
     return StrategyError(Violation(rule, message, hint))
 
@@ -169,8 +179,7 @@ class PipelineLayout:
             raise _layout_error(
                 f"pipeline_layout has {n} stage(s), not a positive multiple of pp={pp} "
                 "(Megatron infers vpp = stages / pp)",
-                f"give pp * vpp stages, e.g. {pp} or {2 * pp} for pp={pp}, or use "
-                f"pp in {{{', '.join(str(d) for d in _divisors(n))}}}",
+                _stages_fix(n, pp),
                 rule="pipeline-layout-pp",
             )
         return cls(value, pp)

@@ -157,8 +157,9 @@ def _cp_ring(cp: int | None, ulysses: int, ring: int | None) -> tuple[int, int]:
                 Violation(
                     "cp-ulysses-ring",
                     f"cp={cp} is not a multiple of ulysses={ulysses} (cp = ulysses * ring)",
-                    f"use a multiple of ulysses that divides the world, e.g. cp in "
-                    f"{fmt_set([ulysses * 2**k for k in range(4)])}, or set ring explicitly",
+                    f"use cp a multiple of ulysses (e.g. cp={ulysses * (cp // ulysses + 1)}) "
+                    f"that divides the world, or ulysses in "
+                    f"{fmt_set([d for d in divisors(cp) if d < ulysses])} (ring = cp / ulysses)",
                 )
             )
         else:

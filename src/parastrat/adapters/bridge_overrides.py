@@ -242,13 +242,44 @@ def recipe_note(name: str) -> str | None:
     known = exported_recipes()
     if name in known:
         return None
-    near = difflib.get_close_matches(name, sorted(known), n=1)
+    near = nearest_recipe(name, known)
     return (
         f"recipe {name} is not one Megatron Bridge 0.3.1 exports from megatron.bridge.recipes"
-        + (f" (did you mean {near[0]}?)" if near else "")
+        + (f" (did you mean {near}?)" if near else "")
         + "; the lines assume the sections of Bridge's base recipes (comm_overlap None, "
         "mixed_precision 'bf16_mixed')"
     )
+
+
+def nearest_recipe(name: str, known: Iterable[str]) -> str | None:
+    """The exported recipe ``name`` most likely means: ``name`` completed as Bridge names a
+    recipe (``llama3_70b`` -> ``llama3_70b_pretrain_config``, the recipe a pretraining plan
+    runs; ``llama3_70b_sft`` -> ``llama3_70b_sft_config``), else the closest spelling."""
+    known = sorted(known)
+    for completed in (f"{name}_pretrain_config", f"{name}_config"):
+        if completed in known:
+            return completed
+    near = difflib.get_close_matches(name, known, n=1)
+    return near[0] if near else None
+
+
+def recipe_model(recipe: str) -> str | None:
+    """The preset whose Bridge recipe ``recipe`` is: its default recipe
+    (:func:`~parastrat.adapters.megatron_launch.default_recipe`) or a variant of it (that
+    name's stem then ``_``: ``llama3_70b_sft_config``, ``llama3_8b_16k_pretrain_config``), the
+    longest stem winning; None for a recipe of no preset (the user's own, a newer Bridge's)."""
+    from ..spec.models import names
+    from .megatron_launch import default_recipe
+
+    owner, longest = None, 0
+    for model in names():
+        own = default_recipe(model)
+        if own is None:
+            continue
+        stem = own.removesuffix("_pretrain_config")
+        if (recipe == own or recipe.startswith(stem + "_")) and len(stem) > longest:
+            owner, longest = model, len(stem)
+    return owner
 
 
 def shape_of(recipe: Any) -> RecipeShape:

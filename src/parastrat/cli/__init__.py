@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import os
 import sys
+from typing import NoReturn
 
 from rich.markup import escape
 
 from .._version import __version__
 from ..errors import RankTimeoutError
-from ._common import USER_ERRORS, err_console, report_user_error
+from ._common import USER_ERRORS, err_console, error_document, print_json, report_user_error
 
 #: Subcommand modules, in the order ``--help`` lists them.  A module that is absent is skipped.
 SUBCOMMANDS = (
@@ -36,8 +38,21 @@ SUBCOMMANDS = (
 )
 
 
+class _ArgumentExit(SystemExit):
+    """argparse's exit 2 on a bad command line, carrying its message (for --format json)."""
+
+    def __init__(self, message: str):
+        super().__init__(2)
+        self.message = message
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse that exits 2 with a one-line message (its default) and never a traceback."""
+
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise _ArgumentExit(message)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -72,20 +87,31 @@ def _file_size_limit_is_an_error() -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI; return the exit status."""
+    """Run the CLI; return the exit status.  With ``--format json`` a failure also prints one
+    JSON error document on stdout (:func:`~._common.error_document`); the text stays on stderr."""
     _file_size_limit_is_an_error()
+    words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(words)
+    except _ArgumentExit as exc:
+        if _asks_json(words):
+            print_json({"error": {"kind": "arguments", "message": exc.message, "violations": []}})
+        raise
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    args.argv = tuple(words)  # the command as typed, for hints that print a command to run
+    as_json = getattr(args, "format", None) == "json"
     try:
         _refuse_empty_values(args)
         return int(args.func(args) or 0)
     except USER_ERRORS as exc:
-        return report_user_error(exc)
+        return report_user_error(exc, as_json=as_json)
     except RankTimeoutError as exc:  # a peer stopped or hung: the job's, not the request's
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}")
+        if as_json:
+            print_json(error_document(exc))
         return 1
     except KeyboardInterrupt:
         err_console.print("interrupted")
@@ -100,7 +126,15 @@ def main(argv: list[str] | None = None) -> int:
             f"{escape(str(exc))}\n"
             "(set PARASTRAT_DEBUG=1 for the traceback; please report it)"
         )
+        if as_json:
+            print_json(error_document(exc))
         return 1
+
+
+def _asks_json(words: list[str]) -> bool:
+    """Whether a command line that argparse refused asked for ``--format json``."""
+    pairs = itertools.pairwise(words)
+    return "--format=json" in words or any(a == "--format" and b == "json" for a, b in pairs)
 
 
 #: Options that take a name, a path or a text: an empty value is a mistake (a shell variable

@@ -10,6 +10,7 @@ import argparse
 import json
 import os
 import re
+import shlex
 import sys
 from collections.abc import Mapping
 from typing import Any
@@ -319,7 +320,7 @@ def load_model(args: argparse.Namespace):
     if getattr(args, "hf_config", None):
         from ..spec.model import ModelSpec
 
-        return ModelSpec.from_hf_config(args.hf_config)
+        return ModelSpec.from_hf_config(args.hf_config)  # a diffusers one: says plan-dit
     if getattr(args, "model", None):
         from ..spec import models
 
@@ -327,21 +328,50 @@ def load_model(args: argparse.Namespace):
     return None
 
 
-def strategy_from_args(args: argparse.Namespace, training: bool = False):
+def parse_strategy_text(text: str, training: bool = False):
+    """The :class:`~parastrat.Strategy` a strategy text names (``--strategy``, ``--compare``):
+    ``training`` (the target is a language model): read as a training strategy, so that
+    "Ulysses4" is Megatron's CP4 with ``cp_comm_type='a2a'``, not an xDiT inference grid."""
+    from ..strategy import Strategy, as_training
+
+    parsed = Strategy.parse(text)  # plan-dit's "Ulysses4 x TP2" reads too
+    return as_training(parsed) if training else parsed
+
+
+def strategy_from_args(args: argparse.Namespace, training: bool = False, model: Any = None):
     """Build the :class:`~parastrat.Strategy` the strategy flags describe.  ``training`` (the
     target is a language model): ``--ulysses`` without ``--order`` or ``--cfg`` is Megatron's
     Ulysses context parallelism (``cp_comm_type='a2a'``) on the training order, not an
-    xDiT-style inference grid."""
-    from ..strategy import MEGATRON_ORDER, Strategy, as_training
+    xDiT-style inference grid.  A refusal raised while building it (before any world is
+    known) gets its fixes worked out for the command's device count
+    (:func:`parastrat.rules.world_fixes`, with ``model`` where given)."""
+    from .. import rules
+    from ..strategy import Strategy
 
     if getattr(args, "strategy", None):
         _refuse_degree_flags(args)
-        parsed = Strategy.parse(args.strategy)  # plan-dit's "Ulysses4 x TP2" reads too
-        return as_training(parsed) if training else parsed
+        return parse_strategy_text(args.strategy, training)
+    fields = strategy_fields(args, training)
+    try:
+        return Strategy(**fields)
+    except StrategyError as exc:
+        world = getattr(args, "gpus", None) or getattr(args, "world", None)
+        if not isinstance(world, int) or world < 1:
+            raise
+        seq = {"seq_len": args.seq_len} if getattr(args, "seq_len", None) else {}
+        fixed = rules.world_fixes(exc.violations, fields, world, model, **seq)
+        raise StrategyError(fixed) from None
+
+
+def strategy_fields(args: argparse.Namespace, training: bool = False) -> dict[str, Any]:
+    """The :class:`~parastrat.Strategy` keyword arguments the strategy flags give (without
+    ``--strategy``): Megatron's order for a training ``--ulysses`` (:func:`strategy_from_args`)."""
+    from ..strategy import MEGATRON_ORDER
+
     order = args.order
     if training and order is None and args.ulysses > 1 and args.cfg == 1:
         order = MEGATRON_ORDER
-    return Strategy(
+    return dict(
         tp=args.tp,
         pp=args.pp,
         vpp=args.vpp,
@@ -564,6 +594,32 @@ def search_from_args(args: argparse.Namespace):
     return SearchSpace(**{k: v for k, v in given.items() if v is not None})
 
 
+def require_writable(path: str | os.PathLike[str], what: str) -> None:
+    """UsageError, before any work, when the ``what`` cannot be written to ``path``: it is a
+    folder, its folder is missing, or that folder is not writable (a device or pipe such as
+    /dev/null is taken as is).  The write itself stays whole-or-nothing (``_io.write_bytes``)."""
+    from pathlib import Path
+
+    from .._io import is_special
+
+    target = Path(path)
+    if is_special(target):
+        return
+    if target.is_dir():
+        raise UsageError(f"cannot write the {what} to {target}: it is a folder; give a file name")
+    folder = target.parent
+    if not folder.is_dir():
+        raise UsageError(
+            f"cannot write the {what} to {target}: the folder {folder} does not exist; create "
+            f"it first (mkdir -p {shlex.quote(str(folder))}) or give a path in an existing folder"
+        )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UsageError(
+            f"cannot write the {what} to {target}: the folder {folder} is not writable; give "
+            "a path in a folder you can write to"
+        )
+
+
 def print_json(obj: Any) -> None:
     """Print one JSON document on stdout (nothing else may be printed with --format json)."""
     try:  # JSON has no Infinity / NaN: a document that needs them is refused, not printed
@@ -588,8 +644,39 @@ def _json_default(obj: Any) -> Any:
     raise TypeError(f"cannot serialise {type(obj).__name__}")
 
 
-def report_user_error(exc: BaseException) -> int:
-    """Print a user error (with every violation and hint) on stderr; return exit status 2."""
+#: The ``kind`` of a JSON error document, by the error's type (first match).
+ERROR_KINDS = (
+    (StrategyError, "strategy"),
+    (SpecError, "spec"),
+    (UsageError, "usage"),
+    (MissingExtraError, "missing-extra"),
+)
+
+
+def error_document(exc: BaseException) -> dict[str, Any]:
+    """The one JSON document ``--format json`` prints on stdout for a failure: ``{"error":
+    {"kind", "message", "violations"}}``, ``kind`` one of strategy, spec, usage, missing-extra
+    (a user's mistake: exit 2), rank-timeout or internal (exit 1); ``violations`` lists each
+    broken rule as ``check --format json`` does (rule, message, hint, severity), the hint in
+    this CLI's flags."""
+    from ..errors import RankTimeoutError
+
+    kind = next((k for t, k in ERROR_KINDS if isinstance(exc, t)), None)
+    if kind is None:
+        kind = "rank-timeout" if isinstance(exc, RankTimeoutError) else "internal"
+    found = getattr(exc, "violations", []) if isinstance(exc, StrategyError) else []
+    violations = [{**v.to_dict(), "hint": cli_words(v.hint)} for v in found]
+    message = f"{len(found)} rule(s) broken" if found else cli_words(str(exc))
+    if kind == "internal":
+        message = f"{type(exc).__name__}: {exc}"
+    return {"error": {"kind": kind, "message": message, "violations": violations}}
+
+
+def report_user_error(exc: BaseException, *, as_json: bool = False) -> int:
+    """Print a user error (with every violation and hint) on stderr, and with ``as_json`` its
+    :func:`error_document` on stdout; return exit status 2."""
+    if as_json:
+        print_json(error_document(exc))
     if isinstance(exc, StrategyError):
         err_console.print(f"[bold red]error:[/] {len(exc.violations)} rule(s) broken")
         for v in exc.violations:

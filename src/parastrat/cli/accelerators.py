@@ -76,7 +76,7 @@ def _show_one(accel: Any, fmt: str) -> int:
     from ..estimate.published_runs import published_dit_runs, published_runs
 
     runs, dit_runs = published_runs(accelerator=accel.name), published_dit_runs(None, accel.name)
-    data = accel.to_dict()
+    data = with_usable_memory(accel, accel.to_dict(), as_text=fmt == "table")
     if fmt == "json":
         data["published_runs"] = [r.to_dict() for r in runs]
         data["published_dit_runs"] = [r.to_dict() for r in dit_runs]
@@ -92,3 +92,22 @@ def _show_one(accel: Any, fmt: str) -> int:
             markup=False,
         )
     return code
+
+
+def with_usable_memory(accel: Any, data: dict[str, Any], *, as_text: bool) -> dict[str, Any]:
+    """``data`` (``accel.to_dict()``) with ``usable_memory_bytes`` after ``memory_bytes``: the
+    memory a Cluster plans against (``usable_memory_bytes`` where measured, else nominal);
+    ``as_text``: both also in GiB, as plan's and memory's lines print them."""
+    from ..spec.cluster import Cluster
+
+    usable = Cluster(accel, num_devices=1).accel.memory_bytes  # what plan, memory use
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        if key == "usable_memory_bytes":
+            continue  # shown after memory_bytes, as planned against
+        text = as_text and key == "memory_bytes"
+        out[key] = f"{value:,} ({value / 2**30:.1f} GiB)" if text else value
+        if key == "memory_bytes":
+            shown = f"{usable:,} ({usable / 2**30:.1f} GiB, what the estimates plan against)"
+            out["usable_memory_bytes"] = shown if as_text else usable
+    return out

@@ -31,6 +31,7 @@ from ._common import (
     nonnegative_int,
     positive_int,
     print_json,
+    require_writable,
     strategy_from_args,
 )
 
@@ -56,9 +57,12 @@ def register(subparsers: Any) -> None:
 SWEEP_ARGS = (
     arg(
         "--world",
+        "--gpus",
+        "--devices",
+        dest="world",
         type=local_world,
         default=None,
-        help="spawn this many local gloo ranks (default 2, or the torchrun world)",
+        help="spawn this many local gloo ranks, the world size (default 2, or the torchrun world)",
     ),
     arg(
         "--ops",
@@ -170,6 +174,7 @@ def run(args: argparse.Namespace) -> int:
     from ..errors import UsageError
     from ..viz import figure_path
 
+    _refuse_unwritable_outputs(args)  # before a sweep that may take minutes
     if args.kernels:
         return _run_kernels(args)
     _refuse_shared_outputs(args)
@@ -419,6 +424,19 @@ def _measure(args: argparse.Namespace) -> list[Any] | None:
     if args.world is None and detect_env().source != "single":
         return _measure_launched(args, strategy, kwargs)
     return _measure_local(args, strategy, kwargs)
+
+
+def _refuse_unwritable_outputs(args: argparse.Namespace) -> None:
+    """UsageError when ``--output``, ``--fit`` or ``--plot`` names a file that cannot be
+    written (missing or read-only folder), checked before anything is measured."""
+    from ..viz import figure_path
+
+    if args.output:
+        require_writable(args.output, "benchmark rows")
+    if args.fit:
+        require_writable(args.fit, "calibration")
+    if args.plot:
+        require_writable(figure_path(args.plot), "plot")
 
 
 def _refuse_shared_outputs(args: argparse.Namespace) -> None:

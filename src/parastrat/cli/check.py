@@ -83,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
     """Run ``parastrat check``: print the derived sizes and every broken rule with its fix (or one
     JSON document); return 0 when valid, 2 when a rule is broken."""
     model = load_model(args)
-    strategy = strategy_from_args(args, training=model is not None)
+    strategy = strategy_from_args(args, training=model is not None, model=model)
     findings = strategy.check(
         model,
         world_size=args.gpus,

@@ -8,11 +8,14 @@ import argparse
 from ..spec.workload import RECOMPUTE_MODES
 from ._common import (
     DEFAULT_RECOMPUTE,
+    HEADROOM_HELP,
     RECOMPUTE_HELP,
     add_strategy_flags,
     add_switch_args,
     cli_words,
     console,
+    headroom_fraction,
+    parse_strategy_text,
     positive_int,
     print_json,
     strategy_from_args,
@@ -50,6 +53,12 @@ def register(sub: argparse._SubParsersAction) -> None:
         '"TP4 PP2(VP5) CP1 DP8 SP"',
     )
     p.add_argument(
+        "--headroom",
+        type=headroom_fraction,
+        default=None,
+        help=HEADROOM_HELP + "; says whether the peak fits with it, as plan and memory take it",
+    )
+    p.add_argument(
         "--format", choices=("table", "json"), default="table", help="text, or one JSON document"
     )
     add_switch_args(p)
@@ -70,13 +79,18 @@ def run(args: argparse.Namespace) -> int:
     model, cluster, gbs = build_target(args)
     workload = workload_from_args(args, model, gbs)
     switches = switches_from_args(args)
-    strategy = strategy_from_args(args, training=True)
+    strategy = strategy_from_args(args, training=True, model=model)
     if args.compare:
-        cmp = compare(strategy, args.compare, cluster=cluster, workload=workload, switches=switches)
+        other = parse_strategy_text(args.compare, training=True)  # read as --strategy is
+        cmp = compare(strategy, other, cluster=cluster, workload=workload, switches=switches)
         if args.format == "json":
-            print_json({**cmp.to_dict(), **_compared_training(cmp, args.train_tokens)})
+            fits = {"fits_headroom": [_fits(m, cluster, args.headroom) for m in cmp.memory]}
+            extra = fits if args.headroom is not None else {}
+            print_json({**cmp.to_dict(), **_compared_training(cmp, args.train_tokens), **extra})
         else:
             console.print(cmp.summary(), markup=False)
+            for side, mem in zip("AB", cmp.memory):
+                _print_headroom(mem, cluster, args.headroom, f"{side}: ")
             if args.train_tokens is not None:
                 console.print(_compared_line(cmp, args.train_tokens), markup=False)
         return 0
@@ -89,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
                 "strategy": s.to_dict(),
                 "step": step.to_dict(),
                 "memory": mem.to_dict(),
-                "fits": mem.fits(cluster.accel),
+                "fits": _fits(mem, cluster, args.headroom),
                 "switch_advice": [a.to_dict() for a in advice],
                 "sensitivity": [x.to_dict() for x in sensitivity(workload, s, cluster, switches)],
                 "track_record": record.to_dict() if record is not None else None,
@@ -99,6 +113,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     text = explain_strategy(workload, strategy, cluster, switches, render=switch_flags)
     console.print(cli_words(text), markup=False)
+    if args.headroom is not None:
+        _print_headroom(price(workload, strategy, cluster, switches)[2], cluster, args.headroom)
     if args.train_tokens is not None:
         from ..estimate.train_time import record_note
 
@@ -134,4 +150,25 @@ def _compared_line(cmp, tokens: float) -> str:
         f"time to train {tokens_text(tokens)} tokens: {a.days:,.1f} -> {b.days:,.1f} days "
         f"({b.days - a.days:+,.1f}); {a.device_hours:,.0f} -> {b.device_hours:,.0f} "
         "device-hours (no restarts, evaluation or checkpoint stalls counted)"
+    )
+
+
+def _fits(mem, cluster, headroom: float | None) -> bool:
+    """Whether ``mem``'s peak fits the cluster's device memory less ``headroom`` (a fraction;
+    None: the estimate's own allowance alone, as plan without --headroom)."""
+    return bool(mem.fits(cluster.accel, headroom=headroom or 0.0))
+
+
+def _print_headroom(mem, cluster, headroom: float | None, prefix: str = "") -> None:
+    """With ``--headroom``: whether the peak stays below device memory less that fraction."""
+    from ..spec.hardware import GiB
+
+    if headroom is None:
+        return
+    limit = cluster.accel.memory_bytes * (1 - headroom) / GiB
+    verdict = "fits" if _fits(mem, cluster, headroom) else "DOES NOT FIT"
+    console.print(
+        f"{prefix}with --headroom {headroom:g}: peak {mem.peak_bytes / GiB:.1f} GiB of the "
+        f"{limit:.1f} GiB it leaves ({verdict})",
+        markup=False,
     )

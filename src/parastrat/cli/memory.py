@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     model = load_model(args)
     # the memory the device exposes (Cluster: usable_memory_bytes where measured), as plan uses
     accel = Cluster(args.accelerator, num_devices=args.gpus).accel
-    strategy = strategy_from_args(args, training=True).with_world_size(args.gpus)
+    strategy = strategy_from_args(args, training=True, model=model).with_world_size(args.gpus)
     workload = workload_from_args(args, model, args.global_batch_size)
     require_precision(accel, workload.precision)  # a format the device has (as TE checks)
     # the rules explain and plan apply: memory is not priced for a strategy Megatron refuses

@@ -26,6 +26,7 @@ from ._common import (
     load_model,
     positive_int,
     print_json,
+    require_writable,
     search_from_args,
     seq_len,
     switch_flags,
@@ -64,7 +65,8 @@ TARGET_ARGS = (
         "--global-batch-size",
         type=positive_int,
         default=None,
-        help="sequences per step (default: 4 x the number of devices)",
+        help="sequences per step (default: 4 x the number of devices; required with "
+        "--smallest, whose answer would otherwise move with the --gpus bound)",
     ),
     arg(
         "--precision",
@@ -199,6 +201,11 @@ PIN_ARGS = (
 
 def run(args: argparse.Namespace) -> int:
     """Run ``parastrat plan``: rank the strategies and print them; 0, or 2 when nothing fits."""
+    from ..viz import figure_path
+
+    _require_smallest_batch(args)
+    if args.plot:
+        require_writable(figure_path(args.plot), "plot")  # before the search
     model, cluster, gbs = build_target(args)
     budget = _budget(args)
     result = _search(args, model, cluster, gbs, budget)
@@ -216,8 +223,24 @@ def run(args: argparse.Namespace) -> int:
         print_table(result, top)
         if args.train_tokens is not None and top:
             line = _training_line(top[0].step, args.train_tokens, budget, result)
+            if budget is not None and not budget.met_by(top[0].step):
+                line += _smallest_hint(args, top[0].step, budget, result)
             console.print(line, markup=False)
     return 0
+
+
+def _require_smallest_batch(args: argparse.Namespace) -> None:
+    """UsageError for ``--smallest`` without ``--global-batch-size``: the default batch (4 x
+    --gpus) scales with the bound, so the fewest devices would too (``size`` requires it)."""
+    from ..errors import UsageError
+
+    if args.smallest and args.global_batch_size is None:
+        raise UsageError(
+            "--smallest needs --global-batch-size: the fewest devices depend on the batch, and "
+            f"the default (4 x --gpus) would move the answer with the --gpus bound; add e.g. "
+            f"--global-batch-size {4 * args.gpus}, the batch of the same search without "
+            "--smallest (as `parastrat size` takes it)"
+        )
 
 
 def _budget(args: argparse.Namespace):
@@ -242,11 +265,47 @@ def _training_line(step, tokens: float, budget, result) -> str:
     line = f"time to train #1: {training.summary(result.cluster.accel.name)}"
     line += record_note(training, result.track_record)
     if budget is not None and not budget.met_by(step):
-        line += (
-            f"; misses the {budget.days:g}-day deadline (--smallest with a larger --gpus "
-            "finds the fewest devices that meet it)"
-        )
+        line += f"; misses the {budget.days:g}-day deadline"
     return line
+
+
+def _smallest_hint(args: argparse.Namespace, step, budget, result) -> str:
+    """The command that finds the fewest devices meeting ``budget`` at the batch planned
+    here: this one with ``--smallest``, ``--global-batch-size`` pinned and as bound the power
+    of two at or above twice the devices perfect scaling would need (the smallest search
+    bisects over powers of two up to its bound)."""
+    import math
+
+    from ..spec.cluster import MAX_DEVICES
+
+    days = step.time_to_train(budget.tokens).days
+    need = max(result.num_devices + 1, math.ceil(2 * result.num_devices * days / budget.days))
+    bound = min(MAX_DEVICES, 2 ** math.ceil(math.log2(need)))
+    gbs = result.global_batch_size
+    return (
+        f"; the fewest devices that meet it, at this global batch ({gbs}): "
+        f"{_command_with(args, bound, gbs)}"
+    )
+
+
+#: Words of ``plan``'s command line that ``_command_with`` replaces (each takes one value).
+_REPLACED = ("--gpus", "--devices", "--global-batch-size")
+
+
+def _command_with(args: argparse.Namespace, gpus: int, gbs: int) -> str:
+    """This run's command line with ``--smallest --gpus GPUS --global-batch-size GBS`` in
+    place of its own device count and batch, shell-quoted."""
+    words, given = [], list(getattr(args, "argv", None) or ["plan", "..."])
+    skip = False
+    for word in given:
+        if skip:
+            skip = False
+        elif word in _REPLACED:
+            skip = True
+        elif word != "--smallest" and not word.startswith(tuple(f"{r}=" for r in _REPLACED)):
+            words.append(word)
+    tail = ["--smallest", "--gpus", str(gpus), "--global-batch-size", str(gbs)]
+    return "parastrat " + shell_join([*words, *tail])
 
 
 def _search(args: argparse.Namespace, model, cluster, gbs: int, budget=None):
@@ -321,6 +380,7 @@ def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> 
     if args.format in ("overrides", "torchrun"):
         if args.recipe is not None:
             _note_recipe_name(args.recipe)
+            _check_recipe_model(args.recipe, model)
         _note_recipe_precision(result, _recipe(args, model))
 
     if args.format == "overrides":
@@ -352,11 +412,15 @@ def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> 
 def _recipe(args: argparse.Namespace, model) -> str | None:
     """``--recipe``, else the Bridge recipe of a preset (:func:`default_recipe`); None for a
     model read from a config file (its folder name is no recipe name)."""
+    return args.recipe if args.recipe is not None else _own_recipe(model)
+
+
+def _own_recipe(model) -> str | None:
+    """The Bridge recipe of a preset (:func:`default_recipe`); None for a model read from a
+    config file or one Bridge exports no recipe for."""
     from ..adapters.megatron import default_recipe
     from ..spec.models import names
 
-    if args.recipe is not None:
-        return args.recipe
     return default_recipe(model.name) if model.name in names() else None
 
 
@@ -368,6 +432,44 @@ def _note_recipe_name(recipe: str) -> None:
     note = recipe_note(recipe)
     if note:
         err_console.print(f"note: {note}", markup=False)
+
+
+def _check_recipe_model(recipe: str, model) -> None:
+    """A ``--recipe`` of another preset (:func:`~parastrat.adapters.bridge_overrides.
+    recipe_model`): refused when that model's shape differs from the planned one's, as
+    ``apply`` refuses a plan on another model's config (run_recipe.py would train the
+    recipe's model with a layout priced for this one); a note when the shapes agree."""
+    from ..adapters.bridge_overrides import recipe_model
+    from ..adapters.megatron import PLAN_SHAPE_FIELDS
+    from ..errors import UsageError
+    from ..spec.models import get_llm
+
+    owner = recipe_model(recipe)
+    if owner is None or owner == model.name:
+        return
+    theirs = get_llm(owner)
+    differ = [
+        f"{f} {getattr(theirs, f, None) or '-'} vs {getattr(model, f, None) or '-'}"
+        for f in PLAN_SHAPE_FIELDS
+        if (getattr(theirs, f, None) or None) != (getattr(model, f, None) or None)
+    ]
+    own = _own_recipe(model)
+    instead = (
+        f"use {model.name}'s recipe {own} (leave --recipe out)"
+        if own
+        else f"pass the recipe that builds {model.name}"
+    )
+    if differ:
+        raise UsageError(
+            f"--recipe {recipe} builds {owner}, not {model.name} ({'; '.join(differ)}): "
+            f"run_recipe.py would train {owner} with a layout priced for {model.name}; "
+            f"{instead}, or plan --model {owner} for that recipe"
+        )
+    err_console.print(
+        f"note: recipe {recipe} is {owner}'s, whose shape {model.name} shares; {instead} to "
+        "launch the planned model's own recipe",
+        markup=False,
+    )
 
 
 def _note_recipe_precision(result, recipe: str | None) -> None:

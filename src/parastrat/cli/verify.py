@@ -36,9 +36,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument(
         "--world",
+        "--gpus",
+        "--devices",
+        dest="world",
         type=local_world,
         default=None,
-        help="spawn this many local gloo ranks (omit under torchrun)",
+        help="spawn this many local gloo ranks, the world size (omit under torchrun)",
     )
     add_strategy_flags(p)
     p.add_argument(

@@ -21,7 +21,7 @@ from ..estimate.step import StepReport
 from ..estimate.track_record import TrackRecord, track_record
 from ..spec.hardware import GiB
 from ..spec.workload import Switches, Workload, resolve
-from ..strategy import Strategy
+from ..strategy import Strategy, as_training
 from ..strategy_text import FIELDS
 from ..strategy_text import parse_strategy as parse_strategy
 from .explain import TERM_NAMES
@@ -35,12 +35,14 @@ if TYPE_CHECKING:
 
 def as_strategy(obj: Any) -> Strategy:
     """A Strategy from a Strategy, a dict, a ``"tp=4,pp=2"`` string or the form a strategy
-    prints (``"TP4 PP2 CP1 SP"``: :func:`parastrat.strategy_text.parse_strategy`); UsageError
-    otherwise (a Megatron config is read with :func:`parastrat.adapters.megatron.from_config`)."""
+    prints (``"TP4 PP2 CP1 SP"``: :func:`parastrat.strategy_text.parse_strategy`), a text read
+    as a training strategy (:func:`~parastrat.strategy.as_training`: "Ulysses4" is Megatron's
+    CP4 with all-to-all, as ``explain --strategy`` reads it); UsageError otherwise (a Megatron
+    config is read with :func:`parastrat.adapters.megatron.from_config`)."""
     if isinstance(obj, Strategy):
         return obj
     if isinstance(obj, str):
-        return parse_strategy(obj)
+        return as_training(parse_strategy(obj))
     if isinstance(obj, dict):
         return Strategy.from_dict(obj)
     raise UsageError(

@@ -93,6 +93,13 @@ def _pipeline_label(s: Strategy) -> str:
 TIGHT_MEMORY = 0.95
 
 
+def capacity_gib(capacity: float) -> str:
+    """``79.6 GiB``: a device's memory as every planner text states it, to the tenth of a GiB
+    (the figure the fit check and the percentages use: :attr:`Cluster.memory_bytes`, the
+    accelerator's ``usable_memory_bytes`` where measured, so an "80 GB" H100 reads 79.6)."""
+    return f"{capacity / GiB:.1f} GiB"
+
+
 def _tight(peak: float, capacity: float) -> str:
     """ ", little headroom: ..." when ``peak`` is above :data:`TIGHT_MEMORY` of ``capacity``."""
     if peak <= TIGHT_MEMORY * capacity:
@@ -146,7 +153,7 @@ def annotate(ranked: list[Candidate], cluster: Cluster) -> None:
     for i, c in enumerate(ranked):
         parts = [
             limiter(c.step),
-            f"peak memory {c.memory.peak_bytes / GiB:.1f} of {cap / GiB:.0f} GiB "
+            f"peak memory {c.memory.peak_bytes / GiB:.1f} of {capacity_gib(cap)} "
             f"({c.recompute} recompute){_tight(c.memory.peak_bytes, cap)}",
         ]
         if c.alternatives:
@@ -315,7 +322,7 @@ def _no_fsdp(plan: Plan, plain: Candidate | None) -> str:
         return (
             f"FSDP does not fit: {probe} needs {mem.peak_bytes / GiB:.1f} GiB per GPU even "
             f"with full recompute (weights, gradients, optimizer and gathered layers "
-            f"{kept:.1f} GiB) > {plan.cluster.memory_bytes / GiB:.0f} GiB"
+            f"{kept:.1f} GiB) > {capacity_gib(plan.cluster.memory_bytes)}"
         )
     step, mbs, mode, _peak = priced
     return (
@@ -354,7 +361,7 @@ def _seed_failure(plan: Plan, strategy: Strategy) -> str:
     return (
         "it does not fit in memory with any micro-batch and recompute mode the planner tries "
         f"({least} recompute at micro-batch 1: peak {mem.peak_bytes / GiB:.1f} of "
-        f"{capacity / GiB:.1f} GiB)"
+        f"{capacity_gib(capacity)})"
     )
 
 
@@ -428,7 +435,7 @@ def explain_strategy(
             lines.append(f"  {key:<12} {value:9.4f}  {value / total:6.1%}")
     lines.append(
         f"memory: peak {mem.peak_bytes / GiB:.1f} GiB of "
-        f"{cluster.memory_bytes / GiB:.0f} GiB "
+        f"{capacity_gib(cluster.memory_bytes)} "
         f"({'fits' if mem.fits(cluster.accel) else 'DOES NOT FIT'})"
     )
     lines += [f"note: {n}" for n in step.notes]

@@ -9,6 +9,10 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+#: Device counts a "try N devices" suggestion tries at most, and how many it names.
+MAX_TRIALS = 12
+MAX_NAMED = 3
+
 
 def sizing_counts(top: int, node: int) -> list[int]:
     """The device counts the sizing searches try first, ascending: powers of two, whole
@@ -39,3 +43,15 @@ def first_accepted(counts: Sequence[int], probe: Callable[[int], T | None]) -> T
 def whole_nodes_between(low: int, high: int, node: int) -> list[int]:
     """The whole-node device counts strictly between ``low`` and ``high``, ascending."""
     return [k * node for k in range(low // node + 1, high // node + 1) if low < k * node < high]
+
+
+def accepted_counts(counts: Sequence[int], accepts: Callable[[int], bool]) -> list[int]:
+    """The first :data:`MAX_NAMED` of ``counts`` (in their order) that ``accepts``, trying at
+    most :data:`MAX_TRIALS`: device counts to suggest, each tried before it is named."""
+    found: list[int] = []
+    for n in counts[:MAX_TRIALS]:
+        if accepts(n):
+            found.append(n)
+            if len(found) == MAX_NAMED:
+                break
+    return found

@@ -29,14 +29,13 @@ Enumeration limits (documented in ``docs/step-model.md``): TP up to the scale-up
 from __future__ import annotations
 
 import heapq
-import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from .. import rules
-from ..errors import SpecError, StrategyError, UsageError
+from ..errors import StrategyError, UsageError
 from ..estimate.fsdp import fsdp_layer_memory
 from ..estimate.layers import stage_params, try_split
 from ..estimate.memo import per_model
@@ -47,8 +46,7 @@ from ..estimate.train_time import TrainingBudget
 from ..grid import expert_dp
 from ..pipeline_layout import parse_string
 from ..rules.graphs import graph_violations
-from ..spec.cluster import MAX_DEVICES, Cluster
-from ..spec.hardware import GiB
+from ..spec.cluster import Cluster
 from ..spec.model import ModelSpec
 from ..spec.workload import MICRO_BATCH_SIZES as MICRO_BATCH_SIZES
 from ..spec.workload import MIN_CP_TOKENS as MIN_CP_TOKENS
@@ -61,9 +59,10 @@ from ..spec.workload import (
     whole,
 )
 from ..strategy import MEGATRON_ORDER, Strategy, divisors
-from .explain import TIGHT_MEMORY, annotate
+from .explain import annotate
 from .fewest import first_accepted, sizing_counts, whole_nodes_between
 from .heuristics import seed_strategy
+from .no_plan import Run, nothing_fits_message, over_budget_message
 from .offload import refuse_offload_pin, try_offload
 from .ranking import KEEP_AT_LEAST, VPP_TIE, plainest_variant, tie_ordered
 from .ranking import RANK_TIE as RANK_TIE
@@ -606,7 +605,7 @@ def plan(
         cluster = cluster.with_devices(num_devices)
     result = Search(cluster, wl, sw, space, top_k=top_k, progress=progress).run()
     if not result.candidates:
-        raise UsageError(_nothing_fits_message(cluster, wl, sw, space, result))
+        raise UsageError(nothing_fits_message(cluster, wl, sw, space, result, _run(sw, space)))
     return result
 
 
@@ -652,15 +651,6 @@ def plan_values(
     return wl, sw, space
 
 
-def _graphs_note(wl: Workload, sw: Switches, space: SearchSpace) -> str:
-    """Why full recompute was not tried, when the CUDA-graph scopes ruled it out (the rule
-    :func:`~parastrat.graph_rules.graph_violations` names, with its fix)."""
-    if not sw.cuda_graphs or "full" in space.modes:
-        return ""
-    bad = graph_violations(sw.cuda_graphs, graph_run(wl.model, sw, "full"))
-    return f" (full recompute not tried: [{bad[0].rule}] {bad[0].hint})" if bad else ""
-
-
 def _graph_space(wl: Workload, sw: Switches, space: SearchSpace) -> SearchSpace:
     """The recompute modes Megatron Core runs with the CUDA-graph scopes of ``sw`` (full
     recompute only with the whole iteration); StrategyError with the rule when it runs none
@@ -685,6 +675,12 @@ def _hybrid_space(wl: Workload, space: SearchSpace) -> SearchSpace:
     if bad:
         raise StrategyError(bad)
     return replace(space, recompute=modes)
+
+
+def _run(sw: Switches, space: SearchSpace) -> Run:
+    """How :mod:`.no_plan` tries a device count or batch before naming it: a top-1 search
+    with these switches and this space."""
+    return lambda cluster, wl: Search(cluster, wl, sw, space, top_k=1).run()
 
 
 def _plan_smallest(
@@ -715,103 +711,6 @@ def _plan_smallest(
     if best is None:
         final = Search(cluster, wl, sw, space, top_k=top_k).run()
         if final.candidates and budget is not None:
-            raise UsageError(_over_budget_message(final, budget))
-        raise UsageError(_nothing_fits_message(cluster, wl, sw, space, final))
+            raise UsageError(over_budget_message(final, budget))
+        raise UsageError(nothing_fits_message(cluster, wl, sw, space, final, _run(sw, space)))
     return best
-
-
-def _over_budget_message(result: Plan, budget: TrainingBudget) -> str:
-    """The most devices allowed still miss ``budget``: by how much, and what would meet it."""
-    step = result.best.step
-    took = step.time_to_train(budget.tokens)
-    need = math.ceil(step.world_size * took.days / budget.days)
-    return (
-        f"no device count up to {step.world_size:,} trains {budget}: the best plan on "
-        f"{step.world_size:,} {result.cluster.accel.name} ({result.best.strategy}) takes "
-        f"{took.days:,.1f} days; allow more devices (about {need:,} at the same throughput per "
-        "device) or more days"
-    )
-
-
-def _pinned_step(space: SearchSpace) -> int:
-    """The smallest world step the pinned degrees allow (TP x CP x PP when all are pinned)."""
-    step = 1
-    for name in ("tp", "cp", "pp"):
-        choices = getattr(space, name)
-        if choices is not None and len(choices) == 1:
-            step *= choices[0]
-    return step
-
-
-def _batch_message(world: int, wl: Workload, space: SearchSpace, gbs: int) -> str:
-    """Legal strategies exist but the global batch splits into none of the micro-batch sizes
-    over their data-parallel degrees (a multiple of ``pp`` micro-batches when interleaved)."""
-    sizes = list(space.micro_batch_sizes)
-    fix = (
-        "a micro-batch size of 1"
-        if 1 not in sizes
-        else f"a global batch size divisible by the data-parallel degree (e.g. {world * 8})"
-    )
-    return (
-        f"global_batch_size={gbs} does not split into micro-batches of "
-        f"{', '.join(map(str, sizes))} over the data-parallel degree of any legal strategy for "
-        f"{wl.model.name} on {world} devices (gbs = micro-batch size x DP x micro-batches, a "
-        f"multiple of pp with interleaving); use {fix}"
-    )
-
-
-def _nothing_fits_message(
-    cluster: Cluster, wl: Workload, sw: Switches, space: SearchSpace, result: Plan
-) -> str:
-    """Say why nothing came back and what would work instead."""
-    world, model = cluster.num_devices, wl.model
-    gbs = wl.needs_global_batch("plan")
-    if result.enumerated == 0 and result.memory_pruned == 0:
-        hints = []
-        step = _pinned_step(space)
-        ok_worlds = [
-            w
-            for w in range(max(step, world - 64 - (world - 64) % step), world + 65, step)
-            if w != world and ((gbs % w == 0) or (w % 8 == 0 and gbs % 8 == 0))
-        ]
-        near = sorted(ok_worlds, key=lambda w: abs(w - world))[:3]
-        if near:
-            hints.append(f"try {', '.join(map(str, sorted(near)))} devices")
-        suggested = max(1, gbs // world) * world
-        if suggested != gbs:
-            hints.append(
-                f"or a global batch size divisible by the data-parallel degree (e.g. {suggested})"
-            )
-        return (
-            f"no legal strategy for {model.name} on {world} devices with seq_len="
-            f"{wl.seq_len} and global_batch_size={gbs} (with the pins/bounds given): "
-            + "; ".join(hints)
-        )
-    if result.enumerated and not result.bounded:
-        return _batch_message(world, wl, space, gbs)
-    # legal strategies exist but none fits: look for a device count that would
-    cap = cluster.memory_bytes
-    for factor in (2, 4, 8, 16):
-        if world * factor > MAX_DEVICES:
-            break
-        try:
-            trial = Search(cluster.with_devices(world * factor), wl, sw, space, top_k=1).run()
-        except (StrategyError, SpecError, UsageError):
-            continue
-        if trial.candidates:
-            # the fastest that leaves some headroom, when one does: the fix should run
-            roomy = [x for x in trial.ranked if x.memory.peak_bytes <= TIGHT_MEMORY * cap]
-            c, why = (roomy or [trial.best])[0], _graphs_note(wl, sw, space)
-            return (
-                f"no strategy for {model.name} fits in {cluster.accel.name} memory "
-                f"({cap / GiB:.0f} GiB) on {world} devices at seq_len="
-                f"{wl.seq_len}, even with {space.modes[-1]} recompute{why}; "
-                f"{world * factor} devices would fit, e.g. {c.strategy} mbs{c.micro_batch_size} "
-                f"{c.recompute} (peak {c.memory.peak_bytes / GiB:.1f} GiB"
-                f"{'' if roomy else ', little headroom'})"
-            )
-    return (
-        f"no strategy for {model.name} fits in {cluster.accel.name} memory on {world} "
-        f"devices, nor on up to {16 * world}; use a shorter sequence, an accelerator with "
-        "more memory, or more devices"
-    )

@@ -28,7 +28,7 @@ One module per subject:
 from __future__ import annotations
 
 from .batch import batch_violations, chunk_violations, interleave_fits, sequence_violations
-from .check import check
+from .check import check, world_fixes
 from .fsdp import (
     FSDP_ALIASES,
     FSDP_LEVELS,
@@ -82,5 +82,6 @@ __all__ = [
     "soft_violations",
     "structural_violations",
     "verified_split_hints",
+    "world_fixes",
     "world_violations",
 ]

@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ..checks import is_count
 from ..errors import Violation
 from .batch import batch_violations, chunk_violations, sequence_violations
 from .fsdp import fsdp_soft_violations
-from .hints import SPLIT_RULES, verified_split_hints
+from .hints import (
+    SPLIT_RULES,
+    cp_ulysses_fix,
+    layout_pp_fix,
+    verified_node_hint,
+    verified_split_hints,
+)
 from .model import model_violations, resolve_model
 from .soft import soft_violations
 from .violations import err
@@ -32,7 +39,8 @@ def check(
     """Every rule the given inputs allow checking: errors first, then warnings.
 
     With ``verify_hints`` (user-facing checks) a broken pipeline-split rule's hint lists only
-    fixes that clear it and break no other rule (:func:`verified_split_hints`).
+    fixes that clear it and break no other rule (:func:`verified_split_hints`), and
+    ``tp-across-nodes`` names the largest TP inside a node that does (:func:`verified_node_hint`).
     """
     model = resolve_model(model)
     out, world, world_ok = _world_check(s, world_size)
@@ -61,24 +69,78 @@ def check(
         # MambaStack takes no virtual pipeline (hybrid-vpp): no advice to interleave
         soft = [v for v in soft if v.rule not in ("pp-without-vpp", "vpp-pp2")]
     out += soft
-    if verify_hints and model is not None and any(v.rule in SPLIT_RULES for v in out):
-        w = world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else None
-
-        def recheck(t: Strategy) -> set[str]:
-            found = check(
-                t,
-                model,
-                world_size=w,
-                seq_len=seq_len,
-                global_batch_size=global_batch_size,
-                micro_batch_size=micro_batch_size,
-            )
-            return {v.rule for v in found if v.severity == "error"}
-
-        errors = [v for v in out if v.severity == "error"]
-        rest = [v for v in out if v.severity != "error"]
-        out = verified_split_hints(s, model, errors, recheck, w) + rest
+    if verify_hints and model is not None:
+        batch = (seq_len, global_batch_size, micro_batch_size)
+        out = _verified(s, model, out, world, batch, devices_per_node)
     return sorted(out, key=lambda v: v.severity != "error")
+
+
+def _verified(
+    s: Strategy,
+    model: Any,
+    found: list[Violation],
+    world: Any,
+    batch: tuple[int | None, int | None, int | None],
+    devices_per_node: int | None,
+) -> list[Violation]:
+    """``found`` with the hints that propose another pipeline split
+    (:func:`verified_split_hints`) or TP (:func:`verified_node_hint`) listing only fixes
+    that break no rule ``s`` does not already break; ``batch``: (seq_len, global batch,
+    micro-batch)."""
+    w = world if isinstance(world, int) and not isinstance(world, bool) and world > 0 else None
+    seq_len, gbs, mbs = batch
+
+    def recheck(t: Strategy) -> set[str]:
+        got = check(
+            t, model, world_size=w, seq_len=seq_len, global_batch_size=gbs, micro_batch_size=mbs
+        )
+        return {v.rule for v in got if v.severity == "error"}
+
+    errors = [v for v in found if v.severity == "error"]
+    rest = [v for v in found if v.severity != "error"]
+    if any(v.rule in SPLIT_RULES for v in errors):
+        errors = verified_split_hints(s, model, errors, recheck, w)
+    if devices_per_node:
+        before = {v.rule for v in errors}
+        rest = [verified_node_hint(s, v, recheck, before, devices_per_node) for v in rest]
+    return errors + rest
+
+
+def world_fixes(
+    violations: list[Violation],
+    fields: Mapping[str, Any],
+    world: int,
+    model: Any = None,
+    **context: Any,
+) -> list[Violation]:
+    """``violations`` raised while building a Strategy from ``fields`` (its keyword
+    arguments), before any world was known, with the fixes of ``cp-ulysses-ring``,
+    ``pipeline-layout-pp`` and ``vpp-needs-pp`` (at pp=1 under a layout) worked out for
+    ``world`` devices: each fix named is a change that builds and breaks no hard rule there
+    (``model`` and ``context``, :func:`check`'s seq_len / batch keywords, checked too).
+    Others are returned as they are."""
+    from ..errors import StrategyError
+    from ..strategy import Strategy
+
+    model = resolve_model(model)
+
+    def works(change: dict[str, Any]) -> bool:
+        try:
+            s = Strategy(**{**fields, **change})
+        except StrategyError:
+            return False
+        found = check(s, model, world_size=world, **context)
+        return not any(v.severity == "error" for v in found)
+
+    out = []
+    for v in violations:
+        hint = None
+        if v.rule == "cp-ulysses-ring":
+            hint = cp_ulysses_fix(fields, world, works)
+        elif v.rule in ("pipeline-layout-pp", "vpp-needs-pp"):
+            hint = layout_pp_fix(fields, world, works, model)
+        out.append(Violation(v.rule, v.message, hint, v.severity) if hint else v)
+    return out
 
 
 def _world_check(s: Strategy, world_size: Any) -> tuple[list[Violation], int | None, bool]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..checks import divisors, fmt_set
 from ..errors import Violation
 from .fsdp import fsdp_structural_violations
 from .layers import layout_conflict_violations
@@ -60,11 +61,7 @@ def _dependency_violations(s: Strategy) -> list[Violation]:
         )
     if s.vpp > 1 and s.pp == 1:
         out.append(
-            err(
-                "vpp-needs-pp",
-                f"vpp={s.vpp} (virtual pipeline) needs pp > 1; pp=1",
-                "set pp >= 2 with vpp, or vpp=1",
-            )
+            err("vpp-needs-pp", f"vpp={s.vpp} (virtual pipeline) needs pp > 1; pp=1", _vpp_fix(s))
         )
     if s.uneven and s.pp == 1:
         out.append(
@@ -86,6 +83,19 @@ def _dependency_violations(s: Strategy) -> list[Violation]:
             )
         )
     return out
+
+
+def _vpp_fix(s: Strategy) -> str:
+    """vpp-needs-pp's fix; a pipeline layout sets vpp itself (its stages / pp), so its fix is a
+    pp > 1 that divides the stages, or another layout."""
+    if s.pipeline_layout is None:
+        return "set pp >= 2 with vpp, or vpp=1"
+    pps = [d for d in divisors(s.vpp) if d > 1]
+    return (
+        f"the pipeline layout's {s.vpp} stages set vpp (stages / pp): use pp in {fmt_set(pps)} "
+        "(dividing the stages), or write the layout with pp * vpp stages for the pp you want "
+        "(a layout sets vpp itself)"
+    )
 
 
 def _inference_violations(s: Strategy) -> list[Violation]:

@@ -680,6 +680,14 @@ def get(name: str | DiTSpec) -> DiTSpec:
     except KeyError:
         import difflib
 
+        from .models import names as llm_names
+
+        if key in llm_names():
+            raise SpecError(
+                f"{name!r} is a language-model preset, not a diffusion transformer (DiT): use "
+                f"parastrat.models.get({key!r}) / parastrat.plan, or `parastrat plan --model "
+                f"{key}`"
+            ) from None
         close = difflib.get_close_matches(key, names(), n=3, cutoff=0.6)
         close += [n for n in names() if key and n not in close and (key in n)]
         hint = f" (did you mean {', '.join(close[:3])}?)" if close else ""

@@ -260,6 +260,11 @@ class Accelerator:
             "name": self.name,
             "vendor": self.vendor,
             "memory_bytes": self.memory_bytes,
+            **(
+                {"usable_memory_bytes": self.usable_memory_bytes}
+                if self.usable_memory_bytes
+                else {}
+            ),
             "peak_flops": dict(self.peak_flops),
             "mem_bandwidth_Bps": self.mem_bandwidth_Bps,
             "scale_up_domain": self.scale_up_domain,

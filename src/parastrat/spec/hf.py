@@ -66,6 +66,7 @@ intermediate_size``
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -179,12 +180,28 @@ class _Config:
         return value
 
 
+def _refuse_diffusers(raw: Mapping[str, Any], where: str) -> None:
+    """SpecError saying where a diffusers transformer config belongs (it names
+    ``_class_name`` / ``_diffusers_version``): ``DiTSpec.from_diffusers_config`` /
+    ``plan-dit --config``."""
+    if not {"_class_name", "_diffusers_version"} & raw.keys():
+        return
+    kind = raw.get("_class_name") or "a diffusers model"
+    path = "PATH" if where == "<dict>" else shlex.quote(where)
+    raise SpecError(
+        f"{where} is a diffusers config ({kind}): a diffusion transformer (DiT), not a language "
+        "model; read it with DiTSpec.from_diffusers_config(path), or plan it with "
+        f"`parastrat plan-dit --config {path}`"
+    )
+
+
 def spec_from_hf_config(
     path: str | Path | Mapping[str, Any], *, name: str | None = None, spec_type: type[ModelSpec]
 ) -> ModelSpec:
     """Translate a Hugging Face ``config.json`` (file, folder or dict) into a ``spec_type``
     (ModelSpec); call it as ``ModelSpec.from_hf_config``."""
     raw, where = _read(path)
+    _refuse_diffusers(raw, where)
     # Multimodal wrappers keep the language model under text_config.
     text_config = raw.get("text_config")
     cfg: dict[str, Any] = text_config if isinstance(text_config, dict) else raw
