@@ -217,11 +217,16 @@ def test_port_without_a_needed_field_is_refused():
 @pytest.mark.skipif(
     importlib.util.find_spec("wan") is not None, reason="a MindIE-SD port is importable here"
 )
-def test_port_class_missing_names_the_extra():
+def test_port_class_missing_says_where_the_port_comes_from():
+    """The port's ParallelConfig is the port's own code, not the mindiesd wheel's: the error
+    says so instead of suggesting an install that would not provide it."""
     with pytest.raises(MissingExtraError) as err:
         md.to_port_config(Strategy(ulysses=2))
     assert err.value.extra == "mindiesd"
-    assert "torch_npu" in str(err.value)
+    text = str(err.value)
+    assert "torch_npu" in text and "not part of the mindiesd wheel" in text
+    assert "on sys.path" in text and "cls=" in text
+    assert "Install it with" not in text
 
 
 def test_a_replicated_split_is_refused_with_the_per_replica_call_that_works():

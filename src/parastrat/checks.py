@@ -48,6 +48,19 @@ def require_positive(name: str, value: Any, example: str, maximum: float = float
     return float(value)
 
 
+def require_nonnegative(
+    name: str, value: Any, example: str, maximum: float = float("inf")
+) -> float:
+    """``value`` as a float when it is a finite number in ``[0, maximum]`` (not a ``bool``,
+    not text), else :class:`UsageError` naming ``name``, the value and an ``example``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UsageError(f"{name} must be a number, got {value!r}; e.g. {name}={example}")
+    if not isfinite(value) or not 0 <= value <= maximum:
+        bound = f"in [0, {maximum:g}]" if isfinite(maximum) else "zero or more, and finite"
+        raise UsageError(f"{name} must be {bound}, got {value!r}; e.g. {name}={example}")
+    return float(value)
+
+
 def lcm(a: int, b: int) -> int:
     """Least common multiple of two positive integers."""
     return a * b // gcd(a, b)

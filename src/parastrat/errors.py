@@ -82,12 +82,24 @@ class StrategyTypeError(StrategyError, TypeError):
 class MissingExtraError(ImportError):
     """An optional framework is needed but not installed; the message names the extra."""
 
-    def __init__(self, module: str, extra: str, why: str = "", *, needs: str | None = None):
+    def __init__(
+        self,
+        module: str,
+        extra: str,
+        why: str = "",
+        *,
+        needs: str | None = None,
+        install: str | None = None,
+    ):
         """``needs``: the version requirement an installed ``module`` does not meet (then the
-        message says it is too old and how to upgrade, not that it is missing)."""
+        message says it is too old and how to upgrade, not that it is missing); ``install``:
+        how to get ``module`` where no extra provides it (then the message says that instead
+        of ``pip install "parastrat[extra]"``)."""
         self.module = module
         self.extra = extra
-        if needs is not None:
+        if install is not None:
+            msg = f"{module} is not importable{': ' + why if why else ''}. {install}"
+        elif needs is not None:
             msg = (
                 f"the installed {module} is too old{': ' + why if why else ''}. "
                 f'Upgrade it with: pip install -U "{module}{needs}"'

@@ -124,9 +124,14 @@ def _find_port_class() -> type:
     raise MissingExtraError(
         PORT_CONFIG_MODULES[0],
         "mindiesd",
-        "the MindIE-SD model port's ParallelConfig is not importable (it needs torch_npu, the "
-        "Ascend CANN runtime and the port's code on sys.path; or pass cls=) — "
-        + "; ".join(reasons),
+        "; ".join(reasons),
+        install=(
+            "It is the MindIE-SD model port's own code (e.g. the Wan port's wan/ package), "
+            "not part of the mindiesd wheel: put the port's folder on sys.path on an Ascend "
+            'machine with torch_npu and the CANN runtime (pip install "parastrat[mindiesd]" '
+            "gives torch_npu and mindiesd, not the port), or pass cls=<the port's "
+            "ParallelConfig>"
+        ),
     )
 
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import SpecError, StrategyError, Violation
-from ..spec.cluster import Cluster
+from ..spec.cluster import Cluster, require_cluster
 from ..spec.dit import DiTSpec, ceil_div
 from ..spec.dit import get as get_dit
 from ..spec.dit_frameworks import DiTFramework, get_framework
@@ -516,8 +516,7 @@ def _resolve(
     """The checked inputs of :func:`estimate_dit`; SpecError for a model, cluster or workload
     it cannot take."""
     model = get_dit(model)
-    if not isinstance(cluster, Cluster):
-        raise SpecError(f"cluster must be a parastrat.Cluster, got {type(cluster).__name__}")
+    cluster = require_cluster(cluster, "estimate_dit()")
     model.latent_shape(request.height, request.width, request.frames)
     return _Run(
         model=model,

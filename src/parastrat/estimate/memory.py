@@ -58,6 +58,7 @@ from functools import lru_cache
 from typing import Any, cast
 
 from .._deps import require
+from ..checks import require_nonnegative
 from ..errors import SpecError, StrategyError
 from ..rules import batch_violations, hybrid_workload_violations
 from ..spec.hardware import Accelerator, GiB
@@ -505,6 +506,10 @@ def estimate_memory(
     if model is not None and not isinstance(model, Workload):
         language_model(model)  # SpecError naming plan_dit for a diffusion transformer
     strategy = as_training(require_strategy(strategy, "estimate_memory()"))
+    if other_bytes is not None:
+        other_bytes = require_nonnegative("other_bytes", other_bytes, "2.5 * 2**30")
+    if fragmentation is not None:
+        fragmentation = require_nonnegative("fragmentation", fragmentation, "0.05", maximum=1.0)
     wl, sw = resolve(
         model,
         workload,

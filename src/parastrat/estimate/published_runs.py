@@ -193,28 +193,34 @@ def all_dit_runs() -> tuple[PublishedDiTRun, ...]:
     return tuple(PublishedDiTRun.from_dict(d) for d in _document()["dit_runs"])
 
 
-def published_runs(
-    model: str | None = None, accelerator: str | None = None
-) -> tuple[PublishedRun, ...]:
-    """The published training runs of preset ``model`` (every model when None), on
-    ``accelerator`` when given; by accelerator, then fewest devices first; empty when none
-    was published."""
+def published_runs(model: Any = None, accelerator: Any = None) -> tuple[PublishedRun, ...]:
+    """The published training runs of preset ``model`` (a name or a spec; every model when
+    None), on ``accelerator`` when given; by accelerator, then fewest devices first; empty
+    when none was published."""
     chosen = [r for r in all_runs() if _chosen(r, model, accelerator)]
     return tuple(sorted(chosen, key=lambda r: (r.accelerator, r.model, r.devices, r.precision)))
 
 
-def published_dit_runs(
-    model: str | None = None, accelerator: str | None = None
-) -> tuple[PublishedDiTRun, ...]:
-    """The published generations of DiT preset ``model`` (every model when None), on
-    ``accelerator`` when given; by accelerator, then fewest devices first; empty when none
-    was published."""
+def published_dit_runs(model: Any = None, accelerator: Any = None) -> tuple[PublishedDiTRun, ...]:
+    """The published generations of DiT preset ``model`` (a name or a spec; every model when
+    None), on ``accelerator`` when given; by accelerator, then fewest devices first; empty
+    when none was published."""
     chosen = [r for r in all_dit_runs() if _chosen(r, model, accelerator)]
     return tuple(sorted(chosen, key=lambda r: (r.accelerator, r.model, r.devices, r.row)))
 
 
-def _chosen(run: PublishedRun | PublishedDiTRun, model: str | None, accel: str | None) -> bool:
-    """Whether ``run`` is of ``model`` and on ``accel`` (None: any), names as typed."""
-    return (model is None or run.model == model.strip().lower()) and (
-        accel is None or run.accelerator == accel.strip().lower()
+def _chosen(run: PublishedRun | PublishedDiTRun, model: Any, accel: Any) -> bool:
+    """Whether ``run`` is of ``model`` and on ``accel`` (None: any; a name as typed, or a
+    spec / accelerator by its ``name``)."""
+    return (model is None or run.model == _key(model, "model")) and (
+        accel is None or run.accelerator == _key(accel, "accelerator")
     )
+
+
+def _key(value: Any, what: str) -> str:
+    """``value``'s preset name, lower-case: a name, or a spec's / accelerator's ``name``;
+    SpecError for anything else."""
+    name = value if isinstance(value, str) else getattr(value, "name", None)
+    if not isinstance(name, str):
+        raise SpecError(f"{what} must be a preset name (or a spec with one), got {value!r:.40}")
+    return name.strip().lower()

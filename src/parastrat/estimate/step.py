@@ -37,6 +37,7 @@ from ..errors import StrategyError, UsageError
 from ..grid import expert_dp
 from ..rules import hybrid_workload_violations
 from ..rules.graphs import GraphRun, graph_violations
+from ..spec.cluster import require_cluster
 from ..spec.hardware import (
     QUANTISED,
     Accelerator,
@@ -1097,6 +1098,7 @@ def estimate_step(
         cpu_offload_layers=cpu_offload_layers,
     )
     gbs = wl.needs_global_batch("estimate_step")
+    cluster = require_cluster(cluster, "estimate_step()")
     world = int(cluster.num_devices)  # a strategy's stated dp must fill it ("dp-world")
     strategy = as_training(require_strategy(strategy, "estimate_step()"))
     if validate:

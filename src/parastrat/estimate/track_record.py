@@ -146,10 +146,15 @@ def kind_of(model: ModelSpec) -> str | None:
     return "moe" if model.is_moe else "dense"
 
 
-def track_record(model: ModelSpec | DiTSpec, accelerator: str | Accelerator) -> TrackRecord | None:
-    """The record of the published runs of ``model``'s kind on ``accelerator``'s platform
-    (a DiT: on that accelerator), when runs on that accelerator are among them; None when no
-    published run speaks for it."""
+def track_record(
+    model: str | ModelSpec | DiTSpec, accelerator: str | Accelerator
+) -> TrackRecord | None:
+    """The record of the published runs of ``model``'s kind (a spec or a preset name) on
+    ``accelerator``'s platform (a DiT: on that accelerator), when runs on that accelerator
+    are among them; None when no published run speaks for it."""
+    from ..spec.models import get as get_model
+
+    model = get_model(model)  # a name: the preset, a language model's or a DiT's
     accel = get_accelerator(accelerator)
     key: tuple[str | None, str]
     if isinstance(model, DiTSpec):

@@ -19,6 +19,7 @@ from ..errors import StrategyError, UsageError, Violation
 from ..estimate.memory import MemoryReport
 from ..estimate.step import StepReport
 from ..estimate.track_record import TrackRecord, track_record
+from ..spec.cluster import require_cluster
 from ..spec.hardware import GiB
 from ..spec.workload import Switches, Workload, resolve
 from ..strategy import Strategy, as_training
@@ -194,6 +195,7 @@ def compare(
             pairs[name] = value
         elif value is not None:
             options[name] = value
+    cluster = require_cluster(cluster, "compare()")
     wl, sw = resolve(model, workload, switches, who="compare", **options)
     sides, costs = [], []
     for i, obj in enumerate((a, b)):

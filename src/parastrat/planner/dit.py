@@ -21,7 +21,7 @@ import functools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import SpecError, StrategyError, UsageError
+from ..errors import StrategyError, UsageError
 from ..estimate.dit import (
     DiTMemory,
     DiTReport,
@@ -33,7 +33,7 @@ from ..estimate.dit_memory import DiTMemoryOptions
 from ..estimate.dit_options import DiTRequest, DiTSearch, DiTSwitches, resolve_dit, resolve_search
 from ..estimate.dit_step import attention_efficiency
 from ..estimate.track_record import TrackRecord, track_record
-from ..spec.cluster import Cluster
+from ..spec.cluster import Cluster, require_cluster
 from ..spec.dit import DiTSpec
 from ..spec.dit import get as get_dit
 from ..spec.dit_frameworks import DiTFramework, get_framework
@@ -375,8 +375,7 @@ class _Job:
         take, StrategyError for one the framework's port refuses, UsageError for a device
         count the cluster does not have."""
         model = get_dit(model)
-        if not isinstance(cluster, Cluster):
-            raise SpecError(f"cluster must be a parastrat.Cluster, got {type(cluster).__name__}")
+        cluster = require_cluster(cluster, "plan_dit()")
         model.latent_shape(request.height, request.width, request.frames)
         guidance = resolve_guidance(model, request.guidance)
         target = get_framework(switches.framework, cluster.accel.vendor)

@@ -46,7 +46,7 @@ from ..estimate.train_time import TrainingBudget
 from ..grid import expert_dp
 from ..pipeline_layout import parse_string
 from ..rules.graphs import graph_violations
-from ..spec.cluster import Cluster
+from ..spec.cluster import Cluster, require_cluster
 from ..spec.model import ModelSpec
 from ..spec.workload import MICRO_BATCH_SIZES as MICRO_BATCH_SIZES
 from ..spec.workload import MIN_CP_TOKENS as MIN_CP_TOKENS
@@ -582,11 +582,7 @@ def plan(
     Raises :class:`UsageError` saying what would work when nothing is legal or fits.
     """
     whole("top_k", top_k)
-    if not isinstance(cluster, Cluster):
-        raise UsageError(
-            f"cluster must be a parastrat.Cluster, got {type(cluster).__name__} {cluster!r:.40}; "
-            "e.g. parastrat.Cluster('h100', num_devices=64)"
-        )
+    cluster = require_cluster(cluster, "plan()")
     wl, sw, space = plan_values(model, workload, switches, search, options)
     if budget is not None and not isinstance(budget, TrainingBudget):
         raise UsageError(

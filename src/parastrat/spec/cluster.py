@@ -155,7 +155,8 @@ class Calibration:
         if accel is not None and not isinstance(accel, str):
             raise SpecError(f"calibration 'accelerator' must be a preset name, got {accel!r}")
         backend = data.get("backend")
-        if backend is not None and backend not in set(VENDOR_BACKEND.values()) | {"gloo"}:
+        known = set(VENDOR_BACKEND.values()) | {"gloo"}
+        if backend is not None and (not isinstance(backend, str) or backend not in known):
             raise SpecError(
                 f"calibration 'backend' must be one of gloo, hccl, nccl, got {backend!r}"
             )
@@ -577,3 +578,18 @@ def _local_peers(n: int, stride: int, unit: int, world: int) -> int:
             units = Counter((start + offset + i * stride) // unit for i in range(n))
             fewest = min(fewest, min(units.values()))
     return fewest
+
+
+def require_cluster(value: Any, where: str) -> Cluster:
+    """``value`` when it is a :class:`Cluster`; else :class:`UsageError` naming ``where``,
+    the type received and a working example (an accelerator name alone is not a cluster: it
+    needs a device count)."""
+    if isinstance(value, Cluster):
+        return value
+    example = "parastrat.Cluster('h100', num_devices=64)"
+    if isinstance(value, str):
+        example = f"parastrat.Cluster({value!r}, num_devices=64)"
+    raise UsageError(
+        f"{where} takes cluster=parastrat.Cluster, got {type(value).__name__} {value!r:.40}; "
+        f"e.g. {example}"
+    )
