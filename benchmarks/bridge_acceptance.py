@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import importlib
 import io
 import logging
@@ -551,7 +550,7 @@ def run(row: Row, gpus: int) -> Count:
         count.candidates += 1
         cfg = container(case, setting, plan.global_batch_size, row.own)
         try:
-            mg.apply(cfg, as_priced(plan, cand), world_size=gpus)
+            mg.apply(cfg, cand, world_size=gpus)  # applied as its plan priced it
         except ps.StrategyError as err:
             count.refused += 1
             v = err.violations[0]
@@ -568,15 +567,6 @@ def run(row: Row, gpus: int) -> Count:
         if row.own:
             count.overrides += via_overrides(row, plan, cand, gpus, count)
     return count
-
-
-def as_priced(plan, cand):
-    """The candidate as its plan priced it: a one-candidate copy of the plan, so that ``apply``
-    writes the switches the plan was priced with (``plan.step_options``: the MoE dispatcher,
-    overlaps, CUDA graphs), as ``apply(cfg, plan)`` does for the best.  A bare candidate
-    carries none, so a recipe's own choice would stay (Nemotron 3 Nano's recipe selects
-    DeepEP, which Bridge refuses on GB200, where the plan priced all-to-all)."""
-    return dataclasses.replace(plan, candidates=[cand])
 
 
 def via_overrides(row: Row, plan, cand, gpus: int, count: Count) -> int:
@@ -623,7 +613,7 @@ def torchrun_overrides(plan, cand, recipe: str) -> list[str]:
     ``torchrun_line``, the words after ``--recipe NAME``)."""
     from parastrat.cli.plan import torchrun_line
 
-    line = torchrun_line(as_priced(plan, cand), plan.cluster, plan.global_batch_size, recipe)
+    line = torchrun_line(cand, plan.cluster, plan.global_batch_size, recipe)
     words = shlex.split(line.split("\\\n", 1)[1])
     return words[words.index("--recipe") + 2 :]
 

@@ -86,7 +86,8 @@ def test_planned_fsdp_candidate_applies_and_validates(bridge, monkeypatch):
         top_k=3,
     )
     cand = next(c for c in plan.ranked if c.strategy.fsdp is not None)
-    cfg = with_provider("Llama3ModelProvider8B")
+    # at the plan's length: a candidate is applied as its plan would be (plan-seq-len)
+    cfg = with_provider("Llama3ModelProvider8B", seq=plan.seq_len)
     mg.apply(cfg, cand, world_size=8)
     assert cfg.ddp.data_parallel_sharding_strategy == "optim_grads_params"
     assert cfg.train.micro_batch_size == cand.micro_batch_size

@@ -10,9 +10,14 @@ planted at ``out.json`` cannot make parastrat overwrite the file it points to). 
 or socket at the target (``/dev/null``, ``/dev/stdout``, a named pipe; also through a link) is
 written through in place instead: it is never replaced.
 
-Reading goes through :func:`read_text` / :func:`read_json`: a missing, unreadable, undecodable
-(not UTF-8) or too deeply nested file is a :class:`~parastrat.errors.UsageError` naming the file
-and the problem, never an internal error.
+Reading goes through :func:`read_bytes` / :func:`read_text` / :func:`read_json`: a missing,
+unreadable, undecodable (not UTF-8) or too deeply nested file is a
+:class:`~parastrat.errors.UsageError` naming the file and the problem, never an internal error.
+The path is opened non-blocking and its kind read from the open descriptor (so a link is
+followed, and nothing swapped in between a check and the open can block the read): a regular
+file is read; a pipe -- process substitution ``--hf-config <(cmd)``, a named pipe -- is read
+while its writer keeps sending, each wait at most :data:`PIPE_WAIT_S` seconds, so a named pipe
+no program writes to is refused instead of hanging; a folder, device or socket is refused.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +43,15 @@ MAX_NESTING = 64
 #: full bench sweep well under 1 MiB.
 MAX_INPUT_BYTES = 64 * 2**20
 
+#: Longest wait (seconds) for the next bytes from a pipe before the read is refused: long enough
+#: for ``<(cmd)`` whose command starts slowly, short enough that a named pipe with no writer
+#: fails instead of hanging.
+PIPE_WAIT_S = 15.0
+
 _TEMP_PREFIX = ".parastrat-tmp-"
+#: Open flags of a read: never block on a pipe with no writer (0 where the OS lacks the flag).
+_READ_FLAGS = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)
+_CHUNK = 1 << 20
 
 
 def _why(exc: OSError) -> str:
@@ -134,19 +149,95 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
-def read_text(path: str | os.PathLike[str], *, what: str = "file") -> str:
-    """The UTF-8 text of a user file; UsageError naming it when it is missing, unreadable, a
-    folder, too large, or not UTF-8 text (a binary or UTF-16 file)."""
+def read_bytes(
+    path: str | os.PathLike[str], *, what: str = "file", limit: int = MAX_INPUT_BYTES
+) -> bytes:
+    """The bytes of a user file, at most ``limit`` + 1 of them (one more than ``limit`` tells the
+    caller the file is too large).  A regular file (also through a link) is read; a pipe is read
+    while its writer sends (each wait at most :data:`PIPE_WAIT_S`); anything else -- folder,
+    device, socket -- and a pipe that stays silent are UsageErrors naming the path."""
     p = Path(path)
+    fd = _open_for_reading(p, what)
     try:
-        with open(p, "rb") as fh:
-            raw = fh.read(MAX_INPUT_BYTES + 1)
+        mode = os.fstat(fd).st_mode
+        if stat.S_ISREG(mode):
+            os.set_blocking(fd, True)
+            return _read_fd(fd, limit, None)
+        if stat.S_ISFIFO(mode) and os.name != "nt":
+            return _read_pipe(fd, p, what, limit)
+        raise UsageError(f"cannot read {what} {p}: {_not_a_file(mode)}")
+    except OSError as exc:
+        raise UsageError(f"cannot read {what} {p}: {_why(exc)}") from None
+    finally:
+        os.close(fd)
+
+
+def _open_for_reading(p: Path, what: str) -> int:
+    """A descriptor of ``p`` opened read-only and non-blocking (a pipe with no writer cannot
+    block the open)."""
+    try:
+        return os.open(p, _READ_FLAGS)
     except FileNotFoundError:
         raise UsageError(f"cannot read {what} {p}: it does not exist") from None
     except IsADirectoryError:
         raise UsageError(f"cannot read {what} {p}: it is a folder; give a file") from None
     except OSError as exc:
         raise UsageError(f"cannot read {what} {p}: {_why(exc)}") from None
+    except ValueError:  # a NUL byte in the path
+        raise UsageError(f"cannot read {what} {p!r}: not a valid path") from None
+
+
+def _not_a_file(mode: int) -> str:
+    """Why a file of this kind is not read."""
+    if stat.S_ISDIR(mode):
+        return "it is a folder; give a file"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "it is a device, not a file; give a regular file"
+    return "it is not a regular file (a socket?); give a regular file"
+
+
+def _read_fd(fd: int, limit: int, wait: Callable[[], None] | None) -> bytes:
+    """Read ``fd`` to its end or to ``limit`` + 1 bytes; ``wait`` (if any) before each read."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        if wait is not None:
+            wait()
+        try:
+            chunk = os.read(fd, min(_CHUNK, limit + 1 - size))
+        except BlockingIOError:  # woken with nothing to read yet: wait again
+            continue
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _read_pipe(fd: int, p: Path, what: str, limit: int) -> bytes:
+    """A pipe's bytes, each wait for more bounded by :data:`PIPE_WAIT_S`; UsageError when it
+    stays silent (a named pipe no program writes to) or sends nothing."""
+    advice = "give a regular file, or a pipe whose command writes promptly (`<(cmd)`)"
+
+    def wait() -> None:
+        ready, _, _ = select.select([fd], [], [], PIPE_WAIT_S)
+        if not ready:
+            raise UsageError(
+                f"cannot read {what} {p}: it is a pipe and nothing came through it for "
+                f"{PIPE_WAIT_S:g} s (a named pipe no program writes to?); {advice}"
+            )
+
+    data = _read_fd(fd, limit, wait)
+    if not data:
+        raise UsageError(f"cannot read {what} {p}: the pipe sent nothing; {advice}")
+    return data
+
+
+def read_text(path: str | os.PathLike[str], *, what: str = "file") -> str:
+    """The UTF-8 text of a user file; UsageError naming it when it is missing, unreadable, a
+    folder, a device, a silent pipe, too large, or not UTF-8 text (a binary or UTF-16 file)."""
+    p = Path(path)
+    raw = read_bytes(p, what=what)
     if len(raw) > MAX_INPUT_BYTES:
         raise UsageError(f"{what} {p} is larger than {MAX_INPUT_BYTES // 2**20} MiB")
     if raw.startswith((b"\xff\xfe", b"\xfe\xff")):

@@ -66,6 +66,7 @@ from .megatron_fields import (
     Applied,
     Field,
     RunSettings,
+    planned,
     run_of,
 )
 from .megatron_hybrid import hybrid_build_check
@@ -150,9 +151,11 @@ PLAN_SHAPE_FIELDS = ("num_layers", "hidden_size", "num_attention_heads", "num_mo
 
 
 def priced_for_violations(what: Any, cfg: Any, seq_len: int | None) -> list[Violation]:
-    """A plan applied to a config whose model or sequence length it was not priced for: its
+    """A plan, or a candidate the planner returned (:func:`planned`: it carries its plan's
+    context), applied to a config whose model or sequence length it was not priced for: its
     micro-batch, recompute and memory would be another model's (nothing to compare for a
-    Strategy or a bare candidate, which carry no model)."""
+    Strategy or a hand-built candidate, which carry no model)."""
+    what = planned(what)
     model = getattr(what, "model", None)
     if not (hasattr(what, "candidates") and hasattr(model, "num_layers")):
         return []
@@ -171,13 +174,13 @@ def priced_for_violations(what: Any, cfg: Any, seq_len: int | None) -> list[Viol
                 )
             )
     seq = seq_len if seq_len is not None else seq_len_of(target_of(cfg))
-    planned = getattr(what, "seq_len", None)
-    if seq is not None and planned is not None and seq != planned:
+    priced = getattr(what, "seq_len", None)
+    if seq is not None and priced is not None and seq != priced:
         out.append(
             Violation(
                 "plan-seq-len",
-                f"the plan was priced at seq_len {planned}; the config trains at {seq}",
-                f"plan at seq_len {seq}, or set the config's seq_length to {planned} first",
+                f"the plan was priced at seq_len {priced}; the config trains at {seq}",
+                f"plan at seq_len {seq}, or set the config's seq_length to {priced} first",
             )
         )
     return out
@@ -481,7 +484,9 @@ def apply(
 ) -> Any:
     """Write a strategy, a plan candidate or a plan (its best) into a Megatron Bridge
     ``ConfigContainer`` or a Megatron Core ``TransformerConfig``; return the config
-    (``(cfg, changes)`` with ``report=True``).
+    (``(cfg, changes)`` with ``report=True``).  A candidate the planner returned is applied
+    exactly as its plan with only that candidate would be (it carries the plan's context:
+    the same checks, the same writes).
 
     Validates first, against the strategy's rules with everything the config knows — model
     shape; ``seq_len`` (default: ``cfg.model.seq_length``); global/micro batch (default: the
@@ -497,7 +502,8 @@ def apply(
     when pp > 1 and it is unset), the pipeline split (first/last stage layer counts,
     ``account_for_*``, ``pipeline_model_parallel_layout``), for Bridge
     ``dist.use_tp_pp_dp_mapping``; and for a candidate or a plan what it was priced with:
-    ``train.micro_batch_size`` (``train.global_batch_size`` for a plan; explicit
+    ``train.micro_batch_size`` (``train.global_batch_size`` for a plan or a planner's
+    candidate; explicit
     ``global_batch_size`` / ``micro_batch_size`` are written too, replacing the candidate's,
     so that the run uses the sizes checked), recompute
     granularity/method/modules, and the MoE dispatcher, MoE and TP overlap and CUDA-graph

@@ -694,17 +694,27 @@ def _switches_of(obj: Any) -> dict[str, Any] | None:
     return None
 
 
+def planned(obj: Any) -> Any:
+    """A plan candidate that carries its plan's context (``Candidate.as_plan``: every one the
+    planner returns) as that plan with only it, so it is checked and written as the plan would
+    be; anything else (a Strategy, a plan, a hand-built candidate) as given."""
+    as_plan = getattr(obj, "as_plan", None)
+    plan = as_plan() if callable(as_plan) else None
+    return obj if plan is None else plan
+
+
 def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
     """(strategy, run settings) of a Strategy, a plan ``Candidate`` or a ``Plan`` (its best).
 
     A Strategy carries no run settings.  A candidate gives its micro-batch and recompute mode,
-    and its implementation switches when it carries them; a plan adds its global batch and
-    ``step_options``.  ``tp_comm_overlap=None`` (on with SP inside the scale-up domain, off at
-    NVFP4, as the step model prices it) is resolved here.
+    and its implementation switches when it carries them; a plan adds its global batch,
+    sequence length and ``step_options``, and so does a candidate the planner returned
+    (:func:`planned`: it carries its plan's).  ``tp_comm_overlap=None`` (on with SP inside the
+    scale-up domain, off at NVFP4, as the step model prices it) is resolved here.
     """
     if isinstance(obj, Strategy):
         return obj, None
-    plan = None
+    obj, plan = planned(obj), None
     if hasattr(obj, "candidates") and hasattr(obj, "best"):
         plan, obj = obj, obj.best
     s = getattr(obj, "strategy", None)

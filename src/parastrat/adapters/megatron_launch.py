@@ -15,7 +15,14 @@ from ..errors import StrategyError
 from ..strategy import Strategy, as_training
 from .bridge_overrides import hydra, override_lines, shape_of
 from .megatron_config import Target, adapter_violations
-from .megatron_fields import CONTAINER_SECTIONS, FIELDS, Applied, RunSettings, run_of
+from .megatron_fields import (
+    CONTAINER_SECTIONS,
+    FIELDS,
+    Applied,
+    RunSettings,
+    planned,
+    run_of,
+)
 
 #: Sections ``to_overrides`` assumes a Bridge recipe's container has.
 _OVERRIDE_SECTIONS = {"model": True, **dict.fromkeys(CONTAINER_SECTIONS, True)}
@@ -53,8 +60,9 @@ def to_overrides(
     every degree explicitly (ETP too), so a recipe's own values cannot leak through.
     ``pipeline_dtype`` is not among them: Bridge's ``finalize()`` sets it from
     ``params_dtype`` when pp > 1, and a string override on an unset field would stay a string.
-    A candidate adds what it was priced with (micro-batch, recompute, switches, precision);
-    explicit batch sizes are added (or replace the candidate's).
+    A candidate adds what it was priced with (micro-batch, recompute, switches, precision):
+    one the planner returned, the same lines as its plan with only it; explicit batch sizes
+    are added (or replace the candidate's).
 
     ``recipe``: the recipe the lines go onto — its ``ConfigContainer`` or its name as
     ``run_recipe.py --recipe`` takes it.  Bridge's parser refuses a line written for the
@@ -104,8 +112,9 @@ def megatron_lm_args(
 
 
 def _on_ascend(what: Any) -> bool:
-    """Whether ``what`` is a plan for an Ascend (huawei) cluster (MindSpeed-LLM runs it)."""
-    accel = getattr(getattr(what, "cluster", None), "accel", None)
+    """Whether ``what`` is a plan (or a planner's candidate) for an Ascend (huawei) cluster
+    (MindSpeed-LLM runs it)."""
+    accel = getattr(getattr(planned(what), "cluster", None), "accel", None)
     return getattr(accel, "vendor", None) == "huawei"
 
 

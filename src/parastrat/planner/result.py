@@ -4,7 +4,7 @@ ranking and how the search went)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
 from ..estimate.memory import MemoryReport
@@ -25,6 +25,34 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------------------------------------
 # Results
 # ---------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class PlanContext:
+    """What a plan priced every candidate for, carried by each candidate it returns
+    (:attr:`Candidate.context`), so that a candidate applies, is checked and prints as its
+    plan would (``apply(cfg, plan.candidates[1])``: the model and sequence length checked, the
+    plan's switches written).  Its fields are :class:`Plan`'s, by the same names."""
+
+    model: ModelSpec
+    cluster: Cluster
+    seq_len: int
+    global_batch_size: int
+    precision: str
+    num_devices: int = 0
+    workload: Workload | None = None
+    switches: Switches = field(default_factory=Switches)
+    search: SearchSpace = field(default_factory=SearchSpace)
+
+    @classmethod
+    def of(cls, plan: Plan) -> PlanContext:
+        """``plan``'s context."""
+        return cls(**{f.name: getattr(plan, f.name) for f in fields(cls)})
+
+    def plan(self, candidate: Candidate) -> Plan:
+        """The plan with only ``candidate``."""
+        mine = {f.name: getattr(self, f.name) for f in fields(self)}
+        return Plan(**mine, candidates=[candidate], ranked=[candidate])
+
+
 @dataclass
 class Candidate:
     """One ranked strategy: degrees (world size set), micro-batch, recompute, memory, time."""
@@ -42,6 +70,14 @@ class Candidate:
     #: the switches it was priced with when they differ from the plan's (CPU activation
     #: offloading: planner/offload.py); None = the plan's
     switches: Switches | None = None
+    #: the plan it was priced in (set by the planner on every candidate it returns; None for
+    #: one built by hand); where it came from, not what was priced: not compared, not shown
+    context: PlanContext | None = field(default=None, compare=False, repr=False)
+
+    def as_plan(self) -> Plan | None:
+        """The plan with only this candidate, as it was priced (None without a
+        :attr:`context`): what the adapters apply, check and print for a candidate."""
+        return self.context.plan(self) if self.context is not None else None
 
     @property
     def tokens_per_s_per_gpu(self) -> float:
@@ -131,6 +167,15 @@ class Plan:
     def best(self) -> Candidate:
         """The first-ranked candidate."""
         return self.candidates[0]
+
+    def with_context(self) -> Plan:
+        """This plan, each candidate it ranked (their alternatives too) carrying its
+        :class:`PlanContext` (the planner's last step)."""
+        context = PlanContext.of(self)
+        for top in (*self.ranked, *self.candidates):
+            for c in (top, *top.alternatives):
+                c.context = context
+        return self
 
     def priced_as(
         self, candidate: Candidate

@@ -518,7 +518,8 @@ class Search:
         return ranked
 
     def run(self) -> Plan:
-        """Enumerate, bound, price and rank: the plan (possibly without candidates)."""
+        """Enumerate, bound, price and rank: the plan (possibly without candidates), its
+        context on every candidate (:class:`~parastrat.planner.result.PlanContext`)."""
         start = time.perf_counter()
         self.price(self.bound(self.enumerate()))
         ranked = self.rank()
@@ -542,7 +543,7 @@ class Search:
             workload=wl,
             switches=self.switches,
             search=self.space,
-        )
+        ).with_context()  # each candidate applies as this plan with only it would
 
 
 # ---------------------------------------------------------------------------------------------

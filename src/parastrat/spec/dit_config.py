@@ -12,16 +12,33 @@ diffusers 0.35 classes:
                                    (FluxPipeline runs true CFG only with a negative prompt
                                    and ``true_cfg_scale`` > 1; schnell is timestep-distilled)
 ``SD3Transformer2DModel``          ``num_layers`` joint (MMDiT) blocks, heads x head dim,
-                                   ``patch_size``, ``in_channels``; 77 CLIP + 256 T5 tokens
+                                   ``patch_size``, ``in_channels``, ``qk_norm`` (null or a name:
+                                   set means SD3.5); 77 CLIP + 256 T5 tokens
 ``WanTransformer3DModel``          ``num_layers`` cross-attention blocks, ``ffn_dim``,
                                    ``patch_size`` (t, h, w), ``out_channels`` (48: Wan2.2 VAE)
 ``HunyuanVideoTransformer3DModel`` ``num_layers`` dual + ``num_single_layers``, ``mlp_ratio``,
-                                   ``patch_size``, ``patch_size_t``, ``guidance_embeds``
+                                   ``patch_size``, ``patch_size_t``, ``out_channels``,
+                                   ``guidance_embeds``
 ``CogVideoXTransformer3DModel``    ``num_layers`` joint blocks, ``time_embed_dim`` (adaLN width),
-                                   ``patch_size``, ``patch_size_t``, ``max_text_seq_length``
-``QwenImageTransformer2DModel``    ``num_layers`` MMDiT blocks, ``in_channels`` / 4 latents
-``MochiTransformer3DModel``        ``num_layers`` dual-stream blocks, ``max_sequence_length``
+                                   ``patch_size``, ``patch_size_t``, ``max_text_seq_length``,
+                                   ``out_channels``, ``temporal_compression_ratio``,
+                                   ``use_rotary_positional_embeddings``
+``QwenImageTransformer2DModel``    ``num_layers`` MMDiT blocks, ``patch_size``,
+                                   ``in_channels`` / ``patch_size`` squared latents,
+                                   ``guidance_embeds``
+``MochiTransformer3DModel``        ``num_layers`` dual-stream blocks, ``max_sequence_length``,
+                                   ``pooled_projection_dim``, ``patch_size``, ``in_channels``
 =================================  =============================================================
+
+Every class also reads ``num_attention_heads`` and ``attention_head_dim``.  Each field read is
+checked (whole numbers >= 1 where it is a size, >= 0 for a block count; a flag is true or
+false), and an absent or null one takes the class's ``__init__`` default.  **Every other field is
+ignored**: not read, not checked, and without effect on the estimate.  Among them: Flux's
+``patch_size`` and ``out_channels`` (FluxPipeline packs 2x2 latent patches into ``in_channels``
+itself; the transformer's ``patch_size`` is 1 in every Flux checkpoint and only sizes the
+output projection), Wan's and HunyuanVideo's ``in_channels`` (the patch embedding's input: 36
+for Wan image-to-video, where the latents the blocks see are ``out_channels``), text and pooled
+projection widths other than Mochi's, rotary settings, norms' epsilons.
 
 What the transformer config does not say (text length, encoders, VAE) comes from the class's
 standard pipeline.  Hostile files -- not UTF-8, not JSON, NaN/Infinity, nesting too deep,
@@ -38,7 +55,8 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from ..errors import SpecError
+from .._io import read_bytes
+from ..errors import SpecError, UsageError
 from . import text_encoder as te
 from . import vae as vaes
 from .block_traffic import EAGER_TRAFFIC
@@ -102,6 +120,13 @@ class _Fields:
             raise self.err(key, "true or false", value)
         return value
 
+    def name(self, key: str) -> str | None:
+        """A field that names a choice (``qk_norm: "rms_norm"``), or None when absent/null."""
+        value = self.cfg.get(key)
+        if value is not None and not isinstance(value, str):
+            raise self.err(key, "null or a name (a string)", value)
+        return value
+
     def patch3(self, key: str) -> tuple[int, int, int]:
         value = self.cfg.get(key, (1, 2, 2))
         if (
@@ -131,12 +156,10 @@ def read_config(path: str | Path | Mapping[str, Any]) -> tuple[dict[str, Any], s
         nested = p / "transformer" / "config.json"
         p = nested if nested.is_file() else p / "config.json"
     try:
-        with p.open("rb") as f:
-            data = f.read(MAX_BYTES + 1)
-    except OSError as exc:
+        data = read_bytes(p, what="diffusers config", limit=MAX_BYTES)
+    except UsageError as exc:
         raise SpecError(
-            f"cannot read diffusers config {p}: {exc.strerror or exc} (pass a local "
-            "transformer config.json, or the folder holding it)"
+            f"{exc} (pass a local transformer config.json, or the folder holding it)"
         ) from None
     if len(data) > MAX_BYTES:
         raise SpecError(f"{p} is larger than {MAX_BYTES} bytes: not a transformer config.json")
@@ -234,7 +257,7 @@ def _sd3(f: _Fields, name: str) -> DiTSpec:
         latent_channels=f.whole("in_channels", 16),
         text_encoders=(te.CLIP_L, te.CLIP_G, te.T5_XXL.with_tokens(256)),
         vae=vaes.KL_2D,
-        eager_traffic=EAGER_TRAFFIC["sd3.5" if f.cfg.get("qk_norm") else "sd3"],
+        eager_traffic=EAGER_TRAFFIC["sd3.5" if f.name("qk_norm") else "sd3"],
         source=f"{f.where} (SD3Transformer2DModel; 77 CLIP + 256 T5 tokens; dual-attention "
         "layers of MMDiT-X priced as plain joint blocks)",
     )

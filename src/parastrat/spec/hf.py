@@ -5,21 +5,46 @@ Llama / Mistral / Mixtral, Qwen2 / Qwen2-MoE / Qwen3 / Qwen3-MoE, DeepSeek-V2 / 
 Kimi K2, which reuses the V3 architecture), GPT-OSS, Llama 4, OLMoE, Nemotron and the hybrid
 Mamba Nemotron-H family (``nemotron_h``: Nemotron-H, Nemotron Nano v2, Nemotron 3 Nano).  Other
 decoder-only configs that use the same standard field names load too; a missing or nonsensical
-field raises :class:`~parastrat.errors.SpecError` naming the field and the file.
+field raises :class:`~parastrat.errors.SpecError` naming the file and the field as the file spells
+it (``n_routed_experts``, not parastrat's name for it).  A ``text_config`` (multimodal wrapper,
+Llama 4) must be a JSON object: the language model is read from it.
+
+Missing fields.  parastrat does not guess a size a checkpoint's config always states:
+
+* ``intermediate_size`` (or ``ffn_hidden_size`` / ``n_inner``): refused when absent, except in
+  GPT-2, GPT-BigCode and Falcon, whose Hugging Face configs build 4 x ``hidden_size`` for a null
+  one.  (transformers' class defaults, e.g. ``LlamaConfig``'s 11008, are one model's size.)
+* the routed-expert count of a mixture-of-experts family (``num_local_experts`` for Mixtral,
+  GPT-OSS, Llama 4, PhiMoE; ``num_experts`` for Qwen2/Qwen3-MoE, OLMoE; ``n_routed_experts`` for
+  DeepSeek-V2/V3, Kimi K2; any of the three for another ``model_type`` naming "moe"): refused
+  when absent or null, never read as a dense model.  Other families are dense without one (and
+  with 0, as Hugging Face builds them).
+* ``moe_intermediate_size`` of a model with experts: refused when absent, except in the families
+  whose experts are ``intermediate_size`` wide (Mixtral, GPT-OSS, Llama 4, OLMoE, PhiMoE,
+  GraniteMoE, Jamba, MiniMax).  Llama 4's ``intermediate_size_mlp`` likewise, when the model has
+  dense layers (``interleave_moe_layer_step`` > 1).
+* ``use_sliding_window`` absent or null means what Hugging Face means: off in the families whose
+  config has that switch (Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE, Qwen2-VL, SmolLM3: default
+  ``False``), so their ``sliding_window`` alone sets no window; elsewhere (Mistral, GPT-OSS) a
+  ``sliding_window`` is the window.
+
+Optional fields keep their documented defaults (no dropout, ``max_position_embeddings`` 4096, no
+shared experts, every layer MoE, ...).
 
 HF -> Megatron field map (the ones that matter for cost):
 
 ==============================  ==========================================
 ``num_hidden_layers``           ``num_layers``
 ``intermediate_size``           ``ffn_hidden_size`` (and the expert size for Mixtral,
-                                GPT-OSS, OLMoE, which have no ``moe_intermediate_size``)
+                                GPT-OSS, OLMoE, which have no ``moe_intermediate_size``);
+                                required (see above)
 ``num_key_value_heads``         ``num_query_groups`` (ignored under MLA)
 ``head_dim``                    ``kv_channels``
-``num_local_experts`` /         ``num_moe_experts``
+``num_local_experts`` /         ``num_moe_experts`` (required in a MoE family)
 ``num_experts`` /
 ``n_routed_experts``
 ``num_experts_per_tok``         ``moe_router_topk``
-``moe_intermediate_size``       ``moe_ffn_hidden_size``
+``moe_intermediate_size``       ``moe_ffn_hidden_size`` (required, see above)
 ``n_shared_experts`` x size,    ``moe_shared_expert_intermediate_size``
 ``shared_expert_intermediate_
 size``
@@ -30,7 +55,8 @@ size``
 ``n_group`` / ``topk_group``    ``moe_router_num_groups`` / ``moe_router_group_topk``
                                 (when ``n_group`` > 1)
 ``sliding_window``,             ``sliding_window``, ``window_attn_skip_freq``
-``layer_types``                 (the period of full-attention layers)
+``use_sliding_window``,         (the period of full-attention layers); no window when
+``layer_types``                 ``use_sliding_window`` is false, or absent in Qwen's families
 ``swiglu_limit``                ``activation_clamp`` (GPT-OSS)
 ``interleave_moe_layer_step``   ``moe_layer_freq`` and ``moe_first_dense_layers`` (Llama 4:
                                 experts on layers k-1, 2k-1, ...)
@@ -94,6 +120,48 @@ _QK_NORM = {"qwen3", "qwen3_moe", "olmoe", "olmo2"}
 _QKV_BIAS = {"qwen2", "qwen2_moe"}
 _LAYERNORM = {"nemotron", "gpt2", "gpt_bigcode", "starcoder2", "falcon"}
 _MLA = {"deepseek_v2", "deepseek_v3", "kimi_k2"}
+#: Families whose Hugging Face config builds a 4 x hidden MLP when its width is null.
+_FFN_4X = {"gpt2", "gpt_bigcode", "falcon"}
+#: Mixture-of-experts families -> the field that holds their routed-expert count; a config of
+#: one of these without it is refused (never read as a dense model).
+_EXPERT_COUNT = {
+    "mixtral": "num_local_experts",
+    "gpt_oss": "num_local_experts",
+    "llama4": "num_local_experts",
+    "llama4_text": "num_local_experts",
+    "phimoe": "num_local_experts",
+    "qwen2_moe": "num_experts",
+    "qwen3_moe": "num_experts",
+    "olmoe": "num_experts",
+    "deepseek_v2": "n_routed_experts",
+    "deepseek_v3": "n_routed_experts",
+    "kimi_k2": "n_routed_experts",
+}
+_EXPERT_KEYS = ("num_local_experts", "num_experts", "n_routed_experts")
+#: Families whose experts are ``intermediate_size`` wide (no ``moe_intermediate_size``).
+_EXPERT_FFN_IS_FFN = {
+    "mixtral",
+    "gpt_oss",
+    "llama4",
+    "llama4_text",
+    "olmoe",
+    "phimoe",
+    "granitemoe",
+    "jamba",
+    "minimax",
+}
+#: Families whose Hugging Face config has a ``use_sliding_window`` switch, default ``False``.
+_SLIDING_SWITCH = {
+    "qwen2",
+    "qwen2_moe",
+    "qwen3",
+    "qwen3_moe",
+    "qwen2_vl",
+    "qwen2_vl_text",
+    "qwen2_5_vl",
+    "qwen2_5_vl_text",
+    "smollm3",
+}
 #: HF ``hidden_act`` spellings of activations Megatron Core runs eagerly ->
 #: ``ModelSpec.activation`` (Nemotron's ``relu2`` is squared ReLU).  Others leave it unset:
 #: Megatron's fused GELU / SwiGLU, which the step model prices alike.
@@ -133,23 +201,48 @@ class _Config:
     where: str
     model_type: str
 
-    def need(self, *keys: str) -> Any:
-        """The first of ``keys`` the config sets; refused when it sets none."""
+    def find(self, *keys: str) -> tuple[str, Any] | None:
+        """The first of ``keys`` the config sets (not null) and its value, so that an error
+        names the key the file uses."""
         for key in keys:
             if self.cfg.get(key) is not None:
-                return self.cfg[key]
-        raise SpecError(
+                return key, self.cfg[key]
+        return None
+
+    def missing(self, *keys: str, why: str = "") -> SpecError:
+        """The refusal of a config that sets none of ``keys``."""
+        return SpecError(
             f"{self.where}: missing field {keys[0]!r}"
             + (f" (or {', '.join(map(repr, keys[1:]))})" if len(keys) > 1 else "")
             + f" for model_type {self.model_type or '?'!r}"
+            + (f": {why}" if why else "")
         )
+
+    def need(self, *keys: str) -> Any:
+        """The first of ``keys`` the config sets; refused when it sets none."""
+        found = self.find(*keys)
+        if found is None:
+            raise self.missing(*keys)
+        return found[1]
+
+    def need_whole(self, *keys: str, minimum: int = 1, why: str = "") -> int:
+        """The first of ``keys`` the config sets, as a whole number >= ``minimum`` (errors
+        name that key); refused when it sets none."""
+        found = self.find(*keys)
+        if found is None:
+            raise self.missing(*keys, why=why)
+        return self.whole(*found, minimum)
+
+    def opt_whole(self, *keys: str, default: int, minimum: int = 1) -> int:
+        """The first of ``keys`` the config sets, as a whole number >= ``minimum``, else
+        ``default``."""
+        found = self.find(*keys)
+        return default if found is None else self.whole(*found, minimum)
 
     def opt(self, *keys: str, default: Any = None) -> Any:
         """The first of ``keys`` the config sets, else ``default``."""
-        for key in keys:
-            if self.cfg.get(key) is not None:
-                return self.cfg[key]
-        return default
+        found = self.find(*keys)
+        return default if found is None else found[1]
 
     def whole(self, key: str, value: Any, minimum: int = 1) -> int:
         """``value`` of field ``key`` as a whole number >= ``minimum``."""
@@ -202,20 +295,18 @@ def spec_from_hf_config(
     (ModelSpec); call it as ``ModelSpec.from_hf_config``."""
     raw, where = _read(path)
     _refuse_diffusers(raw, where)
-    # Multimodal wrappers keep the language model under text_config.
-    text_config = raw.get("text_config")
-    cfg: dict[str, Any] = text_config if isinstance(text_config, dict) else raw
+    cfg = _language_model(raw, where)
     model_type = str(cfg.get("model_type") or raw.get("model_type") or "").lower()
     c = _Config(cfg, where, model_type)
     fields = _base_fields(c, name or _default_name(raw, where, model_type))
     layers, hidden = fields["num_layers"], fields["hidden_size"]
-    fields.update(_sliding_window(cfg, layers, where, c.whole))
+    fields.update(_sliding_window(c, layers))
     fields.update(_linear_fields(c))
     fields.update(_attention_fields(c, fields["num_attention_heads"], hidden))
     fields.update(_moe_fields(c, fields["ffn_hidden_size"]))
-    mtp = c.opt("num_nextn_predict_layers", default=0)
+    mtp = c.opt_whole("num_nextn_predict_layers", default=0, minimum=0)
     if mtp:
-        fields["mtp_num_layers"] = c.whole("num_nextn_predict_layers", mtp, 0)
+        fields["mtp_num_layers"] = mtp
     if model_type == "nemotron_h" or "hybrid_override_pattern" in cfg:
         fields.update(_hybrid(cfg, where, layers, hidden, c.whole, c.flag))
     try:
@@ -224,14 +315,28 @@ def spec_from_hf_config(
         raise SpecError(f"{where}: {exc}") from None
 
 
+def _language_model(raw: dict[str, Any], where: str) -> dict[str, Any]:
+    """The language model's section: ``text_config`` of a multimodal wrapper (Llama 4), else
+    the whole config; a ``text_config`` that is no JSON object is refused naming it."""
+    text_config = raw.get("text_config")
+    if text_config is None:
+        return raw
+    if not isinstance(text_config, dict):
+        shown = printable(repr(text_config))[:60]
+        raise SpecError(
+            f"{where}: field 'text_config' must be a JSON object (the language model's "
+            f"config), got {type(text_config).__name__} {shown}"
+        )
+    return text_config
+
+
 def _base_fields(c: _Config, name: str) -> dict[str, Any]:
     """Sizes, embeddings, norms and dropouts every decoder config states."""
-    layers = c.whole("num_hidden_layers", c.need("num_hidden_layers", "n_layer", "num_layers"))
-    hidden = c.whole("hidden_size", c.need("hidden_size", "n_embd", "d_model"))
-    heads = c.whole("num_attention_heads", c.need("num_attention_heads", "n_head"))
-    vocab = c.whole("vocab_size", c.need("vocab_size"))
-    ffn = c.opt("intermediate_size", "ffn_hidden_size", "n_inner")
-    ffn = c.whole("intermediate_size", ffn if ffn is not None else 4 * hidden)
+    layers = c.need_whole("num_hidden_layers", "n_layer", "num_layers")
+    hidden = c.need_whole("hidden_size", "n_embd", "d_model")
+    heads = c.need_whole("num_attention_heads", "n_head")
+    vocab = c.need_whole("vocab_size")
+    ffn = _ffn_size(c, hidden)
     ungated = c.model_type in _UNGATED
     return dict(
         name=name,
@@ -245,21 +350,25 @@ def _base_fields(c: _Config, name: str) -> dict[str, Any]:
             "tie_word_embeddings", c.opt("tie_word_embeddings", default=ungated)
         ),
         position_embedding_type=("learned" if c.model_type in ("gpt2", "gpt_bigcode") else "rope"),
-        max_position_embeddings=c.whole(
-            "max_position_embeddings",
-            c.opt("max_position_embeddings", "n_positions", "seq_length", default=4096),
+        max_position_embeddings=c.opt_whole(
+            "max_position_embeddings", "n_positions", "seq_length", default=4096
         ),
         normalization="layernorm" if c.model_type in _LAYERNORM else "rmsnorm",
         qk_layernorm=c.model_type in _QK_NORM or c.opt("use_qk_norm", default=False) is True,
-        hidden_dropout=c.fraction(
-            "hidden_dropout", c.opt("hidden_dropout", "resid_pdrop", default=0.0)
-        ),
-        attention_dropout=c.fraction(
-            "attention_dropout", c.opt("attention_dropout", "attn_pdrop", default=0.0)
-        ),
+        hidden_dropout=c.fraction(*(c.find("hidden_dropout", "resid_pdrop") or ("", 0.0))),
+        attention_dropout=c.fraction(*(c.find("attention_dropout", "attn_pdrop") or ("", 0.0))),
         make_vocab_size_divisible_by=128,
         source=f"Hugging Face config {c.where}",
     )
+
+
+def _ffn_size(c: _Config, hidden: int) -> int:
+    """The dense MLP's width: ``intermediate_size`` (or an alias); 4 x hidden where Hugging
+    Face builds that for a null one (GPT-2, GPT-BigCode, Falcon); otherwise refused."""
+    keys = ("intermediate_size", "ffn_hidden_size", "n_inner")
+    if c.find(*keys) is None and c.model_type in _FFN_4X:
+        return 4 * hidden
+    return c.need_whole(*keys, why="the MLP width (parastrat does not guess it)")
 
 
 def _linear_fields(c: _Config) -> dict[str, Any]:
@@ -293,23 +402,21 @@ def _attention_fields(c: _Config, heads: int, hidden: int) -> dict[str, Any]:
         return dict(
             multi_latent_attention=True,
             q_lora_rank=c.whole("q_lora_rank", q_rank) if q_rank else None,
-            kv_lora_rank=c.whole("kv_lora_rank", c.need("kv_lora_rank")),
-            qk_head_dim=c.whole("qk_nope_head_dim", c.need("qk_nope_head_dim")),
-            qk_pos_emb_head_dim=c.whole("qk_rope_head_dim", c.need("qk_rope_head_dim")),
-            v_head_dim=c.whole("v_head_dim", c.need("v_head_dim")),
+            kv_lora_rank=c.need_whole("kv_lora_rank"),
+            qk_head_dim=c.need_whole("qk_nope_head_dim"),
+            qk_pos_emb_head_dim=c.need_whole("qk_rope_head_dim"),
+            v_head_dim=c.need_whole("v_head_dim"),
         )
     out: dict[str, Any] = {}
-    kv = c.opt("num_key_value_heads", "num_kv_heads", "n_head_kv")
-    if kv is not None:
-        kv = c.whole("num_key_value_heads", kv)
+    found = c.find("num_key_value_heads", "num_kv_heads", "n_head_kv")
+    if found is not None:
+        kv = c.whole(*found)
         if kv > heads or heads % kv:
-            raise SpecError(
-                f"{c.where}: num_key_value_heads={kv} must divide num_attention_heads={heads}"
-            )
+            raise SpecError(f"{c.where}: {found[0]}={kv} must divide num_attention_heads={heads}")
         out["num_query_groups"] = kv
-    head_dim = c.opt("head_dim", "kv_channels")
+    head_dim = c.find("head_dim", "kv_channels")
     if head_dim is not None:
-        out["kv_channels"] = c.whole("head_dim", head_dim)
+        out["kv_channels"] = c.whole(*head_dim)
     elif hidden % heads:
         raise SpecError(
             f"{c.where}: hidden_size={hidden} is not divisible by "
@@ -321,37 +428,65 @@ def _attention_fields(c: _Config, heads: int, hidden: int) -> dict[str, Any]:
 def _moe_fields(c: _Config, ffn: int) -> dict[str, Any]:
     """Routed and shared experts, the router's groups and which layers hold experts (none
     for a dense config)."""
-    experts = c.opt("num_local_experts", "num_experts", "n_routed_experts")
-    if not experts:
+    experts = _expert_count(c)
+    if experts is None:
         return {}
-    experts = c.whole("num_experts", experts)
-    topk = c.whole(
-        "num_experts_per_tok", c.need("num_experts_per_tok", "experts_per_token", "moe_topk")
-    )
-    expert_ffn = c.whole("moe_intermediate_size", c.opt("moe_intermediate_size", default=ffn))
+    topk = c.need_whole("num_experts_per_tok", "experts_per_token", "moe_topk")
+    expert_ffn = _expert_ffn(c, ffn)
+    layers = _expert_layers(c)
     out: dict[str, Any] = dict(
         num_moe_experts=experts,
         moe_router_topk=topk,
         moe_ffn_hidden_size=expert_ffn,
         moe_shared_expert_intermediate_size=_shared_experts(c, expert_ffn),
-        **_expert_layers(c),
+        **layers,
     )
-    groups = c.opt("n_group", "moe_router_num_groups", default=None)
-    if groups is not None and c.whole("n_group", groups) > 1:
-        out["moe_router_num_groups"] = c.whole("n_group", groups)
-        out["moe_router_group_topk"] = c.whole(
-            "topk_group", c.need("topk_group", "moe_router_group_topk")
-        )
+    groups = c.opt_whole("n_group", "moe_router_num_groups", default=1)
+    if groups > 1:
+        out["moe_router_num_groups"] = groups
+        out["moe_router_group_topk"] = c.need_whole("topk_group", "moe_router_group_topk")
     if c.model_type in _LLAMA4:
-        if c.opt("attention_chunk_size") is not None:
-            out["attention_chunk_size"] = c.whole(
-                "attention_chunk_size", c.cfg["attention_chunk_size"]
-            )
-        # its dense layers' MLP has a size of its own
-        out["ffn_hidden_size"] = c.whole(
-            "intermediate_size_mlp", c.opt("intermediate_size_mlp", default=ffn)
-        )
+        if c.find("attention_chunk_size") is not None:
+            out["attention_chunk_size"] = c.need_whole("attention_chunk_size")
+        out["ffn_hidden_size"] = _llama4_dense_ffn(c, ffn, layers)
     return out
+
+
+def _expert_count(c: _Config) -> int | None:
+    """The routed-expert count; None for a dense config.  A mixture-of-experts family
+    (:data:`_EXPERT_COUNT`, or a ``model_type`` naming "moe") must state it: Hugging Face
+    would build the class default's experts, and reading it as dense is the worst guess."""
+    found = c.find(*_EXPERT_KEYS)
+    own = _EXPERT_COUNT.get(c.model_type)
+    if own is not None or "moe" in c.model_type:
+        if found is None:
+            raise c.missing(
+                *((own,) if own else _EXPERT_KEYS),
+                why="a mixture-of-experts config states its routed-expert count (parastrat "
+                "does not read it as a dense model)",
+            )
+        return c.whole(*found)
+    if found is None or (found[1] == 0 and not isinstance(found[1], bool)):
+        return None  # Hugging Face builds a dense MLP for 0 experts
+    return c.whole(*found)
+
+
+def _expert_ffn(c: _Config, ffn: int) -> int:
+    """The routed experts' width: ``moe_intermediate_size``, or ``intermediate_size`` in the
+    families whose experts are that wide (:data:`_EXPERT_FFN_IS_FFN`); otherwise refused."""
+    if c.find("moe_intermediate_size") is None and c.model_type in _EXPERT_FFN_IS_FFN:
+        return ffn
+    return c.need_whole(
+        "moe_intermediate_size", why="the routed experts' width (parastrat does not guess it)"
+    )
+
+
+def _llama4_dense_ffn(c: _Config, ffn: int, layers: Mapping[str, int]) -> int:
+    """Llama 4's dense layers' MLP width, ``intermediate_size_mlp``: needed when the model has
+    dense layers (``interleave_moe_layer_step`` > 1), else unused."""
+    if layers["moe_layer_freq"] == 1 and layers["moe_first_dense_layers"] == 0:
+        return c.opt_whole("intermediate_size_mlp", default=ffn)
+    return c.need_whole("intermediate_size_mlp", why="the width of its dense layers' MLP")
 
 
 def _shared_experts(c: _Config, expert_ffn: int) -> int:
@@ -359,9 +494,9 @@ def _shared_experts(c: _Config, expert_ffn: int) -> int:
     if c.model_type in _LLAMA4:  # one shared expert of intermediate_size on every MoE layer
         return expert_ffn
     if c.opt("n_shared_experts"):
-        return c.whole("n_shared_experts", c.cfg["n_shared_experts"]) * expert_ffn
+        return c.need_whole("n_shared_experts") * expert_ffn
     if c.opt("shared_expert_intermediate_size"):
-        return c.whole("shared_expert_intermediate_size", c.cfg["shared_expert_intermediate_size"])
+        return c.need_whole("shared_expert_intermediate_size")
     return 0
 
 
@@ -369,11 +504,10 @@ def _expert_layers(c: _Config) -> dict[str, int]:
     """``moe_first_dense_layers`` and ``moe_layer_freq``: DeepSeek's
     ``first_k_dense_replace``, a layer frequency, Llama 4's ``interleave_moe_layer_step``
     (experts on layers step-1, 2 step-1, ...), Qwen-MoE's ``mlp_only_layers``."""
-    first_dense = c.whole("first_k_dense_replace", c.opt("first_k_dense_replace", default=0), 0)
-    freq = c.whole("moe_layer_freq", c.opt("moe_layer_freq", "decoder_sparse_step", default=1))
-    step = c.opt("interleave_moe_layer_step")
-    if step is not None:
-        freq = c.whole("interleave_moe_layer_step", step)
+    first_dense = c.opt_whole("first_k_dense_replace", default=0, minimum=0)
+    freq = c.opt_whole("moe_layer_freq", "decoder_sparse_step", default=1)
+    if c.find("interleave_moe_layer_step") is not None:
+        freq = c.need_whole("interleave_moe_layer_step")
         first_dense = max(first_dense, freq - 1)
     dense_only = c.opt("mlp_only_layers", default=[]) or []
     if not isinstance(dense_only, list):
@@ -425,9 +559,9 @@ def _hybrid(
     act = cfg.get("mlp_hidden_act", cfg.get("hidden_act"))
     if isinstance(act, str) and act.lower() in _HYBRID_ACTIVATIONS:
         out["activation"] = _HYBRID_ACTIVATIONS[act.lower()]
-    head_dim = cfg.get("head_dim", cfg.get("attention_head_dim"))
+    head_dim = _first(cfg, "head_dim", "attention_head_dim")
     if head_dim is not None:
-        out["kv_channels"] = whole("attention_head_dim", head_dim)
+        out["kv_channels"] = whole(*head_dim)
     for key in ("use_bias", "mamba_proj_bias"):
         if flag(key, cfg.get(key, False)):
             raise SpecError(
@@ -505,7 +639,7 @@ def _mamba_shape(cfg: Mapping[str, Any], where: str, hidden: int, whole: Any) ->
                 f"{heads} x {head_dim} = {heads * head_dim} wide, not expand x hidden_size = "
                 f"{expand * hidden} (as Hugging Face's and Megatron's mixers build it)"
             )
-    groups = whole("n_groups", cfg.get("n_groups", cfg.get("mamba_num_groups", 8)))
+    groups = whole(*(_first(cfg, "n_groups", "mamba_num_groups") or ("n_groups", 8)))
     if heads % groups:
         raise SpecError(
             f"{where}: field 'n_groups' ({groups}) must divide mamba_num_heads ({heads}): "
@@ -522,20 +656,21 @@ def _mamba_shape(cfg: Mapping[str, Any], where: str, hidden: int, whole: Any) ->
     return out
 
 
-def _sliding_window(cfg: Mapping[str, Any], layers: int, where: str, whole: Any) -> dict:
+def _sliding_window(c: _Config, layers: int) -> dict[str, Any]:
     """``sliding_window`` / ``window_attn_skip_freq`` from a config: a window applies when
-    ``sliding_window`` is set and ``use_sliding_window`` is not False; ``layer_types``
+    ``sliding_window`` is set and ``use_sliding_window`` is on (its absence means what Hugging
+    Face means: off in the families with that switch, :data:`_SLIDING_SWITCH`); ``layer_types``
     (GPT-OSS, Gemma 3) says which layers use it and must repeat with one full-attention layer
     every n-th layer (Megatron's ``window_attn_skip_freq``)."""
-    window = cfg.get("sliding_window")
-    if window is None or cfg.get("use_sliding_window") is False:
+    found = c.find("sliding_window")
+    if found is None or not _window_switched_on(c):
         return {}
-    window = whole("sliding_window", window)
-    types = cfg.get("layer_types")
+    window = c.whole(*found)
+    types = c.cfg.get("layer_types")
     if not types:
         return {"sliding_window": window}
     if not isinstance(types, list) or len(types) != layers:
-        raise SpecError(f"{where}: field 'layer_types' must list one entry per layer ({layers})")
+        raise SpecError(f"{c.where}: field 'layer_types' must list one entry per layer ({layers})")
     windowed = [t == "sliding_attention" for t in types]
     if not any(windowed):
         return {}
@@ -544,10 +679,25 @@ def _sliding_window(cfg: Mapping[str, Any], layers: int, where: str, whole: Any)
     freq = windowed.index(False) + 1
     if any(w != ((i + 1) % freq != 0) for i, w in enumerate(windowed)):
         raise SpecError(
-            f"{where}: field 'layer_types' is not one full-attention layer every n-th layer; "
+            f"{c.where}: field 'layer_types' is not one full-attention layer every n-th layer; "
             "build the ModelSpec by hand with sliding_window and window_attn_skip_freq"
         )
     return {"sliding_window": window, "window_attn_skip_freq": freq}
+
+
+def _window_switched_on(c: _Config) -> bool:
+    """``use_sliding_window`` (true or false); absent or null: off in the families whose
+    Hugging Face config has that switch (default ``False``), on elsewhere (Mistral, GPT-OSS:
+    a ``sliding_window`` alone is the window)."""
+    found = c.find("use_sliding_window")
+    if found is not None:
+        return c.flag(*found)
+    return c.model_type not in _SLIDING_SWITCH
+
+
+def _first(cfg: Mapping[str, Any], *keys: str) -> tuple[str, Any] | None:
+    """The first of ``keys`` that ``cfg`` sets (not null) and its value."""
+    return _Config(cfg, "", "").find(*keys)
 
 
 def _default_name(raw: Mapping[str, Any], where: str, model_type: str) -> str:
