@@ -19,6 +19,7 @@ from parastrat.spec.dit_config import READERS
 from parastrat.spec.dit_frameworks import (
     DIFFUSERS_CP_CLASSES,
     FRAMEWORKS,
+    LaunchSwitches,
     default_framework,
     get_framework,
 )
@@ -41,12 +42,13 @@ def test_every_preset_has_its_diffusers_class():
 
 def test_launch_lines_as_each_framework_takes_them():
     s = ps.Strategy(ulysses=4, ring=2, cfg=2)
-    assert FRAMEWORKS["mindiesd"].launch(s, vae_parallel=True) == (
+    vae = LaunchSwitches(vae_parallel=True)
+    assert FRAMEWORKS["mindiesd"].launch(s, vae) == (
         "--ulysses_size 4 --ring_size 2 --cfg_size 2 --tp_size 1 --vae_parallel"
     )
     # xfuser/config/args.py: --ulysses_degree, --ring_degree, --use_cfg_parallel (cfg 2),
     # --use_parallel_vae
-    assert FRAMEWORKS["xdit"].launch(s, vae_parallel=True) == (
+    assert FRAMEWORKS["xdit"].launch(s, vae) == (
         "--ulysses_degree 4 --ring_degree 2 --use_cfg_parallel --use_parallel_vae"
     )
     assert FRAMEWORKS["diffusers"].launch(s).startswith("ContextParallelConfig(ulysses_degree=4")
@@ -68,7 +70,8 @@ def test_refusals_name_a_split_that_the_framework_takes():
         ("mindiesd", ps.Strategy(tp=2, ulysses=2), flux, ps.Strategy(ulysses=4)),
         ("xdit", ps.Strategy(tp=2, ulysses=2), flux, ps.Strategy(ulysses=4)),
         ("xdit", ps.Strategy(ulysses=2, cfg=2), flux, ps.Strategy(ulysses=4)),
-        ("diffusers", ps.Strategy(ulysses=2), sd3, ps.Strategy(tp=2)),
+        ("diffusers", ps.Strategy(ulysses=2), sd3, ps.Strategy()),
+        ("diffusers", ps.Strategy(tp=2), flux, ps.Strategy(ulysses=2)),  # no TP in 0.39
     ]
     for name, bad, model, fixed in cases:
         fw = FRAMEWORKS[name]

@@ -16,12 +16,24 @@ from parastrat.planner.dit_sizing import device_counts, smallest_dit
 FLUX = dict(height=1024, width=1024, steps=28)
 
 
-def test_powers_of_two_first_then_whole_nodes_between():
+def test_powers_of_two_first_then_whole_nodes_then_every_count_between():
     assert device_counts(ps.Cluster("h100", num_devices=40)) == [1, 2, 4, 8, 16, 32, 40]
     cluster = ps.Cluster("h100", num_devices=64)
     sized = smallest_dit("flux.1-dev", cluster, min_requests_per_s=4, max_latency_s=3, **FLUX)
-    assert sized.devices % cluster.devices_per_node == 0
     assert 32 < sized.devices < 64  # refined below the first power of two that serves 4/s
+    try:  # refined to the count, not the whole node: one fewer misses the goal
+        one_fewer = ps.plan_dit(
+            "flux.1-dev",
+            cluster,
+            devices=sized.devices - 1,
+            data_parallel=True,
+            max_latency_s=3,
+            **FLUX,
+        )
+    except UsageError as exc:
+        assert "within 3 s" in str(exc)
+    else:
+        assert one_fewer.best.requests_per_s < 4
 
 
 def test_the_fewest_devices_that_fit():

@@ -212,15 +212,24 @@ def test_each_framework_keeps_only_the_splits_it_runs():
     sd3 = dict(height=1024, width=1024, steps=28)
     by_fw = {
         fw: plan_dit("sd3-medium", ps.Cluster("h100", 8), top_k=1000, framework=fw, **sd3)
-        for fw in ("mindiesd", "xdit", "diffusers", "any")
+        for fw in ("mindiesd", "xdit", "any")
     }
+    # diffusers 0.39: no TP, no context parallelism for SD3: one device per generation
+    by_fw["diffusers"] = plan_dit(
+        "sd3-medium",
+        ps.Cluster("h100", 8),
+        top_k=1000,
+        framework="diffusers",
+        data_parallel=True,
+        **sd3,
+    )
     splits = {fw: [c.strategy for c in p.candidates] for fw, p in by_fw.items()}
     assert not any(s.tp > 1 and s.cp > 1 for s in splits["mindiesd"])
     assert not any(s.tp > 1 for s in splits["xdit"]) and any(s.cfg == 2 for s in splits["xdit"])
-    assert all(s.cp == 1 and s.cfg == 1 for s in splits["diffusers"])  # SD3 has no _cp_plan
+    assert all(s.cp == s.cfg == s.tp == 1 for s in splits["diffusers"])  # SD3: no _cp_plan
     assert len(splits["any"]) > max(len(v) for fw, v in splits.items() if fw != "any")
     assert by_fw["xdit"].launch().startswith("--ulysses_degree")
-    assert by_fw["any"].launch() == ""
+    assert by_fw["any"].launch() == "" and by_fw["diffusers"].launch() == ""
     assert by_fw["diffusers"].rejected.get("diffusers-sp")
 
 

@@ -1,6 +1,9 @@
 """diffusers adapter: a Strategy as diffusers' context-parallel (or tensor-parallel) config.
 
-diffusers (tested with 0.39; ``TensorParallelConfig`` from 0.40) parallelises a transformer with
+diffusers (tested with 0.39, which the test extra pins below 0.40; ``TensorParallelConfig``
+only from 0.40, so :func:`to_parallel_config` builds a TP config only where the installed
+diffusers has that class, and ``plan-dit --framework diffusers`` proposes no TP: the diffusers
+entry of :data:`~parastrat.spec.dit_frameworks.FRAMEWORKS`) parallelises a transformer with
 ``model.enable_parallelism(config=...)`` where the config is
 
 * ``ContextParallelConfig(ring_degree=, ulysses_degree=, ...)``: a device mesh of shape

@@ -55,14 +55,15 @@ def _summaries() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     from ..spec import dit, models
 
     llms = [
-        _summary(m, "llm", m.num_experts, m.num_active_params)
+        _summary(m, "llm", m.num_experts, m.num_params, m.num_active_params)
         for m in (models.get_llm(n) for n in models.names())
     ]
     dits = [
         _summary(
             d,
             "dit",
-            0,
+            d.experts,
+            d.total_params,
             d.num_params,
             diffusers_class=d.diffusers_class,
             guidance_distilled=d.guidance_distilled,
@@ -72,8 +73,12 @@ def _summaries() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return llms, dits
 
 
-def _summary(spec: Any, kind: str, experts: int, active: float, **extra: Any) -> dict[str, Any]:
-    """The listing's fields of one preset (a ModelSpec or a DiTSpec)."""
+def _summary(
+    spec: Any, kind: str, experts: int, params: float, active: float, **extra: Any
+) -> dict[str, Any]:
+    """The listing's fields of one preset (a ModelSpec or a DiTSpec): ``params`` all that is
+    kept (every expert), ``active`` what one token (an LLM) or one denoising step (a DiT:
+    one of its expert transformers) runs."""
     return {
         "name": spec.name,
         "kind": kind,
@@ -81,30 +86,27 @@ def _summary(spec: Any, kind: str, experts: int, active: float, **extra: Any) ->
         "hidden_size": spec.hidden_size,
         "num_attention_heads": spec.num_attention_heads,
         "num_experts": experts,
-        "params": spec.num_params,
+        "params": params,
         "active_params": active,
         **extra,
     }
 
 
 def _table(title: str, rows: list[dict[str, Any]]) -> Table:
-    """Name, layers, hidden, heads, experts and parameters of ``rows`` (DiTs: their diffusers
-    class in place of the experts)."""
+    """Name, layers, hidden, heads, experts, parameters kept and active of ``rows`` (DiTs:
+    their diffusers class too; "-" for one expert transformer, as for a dense LLM)."""
     dit = bool(rows) and rows[0]["kind"] == "dit"
     table = Table(title=title)
-    cols = ("name", "layers", "hidden", "heads", "class" if dit else "experts", "params")
-    for col in (*cols, *(() if dit else ("active",))):
+    cols = ("name", "layers", "hidden", "heads", *(("class",) if dit else ()), "experts")
+    for col in (*cols, "params", "active"):
         table.add_column(col, justify="left" if col in ("name", "class") else "right")
     for r in rows:
         cells = [r["name"], str(r["num_layers"]), f"{r['hidden_size']:,}"]
         cells.append(str(r["num_attention_heads"]))
         if dit:
             cells.append(r["diffusers_class"] + (" (distilled)" if r["guidance_distilled"] else ""))
-        else:
-            cells.append(str(r["num_experts"]) if r["num_experts"] else "-")
-        cells.append(f"{r['params'] / 1e9:,.1f} B")
-        if not dit:
-            cells.append(f"{r['active_params'] / 1e9:,.1f} B")
+        cells.append(str(r["num_experts"]) if r["num_experts"] > int(dit) else "-")
+        cells += [f"{r[k] / 1e9:,.1f} B" for k in ("params", "active_params")]
         table.add_row(*(Text(c) for c in cells))
     return table
 

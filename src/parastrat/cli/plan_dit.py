@@ -2,7 +2,9 @@
 
 ``--format table`` (default) prints the ranking with reasons; ``json`` one JSON document;
 ``mindiesd`` the best split as the launch flags MindIE-SD's examples take
-(``--ulysses_size U --ring_size R --cfg_size C --tp_size T``).
+(``--ulysses_size U --ring_size R --cfg_size C --tp_size T`` and the memory switches the plan
+was priced with: ``--vae_parallel --dit_fsdp --t5_fsdp --offload_model True``); ``launch``
+the same for ``--framework`` (a switch the framework cannot spell is a warning on stderr).
 """
 
 from __future__ import annotations
@@ -126,7 +128,9 @@ PLACEMENT_ARGS = (
     ),
     store_true("--allow-cross-node", "let TP and Ulysses leave one NVLink node / HCCS island"),
     store_true(
-        "--vae-parallel", "the VAE decode is split over the devices (MindIE-SD --vae_parallel)"
+        "--vae-parallel",
+        "the VAE decode is split over the devices (MindIE-SD --vae_parallel, xDiT "
+        "--use_parallel_vae; diffusers has none)",
     ),
     store_true("--offload-text-encoder", "do not count the text encoder in device memory"),
     store_true(
@@ -203,6 +207,8 @@ CLI_TERMS = {
     "compiled=True": "--compile",
     "compiled=False": "no --compile",
     "framework='any'": "--framework any",
+    "framework='xdit'": "--framework xdit",
+    "framework='mindiesd'": "--framework mindiesd",
     "memory=DiTMemoryOptions(encoder_fsdp=True)": "--encoder-fsdp",
     "DiTMemoryOptions(dit_fsdp=True)": "--dit-fsdp",
     "DiTMemoryOptions(encoder_fsdp=True)": "--encoder-fsdp",
@@ -314,6 +320,8 @@ def run(args: argparse.Namespace) -> int:
     if args.format in ("launch", "mindiesd"):
         if _replicas(plan.best.strategy) > 1:
             err_console.print(f"# {_replica_note(plan.best.strategy, plan.devices)}")
+        for line in _launch_notes(plan):
+            err_console.print(f"# {line}", markup=False)
         console.print(plan.launch(), markup=False)
         return 0
     w = plan.workload
@@ -353,12 +361,29 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"[yellow]warning:[/] {escape(cli_terms(wmsg))}")
     note = _replica_note(plan.best.strategy, plan.devices)
     title = get_framework(plan.framework).title
+    for line in plan.launch_warnings():
+        console.print(f"[yellow]warning:[/] {escape(cli_terms(line))}")
     if plan.launch():
         console.print(
             f"launch ({title}): {note + ', each with ' if note else ''}{plan.launch()}",
             markup=False,
         )
+    elif plan.framework != "any":
+        console.print(f"launch ({title}): {_NO_LAUNCH}", markup=False)
     return 0
+
+
+#: What an empty launch means for a framework that has one (diffusers on one device).
+_NO_LAUNCH = "one device per generation: no ContextParallelConfig (no enable_parallelism)"
+
+
+def _launch_notes(plan: Any) -> list[str]:
+    """What the launch line leaves out: the priced switches the framework cannot carry, and
+    why it is empty where the framework has a launch."""
+    notes = [cli_terms(w) for w in plan.launch_warnings()]
+    if not plan.launch() and plan.framework != "any":
+        notes.append(_NO_LAUNCH)
+    return notes
 
 
 def _replicas(s: Strategy) -> int:

@@ -40,7 +40,7 @@ from ..errors import SpecError, StrategyError, Violation
 from ..spec.cluster import Cluster, require_cluster
 from ..spec.dit import DiTSpec, ceil_div
 from ..spec.dit import get as get_dit
-from ..spec.dit_frameworks import DiTFramework, get_framework
+from ..spec.dit_frameworks import DiTFramework, LaunchSwitches, get_framework
 from ..spec.hardware import Accelerator, GiB, require_precision
 from ..strategy import XDIT_ORDER, Strategy, require_strategy
 from .dit_memory import (
@@ -215,6 +215,9 @@ class DiTReport:
     #: The serial parts in detail (:class:`~parastrat.estimate.dit_serial.SerialParts`).
     serial: dict[str, Any] = field(default_factory=dict)
     compiled: bool = False
+    #: The switches it was priced with that a launch must repeat
+    #: (:class:`~parastrat.spec.dit_frameworks.LaunchSwitches`).
+    switches: LaunchSwitches = field(default_factory=LaunchSwitches)
 
     @property
     def requests_per_s(self) -> float:
@@ -456,6 +459,7 @@ def _estimate(run: _Run) -> DiTReport:
         warnings=warnings,
         serial=serial.to_dict(),
         compiled=sw.compiled,
+        switches=sw.launch_switches,
     )
 
 
@@ -493,6 +497,7 @@ class _Run:
         return Remedies(
             devices=self.s.model_parallel_size,
             vae_parallel=sw.vae_parallel,
+            vae_parallel_runs=get_framework(sw.framework, self.cluster.accel.vendor).parallel_vae,
             vae_tiled=tiled,
             vae_tileable=self.model.vae is not None and self.model.vae.tiling is not None,
             text_on_device=sw.text_encoder_on_device,

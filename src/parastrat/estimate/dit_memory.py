@@ -303,6 +303,8 @@ class Remedies:
 
     devices: int = 1
     vae_parallel: bool = False
+    #: the serving framework has a parallel VAE decode (diffusers 0.39 has none)
+    vae_parallel_runs: bool = True
     vae_tiled: bool = False
     #: the VAE has a tiled decode (its ``tiling``): else tiling is no remedy
     vae_tileable: bool = True
@@ -319,7 +321,7 @@ def memory_hint(phase: str, taken: Remedies | None = None) -> str:
     shardable = t.devices > 1 and not o.offload
     fixes = []
     if phase == "vae_decode":
-        if t.devices > 1 and not t.vae_parallel:
+        if t.devices > 1 and not t.vae_parallel and t.vae_parallel_runs:
             fixes.append("decode with a parallel VAE (vae_parallel=True)")
         if t.vae_tileable and not t.vae_tiled:
             fixes.append("decode in tiles (vae_tiling=True)")

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..checks import require_positive
 from ..errors import SpecError, UsageError
-from ..spec.dit_frameworks import DiTFramework
+from ..spec.dit_frameworks import DiTFramework, LaunchSwitches, get_framework
 from .dit_memory import DiTMemoryOptions, require_options
 from .dit_serial import POSTPROCESS_S_PER_ELEMENT
 
@@ -107,6 +107,21 @@ class DiTSwitches:
                 "memory=DiTMemoryOptions(encoder_fsdp=True) shards text encoders that "
                 "text_encoder_on_device=False keeps on the host; use one or the other"
             )
+        if self.vae_parallel and self.framework is not None:
+            refused = get_framework(self.framework).vae_parallel_violation()
+            if refused is not None:
+                raise UsageError(f"{refused.message}; {refused.hint}")
+
+    @property
+    def launch_switches(self) -> LaunchSwitches:
+        """The switches a launch must repeat for the run to be the one priced."""
+        mem = self.memory_options
+        return LaunchSwitches(
+            vae_parallel=self.vae_parallel,
+            dit_fsdp=mem.dit_fsdp,
+            encoder_fsdp=mem.encoder_fsdp,
+            offload=mem.offload,
+        )
 
     @property
     def memory_options(self) -> DiTMemoryOptions:

@@ -36,7 +36,7 @@ from ..estimate.track_record import TrackRecord, track_record
 from ..spec.cluster import Cluster, require_cluster
 from ..spec.dit import DiTSpec
 from ..spec.dit import get as get_dit
-from ..spec.dit_frameworks import DiTFramework, get_framework
+from ..spec.dit_frameworks import DiTFramework, LaunchSwitches, get_framework
 from ..strategy import XDIT_ORDER, Strategy, divisors
 from .dit_published import PublishedDiTBeside, dit_published_beside
 from .dit_remedies import working_remedy
@@ -121,9 +121,20 @@ class DiTCandidate:
     def launch(self, framework: str | DiTFramework) -> str:
         """This strategy as ``framework`` launches it (:meth:`DiTFramework.launch`: MindIE-SD's
         ``--ulysses_size ...``, xDiT's ``--ulysses_degree ...``, diffusers'
-        ``ContextParallelConfig(...)``; "" for ``any``)."""
+        ``ContextParallelConfig(...)``; "" for ``any``), with the switches it was priced with."""
+        return get_framework(framework).launch(self.strategy, self.launch_switches)
+
+    @property
+    def launch_switches(self) -> LaunchSwitches:
+        """The switches the report was priced with (a parallel VAE only where the decode was
+        split: one device decodes alone)."""
         vae = self.report.serial.get("vae", {}).get("devices", 1) > 1
-        return get_framework(framework).launch(self.strategy, vae_parallel=vae)
+        return replace(self.report.switches, vae_parallel=vae)
+
+    def launch_warnings(self, framework: str | DiTFramework) -> list[str]:
+        """The priced switches ``framework``'s launch cannot carry
+        (:meth:`DiTFramework.launch_warnings`)."""
+        return get_framework(framework).launch_warnings(self.launch_switches)
 
     def to_dict(self) -> dict[str, Any]:
         """The candidate as a JSON-ready dict (degrees, timings, memory, reasons, MindIE-SD flags
@@ -200,6 +211,7 @@ class DiTPlan:
             lines += [f"   - {y}" for y in c.reasons]
         if self.launch():
             lines.append(f"launch ({get_framework(self.framework).title}): {self.launch()}")
+        lines += [f"warning: {w}" for w in self.launch_warnings()]
         if self.track_record is not None:
             lines.append(f"record: {self.track_record.summary()}")
         lines += [b.summary() for b in self.published]
@@ -214,8 +226,14 @@ class DiTPlan:
         return "\n".join(lines)
 
     def launch(self) -> str:
-        """The best split as :attr:`framework` launches it ("" for ``any``)."""
+        """The best split as :attr:`framework` launches it ("" for ``any``, and where the
+        framework needs no parallel launch: diffusers on one device)."""
         return self.best.launch(self.framework)
+
+    def launch_warnings(self) -> list[str]:
+        """The switches the best split was priced with that :attr:`framework`'s launch cannot
+        carry (the run must set them some other way)."""
+        return self.best.launch_warnings(self.framework)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan as one JSON-ready dict: what ``parastrat plan-dit --format json`` prints."""
@@ -227,6 +245,7 @@ class DiTPlan:
             "objective": self.objective,
             "framework": self.framework,
             "launch": self.launch(),
+            "launch_warnings": self.launch_warnings(),
             "best": self.best.to_dict(),
             "candidates": [c.to_dict() for c in self.candidates],
             "advice": list(self.advice),
@@ -417,7 +436,7 @@ def _plan(job: _Job) -> DiTPlan:
         devices=n,
         workload=_workload(job, video),
         candidates=ranked[: search.top_k],
-        advice=_advice(model, ranked, n, video, job.guidance, found.reasons),
+        advice=_advice(model, ranked, n, video, job.guidance, found.reasons, job.framework.title),
         rejected=found.rejected,
         objective=objective,
         framework=job.framework.name,
@@ -671,14 +690,10 @@ def _why(c: DiTCandidate, best: DiTCandidate, model: DiTSpec, objective: str) ->
             f"of {rep.latency_s:.3g} s"
         )
     else:
-        diff = {k: rep.breakdown[k] - best.report.breakdown[k] for k in rep.breakdown}
-        worst = sorted((k for k in diff if diff[k] > 0), key=lambda k: -diff[k])[:2]
-        slower = rep.latency_s / best.latency_s - 1
-        if worst:
-            out.append(
-                f"{100 * slower:+.1f} % latency vs best: "
-                + ", ".join(f"{_LABELS[k]} +{diff[k]:.3g} s" for k in worst)
-            )
+        moved = _moved(rep, best.report)
+        if moved:
+            slower = rep.latency_s / best.latency_s - 1
+            out.append(f"{100 * slower:+.1f} % latency vs best: {moved}")
     if rep.tokens.padding:
         out.append(f"pads {rep.tokens.padding} tokens so {rep.tokens.sp} ranks split them")
     mem = rep.memory
@@ -691,6 +706,25 @@ def _why(c: DiTCandidate, best: DiTCandidate, model: DiTSpec, objective: str) ->
     return out
 
 
+#: Parts of the latency that moved by less than this share of the largest move are not named.
+MOVED_FLOOR = 0.01
+#: How many parts :func:`_moved` names in each direction.
+MOVED_NAMED = 2
+
+
+def _moved(rep: DiTReport, best: DiTReport) -> str:
+    """The largest parts of ``rep``'s latency that moved against ``best``'s, in both
+    directions and savings first when ``rep`` is faster: "attention -0.269 s, linear layers
+    -0.243 s; host launch overhead +0.105 s" ("" when nothing moved)."""
+    diff = {k: rep.breakdown[k] - best.breakdown[k] for k in rep.breakdown}
+    floor = MOVED_FLOOR * max((abs(v) for v in diff.values()), default=0.0)
+    big = [k for k in diff if abs(diff[k]) > floor]
+    saved = sorted((k for k in big if diff[k] < 0), key=lambda k: diff[k])[:MOVED_NAMED]
+    added = sorted((k for k in big if diff[k] > 0), key=lambda k: -diff[k])[:MOVED_NAMED]
+    groups = [saved, added] if rep.latency_s < best.latency_s else [added, saved]
+    return "; ".join(", ".join(f"{_LABELS[k]} {diff[k]:+.3g} s" for k in g) for g in groups if g)
+
+
 def _advice(
     model: DiTSpec,
     ranked: list[DiTCandidate],
@@ -698,8 +732,10 @@ def _advice(
     video: int,
     guidance: bool,
     reasons: dict[tuple[int, int, int, int], str],
+    framework: str,
 ) -> list[str]:
-    """MindIE-SD's suggestions for ``n`` devices, each placed in the ranking with a reason."""
+    """MindIE-SD's suggestions for ``n`` devices, each placed in the ranking of the plan for
+    ``framework`` (its title, named in every line) with a reason."""
     wanted: list[tuple[str, tuple[int, int, int, int]]] = []  # (text, (tp, u, r, cfg))
     heads = model.num_attention_heads
     if n == 2:
@@ -732,18 +768,16 @@ def _advice(
     for text, key in wanted:
         if key not in index:
             why = reasons.get(key, "not a legal split here")
-            out.append(f"{text}: not a candidate ({why})")
+            out.append(f"{text}: not a candidate under {framework} ({why})")
             continue
         i = index[key]
         c = ranked[i]
         if i == 0:
-            out.append(f"{text}: agrees -- ranked first at {c.latency_s:.3g} s")
+            out.append(f"{text}: agrees -- ranked first under {framework} at {c.latency_s:.3g} s")
             continue
-        diff = {k: c.report.breakdown[k] - best.report.breakdown[k] for k in c.report.breakdown}
-        k = max(diff, key=lambda k: diff[k])
         out.append(
-            f"{text}: ranked {i + 1} at {c.latency_s:.3g} s, "
+            f"{text}: ranked {i + 1} under {framework} at {c.latency_s:.3g} s, "
             f"{100 * (c.latency_s / best.latency_s - 1):+.1f} % vs {label(best.strategy)}"
-            f"; mostly {_LABELS[k]} (+{diff[k]:.3g} s)"
+            f"; {_moved(c.report, best.report) or 'the same parts'}"
         )
     return out

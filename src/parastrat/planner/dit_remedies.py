@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from itertools import combinations
 
-from ..errors import SpecError, StrategyError
+from ..errors import SpecError, StrategyError, UsageError
 from ..estimate.dit import DiTReport
 from ..estimate.dit_memory import DiTMemoryOptions
 from ..estimate.dit_options import DiTSwitches
@@ -64,7 +64,7 @@ def _combined(base: DiTSwitches, remedies: Iterable[Remedy]) -> DiTSwitches | No
             if nxt == sw:
                 return None
             sw = nxt
-    except SpecError:
+    except (SpecError, UsageError):  # UsageError: a switch the framework lacks
         return None
     return sw
 

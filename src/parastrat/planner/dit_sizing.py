@@ -6,6 +6,7 @@ latency bound if one is given): :func:`smallest_dit`, the serving counterpart of
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -37,11 +38,14 @@ def smallest_dit(
     typed ``request`` / ``switches`` / ``search`` included (the search's ``devices`` is what
     this chooses).
 
-    The search walks :func:`device_counts` up to the first count that meets the goal, then
-    bisects the whole-node counts between it and the last power of two that did not (a
-    count whose factors divide no split can fail between two that pass, so the answer is
-    the fewest found, never more than that power of two).  Raises :class:`UsageError`
-    saying how far the most devices fall short."""
+    The search walks :func:`device_counts` up to the first count that meets the goal,
+    bisects the whole-node counts between it and the last one that did not, then tries
+    every count above the largest count found failing below that answer, ascending (fewer
+    than ``devices_per_node`` more plans).  So the answer meets the goal and every count
+    between it and a count that fails was tried and fails too; a count below that one was
+    tried only if it is a power of two or whole nodes (meeting the goal is not monotone in
+    the device count -- a prime count can fail where a smaller one passes).  Raises
+    :class:`UsageError` saying how far the most devices fall short."""
     target = _target(min_requests_per_s)
     search = resolve_search(options.pop("search", None), who="smallest_dit", **options)
     if search.devices is not None:
@@ -50,6 +54,7 @@ def smallest_dit(
     if target is not None:
         search = replace(search, data_parallel=True)
     tried: dict[int, DiTPlan | Exception] = {}
+    failed: set[int] = set()
 
     def meets(n: int) -> DiTPlan | None:
         try:
@@ -57,8 +62,11 @@ def smallest_dit(
             tried[n] = found
         except (UsageError, SpecError) as exc:
             tried[n] = exc
+            found = None
+        if found is None or (target is not None and found.best.requests_per_s < target):
+            failed.add(n)
             return None
-        return found if target is None or found.best.requests_per_s >= target else None
+        return found
 
     below, best = 0, None
     for n in device_counts(cluster):
@@ -69,7 +77,19 @@ def smallest_dit(
     if best is None:
         return _short(tried, target)
     between = whole_nodes_between(below, best.devices, cluster.devices_per_node)
-    return first_accepted(between, meets) or best
+    best = first_accepted(between, meets) or best
+    return _refined(best, failed, meets)
+
+
+def _refined(best: DiTPlan, failed: set[int], meets: Callable[[int], DiTPlan | None]) -> DiTPlan:
+    """The first count that ``meets`` accepts, ascending, above the largest count in
+    ``failed`` below ``best.devices`` (``best`` when none does)."""
+    low = max((n for n in failed if n < best.devices), default=0)
+    for n in range(low + 1, best.devices):
+        found = meets(n)
+        if found is not None:
+            return found
+    return best
 
 
 def _target(value: float | None) -> float | None:

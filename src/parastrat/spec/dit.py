@@ -242,6 +242,12 @@ class DiTSpec:
         """Transformer parameters: every block plus the embedders (no text encoder, no VAE)."""
         return sum(g.count * self.block_params(g.kind) for g in self.blocks) + self.embedder_params
 
+    @property
+    def total_params(self) -> float:
+        """Transformer parameters the pipeline keeps: :attr:`num_params` (what one denoising
+        step runs) for each of the :attr:`experts` (Wan2.2 A14B: two)."""
+        return self.experts * self.num_params
+
     # ---- workloads -----------------------------------------------------------------------
     @property
     def pixel_multiple(self) -> int:
@@ -316,8 +322,8 @@ class DiTSpec:
 
     def to_dict(self) -> dict[str, Any]:
         """The spec as a JSON-ready dict for display: blocks as ``{kind, count}``, derived sizes
-        (layers, parameters, MLP ratio, KV heads) added, ``extra`` left out (not a constructor round
-        trip)."""
+        (layers, parameters per step and over the experts, MLP ratio, KV heads) added,
+        ``extra`` left out (not a constructor round trip)."""
         d = asdict(self)
         d.pop("extra")
         d["text_encoders"] = [e.name for e in self.text_encoders]
@@ -326,6 +332,7 @@ class DiTSpec:
         d.update(
             num_layers=self.num_layers,
             num_params=self.num_params,
+            total_params=self.total_params,
             mlp_ratio=self.mlp_ratio,
             query_groups=self.query_groups,
         )

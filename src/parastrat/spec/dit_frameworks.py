@@ -16,9 +16,21 @@ start it.  The frameworks differ per model class (the diffusers transformer clas
   only for the classes marked there: SD3, CogVideoX, Mochi ("NA" for the guidance-distilled
   Flux and HunyuanVideo, not supported for Wan and Qwen-Image).
 * **diffusers** (``ModelMixin.enable_parallelism(config=ContextParallelConfig(...))``,
-  0.39): context parallelism for the classes that define a ``_cp_plan`` (Flux, Wan,
-  Qwen-Image; ``enable_parallelism`` raises for the others), no CFG parallelism, and no TP
-  together with context parallelism (:mod:`parastrat.adapters.diffusers`).
+  0.39, the version the project's extra pins): context parallelism for the classes that
+  define a ``_cp_plan`` (Flux, Wan, Qwen-Image; ``enable_parallelism`` raises for the others),
+  no CFG parallelism, no tensor parallelism (``TensorParallelConfig`` arrives in 0.40) and no
+  parallel VAE decode.  ``ContextParallelConfig`` needs ulysses or ring > 1, so a split on one
+  device launches with no parallel config ("" ; :mod:`parastrat.adapters.diffusers`).
+
+The memory switches a plan was priced with (:class:`LaunchSwitches`: parallel VAE, FSDP of the
+transformer and of the text encoder, Wan's model offload) go into the launch in the
+framework's own spelling: MindIE-SD's Wan ports take Wan's ``generate.py`` flags
+(``--vae_parallel --dit_fsdp --t5_fsdp --offload_model True``: ``store_true`` switches but
+``--offload_model``, a ``str2bool`` value); xDiT's
+``xfuser/config/args.py`` has ``--use_parallel_vae --shard_dit --shard_t5_encoder`` (its Wan
+example shards with them) and nothing that offloads as Wan's ``--offload_model`` does;
+diffusers' ``ContextParallelConfig`` carries none.  A switch a framework has no spelling for
+is named by :meth:`DiTFramework.launch_warnings` instead of being dropped silently.
 
 ``any`` constrains nothing (a what-if over every split the cost model can price) and prints no
 launch line.  :func:`default_framework` picks MindIE-SD on Ascend and xDiT on GPUs.
@@ -58,6 +70,46 @@ XDIT_CFG_CLASSES = frozenset(
 )
 
 
+@dataclass(frozen=True, kw_only=True)
+class LaunchSwitches:
+    """The switches a split was priced with that its launch must repeat: ``vae_parallel``
+    (the decode split over the devices), ``dit_fsdp`` / ``encoder_fsdp`` (the transformer's /
+    text encoders' parameters sharded) and ``offload`` (Wan's ``--offload_model True``)."""
+
+    vae_parallel: bool = False
+    dit_fsdp: bool = False
+    encoder_fsdp: bool = False
+    offload: bool = False
+
+    def on(self) -> tuple[str, ...]:
+        """The names of the switches that are on, in field order."""
+        return tuple(name for name in SWITCH_NAMES if getattr(self, name))
+
+
+#: The :class:`LaunchSwitches` fields, in launch order, each as the Python argument that sets
+#: it (``parastrat plan-dit`` names its flag instead).
+SWITCH_NAMES = {
+    "vae_parallel": "vae_parallel=True",
+    "dit_fsdp": "DiTMemoryOptions(dit_fsdp=True)",
+    "encoder_fsdp": "DiTMemoryOptions(encoder_fsdp=True)",
+    "offload": "DiTMemoryOptions(offload=True)",
+}
+#: MindIE-SD's Wan ports take Wan's ``generate.py`` flags.
+MINDIESD_FLAGS = {
+    "vae_parallel": "--vae_parallel",
+    "dit_fsdp": "--dit_fsdp",
+    "encoder_fsdp": "--t5_fsdp",
+    "offload": "--offload_model True",
+}
+#: xDiT's ``xfuser/config/args.py`` (``--shard_dit`` / ``--shard_t5_encoder``: its Wan example
+#: shards the transformer and umT5 with them); no offload that matches Wan's.
+XDIT_FLAGS = {
+    "vae_parallel": "--use_parallel_vae",
+    "dit_fsdp": "--shard_dit",
+    "encoder_fsdp": "--shard_t5_encoder",
+}
+
+
 @dataclass(frozen=True)
 class DiTFramework:
     """One serving framework's parallel features: ``tp`` (tensor parallelism at all),
@@ -88,6 +140,26 @@ class DiTFramework:
     #: devices one generation (one replica) may span in the framework's port of a preset, by
     #: preset name (absent: any count)
     cards: dict[str, tuple[int, ...]] | None = None
+    #: how the launch spells each :class:`LaunchSwitches` field (absent: no such switch)
+    flags: dict[str, str] | None = None
+
+    @property
+    def parallel_vae(self) -> bool:
+        """Whether the framework decodes with the VAE split over the devices (``any``: a
+        what-if that allows it)."""
+        return self.name == "any" or "vae_parallel" in (self.flags or {})
+
+    def vae_parallel_violation(self) -> Violation | None:
+        """Why ``vae_parallel=True`` cannot run under this framework (None: it can)."""
+        if self.parallel_vae:
+            return None
+        rule = f"{self.name}-vae-parallel"  # one of rule_ids(): diffusers-vae-parallel
+        return Violation(
+            rule,
+            f"vae_parallel=True: {self.title} has no parallel VAE decode ({self.source})",
+            "drop vae_parallel=True (vae_tiling=True also cuts the decode's memory), or "
+            "framework='xdit' (--use_parallel_vae) / framework='mindiesd' (--vae_parallel)",
+        )
 
     def size_violations(self, model: Any, height: int, width: int) -> list[Violation]:
         """Why this framework's port of ``model`` refuses a ``width`` x ``height`` output
@@ -170,23 +242,40 @@ class DiTFramework:
         """Every rule id :meth:`violations` can give (documented in docs/troubleshooting.md)."""
         kinds = ("tp", "tp-sp", "sp", "cfg", *(("size",) if self.sizes else ()))
         kinds += ("cards",) if self.cards else ()
+        kinds += () if self.parallel_vae else ("vae-parallel",)
         return tuple(f"{self.name}-{what}" for what in kinds)
 
-    def launch(self, s: Any, *, vae_parallel: bool = False) -> str:
-        """The degrees as this framework's launch takes them ("" for ``any``)."""
+    def launch(self, s: Any, switches: LaunchSwitches | None = None) -> str:
+        """The degrees and the priced ``switches`` as this framework's launch takes them (""
+        for ``any``, and for diffusers on one device: no ContextParallelConfig then)."""
         if self.name == "mindiesd":
-            vae = " --vae_parallel" if vae_parallel else ""
-            return (
+            degrees = (
                 f"--ulysses_size {s.ulysses} --ring_size {s.ring} --cfg_size {s.cfg} "
-                f"--tp_size {s.tp}{vae}"
+                f"--tp_size {s.tp}"
             )
-        if self.name == "xdit":
+        elif self.name == "xdit":
             cfg = " --use_cfg_parallel" if s.cfg > 1 else ""
-            vae = " --use_parallel_vae" if vae_parallel else ""
-            return f"--ulysses_degree {s.ulysses} --ring_degree {s.ring}{cfg}{vae}"
-        if self.name == "diffusers":
+            degrees = f"--ulysses_degree {s.ulysses} --ring_degree {s.ring}{cfg}"
+        elif self.name == "diffusers" and s.cp > 1:
             return f"ContextParallelConfig(ulysses_degree={s.ulysses}, ring_degree={s.ring})"
-        return ""
+        else:
+            return ""
+        flags = self.flags or {}
+        on = (switches or LaunchSwitches()).on()
+        return " ".join([degrees, *(flags[name] for name in on if name in flags)])
+
+    def launch_warnings(self, switches: LaunchSwitches | None) -> list[str]:
+        """One line per priced switch this framework's launch has no spelling for (empty for
+        ``any``, which prints no launch)."""
+        if self.name == "any":
+            return []
+        flags = self.flags or {}
+        return [
+            f"the plan was priced with {SWITCH_NAMES[name]}, which the {self.title} launch "
+            "has no switch for: set it up yourself, or the run's memory differs from the plan's"
+            for name in (switches or LaunchSwitches()).on()
+            if name not in flags
+        ]
 
 
 def _distance(size: tuple[int, int], asked: tuple[int, int]) -> tuple[float, float]:
@@ -216,6 +305,7 @@ FRAMEWORKS = {
             ring_gather=True,
             sizes=MINDIESD_WAN_SIZES,
             cards=MINDIESD_WAN_CARDS,
+            flags=MINDIESD_FLAGS,
         ),
         DiTFramework(
             "xdit",
@@ -224,16 +314,18 @@ FRAMEWORKS = {
             tp_with_sp=False,
             cfg_classes=XDIT_CFG_CLASSES,
             sp_classes=None,
-            source="xDiT README, 'Supported DiTs'",
+            source="xDiT README, 'Supported DiTs'; xfuser/config/args.py",
+            flags=XDIT_FLAGS,
         ),
         DiTFramework(
             "diffusers",
             "diffusers",
-            tp=True,
+            tp=False,
             tp_with_sp=False,
             cfg_classes=frozenset(),
             sp_classes=DIFFUSERS_CP_CLASSES,
-            source="diffusers 0.39 enable_parallelism: a class _cp_plan; no CFG parallelism",
+            source="diffusers 0.39 enable_parallelism: a class _cp_plan; no CFG or tensor "
+            "parallelism (TensorParallelConfig from 0.40), no parallel VAE decode",
             pad_note="diffusers shards only exact splits (EquipartitionSharder asserts the "
             "sequence divides by the mesh): pass ContextParallelConfig(ulysses_anything=True) "
             "for Ulysses, ring_anything=True for ring",
