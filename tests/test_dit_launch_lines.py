@@ -23,7 +23,8 @@ SD3 = ["--model", "sd3-medium", "--accelerator", "h100", "--height", "1024", "--
 
 
 def _cli(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(["plan-dit", *argv])
+    """``parastrat plan-dit`` with ``argv`` (each item one or more space-separated words)."""
+    rc = main(["plan-dit", *(word for part in argv for word in part.split())])
     out = capsys.readouterr()
     return rc, out.out.strip(), out.err
 
@@ -78,34 +79,18 @@ def test_diffusers_tp_only_repro_is_refused_and_one_device_prints_no_config(caps
     """The audit's repro: sd3-medium on 8 H100 under diffusers used to print TP8 as
     ContextParallelConfig(ulysses_degree=1, ring_degree=1); now TP is refused by the framework
     rule, and one-device replicas print no config (JSON: launch "")."""
-    rc, _, err = _cli(capsys, *SD3, "--devices", "8", "--steps", "28", "--framework", "diffusers")
+    rc, _, err = _cli(capsys, *SD3, "--devices 8 --steps 28 --framework diffusers")
     assert rc == 2 and "diffusers-tp" in err and "diffusers has no tensor parallelism" in err
     rc, out, err = _cli(
         capsys,
         *SD3,
-        "--devices",
-        "8",
-        "--steps",
-        "28",
-        "--framework",
-        "diffusers",
-        "--data-parallel",
-        "--format",
-        "launch",
+        ("--devices 8 --steps 28 --framework diffusers --data-parallel --format launch"),
     )
     assert rc == 0 and out == "" and "no ContextParallelConfig" in err
     rc, out, _ = _cli(
         capsys,
         *SD3,
-        "--devices",
-        "8",
-        "--steps",
-        "28",
-        "--framework",
-        "diffusers",
-        "--data-parallel",
-        "--format",
-        "json",
+        ("--devices 8 --steps 28 --framework diffusers --data-parallel --format json"),
     )
     assert json.loads(out)["launch"] == ""
 
@@ -138,26 +123,11 @@ def test_mindiesd_line_carries_the_fsdp_the_fit_depends_on(capsys):
     flags parse as Wan's generate.py takes them, with the FSDP switches on."""
     rc, out, _ = _cli(
         capsys,
-        "--model",
-        "wan2.1-t2v-14b",
-        "--devices",
-        "2",
-        "--accelerator",
-        "ascend-910b",
-        "--height",
-        "720",
-        "--width",
-        "1280",
-        "--frames",
-        "81",
-        "--steps",
-        "50",
-        "--weight-precision",
-        "fp32",
-        "--dit-fsdp",
-        "--encoder-fsdp",
-        "--format",
-        "mindiesd",
+        (
+            "--model wan2.1-t2v-14b --devices 2 --accelerator ascend-910b --height 720 "
+            "--width 1280 --frames 81 --steps 50 --weight-precision fp32 --dit-fsdp "
+            "--encoder-fsdp --format mindiesd"
+        ),
     )
     args = _wan_parser().parse_args(out.split())
     assert rc == 0 and args.dit_fsdp and args.t5_fsdp and not args.vae_parallel
@@ -168,23 +138,10 @@ def test_mindiesd_line_carries_the_fsdp_the_fit_depends_on(capsys):
 def test_mindiesd_offload_is_spelled_as_wan_takes_it(capsys):
     rc, out, _ = _cli(
         capsys,
-        "--model",
-        "wan2.1-t2v-14b",
-        "--devices",
-        "1",
-        "--accelerator",
-        "ascend-910b",
-        "--height",
-        "480",
-        "--width",
-        "832",
-        "--frames",
-        "81",
-        "--steps",
-        "50",
-        "--offload-model",
-        "--format",
-        "mindiesd",
+        (
+            "--model wan2.1-t2v-14b --devices 1 --accelerator ascend-910b --height 480 "
+            "--width 832 --frames 81 --steps 50 --offload-model --format mindiesd"
+        ),
     )
     assert rc == 0 and _wan_parser().parse_args(out.split()).offload_model is True
 
@@ -207,25 +164,10 @@ def test_a_switch_without_a_spelling_is_a_warning_not_a_silent_drop(capsys):
     """xDiT has no offload like Wan's --offload_model: the plan says so beside the line."""
     rc, out, err = _cli(
         capsys,
-        "--model",
-        "wan2.1-t2v-14b",
-        "--devices",
-        "1",
-        "--accelerator",
-        "h100",
-        "--height",
-        "480",
-        "--width",
-        "832",
-        "--frames",
-        "81",
-        "--steps",
-        "50",
-        "--offload-model",
-        "--framework",
-        "xdit",
-        "--format",
-        "launch",
+        (
+            "--model wan2.1-t2v-14b --devices 1 --accelerator h100 --height 480 --width 832 "
+            "--frames 81 --steps 50 --offload-model --framework xdit --format launch"
+        ),
     )
     assert rc == 0 and "--offload-model" in err and "xDiT" in err
     _xdit_parser().parse_args(out.split())
@@ -242,23 +184,10 @@ def test_vae_parallel_is_refused_where_the_framework_has_none(capsys):
         DiTSwitches(vae_parallel=True, framework=fw)
     rc, _, err = _cli(
         capsys,
-        "--model",
-        "wan2.1-t2v-14b",
-        "--devices",
-        "8",
-        "--accelerator",
-        "l40",
-        "--height",
-        "720",
-        "--width",
-        "1280",
-        "--frames",
-        "81",
-        "--steps",
-        "50",
-        "--framework",
-        "diffusers",
-        "--vae-parallel",
+        (
+            "--model wan2.1-t2v-14b --devices 8 --accelerator l40 --height 720 --width 1280 "
+            "--frames 81 --steps 50 --framework diffusers --vae-parallel"
+        ),
     )
     assert rc == 2 and "--vae-parallel: diffusers has no parallel VAE decode" in err
     assert "drop --vae-parallel" in err and "--framework xdit" in err
