@@ -116,3 +116,24 @@ def test_advice_names_the_framework_the_plan_is_for(framework, title):
     plan = ps.plan_dit("hunyuanvideo", cluster, framework=framework, **HUNYUAN)
     assert plan.advice
     assert all(f"under {title}" in a for a in plan.advice)
+
+
+def test_no_legal_split_names_only_fixes_that_apply():
+    """sd3-medium on 8 H100 under diffusers: every split is refused by the framework (no TP,
+    no context parallelism for SD3), none by the heads: the error names the framework and
+    replicas, not a device count "whose factors divide the heads"."""
+    import parastrat as ps
+    from parastrat.errors import UsageError
+
+    with pytest.raises(UsageError) as err:
+        ps.plan_dit(
+            "sd3-medium",
+            ps.Cluster("h100", 8),
+            height=1024,
+            width=1024,
+            steps=28,
+            framework="diffusers",
+        )
+    text = str(err.value)
+    assert "diffusers-tp" in text and "divide the heads" not in text
+    assert "framework='any'" in text and "data_parallel=True" in text

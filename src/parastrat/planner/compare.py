@@ -246,7 +246,7 @@ def _cause(
         }
         k = max(comps, key=comps.get)  # type: ignore[arg-type]
         parts.append(
-            f"B runs out of memory ({mb.peak_bytes / GiB:.1f} GiB > {cap / GiB:.0f} "
+            f"B runs out of memory ({mb.peak_bytes / GiB:.1f} GiB > {cap / GiB:.1f} "
             f"GiB) on stage {st.stage}, mostly {k} (+{comps[k] / GiB:.1f} GiB)"
         )
     delta = tb.step_time_s - ta.step_time_s

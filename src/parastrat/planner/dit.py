@@ -550,7 +550,7 @@ def _price_splits(
             continue
         if not rep.memory.fits():
             why = (
-                f"needs {rep.memory.total / GiB:.1f} GiB of {rep.memory.capacity / GiB:.0f} "
+                f"needs {rep.memory.total / GiB:.1f} GiB of {rep.memory.capacity / GiB:.1f} "
                 f"({rep.memory.peak_phase})"
             )
             out.drop(s, "out of memory", why)
@@ -628,11 +628,13 @@ def _nothing_fits(
         return UsageError(
             f"no split of {n} {cluster.accel.name} devices fits {model.name}: the smallest "
             f"({label(least.strategy)}) needs {least.memory.total / GiB:.1f} GiB of "
-            f"{least.memory.capacity / GiB:.0f} at its {least.memory.peak.describe()}; "
+            f"{least.memory.capacity / GiB:.1f} at its {least.memory.peak.describe()}; "
             f"{least.memory.hint()}{remedy}"
         )
     cross_node, replicas, target = tried
-    fixes = ["Use a device count whose factors divide the heads"]
+    fixes = []
+    if any("heads" in rule for rule in found.rejected):  # heads-tp, heads-ulysses, kv-heads-...
+        fixes.append("a device count whose factors divide the heads")
     if any(rule.startswith(f"{target.name}-") for rule in found.rejected):
         fixes.append(
             f"framework='any' (the splits the model prices without {target.title}'s limits)"
@@ -641,9 +643,10 @@ def _nothing_fits(
         fixes.append("allow_cross_node=True")
     if not replicas:
         fixes.append("data_parallel=True (replicas serving separate requests)")
+    fixes = fixes or ["another device count"]
     return UsageError(
         f"no legal split of {n} devices for {model.name} "
-        f"({model.num_attention_heads} heads, {video} tokens): {found.summary()}. "
+        f"({model.num_attention_heads} heads, {video} tokens): {found.summary()}. Use "
         + ", or ".join(fixes)
     )
 
@@ -699,7 +702,7 @@ def _why(c: DiTCandidate, best: DiTCandidate, model: DiTSpec, objective: str) ->
     mem = rep.memory
     if mem.total > TIGHT_MEMORY * mem.capacity:
         out.append(
-            f"little headroom: {mem.total / GiB:.1f} of {mem.capacity / GiB:.0f} GiB "
+            f"little headroom: {mem.total / GiB:.1f} of {mem.capacity / GiB:.1f} GiB "
             f"({mem.total / mem.capacity:.1%}) at its {mem.peak_phase}; to keep more free: "
             f"{mem.hint()}"
         )
