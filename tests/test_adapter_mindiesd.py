@@ -238,3 +238,18 @@ def test_a_replicated_split_is_refused_with_the_per_replica_call_that_works():
     assert "run 2 replicas (one service each) of 8 devices" in str(err.value)
     assert "to_cli_args(s, world_size=8)" in str(err.value)
     assert md.to_cli_args(s, WAN, world_size=8)[:2] == ["--ulysses_size", "4"]
+
+
+def test_cli_args_carry_the_memory_switches_as_plan_dit_prints_them():
+    """The adapter's flags equal the plan's MindIE-SD launch line, memory switches included
+    (a split that fits only with FSDP must be launched with it)."""
+    import parastrat as ps
+    from parastrat.spec.dit_frameworks import LaunchSwitches
+
+    s = Strategy(cfg=2)
+    on = LaunchSwitches(dit_fsdp=True, encoder_fsdp=True, offload=True)
+    args = md.to_cli_args(s, WAN, switches=on)
+    assert args[8:] == ["--dit_fsdp", "--t5_fsdp", "--offload_model", "True"]
+    line = ps.spec.dit_frameworks.FRAMEWORKS["mindiesd"].launch(s, on)
+    assert " ".join(args) == line
+    assert md.to_cli_args(s, WAN, vae_parallel=True)[-1] == "--vae_parallel"

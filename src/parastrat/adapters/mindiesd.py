@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import MissingExtraError, StrategyError, Violation
-from ..spec.dit_frameworks import FRAMEWORKS
+from ..spec.dit_frameworks import FRAMEWORKS, MINDIESD_FLAGS, LaunchSwitches
 from ..strategy import Strategy, require_strategy
 
 #: Where the MindIE-SD model ports keep their ``ParallelConfig`` (tried in order).
@@ -58,8 +58,17 @@ class MindIEParallelConfig:
         """The six settings as a dict (the ports' ``ParallelConfig`` keyword arguments)."""
         return asdict(self)
 
-    def to_cli_args(self, *, vae_parallel: bool = False) -> list[str]:
-        """``--ulysses_size U --ring_size R --cfg_size C --tp_size T`` for the service example."""
+    def to_cli_args(
+        self, *, vae_parallel: bool = False, switches: LaunchSwitches | None = None
+    ) -> list[str]:
+        """``--ulysses_size U --ring_size R --cfg_size C --tp_size T`` for the service example,
+        then the Wan flags of the memory ``switches`` the split was priced with
+        (:data:`~parastrat.spec.dit_frameworks.MINDIESD_FLAGS`: ``--vae_parallel``,
+        ``--dit_fsdp``, ``--t5_fsdp``, ``--offload_model True``, as ``plan-dit`` prints
+        them); ``vae_parallel=True`` is ``switches.vae_parallel``."""
+        switches = switches or LaunchSwitches()
+        if vae_parallel:
+            switches = LaunchSwitches(**{**asdict(switches), "vae_parallel": True})
         args = [
             "--ulysses_size",
             str(self.ulysses_degree),
@@ -70,7 +79,7 @@ class MindIEParallelConfig:
             "--tp_size",
             str(self.tp_degree),
         ]
-        return args + (["--vae_parallel"] if vae_parallel else [])
+        return args + [word for name in switches.on() for word in MINDIESD_FLAGS[name].split()]
 
     def to_port_config(self, cls: type | None = None) -> Any:
         """The port's own ``ParallelConfig`` built from these settings.
@@ -246,11 +255,17 @@ def to_parallel_config(
 
 
 def to_cli_args(
-    s: Strategy, model: Any = None, *, world_size: int | None = None, vae_parallel: bool = False
+    s: Strategy,
+    model: Any = None,
+    *,
+    world_size: int | None = None,
+    vae_parallel: bool = False,
+    switches: LaunchSwitches | None = None,
 ) -> list[str]:
-    """``["--ulysses_size", "4", "--ring_size", "1", "--cfg_size", "2", "--tp_size", "1"]``."""
+    """``["--ulysses_size", "4", "--ring_size", "1", "--cfg_size", "2", "--tp_size", "1"]``,
+    then the flags of the memory ``switches`` (:meth:`MindIEParallelConfig.to_cli_args`)."""
     return to_parallel_config(s, model, world_size=world_size).to_cli_args(
-        vae_parallel=vae_parallel
+        vae_parallel=vae_parallel, switches=switches
     )
 
 
