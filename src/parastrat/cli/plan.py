@@ -65,8 +65,7 @@ TARGET_ARGS = (
         "--global-batch-size",
         type=positive_int,
         default=None,
-        help="sequences per step (default: 4 x the number of devices; required with "
-        "--smallest, whose answer would otherwise move with the --gpus bound)",
+        help="sequences per step (default: 4 x the number of devices)",
     ),
     arg(
         "--precision",
@@ -157,7 +156,8 @@ OUTPUT_ARGS = (
     store_true(
         "--smallest",
         "find the fewest devices (up to --gpus) on which something fits (with --deadline-days, "
-        "and trains --train-tokens in time)",
+        "and trains --train-tokens in time); needs --global-batch-size, since the default "
+        "batch would move with the --gpus bound",
     ),
     arg(
         "--deadline-days",
