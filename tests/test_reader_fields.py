@@ -123,7 +123,7 @@ def test_qwen2_without_use_sliding_window_has_no_window_and_allows_ring_cp():
     m = ps.ModelSpec.from_hf_config(cfg)
     assert m.sliding_window is None
     assert "cp-ring-attention" not in {v.rule for v in check(ps.Strategy(cp=4), m)}
-    on = ps.ModelSpec.from_hf_config({**cfg, "use_sliding_window": True})
+    on = ps.ModelSpec.from_hf_config({**cfg, "use_sliding_window": True, "max_window_layers": 0})
     assert on.sliding_window == 131072
     assert "cp-ring-attention" in {v.rule for v in check(ps.Strategy(cp=4), on)}
 
@@ -138,6 +138,71 @@ def test_sliding_window_matches_transformers_class_defaults():
     mistral = {**_cfg("llama3-8b.json"), "model_type": "mistral", "sliding_window": 4096}
     assert transformers.MistralConfig(**mistral).sliding_window == 4096
     assert ps.ModelSpec.from_hf_config(mistral).sliding_window == 4096
+
+
+@pytest.mark.parametrize("full_layers", [None, 0, 14, 28, 40])
+def test_qwen2_max_window_layers_reads_as_transformers_builds_the_layers(full_layers):
+    """With the window on, Qwen2's first ``max_window_layers`` layers keep full attention
+    (class default 28 when absent): all full is no window, none full is a window on every
+    layer, a leading full block has no Megatron spelling and is refused naming the field."""
+    transformers = pytest.importorskip("transformers")
+    cfg = {**_cfg("qwen2-7b.json"), "use_sliding_window": True, "sliding_window": 4096}
+    if full_layers is None:
+        del cfg["max_window_layers"]
+    else:
+        cfg["max_window_layers"] = full_layers
+    types = transformers.Qwen2Config(**cfg).layer_types
+    if len(set(types)) == 2:
+        with pytest.raises(SpecError, match="max_window_layers"):
+            ps.ModelSpec.from_hf_config(cfg)
+        return
+    m = ps.ModelSpec.from_hf_config(cfg)
+    assert (m.sliding_window is not None) == (types[0] == "sliding_attention")
+
+
+@pytest.mark.parametrize(
+    "model_type, field, default",
+    [
+        ("deepseek_v3", "n_shared_experts", 1),
+        ("deepseek_v2", "n_shared_experts", 2),
+        ("qwen2_moe", "shared_expert_intermediate_size", 5632),
+    ],
+)
+def test_absent_shared_experts_mean_the_class_default(model_type, field, default):
+    """A shared-expert field a file omits is what the Hugging Face class builds (not none);
+    null or 0 is none."""
+    transformers = pytest.importorskip("transformers")
+    cls = {
+        "deepseek_v3": transformers.DeepseekV3Config,
+        "deepseek_v2": transformers.DeepseekV2Config,
+        "qwen2_moe": transformers.Qwen2MoeConfig,
+    }[model_type]
+    assert getattr(cls(), field) == default
+    base = _cfg("deepseek-v3.json") if model_type.startswith("deepseek") else _qwen2_moe()
+    cfg = {k: v for k, v in base.items() if k not in ("n_shared_experts", field)}
+    cfg["model_type"] = model_type
+    width = cfg["moe_intermediate_size"] if field == "n_shared_experts" else 1
+    assert ps.ModelSpec.from_hf_config(cfg).moe_shared_expert_intermediate_size == default * width
+    for none in (None, 0):
+        spec = ps.ModelSpec.from_hf_config({**cfg, field: none})
+        assert not spec.moe_shared_expert_intermediate_size
+
+
+def _qwen2_moe() -> dict[str, Any]:
+    """Qwen1.5-MoE-A2.7B's config.json fields that size it (Qwen/Qwen1.5-MoE-A2.7B)."""
+    return {
+        "model_type": "qwen2_moe",
+        "num_hidden_layers": 24,
+        "hidden_size": 2048,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 16,
+        "intermediate_size": 5632,
+        "moe_intermediate_size": 1408,
+        "num_experts": 60,
+        "num_experts_per_tok": 4,
+        "vocab_size": 151936,
+        "max_position_embeddings": 8192,
+    }
 
 
 def test_use_sliding_window_must_be_a_boolean():

@@ -26,10 +26,16 @@ Missing fields.  parastrat does not guess a size a checkpoint's config always st
 * ``use_sliding_window`` absent or null means what Hugging Face means: off in the families whose
   config has that switch (Qwen2, Qwen2-MoE, Qwen3, Qwen3-MoE, Qwen2-VL, SmolLM3: default
   ``False``), so their ``sliding_window`` alone sets no window; elsewhere (Mistral, GPT-OSS) a
-  ``sliding_window`` is the window.
+  ``sliding_window`` is the window.  Where it is on, Qwen's ``max_window_layers`` says which
+  layers use it, as Hugging Face reads it (layers from that index on; class default when absent,
+  :data:`_FULL_ATTENTION_LAYERS`): none when it covers every layer, all when it is 0, refused
+  otherwise (a leading block of full-attention layers has no Megatron spelling).
+* Shared experts absent from a family whose Hugging Face class builds some by default mean that
+  default (:data:`_SHARED_EXPERTS_DEFAULT`: DeepSeek-V2 two, DeepSeek-V3 and GLM-4-MoE one
+  expert wide, Qwen2-MoE 5,632, Qwen3-Next 512); a null or 0 means none, as Hugging Face builds.
 
 Optional fields keep their documented defaults (no dropout, ``max_position_embeddings`` 4096, no
-shared experts, every layer MoE, ...).
+shared experts elsewhere, every layer MoE, ...).
 
 HF -> Megatron field map (the ones that matter for cost):
 
@@ -161,6 +167,29 @@ _SLIDING_SWITCH = {
     "qwen2_5_vl",
     "qwen2_5_vl_text",
     "smollm3",
+}
+#: Shared experts a Hugging Face config class builds when its file omits the field (transformers
+#: 4.57 class defaults: ``DeepseekV2Config.n_shared_experts=2``, ``DeepseekV3Config`` and
+#: ``Glm4MoeConfig`` 1, ``Qwen2MoeConfig.shared_expert_intermediate_size=5632``,
+#: ``Qwen3NextConfig`` 512): (field, value); ``n_shared_experts`` counts routed-expert widths.
+_SHARED_EXPERTS_DEFAULT = {
+    "deepseek_v2": ("n_shared_experts", 2),
+    "deepseek_v3": ("n_shared_experts", 1),
+    "glm4_moe": ("n_shared_experts", 1),
+    "qwen2_moe": ("shared_expert_intermediate_size", 5632),
+    "qwen3_next": ("shared_expert_intermediate_size", 512),
+}
+#: ``max_window_layers`` class defaults of the families that read it (transformers 4.57
+#: ``Qwen2Config`` / ``Qwen2MoeConfig`` / ``Qwen3Config`` 28, Qwen2-VL's text model 80): the
+#: first that many layers keep full attention, the rest use the sliding window.
+_FULL_ATTENTION_LAYERS = {
+    "qwen2": 28,
+    "qwen2_moe": 28,
+    "qwen3": 28,
+    "qwen2_vl": 80,
+    "qwen2_vl_text": 80,
+    "qwen2_5_vl": 80,
+    "qwen2_5_vl_text": 80,
 }
 #: HF ``hidden_act`` spellings of activations Megatron Core runs eagerly ->
 #: ``ModelSpec.activation`` (Nemotron's ``relu2`` is squared ReLU).  Others leave it unset:
@@ -493,10 +522,13 @@ def _shared_experts(c: _Config, expert_ffn: int) -> int:
     """The shared experts' hidden size (0: none)."""
     if c.model_type in _LLAMA4:  # one shared expert of intermediate_size on every MoE layer
         return expert_ffn
-    if c.opt("n_shared_experts"):
-        return c.need_whole("n_shared_experts") * expert_ffn
-    if c.opt("shared_expert_intermediate_size"):
-        return c.need_whole("shared_expert_intermediate_size")
+    default = _SHARED_EXPERTS_DEFAULT.get(c.model_type)
+    for key, width in (("n_shared_experts", expert_ffn), ("shared_expert_intermediate_size", 1)):
+        if key in c.cfg:
+            value = c.cfg[key]
+            return 0 if value is None or value == 0 else c.whole(key, value) * width
+        if default is not None and default[0] == key:
+            return default[1] * width
     return 0
 
 
@@ -666,23 +698,36 @@ def _sliding_window(c: _Config, layers: int) -> dict[str, Any]:
     if found is None or not _window_switched_on(c):
         return {}
     window = c.whole(*found)
-    types = c.cfg.get("layer_types")
-    if not types:
+    windowed, field = _windowed_layers(c, layers)
+    if windowed is None or all(windowed):
         return {"sliding_window": window}
-    if not isinstance(types, list) or len(types) != layers:
-        raise SpecError(f"{c.where}: field 'layer_types' must list one entry per layer ({layers})")
-    windowed = [t == "sliding_attention" for t in types]
     if not any(windowed):
         return {}
-    if all(windowed):
-        return {"sliding_window": window}
     freq = windowed.index(False) + 1
     if any(w != ((i + 1) % freq != 0) for i, w in enumerate(windowed)):
         raise SpecError(
-            f"{c.where}: field 'layer_types' is not one full-attention layer every n-th layer; "
-            "build the ModelSpec by hand with sliding_window and window_attn_skip_freq"
+            f"{c.where}: field {field!r} does not give one full-attention layer every n-th "
+            "layer; build the ModelSpec by hand with sliding_window and window_attn_skip_freq"
         )
     return {"sliding_window": window, "window_attn_skip_freq": freq}
+
+
+def _windowed_layers(c: _Config, layers: int) -> tuple[list[bool] | None, str]:
+    """Which layers use the window (None: every one) and the field that says so:
+    ``layer_types`` (GPT-OSS, Gemma 3), else Qwen's ``max_window_layers`` (layers from that
+    index on; the class default when absent, :data:`_FULL_ATTENTION_LAYERS`)."""
+    types = c.cfg.get("layer_types")
+    if types:
+        if not isinstance(types, list) or len(types) != layers:
+            raise SpecError(
+                f"{c.where}: field 'layer_types' must list one entry per layer ({layers})"
+            )
+        return [t == "sliding_attention" for t in types], "layer_types"
+    default = _FULL_ATTENTION_LAYERS.get(c.model_type)
+    if default is None:
+        return None, ""
+    full = c.opt_whole("max_window_layers", default=default, minimum=0)
+    return [i >= full for i in range(layers)], "max_window_layers"
 
 
 def _window_switched_on(c: _Config) -> bool:
