@@ -145,6 +145,20 @@ def run_cli(*args: str) -> subprocess.CompletedProcess:
     )
 
 
+def test_gb200_flex_megatron_args_refusal_names_a_fix_that_runs():
+    """On GB200 the flex dispatcher runs HybridEP, which Megatron-LM has no argument for,
+    and DeepEP does not start there: the refusal offers the alltoall dispatcher (and Bridge's
+    overrides), never DeepEP, and the alltoall line it offers is printed."""
+    base = ("--model", "qwen3-30b-a3b", "--gpus", "16", "--accelerator", "gb200")
+    r = run_cli(*base, "--moe-dispatcher", "flex", "--format", "megatron-args")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "--moe-dispatcher alltoall" in r.stderr
+    assert "--moe-dispatcher deepep runs on other accelerators than gb200" in r.stderr
+    fixed = run_cli(*base, "--moe-dispatcher", "alltoall", "--format", "megatron-args")
+    assert fixed.returncode == 0, fixed.stderr
+    assert parse(shlex.split(fixed.stdout)).moe_token_dispatcher_type == "alltoall"
+
+
 def test_cli_megatron_args_parse_with_megatron_lm_names():
     r = run_cli("--model", "llama3-70b", "--gpus", "64", "--format", "megatron-args")
     assert r.returncode == 0, r.stderr

@@ -221,6 +221,23 @@ def test_combined_1f1b_is_written_as_priced_and_starts(bridge, monkeypatch, vpp,
     assert cfg.comm_overlap.overlap_moe_expert_parallel_comm is written
 
 
+def test_combined_1f1b_with_an_mtp_layer_needs_a_pipeline(bridge, monkeypatch):
+    """Megatron Core refuses combined 1F1B with an MTP layer at PP 1 ("Pipeline model parallel
+    size must be larger than 1 when enabling overlap_moe_expert_parallel_comm with MTP
+    layer"): DeepSeek-V3's plan pinned to PP 1 prices it off with that note, ``apply`` writes
+    it off, and the choice starts."""
+    import parastrat as ps
+    from parastrat.spec.models import get
+
+    cluster = ps.Cluster(accelerator="gb200", num_devices=128)
+    kw = dict(seq_len=4096, global_batch_size=512, top_k=1, moe_a2a_overlap=True, pp=(1,))
+    plan = ps.plan(get("deepseek-v3"), cluster, **kw)
+    assert plan.best.strategy.ep > 1
+    assert any("with an MTP layer Megatron Core needs PP > 1" in n for n in plan.best.step.notes)
+    cfg = _started(plan, "hf:deepseek-v3.json", monkeypatch)
+    assert cfg.comm_overlap.overlap_moe_expert_parallel_comm is False
+
+
 def test_shared_expert_overlap_is_written_only_with_alltoall(bridge, monkeypatch):
     """Megatron Core runs the shared-expert overlap with the alltoall dispatcher only ("only
     works with alltoall token dispatcher"): a plan asked for it with the flex dispatcher on

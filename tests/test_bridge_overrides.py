@@ -123,6 +123,9 @@ def test_recorded_recipe_names_are_the_ones_bridge_exports(recipes):
     assert bo.exported_recipes() == exported
     assert bo.recipe_note("qwen3_30b_a3b_pretrain_config") is None
     assert "did you mean qwen3_30b_a3b_pretrain_config" in bo.recipe_note("qwen3_30b_a3b_pretrain")
+    assert "did you mean llama3_70b_pretrain_config" in bo.recipe_note("llama3_70b_pretrain_confg")
+    # sharing only the "_config" suffix is no likeness: no unrelated recipe is offered
+    assert "did you mean" not in bo.recipe_note("nope_config")
 
 
 def _off_default(fields: dict) -> dict:

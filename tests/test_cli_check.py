@@ -48,6 +48,21 @@ def test_layout_command(capsys):
     assert doc["groups"]["pp"] == [[0, 4], [1, 5], [2, 6], [3, 7]]
 
 
+def test_ulysses_beside_training_degrees_reads_as_the_strategy_text(capsys):
+    """``--cp 4 --ulysses 4`` (and EP beside it) is Megatron's Ulysses CP, the grid the text
+    "CP4(U)" names, not an xDiT inference grid with another rank order (or an inference-ep
+    refusal), with or without a model."""
+    docs = []
+    for how in (["--pp", "2", "--cp", "4", "--ulysses", "4"], ["--strategy", "PP2 CP4(U)"]):
+        assert main(["layout", "--gpus", "16", *how, "--format", "json"]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert docs[0]["groups"] == docs[1]["groups"]
+    assert docs[0]["strategy"]["order"] == docs[1]["strategy"]["order"]
+    ep = ["--gpus", "64", "--cp", "4", "--ulysses", "4", "--ep", "8"]
+    assert main(["check", *ep]) == 0
+    assert main(["layout", *ep, "--format", "json"]) == 0
+
+
 def test_python_m_entry_point_no_traceback():
     r = subprocess.run(
         [sys.executable, "-m", "parastrat", "check", "--gpus", "6", "--tp", "4"],

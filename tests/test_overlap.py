@@ -103,20 +103,23 @@ def test_combined_1f1b_hides_each_phase_under_the_other_micro_batch():
 
 
 @pytest.mark.parametrize(
-    ("strategy", "recompute", "ok"),
+    ("strategy", "recompute", "mtp", "ok"),
     [
-        (Strategy(ep=8), "none", True),
-        (Strategy(ep=1), "none", False),  # nothing to overlap
-        (Strategy(ep=8, pp=4), "none", False),  # PP without VPP
-        (Strategy(ep=8, pp=4, vpp=2), "selective", True),
-        (Strategy(ep=8), "full", False),  # Megatron refuses it with full recompute
+        (Strategy(ep=8), "none", 0, True),
+        (Strategy(ep=1), "none", 0, False),  # nothing to overlap
+        (Strategy(ep=8, pp=4), "none", 0, False),  # PP without VPP
+        (Strategy(ep=8, pp=4, vpp=2), "selective", 0, True),
+        (Strategy(ep=8), "full", 0, False),  # Megatron refuses it with full recompute
+        (Strategy(ep=8), "none", 1, False),  # an MTP layer needs PP > 1
+        (Strategy(ep=8, pp=4, vpp=2), "none", 1, True),
+        (Strategy(ep=8, pp=4, vpp=2), "none", 2, False),  # one MTP layer at most
     ],
 )
-def test_combined_1f1b_runs_where_megatron_allows_it(strategy, recompute, ok):
-    assert moe_a2a_overlap_ok(strategy, recompute) is ok
+def test_combined_1f1b_runs_where_megatron_allows_it(strategy, recompute, mtp, ok):
+    assert moe_a2a_overlap_ok(strategy, recompute, mtp_layers=mtp) is ok
     notes: list[str] = []
     wanted = MoEComm(a2a_overlap=True, shared_expert_overlap=True)
-    got = effective_moe_comm(strategy, recompute, wanted, notes)
+    got = effective_moe_comm(strategy, recompute, wanted, notes, mtp_layers=mtp)
     assert got.a2a_overlap is ok
     assert not (got.a2a_overlap and got.shared_expert_overlap)  # never both
     # each switch dropped is said (with EP 1 there is no all-to-all to speak of)

@@ -259,8 +259,14 @@ def nearest_recipe(name: str, known: Iterable[str]) -> str | None:
     for completed in (f"{name}_pretrain_config", f"{name}_config"):
         if completed in known:
             return completed
-    near = difflib.get_close_matches(name, known, n=1)
+    near = difflib.get_close_matches(name, known, n=1, cutoff=NEAR_RECIPE)
     return near[0] if near else None
+
+
+#: Similarity (``difflib`` ratio) a recipe name needs to be offered as "did you mean": a typo
+#: of a recipe's name scores 0.85 and more (``llama3_70b_pretrain_confg`` 0.98); a name sharing
+#: only the ``_config`` suffix scores about 0.65 (``nope_config`` / ``qwen3_8b_peft_config``).
+NEAR_RECIPE = 0.8
 
 
 def recipe_model(recipe: str) -> str | None:

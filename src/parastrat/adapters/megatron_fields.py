@@ -191,11 +191,13 @@ def _deepep_flag(backend: str) -> bool:
     HybridEP switch."""
     if backend != "deepep":
         from ..errors import UsageError
+        from ..spec.hardware import DEEPEP_REFUSED
 
         raise UsageError(
             f"the flex dispatcher's {backend} backend has no Megatron-LM argument "
-            "(arguments.py has --moe-enable-deepep only); use --moe-dispatcher deepep, or "
-            "--format overrides for Megatron Bridge"
+            "(arguments.py has --moe-enable-deepep only): use --format overrides for Megatron "
+            "Bridge, or --moe-dispatcher alltoall; --moe-dispatcher deepep runs on other "
+            f"accelerators than {', '.join(DEEPEP_REFUSED)}"
         )
     return True
 
@@ -728,8 +730,9 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
     if switches and tp_overlap is None:
         tp_overlap = _tp_overlap_default(s, plan)
     mode = getattr(obj, "recompute", None)
-    hybrid = bool(getattr(getattr(plan, "model", None), "is_hybrid", False))
-    a2a, shared = _moe_overlaps(s, _mode(mode), switches, hybrid)
+    model = getattr(plan, "model", None)
+    shape = (bool(getattr(model, "is_hybrid", False)), int(getattr(model, "mtp_num_layers", 0)))
+    a2a, shared = _moe_overlaps(s, _mode(mode), switches, shape)
     return s, RunSettings(
         micro_batch_size=getattr(obj, "micro_batch_size", None),
         global_batch_size=getattr(plan, "global_batch_size", None),
@@ -768,10 +771,11 @@ def _ce_fusion(switches: dict[str, Any], plan: Any) -> bool | None:
 
 
 def _moe_overlaps(
-    s: Strategy, mode: str | None, switches: dict[str, Any], hybrid: bool = False
+    s: Strategy, mode: str | None, switches: dict[str, Any], shape: tuple[bool, int] = (False, 0)
 ) -> tuple[bool | None, bool | None]:
     """(combined 1F1B, shared-expert overlap) as the step model priced them: combined 1F1B
-    only where Megatron runs it (EP > 1, PP 1 or VPP > 1, no full recompute:
+    only where Megatron runs it (EP > 1, PP 1 or VPP > 1, no full recompute, the model's
+    ``shape`` (hybrid, MTP layers) allowing it:
     :func:`~parastrat.estimate.overlap.moe_a2a_overlap_ok`), and then without the shared-expert
     overlap, which Megatron refuses beside it; the shared-expert overlap only with the
     alltoall dispatcher ("moe_shared_expert_overlap only works with alltoall token
@@ -783,7 +787,7 @@ def _moe_overlaps(
         return a2a, shared
     from ..estimate.overlap import moe_a2a_overlap_ok
 
-    if not moe_a2a_overlap_ok(s, mode or "none", hybrid):
+    if not moe_a2a_overlap_ok(s, mode or "none", *shape):
         return False, shared
     return True, False if shared else shared
 

@@ -365,10 +365,14 @@ def strategy_from_args(args: argparse.Namespace, training: bool = False, model: 
 
 def strategy_fields(args: argparse.Namespace, training: bool = False) -> dict[str, Any]:
     """The :class:`~parastrat.Strategy` keyword arguments the strategy flags give (without
-    ``--strategy``): Megatron's order for a training ``--ulysses`` (:func:`strategy_from_args`)."""
+    ``--strategy``): Megatron's order for a training ``--ulysses`` (:func:`strategy_from_args`;
+    training too when ``--cp``, ``--ep`` or ``--etp`` is given)."""
     from ..strategy import MEGATRON_ORDER
 
     order = args.order
+    # --cp, --ep and --etp are training degrees: Ulysses beside them is Megatron's, whether or
+    # not the command names a model
+    training = training or (args.cp or 1) > 1 or (args.ep or 1) > 1 or args.etp is not None
     if training and order is None and args.ulysses > 1 and args.cfg == 1:
         order = MEGATRON_ORDER
     return dict(

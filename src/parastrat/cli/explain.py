@@ -111,10 +111,10 @@ def run(args: argparse.Namespace) -> int:
             }
         )
         return 0
-    text = explain_strategy(workload, strategy, cluster, switches, render=switch_flags)
+    text = explain_strategy(
+        workload, strategy, cluster, switches, render=switch_flags, headroom=args.headroom
+    )
     console.print(cli_words(text), markup=False)
-    if args.headroom is not None:
-        _print_headroom(price(workload, strategy, cluster, switches)[2], cluster, args.headroom)
     if args.train_tokens is not None:
         from ..estimate.train_time import record_note
 

@@ -379,7 +379,7 @@ def _launch_text(args: argparse.Namespace, result, model, cluster, gbs: int) -> 
 
     if args.format in ("overrides", "torchrun"):
         if args.recipe is not None:
-            _note_recipe_name(args.recipe)
+            _note_recipe_name(args.recipe, model)
             _check_recipe_model(args.recipe, model)
         _note_recipe_precision(result, _recipe(args, model))
 
@@ -424,14 +424,17 @@ def _own_recipe(model) -> str | None:
     return default_recipe(model.name) if model.name in names() else None
 
 
-def _note_recipe_name(recipe: str) -> None:
+def _note_recipe_name(recipe: str, model) -> None:
     """Refuse a ``--recipe`` that is no Python name; say so when Bridge 0.3.1 exports no
-    recipe of that name (:func:`~parastrat.adapters.bridge_overrides.recipe_note`)."""
+    recipe of that name (:func:`~parastrat.adapters.bridge_overrides.recipe_note`), naming the
+    planned model's own recipe where it has one."""
     from ..adapters.bridge_overrides import recipe_note
 
     note = recipe_note(recipe)
     if note:
-        err_console.print(f"note: {note}", markup=False)
+        own = _own_recipe(model)
+        mine = f"; {model.name}'s own recipe is {own} (leave --recipe out)" if own else ""
+        err_console.print(f"note: {note}{mine}", markup=False)
 
 
 def _check_recipe_model(recipe: str, model) -> None:

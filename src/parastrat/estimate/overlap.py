@@ -169,22 +169,22 @@ def sync_drain(post_host: float, c: LayerCost, exposed_comm: float, paired: bool
 
 
 def effective_moe_comm(
-    s: Strategy, mode: str, moe_comm: MoEComm, notes: list[str] | None, hybrid: bool = False
+    s: Strategy,
+    mode: str,
+    moe_comm: MoEComm,
+    notes: list[str] | None,
+    hybrid: bool = False,
+    mtp_layers: int = 0,
 ) -> MoEComm:
     """``moe_comm`` less the switches Megatron would refuse for this strategy (noted);
-    ``hybrid``: the model is a hybrid (Mamba) stack, on which combined 1F1B does not run."""
+    ``hybrid``: the model is a hybrid (Mamba) stack, on which combined 1F1B does not run;
+    ``mtp_layers``: its multi-token-prediction layers (:func:`a2a_overlap_refusal`)."""
     a2a, shared = moe_comm.a2a_overlap, moe_comm.shared_expert_overlap
-    if a2a and not moe_a2a_overlap_ok(s, mode, hybrid):
+    why = a2a_overlap_refusal(s, mode, hybrid, mtp_layers) if a2a else None
+    if why is not None:
         a2a = False
         if notes is not None and s.ep > 1:
-            notes.append(
-                "moe_a2a_overlap (combined 1F1B) not applied: "
-                + (
-                    "Megatron Core runs it on a GPTModel only (a hybrid MambaModel asserts)"
-                    if hybrid
-                    else "it needs PP = 1 or VPP > 1 and no full recompute"
-                )
-            )
+            notes.append(f"moe_a2a_overlap (combined 1F1B) not applied: {why}")
     if a2a and shared:
         shared = False
         if notes is not None:
@@ -204,12 +204,34 @@ def effective_moe_comm(
     return MoEComm(moe_comm.dispatcher, a2a, shared)
 
 
-def moe_a2a_overlap_ok(s: Strategy, recompute: str, hybrid: bool = False) -> bool:
-    """Whether Megatron runs combined 1F1B for this strategy: EP > 1, PP = 1 or VPP > 1, no
-    full recompute (``overlap_moe_expert_parallel_comm``'s rules), and a GPT model, not a
-    hybrid: megatron-core 0.16 ``pipeline_parallel/combined_1f1b.py`` asserts "The final
-    unwrapped model must be a GPTModel instance", and a hybrid stack is a ``MambaModel``."""
-    return s.ep > 1 and (s.pp == 1 or s.vpp > 1) and recompute != "full" and not hybrid
+def moe_a2a_overlap_ok(
+    s: Strategy, recompute: str, hybrid: bool = False, mtp_layers: int = 0
+) -> bool:
+    """Whether Megatron runs combined 1F1B for this strategy (:func:`a2a_overlap_refusal`)."""
+    return a2a_overlap_refusal(s, recompute, hybrid, mtp_layers) is None
+
+
+def a2a_overlap_refusal(
+    s: Strategy, recompute: str, hybrid: bool = False, mtp_layers: int = 0
+) -> str | None:
+    """Why Megatron Core does not run combined 1F1B (``overlap_moe_expert_parallel_comm``) for
+    this strategy, None where it does: EP > 1, PP = 1 or VPP > 1, no full recompute, at most
+    one MTP layer and then PP > 1 (megatron-core 0.16.1 ``TransformerConfig.__post_init__``:
+    "MTP layernum only supports 1", "Pipeline model parallel size must be larger than 1 when
+    enabling overlap_moe_expert_parallel_comm with MTP layer"), and a GPT model, not a hybrid
+    (``pipeline_parallel/combined_1f1b.py`` asserts "The final unwrapped model must be a
+    GPTModel instance", and a hybrid stack is a ``MambaModel``)."""
+    if s.ep <= 1:
+        return "it needs EP > 1"
+    if hybrid:
+        return "Megatron Core runs it on a GPTModel only (a hybrid MambaModel asserts)"
+    if (s.pp > 1 and s.vpp == 1) or recompute == "full":
+        return "it needs PP = 1 or VPP > 1 and no full recompute"
+    if mtp_layers > 1:
+        return f"Megatron Core runs it with one MTP layer at most (this model has {mtp_layers})"
+    if mtp_layers == 1 and s.pp == 1:
+        return "with an MTP layer Megatron Core needs PP > 1"
+    return None
 
 
 def unpaired_share(pp: int, vpp: int, m: int, rank: int) -> float:

@@ -549,8 +549,9 @@ class StepModel:
     def lower_bounds(self, s: Strategy, sizes: Iterable[int]) -> list[float]:
         """:meth:`lower_bound` of ``s`` at each micro-batch size of ``sizes`` (what they share
         is read once)."""
+        model = self._workload.model
         moe_comm = effective_moe_comm(
-            s, "none", self._moe_comm, None, self._workload.model.is_hybrid
+            s, "none", self._moe_comm, None, model.is_hybrid, model.mtp_num_layers
         )
         dp = _dp(s)
         gbs = self._workload.needs_global_batch("the step model")
@@ -631,7 +632,7 @@ class StepModel:
         if split.note:
             notes.append(split.note)
         moe_comm = effective_moe_comm(
-            s, mode, self._moe_comm, notes, self._workload.model.is_hybrid
+            s, mode, self._moe_comm, notes, wl.model.is_hybrid, wl.model.mtp_num_layers
         )
         per = self.per_layer(s, mbs, mode, strides, self.tp_overlap(s, strides), moe_comm)
         stages = self._stages(s, split, per, mbs * wl.seq_len / s.cp)

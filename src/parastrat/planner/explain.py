@@ -402,10 +402,13 @@ def explain_strategy(
     *,
     workload: Workload | None = None,
     render: Callable[[dict[str, Any]], str] | None = None,
+    headroom: float | None = None,
     **options: Any,
 ) -> str:
     """Memory per stage and the step-time breakdown of one given strategy, as text, and the
-    implementation switches that would shorten its step (:func:`.advice.switch_advice`).
+    implementation switches that would shorten its step (:func:`.advice.switch_advice`);
+    ``headroom`` (a fraction of device memory kept free): the memory line's verdict is the
+    fit below what it leaves, as ``plan(headroom=...)`` judges.
 
     Typed form: ``explain_strategy(workload, strategy, cluster, switches)``; the keyword form
     (``model, strategy, cluster, seq_len=..., global_batch_size=...`` and any
@@ -433,16 +436,25 @@ def explain_strategy(
         lines.append("compute by layer kind (s):")
         for key, value in step.kinds.items():
             lines.append(f"  {key:<12} {value:9.4f}  {value / total:6.1%}")
-    lines.append(
-        f"memory: peak {mem.peak_bytes / GiB:.1f} GiB of "
-        f"{capacity_gib(cluster.memory_bytes)} "
-        f"({'fits' if mem.fits(cluster.accel) else 'DOES NOT FIT'})"
-    )
+    lines.append(_memory_line(mem, cluster, headroom))
     lines += [f"note: {n}" for n in step.notes]
     lines += same_job_lines(wl, cluster, s, step)
     lines += _advice_lines(switch_advice(wl, s, cluster, sw), render or python_keywords)
     lines += sensitivity_lines(sensitivity(wl, s, cluster, sw))
     return "\n".join(lines)
+
+
+def _memory_line(mem: Any, cluster: Cluster, headroom: float | None) -> str:
+    """"memory: peak X GiB of Y GiB (fits)", with ``headroom`` judged below what it leaves."""
+    fits = "fits" if mem.fits(cluster.accel, headroom=headroom or 0.0) else "DOES NOT FIT"
+    kept = ""
+    if headroom:
+        left = cluster.accel.memory_bytes * (1 - headroom) / GiB
+        kept = f", {left:.1f} GiB with {headroom:.0%} kept free"
+    return (
+        f"memory: peak {mem.peak_bytes / GiB:.1f} GiB of "
+        f"{capacity_gib(cluster.memory_bytes)}{kept} ({fits})"
+    )
 
 
 def _record(model: Any, accel: Any) -> list[str]:
