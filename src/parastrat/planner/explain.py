@@ -445,7 +445,7 @@ def explain_strategy(
 
 
 def _memory_line(mem: Any, cluster: Cluster, headroom: float | None) -> str:
-    """"memory: peak X GiB of Y GiB (fits)", with ``headroom`` judged below what it leaves."""
+    """ "memory: peak X GiB of Y GiB (fits)", with ``headroom`` judged below what it leaves."""
     fits = "fits" if mem.fits(cluster.accel, headroom=headroom or 0.0) else "DOES NOT FIT"
     kept = ""
     if headroom:
