@@ -157,6 +157,11 @@ def test_collectives_measured_with_another_backend_are_refused():
     assert Cluster("h100", num_devices=8).calibrate(unnamed).calibration.backend is None
     with pytest.raises(SpecError, match="'backend' must be one of"):
         Cluster("h100", num_devices=8).calibrate({**nccl, "backend": "mpi"})
+    # rows of two backends would fit one blended line with no backend to check: refused
+    mixed = [_row("all_gather", s, 4, x, backend="gloo") for s, x in zip(sizes, t)]
+    mixed[0] = _row("all_gather", sizes[0], 4, t[0], backend="nccl")
+    with pytest.raises(UsageError, match=r"2 backends \(gloo, nccl\).*each backend"):
+        fit(mixed)
 
 
 def _slow_inter_rows() -> list[Row]:

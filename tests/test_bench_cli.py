@@ -236,11 +236,25 @@ def test_cli_reads_earlier_rows_to_print_plot_and_fit(tmp_path, capsys):
         (["--ops", "all_reduce,allreduce"], "unknown op"),
         (["--world", "1", "--ops", "ring"], "at least 2 ranks"),
         (["--tp", "3", "--world", "4"], "tp"),
+        # an op the strategy's run does not time: named with the ones it does, not a silent
+        # exit 1 after the whole sweep
+        (["--tp", "2", "--world", "2", "--ops", "all_to_all"], "times all_gather, all_reduce"),
     ],
 )
 def test_cli_user_errors_exit_2_before_spawning(argv, needle, capsys):
     assert main(["bench", *argv]) == 2
     assert needle in capsys.readouterr().err
+
+
+def test_a_failed_local_sweep_prints_one_json_error_document(capsys):
+    """A rank that fails (here: the whole sweep past a 1 s timeout) exits 1 with one JSON
+    error document on stdout under ``--format json``, the reason on stderr."""
+    line = ["bench", "--world", "2", "--ops", "all_reduce", "--sizes", "64MB", "--iters", "50"]
+    assert main([*line, "--timeout", "1", "--format", "json"]) == 1
+    out = capsys.readouterr()
+    error = json.loads(out.out)["error"]
+    assert error["kind"] == "rank-failure" and "timed out" in error["message"]
+    assert "benchmark failed" in out.err
 
 
 def test_load_refuses_flags_that_only_shape_a_sweep(tmp_path, capsys):

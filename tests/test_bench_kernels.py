@@ -120,6 +120,21 @@ def test_cli_kernels_refuse_a_cpu_labelled_as_a_gpu(capsys, monkeypatch):
     assert "--accelerator" in capsys.readouterr().err
 
 
+def test_cli_kernels_json_is_one_document(capsys, monkeypatch):
+    """``--format json`` prints the calibration alone on stdout (the rates table goes to
+    stderr), as every other command's JSON output; measured here on the CPU with the device
+    check bypassed (the path a GPU takes after it)."""
+    import parastrat.bench.kernels as kernels
+    from parastrat.cli import main
+
+    monkeypatch.setattr(kernels, "check_device", lambda *a, **kw: "cpu")
+    line = ["bench", "--kernels", "--accelerator", "h100", "--gemm-size", "64"]
+    assert main([*line, "--precisions", "bf16", "--iters", "1", "--format", "json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["kernels"]["gemm_eff"]["bf16"] > 0
+    assert "kernel rates" in out.err
+
+
 def test_grid_fit_is_written_merged_and_read_by_plan(tmp_path, capsys):
     """The GPU path's writer and reader, run on the CPU at the function level: a measured grid
     becomes a calibration whose gemm_eff the step model reads."""

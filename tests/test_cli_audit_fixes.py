@@ -214,3 +214,30 @@ def test_an_accelerator_dict_keeps_its_usable_memory():
     d = h100.to_dict()
     assert d["usable_memory_bytes"] == 81_559 * 2**20
     assert Accelerator(**d) == h100
+
+
+# ---- 6. runtime and bench (fifth audit) --------------------------------------------------------
+def test_verify_world_refuses_a_backend_it_would_not_use(capsys):
+    """``--world`` spawns local gloo ranks: an nccl ``--backend`` beside it was ignored and the
+    run reported "on gloo"; it is refused, and the line without it runs."""
+    code, _, err = _run(capsys, "verify --world 2 --backend nccl")
+    assert code == 2 and "takes effect under torchrun" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("command", ["verify --world 2", "bench --world 2 --ops all_reduce"])
+def test_a_timeout_beyond_what_a_wait_takes_is_a_usage_error(capsys, command):
+    with pytest.raises(SystemExit) as exit_:
+        main(shlex.split(f"{command} --timeout 3e6"))
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "2000000 or less" in err and "internal error" not in err
+
+
+def test_a_launched_rank_other_than_0_prints_no_error(capsys, monkeypatch):
+    """Under torchrun every rank reaches the same mistake: rank 0 alone prints it (one JSON
+    document with --format json), the others exit with the same status silently."""
+    line = "plan --model llama3-8b --gpus 6 --tp 4 --format json"
+    monkeypatch.setenv("RANK", "1")
+    assert _run(capsys, line) == (2, "", "")
+    monkeypatch.setenv("RANK", "0")
+    code, out, err = _run(capsys, line)
+    assert code == 2 and json.loads(out)["error"]["kind"] == "usage" and err

@@ -69,6 +69,12 @@ def fit(rows: Iterable[Row | dict[str, Any]], *, source: str | None = None) -> d
     The returned dict is what ``Cluster.calibrate`` and ``parastrat plan --calibration`` take.
     """
     table = rows_from_json(list(rows))
+    ran_on = {r.backend for r in table}
+    if len(ran_on) > 1:  # one fit would blend them and could carry no backend to check
+        raise UsageError(
+            f"the rows were measured with {len(ran_on)} backends ({', '.join(sorted(ran_on))}); "
+            "a calibration describes one: fit each backend's rows on their own"
+        )
     groups: dict[tuple[str, str], list[Row]] = defaultdict(list)
     for r in table:
         if r.world <= 1 and bus_factor(r.op, r.world) == 0:
@@ -114,8 +120,7 @@ def fit(rows: Iterable[Row | dict[str, Any]], *, source: str | None = None) -> d
             f"{', '.join(map(str, worlds))}, {len(table)} rows)"
         )
     out: dict[str, Any] = {"ops": ops, "source": source, "fit": quality}
-    ran_on = {r.backend for r in table}
-    if len(ran_on) == 1:  # what the collectives ran on; a cluster of another refuses it
+    if ran_on:  # what the collectives ran on; a cluster of another refuses it
         out["backend"] = ran_on.pop()
     if skipped:
         out["skipped"] = skipped

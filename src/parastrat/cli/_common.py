@@ -190,7 +190,17 @@ def finite_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected seconds, e.g. 600, got {text!r}") from None
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a finite number of seconds > 0, got {text!r}")
+    if value > MAX_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(
+            f"{text} s is beyond what a wait can take ({MAX_TIMEOUT_S:,} s, about 24 days); "
+            f"give {MAX_TIMEOUT_S} or less"
+        )
     return value
+
+
+#: Longest timeout a wait takes: ``threading`` / ``multiprocessing`` waits refuse more than
+#: about 2**31 ms ("OverflowError: timeout is too large"), so a day count stays well inside.
+MAX_TIMEOUT_S = 2_000_000
 
 
 #: The strategy flags, in ``--help`` order (the data-parallel sharding flags follow them).
@@ -660,9 +670,9 @@ ERROR_KINDS = (
 def error_document(exc: BaseException) -> dict[str, Any]:
     """The one JSON document ``--format json`` prints on stdout for a failure: ``{"error":
     {"kind", "message", "violations"}}``, ``kind`` one of strategy, spec, usage, missing-extra
-    (a user's mistake: exit 2), rank-timeout or internal (exit 1); ``violations`` lists each
-    broken rule as ``check --format json`` does (rule, message, hint, severity), the hint in
-    this CLI's flags."""
+    (a user's mistake: exit 2), rank-timeout or internal (exit 1; ``bench`` writes its own
+    rank-failure document); ``violations`` lists each broken rule as ``check --format json``
+    does (rule, message, hint, severity), the hint in this CLI's flags."""
     from ..errors import RankTimeoutError
 
     kind = next((k for t, k in ERROR_KINDS if isinstance(exc, t)), None)
@@ -678,7 +688,10 @@ def error_document(exc: BaseException) -> dict[str, Any]:
 
 def report_user_error(exc: BaseException, *, as_json: bool = False) -> int:
     """Print a user error (with every violation and hint) on stderr, and with ``as_json`` its
-    :func:`error_document` on stdout; return exit status 2."""
+    :func:`error_document` on stdout; return exit status 2.  Under a launcher only rank 0
+    prints (every rank reaches the same mistake: N copies would make N JSON documents)."""
+    if not _first_rank():
+        return 2
     if as_json:
         print_json(error_document(exc))
     if isinstance(exc, StrategyError):
@@ -691,6 +704,16 @@ def report_user_error(exc: BaseException, *, as_json: bool = False) -> int:
         # that rich would otherwise read as markup and drop.
         err_console.print(f"[bold red]error:[/] {escape(cli_words(str(exc)))}")
     return 2
+
+
+def _first_rank() -> bool:
+    """False in a launched process (torchrun's ``RANK``, Slurm's ``SLURM_PROCID``) other than
+    rank 0; True outside a launcher."""
+    for key in ("RANK", "SLURM_PROCID"):
+        value = os.environ.get(key, "0").strip()
+        if value.isdigit() and int(value) != 0:
+            return False
+    return True
 
 
 #: Python spellings in library messages -> the flag that does the same on the command line.

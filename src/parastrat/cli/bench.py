@@ -269,9 +269,11 @@ def _run_kernels(args: argparse.Namespace) -> int:
     and merge them into ``--fit FILE`` if given."""
     kr = _kernel_run(args)
     cal, table = _kernel_grid(kr) if args.grid else _kernel_rates(kr)
-    console.print(table)
-    if args.format == "json":
+    if args.format == "json":  # one JSON document on stdout; the table goes to stderr
+        err_console.print(table)
         print_json(cal)
+    else:
+        console.print(table)
     if args.fit:
         _merge_kernels(Path(args.fit), cal)
     return 0
@@ -514,6 +516,7 @@ def _measure_launched(
     if strategy is not None:
         from ..bench.strategy_bench import run_strategy
 
+        _check_strategy_ops(args.ops, strategy, dist.get_world_size(), kwargs)
         with _maybe_bar(rank == 0, progress_bar) as bar:
             rows = _filter_ops(run_strategy(strategy, progress=bar, **kwargs), args.ops)
     else:
@@ -535,6 +538,7 @@ def _measure_local(args: argparse.Namespace, strategy: Any, kwargs: dict[str, An
         if strategy is not None:
             from ..bench.strategy_bench import run_strategy_local
 
+            _check_strategy_ops(args.ops, strategy, world, kwargs)  # fail before spawning
             rows = run_strategy_local(
                 strategy, world, timeout_s=args.timeout, show_progress=True, **kwargs
             )
@@ -542,9 +546,10 @@ def _measure_local(args: argparse.Namespace, strategy: Any, kwargs: dict[str, An
         resolve_ops(args.ops, world)  # fail before spawning
         return run_local(world, ops=args.ops, timeout_s=args.timeout, show_progress=True, **kwargs)
     except RankFailure as exc:
-        err_console.print(
-            f"[bold red]benchmark failed:[/] rank {exc.rank}: {exc.reason.splitlines()[0]}"
-        )
+        reason = f"rank {exc.rank}: {exc.reason.splitlines()[0]}"
+        err_console.print(f"[bold red]benchmark failed:[/] {escape(reason)}")
+        if args.format == "json":  # one error document on stdout, as every JSON failure
+            print_json({"error": {"kind": "rank-failure", "message": reason, "violations": []}})
         return []
 
 
@@ -556,6 +561,24 @@ def _check_dtype(dtype: str | None) -> None:
     if dtype is not None and dtype.lower() not in _DTYPES:
         names = ", ".join(sorted(set(_DTYPES.values())))
         raise UsageError(f"unknown --dtype {dtype!r}; use {names}")
+
+
+def _check_strategy_ops(ops: str | None, strategy: Any, world: int, kwargs: dict) -> None:
+    """UsageError, before any rank starts, when ``--ops`` names an op the strategy's run does
+    not time (:func:`~parastrat.bench.strategy_bench.measurements`), naming the ones it does."""
+    from ..bench.strategy_bench import measurements
+    from ..errors import UsageError
+
+    if not ops:
+        return
+    keys = ("model", "seq_len", "micro_batch_size", "sizes")
+    timed = {m.op for m in measurements(strategy, world, **{k: kwargs.get(k) for k in keys})}
+    asked = {o.strip() for o in ops.split(",") if o.strip()}
+    if not asked or asked - timed:
+        raise UsageError(
+            f"--ops {ops}: {strategy} on {world} ranks times {', '.join(sorted(timed))}; "
+            "pick among those, or leave --ops out"
+        )
 
 
 def _filter_ops(rows: list[Any], ops: str | None) -> list[Any]:

@@ -76,6 +76,11 @@ def run(args: argparse.Namespace) -> int:
         _need_two(env.world_size, f"{env.source} launched")
         return _run_launched(strategy, args)
     _need_two(args.world, "--world")
+    if args.backend not in (None, "gloo"):
+        raise UsageError(
+            f"--backend {args.backend} takes effect under torchrun; --world spawns local ranks "
+            "on gloo (leave --backend out, or launch with torchrun for the device's backend)"
+        )
     strategy.with_world_size(args.world)  # a wrong world is exit 2 before anything starts
     if args.format == "table":
         err_console.print(f"verifying {strategy} on {args.world} local gloo ranks ...")
