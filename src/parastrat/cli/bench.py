@@ -571,8 +571,14 @@ def _check_strategy_ops(ops: str | None, strategy: Any, world: int, kwargs: dict
 
     if not ops:
         return
-    keys = ("model", "seq_len", "micro_batch_size", "sizes")
-    timed = {m.op for m in measurements(strategy, world, **{k: kwargs.get(k) for k in keys})}
+    shape = dict(model=kwargs.get("model"), seq_len=kwargs.get("seq_len"))
+    mbs = int(kwargs.get("micro_batch_size") or 1)
+    timed = {
+        m.op
+        for m in measurements(
+            strategy, world, micro_batch_size=mbs, sizes=kwargs.get("sizes"), **shape
+        )
+    }
     asked = {o.strip() for o in ops.split(",") if o.strip()}
     if not asked or asked - timed:
         raise UsageError(
