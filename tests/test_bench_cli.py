@@ -246,6 +246,43 @@ def test_cli_user_errors_exit_2_before_spawning(argv, needle, capsys):
     assert needle in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    "argv, needle",
+    [
+        # one message size (or the model's one size per op) cannot be fitted: said before
+        # the sweep, not after it
+        (["--world", "2", "--ops", "all_reduce", "--sizes", "4KB", "--fit", "c.json"], "gives one"),
+        (["--tp", "2", "--model", "llama3-8b", "--seq-len", "4096", "--fit", "c.json"], "--sizes"),
+        # --kernels measures kernels: the collective sweep's flags are refused, not ignored
+        (["--kernels", "--accelerator", "h100", "--world", "4", "--ops", "ring"], "--ops, --world"),
+        (["--kernels", "--accelerator", "h100", "--output", "r.json"], "--output"),
+    ],
+)
+def test_what_would_fail_after_the_measurement_is_refused_before_it(
+    argv, needle, capsys, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    assert main(["bench", *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_kernels_refuse_a_corrupt_calibration_to_merge_into_before_measuring(
+    capsys, tmp_path, monkeypatch
+):
+    import parastrat.bench.kernels as kernels
+
+    measured = []
+    monkeypatch.setattr(kernels, "check_device", lambda *a, **kw: measured.append(1) or "cpu")
+    bad = tmp_path / "cal.json"
+    bad.write_text('{"ops": ')
+    line = ["bench", "--kernels", "--accelerator", "h100", "--gemm-size", "64", "--fit", str(bad)]
+    assert main(line) == 2
+    assert "not valid JSON" in capsys.readouterr().err and not measured
+    assert bad.read_text() == '{"ops": '
+
+
 def test_a_failed_local_sweep_prints_one_json_error_document(capsys):
     """A rank that fails (here: the whole sweep past a 1 s timeout) exits 1 with one JSON
     error document on stdout under ``--format json``, the reason on stderr."""

@@ -13,6 +13,7 @@ and the host's seconds per eager operation (the ``kernels`` section of a calibra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,8 +177,10 @@ def run(args: argparse.Namespace) -> int:
 
     _refuse_unwritable_outputs(args)  # before a sweep that may take minutes
     if args.kernels:
+        _refuse_collective_flags(args)
         return _run_kernels(args)
     _refuse_shared_outputs(args)
+    _refuse_late_failures(args)
     if args.load:
         _refuse_sweep_flags(args)
         rows = load_rows(args.load)
@@ -386,18 +389,24 @@ def _with_kernels_of(path: Path, cal: dict[str, Any]) -> dict[str, Any]:
     return {**cal, **kept, "source": source}
 
 
+def _merge_target(path: Path) -> dict[str, Any]:
+    """The calibration file kernel rates are added to, read (UsageError when it is no JSON
+    object: checked before measuring, and again when merging)."""
+    from .._io import read_json
+    from ..errors import UsageError
+
+    merged = read_json(path, what="calibration file (to add the kernel rates to)")
+    if not isinstance(merged, dict):
+        raise UsageError(f"{path} is not a calibration (a JSON object); give another file")
+    return merged
+
+
 def _merge_kernels(path: Path, cal: dict[str, Any]) -> None:
     """Merge a kernel calibration (and its grid) into the calibration file at ``path``, whole
     or not at all."""
-    from .._io import read_json
     from ..bench import save
-    from ..errors import UsageError
 
-    merged: dict[str, Any] = {}
-    if path.exists():
-        merged = read_json(path, what="calibration file (to add the kernel rates to)")
-        if not isinstance(merged, dict):
-            raise UsageError(f"{path} is not a calibration (a JSON object); give another file")
+    merged = _merge_target(path) if path.exists() else {}
     merged["kernels"] = cal["kernels"]
     merged["accelerator"] = cal.get("accelerator")
     if "kernel_grid" in cal:
@@ -463,6 +472,52 @@ def _refuse_shared_outputs(args: argparse.Namespace) -> None:
         seen[key] = flag
 
 
+def _refuse_collective_flags(args: argparse.Namespace) -> None:
+    """``--kernels`` measures this device's kernels, not collectives: a flag that shapes or
+    stores a collective sweep would be silently ignored, so it is refused (and a ``--fit``
+    file to merge into is read before measuring)."""
+    from ..errors import UsageError
+
+    names = ("output", "plot", "load", "world", "ops", "sizes", "span", "dtype", "model")
+    given = [f"--{k}" for k in names if getattr(args, k, None)]
+    if _strategy_requested(args):
+        given.append("the strategy flags")
+    if given:
+        raise UsageError(
+            f"{', '.join(sorted(set(given)))}: collective-sweep flags, and --kernels measures "
+            "this device's kernel rates (written with --fit FILE.json); drop them, or run the "
+            "collective sweep as its own command"
+        )
+    if args.fit and Path(args.fit).exists():
+        _merge_target(Path(args.fit))
+
+
+def _refuse_late_failures(args: argparse.Namespace) -> None:
+    """What would fail only after a sweep (minutes of device time), checked before it: a plot
+    without matplotlib, and a fit of runs that sweep one message size per op."""
+    from ..errors import UsageError
+
+    if args.plot:
+        from .._deps import require
+
+        require("matplotlib.pyplot", "plot")
+    if not args.fit or args.load:
+        return
+    if args.model is not None and args.sizes is None:
+        raise UsageError(
+            "--fit needs at least two message sizes per op, and --model sizes each op's "
+            "messages once; add --sizes, e.g. --sizes 64KB:64MB:x4 (the model's sizes are "
+            "then not used), or drop --fit"
+        )
+    from ..bench import DEFAULT_SIZES, parse_sizes
+
+    if len(parse_sizes(args.sizes or DEFAULT_SIZES)) < 2:
+        raise UsageError(
+            f"--fit needs at least two message sizes, and --sizes {args.sizes} gives one; "
+            "sweep a range, e.g. --sizes 64KB:64MB:x4"
+        )
+
+
 def _refuse_sweep_flags(args: argparse.Namespace) -> None:
     """``--load`` reads rows already measured: a flag that only shapes a sweep would be
     silently ignored, so it is refused."""
@@ -513,16 +568,24 @@ def _measure_launched(
     import torch.distributed as dist
 
     rank = dist.get_rank()
-    if strategy is not None:
-        from ..bench.strategy_bench import run_strategy
+    try:
+        if strategy is not None:
+            from ..bench.strategy_bench import run_strategy
 
-        _check_strategy_ops(args.ops, strategy, dist.get_world_size(), kwargs)
-        with _maybe_bar(rank == 0, progress_bar) as bar:
-            rows = _filter_ops(run_strategy(strategy, progress=bar, **kwargs), args.ops)
-    else:
-        resolve_ops(args.ops, dist.get_world_size())  # validate before any collective
-        with _maybe_bar(rank == 0, progress_bar) as bar:
-            rows = run_sweep(ops=args.ops, progress=bar, **kwargs)
+            _check_strategy_ops(args.ops, strategy, dist.get_world_size(), kwargs)
+            with _maybe_bar(rank == 0, progress_bar) as bar:
+                rows = _filter_ops(run_strategy(strategy, progress=bar, **kwargs), args.ops)
+        else:
+            resolve_ops(args.ops, dist.get_world_size())  # validate before any collective
+            with _maybe_bar(rank == 0, progress_bar) as bar:
+                rows = run_sweep(ops=args.ops, progress=bar, **kwargs)
+        dist.barrier()  # every rank done with the groups before any leaves them
+    finally:
+        # a process torn down with its groups alive may abort in the backend's destructor
+        # after printing ("terminate called without an active exception"), and torchrun
+        # then reports the run FAILED
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
     return rows if rank == 0 else None
 
 
