@@ -11,7 +11,7 @@ import parastrat as ps
 from parastrat.errors import SpecError, UsageError
 from parastrat.estimate import efficiency
 from parastrat.estimate.step import estimate_step
-from parastrat.spec.cluster import Calibration
+from parastrat.spec.cluster import Calibration, Cluster
 
 torch = pytest.importorskip("torch")
 
@@ -30,6 +30,10 @@ def test_kernel_section_validated_with_the_key_named():
     ):
         with pytest.raises(SpecError, match=named):
             Calibration.from_dict({"kernels": bad})
+    # a device name no preset knows is the calibration's fault, and the error says so
+    other = {"kernels": {"gemm_eff": {"bf16": 0.6}}, "accelerator": "tpu-v5"}
+    with pytest.raises(SpecError, match="the calibration's 'accelerator' 'tpu-v5': unknown"):
+        Cluster("h100", num_devices=8).calibrate(other)
 
 
 def test_calibrated_kernels_replace_the_defaults():

@@ -242,7 +242,11 @@ def _require_same_device(cal: Calibration, accel: Accelerator) -> None:
     measured = cal.accelerator
     if measured is None:
         return
-    if get_accelerator(measured).name != accel.name:
+    try:
+        device = get_accelerator(measured)
+    except SpecError as exc:  # name the calibration, not the user's --accelerator
+        raise SpecError(f"the calibration's 'accelerator' {measured!r}: {exc}") from None
+    if device.name != accel.name:
         raise SpecError(
             f"the calibration's kernel constants were measured as {measured}, and this "
             f"cluster is {accel.name}: measure on it (parastrat bench --kernels --accelerator "
