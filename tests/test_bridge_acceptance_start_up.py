@@ -238,6 +238,32 @@ def test_combined_1f1b_with_an_mtp_layer_needs_a_pipeline(bridge, monkeypatch):
     assert cfg.comm_overlap.overlap_moe_expert_parallel_comm is False
 
 
+def test_graphs_megatron_refuses_beside_combined_1f1b_are_refused_before_writing(bridge):
+    """Megatron Core 0.16 refuses combined 1F1B beside whole-iteration (or moe / mlp) CUDA
+    graphs: ``apply`` and the override lines refuse such a plan with the rule and a fix,
+    leaving the config untouched, and the fix's Transformer Engine scopes are written with
+    the overlap on."""
+    import parastrat as ps
+    from parastrat.spec.models import get
+
+    cluster = ps.Cluster(accelerator="gb200", num_devices=128)
+    kw = dict(seq_len=4096, global_batch_size=512, top_k=1, moe_a2a_overlap=True, pp=(2,))
+    refused = ps.plan(get("qwen3-30b-a3b"), cluster, cuda_graphs=True, ep=(8,), **kw)
+    cfg = with_provider("hf:qwen3-30b-a3b.json")
+    before = snapshot(cfg)
+    with pytest.raises(StrategyError, match="attn,moe_router,moe_preprocess") as err:
+        mg.apply(cfg, refused, world_size=128)
+    assert err.value.rules == ["megatron-graphs-a2a"] and snapshot(cfg) == before
+    with pytest.raises(StrategyError, match="megatron-graphs-a2a"):
+        mg.to_overrides(refused)
+    fixed = ps.plan(
+        get("qwen3-30b-a3b"), cluster, cuda_graphs="attn,moe_router,moe_preprocess", ep=(8,), **kw
+    )
+    lines = mg.to_overrides(fixed)
+    assert "comm_overlap.overlap_moe_expert_parallel_comm=true" in lines
+    assert "model.cuda_graph_impl=transformer_engine" in lines
+
+
 def test_shared_expert_overlap_is_written_only_with_alltoall(bridge, monkeypatch):
     """Megatron Core runs the shared-expert overlap with the alltoall dispatcher only ("only
     works with alltoall token dispatcher"): a plan asked for it with the flex dispatcher on

@@ -733,6 +733,8 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
     model = getattr(plan, "model", None)
     shape = (bool(getattr(model, "is_hybrid", False)), int(getattr(model, "mtp_num_layers", 0)))
     a2a, shared = _moe_overlaps(s, _mode(mode), switches, shape)
+    if a2a:
+        _refuse_graphs_with_a2a(switches.get("cuda_graphs"))
     return s, RunSettings(
         micro_batch_size=getattr(obj, "micro_batch_size", None),
         global_batch_size=getattr(plan, "global_batch_size", None),
@@ -754,6 +756,38 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
         moe_model=bool(getattr(getattr(plan, "model", None), "num_moe_experts", 0)) or None,
         **_priced_precision(obj, plan, switches),
     )
+
+
+#: CUDA-graph scopes Megatron Core 0.16 refuses beside combined 1F1B: the whole iteration
+#: (``cuda_graph_impl="local"``) and Transformer Engine graphs of the ``moe`` or ``mlp`` block
+#: (``TransformerConfig.__post_init__``: "CUDA graph scope on moe and mlp is not supported with
+#: overlap_moe_expert_parallel_comm", asserted for any implementation but
+#: ``transformer_engine``).
+GRAPHS_REFUSED_WITH_A2A = frozenset({"full_iteration", "moe", "mlp"})
+
+
+def _refuse_graphs_with_a2a(cuda_graphs: Any) -> None:
+    """StrategyError, before anything is written, when a run priced with combined 1F1B also
+    captures scopes Megatron Core 0.16 (the version Megatron Bridge 0.3.1 runs) refuses beside
+    it (:data:`GRAPHS_REFUSED_WITH_A2A`)."""
+    from ..errors import StrategyError
+    from ..estimate.step import cuda_graph_scopes
+    from ..rules.violations import err
+
+    clash = sorted(cuda_graph_scopes(cuda_graphs) & GRAPHS_REFUSED_WITH_A2A)
+    if clash:
+        raise StrategyError(
+            [
+                err(
+                    "megatron-graphs-a2a",
+                    f"CUDA graphs of {', '.join(clash)} with moe_a2a_overlap (combined 1F1B): "
+                    "Megatron Core 0.16 refuses them together (it takes Transformer Engine "
+                    "graphs without the moe and mlp scopes beside the overlap)",
+                    "capture cuda_graphs='attn,moe_router,moe_preprocess' instead, or "
+                    "moe_a2a_overlap=False",
+                )
+            ]
+        )
 
 
 def _ce_fusion(switches: dict[str, Any], plan: Any) -> bool | None:

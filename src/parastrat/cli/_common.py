@@ -741,7 +741,7 @@ _VALUE_FIELD = re.compile(
 #: ``account_for_embedding=False``): on the command line, leaving its flag out.
 _RESET_FIELD = re.compile(
     r"\b(first_stage_layers|last_stage_layers|pipeline_layout|dp_shard|cuda_graphs)=None"
-    r"|\b(account_for_embedding|account_for_loss)=False"
+    r"|\b(account_for_embedding|account_for_loss|moe_a2a_overlap)=False"
 )
 
 
