@@ -52,6 +52,19 @@ def test_nothing_left_to_advise_once_the_switches_are_on():
     assert {"moe_a2a_overlap": True} not in changes and {"moe_dispatcher": "flex"} not in changes
 
 
+def test_combined_1f1b_is_not_advised_beside_graphs_megatron_refuses_it_with():
+    """Whole-iteration graphs and combined 1F1B do not start together on Megatron Core 0.16
+    (``apply`` refuses the pair, rule megatron-graphs-a2a): advised beside TE scopes only."""
+    from parastrat.planner.advice import candidate_changes
+
+    wl, s, cluster = _qwen()
+    for graphs, advised in (("full_iteration", False), ("attn,moe_router,moe_preprocess", True)):
+        sw = Switches(recompute="none", cuda_graphs=graphs)
+        current = price(wl, s, cluster, sw)[1]
+        changes = candidate_changes(wl, s, sw, current)
+        assert any(c.get("moe_a2a_overlap") for c in changes) is advised
+
+
 def test_tp_overlap_offered_when_off_but_not_at_nvfp4():
     cluster = ps.Cluster(accelerator="b200", num_devices=64)
     s = ps.Strategy(tp=4, pp=8, vpp=5, sp=True).with_world_size(64)

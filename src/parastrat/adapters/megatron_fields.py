@@ -758,20 +758,13 @@ def run_of(obj: Any) -> tuple[Strategy, RunSettings | None]:
     )
 
 
-#: CUDA-graph scopes Megatron Core 0.16 refuses beside combined 1F1B: the whole iteration
-#: (``cuda_graph_impl="local"``) and Transformer Engine graphs of the ``moe`` or ``mlp`` block
-#: (``TransformerConfig.__post_init__``: "CUDA graph scope on moe and mlp is not supported with
-#: overlap_moe_expert_parallel_comm", asserted for any implementation but
-#: ``transformer_engine``).
-GRAPHS_REFUSED_WITH_A2A = frozenset({"full_iteration", "moe", "mlp"})
-
-
 def _refuse_graphs_with_a2a(cuda_graphs: Any) -> None:
     """StrategyError, before anything is written, when a run priced with combined 1F1B also
     captures scopes Megatron Core 0.16 (the version Megatron Bridge 0.3.1 runs) refuses beside
     it (:data:`GRAPHS_REFUSED_WITH_A2A`)."""
     from ..errors import StrategyError
     from ..estimate.step import cuda_graph_scopes
+    from ..rules.graphs import GRAPHS_REFUSED_WITH_A2A
     from ..rules.violations import err
 
     clash = sorted(cuda_graph_scopes(cuda_graphs) & GRAPHS_REFUSED_WITH_A2A)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import StrategyError
 from ..estimate.step import StepReport
+from ..rules.graphs import GRAPHS_REFUSED_WITH_A2A
 from ..spec.workload import TP_OVERLAP_OFF_BY_DEFAULT, Switches, Workload, canonical_precision
 from ..strategy import Strategy
 from .price import price
@@ -76,7 +77,9 @@ def candidate_changes(
         out.append({"tp_comm_overlap": True})
     if s.ep > 1 and switches.moe_dispatcher == "alltoall":
         out.append({"moe_dispatcher": "flex"})
-    if s.ep > 1 and not switches.moe_a2a_overlap and not workload.model.is_hybrid:
+    # the adapters refuse combined 1F1B beside these graphs: not advised there
+    a2a_runs = not switches.cuda_graphs & GRAPHS_REFUSED_WITH_A2A
+    if s.ep > 1 and not switches.moe_a2a_overlap and not workload.model.is_hybrid and a2a_runs:
         # Megatron refuses the shared-expert overlap together with combined 1F1B
         shared = {"moe_shared_expert_overlap": False} if switches.moe_shared_expert_overlap else {}
         out.append({"moe_a2a_overlap": True, **shared})

@@ -35,6 +35,13 @@ from .violations import err
 
 #: The scope captured with ``cuda_graph_impl="local"`` (every other one: Transformer Engine).
 WHOLE_ITERATION = "full_iteration"
+#: Scopes Megatron Core 0.16 refuses beside combined 1F1B (``moe_a2a_overlap``): the whole
+#: iteration (``cuda_graph_impl="local"``) and Transformer Engine graphs of the ``moe`` or
+#: ``mlp`` block (``TransformerConfig.__post_init__``: "CUDA graph scope on moe and mlp is not
+#: supported with overlap_moe_expert_parallel_comm", asserted for any implementation but
+#: ``transformer_engine``).  The adapters refuse the pair before writing a config; the step
+#: model prices it (later Megatron Core releases run it).
+GRAPHS_REFUSED_WITH_A2A = frozenset({WHOLE_ITERATION, "moe", "mlp"})
 
 
 @dataclass(frozen=True)
