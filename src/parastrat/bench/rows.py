@@ -269,14 +269,37 @@ def rows_from_json(data: Any) -> list[Row]:
 
 
 def load_rows(path: str) -> list[Row]:
-    """Rows from a JSON file written by ``parastrat bench --format json --output FILE``."""
-    from .._io import read_json
+    """Rows from a file ``parastrat bench --output FILE`` wrote: JSON, or CSV for a ``.csv``
+    name (what ``--format csv`` writes), checked field by field either way."""
+    from .._io import read_json, read_text
 
-    data = read_json(path, what="benchmark file")
+    if str(path).lower().endswith(".csv"):
+        data: Any = [_csv_row(r) for r in csv.DictReader(io.StringIO(read_text(path)))]
+    else:
+        data = read_json(path, what="benchmark file")
     try:
         return rows_from_json(data)
     except UsageError as exc:
         raise UsageError(f"benchmark file {path}: {exc}") from None
+
+
+def _csv_row(row: dict[str, str]) -> dict[str, Any]:
+    """A CSV row's text as the JSON row's types; a value that does not read stays text, which
+    :meth:`Row.from_dict` refuses naming its field."""
+    out: dict[str, Any] = {}
+    for name, text in row.items():
+        if name is None or text is None:
+            continue
+        if name in _WHOLE and text.strip().isdigit():
+            out[name] = int(text)
+        elif name not in _TEXT:
+            try:
+                out[name] = float(text)
+            except ValueError:
+                out[name] = text
+        else:
+            out[name] = text
+    return out
 
 
 def rows_to_csv(rows: Iterable[Row]) -> str:

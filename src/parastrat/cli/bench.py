@@ -112,7 +112,7 @@ OUTPUT_ARGS = (
         "--load",
         default=None,
         metavar="FILE.json",
-        help="use rows from an earlier --output instead of running",
+        help="use rows from an earlier --output (JSON, or CSV for a .csv name) instead of running",
     ),
     arg(
         "--timeout",
