@@ -67,3 +67,25 @@ def test_cli_reports_a_failed_local_run_with_exit_status_1(capsys):
     )
     assert status == 1
     assert "benchmark failed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "needle"),
+    [
+        ({"iters": 0}, "iters >= 1"),
+        ({"warmup": -1}, "warmup >= 0"),
+        ({"dtype": "int8"}, "unknown dtype"),
+        ({"ops": "allreduce"}, "unknown op"),
+        ({"timeout_s": 0}, "timeout_s"),
+    ],
+)
+def test_run_local_refuses_bad_arguments_before_any_rank_starts(kwargs, needle, monkeypatch):
+    """What every spawned rank would refuse (one traceback each, as a RankFailure) is a
+    UsageError in the caller, and no rank is started."""
+    import parastrat.runtime.launch as launch
+    from parastrat.bench import run_local
+    from parastrat.errors import UsageError
+
+    monkeypatch.setattr(launch, "spawn_local", lambda *a, **kw: pytest.fail("a rank started"))
+    with pytest.raises(UsageError, match=needle):
+        run_local(world=2, **kwargs)

@@ -6,6 +6,7 @@ local ranks :func:`run_local` spawns) and returns the same rows on every rank.
 
 from __future__ import annotations
 
+import math
 import socket
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -251,12 +252,28 @@ def run_local(
 
     if isinstance(world, bool) or not isinstance(world, int) or world < 1:
         raise UsageError(f"world must be a whole number >= 1, got {world!r}")
+    _check_before_spawn(world, timeout_s, kwargs)
     if "sizes" in kwargs:  # parse here, so a typo fails before any process starts
         kwargs["sizes"] = parse_sizes(kwargs["sizes"])
     results = spawn_local(
         _local_worker, world, args=(kwargs, show_progress), backend="gloo", timeout_s=timeout_s
     )
     return results[0]
+
+
+def _check_before_spawn(world: int, timeout_s: Any, kwargs: dict[str, Any]) -> None:
+    """UsageError for what :func:`run` would refuse inside every spawned rank (a traceback per
+    rank): iterations, warm-up, a dtype given by name, the ops, and the timeout."""
+    if not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise UsageError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
+    iters, warmup = kwargs.get("iters", 20), kwargs.get("warmup", 5)
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (iters, warmup))
+    if not whole or iters < 1 or warmup < 0:
+        raise UsageError(f"need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    dtype = kwargs.get("dtype", "float32")
+    if isinstance(dtype, str) and dtype.lower() not in _DTYPES:
+        raise UsageError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
+    resolve_ops(kwargs.get("ops"), world)
 
 
 def _local_worker(rank: int, world: int, kwargs: dict[str, Any], show_progress: bool) -> list[Row]:
