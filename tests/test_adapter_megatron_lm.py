@@ -183,9 +183,34 @@ def test_ascend_torchrun_names_hccl_and_megatron_lm_launcher():
     assert "NCCL" not in r.stdout and "run_recipe.py" not in r.stdout
     argv = shlex.split(r.stdout.replace("\\\n", " "))
     script = argv.index("pretrain_gpt.py")
-    parse(argv[script + 1 :])  # every argument after the script is Megatron-LM's
+    # every argument after the script is Megatron-LM's, but MindSpeed's own (which it adds to
+    # Megatron-LM's parser: fused attention, MC2, its CP algorithms)
+    parse(_without_mindspeed(argv[script + 1 :]))
     nvidia = run_cli("--model", "llama3-70b", "--gpus", "64", "--format", "torchrun")
     assert "NCCL_" in nvidia.stdout and "HCCL" not in nvidia.stdout
+
+
+#: MindSpeed-LLM's arguments parastrat writes on Ascend, with how many values each takes
+#: (MindSpeed ``arguments.py``: ``--use-flash-attn``, ``--use-ascend-mc2``,
+#: ``--context-parallel-algo``, ``--ulysses-degree-in-cp``).
+MINDSPEED_ARGS = {
+    "--use-flash-attn": 0,
+    "--use-ascend-mc2": 0,
+    "--context-parallel-algo": 1,
+    "--ulysses-degree-in-cp": 1,
+}
+
+
+def _without_mindspeed(argv: list[str]) -> list[str]:
+    out, skip = [], 0
+    for word in argv:
+        if skip:
+            skip -= 1
+        elif word in MINDSPEED_ARGS:
+            skip = MINDSPEED_ARGS[word]
+        else:
+            out.append(word)
+    return out
 
 
 def test_source_is_recorded():
@@ -260,3 +285,33 @@ def test_an_ascend_plan_names_mindspeeds_context_parallel_algorithm():
     ]  # fmt: skip
     assert algo("ascend-910b", ulysses=1)[:2] == ["--context-parallel-algo", "megatron_cp_algo"]
     assert algo("h100", ulysses=4) == []
+
+
+def test_an_ascend_line_speaks_mindspeed():
+    """What an Ascend plan priced, as MindSpeed-LLM spells it: TP overlap is MC2
+    (``--use-ascend-mc2``, not Transformer Engine's ``--tp-comm-overlap``), fused attention
+    ``--use-flash-attn`` (left out when priced unfused), and a hybrid stack launches
+    ``pretrain_mamba.py``; a GPU plan keeps Megatron-LM's spelling."""
+    kw = dict(seq_len=4096, global_batch_size=64, top_k=1, tp=(2,))
+
+    def argv(accel: str, model: str = "llama3-8b", **switches) -> list[str]:
+        plan = ps.plan(ps.models.get(model), ps.Cluster(accel, 16), **kw, **switches)
+        return mg.megatron_lm_command(plan, nproc_per_node=8, nnodes=2)
+
+    npu = argv("ascend-910b", tp_comm_overlap=True)
+    assert "--use-ascend-mc2" in npu and "--tp-comm-overlap" not in npu
+    assert "--use-flash-attn" in npu and "pretrain_gpt.py" in npu
+    assert "--use-flash-attn" not in argv("ascend-910b", flash_attention=False)
+    gpu = argv("h100", tp_comm_overlap=True)
+    assert "--tp-comm-overlap" in gpu and "--use-ascend-mc2" not in gpu
+    assert "--use-flash-attn" not in gpu
+    assert "pretrain_mamba.py" in argv("ascend-910b", "nemotron-h-8b")
+
+
+def test_cuda_graphs_are_refused_on_ascend():
+    """No CUDA graphs on an NPU: asked for on Ascend, the plan is refused naming the flag (the
+    launch line carried --cuda-graph-impl to MindSpeed-LLM); eager plans run."""
+    r = run_cli("--model", "llama3-70b", "--gpus", "64", "--accelerator", "ascend-910b",
+                "--cuda-graphs", "--format", "torchrun")  # fmt: skip
+    assert r.returncode == 2 and "drop --cuda-graphs" in r.stderr and not r.stdout
+    assert "Traceback" not in r.stderr

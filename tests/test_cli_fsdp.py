@@ -30,3 +30,13 @@ def test_layout_lists_the_fsdp_groups(capsys):
 def test_dp_shard_minus_one_means_the_rest(capsys):
     assert main(["check", "--gpus", "8", "--dp-shard", "-1", "--format", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["strategy"]["dp_shard"] is None
+
+
+def test_a_dp_shard_that_misses_the_world_is_one_refusal_whose_fix_runs(capsys):
+    """dp_shard sets dp: a wrong dp_shard was refused twice (dp-shard-world, then dp-world
+    with a "use world 16" no flag spells); once now, and its fix runs."""
+    line = ["explain", "--model", "llama3-70b", "--gpus", "64", "--tp", "4", "--sp"]
+    assert main([*line, "--dp-shard", "4", "--fsdp", "optim_grads_params"]) == 2
+    err = capsys.readouterr().err
+    assert "dp-shard-world" in err and "dp-world" not in err and "1 rule(s)" in err
+    assert main([*line, "--dp-shard", "16", "--fsdp", "optim_grads_params"]) == 0

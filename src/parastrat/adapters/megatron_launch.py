@@ -101,8 +101,8 @@ def megatron_lm_args(
         if f.arg_value is not None and value is not None:
             value = f.arg_value(value)
         argv += _arg_words(f.arg, value)
-    if _on_ascend(s) and strategy.cp > 1:
-        argv += _mindspeed_cp_args(strategy)
+    if _on_ascend(s):
+        argv = _mindspeed_args(s, strategy, argv)
     if a.run is not None and a.run.precision is not None:
         # every precision the step model prices keeps BF16 parameters and activations;
         # Megatron-LM's validate_args leaves params_dtype float32 without --bf16 (Bridge's
@@ -116,6 +116,21 @@ def _on_ascend(what: Any) -> bool:
     (MindSpeed-LLM runs it)."""
     accel = getattr(getattr(planned(what), "cluster", None), "accel", None)
     return getattr(accel, "vendor", None) == "huawei"
+
+
+def _mindspeed_args(plan: Any, s: Strategy, argv: list[str]) -> list[str]:
+    """``argv`` as MindSpeed-LLM spells what an Ascend plan priced: TP overlap is MindSpeed's
+    MC2 (``--use-ascend-mc2``; Megatron's ``--tp-comm-overlap`` is Transformer Engine's
+    userbuffers, which do not run on NPUs), fused attention ``--use-flash-attn`` (MindSpeed
+    runs unfused attention without it; every MindSpeed-LLM pretraining script in
+    ``benchmarks/data/npu_models.csv`` passes it), and the context-parallel algorithm."""
+    out = ["--use-ascend-mc2" if word == "--tp-comm-overlap" else word for word in argv]
+    options = getattr(planned(plan), "step_options", None) or {}
+    if options.get("flash_attention", True) is not False:
+        out.append("--use-flash-attn")
+    if s.cp > 1:
+        out += _mindspeed_cp_args(s)
+    return out
 
 
 def _mindspeed_cp_args(s: Strategy) -> list[str]:
@@ -237,11 +252,17 @@ def megatron_lm_command(
     nnodes: int = 1,
     global_batch_size: int | None = None,
     rdzv_endpoint: str | None = None,
-    script: str = "pretrain_gpt.py",
+    script: str | None = None,
 ) -> list[str]:
     """``torchrun ... pretrain_gpt.py <Megatron-LM arguments>`` as an argv list: Megatron-LM's
     own launcher, which MindSpeed-LLM keeps on Ascend NPUs (no Transformer Engine, no CUDA).
-    The model, data and optimizer arguments are the user's to add."""
+    ``script`` defaults to the plan's model's: ``pretrain_mamba.py`` for a hybrid (Mamba)
+    stack, which ``pretrain_gpt.py`` cannot build (a GPTModel has no Mamba layers),
+    ``pretrain_gpt.py`` otherwise.  The model, data and optimizer arguments are the user's to
+    add."""
+    if script is None:
+        hybrid = getattr(getattr(planned(s), "model", None), "is_hybrid", False)
+        script = "pretrain_mamba.py" if hybrid else "pretrain_gpt.py"
     argv = ["torchrun", f"--nproc_per_node={nproc_per_node}"]
     if nnodes > 1:
         argv.append(f"--nnodes={nnodes}")

@@ -43,6 +43,7 @@ from ..spec.hardware import (
     Accelerator,
     canonical_precision,
     require_dispatcher,
+    require_graphs,
     require_precision,
 )
 from ..spec.model import ModelSpec
@@ -242,6 +243,7 @@ class StepModel:
         require_precision(cluster.accel, workload.precision)  # as Transformer Engine checks
         if workload.model.num_moe_experts:  # a flex backend Bridge refuses on this device
             require_dispatcher(cluster.accel, switches.moe_dispatcher)
+        require_graphs(cluster.accel, switches.cuda_graphs)
         self._cluster, self._workload, self._switches = cluster, workload, switches
         self._moe_comm = MoEComm(
             _moe_dispatcher(switches.moe_dispatcher),

@@ -31,12 +31,14 @@ def world_violations(s: Strategy, world: int) -> list[Violation]:
         out = _inference_world_violations(s, world)
     else:
         out = _training_world_violations(s, world)
-    if s.dp is not None and s.world_size != world:
+    # a dp that dp_shard x dp_replicate set is the dp-shard-world refusal already, once
+    sharded = any(v.rule == "dp-shard-world" for v in out)
+    if s.dp is not None and s.world_size != world and not sharded:
         out.append(
             err(
                 "dp-world",
                 f"dp={s.dp} gives {s.world_size} ranks, not the world size {world}",
-                f"drop dp (it follows from the world size) or use world {s.world_size}",
+                f"drop dp (it follows from the world size) or use {s.world_size} devices",
             )
         )
     return out

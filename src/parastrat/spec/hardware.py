@@ -196,6 +196,17 @@ def require_dispatcher(accel: Accelerator, dispatcher: str) -> str:
     return dispatcher
 
 
+def require_graphs(accel: Accelerator, scopes: frozenset[str]) -> None:
+    """:class:`~parastrat.errors.SpecError` when CUDA-graph ``scopes`` are asked for on a device
+    that has no CUDA graphs (an Ascend NPU: MindSpeed-LLM trains eagerly, and the launch line
+    would carry Megatron's ``--cuda-graph-impl`` to a run that cannot capture one)."""
+    if scopes and accel.vendor != "nvidia":
+        raise SpecError(
+            f"CUDA graphs ({', '.join(sorted(scopes))}) run on NVIDIA GPUs only, not on "
+            f"{accel.name}; train eagerly (cuda_graphs=None), as MindSpeed-LLM does"
+        )
+
+
 @dataclass(frozen=True)
 class Accelerator:
     """One device type: what the memory, step-time and DiT models need to know about it."""
