@@ -689,10 +689,9 @@ def error_document(exc: BaseException) -> dict[str, Any]:
 def report_user_error(exc: BaseException, *, as_json: bool = False) -> int:
     """Print a user error (with every violation and hint) on stderr, and with ``as_json`` its
     :func:`error_document` on stdout; return exit status 2.  Under a launcher only rank 0
-    prints (every rank reaches the same mistake: N copies would make N JSON documents)."""
-    if not _first_rank():
-        return 2
-    if as_json:
+    prints the document (ranks that reach the same mistake would put N JSON documents on one
+    stdout); every rank keeps its text on stderr (a missing peer is one rank's own error)."""
+    if as_json and _first_rank():
         print_json(error_document(exc))
     if isinstance(exc, StrategyError):
         err_console.print(f"[bold red]error:[/] {len(exc.violations)} rule(s) broken")

@@ -76,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
         _need_two(env.world_size, f"{env.source} launched")
         return _run_launched(strategy, args)
     _need_two(args.world, "--world")
-    if args.backend not in (None, "gloo"):
+    if args.backend not in (None, "auto", "gloo"):
         raise UsageError(
             f"--backend {args.backend} takes effect under torchrun; --world spawns local ranks "
             "on gloo (leave --backend out, or launch with torchrun for the device's backend)"

@@ -164,7 +164,8 @@ def _same_strategy_everywhere(dist: Any, s: Strategy, rank: int, world: int) -> 
     """UsageError, before any group is built, when the ranks were started with different
     strategies (each would build other groups, and all would wait on each other until a raw
     store timeout): every rank posts its strategy on the default group's store and reads the
-    others'.  A rank that never posts is reported by the store's timeout, named here."""
+    others'.  A rank that never posts is a RankTimeoutError naming it (see
+    :func:`_posted_strategy`)."""
     global _calls
     _calls += 1
     if world == 1:
@@ -182,20 +183,32 @@ def _same_strategy_everywhere(dist: Any, s: Strategy, rank: int, world: int) -> 
     for other in range(world):
         if other == rank:
             continue
-        try:
-            theirs = store.get(key + str(other))
-        except Exception as exc:  # the store's own timeout: that rank never got this far
-            raise UsageError(
-                f"rank {rank}: rank {other} did not reach initialize({s}) within the "
-                f"timeout ({type(exc).__name__}); start every rank with the same strategy, "
-                "and check that rank is alive"
-            ) from None
+        theirs = _posted_strategy(store, key + str(other), s, rank, other)
         if theirs != mine:
             raise UsageError(
                 f"rank {rank} was started with {s}, rank {other} with {theirs.decode()}: "
                 "every rank must build the same strategy (same flags or --strategy on every "
                 "rank)"
             )
+
+
+def _posted_strategy(store: Any, key: str, s: Strategy, rank: int, other: int) -> bytes:
+    """What rank ``other`` posted under ``key``.  RankTimeoutError when it posted nothing
+    within the store's timeout: that rank hung or died before initialize, or stopped earlier
+    in it (a strategy that does not fit its world fails before posting); a rank that posts
+    another strategy is told apart by its caller, positively."""
+    t0 = time.monotonic()
+    try:
+        return bytes(store.get(key))
+    except Exception as exc:  # the store's own timeout (or a lost store): no answer
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise RankTimeoutError(
+            f"rank {rank}: rank {other} did not arrive at initialize({s}) within the timeout "
+            f"(waited {time.monotonic() - t0:.0f} s; torch: {type(exc).__name__}: "
+            f"{first[:160]}): rank {other} hung or died before building the groups, or it was "
+            "started with another strategy and stopped before posting it; read that rank's "
+            "log, and start every rank with the same strategy"
+        ) from None
 
 
 def _live_groups() -> list[Any]:

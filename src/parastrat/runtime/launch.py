@@ -12,12 +12,14 @@ rank is an error message, not a hung terminal.
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import pickle
 import socket
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,6 +69,17 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
+def check_seconds(name: str, value: Any) -> None:
+    """UsageError, before anything starts, unless ``value`` is a finite number of seconds
+    above 0: a run bounded by 0 s (or a negative, NaN or infinite bound) would time out at once
+    or never."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not number or not math.isfinite(value) or value <= 0:
+        raise UsageError(
+            f"{name} must be a finite number of seconds > 0, got {value!r} (e.g. {name}=60)"
+        )
+
+
 def spawn_local(
     fn: Callable[..., Any],
     world_size: int,
@@ -87,10 +100,13 @@ def spawn_local(
     ``fn`` must be picklable (a module-level function) and so must its return value.
     Returns the per-rank return values in rank order.  Raises :class:`RankFailure` when a rank
     raises, exits or is killed, or when the run exceeds ``timeout_s`` seconds; every child is
-    killed before it is raised.
+    killed before it is raised.  UsageError, before anything starts, for a world size below 1
+    or a ``timeout_s`` that is not a finite number above 0.  The ranks ignore Ctrl-C (SIGINT):
+    the parent gets it and terminates them, so only the parent reports it.
     """
     if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
         raise UsageError(f"world_size must be a positive integer, got {world_size!r}")
+    check_seconds("timeout_s", timeout_s)
     try:
         payload = pickle.dumps((fn, tuple(args)))
     except Exception as exc:
@@ -102,35 +118,93 @@ def spawn_local(
 
     mp = require("torch.multiprocessing", why="spawn_local starts torch processes")
     ctx = mp.get_context("spawn")
-    port = free_port()
-    procs, conns = [], []
+    procs: list[Any] = []
+    conns: list[Any] = []
     try:
-        for rank in range(world_size):
-            env = {
-                "RANK": str(rank),
-                "WORLD_SIZE": str(world_size),
-                "LOCAL_RANK": str(rank),
-                "LOCAL_WORLD_SIZE": str(world_size),
-                "GROUP_RANK": "0",
-                "MASTER_ADDR": "127.0.0.1",
-                "MASTER_PORT": str(port),
-            }
-            parent_end, child_end = ctx.Pipe(duplex=False)
-            p = ctx.Process(
-                target=_child_main,
-                args=(child_end, payload, rank, world_size, env, backend, timeout_s, os.getpid()),
-                name=f"parastrat-rank{rank}",
-                daemon=True,
-            )
-            p.start()
-            child_end.close()
-            procs.append(p)
-            conns.append(parent_end)
+        with _sigint_blocked():  # a Ctrl-C meanwhile lands after every child is recorded
+            _start_ranks(ctx, payload, world_size, backend, timeout_s, procs, conns)
         return _collect(procs, conns, timeout_s)
     finally:
         _kill_all(procs)
         for c in conns:
             c.close()
+
+
+def _start_ranks(
+    ctx: Any,
+    payload: bytes,
+    world_size: int,
+    backend: str | None,
+    timeout_s: float,
+    procs: list[Any],
+    conns: list[Any],
+) -> None:
+    """Start one process per rank with torchrun's environment (one free port for all),
+    appending each process and the parent's end of its pipe to ``procs`` and ``conns``."""
+    port = free_port()
+    for rank in range(world_size):
+        env = {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world_size),
+            "LOCAL_RANK": str(rank),
+            "LOCAL_WORLD_SIZE": str(world_size),
+            "GROUP_RANK": "0",
+            "MASTER_ADDR": "127.0.0.1",
+            "MASTER_PORT": str(port),
+        }
+        parent_end, child_end = ctx.Pipe(duplex=False)
+        p = ctx.Process(
+            target=_child_main,
+            args=(child_end, payload, rank, world_size, env, backend, timeout_s, os.getpid()),
+            name=f"parastrat-rank{rank}",
+            daemon=True,
+        )
+        conns.append(parent_end)
+        p.start()
+        procs.append(p)
+        child_end.close()
+
+
+@contextlib.contextmanager
+def _sigint_blocked() -> Iterator[None]:
+    """Block SIGINT in this thread while the children start.  They inherit the mask, so a
+    Ctrl-C during their start (interpreter, spawn's imports) stays pending there until
+    :func:`_quiet_on_sigint` drops it, instead of printing a KeyboardInterrupt traceback; here
+    it is delivered when the block ends, and the parent stops the run as usual.
+
+    multiprocessing's resource tracker is started first: its own start unblocks SIGINT in
+    this thread (``resource_tracker.ensure_running``), which would lift the block for the
+    first child."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):  # Windows: no signal masks
+        yield
+        return
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
+
+
+def _quiet_on_sigint() -> None:
+    """Make this rank deaf to SIGINT.  A Ctrl-C reaches every process of the terminal's
+    process group, the ranks with their parent; the parent handles it (it terminates every
+    rank), so a rank that raised KeyboardInterrupt too would only print its traceback.  A
+    do-nothing handler rather than SIG_IGN: exec resets it, so processes a rank starts keep
+    the default.  A SIGINT pending since the start (see :func:`_sigint_blocked`) is dropped."""
+    import signal
+
+    signal.signal(signal.SIGINT, _ignore_signal)
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
+def _ignore_signal(signum: int, frame: Any) -> None:
+    """A signal handler that does nothing (see :func:`_quiet_on_sigint`)."""
 
 
 def _collect(procs: list, conns: list, timeout_s: float) -> list[Any]:
@@ -328,6 +402,7 @@ def _child_main(
     parent_pid: int,
 ) -> None:
     """Entry point of one spawned rank: set the environment, run ``fn``, report the outcome."""
+    _quiet_on_sigint()
     die_with_parent(parent_pid)
     os.environ.update(env)
     # torchrun's default: one intra-op thread per rank, so N ranks do not oversubscribe the CPU

@@ -18,6 +18,7 @@ the comparisons are exact.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -30,6 +31,9 @@ from ..strategy import Strategy
 
 #: Called as ``on_step(step_name, rank)`` before each step (progress display, fault injection).
 StepHook = Callable[[str, int], None]
+
+#: The last step of every run: the ranks' checks gathered over the world.
+_GATHER = "gather"
 
 #: Columns of the rank table, training and inference.
 TRAINING_AXES = ("tp", "pp", "dp", "cp", "ep", "etp", "edp")
@@ -148,10 +152,7 @@ def verify(
     try:
         runner = _Runner(groups, timeout_s, on_step)
         runner.run_all()
-        gathered: list[Any] = [None] * groups.world_size
-        dist.all_gather_object(
-            gathered, (groups.rank, groups.coords, [asdict(c) for c in runner.checks])
-        )
+        gathered = runner.gather(dist)
     finally:
         if own:
             groups.destroy()
@@ -180,11 +181,15 @@ def verify_local(
     The strategy is checked against the world first (StrategyError, nothing spawned).  The
     whole run is bounded by ``startup_s + 4 * timeout_s`` seconds (process start and
     framework imports, then the steps); a rank that dies or hangs turns into a report with
-    ``error`` set and ``failed_rank`` naming it, never a hang.  ``on_step`` must be a
-    module-level function (it crosses a process boundary).
+    ``error`` set and ``failed_rank`` naming it, never a hang; when that rank cannot say
+    where it stopped, ``error`` names the check, group kind and ranks its peers saw it fail
+    in.  ``on_step`` must be a module-level function (it crosses a process boundary).
+    UsageError for a ``timeout_s`` or ``startup_s`` that is not a finite number above 0.
     """
-    from .launch import RankFailure, spawn_local
+    from .launch import RankFailure, check_seconds, spawn_local
 
+    check_seconds("timeout_s", timeout_s)
+    check_seconds("startup_s", startup_s)
     sized = strategy.with_world_size(world_size)
     t0 = time.monotonic()
     try:
@@ -200,13 +205,57 @@ def verify_local(
             strategy=sized,
             world_size=world_size,
             backend="gloo",
-            error=exc.reason.strip().splitlines()[0] if exc.reason else str(exc),
+            error=failure_text(exc.rank, exc.reason, exc.failures),
             failed_rank=exc.rank,
             seconds=time.monotonic() - t0,
         )
     report = results[0]
     report.seconds = time.monotonic() - t0
     return report
+
+
+#: How :meth:`_Runner._step` names a failed step: "<check> over the <kind> group [ranks]
+#: failed on rank <r>" (parsed back by :func:`failure_text`).
+_STEP_RE = re.compile(
+    r"(?P<check>[\w-]+) over the (?P<kind>[\w-]+) group \[(?P<ranks>[\d, ]*)\] "
+    r"failed on rank (?P<rank>\d+)"
+)
+
+
+def failure_text(blamed: int, reason: str, failures: dict[int, str]) -> str:
+    """The report's error for a failed local run: the blamed rank's reason (first line) and,
+    when that does not name a check (a rank that hung or died cannot say where), the checks,
+    group kinds and ranks its peers were running when they saw it fail."""
+    lines = reason.strip().splitlines()
+    first = lines[0] if lines else "failed without a reason"
+    if _STEP_RE.search(first):
+        return first
+    seen = _peer_steps(blamed, failures)
+    return f"{first}; where its peers saw it fail: {seen}" if seen else first
+
+
+def _peer_steps(blamed: int, failures: dict[int, str]) -> str:
+    """The distinct steps the other failed ranks name, each as "<check> over the <kind> group
+    [ranks] (seen by rank r, ...)": those whose group holds ``blamed`` when there are any (the
+    others waited on a rank that waited on it), and checks before the final gather."""
+    steps: dict[tuple[str, str, str], list[int]] = {}
+    for rank, why in sorted(failures.items()):
+        found = _STEP_RE.search(why) if rank != blamed else None
+        if found:
+            key = (found["check"], found["kind"], found["ranks"])
+            steps.setdefault(key, []).append(rank)
+
+    def holds_blamed(key: tuple[str, str, str]) -> bool:
+        return str(blamed) in key[2].replace(" ", "").split(",")
+
+    best = [k for k in steps if k[0] != _GATHER and holds_blamed(k)]
+    keys = best or [k for k in steps if k[0] != _GATHER] or list(steps)
+    return "; ".join(
+        f"{check} over the {kind} group [{ranks}] (seen by rank"
+        f"{'s' if len(steps[(check, kind, ranks)]) > 1 else ''} "
+        f"{', '.join(map(str, steps[(check, kind, ranks)]))})"
+        for check, kind, ranks in keys
+    )
 
 
 def print_step(name: str, rank: int) -> None:
@@ -222,13 +271,21 @@ def print_step(name: str, rank: int) -> None:
 def _verify_rank(
     rank: int, world: int, strategy_dict: dict, timeout_s: float, on_step: StepHook | None
 ) -> VerifyReport:
-    """One spawned rank of :func:`verify_local` (gloo on CPU)."""
+    """One spawned rank of :func:`verify_local` (gloo on CPU).
+
+    The groups are destroyed only after a run that finished: after a failed step a collective
+    may still be pending on them (a peer hung), and destroying them would wait for it, so this
+    rank would report too late to be heard; the process ends (or is killed) right after."""
     import warnings
 
+    from .groups import initialize
+
     warnings.filterwarnings("ignore")  # megatron without Transformer Engine is noisy
-    return verify(
-        Strategy.from_dict(strategy_dict), backend="gloo", timeout_s=timeout_s, on_step=on_step
-    )
+    strategy = Strategy.from_dict(strategy_dict)
+    groups = initialize(strategy, backend="gloo", timeout=timeout_s)
+    report = verify(strategy, timeout_s=timeout_s, on_step=on_step, groups=groups)
+    groups.destroy()
+    return report
 
 
 class _Runner:
@@ -271,6 +328,21 @@ class _Runner:
                 seconds=round(time.monotonic() - t0, 4),
             )
         )
+
+    def gather(self, dist: Any) -> list[Any]:
+        """Every rank's (rank, coords, checks), gathered over the whole world; a failure names
+        the step as a check's does ("gather over the world group [...] failed on rank r")."""
+        world = list(range(self.g.world_size))
+        gathered: list[Any] = [None] * self.g.world_size
+        mine = (self.rank, self.g.coords, [asdict(c) for c in self.checks])
+        try:
+            dist.all_gather_object(gathered, mine)
+        except Exception as exc:
+            raise RuntimeError(
+                f"{_GATHER} over the world group {world} failed on rank {self.rank} (after its "
+                f"checks): {type(exc).__name__}: {exc}"
+            ) from exc
+        return gathered
 
     def _distinct(self, kinds: tuple[str, ...], seen: set) -> list[str]:
         """Kinds whose groups have more than one rank and a partition not yet exercised."""
