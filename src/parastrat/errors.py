@@ -129,7 +129,8 @@ class UsageError(ValueError):
 
 class RankTimeoutError(RuntimeError):
     """A rank waited for its peers past the timeout, or lost them, while the process groups
-    were being built: another rank stopped or hung there (its own log names why).
+    were being built (or before: a peer that never reached ``initialize``): another rank
+    stopped or hung there (its own log names why).
 
     Raised by :func:`parastrat.initialize` in place of torch's store and network errors, with
     the strategy, this rank, how long it waited and what torch said.  Not a mistake in the
