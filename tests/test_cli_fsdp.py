@@ -40,3 +40,12 @@ def test_a_dp_shard_that_misses_the_world_is_one_refusal_whose_fix_runs(capsys):
     err = capsys.readouterr().err
     assert "dp-shard-world" in err and "dp-world" not in err and "1 rule(s)" in err
     assert main([*line, "--dp-shard", "16", "--fsdp", "optim_grads_params"]) == 0
+
+
+def test_a_bad_dp_shard_names_the_minus_one_it_takes(capsys):
+    import pytest
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["check", "--gpus", "8", "--dp-shard", "-2"])
+    assert exit_.value.code == 2
+    assert "or -1 for the rest of dp" in capsys.readouterr().err

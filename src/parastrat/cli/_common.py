@@ -86,7 +86,12 @@ def nonnegative_int(text: str) -> int:
 
 def shard_degree(text: str) -> int:
     """argparse type: ``-1`` (torchtitan's "the rest of dp") or a whole number >= 1."""
-    return -1 if text == "-1" else whole_number(text, 1)
+    if text == "-1":
+        return -1
+    try:
+        return whole_number(text, 1)
+    except argparse.ArgumentTypeError as exc:
+        raise argparse.ArgumentTypeError(f"{exc}; or -1 for the rest of dp") from None
 
 
 def device_count(text: str) -> int:
