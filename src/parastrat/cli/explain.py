@@ -161,11 +161,12 @@ def _fits(mem, cluster, headroom: float | None) -> bool:
 
 def _print_headroom(mem, cluster, headroom: float | None, prefix: str = "") -> None:
     """With ``--headroom``: whether the peak stays below device memory less that fraction."""
+    from ..estimate.memory import capacity_left
     from ..spec.hardware import GiB
 
     if headroom is None:
         return
-    limit = cluster.accel.memory_bytes * (1 - headroom) / GiB
+    limit = capacity_left(cluster.accel, headroom) / GiB
     verdict = "fits" if _fits(mem, cluster, headroom) else "DOES NOT FIT"
     console.print(
         f"{prefix}with --headroom {headroom:g}: peak {mem.peak_bytes / GiB:.1f} GiB of the "

@@ -205,7 +205,7 @@ class MemoryReport:
         ``.other`` already holds the default allowance for context, buffers and
         fragmentation; ``headroom`` is an extra safety margin on top of it.
         """
-        return self.peak_bytes <= _capacity(accelerator_or_bytes) * (1.0 - headroom)
+        return self.peak_bytes <= capacity_left(accelerator_or_bytes, headroom)
 
     def to_dict(self) -> dict[str, Any]:
         """The report as a JSON-ready dict (peak, peak stage, every stage): the JSON output of
@@ -295,6 +295,12 @@ class MemoryReport:
         fig.tight_layout()
         save_figure(fig, path, dpi=120)
         return path
+
+
+def capacity_left(x: Accelerator | str | int | float, headroom: float = 0.0) -> float:
+    """Bytes a peak may reach on device ``x`` (an accelerator, its name or a byte count) with
+    ``headroom`` (a fraction) kept free: what :meth:`MemoryReport.fits` compares with."""
+    return _capacity(x) * (1.0 - headroom)
 
 
 def _capacity(x: Accelerator | str | int | float) -> float:

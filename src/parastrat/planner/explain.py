@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import SpecError, StrategyError, UsageError
 from ..estimate.fsdp import ShardGroups
-from ..estimate.memory import memory_of
+from ..estimate.memory import capacity_left, memory_of
 from ..estimate.step import StepModel, StepReport, validate_strategy
 from ..estimate.track_record import track_record
 from ..spec.hardware import GiB
@@ -449,7 +449,7 @@ def _memory_line(mem: Any, cluster: Cluster, headroom: float | None) -> str:
     fits = "fits" if mem.fits(cluster.accel, headroom=headroom or 0.0) else "DOES NOT FIT"
     kept = ""
     if headroom:
-        left = cluster.accel.memory_bytes * (1 - headroom) / GiB
+        left = capacity_left(cluster.accel, headroom) / GiB
         kept = f", {left:.1f} GiB with {headroom:.0%} kept free"
     return (
         f"memory: peak {mem.peak_bytes / GiB:.1f} GiB of "
