@@ -236,7 +236,8 @@ def test_a_launched_rank_other_than_0_prints_no_json_document(capsys, monkeypatc
     """Under torchrun every rank may reach the same mistake: rank 0 alone prints the JSON
     document (N ranks printed N on one stdout); every rank keeps its text on stderr."""
     line = "plan --model llama3-8b --gpus 6 --tp 4 --format json"
-    monkeypatch.setenv("RANK", "1")
+    for key, value in {"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1"}.items():
+        monkeypatch.setenv(key, value)  # a launcher's (consistent) variables
     code, out, err = _run(capsys, line)
     assert (code, out) == (2, "") and "error" in err
     monkeypatch.setenv("RANK", "0")

@@ -6,7 +6,6 @@ local ranks :func:`run_local` spawns) and returns the same rows on every rank.
 
 from __future__ import annotations
 
-import math
 import socket
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -41,10 +40,26 @@ def resolve_dtype(dtype: Any) -> tuple[Any, str]:
         if name not in _DTYPES.values():
             raise UsageError(f"dtype {name} is not benchmarked; use float32, bfloat16 or float16")
         return dtype, name
+    canonical = dtype_name(dtype)
+    return getattr(torch, canonical), canonical
+
+
+def dtype_name(dtype: Any, flag: str = "dtype") -> str:
+    """The canonical name of a benchmarked dtype spelled ``dtype`` ("bf16", "float32", ...);
+    UsageError naming ``flag`` and the choices otherwise (no torch needed: checked before any
+    rank starts)."""
     canonical = _DTYPES.get(str(dtype).lower())
     if canonical is None:
-        raise UsageError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
-    return getattr(torch, canonical), canonical
+        raise UsageError(f"unknown {flag} {dtype!r}; use float32, bfloat16 or float16")
+    return canonical
+
+
+def check_counts(iters: Any, warmup: Any) -> None:
+    """UsageError unless ``iters`` >= 1 timed and ``warmup`` >= 0 untimed iterations (whole
+    numbers)."""
+    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (iters, warmup))
+    if not whole or iters < 1 or warmup < 0:
+        raise UsageError(f"need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
 
 
 def resolve_ops(ops: str | Iterable[str] | None, group_size: int) -> list[str]:
@@ -128,8 +143,7 @@ def run(
             "parastrat.bench.run_local(world=N, ...), or use "
             "`parastrat bench --world N`"
         )
-    if iters < 1 or warmup < 0:
-        raise UsageError(f"need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    check_counts(iters, warmup)
     from .ops import Context, build
     from .timing import measure
 
@@ -263,16 +277,15 @@ def run_local(
 
 def _check_before_spawn(world: int, timeout_s: Any, kwargs: dict[str, Any]) -> None:
     """UsageError for what :func:`run` would refuse inside every spawned rank (a traceback per
-    rank): iterations, warm-up, a dtype given by name, the ops, and the timeout."""
-    if not isinstance(timeout_s, (int, float)) or not math.isfinite(timeout_s) or timeout_s <= 0:
-        raise UsageError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
-    iters, warmup = kwargs.get("iters", 20), kwargs.get("warmup", 5)
-    whole = all(isinstance(v, int) and not isinstance(v, bool) for v in (iters, warmup))
-    if not whole or iters < 1 or warmup < 0:
-        raise UsageError(f"need iters >= 1 and warmup >= 0, got iters={iters}, warmup={warmup}")
+    rank): the timeout (:func:`~parastrat.runtime.launch.check_seconds`, as ``spawn_local``
+    checks it), iterations, warm-up, a dtype given by name and the ops."""
+    from ..runtime.launch import check_seconds
+
+    check_seconds("timeout_s", timeout_s)
+    check_counts(kwargs.get("iters", 20), kwargs.get("warmup", 5))
     dtype = kwargs.get("dtype", "float32")
-    if isinstance(dtype, str) and dtype.lower() not in _DTYPES:
-        raise UsageError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
+    if isinstance(dtype, str):
+        dtype_name(dtype)
     resolve_ops(kwargs.get("ops"), world)
 
 

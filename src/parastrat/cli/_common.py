@@ -711,13 +711,15 @@ def report_user_error(exc: BaseException, *, as_json: bool = False) -> int:
 
 
 def _first_rank() -> bool:
-    """False in a launched process (torchrun's ``RANK``, Slurm's ``SLURM_PROCID``) other than
-    rank 0; True outside a launcher."""
-    for key in ("RANK", "SLURM_PROCID"):
-        value = os.environ.get(key, "0").strip()
-        if value.isdigit() and int(value) != 0:
-            return False
-    return True
+    """False in a launched process other than rank 0 (the launcher's variables as
+    :func:`~parastrat.runtime.backend.detect_env` reads them); True outside a launcher, or
+    where those variables contradict each other (that error is this rank's own)."""
+    from ..runtime.backend import detect_env
+
+    try:
+        return detect_env().rank == 0
+    except UsageError:
+        return True
 
 
 #: Python spellings in library messages -> the flag that does the same on the command line.

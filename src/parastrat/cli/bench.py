@@ -618,12 +618,10 @@ def _measure_local(args: argparse.Namespace, strategy: Any, kwargs: dict[str, An
 
 def _check_dtype(dtype: str | None) -> None:
     """``--dtype`` must name a benchmarked dtype: checked before any rank starts."""
-    from ..bench.runner import _DTYPES
-    from ..errors import UsageError
+    from ..bench.runner import dtype_name
 
-    if dtype is not None and dtype.lower() not in _DTYPES:
-        names = ", ".join(sorted(set(_DTYPES.values())))
-        raise UsageError(f"unknown --dtype {dtype!r}; use {names}")
+    if dtype is not None:
+        dtype_name(dtype, "--dtype")
 
 
 def _check_strategy_ops(ops: str | None, strategy: Any, world: int, kwargs: dict) -> None:
