@@ -258,6 +258,23 @@ def test_data_parallel_switches_priced_are_written():
     assert not argv(overlap_grad_reduce=False).overlap_grad_reduce
 
 
+@pytest.mark.parametrize(
+    ("fsdp", "replicas"), [("optim_grads_params", 1), ("optim_grads", 2), ("optim", 4)]
+)
+def test_fsdp_and_hsdp_lines_parse_as_megatron_lm_declares_them(fsdp, replicas):
+    """A Megatron FSDP / HSDP line says the sharding strategy, the replicas (Megatron's
+    distributed-optimizer instances) and the ``fsdp_dtensor`` checkpoint format FSDP saves in,
+    each a name and value Megatron-LM declares."""
+    s = Strategy(fsdp=fsdp, dp_replicate=replicas)
+    a = parse(mg.megatron_lm_args(s, micro_batch_size=1, global_batch_size=64))
+    assert a.use_megatron_fsdp and a.use_distributed_optimizer
+    assert a.data_parallel_sharding_strategy == fsdp
+    assert a.num_distributed_optimizer_instances == replicas
+    assert a.ckpt_format == "fsdp_dtensor"
+    plain = parse(mg.megatron_lm_args(Strategy(tp=2), micro_batch_size=1, global_batch_size=64))
+    assert not plain.use_megatron_fsdp and plain.ckpt_format is None
+
+
 def test_cuda_graphs_priced_are_written():
     plan = ps.plan(
         ps.models.get("llama3-8b"), ps.Cluster("h100", 8), seq_len=4096,
