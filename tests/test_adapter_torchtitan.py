@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
+import warnings
 from pathlib import Path
 
 import pytest
@@ -246,10 +247,19 @@ def test_cli_args_are_what_torchtitans_own_parser_takes():
     import dataclasses
 
     tyro = pytest.importorskip("tyro")
-    from torchtitan.config import ParallelismConfig
+    from torchtitan.config.configs import ParallelismConfig, TrainingConfig
 
-    field = dataclasses.field(default_factory=ParallelismConfig)
-    job = dataclasses.make_dataclass("Job", [("parallelism", ParallelismConfig, field)])
+    job = dataclasses.make_dataclass(
+        "Job",
+        [
+            (
+                "parallelism",
+                ParallelismConfig,
+                dataclasses.field(default_factory=ParallelismConfig),
+            ),
+            ("training", TrainingConfig, dataclasses.field(default_factory=TrainingConfig)),
+        ],
+    )
 
     for s, world in (
         (Strategy(tp=2, sp=True, dp_replicate=2, fsdp="optim_grads_params"), 16),
@@ -257,6 +267,43 @@ def test_cli_args_are_what_torchtitans_own_parser_takes():
         (Strategy(tp=4, dp_replicate=2, dp_shard=1), 8),
     ):
         args = tt.to_cli_args(s, world, num_layers=32)
-        parsed = tyro.cli(job, args=args, default=job()).parallelism
+        parsed_job = tyro.cli(job, args=args, default=job())
+        parsed = parsed_job.parallelism
+        assert parsed_job.training.disable_cuda_graphs is (s.pp > 1)
         for key, value in tt.to_parallelism(s, world, num_layers=32).items():
             assert getattr(parsed, key) == value, (s, key)
+
+
+@pytest.mark.parametrize(
+    ("module", "config", "s", "world"),
+    [
+        ("llama3", "llama3_debugmodel", Strategy(tp=2, sp=True, fsdp="optim_grads_params"), 8),
+        ("llama3", "llama3_debugmodel", Strategy(tp=2, pp=2, vpp=2, fsdp="optim_grads"), 16),
+        ("llama3", "llama3_debugmodel", Strategy(pp=4, dp_replicate=2, dp_shard=1), 8),
+        ("deepseek_v3", "deepseek_v3_debugmodel", Strategy(ep=4, fsdp="optim_grads_params"), 8),
+    ],
+)
+def test_cli_args_start_torchtitans_own_config_manager(module, config, s, world, capsys):
+    """What a user pastes after ``--module/--config`` is parsed and validated by torchtitan
+    0.3.0's ConfigManager itself (tyro, then ``Trainer.Config``'s checks): pipeline and expert
+    parallel lines turn off the CUDA graphs torchtitan refuses beside them, and every degree
+    written is the one read back."""
+    pytest.importorskip("tyro")
+    try:
+        from torchtitan.config import ConfigManager
+    except ImportError as exc:  # its model registry imports tensorboard, torchdata, spmd_types
+        pytest.skip(f"torchtitan's ConfigManager does not import here: {exc}")
+    args = tt.to_cli_args(s, world, num_layers=8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        job = ConfigManager().parse_args(["--module", module, "--config", config, *args])
+    for key, value in tt.to_parallelism(s, world, num_layers=8).items():
+        assert getattr(job.parallelism, key) == value, key
+    graphs_refused = s.pp > 1 or s.ep > 1
+    assert job.training.disable_cuda_graphs is graphs_refused
+    if graphs_refused:  # without the switch torchtitan refuses the line
+        plain = [a for a in args if a != "--training.disable_cuda_graphs"]
+        with pytest.raises(SystemExit), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            ConfigManager().parse_args(["--module", module, "--config", config, *plain])
+        assert "disable_cuda_graphs" in capsys.readouterr().err.replace("\n", "")

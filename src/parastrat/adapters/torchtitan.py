@@ -64,6 +64,11 @@ RESHARD = {"optim_grads_params": "always", "optim_grads": "never"}
 SINGLE_STAGE_SCHEDULES = frozenset({"1f1b", "gpipe"})
 #: The looped schedule written for ``vpp > 1``.
 LOOPED_SCHEDULE = "Interleaved1F1B"
+#: Degrees with which torchtitan 0.3.0 refuses its CUDA graphs, on by default
+#: (``Trainer.Config._validate_cuda_graphs`` in ``trainer.py``: "CUDA graphs do not support
+#: pipeline parallelism yet", and expert parallelism only with a dispatcher that never waits on
+#: the host, HybridEP with ``non_blocking_capacity_factor`` or MinimalAsyncEP).
+GRAPHS_REFUSED_BY = ("pp", "ep")
 
 
 def _shard_ranks(s: Strategy, world_size: int | None) -> int | None:
@@ -375,13 +380,16 @@ def to_cli_args(
     """``s`` as torchtitan's command-line overrides (``--parallelism.<field> <value>``, flags
     as ``--parallelism.<flag>`` / ``--parallelism.no_<flag>``): torchtitan 0.3.0 builds its
     config from ``--module/--config`` plus these (``config/manager.py``, tyro); it reads no
-    TOML.  The same table as :func:`to_parallelism`."""
+    TOML.  The same table as :func:`to_parallelism`, plus ``--training.disable_cuda_graphs``
+    where torchtitan refuses its default CUDA graphs (:data:`GRAPHS_REFUSED_BY`)."""
     out: list[str] = []
     for key, value in to_parallelism(s, world_size, num_layers=num_layers).items():
         if isinstance(value, bool):
             out.append(f"--parallelism.{key}" if value else f"--parallelism.no_{key}")
         else:
             out += [f"--parallelism.{key}", str(value)]
+    if any(getattr(s, degree) > 1 for degree in GRAPHS_REFUSED_BY):
+        out.append("--training.disable_cuda_graphs")
     return out
 
 
