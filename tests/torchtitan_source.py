@@ -1,14 +1,16 @@
 """Fixtures for checks against the real torch.distributed fake backend and torchtitan's source.
 
-torchtitan 0.3.0's package imports two modules this environment lacks (``tyro`` through
-``torchtitan.config.__init__`` and ``spmd_types``, used only for annotations and for other SPMD
-backends), so :func:`parallel_dims` imports ``distributed/parallel_dims.py`` and
-``config/configs.py`` themselves, with an empty ``spmd_types`` and a bare ``torchtitan.config``
-package, and removes them again afterwards.
+torchtitan 0.3.0 is installed ``--no-deps``; its package imports modules a machine may lack
+(``tyro`` through ``torchtitan.config.__init__`` and ``spmd_types``, used only for annotations
+and for other SPMD backends; the test extra installs both), so :func:`parallel_dims` imports
+``distributed/parallel_dims.py`` and ``config/configs.py`` themselves, with a bare
+``torchtitan.config`` package (and an empty ``spmd_types`` where it is missing), and removes
+them again afterwards.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import sys
 import types
@@ -44,7 +46,7 @@ def parallel_dims(monkeypatch):
     package = types.ModuleType("torchtitan.config")
     package.__path__ = [os.path.join(root, "config")]  # skip its __init__ (needs tyro)
     monkeypatch.setitem(sys.modules, "torchtitan.config", package)
-    if "spmd_types" not in sys.modules:
+    if importlib.util.find_spec("spmd_types") is None:
         monkeypatch.setitem(sys.modules, "spmd_types", types.ModuleType("spmd_types"))
     from torchtitan.config.configs import ParallelismConfig
     from torchtitan.distributed.parallel_dims import ParallelDims
