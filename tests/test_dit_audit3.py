@@ -54,7 +54,7 @@ def test_smallest_rate_answer_is_not_rounded_up_to_whole_nodes(monkeypatch):
     real = dit_sizing.plan_dit
 
     def counting(*args: Any, **kw: Any) -> Any:
-        calls.append(kw["search"].devices)
+        calls.append((kw["search"].devices, kw["search"].data_parallel))
         return real(*args, **kw)
 
     monkeypatch.setattr(dit_sizing, "plan_dit", counting)
@@ -72,9 +72,32 @@ def test_smallest_rate_answer_is_not_rounded_up_to_whole_nodes(monkeypatch):
         **HUNYUAN,
     )
     assert one_fewer.best.requests_per_s < 0.01
-    # bounded: the first counts, a bisection of whole nodes, under a node's worth more
+    # bounded: the first counts, a bisection of whole nodes, under a node's worth more, then
+    # one single-replica plan per replica size below the answer and the counts they name
     assert len(calls) == len(set(calls))
-    assert len(calls) < len(device_counts(cluster)) + 2 + cluster.devices_per_node
+    assert len(calls) < 2 * (len(device_counts(cluster)) + 2 + cluster.devices_per_node)
+
+
+def test_smallest_rate_is_the_fewest_even_where_a_larger_count_serves_less():
+    """36 H100 serve FLUX.1-dev at 4 requests/s within 3 s (12 replicas of Ulysses 3) while
+    40 do not (no replica size dividing 40 is as good): the search bisected to 42 and, asked
+    for at most 40, said no count served; the answer is now the fewest, checked against every
+    smaller count."""
+    cluster = ps.Cluster("h100", num_devices=64)
+    request = {"height": 1024, "width": 1024, "steps": 28, "max_latency_s": 3}
+    sized = smallest_dit("flux.1-dev", cluster, min_requests_per_s=4, **request)
+    assert sized.devices == 36 and sized.best.requests_per_s >= 4
+
+    def rate(n: int) -> float:
+        try:
+            found = ps.plan_dit("flux.1-dev", cluster, devices=n, data_parallel=True, **request)
+        except ps.UsageError:
+            return 0.0
+        return found.best.requests_per_s
+
+    assert all(rate(n) < 4 for n in range(1, 36)) and rate(40) < 4
+    capped = smallest_dit("flux.1-dev", ps.Cluster("h100", 40), min_requests_per_s=4, **request)
+    assert capped.devices == 36
 
 
 def test_cli_smallest_rate_prints_the_fewest_devices(capsys):

@@ -113,7 +113,15 @@ def _xdit_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(allow_abbrev=False)
     for name in ("--ulysses_degree", "--ring_degree"):
         p.add_argument(name, type=int, default=1)
-    for name in ("--use_cfg_parallel", "--use_parallel_vae", "--shard_dit", "--shard_t5_encoder"):
+    switches = (
+        "--use_cfg_parallel",
+        "--use_parallel_vae",
+        "--shard_dit",
+        "--shard_t5_encoder",
+        "--use_torch_compile",
+        "--enable_tiling",
+    )
+    for name in switches:
         p.add_argument(name, action="store_true")
     return p
 
@@ -151,13 +159,48 @@ def test_json_launch_carries_the_switches_too():
         "wan2.1-t2v-14b",
         ps.Cluster("h100", 8),
         framework="xdit",
-        vae_parallel=True,
+        compiled=True,
         memory=DiTMemoryOptions(dit_fsdp=True, encoder_fsdp=True),
         **WAN,
     )
     args = _xdit_parser().parse_args(plan.to_dict()["launch"].split())
-    assert args.use_parallel_vae and args.shard_dit and args.shard_t5_encoder
+    assert args.shard_dit and args.shard_t5_encoder and args.use_torch_compile
     assert plan.to_dict()["launch_warnings"] == []
+    flux = plan_dit(
+        "flux.1-dev", ps.Cluster("h100", 8), vae_parallel=True, height=1024, width=1024, steps=28
+    )
+    assert _xdit_parser().parse_args(flux.launch().split()).use_parallel_vae
+
+
+HUNYUAN = "--model hunyuanvideo --height 720 --width 1280 --frames 129 --steps 50 --devices 8"
+
+
+def test_xdit_switches_reach_only_the_scripts_that_read_them(capsys):
+    """xDiT runs each family from its own example script: HunyuanVideo's asserts
+    use_parallel_vae is False (refused before a line is printed), never reads --shard_dit /
+    --shard_t5_encoder (a warning, not a silent flag), and reads --enable_tiling and
+    --use_torch_compile (written, so the run is the one priced)."""
+    rc, out, err = _cli(capsys, HUNYUAN, "--accelerator h100 --vae-parallel --format launch")
+    assert rc == 2 and out == "" and "xdit-vae-parallel" not in out
+    assert "no parallel VAE decode for HunyuanVideoTransformer3DModel" in err
+    assert "drop --vae-parallel" in err and "Traceback" not in err
+    rc, out, err = _cli(capsys, HUNYUAN, "--accelerator h100 --dit-fsdp --format launch")
+    args = _xdit_parser().parse_args(out.split())
+    assert rc == 0 and not args.shard_dit and "--dit-fsdp" in err and "xDiT" in err
+    rc, out, _ = _cli(capsys, HUNYUAN, "--accelerator h100 --vae-tiling --compile --format launch")
+    args = _xdit_parser().parse_args(out.split())
+    assert rc == 0 and args.enable_tiling and args.use_torch_compile
+    with pytest.raises(UsageError, match=r"framework='any'"):
+        ps.estimate_dit(
+            "hunyuanvideo",
+            ps.Strategy(ulysses=8),
+            ps.Cluster("h100", 8),
+            height=720,
+            width=1280,
+            frames=129,
+            steps=50,
+            vae_parallel=True,
+        )
 
 
 def test_a_switch_without_a_spelling_is_a_warning_not_a_silent_drop(capsys):
@@ -203,3 +246,26 @@ def test_no_diffusers_plan_fits_by_a_parallel_vae_it_lacks():
         return
     assert all("vae_parallel=True" not in line for c in plan.candidates for line in c.reasons)
     assert all("vae_parallel" not in w for w in plan.best.report.warnings)
+
+
+def test_memory_and_vae_advice_name_only_what_the_framework_has():
+    """xDiT has no TP: a transformer that does not fit is not told to "use more devices for
+    TP"; diffusers has no parallel VAE: the warning about a one-device decode says so instead
+    of recommending one, and under xDiT it names the switch (vae_parallel=True, the CLI's
+    --vae-parallel)."""
+    request = dict(height=720, width=1280, frames=81, steps=50)
+    with pytest.raises(UsageError) as xdit:
+        plan_dit("wan2.1-t2v-14b", ps.Cluster("l40", 1), framework="xdit", **request)
+    assert "for TP" not in str(xdit.value) and "split the sequence" in str(xdit.value)
+    with pytest.raises(UsageError) as mindiesd:
+        plan_dit("wan2.1-t2v-14b", ps.Cluster("ascend-910b", 1), **request)
+    assert "use more devices for TP" in str(mindiesd.value)
+    flux = dict(height=1024, width=1024, steps=4)
+
+    def vae_warning(framework: str) -> str:
+        plan = plan_dit("flux.1-schnell", ps.Cluster("h100", 8), framework=framework, **flux)
+        (line,) = [w for w in plan.best.report.warnings if w.startswith("vae:")]
+        return line
+
+    assert "diffusers has no parallel VAE decode" in vae_warning("diffusers")
+    assert "(vae_parallel=True) would shorten it" in vae_warning("xdit")

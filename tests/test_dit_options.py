@@ -26,7 +26,7 @@ def _cluster(n: int = 4, accel: str = "h100") -> ps.Cluster:
     ("model", "size", "switches"),
     [
         ("flux.1-dev", FLUX, {"compiled": True}),
-        ("wan2.1-t2v-14b", WAN, {"vae_parallel": True, "precision": "bf16"}),
+        ("wan2.1-t2v-14b", WAN, {"vae_parallel": True, "precision": "bf16", "framework": "any"}),
         ("flux.1-dev", FLUX, {"vae_tiling": True, "vae_cold": True, "framework": "xdit"}),
     ],
 )

@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..errors import SpecError, StrategyError, Violation
+from ..errors import SpecError, StrategyError, UsageError, Violation
 from ..spec.cluster import Cluster, require_cluster
 from ..spec.dit import DiTSpec, ceil_div
 from ..spec.dit import get as get_dit
@@ -431,7 +431,7 @@ def _estimate(run: _Run) -> DiTReport:
     req, sw = run.request, run.switches
     shape = run.model.latent_shape(req.height, req.width, req.frames)
     tokens, warnings = _admit(run, shape)
-    serving = get_framework(sw.framework, run.cluster.accel.vendor)
+    serving = run.framework
     if tokens.padding and serving.pad_note:
         warnings.append(f"padding: {serving.pad_note}")
     shard = replace(_device_shard(run, tokens), ring_gather=serving.ring_gather)
@@ -459,7 +459,7 @@ def _estimate(run: _Run) -> DiTReport:
         warnings=warnings,
         serial=serial.to_dict(),
         compiled=sw.compiled,
-        switches=sw.launch_switches,
+        switches=replace(sw.launch_switches, model_class=run.model.diffusers_class or ""),
     )
 
 
@@ -491,13 +491,19 @@ class _Run:
         """Devices the strategy takes, replicas included."""
         return self.s.model_parallel_size * (self.s.dp or 1)
 
+    @property
+    def framework(self) -> DiTFramework:
+        """The serving framework the run is priced for (the vendor's default when unnamed)."""
+        return get_framework(self.switches.framework, self.cluster.accel.vendor)
+
     def remedies(self, tiled: bool) -> Remedies:
         """What this run already does to save memory (``tiled``: its decode is tiled)."""
         sw = self.switches
         return Remedies(
             devices=self.s.model_parallel_size,
             vae_parallel=sw.vae_parallel,
-            vae_parallel_runs=get_framework(sw.framework, self.cluster.accel.vendor).parallel_vae,
+            vae_parallel_runs=self.framework.parallel_vae_for(self.model),
+            tp_runs=self.framework.runs_tp(self.model),
             vae_tiled=tiled,
             vae_tileable=self.model.vae is not None and self.model.vae.tiling is not None,
             text_on_device=sw.text_encoder_on_device,
@@ -523,6 +529,11 @@ def _resolve(
     model = get_dit(model)
     cluster = require_cluster(cluster, "estimate_dit()")
     model.latent_shape(request.height, request.width, request.frames)
+    if switches.vae_parallel:  # the framework's launch for this class may have none
+        fw = get_framework(switches.framework, cluster.accel.vendor)
+        refused = fw.vae_parallel_violation(model)
+        if refused is not None:
+            raise UsageError(f"{refused.message}; {refused.hint}")
     return _Run(
         model=model,
         s=as_inference(strategy),
@@ -759,9 +770,14 @@ def _latency_warnings(
         )
     vae_s = serial.vae_decode_s
     if not run.switches.vae_parallel and s.model_parallel_size > 1 and vae_s > 0.1 * latency:
+        fw = run.framework
+        remedy = (
+            "a parallel VAE decode (vae_parallel=True) would shorten it"
+            if fw.parallel_vae_for(run.model)
+            else f"{fw.title} has no parallel VAE decode (framework='xdit' or 'mindiesd' has)"
+        )
         out.append(
             f"vae: the VAE decode ({vae_s:.3g} s) runs on one device and is "
-            f"{100 * vae_s / latency:.0f} % of the latency; a parallel VAE "
-            "(MindIE-SD --vae_parallel, xDiT DistVAE) would shorten it"
+            f"{100 * vae_s / latency:.0f} % of the latency; {remedy}"
         )
     return out

@@ -305,6 +305,8 @@ class Remedies:
     vae_parallel: bool = False
     #: the serving framework has a parallel VAE decode (diffusers 0.39 has none)
     vae_parallel_runs: bool = True
+    #: the serving framework runs tensor parallelism for this model (xDiT and diffusers do not)
+    tp_runs: bool = True
     vae_tiled: bool = False
     #: the VAE has a tiled decode (its ``tiling``): else tiling is no remedy
     vae_tileable: bool = True
@@ -331,7 +333,11 @@ def memory_hint(phase: str, taken: Remedies | None = None) -> str:
             )
     else:
         if phase == "denoise":
-            fixes.append("use more devices for TP")
+            fixes.append(
+                "use more devices for TP"
+                if t.tp_runs
+                else "use more devices to split the sequence (the weights stay whole on each)"
+            )
             if shardable and not o.dit_fsdp:
                 fixes.append("shard the transformer over them (DiTMemoryOptions(dit_fsdp=True))")
         if t.text_on_device and not o.encoder_fsdp:

@@ -121,6 +121,8 @@ class DiTSwitches:
             dit_fsdp=mem.dit_fsdp,
             encoder_fsdp=mem.encoder_fsdp,
             offload=mem.offload,
+            compiled=self.compiled,
+            vae_tiling=self.vae_tiling is True,
         )
 
     @property

@@ -595,11 +595,14 @@ def _remedy(job: _Job, found: _Priced) -> str:
     (:func:`.dit_remedies.working_remedy`); "" when none or no split was too big."""
     if not found.too_big:
         return ""
-    works = working_remedy(
-        job.switches,
-        found.too_big,
-        lambda rep, sw: estimate_dit(job.model, rep.strategy, job.cluster, job.request, sw),
-    )
+
+    def reprice(rep: DiTReport, sw: DiTSwitches) -> DiTReport | None:
+        try:
+            return estimate_dit(job.model, rep.strategy, job.cluster, job.request, sw)
+        except UsageError:  # a switch this framework's launch of the model has none of
+            return None
+
+    works = working_remedy(job.switches, found.too_big, reprice)
     if works is None:
         return ""
     names, rep = works

@@ -41,10 +41,12 @@ def smallest_dit(
     The search walks :func:`device_counts` up to the first count that meets the goal,
     bisects the whole-node counts between it and the last one that did not, then tries
     every count above the largest count found failing below that answer, ascending (fewer
-    than ``devices_per_node`` more plans).  So the answer meets the goal and every count
-    between it and a count that fails was tried and fails too; a count below that one was
-    tried only if it is a power of two or whole nodes (meeting the goal is not monotone in
-    the device count -- a prime count can fail where a smaller one passes).  Raises
+    than ``devices_per_node`` more plans).  Meeting a rate is not monotone in the device
+    count (a count a good replica size does not divide serves less than a smaller one it
+    does), so with ``min_requests_per_s`` the answer is then lowered to the fewest devices
+    any replica size needs (:func:`_fewest_replicas`: one plan per replica size below the
+    answer), which is the fewest that serve the rate as the model prices it.  Without a rate
+    a count below the answer was tried only if it is a power of two or whole nodes.  Raises
     :class:`UsageError` saying how far the most devices fall short."""
     target = _target(min_requests_per_s)
     search = resolve_search(options.pop("search", None), who="smallest_dit", **options)
@@ -74,11 +76,47 @@ def smallest_dit(
         if best is not None:
             break
         below = n
-    if best is None:
-        return _short(tried, target)
-    between = whole_nodes_between(below, best.devices, cluster.devices_per_node)
-    best = first_accepted(between, meets) or best
-    return _refined(best, failed, meets)
+    if best is not None:
+        between = whole_nodes_between(below, best.devices, cluster.devices_per_node)
+        best = _refined(first_accepted(between, meets) or best, failed, meets)
+    if target is not None:
+        upper = best.devices if best is not None else cluster.num_devices + 1
+        single = replace(search, data_parallel=False)
+
+        def one_replica(g: int) -> DiTPlan | None:
+            try:
+                return plan_dit(model, cluster, search=replace(single, devices=g), **options)
+            except (UsageError, SpecError):
+                return None
+
+        best = _fewest_replicas(upper, target, one_replica, meets) or best
+    return best if best is not None else _short(tried, target)
+
+
+def _fewest_replicas(
+    upper: int,
+    target: float,
+    one_replica: Callable[[int], DiTPlan | None],
+    meets: Callable[[int], DiTPlan | None],
+) -> DiTPlan | None:
+    """The fewest devices below ``upper`` serving ``target`` requests/s (None: none does):
+    replicas of ``g`` devices serve ``dp / latency(g)``, so for each replica size ``g`` the
+    fewest that serve it are ``g * ceil(target * latency(g))`` (``one_replica(g)``: the
+    fastest split of ``g`` devices within the bounds, or None); the smallest such count that
+    ``meets`` accepts is the answer.  Throughput is not monotone in the count: 36 H100 serve
+    a rate 40 cannot, as 12 replicas of 3 where no replica size that divides 40 is as good."""
+    counts: set[int] = set()
+    for g in range(1, upper):
+        if min(counts, default=upper) <= g:
+            break  # a larger replica size cannot need fewer devices
+        found = one_replica(g)
+        if found is not None:
+            counts.add(g * math.ceil(target * found.best.latency_s - 1e-9))
+    for n in sorted(c for c in counts if c < upper):
+        fewer = meets(n)
+        if fewer is not None:
+            return fewer
+    return None
 
 
 def _refined(best: DiTPlan, failed: set[int], meets: Callable[[int], DiTPlan | None]) -> DiTPlan:

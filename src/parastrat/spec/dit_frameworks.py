@@ -27,9 +27,11 @@ transformer and of the text encoder, Wan's model offload) go into the launch in 
 framework's own spelling: MindIE-SD's Wan ports take Wan's ``generate.py`` flags
 (``--vae_parallel --dit_fsdp --t5_fsdp --offload_model True``: ``store_true`` switches but
 ``--offload_model``, a ``str2bool`` value); xDiT's
-``xfuser/config/args.py`` has ``--use_parallel_vae --shard_dit --shard_t5_encoder`` (its Wan
-example shards with them) and nothing that offloads as Wan's ``--offload_model`` does;
-diffusers' ``ContextParallelConfig`` carries none.  A switch a framework has no spelling for
+``xfuser/config/args.py`` has ``--use_parallel_vae --shard_dit --shard_t5_encoder
+--use_torch_compile --enable_tiling``, each read only by the example scripts of some classes
+(:data:`XDIT_FLAG_CLASSES`: a parallel VAE for Flux and SD3 alone, sharding for Wan alone), and
+nothing that offloads as Wan's ``--offload_model`` does; diffusers' ``ContextParallelConfig``
+carries none.  A switch a framework has no spelling for
 is named by :meth:`DiTFramework.launch_warnings` instead of being dropped silently.
 
 ``any`` constrains nothing (a what-if over every split the cost model can price) and prints no
@@ -74,12 +76,19 @@ XDIT_CFG_CLASSES = frozenset(
 class LaunchSwitches:
     """The switches a split was priced with that its launch must repeat: ``vae_parallel``
     (the decode split over the devices), ``dit_fsdp`` / ``encoder_fsdp`` (the transformer's /
-    text encoders' parameters sharded) and ``offload`` (Wan's ``--offload_model True``)."""
+    text encoders' parameters sharded), ``offload`` (Wan's ``--offload_model True``),
+    ``compiled`` (the transformer under torch.compile) and ``vae_tiling`` (a tiled decode
+    asked for)."""
 
     vae_parallel: bool = False
     dit_fsdp: bool = False
     encoder_fsdp: bool = False
     offload: bool = False
+    compiled: bool = False
+    vae_tiling: bool = False
+    #: the diffusers class served (not a switch: which of a framework's flags its launch
+    #: script reads, :attr:`DiTFramework.flag_classes`); "" when unknown
+    model_class: str = ""
 
     def on(self) -> tuple[str, ...]:
         """The names of the switches that are on, in field order."""
@@ -93,6 +102,8 @@ SWITCH_NAMES = {
     "dit_fsdp": "DiTMemoryOptions(dit_fsdp=True)",
     "encoder_fsdp": "DiTMemoryOptions(encoder_fsdp=True)",
     "offload": "DiTMemoryOptions(offload=True)",
+    "compiled": "compiled=True",
+    "vae_tiling": "vae_tiling=True",
 }
 #: MindIE-SD's Wan ports take Wan's ``generate.py`` flags.
 MINDIESD_FLAGS = {
@@ -101,12 +112,27 @@ MINDIESD_FLAGS = {
     "encoder_fsdp": "--t5_fsdp",
     "offload": "--offload_model True",
 }
-#: xDiT's ``xfuser/config/args.py`` (``--shard_dit`` / ``--shard_t5_encoder``: its Wan example
-#: shards the transformer and umT5 with them); no offload that matches Wan's.
+#: xDiT's ``xfuser/config/args.py`` (all ``store_true``); no offload that matches Wan's.
 XDIT_FLAGS = {
     "vae_parallel": "--use_parallel_vae",
     "dit_fsdp": "--shard_dit",
     "encoder_fsdp": "--shard_t5_encoder",
+    "compiled": "--use_torch_compile",
+    "vae_tiling": "--enable_tiling",
+}
+#: The classes whose xDiT launch script reads a flag (absent: every class).  xDiT runs each
+#: family from its own example, and a switch reaches the run only where that script or the
+#: xFuser pipeline wrapper it uses reads it: the parallel VAE through the Flux and SD3
+#: wrappers (``base_pipeline.py`` ``_convert_vae``), while ``hunyuan_video_usp_example.py`` and
+#: the CogVideoX examples ``assert engine_args.use_parallel_vae is False`` ("parallel VAE not
+#: implemented") and the Wan examples never read it; ``--shard_dit`` / ``--shard_t5_encoder``
+#: only ``wan_example.py``; ``--enable_tiling`` only the CogVideoX and HunyuanVideo examples
+#: (``pipe.vae.enable_tiling``); ``--use_torch_compile`` every one.
+XDIT_FLAG_CLASSES = {
+    "vae_parallel": frozenset({"FluxTransformer2DModel", "SD3Transformer2DModel"}),
+    "dit_fsdp": frozenset({"WanTransformer3DModel"}),
+    "encoder_fsdp": frozenset({"WanTransformer3DModel"}),
+    "vae_tiling": frozenset({"CogVideoXTransformer3DModel", "HunyuanVideoTransformer3DModel"}),
 }
 
 
@@ -142,6 +168,16 @@ class DiTFramework:
     cards: dict[str, tuple[int, ...]] | None = None
     #: how the launch spells each :class:`LaunchSwitches` field (absent: no such switch)
     flags: dict[str, str] | None = None
+    #: the model classes whose launch reads a flag, by switch (absent: every class)
+    flag_classes: dict[str, frozenset[str]] | None = None
+
+    def flag(self, switch: str, model_class: str = "") -> str | None:
+        """How this framework's launch for ``model_class`` spells ``switch`` (None: it has no
+        such switch for that class; an unknown class is held to the class-free table)."""
+        classes = (self.flag_classes or {}).get(switch)
+        if switch not in (self.flags or {}) or not _covers(classes, model_class):
+            return None
+        return (self.flags or {})[switch]
 
     @property
     def parallel_vae(self) -> bool:
@@ -149,17 +185,36 @@ class DiTFramework:
         what-if that allows it)."""
         return self.name == "any" or "vae_parallel" in (self.flags or {})
 
-    def vae_parallel_violation(self) -> Violation | None:
-        """Why ``vae_parallel=True`` cannot run under this framework (None: it can)."""
-        if self.parallel_vae:
+    def runs_tp(self, model: Any) -> bool:
+        """Whether the framework runs tensor parallelism for ``model`` (a DiTSpec or name)."""
+        name = str(getattr(model, "name", model)).lower()
+        return self.tp and not name.startswith(self.no_tp_models)
+
+    def parallel_vae_for(self, model: Any) -> bool:
+        """Whether this framework decodes ``model`` (a DiTSpec) with the VAE split."""
+        return self.vae_parallel_violation(model) is None
+
+    def vae_parallel_violation(self, model: Any = None) -> Violation | None:
+        """Why ``vae_parallel=True`` cannot run under this framework for ``model`` (a
+        DiTSpec; None: for any model), or None when it can."""
+        cls = str(getattr(model, "diffusers_class", "") or "")
+        if self.name == "any" or self.flag("vae_parallel", cls) is not None:
             return None
-        rule = f"{self.name}-vae-parallel"  # one of rule_ids(): diffusers-vae-parallel
-        return Violation(
-            rule,
-            f"vae_parallel=True: {self.title} has no parallel VAE decode ({self.source})",
-            "drop vae_parallel=True (vae_tiling=True also cuts the decode's memory), or "
-            "framework='xdit' (--use_parallel_vae) / framework='mindiesd' (--vae_parallel)",
-        )
+        rule = f"{self.name}-vae-parallel"  # one of rule_ids()
+        fix = "drop vae_parallel=True (vae_tiling=True also cuts the decode's memory)"
+        if not self.parallel_vae:
+            why = f"{self.title} has no parallel VAE decode ({self.source})"
+            fix += (
+                ", or framework='xdit' (--use_parallel_vae) / framework='mindiesd' (--vae_parallel)"
+            )
+        else:
+            why = (
+                f"{self.title} has no parallel VAE decode for {cls} (its launch script does not "
+                "read the switch, or refuses it: xDiT's HunyuanVideo and CogVideoX examples "
+                "assert use_parallel_vae is False)"
+            )
+            fix += ", or framework='any' to price your own parallel decode as a what-if"
+        return Violation(rule, f"vae_parallel=True: {why}", fix)
 
     def size_violations(self, model: Any, height: int, width: int) -> list[Violation]:
         """Why this framework's port of ``model`` refuses a ``width`` x ``height`` output
@@ -189,7 +244,7 @@ class DiTFramework:
         to_sp = f"use tp=1 and ulysses x ring = {s.tp * s.cp}"
         if s.tp > 1 and not self.tp:
             out.append(self._no("tp", f"tp={s.tp}: {self.title} has no tensor parallelism", to_sp))
-        elif s.tp > 1 and name.startswith(self.no_tp_models):
+        elif s.tp > 1 and not self.runs_tp(name):
             out.append(self._no("tp", f"tp={s.tp}: {self.title}'s {name} port has no TP", to_sp))
         elif s.tp > 1 and s.cp > 1 and not self.tp_with_sp:
             out.append(
@@ -242,7 +297,8 @@ class DiTFramework:
         """Every rule id :meth:`violations` can give (documented in docs/troubleshooting.md)."""
         kinds = ("tp", "tp-sp", "sp", "cfg", *(("size",) if self.sizes else ()))
         kinds += ("cards",) if self.cards else ()
-        kinds += () if self.parallel_vae else ("vae-parallel",)
+        vae_limited = not self.parallel_vae or "vae_parallel" in (self.flag_classes or {})
+        kinds += ("vae-parallel",) if vae_limited and self.name != "any" else ()
         return tuple(f"{self.name}-{what}" for what in kinds)
 
     def launch(self, s: Any, switches: LaunchSwitches | None = None) -> str:
@@ -260,21 +316,23 @@ class DiTFramework:
             return f"ContextParallelConfig(ulysses_degree={s.ulysses}, ring_degree={s.ring})"
         else:
             return ""
-        flags = self.flags or {}
-        on = (switches or LaunchSwitches()).on()
-        return " ".join([degrees, *(flags[name] for name in on if name in flags)])
+        sw = switches or LaunchSwitches()
+        spelled = (self.flag(name, sw.model_class) for name in sw.on())
+        return " ".join([degrees, *(flag for flag in spelled if flag is not None)])
 
     def launch_warnings(self, switches: LaunchSwitches | None) -> list[str]:
         """One line per priced switch this framework's launch has no spelling for (empty for
         ``any``, which prints no launch)."""
         if self.name == "any":
             return []
-        flags = self.flags or {}
+        sw = switches or LaunchSwitches()
+        served = f" of {sw.model_class}" if sw.model_class else ""
         return [
-            f"the plan was priced with {SWITCH_NAMES[name]}, which the {self.title} launch "
-            "has no switch for: set it up yourself, or the run's memory differs from the plan's"
-            for name in (switches or LaunchSwitches()).on()
-            if name not in flags
+            f"the plan was priced with {SWITCH_NAMES[name]}, which the {self.title} "
+            f"launch{served} has no switch for: set it up yourself, or the run differs from "
+            "the plan's"
+            for name in sw.on()
+            if self.flag(name, sw.model_class) is None
         ]
 
 
@@ -316,6 +374,7 @@ FRAMEWORKS = {
             sp_classes=None,
             source="xDiT README, 'Supported DiTs'; xfuser/config/args.py",
             flags=XDIT_FLAGS,
+            flag_classes=XDIT_FLAG_CLASSES,
         ),
         DiTFramework(
             "diffusers",
