@@ -66,14 +66,42 @@ def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
             f"pass an int >= 1, e.g. {name}=1",
         )
     if value < 1:
-        return Violation(
-            f"{name}-positive",
-            f"{name}={value} must be >= 1",
-            "use dp_shard=-1 (the rest of dp) or a degree >= 1"
-            if name == "dp_shard"
-            else f"use {name}=1 to disable {name.upper()}",
-        )
+        return Violation(f"{name}-positive", f"{name}={value} must be >= 1", _POSITIVE_FIX[name])
     return None
+
+
+#: What a degree of 1 switches off, by Strategy field.
+_ONE_MEANS = {
+    "tp": "no tensor parallelism",
+    "pp": "no pipeline",
+    "vpp": "no interleaving",
+    "cp": "no context parallelism",
+    "ep": "no expert parallelism",
+    "etp": "experts not tensor-split",
+    "dp": "one replica",
+    "ulysses": "no Ulysses",
+    "ring": "no ring attention",
+    "cfg": "guidance branches together",
+    "dp_replicate": "one replica",
+}
+
+
+def _positive_fix(name: str) -> str:
+    """What to pass instead of a ``name`` below 1."""
+    if name == "dp_shard":
+        return "use dp_shard=-1 (the rest of dp) or a degree >= 1"
+    if name.endswith("_stage_layers"):
+        return f"leave {name}=None (an even split) or give a layer count >= 1"
+    if name not in _ONE_MEANS:
+        return f"give {name} >= 1"
+    derived = " or leave it None (derived)" if name in ("dp", "cp", "etp", "ring") else ""
+    return f"use {name}=1 ({_ONE_MEANS[name]}){derived}"
+
+
+_POSITIVE_FIX = {name: _positive_fix(name) for name in (*_ONE_MEANS, "dp_shard", "world_size")}
+_POSITIVE_FIX.update(
+    (f"{end}_stage_layers", _positive_fix(f"{end}_stage_layers")) for end in ("first", "last")
+)
 
 
 #: The whole-number arguments of :class:`Strategy` in the order it checks them, and whether
@@ -419,7 +447,20 @@ class Strategy:
 
     @property
     def min_world_size(self) -> int:
-        """Smallest world that fits: ``pp * lcm(tp*cp, ep*etp)`` (training), or
+        """Smallest world that fits: the world itself once ``dp`` is given, else
+        ``pp * lcm(tp*cp*dp_shard*dp_replicate, ep*etp)`` (training; the FSDP axes count when
+        given), or ``tp * ulysses * ring * cfg * pp`` (inference)."""
+        if self.world_size is not None:
+            return self.world_size
+        if self.is_inference:
+            return self.world_step
+        dense = self.tp * self.cp * (self.dp_shard or 1) * self.dp_replicate
+        return self.pp * lcm(dense, self.ep * self.etp)
+
+    @property
+    def world_step(self) -> int:
+        """The grids' period: a world fits the degrees (``dp`` and the FSDP axes aside) only
+        when it is a multiple of this: ``pp * lcm(tp*cp, ep*etp)`` (training) or
         ``tp * ulysses * ring * cfg * pp`` (inference)."""
         if self.is_inference:
             return self.tp * self.ulysses * self.ring * self.cfg * self.pp

@@ -626,7 +626,8 @@ def _refusals(
     source of truth) and the DiT-only rules; ``tokens``: the image/video tokens and the
     picture size they come from."""
     problems = [v for v in s.check(model, world_size=devices) if v.severity == "error"]
-    if s.pp > 1:
+    if s.pp > 1:  # pp=1 is the fix, so a pipeline split's rule (its fix another pp) goes
+        problems = [v for v in problems if not v.rule.startswith("layers-")]
         problems.append(
             Violation(
                 "dit-pipefusion",

@@ -508,6 +508,8 @@ def estimate_memory(
     recompute is selective).  ``other_bytes``/``fragmentation`` override the allowance in
     ``.other`` (defaults :data:`OTHER_FIXED_BYTES`, :data:`FRAGMENTATION`).
     ``cpu_offload_layers``: CPU activation offloading (:mod:`parastrat.estimate.offload`).
+    Raises :class:`StrategyError` with every hard rule the strategy breaks for the model (and
+    its world and batch when they are known), as :func:`estimate_step` does.
     """
     if model is not None and not isinstance(model, Workload):
         language_model(model)  # SpecError naming plan_dit for a diffusion transformer
@@ -532,6 +534,19 @@ def estimate_memory(
         grad_reduce_in_fp32=grad_reduce_in_fp32,
         cpu_offload_layers=cpu_offload_layers,
     )
+    broken = [
+        v
+        for v in strategy.check(
+            wl.model,
+            world_size=strategy.world_size,
+            seq_len=wl.seq_len,
+            global_batch_size=wl.global_batch_size,
+            micro_batch_size=wl.mbs,
+        )
+        if v.severity == "error"
+    ]
+    if broken:  # what estimate_step refuses is not priced here either
+        raise StrategyError(broken)
     return memory_of(wl, strategy, sw, other_bytes=other_bytes, fragmentation=fragmentation)
 
 

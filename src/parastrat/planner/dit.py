@@ -18,6 +18,7 @@ where its numbers put it and why.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -224,6 +225,27 @@ class DiTPlan:
                 "refused: " + ", ".join(f"{k} ({v})" for k, v in sorted(self.rejected.items()))
             )
         return "\n".join(lines)
+
+    def __repr__(self) -> str:
+        """One line: model, devices, the best split and how many were ranked (the candidates
+        are in :attr:`candidates`, the account in :meth:`explain`)."""
+        best = self.best
+        rate = f", {best.requests_per_s:.3g} req/s" if self.objective == "throughput" else ""
+        return (
+            f"DiTPlan({self.model} on {self.devices} x {self.accelerator}: best "
+            f"{label(best.strategy)}, {best.latency_s:.3g} s{rate}; "
+            f"{len(self.candidates)} candidates, framework {self.framework})"
+        )
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def __iter__(self) -> Iterator[DiTCandidate]:
+        """The candidates, best first (``for c in plan``)."""
+        return iter(self.candidates)
+
+    def __getitem__(self, i: int) -> DiTCandidate:
+        return self.candidates[i]
 
     def launch(self) -> str:
         """The best split as :attr:`framework` launches it ("" for ``any``, and where the

@@ -3,7 +3,7 @@ ranking and how the search went)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any
 
@@ -217,6 +217,16 @@ class Plan:
             f"{self.cluster.accel.name}: best {best}; {len(self.candidates)} candidates, "
             f"{len(self.ranked)} ranked)"
         )
+
+    def __len__(self) -> int:
+        return len(self.candidates)
+
+    def __iter__(self) -> Iterator[Candidate]:
+        """The candidates, best first (``for c in plan``)."""
+        return iter(self.candidates)
+
+    def __getitem__(self, i: int) -> Candidate:
+        return self.candidates[i]
 
     @property
     def evaluations(self) -> int:

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
 def _fitting_worlds(s: Strategy, world: int) -> str:
     """``use W devices``: the world sizes nearest ``world`` that fit, within the device bound
     (:data:`~parastrat.checks.MAX_DEVICES`); smaller degrees when none does."""
-    step = s.min_world_size
+    step = s.world_step
     lower = (world // step) * step
     options = [w for w in (lower, lower + step) if 0 < w <= MAX_DEVICES]
     if not options:  # no cluster parastrat takes is that large

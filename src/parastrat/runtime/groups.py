@@ -73,6 +73,15 @@ class Groups(Mapping):
     megatron: bool
     _pgs: dict[str, Any] = field(repr=False)
     _created: list[Any] = field(repr=False, default_factory=list)
+
+    def __repr__(self) -> str:
+        """One line: the strategy, this rank and the backend (every group is in
+        :attr:`layout`, this rank's in :attr:`ranks`)."""
+        return (
+            f"Groups({self.strategy}, rank {self.rank} of {self.world_size}, {self.backend} on "
+            f"{self.device}, {len(self.layout)} kinds{', megatron' if self.megatron else ''})"
+        )
+
     _started_dist: bool = field(repr=False, default=False)
     _set_yunchang: bool = field(repr=False, default=False)
     alive: bool = True
@@ -444,6 +453,8 @@ def _megatron_init_kwargs(
         want["num_distributed_optimizer_instances"] = s.dp_replicate
     if td is not None:
         want["distributed_timeout_minutes"] = max(1, math.ceil(td.total_seconds() / 60))
+    if _on_fake_backend():  # torch's fake process group builds no gloo sub-groups
+        want["create_gloo_process_groups"] = False
     # what each argument means when the installed version lacks it: None = harmless to drop
     needed_unless = {
         "context_parallel_size": s.cp == 1,
@@ -475,6 +486,14 @@ def _megatron_init_kwargs(
             )
         out[key] = value
     return out
+
+
+def _on_fake_backend() -> bool:
+    """Whether torch.distributed runs on torch's fake process group (one process standing
+    for a whole world: Megatron's gloo sub-groups cannot be made over it)."""
+    import torch.distributed as dist
+
+    return dist.is_initialized() and str(dist.get_backend()) == "fake"
 
 
 def _megatron_version() -> str:

@@ -32,6 +32,11 @@ def register(spec: ModelSpec, *aliases: str) -> ModelSpec:
     return spec
 
 
+def is_preset(name: str) -> bool:
+    """Whether ``name`` (case-insensitive, aliases too) is a registered language-model preset."""
+    return _norm(name) in _PRESETS
+
+
 def names() -> list[str]:
     """Names of the registered presets (aliases not repeated)."""
     seen: dict[str, None] = {}
@@ -77,8 +82,9 @@ def get_llm(name: str | ModelSpec) -> ModelSpec:
     near = difflib.get_close_matches(key, names() + dit.names(), n=3, cutoff=0.6)
     hint = f" (did you mean {', '.join(near)}?)" if near else ""
     raise SpecError(
-        f"unknown model {name!r}{hint}; known: {', '.join(names())}; DiT presets (plan-dit): "
-        f"{', '.join(dit.names())} (or load one with ModelSpec.from_hf_config(path))"
+        f"unknown model {name!r}{hint}; for a Hugging Face config.json pass its path (or "
+        f"ModelSpec.from_hf_config(path)); presets: {', '.join(names())}; DiT presets "
+        f"(plan-dit): {', '.join(dit.names())}"
     )
 
 

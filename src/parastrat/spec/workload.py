@@ -21,8 +21,9 @@ The parsers of the switch vocabularies live here, once: :func:`normalize_recompu
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
+from pathlib import Path, PurePath
 from typing import Any
 
 from ..checks import is_count
@@ -31,6 +32,7 @@ from ..rules import FSDP_LEVELS, fsdp_value_violations
 from .hardware import FP8_RECIPES, canonical_precision, precision_recipe
 from .model import ModelSpec
 from .models import get_llm as get_model
+from .models import is_preset
 
 #: Activation recompute modes: none, Megatron's selective (core attention) and full (every
 #: layer, uniform, one layer per checkpoint).
@@ -151,12 +153,25 @@ def _flag(name: str, value: Any, *, optional: bool = False) -> Any:
 # Workload
 # ---------------------------------------------------------------------------------------------
 def language_model(model: Any) -> ModelSpec:
-    """``model`` as the ModelSpec a training workload prices (a preset name resolved);
-    SpecError for anything else, naming ``plan_dit`` for a diffusion transformer."""
-    if isinstance(model, str):
-        return get_model(model)
+    """``model`` as the ModelSpec a training workload prices: a preset name resolved, a
+    Hugging Face ``config.json`` (its path, its folder or the parsed dict) read with
+    :meth:`ModelSpec.from_hf_config`; SpecError for anything else, naming ``plan_dit`` for a
+    diffusion transformer."""
     if isinstance(model, ModelSpec):
         return model
+    if isinstance(model, Mapping):
+        return ModelSpec.from_hf_config(dict(model))
+    if isinstance(model, PurePath):
+        return ModelSpec.from_hf_config(str(model))
+    if isinstance(model, str):
+        if not is_preset(model) and Path(model).exists():
+            return ModelSpec.from_hf_config(model)
+        if not is_preset(model) and ("/" in model or model.endswith(".json")):
+            raise SpecError(
+                f"{model!r} is no preset and no local file or folder: parastrat reads a Hugging "
+                "Face config.json from disk (it never downloads); pass the path of one"
+            )
+        return get_model(model)
     dit = type(model).__name__ == "DiTSpec"
     raise SpecError(
         f"a workload needs a ModelSpec or a preset name, got {type(model).__name__} "
