@@ -71,7 +71,7 @@ def test_hf_config_and_plot(tmp_path, capsys):
     missing = str(tmp_path / "no-such-folder" / "mem.png")
     argv = ["memory", "--model", "llama3-8b", "--gpus", "8", "--seq-len", "4096"]
     assert main([*argv, "--plot", missing]) == 2
-    assert "cannot write the picture" in capsys.readouterr().err
+    assert "cannot write the plot" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

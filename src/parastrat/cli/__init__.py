@@ -9,6 +9,7 @@ Exit status: 0 success; 2 a user error or a broken rule (message with the fix, n
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import itertools
 import os
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit status.  With ``--format json`` a failure also prints one
     JSON error document on stdout (:func:`~._common.error_document`); the text stays on stderr."""
     _file_size_limit_is_an_error()
+    _unencodable_characters_are_replaced()
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser()
     try:
@@ -131,6 +133,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
 
+def _unencodable_characters_are_replaced() -> None:
+    """On a terminal or pipe whose encoding lacks a character the output uses (an ellipsis
+    under ``PYTHONIOENCODING=ascii``), print a replacement instead of failing mid-table."""
+    for stream in (sys.stdout, sys.stderr):
+        reconfigure = getattr(stream, "reconfigure", None)
+        if reconfigure is not None and getattr(stream, "errors", "strict") == "strict":
+            with contextlib.suppress(OSError, ValueError):
+                reconfigure(errors="replace")
+
+
 def _asks_json(words: list[str]) -> bool:
     """Whether a command line that argparse refused asked for ``--format json``."""
     pairs = itertools.pairwise(words)
@@ -154,6 +166,9 @@ NAMED_VALUES = (
     "load",
     "pipeline_layout",
     "order",
+    "sizes",
+    "ops",
+    "precisions",
 )
 
 

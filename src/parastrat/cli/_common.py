@@ -7,6 +7,7 @@ as one of the typed errors below and becomes exit status 2 with a message, never
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -36,8 +37,21 @@ def _width(stream) -> int | None:
         return 140
 
 
-console = Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
-err_console = Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
+class _Console(Console):
+    """rich's Console, but a closed pipe (``parastrat layout ... | head -1``) raises
+    BrokenPipeError for :func:`parastrat.cli.main` to end with, as a JSON print does, instead
+    of rich's own ``SystemExit(1)`` (the status of an internal error)."""
+
+    def on_broken_pipe(self) -> None:
+        self.quiet = True
+        # nothing more reaches the reader; the interpreter's final flush stays quiet
+        with contextlib.suppress(OSError, ValueError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), self.file.fileno())
+        raise BrokenPipeError
+
+
+console = _Console(highlight=False, soft_wrap=True, width=_width(sys.stdout))
+err_console = _Console(stderr=True, highlight=False, soft_wrap=True, width=_width(sys.stderr))
 
 #: The recompute mode explain and memory price when --recompute is not given: none, Megatron
 #: Core's default (``recompute_granularity=None``) and what ``plan`` shows for a strategy whose

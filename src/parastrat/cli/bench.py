@@ -138,7 +138,7 @@ KERNEL_ARGS = (
     ),
     arg(
         "--precisions",
-        default="bf16",
+        default=None,
         help="GEMM precisions to measure, comma-separated: bf16, fp8 (default bf16)",
     ),
     store_true(
@@ -179,6 +179,7 @@ def run(args: argparse.Namespace) -> int:
     if args.kernels:
         _refuse_collective_flags(args)
         return _run_kernels(args)
+    _refuse_kernel_flags(args)
     _refuse_shared_outputs(args)
     _refuse_late_failures(args)
     if args.load:
@@ -256,7 +257,7 @@ def _kernel_run(args: argparse.Namespace) -> KernelRun:
     copy_bytes = COPY_BYTES if args.gemm_size is None else min(COPY_BYTES, 4 * size * size)
     return KernelRun(
         accel=accel,
-        precisions=[p.strip() for p in args.precisions.split(",") if p.strip()],
+        precisions=[p.strip() for p in (args.precisions or "bf16").split(",") if p.strip()],
         size=size,
         iters=args.iters,
         warmup=max(args.warmup, 0),
@@ -490,6 +491,20 @@ def _refuse_collective_flags(args: argparse.Namespace) -> None:
         )
     if args.fit and Path(args.fit).exists():
         _merge_target(Path(args.fit))
+
+
+def _refuse_kernel_flags(args: argparse.Namespace) -> None:
+    """A collective sweep (or ``--load``) ignores the kernel flags: given without
+    ``--kernels`` they are refused rather than silently dropped."""
+    from ..errors import UsageError
+
+    names = ("accelerator", "precisions", "grid", "gemm_size")
+    given = [f"--{k.replace('_', '-')}" for k in names if getattr(args, k, None)]
+    if given:
+        raise UsageError(
+            f"{', '.join(given)}: kernel-rate flags, which act only with --kernels; add "
+            "--kernels (a kernel measurement, not a collective sweep), or drop them"
+        )
 
 
 def _refuse_late_failures(args: argparse.Namespace) -> None:

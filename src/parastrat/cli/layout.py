@@ -14,6 +14,7 @@ from ._common import (
     err_console,
     positive_int,
     print_json,
+    require_writable,
     strategy_from_args,
     whole_number,
 )
@@ -87,7 +88,9 @@ def run(args: argparse.Namespace) -> int:
     groups = layout(strategy, args.gpus)
     kinds = _kinds(args.kinds or DEFAULT_KINDS, groups)  # checked before anything is printed
     if args.plot:
-        from ..viz import plot_layout
+        from ..viz import figure_path, plot_layout
+
+        require_writable(figure_path(args.plot), "plot")
 
         written = plot_layout(
             strategy, args.gpus, args.plot, devices_per_node=args.devices_per_node
@@ -123,7 +126,9 @@ def _kinds(text: str, groups: dict[str, list[list[int]]]) -> list[str]:
     """The group kinds ``--kinds`` names, each one the layout has (UsageError otherwise)."""
     from ..errors import UsageError
 
-    kinds = [k.strip() for k in text.split(",") if k.strip()]
+    kinds = list(dict.fromkeys(k.strip() for k in text.split(",") if k.strip()))  # once each
+    if not kinds:
+        raise UsageError(f"--kinds {text!r} names no group kind; choose from {', '.join(KINDS)}")
     for kind in kinds:
         if kind not in groups:
             raise UsageError(f"unknown group kind {kind!r}; choose from {', '.join(KINDS)}")

@@ -20,6 +20,7 @@ from ._common import (
     load_model,
     positive_int,
     print_json,
+    require_writable,
     seq_len,
     strategy_from_args,
     switches_from_args,
@@ -98,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
     plot_path = None
     if args.plot:
         from ..viz import figure_path
+
+        require_writable(figure_path(args.plot), "plot")
 
         report.plot(args.plot, accel)
         plot_path = str(figure_path(args.plot))

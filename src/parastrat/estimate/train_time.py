@@ -27,7 +27,7 @@ SUFFIXES = {"": 1.0, "K": 1e3, "M": 1e6, "B": 1e9, "G": 1e9, "T": 1e12, "P": 1e1
 #: Largest token count taken: 10^18, a thousand times the largest published pre-training
 #: corpora (tens of trillions of tokens); above it a typo is likelier than a plan.
 MAX_TOKENS = 1e18
-_COUNT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d{1,3}))?([A-Za-z]?)")
+_COUNT = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+-]?\d{1,3}))?([A-Za-z]?)", re.ASCII)
 
 
 def token_count(value: float | int | str) -> float:
@@ -43,16 +43,20 @@ def token_count(value: float | int | str) -> float:
         if match is None or suffix not in SUFFIXES:
             raise UsageError(f"cannot read {value!r} as a token count; {example}")
         exponent = int(match.group(2) or 0)
-        count = float(match.group(1)) * 10.0**exponent * SUFFIXES[suffix]
+        try:
+            count = float(match.group(1)) * 10.0**exponent * SUFFIXES[suffix]
+        except OverflowError:  # 10.0**309 and above: beyond any bound, said as such below
+            count = math.inf
     elif isinstance(value, (int, float)):
         count = float(value)
     else:
         raise UsageError(f"a token count is a number, got {type(value).__name__}; {example}")
-    if not math.isfinite(count) or count < 1:
+    if math.isnan(count) or count < 1:
         raise UsageError(f"a token count must be at least 1, got {value!r}; {example}")
     if count > MAX_TOKENS:
+        size = f"{count:.3g} tokens" if math.isfinite(count) else "more tokens than a float holds"
         raise UsageError(
-            f"{value!r} is {count:.3g} tokens, above parastrat's bound of {MAX_TOKENS:.0e} "
+            f"{value!r} is {size}, above parastrat's bound of {MAX_TOKENS:.0e} "
             f"(a thousand times the largest corpora); {example}"
         )
     return count

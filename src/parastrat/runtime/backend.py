@@ -48,11 +48,15 @@ class LaunchEnv:
     master_addr: str
     master_port: int
     source: str
+    #: MASTER_ADDR and MASTER_PORT are both in the environment (torchrun sets them, and its
+    #: agent's store is reached only through ``env://``)
+    env_rendezvous: bool = False
 
     @property
     def init_method(self) -> str:
-        """The ``init_process_group`` URL: ``env://`` under torchrun, else ``tcp://addr:port``."""
-        if self.source == "torchrun":
+        """The ``init_process_group`` URL: ``env://`` under torchrun (when its MASTER_ADDR and
+        MASTER_PORT are set), else ``tcp://addr:port`` with the defaults filled in."""
+        if self.source == "torchrun" and self.env_rendezvous:
             return "env://"
         return f"tcp://{self.master_addr}:{self.master_port}"
 
@@ -146,9 +150,10 @@ def detect_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:
             rank=launched[0],
             world_size=launched[1],
             local_rank=local_rank,
-            master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+            master_addr=env.get("MASTER_ADDR") or "127.0.0.1",
             master_port=port,
             source="torchrun",
+            env_rendezvous=bool(env.get("MASTER_ADDR")) and bool(env.get("MASTER_PORT")),
         )
     if "SLURM_PROCID" in env or "SLURM_NTASKS" in env:
         _launched(env, "SLURM_PROCID", "SLURM_NTASKS", "srun")
@@ -169,7 +174,7 @@ def detect_env(environ: Mapping[str, str] | None = None) -> LaunchEnv:
         rank=0,
         world_size=1,
         local_rank=0,
-        master_addr=env.get("MASTER_ADDR", "127.0.0.1"),
+        master_addr=env.get("MASTER_ADDR") or "127.0.0.1",
         master_port=port,
         source="single",
     )
@@ -327,8 +332,8 @@ def init_distributed(
         dist.init_process_group(
             backend=name, store=store, rank=env.rank, world_size=env.world_size, **kwargs
         )
-    except RuntimeError as exc:  # torch's DistStoreError / DistNetworkError and kin
-        raise _rendezvous_error(exc, env, td) from None
+    except (RuntimeError, ValueError) as exc:  # torch's DistStoreError / DistNetworkError,
+        raise _rendezvous_error(exc, env, td) from None  # and env:// rendezvous ValueErrors
     return Started(backend=name, started=True, env=env)
 
 
