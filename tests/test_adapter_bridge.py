@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from pathlib import Path
 
 import pytest
@@ -660,8 +661,14 @@ def test_gradient_dtype_priced_is_run(bridge, monkeypatch, fp32):
         cfg = gpt3_recipe()
         if named:
             cfg.mixed_precision = "bf16_mixed"  # FP32 gradients in that recipe
-        mg.apply(cfg, plan, world_size=512)
+        with warnings.catch_warnings(record=True) as said:
+            warnings.simplefilter("always")
+            _, changes = mg.apply(cfg, plan, world_size=512, report=True)
         assert cfg.ddp.grad_reduce_in_fp32 is fp32
+        moved = [c for c in changes if c.path.endswith("grad_reduce_in_fp32")]
+        numerics = [w for w in said if "changed the run's numerics" in str(w.message)]
+        assert len(numerics) == (1 if moved else 0)  # a numerics change is said aloud
+        assert all(str(c) in str(numerics[0].message) for c in moved)
         if isinstance(cfg.mixed_precision, str):  # the named recipe already had the value
             assert named and fp32
             cfg.mixed_precision = get_mixed_precision_config(cfg.mixed_precision)

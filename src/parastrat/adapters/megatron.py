@@ -524,7 +524,30 @@ def apply(
     for c in changes:
         log.info("parastrat.apply: %s", c)
     _warn_kept_quantisation(cfg, s)
+    _warn_numerics(changes)
     return (cfg, changes) if report else cfg
+
+
+#: Fields whose change alters the numbers a run computes, not only its layout or speed:
+#: ``apply`` writes them as the plan priced them, and says so louder than the INFO log.
+NUMERICS_FIELDS = ("grad_reduce_in_fp32",)
+
+
+def _warn_numerics(changes: list[Change]) -> None:
+    """Warn when ``apply`` changed a field in :data:`NUMERICS_FIELDS` (Bridge's Llama 3
+    recipes reduce gradients in FP32; the plan's default prices BF16 reduction, as Megatron
+    Core's default and Bridge's performance recipes)."""
+    moved = [c for c in changes if c.path.rsplit(".", 1)[-1] in NUMERICS_FIELDS]
+    if not moved:
+        return
+    message = (
+        "parastrat.apply: changed the run's numerics as the plan priced them ("
+        + "; ".join(str(c) for c in moved)
+        + "); to keep the container's, plan with grad_reduce_in_fp32=True "
+        "(--grad-reduce-in-fp32) or False to match it"
+    )
+    log.warning(message)
+    warnings.warn(message, stacklevel=3)
 
 
 def _warn_kept_quantisation(cfg: Any, what: Any) -> None:
