@@ -440,7 +440,10 @@ def hunyuan() -> dict[str, Any]:
 
 #: xDiT docs/performance/flux.md (the page the FLUX.1-schnell rows come from): FLUX.1-dev,
 #: 1024px, 28 steps on 1-4 H100, seconds eager / with torch.compile, by (ulysses, ring).
-#: Not rows of dit_measured.csv; priced as a cross-check (:func:`flux_dev_h100`).
+#: Not rows of dit_measured.csv; priced as a cross-check (:func:`flux_dev_h100`), with the
+#: 256-token prompts xDiT's ``examples/flux_example.py`` runs (``max_sequence_length=256``;
+#: the preset keeps FluxPipeline's default 512).
+XDIT_FLUX_TEXT_TOKENS = 256
 FLUX_DEV_H100_TABLE = {
     (1, 1): (6.71, 4.30),
     (2, 1): (4.38, 2.68),
@@ -456,12 +459,13 @@ def flux_dev_h100() -> list[tuple[str, bool, float, float]]:
     """(split, compiled, measured s, predicted s) for every entry of xDiT's FLUX.1-dev H100
     table (:data:`FLUX_DEV_H100_TABLE`)."""
     out = []
+    model = dit.get("flux.1-dev").with_text_tokens(XDIT_FLUX_TEXT_TOKENS)
     for (u, r), times in FLUX_DEV_H100_TABLE.items():
         s = ps.Strategy(ulysses=u, ring=r, order=X)
         cluster = ps.Cluster("h100", num_devices=u * r)
         for compiled, measured in zip((False, True), times, strict=True):
             rep = estimate_dit(
-                "flux.1-dev",
+                model,
                 s,
                 cluster,
                 height=1024,
@@ -495,7 +499,12 @@ def compile_gain(rows: list[dict[str, Any]]) -> list[tuple[str, float, float]]:
     c = ps.Cluster("h100", num_devices=1)
     pred = {
         comp: estimate_dit(
-            "flux.1-dev", ps.Strategy(order=X), c, compiled=comp, vae_cold=True, **kw
+            dit.get("flux.1-dev").with_text_tokens(XDIT_FLUX_TEXT_TOKENS),
+            ps.Strategy(order=X),
+            c,
+            compiled=comp,
+            vae_cold=True,
+            **kw,
         ).latency_s
         for comp in (False, True)
     }

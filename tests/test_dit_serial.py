@@ -251,3 +251,21 @@ def test_pcie_ring_ahead_of_ulysses(model, deg):
 def test_cfg_is_the_best_two_device_split_with_guidance(model, device, kw):
     p = ps.plan_dit(model, ps.Cluster(device, 2), allow_cross_node=True, **kw)
     assert p.workload["guidance"] and p.best.strategy.cfg == 2
+
+
+def test_a_model_at_another_prompt_length_reads_it_in_the_transformer_and_the_t5():
+    """xDiT's Flux example runs 256-token prompts where FluxPipeline defaults to 512: the
+    transformer's text tokens and the T5 encoder change, CLIP keeps its 77, and the run is
+    cheaper."""
+    dev = dit.get("flux.1-dev")
+    short = dev.with_text_tokens(256)
+    assert short.text_tokens == 256 and dev.text_tokens == 512
+    assert sorted(e.tokens for e in short.text_encoders) == [77, 256]
+    run = dict(height=1024, width=1024, steps=28)
+    s, cluster = ps.Strategy(ulysses=2), ps.Cluster("h100", 2)
+    assert (
+        estimate_dit(short, s, cluster, **run).latency_s
+        < estimate_dit(dev, s, cluster, **run).latency_s
+    )
+    with pytest.raises(ps.SpecError):
+        dev.with_text_tokens(0)

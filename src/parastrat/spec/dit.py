@@ -182,6 +182,17 @@ class DiTSpec:
 
         return dit_from_diffusers_config(path, name=name)
 
+    def with_text_tokens(self, tokens: int) -> DiTSpec:
+        """The same model run with another prompt length (a pipeline's
+        ``max_sequence_length``: FluxPipeline's default 512, xDiT's Flux example 256): the
+        transformer's text tokens and the encoders that read that length (not CLIP's 77)."""
+        if not is_count(tokens, 1):
+            raise SpecError(f"with_text_tokens({tokens!r}): a token count is an int >= 1")
+        encoders = tuple(
+            e.with_tokens(tokens) if e.tokens == self.text_tokens else e for e in self.text_encoders
+        )
+        return replace(self, text_tokens=tokens, text_encoders=encoders)
+
     # ---- derived shape -------------------------------------------------------------------
     @property
     def num_layers(self) -> int:
