@@ -13,6 +13,7 @@ import pytest
 from parastrat.cli import main
 from parastrat.runtime.backend import detect_env
 
+PLAN_JSON = ("plan", "--model", "llama3-8b", "--gpus", "8", "--format", "json")
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -31,19 +32,7 @@ def _run(
 @pytest.mark.parametrize("tokens", ["1e400", "1e300T"])
 def test_a_token_count_beyond_a_float_is_a_usage_error(tokens, capsys):
     with pytest.raises(SystemExit) as stop:
-        main(
-            [
-                "plan",
-                "--model",
-                "llama3-8b",
-                "--gpus",
-                "8",
-                "--train-tokens",
-                tokens,
-                "--format",
-                "json",
-            ]
-        )
+        main([*PLAN_JSON, "--train-tokens", tokens])
     assert stop.value.code == 2
     out, err = capsys.readouterr()
     assert "more tokens than a float holds" in json.loads(out)["error"]["message"]
