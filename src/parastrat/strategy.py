@@ -66,7 +66,7 @@ def _bad_int(name: str, value: Any, *, allow_none: bool) -> Violation | None:
             f"pass an int >= 1, e.g. {name}=1",
         )
     if value < 1:
-        return Violation(f"{name}-positive", f"{name}={value} must be >= 1", _POSITIVE_FIX[name])
+        return Violation(f"{name}-positive", f"{name}={value} must be >= 1", _positive_fix(name))
     return None
 
 
@@ -96,12 +96,6 @@ def _positive_fix(name: str) -> str:
         return f"give {name} >= 1"
     derived = " or leave it None (derived)" if name in ("dp", "cp", "etp", "ring") else ""
     return f"use {name}=1 ({_ONE_MEANS[name]}){derived}"
-
-
-_POSITIVE_FIX = {name: _positive_fix(name) for name in (*_ONE_MEANS, "dp_shard", "world_size")}
-_POSITIVE_FIX.update(
-    (f"{end}_stage_layers", _positive_fix(f"{end}_stage_layers")) for end in ("first", "last")
-)
 
 
 #: The whole-number arguments of :class:`Strategy` in the order it checks them, and whether

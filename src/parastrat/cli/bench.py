@@ -473,6 +473,11 @@ def _refuse_shared_outputs(args: argparse.Namespace) -> None:
         seen[key] = flag
 
 
+def _given(args: argparse.Namespace, names: tuple[str, ...]) -> list[str]:
+    """The flags among ``names`` (argparse dests) the command line set, spelled as typed."""
+    return [f"--{k.replace('_', '-')}" for k in names if getattr(args, k, None)]
+
+
 def _refuse_collective_flags(args: argparse.Namespace) -> None:
     """``--kernels`` measures this device's kernels, not collectives: a flag that shapes or
     stores a collective sweep would be silently ignored, so it is refused (and a ``--fit``
@@ -480,7 +485,7 @@ def _refuse_collective_flags(args: argparse.Namespace) -> None:
     from ..errors import UsageError
 
     names = ("output", "plot", "load", "world", "ops", "sizes", "span", "dtype", "model")
-    given = [f"--{k}" for k in names if getattr(args, k, None)]
+    given = _given(args, names)
     if _strategy_requested(args):
         given.append("the strategy flags")
     if given:
@@ -498,8 +503,7 @@ def _refuse_kernel_flags(args: argparse.Namespace) -> None:
     ``--kernels`` they are refused rather than silently dropped."""
     from ..errors import UsageError
 
-    names = ("accelerator", "precisions", "grid", "gemm_size")
-    given = [f"--{k.replace('_', '-')}" for k in names if getattr(args, k, None)]
+    given = _given(args, ("accelerator", "precisions", "grid", "gemm_size"))
     if given:
         raise UsageError(
             f"{', '.join(given)}: kernel-rate flags, which act only with --kernels; add "
@@ -539,7 +543,7 @@ def _refuse_sweep_flags(args: argparse.Namespace) -> None:
     from ..errors import UsageError
 
     names = ("span", "sizes", "dtype", "world", "model", "seq_len")
-    given = [f"--{k.replace('_', '-')}" for k in names if getattr(args, k)]
+    given = _given(args, names)
     if _strategy_requested(args) and args.model is None:
         given.append("the strategy flags")
     if given:

@@ -529,12 +529,7 @@ def _resolve(
     model = get_dit(model)
     cluster = require_cluster(cluster, "estimate_dit()")
     model.latent_shape(request.height, request.width, request.frames)
-    if switches.vae_parallel:  # the framework's launch for this class may have none
-        fw = get_framework(switches.framework, cluster.accel.vendor)
-        refused = fw.vae_parallel_violation(model)
-        if refused is not None:
-            raise UsageError(f"{refused.message}; {refused.hint}")
-    return _Run(
+    run = _Run(
         model=model,
         s=as_inference(strategy),
         cluster=cluster,
@@ -542,6 +537,10 @@ def _resolve(
         switches=switches,
         guidance=resolve_guidance(model, request.guidance),
     )
+    refused = run.framework.vae_parallel_violation(model) if switches.vae_parallel else None
+    if refused is not None:  # the framework's launch for this class may have none
+        raise UsageError(f"{refused.message}; {refused.hint}")
+    return run
 
 
 def _admit(run: _Run, shape: Any) -> tuple[TokenSplit, list[str]]:

@@ -534,19 +534,13 @@ def estimate_memory(
         grad_reduce_in_fp32=grad_reduce_in_fp32,
         cpu_offload_layers=cpu_offload_layers,
     )
-    broken = [
-        v
-        for v in strategy.check(
-            wl.model,
-            world_size=strategy.world_size,
-            seq_len=wl.seq_len,
-            global_batch_size=wl.global_batch_size,
-            micro_batch_size=wl.mbs,
-        )
-        if v.severity == "error"
-    ]
-    if broken:  # what estimate_step refuses is not priced here either
-        raise StrategyError(broken)
+    strategy.validate(  # what estimate_step refuses is not priced here either
+        wl.model,
+        world_size=strategy.world_size,
+        seq_len=wl.seq_len,
+        global_batch_size=wl.global_batch_size,
+        micro_batch_size=wl.mbs,
+    )
     return memory_of(wl, strategy, sw, other_bytes=other_bytes, fragmentation=fragmentation)
 
 

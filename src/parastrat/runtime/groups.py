@@ -73,6 +73,9 @@ class Groups(Mapping):
     megatron: bool
     _pgs: dict[str, Any] = field(repr=False)
     _created: list[Any] = field(repr=False, default_factory=list)
+    _started_dist: bool = field(repr=False, default=False)
+    _set_yunchang: bool = field(repr=False, default=False)
+    alive: bool = True
 
     def __repr__(self) -> str:
         """One line: the strategy, this rank and the backend (every group is in
@@ -81,10 +84,6 @@ class Groups(Mapping):
             f"Groups({self.strategy}, rank {self.rank} of {self.world_size}, {self.backend} on "
             f"{self.device}, {len(self.layout)} kinds{', megatron' if self.megatron else ''})"
         )
-
-    _started_dist: bool = field(repr=False, default=False)
-    _set_yunchang: bool = field(repr=False, default=False)
-    alive: bool = True
 
     def __getitem__(self, kind: str) -> Any:
         if not self.alive:

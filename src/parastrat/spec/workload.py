@@ -163,14 +163,15 @@ def language_model(model: Any) -> ModelSpec:
         return ModelSpec.from_hf_config(dict(model))
     if isinstance(model, PurePath):
         return ModelSpec.from_hf_config(str(model))
-    if isinstance(model, str):
-        if not is_preset(model) and Path(model).exists():
+    if isinstance(model, str) and not is_preset(model):
+        if Path(model).exists():
             return ModelSpec.from_hf_config(model)
-        if not is_preset(model) and ("/" in model or model.endswith(".json")):
+        if "/" in model or model.endswith(".json"):
             raise SpecError(
                 f"{model!r} is no preset and no local file or folder: parastrat reads a Hugging "
                 "Face config.json from disk (it never downloads); pass the path of one"
             )
+    if isinstance(model, str):
         return get_model(model)
     dit = type(model).__name__ == "DiTSpec"
     raise SpecError(
